@@ -1,4 +1,4 @@
-"""Parse and format the durations (`30s`, `10m`, `6h`, `7d`) and sizes (`512MiB`) of the settings."""
+"""Durations (`30s`, `10m`, `6h`, `7d`) and sizes (`512MiB`) of the settings."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def format_size(size: int) -> str:
 
 def format_duration(seconds: float) -> str:
     """A short human duration: `6h`, `1h30m`, `45s`."""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     parts = []

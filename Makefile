@@ -1,0 +1,44 @@
+# Everything creates .venv itself; nothing needs to be set up by hand.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export VENV
+
+.PHONY: all venv lint typecheck test faults demo bench clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check mirror tests bench migrations
+	$(VENV)/bin/ruff format --check mirror tests bench migrations
+
+typecheck: venv
+	$(VENV)/bin/mypy mirror
+
+## make test: lint, types, then the whole suite against real servers on loopback
+test: lint typecheck
+	scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## make faults: the kill-and-restart fault loop at full strength (100 kills)
+faults: venv
+	MIRROR_FAULT_KILLS=100 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
+
+## make demo: the whole pipeline on embedded defaults, in a temporary directory
+demo: venv
+	$(PY) -m mirror demo
+
+## make bench: throughput and memory against curl, sha256sum and aws-cli
+bench: venv
+	scripts/with-test-servers $(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

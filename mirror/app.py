@@ -1,0 +1,40 @@
+"""The application context: settings plus the edges built from them, made on first use."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from mirror.config import Settings
+from mirror.db import Database
+from mirror.store import BlobStore
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    """Holds the settings and lazily opens the store and the index (upgrading its schema)."""
+
+    def __init__(self, settings: Settings, *, auto_upgrade: bool = True) -> None:
+        self.settings = settings
+        self.auto_upgrade = auto_upgrade
+
+    @functools.cached_property
+    def store(self) -> BlobStore:
+        store = BlobStore(self.settings.store.path)
+        store.ensure()
+        return store
+
+    @functools.cached_property
+    def db(self) -> Database:
+        if self.settings.store.database == "":
+            self.store.ensure()
+        database = Database(self.settings.store.database_url())
+        if self.auto_upgrade and database.current() != database.head():
+            log.info("upgrading the index schema to %s", database.head())
+            database.upgrade()
+        return database
+
+    def close(self) -> None:
+        if "db" in self.__dict__:
+            self.db.dispose()

@@ -1,0 +1,83 @@
+"""What every command shares: the parsed global options, the lazily built app, and output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, ParamSpec, TypeVar
+
+import click
+
+from mirror.app import App
+from mirror.config import Settings, load_settings
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliContext:
+    """Global options and the app, built on first use so `--help` never reads a config."""
+
+    def __init__(self, config_path: str | None, as_json: bool, verbosity: int) -> None:
+        self.config_path = config_path
+        self.as_json = as_json
+        self.verbosity = verbosity
+        self._settings: Settings | None = None
+        self._app: App | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(self.config_path)
+        return self._settings
+
+    @property
+    def app(self) -> App:
+        if self._app is None:
+            self._app = App(self.settings)
+        return self._app
+
+    @property
+    def interactive(self) -> bool:
+        """Progress bars and colours only for a person at a terminal."""
+        return not self.as_json and self.verbosity >= 0 and sys.stderr.isatty()
+
+    def emit(self, data: Any, human: str | Iterable[str] | None = None) -> None:
+        """One JSON document on stdout with --json; otherwise the human lines (unless -q)."""
+        if self.as_json:
+            click.echo(json.dumps(data, indent=2, default=str, sort_keys=False))
+            return
+        if human is None or self.verbosity < 0:
+            return
+        lines = [human] if isinstance(human, str) else list(human)
+        for line in lines:
+            click.echo(line)
+
+    def say(self, line: str) -> None:
+        """A progress note for a person on stderr; silent with --json or -q."""
+        if not self.as_json and self.verbosity >= 0:
+            click.echo(line, err=True)
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+
+
+def get_cli(ctx: click.Context | None = None) -> CliContext:
+    ctx = ctx or click.get_current_context()
+    obj = ctx.find_object(CliContext)
+    if obj is None:
+        raise RuntimeError("command run outside the mirror CLI")
+    return obj
+
+
+def pass_cli(function: Callable[..., R]) -> Callable[..., R]:
+    """Hand the command its CliContext as the first argument."""
+
+    @click.pass_context
+    def wrapper(ctx: click.Context, /, *args: Any, **kwargs: Any) -> R:
+        return function(get_cli(ctx), *args, **kwargs)
+
+    return functools.update_wrapper(wrapper, function)

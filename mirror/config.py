@@ -1,0 +1,267 @@
+"""Settings: TOML in, validated and typed settings out, with errors that name the key and file.
+
+Where the file is: `--config`, then `$MIRROR_CONFIG`, then `/etc/mirror/config.toml`.
+A path given explicitly must exist; the default path may be absent (embedded
+defaults then apply). Unknown keys are refused, so a typo never silently falls
+back to a default.
+
+Secrets are never held in the settings themselves: `api_key()` reads the key
+when it is needed, from `$MIRROR_API_KEY`, the file `api.key_file`, or the
+systemd credential `admin-api-key` under `$CREDENTIALS_DIRECTORY`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+
+from mirror.errors import AuthError, ConfigError
+from mirror.logs import register_secret
+from mirror.units import parse_duration, parse_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG_PATH = Path("/etc/mirror/config.toml")
+CREDENTIAL_NAME = "admin-api-key"
+API_KEY_ENV = "MIRROR_API_KEY"
+CONFIG_ENV = "MIRROR_CONFIG"
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Size = Annotated[int, BeforeValidator(parse_size)]
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ApiSettings(_Section):
+    """The vendor's admin API."""
+
+    base_url: str = "https://api.mintlify.com"
+    key_file: Path | None = None
+    key_prefix: str = "mint_"
+    project_id: str = ""
+    timeout: Duration = 30.0
+    ca_bundle: str = ""
+    export_flow: Literal["global", "project"] = "global"
+    max_starts_per_hour: int = Field(default=10, ge=1)
+    poll_interval: Duration = 5.0
+    max_poll_interval: Duration = 60.0
+    retry_attempts: int = Field(default=6, ge=1)
+    retry_timeout: Duration = 300.0
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+
+class StoreSettings(_Section):
+    """The connected side's checksummed store."""
+
+    path: Path = Path("/var/lib/mirror")
+    database: str = ""
+    keep: int = Field(default=10, ge=1)
+
+    def database_url(self) -> str:
+        return self.database or f"sqlite:///{self.path / 'mirror.db'}"
+
+
+class ExportSettings(_Section):
+    """One domain to export on a schedule."""
+
+    domain: str
+    every: Duration = 6 * 3600.0
+    version: str | None = None
+    paths: list[str] | None = None
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not _HOSTNAME.match(value):
+            raise ValueError(f"must be a hostname like docs.example.com, got {value!r}")
+        return value
+
+
+class DaemonSettings(_Section):
+    listen: str = "127.0.0.1:9464"
+    concurrency: int = Field(default=4, ge=1, le=64)
+    jitter: float = Field(default=0.1, ge=0.0, le=0.5)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if value and not re.match(r"^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$", value):
+            raise ValueError(f"must be HOST:PORT (or empty to turn off), got {value!r}")
+        return value
+
+
+class TransferSettings(_Section):
+    signing_key: Path | None = None
+    source_id: str = Field(default_factory=socket.gethostname)
+    max_size: Size = 4 * 1024**3
+
+
+class TargetSettings(_Section):
+    """The air-gapped object store. S3 credentials come from boto3's usual chain."""
+
+    endpoint_url: str = ""
+    bucket: str = ""
+    prefix: str = "static-export"
+    region: str = "us-east-1"
+    ca_bundle: str = ""
+    addressing_style: Literal["path", "virtual", "auto"] = "path"
+    trusted_keys: list[Path] = Field(default_factory=list)
+    url_mode: Literal["presigned", "plain"] = "presigned"
+    presign_ttl: Duration = 7 * 86400.0
+    public_base_url: str = ""
+
+    @field_validator("presign_ttl")
+    @classmethod
+    def _ttl(cls, value: float) -> float:
+        if not 1 <= value <= 7 * 86400:
+            raise ValueError("must be between 1s and 7d (the S3 limit for presigned links)")
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return value.strip("/")
+
+
+class ChartSettings(_Section):
+    values_path: str = ""
+    on_change: str = ""
+    refresh_before: Duration = 86400.0
+
+
+class Settings(_Section):
+    """Every setting, validated. `source` is the file it came from (None: embedded defaults)."""
+
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    exports: list[ExportSettings] = Field(default_factory=list)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    transfer: TransferSettings = Field(default_factory=TransferSettings)
+    target: TargetSettings = Field(default_factory=TargetSettings)
+    chart: ChartSettings = Field(default_factory=ChartSettings)
+    source: Path | None = Field(default=None, exclude=True)
+
+    @field_validator("exports")
+    @classmethod
+    def _unique_domains(cls, value: list[ExportSettings]) -> list[ExportSettings]:
+        seen: set[str] = set()
+        for export in value:
+            if export.domain in seen:
+                raise ValueError(f"domain {export.domain!r} is listed twice")
+            seen.add(export.domain)
+        return value
+
+    def export_for(self, domain: str) -> ExportSettings:
+        """The configured export of `domain`, or a default one for an ad-hoc run."""
+        for export in self.exports:
+            if export.domain == domain.lower():
+                return export
+        return ExportSettings(domain=domain)
+
+    def api_key(self) -> str:
+        """The admin API key; raises AuthError (exit 4) when none is configured."""
+        key = os.environ.get(API_KEY_ENV, "").strip()
+        origin = f"${API_KEY_ENV}"
+        if not key:
+            key_path = self.api.key_file
+            if key_path is None and os.environ.get("CREDENTIALS_DIRECTORY"):
+                key_path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
+            if key_path is None:
+                raise AuthError(
+                    "no admin API key configured",
+                    hint=f"set ${API_KEY_ENV} or api.key_file, or pass the systemd credential "
+                    f"{CREDENTIAL_NAME!r}",
+                )
+            origin = str(key_path)
+            try:
+                key = key_path.read_text().strip()
+            except OSError as exc:
+                raise AuthError(
+                    f"cannot read the admin API key file {key_path}: {exc.strerror}"
+                ) from None
+        if not key:
+            raise AuthError(f"the admin API key from {origin} is empty")
+        register_secret(key)
+        if self.api.key_prefix and not key.startswith(self.api.key_prefix):
+            log.warning(
+                "the admin API key from %s does not start with %r; using it anyway",
+                origin,
+                self.api.key_prefix,
+            )
+        return key
+
+    def redacted(self) -> dict[str, Any]:
+        """The effective settings for display; no secret is ever part of them."""
+        document = self.model_dump(mode="json")
+        document["api"]["key_source"] = _key_source(self.api.key_file)
+        return document
+
+
+def _key_source(key_file: Path | None) -> str:
+    if os.environ.get(API_KEY_ENV):
+        return f"${API_KEY_ENV} (set, redacted)"
+    if key_file is not None:
+        return f"{key_file} ({'present' if key_file.exists() else 'missing'})"
+    if os.environ.get("CREDENTIALS_DIRECTORY"):
+        return f"systemd credential {CREDENTIAL_NAME}"
+    return "none"
+
+
+def resolve_config_path(explicit: str | Path | None) -> tuple[Path, bool]:
+    """The config file to read, and whether it was asked for explicitly."""
+    if explicit:
+        return Path(explicit), True
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env), True
+    return DEFAULT_CONFIG_PATH, False
+
+
+def load_settings(explicit: str | Path | None = None) -> Settings:
+    """Read and validate the settings; ConfigError (exit 2) names the key and the file."""
+    path, required = resolve_config_path(explicit)
+    if not path.exists():
+        if required:
+            raise ConfigError(f"config file {path} does not exist")
+        return Settings()
+    try:
+        document = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    return settings_from_dict(document, source=path)
+
+
+def settings_from_dict(document: dict[str, Any], *, source: Path | None = None) -> Settings:
+    where = f"config file {source}" if source else "settings"
+    try:
+        settings = Settings.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "unknown key"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{where}: {key}: {message}{more}") from None
+    return settings.model_copy(update={"source": source})

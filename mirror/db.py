@@ -1,0 +1,106 @@
+"""Database engine, sessions and schema upgrades (SQLite by default, PostgreSQL for replicas)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from mirror.errors import ConfigError, TemporaryFailure
+
+log = logging.getLogger(__name__)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`; SQLite gets WAL, full sync and a busy timeout for several processes."""
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    try:
+        return create_engine(url, pool_pre_ping=True)
+    except Exception as exc:  # the URL itself is malformed or names a missing driver
+        raise ConfigError(f"store.database: cannot use {safe_url(url)}: {exc}") from None
+
+
+def safe_url(url: str) -> str:
+    """The database URL with any password hidden."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+def alembic_config(url: str) -> AlembicConfig:
+    config = AlembicConfig()
+    config.set_main_option("script_location", str(resources.files("mirror.migrations")))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+class Database:
+    """The index: an engine, a session factory and schema upgrades."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session that commits on success and rolls back on error."""
+        with self.sessions() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def upgrade(self) -> str:
+        """Bring the schema to the newest revision; returns it. Safe to run concurrently-ish."""
+        config = alembic_config(self.url)
+        try:
+            with self.engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+        except OperationalError as exc:
+            raise TemporaryFailure(
+                f"cannot reach the database {safe_url(self.url)}: {exc.orig}"
+            ) from None
+        return self.head()
+
+    def head(self) -> str:
+        return ScriptDirectory.from_config(alembic_config(self.url)).get_current_head() or ""
+
+    def current(self) -> str | None:
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,169 @@
+"""Tables of the connected side's index.
+
+A row says "stored" only after its blob is in place and verified (design
+principle 1). `export_runs.active` with its partial unique index is what keeps
+two processes, or two replicas on PostgreSQL, from running one domain twice.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given; use timezone-aware UTC")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class RunState:
+    """States of an export run, in order. Terminal ones end `active`."""
+
+    PENDING = "pending"  # row claimed, vendor job not started yet
+    STARTED = "started"  # vendor job id known, polling
+    COMPLETED = "completed"  # vendor job completed, link not yet fetched
+    DOWNLOADING = "downloading"  # link known, partial file under STORE/tmp
+    DOWNLOADED = "downloaded"  # whole file on disk, sha256 known, not checked yet
+    STORED = "stored"  # terminal: blob stored, new version assigned
+    UNCHANGED = "unchanged"  # terminal: same content as the latest version
+    FAILED = "failed"  # terminal: the vendor job or a check failed
+
+    TERMINAL = frozenset({STORED, UNCHANGED, FAILED})
+
+
+class Bundle(Base):
+    """One archive in the blob store, by content hash."""
+
+    __tablename__ = "bundles"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    format: Mapped[str] = mapped_column(String(16))
+    tree_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    file_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ExportRun(Base):
+    """One export cycle of one domain; every step's state is saved so it can resume."""
+
+    __tablename__ = "export_runs"
+    __table_args__ = (
+        Index(
+            "uq_export_runs_active_domain",
+            "domain",
+            unique=True,
+            sqlite_where=text("active"),
+            postgresql_where=text("active"),
+        ),
+        Index("ix_export_runs_domain_id", "domain", "id"),
+        Index("ix_export_runs_vendor_started_at", "vendor_started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    domain: Mapped[str] = mapped_column(String(253))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[str] = mapped_column(String(16), default=RunState.PENDING)
+    requested_version: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    requested_paths: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    vendor_job_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    vendor_started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    bundle_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    bundle_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    expected_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    partial_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    version_label: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Version(Base):
+    """A domain's version label pointing at a stored bundle; labels are monotonic per domain."""
+
+    __tablename__ = "versions"
+    __table_args__ = (UniqueConstraint("domain", "label", name="uq_versions_domain_label"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    label: Mapped[str] = mapped_column(String(64))
+    bundle_sha256: Mapped[str] = mapped_column(ForeignKey("bundles.sha256"))
+    tree_sha256: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("export_runs.id"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Transfer(Base):
+    """A transfer set that was packed (and, once a receipt is acknowledged, delivered)."""
+
+    __tablename__ = "transfers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sequence: Mapped[int] = mapped_column(Integer, unique=True)
+    previous_sequence: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    manifest_sha256: Mapped[str] = mapped_column(String(64))
+    path: Mapped[str] = mapped_column(Text)
+    item_count: Mapped[int] = mapped_column(Integer)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class TransferItem(Base):
+    __tablename__ = "transfer_items"
+
+    transfer_id: Mapped[int] = mapped_column(ForeignKey("transfers.id"), primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+
+
+class DomainSchedule(Base):
+    """Per-domain scheduling state the daemon keeps across restarts and replicas."""
+
+    __tablename__ = "domain_schedule"
+
+    domain: Mapped[str] = mapped_column(String(253), primary_key=True)
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)

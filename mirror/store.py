@@ -1,0 +1,171 @@
+"""The content-addressed blob store on disk.
+
+Layout: `ROOT/blobs/sha256/ab/<hex>` (read-only files) and `ROOT/tmp/` for
+partial downloads. Promise: a blob path exists only once its bytes are whole,
+fsynced and named by their own sha256; `tmp/` and `blobs/` share a file system,
+so moving a finished download into place is one atomic rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirror.errors import IntegrityError, MirrorError, NotFound
+from mirror.fsutil import fsync_dir, sha256_file
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class BlobProblem:
+    """One finding of `BlobStore.verify`: kind is `missing`, `corrupt` or `extra`."""
+
+    kind: str
+    sha256: str
+    detail: str
+
+
+class BlobStore:
+    """Blobs by sha256 under `root`; the SQL index lives elsewhere (see exporter, models)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs_dir = root / "blobs" / "sha256"
+        self.tmp_dir = root / "tmp"
+
+    def ensure(self) -> None:
+        """Create the directories; refuse a root we cannot write to with a clear message."""
+        try:
+            self.blobs_dir.mkdir(parents=True, exist_ok=True)
+            self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MirrorError(
+                f"cannot create the store at {self.root}: {exc.strerror}",
+                hint="set store.path to a writable directory",
+            ) from None
+
+    def blob_path(self, sha256: str) -> Path:
+        if not _HEX64.match(sha256):
+            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+        return self.blobs_dir / sha256[:2] / sha256
+
+    def temp_path(self, name: str) -> Path:
+        """A path under tmp/ for a partial file; `name` must be a plain file name."""
+        if "/" in name or name.startswith("."):
+            raise ValueError(f"not a plain temp file name: {name!r}")
+        return self.tmp_dir / name
+
+    def has(self, sha256: str) -> bool:
+        return self.blob_path(sha256).is_file()
+
+    def open(self, sha256: str) -> Path:
+        """The path of a stored blob; NotFound when it is not on disk."""
+        path = self.blob_path(sha256)
+        if not path.is_file():
+            raise NotFound(f"blob {sha256[:12]}… is not in the store at {self.root}")
+        return path
+
+    def adopt(self, temp_file: Path, sha256: str, size: int) -> Path:
+        """Move a finished, already-hashed temp file into place as blob `sha256`.
+
+        The caller computed `sha256` while writing; the size is checked again here.
+        If the blob already exists (same content stored before) the temp file is dropped.
+        """
+        actual_size = temp_file.stat().st_size
+        if actual_size != size:
+            raise IntegrityError(
+                f"{temp_file.name}: size {actual_size} differs from the expected {size}"
+            )
+        target = self.blob_path(sha256)
+        if target.is_file():
+            temp_file.unlink()
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp_file, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(temp_file, 0o444)
+        os.replace(temp_file, target)
+        fsync_dir(target.parent)
+        return target
+
+    def add_file(self, source: Path) -> tuple[str, int]:
+        """Copy any file into the store (hashing while copying); returns (sha256, size)."""
+        self.ensure()
+        digest = hashlib.sha256()
+        size = 0
+        temp = self.tmp_dir / f"add-{os.getpid()}-{source.name}"
+        try:
+            with open(source, "rb") as reader, open(temp, "wb") as writer:
+                while chunk := reader.read(1024 * 1024):
+                    digest.update(chunk)
+                    writer.write(chunk)
+                    size += len(chunk)
+            sha256 = digest.hexdigest()
+            self.adopt(temp, sha256, size)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+        return sha256, size
+
+    def remove(self, sha256: str) -> int:
+        """Delete a blob; returns the bytes freed (0 if it was not there)."""
+        path = self.blob_path(sha256)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        fsync_dir(path.parent)
+        return size
+
+    def iter_blobs(self) -> Iterator[str]:
+        """Every blob name on disk (well-formed names only)."""
+        if not self.blobs_dir.is_dir():
+            return
+        for shard in sorted(self.blobs_dir.iterdir()):
+            if not shard.is_dir():
+                continue
+            for entry in sorted(shard.iterdir()):
+                if _HEX64.match(entry.name) and entry.name[:2] == shard.name:
+                    yield entry.name
+
+    def verify(self, expected: dict[str, int]) -> list[BlobProblem]:
+        """Re-hash every blob: missing (indexed, not on disk), corrupt (bytes differ), extra."""
+        problems: list[BlobProblem] = []
+        on_disk = set(self.iter_blobs())
+        for sha256, size in sorted(expected.items()):
+            if sha256 not in on_disk:
+                problems.append(BlobProblem("missing", sha256, "indexed but not on disk"))
+                continue
+            path = self.blob_path(sha256)
+            actual_size = path.stat().st_size
+            if actual_size != size:
+                problems.append(
+                    BlobProblem("corrupt", sha256, f"size {actual_size}, expected {size}")
+                )
+                continue
+            actual = sha256_file(path)
+            if actual != sha256:
+                problems.append(BlobProblem("corrupt", sha256, f"content hashes to {actual}"))
+        for sha256 in sorted(on_disk - expected.keys()):
+            problems.append(BlobProblem("extra", sha256, "on disk but not indexed"))
+        return problems
+
+    def temp_files(self) -> list[Path]:
+        if not self.tmp_dir.is_dir():
+            return []
+        return sorted(p for p in self.tmp_dir.iterdir() if p.is_file())
+
+    def used_bytes(self) -> int:
+        return sum(self.blob_path(sha).stat().st_size for sha in self.iter_blobs())
+
+    def free_bytes(self) -> int:
+        self.ensure()
+        return shutil.disk_usage(self.root).free

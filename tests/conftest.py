@@ -1,0 +1,100 @@
+"""Shared fixtures. Server fixtures live in tests/fixtures/ and are loaded as plugins here.
+
+`make test` starts PostgreSQL and an S3 API server on loopback and exports
+MIRROR_TEST_POSTGRES_URL / MIRROR_TEST_S3_ENDPOINT; run directly, pytest starts
+what it can itself (see the fixtures).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.app import App
+from mirror.config import Settings, settings_from_dict
+
+pytest_plugins: list[str] = []
+
+REPO = Path(__file__).resolve().parent.parent
+REQUIRE_SERVERS = os.environ.get("MIRROR_REQUIRE_SERVERS") == "1"
+
+
+def mirror_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `mirror` command as a subprocess (the way operators and scripts do)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "mirror", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=input,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def write_config(path: Path, document: dict[str, Any]) -> Path:
+    """Write a TOML config file from a dict (tables and arrays of tables, enough for tests)."""
+    lines: list[str] = []
+
+    def value(item: Any) -> str:
+        if isinstance(item, bool):
+            return "true" if item else "false"
+        if isinstance(item, int | float):
+            return str(item)
+        if isinstance(item, list):
+            return "[" + ", ".join(value(i) for i in item) + "]"
+        return '"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    for section, body in document.items():
+        if isinstance(body, list):
+            for entry in body:
+                lines.append(f"[[{section}]]")
+                lines.extend(f"{k} = {value(v)}" for k, v in entry.items())
+        else:
+            lines.append(f"[{section}]")
+            lines.extend(f"{k} = {value(v)}" for k, v in body.items())
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "store"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def settings(store_dir: Path) -> Settings:
+    return settings_from_dict({"store": {"path": str(store_dir)}})
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[App]:
+    application = App(settings)
+    yield application
+    application.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A PostgreSQL URL from `make test`; skipped when run without it (fails under make test)."""
+    url = os.environ.get("MIRROR_TEST_POSTGRES_URL", "")
+    if not url:
+        if REQUIRE_SERVERS:
+            pytest.fail("MIRROR_TEST_POSTGRES_URL is not set but make test requires PostgreSQL")
+        pytest.skip("PostgreSQL not started (run through make test)")
+    return url
