@@ -1,0 +1,618 @@
+"""Bundle archives: what format they are, whether they are safe to unpack, what they contain.
+
+A vendor bundle is checked before anything is stored or published. Promises:
+
+- the format is decided by the file's first bytes, never by its name;
+- an archive is accepted only if unpacking it can create nothing but regular
+  files and directories strictly inside the target, each path exactly once,
+  within the size and count limits; anything else raises `IntegrityError`
+  (exit 5) with a one-line message naming the member and the rule it breaks;
+- reading is streamed in 1 MiB chunks: memory does not grow with member or
+  archive size (only with the number of members, which `max_files` bounds);
+- sizes are counted on the bytes actually read, so lying headers gain nothing;
+- damaged input (truncation, bad checksums, trailing data after the tar
+  end-of-archive marker) is refused as `corrupt archive`.
+
+Tree hash (`tree_sha256`), the content identity of the site, independent of the
+archive format, member order, timestamps, owners, modes and compression:
+
+- take every regular file; directories are ignored;
+- its path is the member name split on "/", without empty and "." components
+  (so no leading "./", no trailing "/"), ".." resolved, joined with "/";
+- sort the files by the UTF-8 bytes of that path;
+- ``tree_sha256 = sha256( for each file: path_utf8 + b"\\0" + sha256_hex + b"\\n" )``
+  where ``sha256_hex`` is the file content's lowercase hex digest in ASCII.
+
+An archive holding no files hashes to sha256 of the empty string.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import functools
+import gzip
+import hashlib
+import io
+import lzma
+import os
+import shutil
+import stat
+import struct
+import tarfile
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal, Protocol, Self
+
+from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
+
+Format = Literal["tar.gz", "tar", "zip", "tar.xz", "tar.bz2"]
+
+CHUNK_SIZE = 1024 * 1024
+RATIO_FLOOR = 64 * 1024**2
+MAX_NAME_COMPONENT_BYTES = 255
+MAX_TAR_EXTENDED_HEADER = 1024 * 1024
+_TAR_BUFSIZE = 64 * 1024
+
+_EXTENSIONS: dict[Format, str] = {
+    "tar.gz": "tar.gz",
+    "tar": "tar",
+    "zip": "zip",
+    "tar.xz": "tar.xz",
+    "tar.bz2": "tar.bz2",
+}
+
+# What the stdlib readers raise on damaged input: gzip.BadGzipFile and bz2's "Invalid
+# data stream" are OSErrors, zipfile raises RuntimeError for encrypted members and
+# NotImplementedError for unknown compression methods.
+_READ_ERRORS: tuple[type[Exception], ...] = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    lzma.LZMAError,
+    EOFError,
+    OSError,
+    ValueError,
+    struct.error,
+    NotImplementedError,
+    RuntimeError,
+)
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Refusal thresholds. The ratio guard applies only once the total passes 64 MiB."""
+
+    max_files: int = 200_000
+    max_total_bytes: int = 32 * 1024**3
+    max_member_bytes: int = 8 * 1024**3
+    max_ratio: float = 200.0
+    max_path_length: int = 1024
+
+
+@dataclass(frozen=True)
+class ArchiveReport:
+    """What a checked archive holds; `total_bytes` is the uncompressed size of its files."""
+
+    format: Format
+    file_count: int
+    total_bytes: int
+    tree_sha256: str
+    has_index_html: bool
+
+
+def file_extension(fmt: Format) -> str:
+    """The extension of object names (`bundle.<ext>`) for an archive in `fmt`."""
+    return _EXTENSIONS[fmt]
+
+
+def detect_format(path: Path) -> Format:
+    """The archive format of `path`, from its first bytes (the file name is ignored)."""
+    head = _read_head(path, 512)
+    if head.startswith(b"\x1f\x8b"):
+        return "tar.gz"
+    if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        return "zip"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "tar.xz"
+    if head.startswith(b"BZh"):
+        return "tar.bz2"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        raise IntegrityError(
+            f"{path.name} is a zstd-compressed archive, which mirror cannot read "
+            "(ask the vendor for tar.gz or zip)"
+        )
+    if _looks_like_tar_header(head):
+        return "tar"
+    shown = head[:8].hex(" ") if head else "nothing: the file is empty"
+    raise IntegrityError(f"{path.name} is not a tar.gz, tar or zip archive (starts with {shown})")
+
+
+def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveReport:
+    """Check every rule on `path` and report what it holds, writing nothing."""
+    return _scan(path, limits, sink=None)
+
+
+def extract_archive(
+    path: Path,
+    dest: Path,
+    limits: ArchiveLimits = ArchiveLimits(),
+) -> ArchiveReport:
+    """Unpack `path` into `dest` (absent or an empty directory), all or nothing.
+
+    Files are created 0o644 and directories 0o755 whatever the archive says.
+    The archive is unpacked into a temporary directory beside `dest` and renamed
+    into place at the end, so after a refusal `dest` is exactly as before.
+    """
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise OperationFailed(
+            f"cannot unpack {path.name} into {dest}: it exists and is not an empty directory"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".unpack"))
+    try:
+        report = _scan(path, limits, sink=_DirectorySink(staging))
+        os.chmod(staging, 0o755)  # noqa: S103 (a site is meant to be readable)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return report
+
+
+def tree_hash(files: Iterable[tuple[str, str]]) -> str:
+    """The tree hash (module docstring) of `(normalised_path, file_sha256_hex)` pairs."""
+    digest = hashlib.sha256()
+    for path_utf8, hex_digest in sorted((p.encode("utf-8"), h) for p, h in files):
+        digest.update(path_utf8 + b"\0" + hex_digest.encode("ascii") + b"\n")
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# The core, the same for every format.
+
+
+@dataclass
+class _Member:
+    """One archive entry as a format reader sees it, before any checking.
+
+    `kind` is "file", "dir", or a phrase naming what else it is ("a symbolic link").
+    """
+
+    name: str
+    kind: str
+    declared_size: int
+    open: Callable[[], IO[bytes]] | None = None
+
+
+class _Sink(Protocol):
+    def directory(self, path: str) -> None: ...
+    def open_file(self, path: str) -> IO[bytes]: ...
+
+
+@dataclass
+class _Tally:
+    """Counts members and bytes against the limits while they stream past."""
+
+    archive_size: int
+    limits: ArchiveLimits
+    members: int = 0
+    total: int = 0
+    padding: int = 0
+
+    def member(self, name: str) -> None:
+        self.members += 1
+        if self.members > self.limits.max_files:
+            raise _unsafe(name, f"is past the limit of {self.limits.max_files} members")
+
+    def declared(self, name: str, size: int) -> None:
+        if size > self.limits.max_member_bytes:
+            raise _unsafe(
+                name, f"declares {size} bytes, over the {self.limits.max_member_bytes}-byte limit"
+            )
+
+    def add(self, name: str, member_bytes: int, chunk: int) -> None:
+        self.total += chunk
+        limits = self.limits
+        if member_bytes > limits.max_member_bytes:
+            raise _unsafe(name, f"is larger than the {limits.max_member_bytes}-byte member limit")
+        if self.total > limits.max_total_bytes:
+            raise _unsafe(
+                name, f"takes the unpacked total past the {limits.max_total_bytes}-byte limit"
+            )
+        self._check_ratio(name)
+
+    def add_padding(self, chunk: int) -> None:
+        self.padding += chunk
+        self._check_ratio("(end-of-archive padding)")
+
+    def _check_ratio(self, name: str) -> None:
+        unpacked = self.total + self.padding
+        ceiling = self.limits.max_ratio * max(self.archive_size, 1)
+        if unpacked > RATIO_FLOOR and unpacked > ceiling:
+            raise _unsafe(
+                name,
+                f"takes the unpacked size past {self.limits.max_ratio:g} times the archive "
+                f"size of {self.archive_size} bytes (compression bomb)",
+            )
+
+
+@dataclass
+class _Paths:
+    """The paths seen so far, to refuse duplicates and file/directory clashes."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    directories: set[str] = field(default_factory=set)
+
+    def claim(self, name: str, clean: str, *, is_dir: bool) -> None:
+        if clean in self.files:
+            raise _unsafe(name, f"duplicates the path '{clean}' (ambiguous content)")
+        if not is_dir and clean in self.directories:
+            raise _unsafe(name, f"is a file but '{clean}' is also a directory")
+        parent = clean.rpartition("/")[0]
+        while parent and parent not in self.directories:
+            if parent in self.files:
+                raise _unsafe(name, f"lies below '{parent}', which is a file")
+            self.directories.add(parent)
+            parent = parent.rpartition("/")[0]
+        if is_dir:
+            self.directories.add(clean)
+
+
+def _scan(path: Path, limits: ArchiveLimits, sink: _Sink | None) -> ArchiveReport:
+    fmt = detect_format(path)
+    tally = _Tally(archive_size=path.stat().st_size, limits=limits)
+    seen = _Paths()
+    for member in _guarded(path, _members(path, fmt, tally)):
+        tally.member(member.name)
+        if member.kind not in ("file", "dir"):
+            raise _unsafe(
+                member.name, f"is {member.kind}; only regular files and directories are allowed"
+            )
+        clean = _normalise(member.name, limits)
+        if member.kind == "dir":
+            if clean is not None:
+                seen.claim(member.name, clean, is_dir=True)
+                if sink is not None:
+                    sink.directory(clean)
+            continue
+        if clean is None:
+            raise _unsafe(member.name, "has an empty path")
+        seen.claim(member.name, clean, is_dir=False)
+        tally.declared(member.name, member.declared_size)
+        seen.files[clean] = _copy_member(path, member, clean, tally, sink)
+    return ArchiveReport(
+        format=fmt,
+        file_count=len(seen.files),
+        total_bytes=tally.total,
+        tree_sha256=tree_hash((p, d.hex()) for p, d in seen.files.items()),
+        has_index_html=_has_index_html(seen.files),
+    )
+
+
+def _copy_member(
+    path: Path, member: _Member, clean: str, tally: _Tally, sink: _Sink | None
+) -> bytes:
+    assert member.open is not None
+    digest = hashlib.sha256()
+    size = 0
+    with contextlib.ExitStack() as stack:
+        with _reading(path):
+            stream = stack.enter_context(member.open())
+        out = stack.enter_context(sink.open_file(clean)) if sink is not None else None
+        while True:
+            with _reading(path):
+                chunk = stream.read(CHUNK_SIZE)
+            if not chunk:
+                break
+            size += len(chunk)
+            tally.add(member.name, size, len(chunk))
+            digest.update(chunk)
+            if out is not None:
+                out.write(chunk)
+    if size != member.declared_size:
+        raise IntegrityError(
+            f"corrupt archive: {path.name}: member {_quote(member.name)} holds {size} bytes "
+            f"but its header says {member.declared_size}"
+        )
+    return digest.digest()
+
+
+def _normalise(name: str, limits: ArchiveLimits) -> str | None:
+    """The member's path below the root (None for the root itself); refuses unsafe names."""
+    try:
+        length = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _unsafe(name, "has a name that is not valid UTF-8") from None
+    if length > limits.max_path_length:
+        raise _unsafe(name, f"has a path longer than {limits.max_path_length} bytes")
+    if "\0" in name:
+        raise _unsafe(name, "contains a NUL byte")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise _unsafe(name, "contains a control character")
+    if name.startswith("/") or (name[1:2] == ":" and name[:1].isalpha()):
+        raise _unsafe(name, "has an absolute path")
+    if "\\" in name:
+        raise _unsafe(name, "contains a backslash (a path separator on Windows)")
+    parts: list[str] = []
+    for part in name.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise _unsafe(name, "escapes the root")
+            parts.pop()
+        elif len(part.encode("utf-8")) > MAX_NAME_COMPONENT_BYTES:
+            raise _unsafe(name, f"has a name longer than {MAX_NAME_COMPONENT_BYTES} bytes")
+        else:
+            parts.append(part)
+    return "/".join(parts) or None
+
+
+def _has_index_html(files: dict[str, bytes]) -> bool:
+    if "index.html" in files:
+        return True
+    tops = {path.partition("/")[0] for path in files}
+    return len(tops) == 1 and f"{tops.pop()}/index.html" in files
+
+
+def _unsafe(name: str, rule: str) -> IntegrityError:
+    return IntegrityError(f"unsafe archive: member {_quote(name)} {rule}")
+
+
+def _quote(name: str) -> str:
+    shown = name if len(name) <= 160 else name[:160] + "..."
+    if shown.isprintable() and "'" not in shown:
+        return f"'{shown}'"
+    return ascii(shown)
+
+
+def _guarded(path: Path, members: Iterator[_Member]) -> Iterator[_Member]:
+    while True:
+        with _reading(path):
+            member = next(members, None)
+        if member is None:
+            return
+        yield member
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn a reader's damaged-input error into one `corrupt archive` IntegrityError."""
+    try:
+        yield
+    except MirrorError:
+        raise
+    except FileNotFoundError:
+        raise NotFound(f"archive {path} does not exist") from None
+    except _READ_ERRORS as exc:
+        detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise IntegrityError(f"corrupt archive: {path.name}: {detail}") from exc
+
+
+def _read_head(path: Path, size: int) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except FileNotFoundError:
+        raise NotFound(f"archive {path} does not exist") from None
+    except OSError as exc:
+        raise OperationFailed(f"cannot read archive {path}: {exc.strerror or exc}") from None
+
+
+def _looks_like_tar_header(block: bytes) -> bool:
+    if len(block) < 512:
+        return False
+    if block[257:262] == b"ustar":
+        return True
+    try:
+        stored = int(block[148:156].replace(b"\0", b" ").strip() or b"-1", 8)
+    except ValueError:
+        return False
+    return any(block[:100]) and stored == 256 + sum(block[:148]) + sum(block[156:512])
+
+
+class _DirectorySink:
+    """Creates checked members below `root`: only directories and regular files, fixed modes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def directory(self, path: str) -> None:
+        self._make_dirs(self.root.joinpath(path))
+
+    def open_file(self, path: str) -> IO[bytes]:
+        target = self.root.joinpath(path)
+        self._make_dirs(target.parent)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        os.fchmod(fd, 0o644)
+        return os.fdopen(fd, "wb")
+
+    def _make_dirs(self, directory: Path) -> None:
+        missing: list[Path] = []
+        while directory != self.root and not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for new in reversed(missing):
+            new.mkdir(mode=0o755)
+            os.chmod(new, 0o755)  # noqa: S103
+
+
+# ---------------------------------------------------------------------------
+# Format readers: yield members in archive order; a member is read before the next.
+
+
+def _members(path: Path, fmt: Format, tally: _Tally) -> Iterator[_Member]:
+    if fmt == "zip":
+        return _zip_members(path, tally.limits)
+    return _tar_members(path, fmt, tally)
+
+
+def _decompressed(fmt: Format, raw: io.BufferedReader) -> io.BufferedIOBase:
+    if fmt == "tar.gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if fmt == "tar.bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if fmt == "tar.xz":
+        return lzma.LZMAFile(raw, mode="rb")
+    return raw
+
+
+_TAR_KINDS: dict[bytes, str] = {
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
+
+_TAR_EXTENDED_HEADERS = (
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+)
+
+
+def _tar_members(path: Path, fmt: Format, tally: _Tally) -> Iterator[_Member]:
+    # The decompressor sits below tarfile so that memory stays bounded whatever the
+    # compression ratio (tarfile's own stream decompression is not bounded).
+    last_header: list[str] = []
+
+    class _CheckedTarInfo(tarfile.TarInfo):
+        """Notes how the header stream ended; refuses extended headers too big to buffer."""
+
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
+            try:
+                info = super().frombuf(buf, encoding, errors)
+            except tarfile.HeaderError as exc:
+                last_header[:] = ["end" if len(buf) == 512 and not any(buf) else str(exc)]
+                raise
+            last_header[:] = ["member"]
+            if info.type in _TAR_EXTENDED_HEADERS and info.size > MAX_TAR_EXTENDED_HEADER:
+                raise IntegrityError(
+                    f"corrupt archive: {path.name}: a {info.size}-byte extended header "
+                    f"for {_quote(info.name)}"
+                )
+            return info
+
+    with (
+        open(path, "rb") as raw,
+        _decompressed(fmt, raw) as plain,
+        tarfile.open(
+            fileobj=plain, mode="r|", bufsize=_TAR_BUFSIZE, tarinfo=_CheckedTarInfo
+        ) as tar,
+    ):
+        while (info := tar.next()) is not None:
+            tar.members.clear()  # type: ignore[attr-defined]  # stream: keep none
+            yield _tar_member(tar, info)
+        if last_header != ["end"]:
+            raise IntegrityError(
+                f"corrupt archive: {path.name}: the tar stream stops without its "
+                f"end-of-archive marker ({', '.join(last_header) or 'no header'})"
+            )
+        _drain_padding(path, tar, tally)
+
+
+def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo) -> _Member:
+    if info.isreg():
+        return _Member(info.name, "file", info.size, functools.partial(_extract, tar, info))
+    if info.isdir():
+        return _Member(info.name, "dir", 0)
+    kind = _TAR_KINDS.get(info.type, f"of unsupported tar type {info.type!r}")
+    return _Member(info.name, kind, info.size)
+
+
+def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes]:
+    stream = tar.extractfile(info)
+    assert stream is not None
+    return stream
+
+
+def _drain_padding(path: Path, tar: tarfile.TarFile, tally: _Tally) -> None:
+    """Read to the end, so the compressor's checksum is verified, and allow only zeros:
+    data hidden after the end-of-archive marker would be read by some tools, not others."""
+    while chunk := tar.fileobj.read(CHUNK_SIZE):
+        if chunk.count(0) != len(chunk):
+            raise IntegrityError(
+                f"corrupt archive: {path.name}: data after the tar end-of-archive marker"
+            )
+        tally.add_padding(len(chunk))
+
+
+def _zip_members(path: Path, limits: ArchiveLimits) -> Iterator[_Member]:
+    _check_zip_directory(path, limits)
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = _zip_name(info)
+            if info.flag_bits & 0x1:
+                yield _Member(name, "an encrypted file", info.file_size)
+            else:
+                opener = functools.partial(archive.open, info)
+                yield _Member(name, _zip_kind(info), info.file_size, opener)
+
+
+def _zip_name(info: zipfile.ZipInfo) -> str:
+    """Names stored as UTF-8 without the UTF-8 flag are read as UTF-8, as most unzips do."""
+    name = info.filename
+    if info.flag_bits & 0x800 or name.isascii():
+        return name
+    try:
+        return name.encode("cp437").decode("utf-8")
+    except UnicodeError:
+        return name
+
+
+_UNIX_KINDS = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _zip_kind(info: zipfile.ZipInfo) -> str:
+    file_type = stat.S_IFMT(info.external_attr >> 16)
+    if info.filename.endswith("/") or file_type == stat.S_IFDIR or info.external_attr & 0x10:
+        return "a directory entry with content" if info.file_size else "dir"
+    if file_type in (0, stat.S_IFREG):
+        return "file"
+    return _UNIX_KINDS.get(file_type, f"of unsupported unix type {oct(file_type)}")
+
+
+def _check_zip_directory(path: Path, limits: ArchiveLimits) -> None:
+    """Refuse a central directory past the member limit before zipfile loads it whole."""
+    with open(path, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        tail_start = max(0, size - (22 + 65535 + 20))
+        handle.seek(tail_start)
+        tail = handle.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return
+        entries, directory_size = struct.unpack("<HI", tail[at + 10 : at + 16])
+        locator = tail[at - 20 : at] if at >= 20 else b""
+        if locator[:4] == b"PK\x06\x07":
+            (record_at,) = struct.unpack("<Q", locator[8:16])
+            handle.seek(min(record_at, size))
+            record = handle.read(56)
+            if len(record) == 56 and record[:4] == b"PK\x06\x06":
+                entries, directory_size = struct.unpack("<QQ", record[32:48])
+    if entries > limits.max_files:
+        raise IntegrityError(
+            f"unsafe archive: {path.name} lists {entries} members, "
+            f"over the limit of {limits.max_files}"
+        )
+    if directory_size > limits.max_files * (46 + limits.max_path_length + 64):
+        raise IntegrityError(
+            f"unsafe archive: {path.name} has a {directory_size}-byte central directory, "
+            f"too large for {limits.max_files} members"
+        )
