@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mirror.config import Settings, load_settings, settings_from_dict
+from mirror.errors import AuthError, ConfigError
+from tests.conftest import mirror_cli, write_config
+
+
+def test_defaults_when_default_path_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIRROR_CONFIG", raising=False)
+    monkeypatch.setattr("mirror.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/mirror.toml"))
+    settings = load_settings(None)
+    assert settings.source is None
+    assert settings.api.export_flow == "global"
+    assert settings.store.database_url().startswith("sqlite:///")
+
+
+def test_explicit_path_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_env_variable_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path / "c.toml", {"api": {"timeout": "10s"}})
+    monkeypatch.setenv("MIRROR_CONFIG", str(path))
+    assert load_settings(None).api.timeout == 10
+
+
+def test_errors_name_key_and_file(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"api": {"timeout": "soon"}})
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert str(path) in str(info.value)
+    assert "api.timeout" in str(info.value)
+    assert info.value.exit_code == 2
+
+
+def test_unknown_key_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"store\.pth: unknown key"):
+        settings_from_dict({"store": {"pth": "/x"}})
+
+
+def test_bad_toml(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[api\nbase_url=")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path)
+
+
+def test_exports_validated() -> None:
+    settings = settings_from_dict(
+        {"exports": [{"domain": "Docs.Example.COM", "every": "1h", "paths": ["index"]}]}
+    )
+    assert settings.exports[0].domain == "docs.example.com"
+    assert settings.exports[0].every == 3600
+    with pytest.raises(ConfigError, match="exports.0.domain"):
+        settings_from_dict({"exports": [{"domain": "https://docs.example.com/"}]})
+    with pytest.raises(ConfigError, match="listed twice"):
+        settings_from_dict({"exports": [{"domain": "a.example"}, {"domain": "a.example"}]})
+
+
+def test_presign_ttl_capped_at_seven_days() -> None:
+    with pytest.raises(ConfigError, match="target.presign_ttl"):
+        settings_from_dict({"target": {"presign_ttl": "8d"}})
+
+
+def test_api_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIRROR_API_KEY", raising=False)
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
+    with pytest.raises(AuthError, match="no admin API key"):
+        Settings().api_key()
+    key_file = tmp_path / "key"
+    key_file.write_text("mint_fromfile\n")
+    settings = settings_from_dict({"api": {"key_file": str(key_file)}})
+    assert settings.api_key() == "mint_fromfile"
+    monkeypatch.setenv("MIRROR_API_KEY", "mint_fromenv")
+    assert settings.api_key() == "mint_fromenv"
+    monkeypatch.delenv("MIRROR_API_KEY")
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "admin-api-key").write_text("mint_fromsystemd")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    assert Settings().api_key() == "mint_fromsystemd"
+
+
+def test_unreadable_key_file_is_auth_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIRROR_API_KEY", raising=False)
+    settings = settings_from_dict({"api": {"key_file": str(tmp_path / "nope")}})
+    with pytest.raises(AuthError, match="cannot read the admin API key file") as info:
+        settings.api_key()
+    assert info.value.exit_code == 4
+
+
+def test_config_check_redacts_the_key(tmp_path: Path) -> None:
+    secret = "mint_" + "s3cr3t" * 5
+    key_file = tmp_path / "key"
+    key_file.write_text(secret)
+    path = write_config(
+        tmp_path / "c.toml",
+        {
+            "api": {"key_file": str(key_file)},
+            "store": {"path": str(tmp_path / "s"), "database": "postgresql+psycopg://u:pw@h/db"},
+        },
+    )
+    for env in ({}, {"MIRROR_API_KEY": secret}):
+        result = mirror_cli("--json", "--config", str(path), "config", "check", env=env)
+        assert result.returncode == 0, result.stderr
+        assert secret not in result.stdout + result.stderr
+        assert ":pw@" not in result.stdout
+        assert '"valid": true' in result.stdout
+
+
+def test_config_check_exit_2_on_bad_file(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"daemon": {"concurrency": 0}})
+    result = mirror_cli("--config", str(path), "config", "check")
+    assert result.returncode == 2
+    assert "daemon.concurrency" in result.stderr
+    assert str(path) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+

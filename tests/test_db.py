@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError as SqlIntegrityError
+
+from mirror.db import Database, safe_url
+from mirror.models import Bundle, ExportRun, RunState, Version
+
+
+def _exercise(database: Database) -> None:
+    database.upgrade()
+    assert database.current() == database.head()
+    database.upgrade()  # idempotent
+    with database.session() as session:
+        session.execute(delete(Version))
+        session.execute(delete(ExportRun))
+        session.execute(delete(Bundle))
+    with database.session() as session:
+        session.add(ExportRun(domain="docs.a.test"))
+    with pytest.raises(SqlIntegrityError), database.session() as session:
+        session.add(ExportRun(domain="docs.a.test"))
+    with database.session() as session:
+        run = session.scalars(select(ExportRun)).one()
+        run.active = False
+        run.state = RunState.STORED
+        session.add(ExportRun(domain="docs.a.test"))
+        session.add(Bundle(sha256="a" * 64, size=1, format="tar.gz", tree_sha256="b" * 64,
+                           file_count=1))
+        session.flush()
+        session.add(Version(domain="docs.a.test", label="2026-11-21", bundle_sha256="a" * 64,
+                            tree_sha256="b" * 64))
+    with database.session() as session:
+        created = session.scalars(select(Version)).one().created_at
+        assert created.tzinfo is not None
+        assert abs((datetime.now(UTC) - created).total_seconds()) < 60
+        assert len(session.scalars(select(ExportRun)).all()) == 2
+
+
+def test_sqlite_schema_and_one_active_run_per_domain(tmp_path: object) -> None:
+    database = Database(f"sqlite:///{tmp_path}/index.db")
+    _exercise(database)
+    database.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_schema_and_one_active_run_per_domain(postgres_url: str) -> None:
+    database = Database(postgres_url)
+    _exercise(database)
+    database.dispose()
+
+
+def test_safe_url_hides_password() -> None:
+    assert safe_url("postgresql+psycopg://mirror:hunter2@db:5432/m") == (
+        "postgresql+psycopg://mirror:***@db:5432/m"
+    )
+    assert safe_url("sqlite:////var/lib/mirror/mirror.db") == "sqlite:////var/lib/mirror/mirror.db"

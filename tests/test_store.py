@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from mirror.errors import IntegrityError, NotFound
+from mirror.store import BlobStore
+
+
+def _temp_with(store: BlobStore, name: str, data: bytes) -> tuple[Path, str]:
+    store.ensure()
+    path = store.temp_path(name)
+    path.write_bytes(data)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def test_adopt_places_a_read_only_blob(store_dir: Path) -> None:
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    path = store.adopt(temp, sha, 5)
+    assert path == store_dir / "blobs" / "sha256" / sha[:2] / sha
+    assert path.read_bytes() == b"hello"
+    assert not temp.exists()
+    assert oct(path.stat().st_mode & 0o777) == "0o444"
+    assert store.has(sha) and store.open(sha) == path
+
+
+def test_adopt_refuses_wrong_size(store_dir: Path) -> None:
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    with pytest.raises(IntegrityError, match="size 5 differs"):
+        store.adopt(temp, sha, 6)
+    assert not store.has(sha)
+
+
+def test_adopt_same_content_twice_keeps_one(store_dir: Path) -> None:
+    store = BlobStore(store_dir)
+    first, sha = _temp_with(store, "a.part", b"same")
+    store.adopt(first, sha, 4)
+    second, _ = _temp_with(store, "b.part", b"same")
+    store.adopt(second, sha, 4)
+    assert list(store.iter_blobs()) == [sha]
+    assert store.temp_files() == []
+
+
+def test_verify_finds_missing_corrupt_and_extra(store_dir: Path, tmp_path: Path) -> None:
+    store = BlobStore(store_dir)
+    good, good_sha = _temp_with(store, "g", b"good")
+    store.adopt(good, good_sha, 4)
+    bad, bad_sha = _temp_with(store, "b", b"bad!")
+    bad_path = store.adopt(bad, bad_sha, 4)
+    os.chmod(bad_path, 0o644)
+    bad_path.write_bytes(b"BAD!")
+    extra_src = tmp_path / "extra"
+    extra_src.write_bytes(b"extra")
+    extra_sha, _ = store.add_file(extra_src)
+    missing_sha = "0" * 64
+    problems = store.verify({good_sha: 4, bad_sha: 4, missing_sha: 1})
+    kinds = {(p.kind, p.sha256) for p in problems}
+    assert kinds == {("corrupt", bad_sha), ("missing", missing_sha), ("extra", extra_sha)}
+
+
+def test_open_missing_blob(store_dir: Path) -> None:
+    with pytest.raises(NotFound):
+        BlobStore(store_dir).open("a" * 64)
+
+
+def test_remove_frees_bytes(store_dir: Path) -> None:
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "x", b"12345")
+    store.adopt(temp, sha, 5)
+    assert store.used_bytes() == 5
+    assert store.remove(sha) == 5
+    assert store.remove(sha) == 0
+
+
+def test_temp_names_must_be_plain(store_dir: Path) -> None:
+    with pytest.raises(ValueError):
+        BlobStore(store_dir).temp_path("../escape")
