@@ -1,0 +1,137 @@
+"""Settings of a simulator run (fixed at start) and faults (changeable while it runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+MALICIOUS_KINDS = frozenset({"traversal", "absolute", "symlink", "hardlink", "bomb", "device"})
+AGENT_OUTCOMES = frozenset({"pr", "no_changes", "failed", "archived"})
+DEFAULT_PROJECT_DOMAIN = "docs.sim.test"
+
+
+def _new_key() -> str:
+    return "mint_sim_" + secrets.token_hex(12)
+
+
+@dataclass
+class SimConfig:
+    """How the simulated vendor behaves; every field has a usable default."""
+
+    key: str = field(default_factory=_new_key)
+    project_id: str = "proj_sim"
+    queue_seconds: float = 0.2
+    run_seconds: float = 0.6
+    link_ttl: float = 300.0
+    pages: int = 40
+    page_size: int = 2048
+    bundle_size: int | None = None
+    changes_per_export: int = 2
+    one_active_job: bool = True
+    max_starts_per_hour: int = 0
+    seed: int = 0
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)
+            if f.name != "key"
+        )
+        return f"SimConfig(key=<redacted>, {fields})"
+
+
+@dataclass
+class Faults:
+    """Injected misbehaviour; the server reads it on every request, so it may change at any time."""
+
+    error_rate: float = 0.0
+    error_status: int = 503
+    rate_limit_next: int = 0
+    retry_after: str = "1"
+    cut_after_bytes: int | None = None
+    cuts_remaining: int = 0
+    ignore_range: bool = False
+    fail_domains: set[str] = field(default_factory=set)
+    malicious_domains: dict[str, str] = field(default_factory=dict)
+    not_enabled_domains: set[str] = field(default_factory=set)
+    bad_request_domains: set[str] = field(default_factory=set)
+    project_flow_bundle_in_status: bool = True
+    global_flow_bundle_in_status: bool = False
+    omit_size: bool = False
+    progress_as_string: bool = False
+    unknown_state: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready copy: sets become sorted lists."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, set):
+                value = sorted(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    def update(self, changes: dict[str, Any]) -> None:
+        """Set the given fields after checking all of them; raises ValueError and sets nothing
+        when any name or value is wrong."""
+        checked = {name: _check_fault(name, value) for name, value in changes.items()}
+        for name, value in checked.items():
+            setattr(self, name, value)
+
+
+_FLOAT_FIELDS = {"error_rate"}
+_INT_FIELDS = {"error_status", "rate_limit_next", "cuts_remaining"}
+_BOOL_FIELDS = {
+    "ignore_range",
+    "project_flow_bundle_in_status",
+    "global_flow_bundle_in_status",
+    "omit_size",
+    "progress_as_string",
+}
+_SET_FIELDS = {"fail_domains", "not_enabled_domains", "bad_request_domains"}
+
+
+def _check_fault(name: str, value: Any) -> Any:
+    if name in _FLOAT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"{name} must be a number from 0 to 1")
+        return float(value)
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer")
+        return value
+    if name in _BOOL_FIELDS:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false")
+        return value
+    if name in _SET_FIELDS:
+        if not isinstance(value, list | set | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{name} must be a list of domains")
+        return set(value)
+    if name == "retry_after":
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ValueError("retry_after must be seconds or an HTTP date")
+        return str(value)
+    if name == "cut_after_bytes":
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise ValueError("cut_after_bytes must be null or a non-negative integer")
+        return value
+    if name == "unknown_state":
+        if value is not None and not isinstance(value, str):
+            raise ValueError("unknown_state must be null or a string")
+        return value
+    if name == "malicious_domains":
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and v in MALICIOUS_KINDS for k, v in value.items()
+        ):
+            raise ValueError(
+                "malicious_domains must map domains to one of " + ", ".join(sorted(MALICIOUS_KINDS))
+            )
+        return dict(value)
+    raise ValueError(f"unknown fault: {name}")

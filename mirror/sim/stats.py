@@ -1,0 +1,90 @@
+"""What the simulator saw, for tests to assert on (also served at /_sim/stats)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SimStats:
+    """Counters updated by the server threads under one lock.
+
+    Reading a field directly is fine for tests that wait for quiet; `snapshot()` gives a
+    consistent copy while requests are still in flight.
+    """
+
+    starts: dict[str, list[str]] = field(default_factory=dict)
+    start_attempts: dict[str, int] = field(default_factory=dict)
+    status_calls: dict[str, int] = field(default_factory=dict)
+    bundle_calls: dict[str, int] = field(default_factory=dict)
+    downloads: list[dict[str, Any]] = field(default_factory=list)
+    bytes_served: dict[str, int] = field(default_factory=dict)
+    auth_failures: int = 0
+    requests: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def count_request(self) -> None:
+        with self.lock:
+            self.requests += 1
+
+    def count_auth_failure(self) -> None:
+        with self.lock:
+            self.auth_failures += 1
+
+    def count_start_attempt(self, domain: str) -> None:
+        with self.lock:
+            self.start_attempts[domain] = self.start_attempts.get(domain, 0) + 1
+
+    def record_start(self, domain: str, job_id: str) -> None:
+        with self.lock:
+            self.starts.setdefault(domain, []).append(job_id)
+
+    def count_status_call(self, job_id: str) -> None:
+        with self.lock:
+            self.status_calls[job_id] = self.status_calls.get(job_id, 0) + 1
+
+    def count_bundle_call(self, job_id: str) -> None:
+        with self.lock:
+            self.bundle_calls[job_id] = self.bundle_calls.get(job_id, 0) + 1
+
+    def record_download(
+        self,
+        *,
+        job_id: str,
+        method: str,
+        range_header: str | None,
+        status: int,
+        bytes_sent: int,
+        complete: bool,
+    ) -> None:
+        with self.lock:
+            self.downloads.append(
+                {
+                    "job_id": job_id,
+                    "method": method,
+                    "range": range_header,
+                    "status": status,
+                    "bytes_sent": bytes_sent,
+                    "complete": complete,
+                }
+            )
+            self.bytes_served[job_id] = self.bytes_served.get(job_id, 0) + bytes_sent
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent, JSON-ready deep copy."""
+        with self.lock:
+            return copy.deepcopy(
+                {
+                    "starts": self.starts,
+                    "start_attempts": self.start_attempts,
+                    "status_calls": self.status_calls,
+                    "bundle_calls": self.bundle_calls,
+                    "downloads": self.downloads,
+                    "bytes_served": self.bytes_served,
+                    "auth_failures": self.auth_failures,
+                    "requests": self.requests,
+                }
+            )
