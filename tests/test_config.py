@@ -123,3 +123,19 @@ def test_config_check_exit_2_on_bad_file(tmp_path: Path) -> None:
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+
+
+def test_example_config_is_valid_and_complete() -> None:
+    """config.example.toml must validate and mention every settings key."""
+    from tests.conftest import REPO
+
+    path = REPO / "config.example.toml"
+    settings = load_settings(path)
+    text = path.read_text()
+    for section_name, section in Settings.model_fields.items():
+        if section_name in ("source", "exports"):
+            continue
+        model = section.annotation
+        for key in model.model_fields:  # type: ignore[union-attr]
+            assert f"{key} =" in text, f"config.example.toml lacks {section_name}.{key}"
+    assert settings.exports
