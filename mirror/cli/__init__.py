@@ -45,10 +45,12 @@ def cli(
 
 
 def _register() -> None:
-    from mirror.cli import admin
+    from mirror.cli import admin, demo, sim
 
     cli.add_command(admin.config_group)
     cli.add_command(admin.db_group)
+    cli.add_command(demo.demo)
+    cli.add_command(sim.sim)
 
 
 _register()

@@ -1,0 +1,195 @@
+"""`mirror demo`: the whole pipeline on embedded defaults, in a temporary directory.
+
+It starts the vendor simulator and an S3 API server (moto) on loopback, writes a
+config file, and then runs the real `mirror` commands one after the other,
+showing each command line and what it printed, so a newcomer sees exactly
+what an operator would type. Nothing outside the temporary directory is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirror.errors import MirrorError
+from mirror.sim import SimConfig, Simulator
+
+DOMAINS = ("docs.acme.test", "handbook.acme.test")
+BUCKET = "docs-bundles"
+
+
+@dataclass
+class DemoStep:
+    title: str
+    args: list[str]
+    ok_codes: tuple[int, ...] = (0,)
+
+
+@dataclass
+class DemoResult:
+    workdir: Path
+    failed_step: str | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[str]:
+    """An S3 API server on loopback for the demo (moto's, in this process)."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError:
+        raise MirrorError(
+            "the demo's S3 server needs moto", hint="pip install 'mirror[dev]' or run make demo"
+        ) from None
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def write_demo_config(workdir: Path, api_url: str, s3_url: str) -> Path:
+    config = workdir / "config.toml"
+    domains = "".join(f'\n[[exports]]\ndomain = "{d}"\nevery = "6h"\n' for d in DOMAINS)
+    config.write_text(
+        f"""# Written by `mirror demo`; its simulator and S3 server are gone after the demo.
+[api]
+base_url = "{api_url}"
+key_file = "{workdir / "admin-api-key"}"
+poll_interval = "0.2s"
+max_poll_interval = "1s"
+
+[store]
+path = "{workdir / "store"}"
+{domains}
+[transfer]
+signing_key = "{workdir / "keys" / "transfer.key"}"
+source_id = "demo-connected"
+max_size = "256KiB"
+
+[target]
+endpoint_url = "{s3_url}"
+bucket = "{BUCKET}"
+trusted_keys = ["{workdir / "keys" / "transfer.pub"}"]
+presign_ttl = "1d"
+"""
+    )
+    return config
+
+
+def demo_steps(workdir: Path) -> list[DemoStep]:
+    transfer_set = str(workdir / "usb" / "set-0001")
+    first = DOMAINS[0]
+    return [
+        DemoStep("Check the settings (the key is never shown)", ["config", "check"]),
+        *[
+            DemoStep(f"Export {d} from the vendor into the store", ["export", "run", d])
+            for d in DOMAINS
+        ],
+        DemoStep("What the store holds", ["store", "list"]),
+        DemoStep("Re-hash every blob in the store", ["store", "verify"]),
+        DemoStep(
+            "Make a signing key pair for transfer sets",
+            ["keys", "generate", "--out", str(workdir / "keys" / "transfer")],
+        ),
+        DemoStep(
+            "Pack a signed transfer set (parts of at most 256 KiB, as if for small media)",
+            ["transfer", "pack", transfer_set],
+        ),
+        DemoStep(
+            "Verify it offline, as the air-gapped side does first",
+            ["transfer", "verify", transfer_set],
+        ),
+        DemoStep(
+            "Import it into the internal object store and promote it",
+            ["transfer", "import", transfer_set, "--promote"],
+        ),
+        DemoStep(
+            "Acknowledge the receipt on the connected side",
+            ["transfer", "ack", str(Path(transfer_set) / "receipt.json")],
+        ),
+        DemoStep(
+            f"Render the vendor chart's values for {first}",
+            ["chart", "values", first, "--out", str(workdir / "values.yaml")],
+        ),
+        DemoStep(
+            "Check that the link in the values serves the right bytes",
+            ["chart", "check", str(workdir / "values.yaml")],
+        ),
+        DemoStep(f"Version history of {first}", ["chart", "history", first]),
+    ]
+
+
+def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoResult:
+    """Run every demo step; stop at the first that fails. The workdir is kept for a look."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="mirror-demo-"))
+    result = DemoResult(workdir)
+    demo_key = "mint_demo_" + secrets.token_hex(16)
+    key_file = workdir / "admin-api-key"
+    key_file.write_text(demo_key)
+    key_file.chmod(0o600)
+    sim_config = SimConfig(key=demo_key, queue_seconds=0.3, run_seconds=1.0, pages=60)
+    with Simulator(sim_config) as sim, s3_server() as s3_url:
+        config = write_demo_config(workdir, sim.url, s3_url)
+        env = _demo_env(config)
+        _create_bucket(s3_url, env)
+        echo(f"Working in {workdir}")
+        echo(f"Vendor API simulator on {sim.url}; S3 API server on {s3_url}; settings in {config}")
+        for number, step in enumerate(demo_steps(workdir), start=1):
+            echo("")
+            echo(f"[{number}] {step.title}")
+            echo(f"$ mirror {' '.join(shlex.quote(a) for a in step.args)}")
+            completed = subprocess.run(
+                [sys.executable, "-m", "mirror", *step.args],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            output = (completed.stdout + completed.stderr).rstrip()
+            result.outputs[" ".join(step.args[:2])] = completed.stdout
+            for line in output.splitlines():
+                echo(f"  {line}")
+            if completed.returncode not in step.ok_codes:
+                echo(f"  (exit {completed.returncode}: the demo stops here)")
+                result.failed_step = step.title
+                return result
+    echo("")
+    echo(f"Done. Everything is under {workdir} (store/, usb/, values.yaml, config.toml);")
+    echo(f"remove it with: rm -rf {workdir}")
+    return result
+
+
+def _demo_env(config: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MIRROR_", "AWS_"))}
+    env.update(
+        MIRROR_CONFIG=str(config),
+        AWS_ACCESS_KEY_ID="demo-access-key",
+        AWS_SECRET_ACCESS_KEY="demo-secret-key",  # noqa: S106 - the demo S3 server's dummy login
+        AWS_DEFAULT_REGION="us-east-1",
+        COLUMNS="100",
+    )
+    return env
+
+
+def _create_bucket(s3_url: str, env: dict[str, str]) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_url,
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    client.create_bucket(Bucket=BUCKET)
