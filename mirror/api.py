@@ -1,0 +1,774 @@
+"""The vendor's admin API: static-export jobs and agent jobs, over one injected httpx client.
+
+What callers can rely on:
+
+- The answers are plain frozen dataclasses (`ExportJob`, `BundleLink`, `AgentJob`) parsed
+  tolerantly: an unknown or missing job state means "still running"; `progress` and
+  `pageCount` may be numbers, numeric strings ("42", "42%") or absent (then None); a missing
+  `sizeBytes` or `expiresAt` is fine; any 2xx answer is success.
+- Both path styles (`api.export_flow`): "global" (`/v1/static-export/jobs`, `.../{id}`,
+  `.../{id}/bundle`) and "project" (`/v1/static-export/{project_id}/jobs[/{id}]`, where the
+  completed job's status carries the link). Whatever the flow, a status that carries a
+  `bundleUrl` fills `ExportJob.bundle`, so the caller needs no bundle call then.
+- Errors are `mirror.errors` classes with one-line messages: 401/403 -> AuthError (never
+  retried); 404 -> NotFound; 400 -> ConfigError; everything worth trying again later ->
+  TemporaryFailure (exit 75). The admin API key only ever travels in the Authorization header
+  of requests to `api.base_url` (never on the shared client, so presigned download links never
+  see it); it is registered with `logs.register_secret` and scrubbed from every message.
+
+Retry policy, and why it is a small loop rather than `stamina.retry_context`:
+  Reads (job status, bundle link, agent job) are retried on connection errors, timeouts, 408,
+  429 and 5xx with stamina's backoff (exponential from `wait_initial`, capped at `wait_max`,
+  plus up to `wait_jitter` of random jitter). A `Retry-After` header (delta seconds or an HTTP
+  date) is the minimum wait for that attempt. The whole call is bounded by `retry_attempts`
+  attempts and `retry_timeout` seconds in total; a wait that would pass the deadline is not
+  started. Exhaustion raises TemporaryFailure naming the endpoint and the last failure, with
+  `retry_after` set when the vendor gave one. stamina's `retry_context` sleeps through
+  tenacity's own `time.sleep`/`time.monotonic` and treats a hook's backoff as a replacement for
+  (not a floor under) its computed wait, so the clock and sleep could not be injected and
+  `Retry-After` could not be a minimum. The loop below keeps stamina's semantics where it
+  matters: the same jittered backoff formula, `stamina.is_active()` turns retries off, and
+  every scheduled retry is reported to stamina's instrumentation hooks (its log line and its
+  Prometheus counter `stamina_retries_total`).
+
+Starting an export is not idempotent: a start that reached the vendor may have created a job
+even when the answer got lost. So a start is retried only when the request provably was not
+acted on: the connection failed before anything was sent (ConnectError, ConnectTimeout,
+PoolTimeout), or the vendor answered 408 or 503 (it did not take the request). Any other
+transport failure after sending, and 500/502/504, raise TemporaryFailure at once; the
+exporter's persisted run state (job id saved before anything else) and the vendor's
+one-active-job rule (409) then sort it out without ever starting a second job blindly.
+409 and 429 on start are answered at once with TemporaryFailure(retry_after=...): the caller
+defers the whole run, the client never waits them out.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import re
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from urllib.parse import quote
+
+import httpx
+import stamina
+from stamina.instrumentation import RetryDetails, get_on_retry_hooks
+
+from mirror import __version__
+from mirror.errors import (
+    AuthError,
+    ConfigError,
+    MirrorError,
+    NotFound,
+    OperationFailed,
+    TemporaryFailure,
+)
+from mirror.logs import REDACTED, redact, register_secret
+
+if TYPE_CHECKING:
+    from mirror.config import Settings
+
+log = logging.getLogger(__name__)
+
+ExportFlow = Literal["global", "project"]
+AUTH_HINT = "check the admin API key (api.key_file or $MIRROR_API_KEY)"
+USER_AGENT = f"mirror/{__version__}"
+RETRYABLE_STATUSES = frozenset({408, 429})
+START_RETRYABLE_STATUSES = frozenset({408, 503})
+NOT_SENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
+    httpx.TimeoutException,
+    httpx.NetworkError,
+    httpx.RemoteProtocolError,
+    httpx.ProxyError,
+)
+_VENDOR_TEXT_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class BundleLink:
+    """A presigned link to a completed job's archive. It expires; ask `fresh_link` for another."""
+
+    job_id: str
+    url: str
+    size_bytes: int | None
+    expires_at: datetime | None
+
+    def expired(self, now: datetime, margin: float = 0.0) -> bool:
+        """Whether the link has expired at `now` (or will within `margin` seconds)."""
+        if self.expires_at is None:
+            return False
+        return (self.expires_at - now).total_seconds() <= margin
+
+
+@dataclass(frozen=True)
+class ExportJob:
+    """One reading of a static-export job. Any status but completed/failed means still running."""
+
+    job_id: str
+    status: str
+    progress: float | None
+    page_count: int | None
+    error: str | None
+    bundle: BundleLink | None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+AGENT_TERMINAL = frozenset({"completed", "archived", "failed"})
+
+
+@dataclass(frozen=True)
+class AgentJob:
+    """One reading of an agent job. Polling stops on completed, archived or failed."""
+
+    id: str
+    status: str
+    repository: str
+    ref: str | None
+    model: str
+    pr_link: str | None
+    created_at: datetime | None
+    archived_at: datetime | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in AGENT_TERMINAL
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed"
+
+
+# --- tolerant parsing (pure) -------------------------------------------------------------------
+
+_NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)\s*%?\s*")
+
+
+def parse_number(value: object) -> float | None:
+    """A finite number from a number or a numeric string ("42", "42.5", "42%"); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str) and (match := _NUMBER.fullmatch(value)):
+        number = float(match.group(1))
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse_count(value: object) -> int | None:
+    """A whole count from a number or a numeric string; None when absent or not a count."""
+    number = parse_number(value)
+    if number is None or number < 0:
+        return None
+    return int(number)
+
+
+def parse_timestamp(value: object) -> datetime | None:
+    """An aware UTC datetime from ISO 8601 text (with "Z" or an offset; naive means UTC)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if text.endswith(("z", "Z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    """Seconds to wait from a Retry-After value (delta seconds or HTTP date); None if unusable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    number = parse_number(text) if "%" not in text else None
+    if number is not None:
+        return max(number, 0.0)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - now).total_seconds(), 0.0)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value != "" else None
+
+
+def parse_bundle_link(body: Mapping[str, Any], job_id: str) -> BundleLink | None:
+    """The link in a bundle answer or a completed status; None when it carries no `bundleUrl`."""
+    url = _text(body.get("bundleUrl"))
+    if url is None:
+        return None
+    return BundleLink(
+        job_id=_text(body.get("jobId")) or job_id,
+        url=url,
+        size_bytes=parse_count(body.get("sizeBytes")),
+        expires_at=parse_timestamp(body.get("expiresAt")),
+    )
+
+
+def parse_export_job(
+    body: Mapping[str, Any], job_id: str | None = None, default_status: str = "unknown"
+) -> ExportJob | None:
+    """A job reading from a status answer (`job_id` asked about) or a start answer (`job_id`
+    None: the body's `jobId`); None when no job id can be found."""
+    found_id = job_id or _text(body.get("jobId")) or _text(body.get("id"))
+    if found_id is None:
+        return None
+    status = _text(body.get("status"))
+    return ExportJob(
+        job_id=found_id,
+        status=status.strip().lower() if status else default_status,
+        progress=parse_number(body.get("progress")),
+        page_count=parse_count(body.get("pageCount")),
+        error=_text(body.get("error")),
+        bundle=parse_bundle_link(body, found_id),
+    )
+
+
+def parse_agent_job(body: Mapping[str, Any], job_id: str) -> AgentJob:
+    """An agent job reading; missing fields become empty or None, a missing status "unknown"."""
+    source = body.get("source")
+    source = source if isinstance(source, Mapping) else {}
+    status = _text(body.get("status"))
+    return AgentJob(
+        id=_text(body.get("id")) or job_id,
+        status=status.strip().lower() if status else "unknown",
+        repository=_text(source.get("repository")) or "",
+        ref=_text(source.get("ref")),
+        model=_text(body.get("model")) or "",
+        pr_link=_text(body.get("prLink")),
+        created_at=parse_timestamp(body.get("createdAt")),
+        archived_at=parse_timestamp(body.get("archivedAt")),
+    )
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    initial: float,
+    maximum: float,
+    jitter: float,
+    exp_base: float = 2.0,
+    rng: Callable[[float, float], float] = random.uniform,
+) -> float:
+    """stamina's wait before retry number `attempt` (1-based): capped exponential plus jitter."""
+    extra = rng(0.0, jitter) if jitter > 0 else 0.0
+    try:
+        return min(maximum, initial * exp_base ** (attempt - 1) + extra)
+    except OverflowError:
+        return maximum
+
+
+def _vendor_text(response: httpx.Response) -> str | None:
+    """The vendor's own error text: JSON `error` (or `message`), or a short plain-text body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, Mapping):
+        for field in ("error", "message", "detail"):
+            text = body.get(field)
+            if isinstance(text, str) and text.strip():
+                return _one_line(text)
+        return None
+    content_type = response.headers.get("content-type", "")
+    if content_type.startswith("text/plain"):
+        text = response.text.strip()
+        if text and len(text) <= _VENDOR_TEXT_LIMIT and "<" not in text:
+            return _one_line(text)
+    return None
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _VENDOR_TEXT_LIMIT else line[: _VENDOR_TEXT_LIMIT - 3] + "..."
+
+
+class _RetryableAnswer(Exception):
+    """A retryable HTTP answer, as the cause reported to stamina's retry hooks."""
+
+    def __init__(self, status: int, endpoint: str) -> None:
+        super().__init__(f"HTTP {status} from {endpoint}")
+        self.status = status
+
+
+# --- the client --------------------------------------------------------------------------------
+
+
+class VendorClient:
+    """The vendor's admin API over an injected (and shared) httpx client."""
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        *,
+        base_url: str,
+        key: str,
+        project_id: str = "",
+        export_flow: ExportFlow = "global",
+        retry_attempts: int = 6,
+        retry_timeout: float = 300.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wait_initial: float = 1.0,
+        wait_max: float = 30.0,
+        wait_jitter: float = 1.0,
+        wall_clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if export_flow not in ("global", "project"):
+            raise ConfigError(f"api.export_flow must be 'global' or 'project', got {export_flow!r}")
+        if not key or not key.isascii() or not key.isprintable() or key.strip() != key:
+            raise AuthError(
+                "the admin API key is empty or holds characters an HTTP header cannot carry",
+                hint=AUTH_HINT,
+            )
+        register_secret(key)
+        self.http = http
+        self.base_url = base_url.rstrip("/")
+        self.project_id = project_id.strip()
+        self.export_flow: ExportFlow = export_flow
+        self.retry_attempts = max(1, retry_attempts)
+        self.retry_timeout = retry_timeout
+        self.wait_initial = wait_initial
+        self.wait_max = wait_max
+        self.wait_jitter = wait_jitter
+        self._key = key
+        self._sleep = sleep
+        self._clock = clock
+        self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+
+    @classmethod
+    def from_settings(cls, settings: Settings, http: httpx.Client | None = None) -> VendorClient:
+        """A client for `settings.api`; builds the httpx client (timeout, CA, User-Agent)."""
+        api = settings.api
+        key = settings.api_key()
+        if http is None:
+            http = build_http_client(timeout=api.timeout, ca_bundle=api.ca_bundle)
+        return cls(
+            http,
+            base_url=api.base_url,
+            key=key,
+            project_id=api.project_id,
+            export_flow=api.export_flow,
+            retry_attempts=api.retry_attempts,
+            retry_timeout=api.retry_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"VendorClient(base_url={self.base_url!r}, key={REDACTED!r}, "
+            f"project_id={self.project_id!r}, export_flow={self.export_flow!r})"
+        )
+
+    # --- static export ---
+
+    def start_export(
+        self, domain: str, *, version: str | None = None, paths: list[str] | None = None
+    ) -> ExportJob:
+        """Start one export job (never retried once it may have reached the vendor)."""
+        body: dict[str, Any] = {"domain": domain}
+        if version is not None:
+            body["version"] = version
+        if paths is not None:
+            body["paths"] = list(paths)
+        path = self._jobs_path()
+        what = f"export start for {domain}"
+        response = self._exchange("POST", path, what=what, body=body, start=True)
+        if response.status_code in (409, 429):
+            self._refuse_start(response, domain)
+        data = self._check(response, "POST", path, what=what)
+        job = parse_export_job(data, default_status="queued")
+        if job is None:
+            raise MirrorError(
+                f"the vendor accepted the export start for {domain} but sent no jobId "
+                f"(POST {path}); check api.base_url and api.export_flow"
+            )
+        return job
+
+    def export_status(self, job_id: str) -> ExportJob:
+        """The job's current state (with its link when the status carries `bundleUrl`)."""
+        path = self._job_path(job_id)
+        what = f"export job {job_id}"
+        response = self._exchange("GET", path, what=what)
+        data = self._check(response, "GET", path, what=what)
+        job = parse_export_job(data, job_id)
+        assert job is not None
+        return job
+
+    def export_bundle(self, job_id: str) -> BundleLink:
+        """A link to the completed job's archive: POST .../bundle (global), the status (project)."""
+        if self.export_flow == "project":
+            return self._link_from_status(job_id)
+        path = self._job_path(job_id) + "/bundle"
+        what = f"bundle of export job {job_id}"
+        response = self._exchange("POST", path, what=what)
+        if response.status_code == 409:
+            text = _vendor_text(response)
+            raise TemporaryFailure(
+                self._scrub(
+                    f"export job {job_id} has not finished yet, so the vendor has no bundle "
+                    f"(HTTP 409 on POST {path}{': ' + text if text else ''})"
+                ),
+                hint="poll the job until it is completed, then ask for the bundle",
+            )
+        data = self._check(response, "POST", path, what=what)
+        link = parse_bundle_link(data, job_id)
+        if link is None:
+            raise MirrorError(
+                f"the vendor's bundle answer for export job {job_id} carries no bundleUrl "
+                f"(POST {path}); try again later or report it to the vendor"
+            )
+        return link
+
+    def fresh_link(self, job_id: str) -> BundleLink:
+        """A new link for a completed job, whichever the flow (the old one expired or failed)."""
+        return self.export_bundle(job_id)
+
+    def _link_from_status(self, job_id: str) -> BundleLink:
+        job = self.export_status(job_id)
+        if job.failed:
+            raise OperationFailed(
+                f"export job {job_id} failed at the vendor: {job.error or 'no reason given'}"
+            )
+        if not job.completed:
+            raise TemporaryFailure(
+                f"export job {job_id} is still {job.status}, so the vendor has no bundle yet",
+                hint="poll the job until it is completed",
+            )
+        if job.bundle is None:
+            raise TemporaryFailure(
+                f"export job {job_id} is completed but its status carries no bundleUrl yet",
+                hint="try again in a moment",
+            )
+        return job.bundle
+
+    # --- agent jobs ---
+
+    def agent_job(self, job_id: str, project_id: str | None = None) -> AgentJob:
+        """One reading of an agent job in `project_id` (default: api.project_id)."""
+        project = (project_id or self.project_id).strip()
+        if not project:
+            raise ConfigError(
+                "reading an agent job needs a project id; set api.project_id or pass --project"
+            )
+        path = f"/v2/agent/{_segment(project)}/job/{_segment(job_id)}"
+        what = f"agent job {job_id}"
+        response = self._exchange("GET", path, what=what)
+        data = self._check(response, "GET", path, what=what)
+        return parse_agent_job(data, job_id)
+
+    # --- lifecycle ---
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> VendorClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- paths ---
+
+    def _jobs_path(self) -> str:
+        if self.export_flow == "global":
+            return "/v1/static-export/jobs"
+        if not self.project_id:
+            raise ConfigError(
+                "api.export_flow is 'project' but api.project_id is empty; "
+                "set api.project_id (copy it from the vendor's API keys page)"
+            )
+        return f"/v1/static-export/{_segment(self.project_id)}/jobs"
+
+    def _job_path(self, job_id: str) -> str:
+        if not job_id.strip():
+            raise ConfigError("an export job id must not be empty")
+        return f"{self._jobs_path()}/{_segment(job_id)}"
+
+    # --- one request, retries, answers ---
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        started = time.monotonic()
+        try:
+            response = self.http.request(
+                method,
+                self.base_url + path,
+                json=body,
+                headers={"Authorization": f"Bearer {self._key}", "Accept": "application/json"},
+            )
+        except httpx.TransportError as exc:
+            log.debug(
+                "vendor API %s %s failed after %.3fs: %s",
+                method,
+                path,
+                time.monotonic() - started,
+                type(exc).__name__,
+                extra={"method": method, "path": path, "error": type(exc).__name__},
+            )
+            raise
+        elapsed = time.monotonic() - started
+        log.debug(
+            "vendor API %s %s -> %d in %.3fs",
+            method,
+            path,
+            response.status_code,
+            elapsed,
+            extra={
+                "method": method,
+                "path": path,
+                "status": response.status_code,
+                "elapsed": round(elapsed, 3),
+            },
+        )
+        return response
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        body: dict[str, Any] | None = None,
+        start: bool = False,
+    ) -> httpx.Response:
+        """Send with the retry policy; the answer is 2xx or one that retrying cannot change."""
+        endpoint = f"{method} {path}"
+        started = self._clock()
+        attempt = 0
+        waited = 0.0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                response = self._send(method, path, body)
+            except httpx.TransportError as exc:
+                self._raise_if_hopeless(exc, endpoint, what, start)
+                last = f"{type(exc).__name__}: {_one_line(str(exc)) or 'no detail'}"
+                cause: Exception = exc
+            else:
+                statuses = START_RETRYABLE_STATUSES if start else RETRYABLE_STATUSES
+                status = response.status_code
+                if not (status in statuses or (status >= 500 and not start)):
+                    return response
+                retry_after = parse_retry_after(
+                    response.headers.get("Retry-After"), self._wall_clock()
+                )
+                text = _vendor_text(response)
+                last = f"HTTP {status}{': ' + text if text else ''}"
+                cause = _RetryableAnswer(status, endpoint)
+            wait = backoff_delay(
+                attempt, initial=self.wait_initial, maximum=self.wait_max, jitter=self.wait_jitter
+            )
+            if retry_after is not None:
+                wait = max(wait, retry_after)
+            elapsed = self._clock() - started
+            if (
+                attempt >= self.retry_attempts
+                or elapsed + wait > self.retry_timeout
+                or not stamina.is_active()
+            ):
+                raise TemporaryFailure(
+                    self._scrub(
+                        f"vendor API {endpoint} ({what}) still failing after {attempt} "
+                        f"attempt{'s' if attempt != 1 else ''} in {elapsed:.0f}s; last: {last}"
+                    ),
+                    hint="the vendor or the network is having trouble; try again later",
+                    retry_after=retry_after,
+                ) from (cause if not isinstance(cause, _RetryableAnswer) else None)
+            self._report_retry(endpoint, attempt, wait, waited, cause)
+            self._sleep(wait)
+            waited += wait
+
+    def _raise_if_hopeless(
+        self, exc: httpx.TransportError, endpoint: str, what: str, start: bool
+    ) -> None:
+        detail = self._scrub(_one_line(str(exc)) or type(exc).__name__)
+        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            raise ConfigError(
+                f"TLS certificate of {self.base_url} not trusted ({endpoint}): {detail}",
+                hint="set api.ca_bundle to the CA file of your TLS-intercepting proxy",
+            ) from exc
+        if not isinstance(exc, RETRYABLE_ERRORS):
+            raise MirrorError(
+                f"cannot call vendor API {endpoint} ({what}): {type(exc).__name__}: {detail}; "
+                "check api.base_url"
+            ) from exc
+        if start and not isinstance(exc, NOT_SENT_ERRORS):
+            raise TemporaryFailure(
+                f"{what}: the connection failed after the request was sent "
+                f"({type(exc).__name__}: {detail}); the vendor may or may not have started a job",
+                hint="not retried to avoid a second job; the next run picks it up",
+            ) from exc
+
+    def _report_retry(
+        self, endpoint: str, attempt: int, wait: float, waited: float, cause: Exception
+    ) -> None:
+        details = RetryDetails(
+            name=f"mirror.api {endpoint}",
+            args=(),
+            kwargs={},
+            retry_num=attempt,
+            wait_for=wait,
+            waited_so_far=waited,
+            caused_by=cause,
+        )
+        for hook in get_on_retry_hooks():
+            hook(details)
+
+    def _refuse_start(self, response: httpx.Response, domain: str) -> NoReturn:
+        status = response.status_code
+        retry_after = parse_retry_after(response.headers.get("Retry-After"), self._wall_clock())
+        text = _vendor_text(response)
+        reason = (
+            "another export job is still active"
+            if status == 409
+            else "the vendor's start rate limit is reached"
+        )
+        when = f"in {retry_after:.0f}s" if retry_after is not None else "later"
+        raise TemporaryFailure(
+            self._scrub(
+                f"vendor refused to start an export of {domain} now: {reason} "
+                f"(HTTP {status}{': ' + text if text else ''})"
+            ),
+            hint=f"the run is deferred; it starts again {when}",
+            retry_after=retry_after,
+        )
+
+    def _check(self, response: httpx.Response, method: str, path: str, *, what: str) -> Any:
+        """The JSON object of a 2xx answer; anything else becomes the matching MirrorError."""
+        status = response.status_code
+        endpoint = f"{method} {path}"
+        if 200 <= status < 300:
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):
+                raise MirrorError(
+                    f"vendor API {endpoint} ({what}) answered HTTP {status} with a body that is "
+                    "not a JSON object; check api.base_url (a proxy or login page?)"
+                )
+            return data
+        self._raise_for_status(response, endpoint, what)
+
+    def _raise_for_status(self, response: httpx.Response, endpoint: str, what: str) -> NoReturn:
+        status = response.status_code
+        text = _vendor_text(response)
+        said = f": {text}" if text else ""
+        if status == 401:
+            raise AuthError(
+                self._scrub(f"vendor API refused the admin API key (HTTP 401 on {endpoint}){said}"),
+                hint=AUTH_HINT,
+            )
+        if status == 403:
+            raise AuthError(
+                self._scrub(f"vendor API denied {what} (HTTP 403 on {endpoint}){said}"),
+                hint=AUTH_HINT,
+            )
+        if status == 404:
+            raise NotFound(
+                self._scrub(f"{what} not found at the vendor (HTTP 404 on {endpoint}){said}")
+            )
+        if status == 400:
+            raise ConfigError(
+                self._scrub(
+                    f"vendor API rejected the request for {what} (HTTP 400 on {endpoint}){said}"
+                ),
+                hint="check the domain, version and paths in the export settings",
+            )
+        if status == 409:
+            raise TemporaryFailure(
+                self._scrub(f"vendor API answered HTTP 409 to {endpoint} ({what}){said}"),
+                hint="try again later",
+                retry_after=parse_retry_after(
+                    response.headers.get("Retry-After"), self._wall_clock()
+                ),
+            )
+        if status >= 500 or status in RETRYABLE_STATUSES:
+            # Only a start gets here: reads retry these until the budget is spent.
+            raise TemporaryFailure(
+                self._scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}"),
+                hint="a start is not retried after such an answer, to avoid a second job; "
+                "try again later",
+                retry_after=parse_retry_after(
+                    response.headers.get("Retry-After"), self._wall_clock()
+                ),
+            )
+        if 300 <= status < 400:
+            location = response.headers.get("location", "")
+            raise MirrorError(
+                self._scrub(
+                    f"vendor API answered {endpoint} with a redirect (HTTP {status}"
+                    f"{' to ' + location if location else ''}); check api.base_url"
+                )
+            )
+        raise MirrorError(
+            self._scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}")
+        )
+
+    def _scrub(self, text: str) -> str:
+        return redact(text.replace(self._key, REDACTED))
+
+
+def _segment(value: str) -> str:
+    return quote(value.strip(), safe="")
+
+
+def build_http_client(*, timeout: float, ca_bundle: str = "") -> httpx.Client:
+    """The shared httpx client: timeouts, the default CAs plus `ca_bundle`, the User-Agent.
+
+    It carries no credentials: the API key is added per request to the vendor's API only,
+    so the same client can fetch presigned links on other hosts.
+    """
+    verify: ssl.SSLContext | bool = True
+    if ca_bundle:
+        import certifi
+
+        context = ssl.create_default_context(cafile=certifi.where())
+        try:
+            context.load_verify_locations(cafile=ca_bundle)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"api.ca_bundle: cannot load CA file {ca_bundle}: "
+                f"{getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        verify = context
+    return httpx.Client(
+        timeout=httpx.Timeout(timeout),
+        verify=verify,
+        headers={"User-Agent": USER_AGENT},
+        follow_redirects=False,
+    )

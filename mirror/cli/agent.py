@@ -1,0 +1,103 @@
+"""`agent-job get` and `agent-job watch`: read and follow the vendor's agent jobs."""
+
+from __future__ import annotations
+
+import click
+
+from mirror.agentjobs import agent_job_document, describe_agent_job, status_line, watch_agent_job
+from mirror.api import AgentJob, VendorClient
+from mirror.cli.common import CliContext, pass_cli
+from mirror.errors import OperationFailed
+from mirror.units import parse_duration
+
+
+class DurationType(click.ParamType[float]):
+    """A duration like 5s, 10m, 1h30m (or plain seconds)."""
+
+    name = "duration"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value if isinstance(value, int) else str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+project_option = click.option(
+    "--project",
+    "project_id",
+    metavar="P",
+    default=None,
+    help="Project id [default: api.project_id].",
+)
+
+
+@click.group("agent-job")
+def agent_job() -> None:
+    """Read and follow the vendor's agent jobs."""
+
+
+@agent_job.command("get")
+@click.argument("job_id")
+@project_option
+@pass_cli
+def get(cli: CliContext, job_id: str, project_id: str | None) -> None:
+    """Read one agent job."""
+    with VendorClient.from_settings(cli.settings) as client:
+        job = client.agent_job(job_id, project_id)
+    cli.emit(agent_job_document(job), describe_agent_job(job))
+
+
+@agent_job.command("watch")
+@click.argument("job_id")
+@project_option
+@click.option(
+    "--interval",
+    type=DURATION,
+    default="5s",
+    show_default=True,
+    help="Time between two polls.",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="30m",
+    show_default=True,
+    help="Give up (exit 75) when the job is still running after this long; 0 waits forever.",
+)
+@pass_cli
+def watch(
+    cli: CliContext, job_id: str, project_id: str | None, interval: float, timeout: float
+) -> None:
+    """Poll until the job is completed, archived or failed; print its pull request.
+
+    Exit 0 when completed or archived, 1 when failed, 75 when still running at the timeout.
+    """
+
+    def on_update(job: AgentJob) -> None:
+        if cli.interactive:
+            cli.say(status_line(job))
+
+    with VendorClient.from_settings(cli.settings) as client:
+        job = watch_agent_job(
+            client,
+            job_id,
+            project_id=project_id,
+            interval=interval,
+            timeout=timeout or None,
+            on_update=on_update,
+        )
+    if job.failed:
+        if not cli.as_json:
+            cli.emit(None, describe_agent_job(job))
+        raise OperationFailed(
+            f"agent job {job.id} failed ({job.repository or 'repository not given'}"
+            f"{'@' + job.ref if job.ref else ''}, model {job.model or 'not given'})",
+            hint="see the job in the vendor's dashboard for the agent's error",
+        )
+    cli.emit(agent_job_document(job), describe_agent_job(job))
