@@ -1,0 +1,203 @@
+"""Prometheus metrics and `/healthz` for the daemon, on `daemon.listen`.
+
+The daemon owns one `DaemonMetrics` (its own CollectorRegistry, so tests and
+several daemons in one process never share counters). `/metrics` serves the
+registry; `/healthz` (and `/readyz`) answer 200 once start-up recovery is done and
+the scheduler loop has ticked recently, 503 before that or when the loop is stuck.
+No label or value ever carries a secret: labels are domains, states and outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from mirror.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("stored", "unchanged", "failed", "deferred", "interrupted")
+DOWNLOAD_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
+
+
+class DaemonMetrics:
+    """Every figure the daemon exports, plus the liveness state behind /healthz."""
+
+    def __init__(self, *, stuck_after: float = 120.0, clock: Callable[[], float] = time.monotonic):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.last_success = Gauge(
+            "mirror_last_success_timestamp_seconds",
+            "Unix time of the last run that stored or confirmed a bundle",
+            ["domain"],
+            registry=self.registry,
+        )
+        self.runs = Counter(
+            "mirror_runs",
+            "Export runs ended by this daemon, by outcome",
+            ["domain", "outcome"],
+            registry=self.registry,
+        )
+        self.download_bytes = Counter(
+            "mirror_download_bytes",
+            "Bundle bytes downloaded",
+            ["domain"],
+            registry=self.registry,
+        )
+        self.download_seconds = Histogram(
+            "mirror_download_seconds",
+            "Time spent downloading one bundle (per run and process)",
+            buckets=DOWNLOAD_BUCKETS,
+            registry=self.registry,
+        )
+        self.runs_in_state = Gauge(
+            "mirror_runs_in_state",
+            "Runs this daemon is working on, by state",
+            ["state"],
+            registry=self.registry,
+        )
+        self.store_bytes = Gauge(
+            "mirror_store_bytes", "Bytes of blobs in the store", registry=self.registry
+        )
+        self.start_budget_remaining = Gauge(
+            "mirror_start_budget_remaining",
+            "Vendor export starts still allowed in the current hour (shared by all domains)",
+            registry=self.registry,
+        )
+        self.domains = Gauge(
+            "mirror_domains", "Domains configured for scheduled export", registry=self.registry
+        )
+        self.ready_gauge = Gauge(
+            "mirror_ready", "1 once start-up recovery is done", registry=self.registry
+        )
+        self.stuck_after = stuck_after
+        self._clock = clock
+        self._ready = False
+        self._last_tick: float | None = None
+        self._lock = threading.Lock()
+
+    def set_ready(self, ready: bool = True) -> None:
+        with self._lock:
+            self._ready = ready
+        self.ready_gauge.set(1 if ready else 0)
+
+    def tick(self) -> None:
+        """Called by the scheduler loop on every pass; /healthz fails when it stops."""
+        with self._lock:
+            self._last_tick = self._clock()
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, reason) for /healthz."""
+        with self._lock:
+            ready, last_tick = self._ready, self._last_tick
+        if not ready:
+            return False, "starting: recovery not finished"
+        if last_tick is None:
+            return False, "scheduler loop has not run yet"
+        age = self._clock() - last_tick
+        if age > self.stuck_after:
+            return False, f"scheduler loop stuck for {int(age)}s"
+        return True, "ok"
+
+    def record_outcome(self, domain: str, outcome: str) -> None:
+        self.runs.labels(domain=domain, outcome=outcome).inc()
+        if outcome in ("stored", "unchanged"):
+            self.last_success.labels(domain=domain).set(time.time())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def parse_listen(listen: str) -> tuple[str, int] | None:
+    """'HOST:PORT' or '[v6]:PORT' -> (host, port); '' -> None (metrics off)."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(f"daemon.listen: not HOST:PORT: {listen!r}") from None
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"daemon.listen: port out of range in {listen!r}")
+    return host, number
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    metrics: DaemonMetrics
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._reply(200, self.server.metrics.render(), CONTENT_TYPE_LATEST)
+        elif path in ("/healthz", "/readyz"):
+            healthy, reason = self.server.metrics.health()
+            body = json.dumps({"status": "ok" if healthy else "unavailable", "reason": reason})
+            self._reply(200 if healthy else 503, body.encode() + b"\n", "application/json")
+        elif path == "/":
+            self._reply(200, b"mirror daemon: /metrics /healthz\n", "text/plain")
+        else:
+            self._reply(404, b"not found\n", "text/plain")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics http: " + format, *args)
+
+
+class MetricsServer:
+    """The HTTP listener; `address` is the bound (host, port) (port 0 picks a free one)."""
+
+    def __init__(self, metrics: DaemonMetrics, host: str, port: int) -> None:
+        server_class = _Server
+        if ":" in host:
+
+            class _Server6(_Server):
+                address_family = socket.AF_INET6
+
+            server_class = _Server6
+        try:
+            self._server = server_class((host, port), _Handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"daemon.listen: cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint='choose a free port, or set daemon.listen = "" to turn metrics off',
+            ) from None
+        self._server.metrics = metrics
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 1.0},
+            name="mirror-metrics",
+            daemon=True,
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> MetricsServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

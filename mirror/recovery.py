@@ -1,0 +1,189 @@
+"""Start-up recovery: bring the store and the index back to a consistent state after a crash.
+
+Order (each step is safe to repeat and safe to interrupt):
+1. upgrade the index schema;
+2. sweep temp files under STORE/tmp that no unfinished run refers to (and that no
+   live process on this host is still writing, judged by a pid in the name);
+3. orphan blobs (a file under blobs/ with no Bundle row): re-hash; when the name
+   matches the content and the archive passes the safety checks, adopt it (insert
+   its Bundle row), otherwise remove it. A blob an unfinished run already names
+   (its sha256) is left for that run to claim when it resumes;
+4. list the unfinished runs, which the daemon resumes before taking new work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError as SqlIntegrityError
+
+from mirror.app import App
+from mirror.archive import inspect_archive
+from mirror.errors import IntegrityError
+from mirror.fsutil import sha256_file
+from mirror.models import Bundle, ExportRun
+
+log = logging.getLogger(__name__)
+
+_PID_IN_NAME = re.compile(r"^[A-Za-z]+-(\d+)-")
+
+
+@dataclass(frozen=True)
+class UnfinishedRun:
+    run_id: int
+    domain: str
+    state: str
+    job_id: str | None
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    schema: str
+    temp_removed: list[str] = field(default_factory=list)
+    blobs_adopted: list[str] = field(default_factory=list)
+    blobs_removed: list[str] = field(default_factory=list)
+    unfinished: list[UnfinishedRun] = field(default_factory=list)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temp_files(
+    app: App,
+    *,
+    min_age: float = 0.0,
+    is_alive: Callable[[int], bool] = pid_alive,
+    clock: Callable[[], float] = time.time,
+) -> list[str]:
+    """Remove stale temp files; returns their names.
+
+    The directory is listed before the index is read, so a partial file created by a
+    concurrent run (which records its name before creating the file) is always seen
+    as referenced.
+    """
+    candidates = app.store.temp_files()
+    if not candidates:
+        return []
+    with app.db.session() as session:
+        referenced = {
+            name
+            for name in session.scalars(
+                select(ExportRun.partial_name).where(
+                    ExportRun.active.is_(True), ExportRun.partial_name.is_not(None)
+                )
+            )
+            if name
+        }
+    removed: list[str] = []
+    now = clock()
+    for path in candidates:
+        if path.name in referenced:
+            continue
+        match = _PID_IN_NAME.match(path.name)
+        if match and int(match.group(1)) != os.getpid() and is_alive(int(match.group(1))):
+            continue
+        try:
+            if min_age > 0 and now - path.stat().st_mtime < min_age:
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path.name)
+        log.info("removed stale temp file", extra={"file": path.name})
+    return removed
+
+
+def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
+    """Adopt or remove blobs that have no Bundle row; returns (adopted, removed)."""
+    on_disk = list(app.store.iter_blobs())
+    if not on_disk:
+        return [], []
+    with app.db.session() as session:
+        indexed = set(session.scalars(select(Bundle.sha256)))
+        claimed = {
+            sha
+            for sha in session.scalars(
+                select(ExportRun.sha256).where(
+                    ExportRun.active.is_(True), ExportRun.sha256.is_not(None)
+                )
+            )
+            if sha
+        }
+    adopted: list[str] = []
+    removed: list[str] = []
+    for sha in on_disk:
+        if sha in indexed or sha in claimed:
+            continue
+        path = app.store.blob_path(sha)
+        reason = ""
+        try:
+            if sha256_file(path) != sha:
+                reason = "content does not match its name"
+            else:
+                report = inspect_archive(path)
+        except FileNotFoundError:
+            continue
+        except IntegrityError as exc:
+            reason = f"archive refused: {exc}"
+        if reason:
+            app.store.remove(sha)
+            removed.append(sha)
+            log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
+            continue
+        try:
+            with app.db.session() as session:
+                if session.get(Bundle, sha) is None:
+                    session.add(
+                        Bundle(
+                            sha256=sha,
+                            size=path.stat().st_size,
+                            format=report.format,
+                            tree_sha256=report.tree_sha256,
+                            file_count=report.file_count,
+                        )
+                    )
+        except SqlIntegrityError:
+            continue
+        adopted.append(sha)
+        log.info("adopted orphan blob", extra={"sha256": sha})
+    return adopted, removed
+
+
+def recover(app: App) -> RecoveryReport:
+    """Run every start-up recovery step; the daemon reports ready only after this."""
+    schema = app.db.upgrade()
+    temp_removed = sweep_temp_files(app)
+    adopted, removed = reconcile_orphan_blobs(app)
+    from mirror.exporter import unfinished_runs
+
+    unfinished = [
+        UnfinishedRun(run.id, run.domain, run.state, run.vendor_job_id)
+        for run in unfinished_runs(app)
+    ]
+    log.info(
+        "start-up recovery done",
+        extra={
+            "schema": schema,
+            "temp_removed": len(temp_removed),
+            "blobs_adopted": len(adopted),
+            "blobs_removed": len(removed),
+            "unfinished_runs": len(unfinished),
+        },
+    )
+    return RecoveryReport(schema, temp_removed, adopted, removed, unfinished)

@@ -1,0 +1,125 @@
+"""Retention: drop old versions and the blobs nothing refers to any more.
+
+Promises:
+- Per domain the newest `keep` versions (by version label order) are kept, and so
+  is every version not yet delivered (`delivered_at IS NULL`), however old.
+- Rows go first, in one transaction; blob files are removed only after it commits.
+  A crash in between leaves an orphan blob (adopted or removed at the next
+  start-up), never a row pointing at a missing file.
+- A bundle is removed only when no remaining version and no unfinished run refers to it.
+- `dry_run` changes nothing and reports exactly what a real run would remove.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select
+
+from mirror.app import App
+from mirror.models import Bundle, ExportRun, TransferItem, Version
+from mirror.versions import label_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemovedVersion:
+    domain: str
+    label: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What gc removed (or, with dry_run, would remove)."""
+
+    keep: int
+    dry_run: bool
+    versions: list[RemovedVersion] = field(default_factory=list)
+    blobs: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    kept_undelivered: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "keep": self.keep,
+            "dry_run": self.dry_run,
+            "versions_removed": [
+                {"domain": v.domain, "version": v.label, "sha256": v.sha256} for v in self.versions
+            ],
+            "blobs_removed": self.blobs,
+            "bytes_freed": self.bytes_freed,
+            "kept_undelivered": self.kept_undelivered,
+        }
+
+
+def versions_to_remove(versions: list[Version], keep: int) -> tuple[list[Version], int]:
+    """The versions outside the newest `keep` per domain that were already delivered,
+    and how many old ones were kept only because they are not delivered yet."""
+    by_domain: dict[str, list[Version]] = defaultdict(list)
+    for version in versions:
+        by_domain[version.domain].append(version)
+    doomed: list[Version] = []
+    kept_undelivered = 0
+    for domain_versions in by_domain.values():
+        domain_versions.sort(key=lambda v: (label_key(v.label), v.id), reverse=True)
+        for version in domain_versions[keep:]:
+            if version.delivered_at is None:
+                kept_undelivered += 1
+            else:
+                doomed.append(version)
+    return doomed, kept_undelivered
+
+
+def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
+    """Apply the retention rule to the whole store; returns what was (or would be) freed."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    with app.db.session() as session:
+        versions = list(session.scalars(select(Version)))
+        doomed, kept_undelivered = versions_to_remove(versions, keep)
+        doomed_ids = {v.id for v in doomed}
+        still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_ids}
+        still_referenced |= {
+            sha
+            for sha in session.scalars(
+                select(ExportRun.sha256).where(ExportRun.active, ExportRun.sha256.is_not(None))
+            )
+            if sha
+        }
+        bundles = {b.sha256: b for b in session.scalars(select(Bundle))}
+        orphan_bundles = sorted(sha for sha in bundles if sha not in still_referenced)
+        removed = [RemovedVersion(v.domain, v.label, v.bundle_sha256) for v in doomed]
+        removed.sort(key=lambda r: (r.domain, label_key(r.label)))
+        bytes_freed = sum(bundles[sha].size for sha in orphan_bundles)
+        if not dry_run and (doomed_ids or orphan_bundles):
+            if doomed_ids:
+                session.execute(delete(TransferItem).where(TransferItem.version_id.in_(doomed_ids)))
+                session.execute(delete(Version).where(Version.id.in_(doomed_ids)))
+            if orphan_bundles:
+                session.execute(delete(Bundle).where(Bundle.sha256.in_(orphan_bundles)))
+    if not dry_run:
+        freed_on_disk = 0
+        for sha in orphan_bundles:
+            freed_on_disk += app.store.remove(sha)
+        if orphan_bundles or removed:
+            log.info(
+                "store gc",
+                extra={
+                    "versions_removed": len(removed),
+                    "blobs_removed": len(orphan_bundles),
+                    "bytes_freed": freed_on_disk,
+                },
+            )
+        bytes_freed = freed_on_disk
+    return GcReport(
+        keep=keep,
+        dry_run=dry_run,
+        versions=removed,
+        blobs=orphan_bundles,
+        bytes_freed=bytes_freed,
+        kept_undelivered=kept_undelivered,
+    )

@@ -1,0 +1,218 @@
+"""Per-domain status read from the index, and the scheduler's view of each domain.
+
+Works with or without a running daemon: everything comes from the database
+(runs, versions, DomainSchedule), and the next due time is computed with the
+same pure function the daemon uses (`scheduler.eligible_at`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, aliased
+
+from mirror.app import App
+from mirror.config import ExportSettings
+from mirror.models import DomainSchedule, ExportRun, RunState, Version, utcnow
+from mirror.scheduler import ActiveRun, DomainState, eligible_at
+from mirror.versions import label_key
+
+SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
+_IN_CHUNK = 500
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), _IN_CHUNK):
+        yield items[start : start + _IN_CHUNK]
+
+
+def load_states(
+    session: Session, exports: Sequence[ExportSettings], known_since: dict[str, datetime]
+) -> dict[str, DomainState]:
+    """The scheduler state of each export, from the index (a few grouped queries)."""
+    domains = [export.domain for export in exports]
+    last_finished: dict[str, ExportRun] = {}
+    failures: dict[str, int] = {}
+    latest_version_at: dict[str, datetime] = {}
+    schedules: dict[str, DomainSchedule] = {}
+    active: dict[str, ExportRun] = {}
+    for chunk in _chunks(domains):
+        last_ids = (
+            select(func.max(ExportRun.id))
+            .where(ExportRun.domain.in_(chunk), ExportRun.active.is_(False))
+            .group_by(ExportRun.domain)
+        )
+        for run in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
+            last_finished[run.domain] = run
+        success = aliased(ExportRun)
+        last_success_id = (
+            select(func.coalesce(func.max(success.id), 0))
+            .where(success.domain == ExportRun.domain, success.state.in_(SUCCESS_STATES))
+            .scalar_subquery()
+        )
+        failure_counts = session.execute(
+            select(ExportRun.domain, func.count())
+            .where(
+                ExportRun.domain.in_(chunk),
+                ExportRun.state == RunState.FAILED,
+                ExportRun.id > last_success_id,
+            )
+            .group_by(ExportRun.domain)
+        )
+        for domain, count in failure_counts:
+            failures[domain] = int(count)
+        for domain, created in session.execute(
+            select(Version.domain, func.max(Version.created_at))
+            .where(Version.domain.in_(chunk))
+            .group_by(Version.domain)
+        ):
+            if created is not None:
+                latest_version_at[domain] = _aware(created)
+        for row in session.scalars(select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))):
+            schedules[row.domain] = row
+        for run in session.scalars(
+            select(ExportRun).where(ExportRun.domain.in_(chunk), ExportRun.active.is_(True))
+        ):
+            active[run.domain] = run
+
+    states: dict[str, DomainState] = {}
+    for export in exports:
+        domain = export.domain
+        last = last_finished.get(domain)
+        current = active.get(domain)
+        schedule = schedules.get(domain)
+        states[domain] = DomainState(
+            domain=domain,
+            every=export.every,
+            known_since=known_since.get(domain) or utcnow(),
+            last_run_id=last.id if last else None,
+            last_run_started_at=(last.vendor_started_at or last.created_at) if last else None,
+            last_run_state=last.state if last else None,
+            consecutive_failures=failures.get(domain, 0),
+            latest_version_at=latest_version_at.get(domain),
+            not_before=schedule.not_before if schedule else None,
+            active=ActiveRun(
+                run_id=current.id,
+                state=current.state,
+                has_vendor_job=current.vendor_job_id is not None,
+                created_at=current.created_at,
+            )
+            if current
+            else None,
+        )
+    return states
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class DomainStatus:
+    """One line of `mirror status`."""
+
+    domain: str
+    every: float
+    last_run: dict[str, Any] | None
+    latest_version: dict[str, Any] | None
+    next_due: datetime | None
+    running: bool
+    not_before: datetime | None
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "every_seconds": self.every,
+            "last_run": self.last_run,
+            "latest_version": self.latest_version,
+            "running": self.running,
+            "next_due": _iso(self.next_due),
+            "deferred_until": _iso(self.not_before),
+            "error": self.error,
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None
+
+
+def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> list[DomainStatus]:
+    """Status of every configured domain, read from the index."""
+    now = now or utcnow()
+    exports = app.settings.exports
+    jitter = app.settings.daemon.jitter
+    domains = [export.domain for export in exports]
+    result: list[DomainStatus] = []
+    with app.db.session() as session:
+        states = load_states(session, exports, dict.fromkeys(domains, now))
+        last_runs: dict[str, ExportRun] = {}
+        versions: dict[str, Version] = {}
+        schedules: dict[str, DomainSchedule] = {}
+        for chunk in _chunks(domains):
+            last_ids = (
+                select(func.max(ExportRun.id))
+                .where(ExportRun.domain.in_(chunk))
+                .group_by(ExportRun.domain)
+            )
+            for run_row in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
+                last_runs[run_row.domain] = run_row
+            for row in session.scalars(select(Version).where(Version.domain.in_(chunk))):
+                best = versions.get(row.domain)
+                if best is None or label_key(row.label) > label_key(best.label):
+                    versions[row.domain] = row
+            for schedule_row in session.scalars(
+                select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
+            ):
+                schedules[schedule_row.domain] = schedule_row
+    for export in exports:
+        state = states[export.domain]
+        run = last_runs.get(export.domain)
+        version = versions.get(export.domain)
+        schedule = schedules.get(export.domain)
+        running = state.active is not None
+        not_before = state.not_before if state.not_before and state.not_before > now else None
+        next_due = None if running else max(now, eligible_at(state, jitter=jitter, seed=seed))
+        error = run.error if run is not None and run.error else None
+        if error is None and schedule is not None and schedule.last_error:
+            error = schedule.last_error
+        result.append(
+            DomainStatus(
+                domain=export.domain,
+                every=export.every,
+                last_run=_run_json(run) if run is not None else None,
+                latest_version=_version_json(version) if version is not None else None,
+                next_due=next_due,
+                running=running,
+                not_before=not_before,
+                error=error,
+            )
+        )
+    return result
+
+
+def _run_json(run: ExportRun) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "state": run.state,
+        "active": run.active,
+        "job_id": run.vendor_job_id,
+        "started": _iso(run.created_at),
+        "finished": _iso(run.finished_at),
+        "bytes_done": run.bytes_done,
+        "version": run.version_label,
+        "error": run.error,
+    }
+
+
+def _version_json(version: Version) -> dict[str, Any]:
+    return {
+        "version": version.label,
+        "sha256": version.bundle_sha256,
+        "created": _iso(version.created_at),
+        "delivered": _iso(version.delivered_at),
+    }

@@ -1,0 +1,108 @@
+"""The metrics registry and the /metrics + /healthz listener, over real HTTP on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from mirror.errors import ConfigError
+from mirror.metrics import DaemonMetrics, MetricsServer, parse_listen
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def served(clock: FakeClock) -> Iterator[tuple[DaemonMetrics, str]]:
+    metrics = DaemonMetrics(stuck_after=60, clock=clock)
+    server = MetricsServer(metrics, "127.0.0.1", 0).start()
+    host, port = server.address
+    try:
+        yield metrics, f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def test_healthz_503_until_ready_then_200_then_503_when_stuck(
+    served: tuple[DaemonMetrics, str], clock: FakeClock
+) -> None:
+    metrics, url = served
+    answer = httpx.get(f"{url}/healthz")
+    assert answer.status_code == 503
+    assert "recovery" in answer.json()["reason"]
+    metrics.set_ready()
+    assert httpx.get(f"{url}/healthz").status_code == 503
+    metrics.tick()
+    assert httpx.get(f"{url}/healthz").status_code == 200
+    clock.now += 61
+    answer = httpx.get(f"{url}/healthz")
+    assert answer.status_code == 503
+    assert "stuck" in answer.json()["reason"]
+    metrics.tick()
+    assert httpx.get(f"{url}/readyz").status_code == 200
+    assert httpx.get(f"{url}/nope").status_code == 404
+
+
+def test_metrics_show_the_figures(served: tuple[DaemonMetrics, str]) -> None:
+    metrics, url = served
+    metrics.record_outcome("docs.example.com", "stored")
+    metrics.record_outcome("docs.example.com", "deferred")
+    metrics.download_bytes.labels(domain="docs.example.com").inc(4096)
+    metrics.download_seconds.observe(2.5)
+    metrics.runs_in_state.labels(state="downloading").set(2)
+    metrics.store_bytes.set(123456)
+    metrics.start_budget_remaining.set(7)
+    text = httpx.get(f"{url}/metrics").text
+    assert 'mirror_runs_total{domain="docs.example.com",outcome="stored"} 1.0' in text
+    assert 'mirror_runs_total{domain="docs.example.com",outcome="deferred"} 1.0' in text
+    assert 'mirror_download_bytes_total{domain="docs.example.com"} 4096.0' in text
+    assert "mirror_download_seconds_count 1.0" in text
+    assert 'mirror_runs_in_state{state="downloading"} 2.0' in text
+    assert "mirror_store_bytes 123456.0" in text
+    assert "mirror_start_budget_remaining 7.0" in text
+    assert 'mirror_last_success_timestamp_seconds{domain="docs.example.com"}' in text
+
+
+def test_registries_are_separate() -> None:
+    first, second = DaemonMetrics(), DaemonMetrics()
+    first.record_outcome("a.example.com", "failed")
+    assert b"a.example.com" not in second.render()
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("") is None
+    assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    with pytest.raises(ConfigError):
+        parse_listen("127.0.0.1:99999")
+
+
+def test_busy_port_is_a_config_error(served: tuple[DaemonMetrics, str]) -> None:
+    _metrics, url = served
+    port = int(url.rsplit(":", 1)[1])
+    with pytest.raises(ConfigError, match="cannot listen"):
+        MetricsServer(DaemonMetrics(), "127.0.0.1", port)
+
+
+def test_ipv6_loopback() -> None:
+    try:
+        server = MetricsServer(DaemonMetrics(), "::1", 0).start()
+    except ConfigError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        _host, port = server.address
+        assert httpx.get(f"http://[::1]:{port}/healthz").status_code == 503
+    finally:
+        server.stop()
