@@ -335,7 +335,7 @@ def _normalise(name: str, limits: ArchiveLimits) -> str | None:
         raise _unsafe(name, "contains a NUL byte")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
         raise _unsafe(name, "contains a control character")
-    if name.startswith("/") or (name[1:2] == ":" and name[:1].isalpha()):
+    if name.startswith(("/", "\\")) or (name[1:2] == ":" and name[:1].isalpha()):
         raise _unsafe(name, "has an absolute path")
     if "\\" in name:
         raise _unsafe(name, "contains a backslash (a path separator on Windows)")
