@@ -1,0 +1,316 @@
+"""download_bundle against the simulator's presigned links on loopback (real HTTP, real files)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from mirror.api import BundleLink, VendorClient
+from mirror.download import (
+    CHECKPOINT_BYTES,
+    download_bundle,
+    is_expired_answer,
+    parse_content_range,
+    safe_url,
+)
+from mirror.errors import IntegrityError, Interrupted, NotFound, TemporaryFailure
+from mirror.sim import Simulator
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=30) as client:
+        yield client
+
+
+def vendor(sim: Simulator, http: httpx.Client) -> VendorClient:
+    return VendorClient(http, base_url=sim.url, key=sim.key, sleep=lambda _s: None)
+
+
+def completed_job(sim: Simulator, http: httpx.Client, domain: str = "docs.dl.test") -> str:
+    client = vendor(sim, http)
+    job_id = client.start_export(domain).job_id
+    deadline = time.monotonic() + 60
+    while not client.export_status(job_id).completed:
+        assert time.monotonic() < deadline, "the simulated job never completed"
+        time.sleep(0.05)
+    sim.bundle_sha256(job_id)  # wait for the build
+    return job_id
+
+
+def fresh(sim: Simulator, http: httpx.Client, job_id: str) -> Callable[[], BundleLink]:
+    return lambda: vendor(sim, http).fresh_link(job_id)
+
+
+def served(sim: Simulator, job_id: str) -> int:
+    return sim.stats.snapshot()["bytes_served"].get(job_id, 0)
+
+
+def test_plain_download_hashes_in_one_pass(sim: Simulator, http: httpx.Client, tmp_path: Path):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
+    info = sim.bundle_info(job_id)
+    assert result.sha256 == info["sha256"] == hashlib.sha256(dest.read_bytes()).hexdigest()
+    assert result.size == info["size"] == dest.stat().st_size
+    assert (result.restarts, result.resumes, result.refreshes) == (0, 0, 0)
+
+
+def test_cut_connections_resume_with_range(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=12 * MiB)
+    job_id = completed_job(sim, http)
+    size = sim.bundle_info(job_id)["size"]
+    sim.set_faults(cut_after_bytes=3 * MiB, cuts_remaining=3)
+    link = vendor(sim, http).export_bundle(job_id)
+    sleeps: list[float] = []
+    result = download_bundle(
+        http, link, tmp_path / "p", refresh_link=fresh(sim, http, job_id), sleep=sleeps.append
+    )
+    assert result.sha256 == sim.bundle_sha256(job_id)
+    assert result.resumes == 3 and result.restarts == 0
+    assert len(sleeps) == 3
+    ranges = [d["range"] for d in sim.stats.snapshot()["downloads"]]
+    assert ranges[0] is None and all(r and r.startswith("bytes=") for r in ranges[1:])
+    assert served(sim, job_id) == size  # nothing was fetched twice
+
+
+def test_server_ignoring_range_restarts_from_zero(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=6 * MiB)
+    job_id = completed_job(sim, http)
+    size = sim.bundle_info(job_id)["size"]
+    sim.set_faults(cut_after_bytes=2 * MiB, cuts_remaining=1, ignore_range=True)
+    link = vendor(sim, http).export_bundle(job_id)
+    result = download_bundle(
+        http, link, tmp_path / "p", refresh_link=fresh(sim, http, job_id), sleep=lambda _s: None
+    )
+    assert result.sha256 == sim.bundle_sha256(job_id)
+    assert result.restarts == 1 and result.size == size
+    assert served(sim, job_id) == 2 * MiB + size
+
+
+def test_existing_partial_is_continued_and_its_prefix_hashed(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    info = sim.bundle_info(job_id)
+    whole = Path(info["path"]).read_bytes()
+    dest = tmp_path / "p"
+    dest.write_bytes(whole[: len(whole) // 3])
+    link = vendor(sim, http).export_bundle(job_id)
+    result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
+    assert result.sha256 == info["sha256"] and result.resumes == 1
+    assert served(sim, job_id) == len(whole) - len(whole) // 3
+
+
+def test_complete_partial_needs_no_body(sim: Simulator, http: httpx.Client, tmp_path: Path):
+    job_id = completed_job(sim, http)
+    info = sim.bundle_info(job_id)
+    dest = tmp_path / "p"
+    dest.write_bytes(Path(info["path"]).read_bytes())
+    link = vendor(sim, http).export_bundle(job_id)
+    unknown_size = replace(link, size_bytes=None)  # forces a request: 416 with */size = done
+    result = download_bundle(http, unknown_size, dest, refresh_link=fresh(sim, http, job_id))
+    assert result.sha256 == info["sha256"]
+    assert served(sim, job_id) == 0
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [416]
+
+
+def test_expired_link_answer_gets_a_fresh_link(sim: Simulator, http: httpx.Client, tmp_path: Path):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.expire_links()
+    links: list[BundleLink] = []
+
+    def refresh() -> BundleLink:
+        links.append(vendor(sim, http).fresh_link(job_id))
+        return links[-1]
+
+    checkpoints: list[tuple[int, str]] = []
+    result = download_bundle(
+        http,
+        link,
+        tmp_path / "p",
+        refresh_link=refresh,
+        checkpoint=lambda n, lk: checkpoints.append((n, lk.url)),
+    )
+    assert result.refreshes == 1 and len(links) == 1
+    assert result.sha256 == sim.bundle_sha256(job_id)
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200]  # 403s not counted
+    assert checkpoints[-1][1] == links[0].url  # the caller learns the new link
+
+
+def test_link_past_its_expiry_is_replaced_before_any_request(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    stale = replace(link, expires_at=datetime.now(UTC) - timedelta(minutes=1))
+    result = download_bundle(http, stale, tmp_path / "p", refresh_link=fresh(sim, http, job_id))
+    assert result.refreshes == 1
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200]
+
+
+def test_link_that_never_stops_expiring_gives_up(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+
+    def refresh() -> BundleLink:
+        sim.expire_links()
+        return link
+
+    sim.expire_links()
+    with pytest.raises(TemporaryFailure, match="keeps expiring"):
+        download_bundle(http, link, tmp_path / "p", refresh_link=refresh, max_attempts=3)
+
+
+@pytest.mark.parametrize("where", ["link", "caller"])
+def test_more_bytes_than_announced_is_refused_before_writing(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path, where: str
+):
+    sim = sim_factory(bundle_size=8 * MiB)
+    job_id = completed_job(sim, http)
+    if where == "link":
+        link = replace(vendor(sim, http).export_bundle(job_id), size_bytes=MiB)
+        expected = None
+    else:
+        sim.set_faults(omit_size=True)
+        link = vendor(sim, http).fresh_link(job_id)
+        assert link.size_bytes is None
+        expected = MiB
+    with pytest.raises(IntegrityError, match=f"announces .* bytes, expected {MiB}"):
+        download_bundle(
+            http, link, tmp_path / "p", refresh_link=lambda: link, expected_size=expected
+        )
+    assert (tmp_path / "p").stat().st_size == 0
+
+
+def test_checkpoints_follow_fsynced_progress(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=40 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "p"
+    seen: list[tuple[int, int]] = []
+    download_bundle(
+        http,
+        link,
+        dest,
+        refresh_link=lambda: link,
+        checkpoint=lambda n, _lk: seen.append((n, dest.stat().st_size)),
+    )
+    sizes = [n for n, _ in seen]
+    assert sizes == sorted(sizes) and sizes[-1] == dest.stat().st_size
+    assert all(n <= on_disk for n, on_disk in seen)
+    gaps = [b - a for a, b in zip([0, *sizes], sizes, strict=False)]
+    assert max(gaps) <= CHECKPOINT_BYTES + MiB
+    assert len(sizes) >= 5
+
+
+def test_cancel_stops_checkpoints_and_a_later_call_resumes(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=24 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "p"
+    cancel = threading.Event()
+    durable: list[int] = []
+
+    def on_progress(done: int, _total: int | None) -> None:
+        if done >= 10 * MiB:
+            cancel.set()
+
+    with pytest.raises(Interrupted, match="run the export again"):
+        download_bundle(
+            http,
+            link,
+            dest,
+            refresh_link=lambda: link,
+            checkpoint=lambda n, _lk: durable.append(n),
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+    assert durable[-1] == dest.stat().st_size >= 10 * MiB
+    first_pass = served(sim, job_id)
+    result = download_bundle(http, link, dest, refresh_link=lambda: link)
+    assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
+    assert served(sim, job_id) - first_pass == result.size - durable[-1]
+
+
+def test_gone_bundle_is_not_found(sim: Simulator, http: httpx.Client, tmp_path: Path):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    parts = urlsplit(link.url)
+    missing = replace(link, url=link.url.replace(parts.path, parts.path + "x"))
+    with pytest.raises((NotFound, Exception)) as caught:
+        download_bundle(http, missing, tmp_path / "p", refresh_link=lambda: missing)
+    assert "X-Amz-Signature" not in str(caught.value)
+
+
+def test_presigned_query_never_logged(
+    sim_factory: Callable[..., Simulator],
+    http: httpx.Client,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+):
+    sim = sim_factory(bundle_size=4 * MiB)
+    job_id = completed_job(sim, http)
+    sim.set_faults(cut_after_bytes=MiB, cuts_remaining=2)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.expire_links()
+    caplog.set_level(logging.DEBUG)
+    download_bundle(
+        http, link, tmp_path / "p", refresh_link=fresh(sim, http, job_id), sleep=lambda _s: None
+    )
+    signature = dict(p.split("=", 1) for p in urlsplit(link.url).query.split("&"))[
+        "X-Amz-Signature"
+    ]
+    ours = [r for r in caplog.records if r.name.startswith("mirror.download")]
+    assert ours, "expected log lines about the cuts"
+    for record in ours:
+        assert signature not in record.getMessage() and "X-Amz-" not in record.getMessage()
+
+
+def test_admin_key_on_the_shared_client_never_reaches_the_storage_host(
+    sim: Simulator, tmp_path: Path
+):
+    job_id = completed_job(sim, httpx.Client(timeout=30))
+    with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {sim.key}"}) as keyed:
+        link = vendor(sim, keyed).export_bundle(job_id)
+        seen: list[httpx.Request] = []
+        keyed.event_hooks["request"] = [seen.append]
+        download_bundle(keyed, link, tmp_path / "p", refresh_link=lambda: link)
+    assert seen and all("authorization" not in r.headers for r in seen)
+
+
+def test_parsers() -> None:
+    assert parse_content_range("bytes 5-9/10") == (5, 10)
+    assert parse_content_range("bytes */10") == (None, 10)
+    assert parse_content_range("bytes 0-1/*") == (0, None)
+    assert parse_content_range(None) == (None, None)
+    assert is_expired_answer(403, "<Code>AccessDenied</Code><Message>Request has expired")
+    assert not is_expired_answer(403, "<Code>SignatureDoesNotMatch</Code>")
+    assert not is_expired_answer(404, "Request has expired")
+    assert safe_url("https://h.example/a/b.tar.gz?X-Amz-Signature=s") == (
+        "https://h.example/a/b.tar.gz"
+    )
