@@ -1,0 +1,182 @@
+"""`chart values|promote|rollback|history|check|refresh`: the vendor chart's side of the bucket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import httpx
+
+from mirror import chart as charts
+from mirror.cli.common import CliContext, pass_cli
+from mirror.errors import MirrorError
+from mirror.logs import redact
+from mirror.units import format_duration, parse_duration
+
+CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
+
+
+def _store(cli: CliContext) -> charts.BucketStore:
+    from mirror.objectstore import ObjectStore
+
+    return ObjectStore.from_settings(cli.settings.target)
+
+
+def _fail_with(cli: CliContext, data: dict[str, Any], error: MirrorError) -> None:
+    """Report a failure with its details: one JSON document with --json, else the error line."""
+    if not cli.as_json:
+        raise error
+    data = {**data, "error": str(error), "exit_code": error.exit_code}
+    cli.emit(data)
+    click.echo(f"mirror: error: {redact(str(error))}", err=True)
+    click.get_current_context().exit(error.exit_code)
+
+
+def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.group("chart")
+def chart() -> None:
+    """Values for the vendor's Helm chart, and which version of each domain is live."""
+
+
+@chart.command("values")
+@click.argument("domain")
+@click.option("--version", "version", metavar="V", help="Pin this version [default: current].")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the values to FILE (atomically) instead of stdout.",
+)
+@pass_cli
+def values_command(cli: CliContext, domain: str, version: str | None, out: Path | None) -> None:
+    """Render staticExport values for DOMAIN's current (or pinned) version."""
+    values = charts.render_values(_store(cli), cli.settings.target, domain.lower(), version)
+    data = values.summary()
+    if out is not None:
+        charts.write_values(values, out)
+        data["out"] = str(out)
+        cli.emit(data, f"wrote {out}: {values.domain} {values.version}; {values.expiry_note()}")
+        return
+    if cli.as_json:
+        data["values"] = values.text()
+        cli.emit(data)
+        return
+    click.echo(values.text(), nl=False)
+    cli.say(values.expiry_note())
+
+
+@chart.command("promote")
+@click.argument("domain")
+@click.argument("version")
+@pass_cli
+def promote_command(cli: CliContext, domain: str, version: str) -> None:
+    """Make VERSION the current version of DOMAIN (recorded in DOMAIN/current.json)."""
+    domain = domain.lower()
+    store = _store(cli)
+    before, _ = charts.read_current(store, domain)
+    previous = before.get("current") if before else None
+    document = charts.promote(store, domain, version)
+    cli.emit(
+        {"domain": domain, "current": document["current"], "previous": previous},
+        f"{domain}: {version} is current"
+        + (f" (was {previous})" if previous and previous != version else "")
+        + f"; render the values with: mirror chart values {domain}",
+    )
+
+
+@chart.command("rollback")
+@click.argument("domain")
+@pass_cli
+def rollback_command(cli: CliContext, domain: str) -> None:
+    """Make the version promoted before the current one current again."""
+    domain = domain.lower()
+    store = _store(cli)
+    before, _ = charts.read_current(store, domain)
+    previous = before.get("current") if before else None
+    document = charts.rollback(store, domain)
+    cli.emit(
+        {"domain": domain, "current": document["current"], "previous": previous},
+        f"{domain}: rolled back from {previous} to {document['current']}; "
+        f"render the values with: mirror chart values {domain}",
+    )
+
+
+@chart.command("history")
+@click.argument("domain")
+@pass_cli
+def history_command(cli: CliContext, domain: str) -> None:
+    """List DOMAIN's promotions and rollbacks, newest first."""
+    domain = domain.lower()
+    document, _ = charts.read_current(_store(cli), domain)
+    entries = charts.history_view(document)
+    current = document.get("current") if document else None
+    lines = [
+        f"{'*' if entry.current else ' '} {entry.version:<16} {entry.action:<8} {entry.at}"
+        for entry in entries
+    ] or [f"{domain}: nothing promoted yet (mirror chart promote {domain} VERSION)"]
+    cli.emit(
+        {
+            "domain": domain,
+            "current": current,
+            "history": [entry.__dict__ for entry in entries],
+        },
+        lines,
+    )
+
+
+@chart.command("check")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--warn",
+    default="24h",
+    show_default=True,
+    callback=_duration,
+    help="Fail when the link expires within this time.",
+)
+@pass_cli
+def check_command(cli: CliContext, file: Path, warn: float) -> None:
+    """Fetch FILE's bundleUrl as the chart would and compare it with the version's manifest."""
+    store = _store(cli)
+    target = cli.settings.target
+    with httpx.Client(timeout=CHECK_TIMEOUT, verify=target.ca_bundle or True) as http:
+        report = charts.check_values_file(file, store, http, warn=warn)
+    if report.error is not None:
+        _fail_with(cli, report.as_dict(), report.error)
+        return
+    cli.emit(report.as_dict(), report.lines())
+
+
+@chart.command("refresh")
+@click.option(
+    "--domain",
+    "domains",
+    multiple=True,
+    metavar="D",
+    help="Refresh this domain (repeatable) [default: every [[exports]] domain].",
+)
+@pass_cli
+def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
+    """Render chart.values_path again where its link expires soon or its version changed."""
+    settings = cli.settings
+    chosen = [d.lower() for d in domains] or [export.domain for export in settings.exports]
+    try:
+        results = charts.refresh_values(_store(cli), settings.target, settings.chart, chosen)
+    except charts.RefreshFailed as exc:
+        for result in exc.results:
+            cli.say(result.line())
+        _fail_with(cli, {"results": [r.as_dict() for r in exc.results]}, exc)
+        return
+    lines = [result.line() for result in results]
+    for result in results:
+        if result.expires_at is not None:
+            left = (result.expires_at - charts.utcnow()).total_seconds()
+            lines.append(
+                f"  link expires {charts.isoformat(result.expires_at)} (in {format_duration(left)})"
+            )
+    cli.emit({"results": [r.as_dict() for r in results]}, lines)
