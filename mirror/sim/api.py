@@ -266,7 +266,9 @@ class SimApi:
             self.jobs[job.job_id] = job
             self._start_times.append(now)
             self.stats.record_start(domain, job.job_id)
-        if spec is not None:
+        if spec is None:
+            job.built.set()
+        else:
             self._build_in_background(job, spec)
         log.info("export job %s started for %s (%s flow)", job.job_id, domain, flow)
         return json_reply(202, self._job_json(job, flow, request.base_url))

@@ -267,21 +267,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         cut = self._take_cut(length)
-        limit = length if cut is None else cut
-        sent = 0
+        entry = api.stats.record_download(
+            job_id=job.job_id, method=method, range_header=range_header, status=status
+        )
         try:
-            sent = self._stream_file(bundle.path, start, limit)
+            self._stream_file(bundle.path, start, length if cut is None else cut, length, entry)
         except OSError:
             self.close_connection = True
-        finally:
-            api.stats.record_download(
-                job_id=job.job_id,
-                method=method,
-                range_header=range_header,
-                status=status,
-                bytes_sent=sent,
-                complete=sent == length,
-            )
+            api.stats.mark_download_incomplete(entry)
         if cut is not None:
             self.close_connection = True
             with contextlib.suppress(OSError):
@@ -297,7 +290,10 @@ class _Handler(BaseHTTPRequestHandler):
             faults.cuts_remaining -= 1
             return cut
 
-    def _stream_file(self, path: Path, start: int, limit: int) -> int:
+    def _stream_file(
+        self, path: Path, start: int, limit: int, length: int, entry: dict[str, Any]
+    ) -> None:
+        stats = self.server.api.stats
         sent = 0
         buffer = bytearray(min(CHUNK, max(limit, 1)))
         view = memoryview(buffer)
@@ -306,10 +302,10 @@ class _Handler(BaseHTTPRequestHandler):
             while sent < limit:
                 count = source.readinto(view[: min(len(buffer), limit - sent)])
                 if not count:
-                    break
-                self.wfile.write(view[:count])
+                    raise OSError(f"bundle {path.name} is shorter than expected")
                 sent += count
-        return sent
+                stats.add_download_bytes(entry, count, complete=sent == length)
+                self.wfile.write(view[:count])
 
 
 def _is_loopback(address: str) -> bool:
@@ -353,7 +349,7 @@ class Simulator:
             self._api.add_agent_job(outcome, 1.0, job_id)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
-            kwargs={"poll_interval": 0.1},
+            kwargs={"poll_interval": 0.05},
             name="mirror-sim",
             daemon=True,
         )

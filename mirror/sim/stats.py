@@ -57,21 +57,34 @@ class SimStats:
         method: str,
         range_header: str | None,
         status: int,
-        bytes_sent: int,
-        complete: bool,
-    ) -> None:
+        bytes_sent: int = 0,
+        complete: bool = False,
+    ) -> dict[str, Any]:
+        """Append a download entry and return it for `add_download_bytes`."""
+        entry: dict[str, Any] = {
+            "job_id": job_id,
+            "method": method,
+            "range": range_header,
+            "status": status,
+            "bytes_sent": bytes_sent,
+            "complete": complete,
+        }
         with self.lock:
-            self.downloads.append(
-                {
-                    "job_id": job_id,
-                    "method": method,
-                    "range": range_header,
-                    "status": status,
-                    "bytes_sent": bytes_sent,
-                    "complete": complete,
-                }
-            )
+            self.downloads.append(entry)
             self.bytes_served[job_id] = self.bytes_served.get(job_id, 0) + bytes_sent
+        return entry
+
+    def add_download_bytes(self, entry: dict[str, Any], count: int, *, complete: bool) -> None:
+        """Count bytes as they are handed to the socket (before the client can see them)."""
+        with self.lock:
+            entry["bytes_sent"] += count
+            entry["complete"] = complete
+            job_id = entry["job_id"]
+            self.bytes_served[job_id] = self.bytes_served.get(job_id, 0) + count
+
+    def mark_download_incomplete(self, entry: dict[str, Any]) -> None:
+        with self.lock:
+            entry["complete"] = False
 
     def snapshot(self) -> dict[str, Any]:
         """A consistent, JSON-ready deep copy."""

@@ -1,0 +1,124 @@
+"""`mirror sim serve`: run the vendor API simulator in the foreground."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+import click
+
+from mirror.errors import ConfigError
+from mirror.sim import SimConfig, Simulator
+from mirror.units import parse_duration, parse_size
+
+
+class _Duration(click.ParamType[float]):
+    name = "duration"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Size(click.ParamType[int]):
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.group()
+def sim() -> None:
+    """The vendor API simulator (for tests, demos and benchmarks)."""
+
+
+@sim.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port.")
+@click.option(
+    "--key", default=None, help="Accepted admin API key (default: a random mint_sim_ key)."
+)
+@click.option("--project-id", default="proj_sim", show_default=True)
+@click.option("--link-ttl", type=_Duration(), default="300s", show_default=True)
+@click.option("--queue-seconds", type=_Duration(), default="0.2", show_default=True)
+@click.option("--run-seconds", type=_Duration(), default="0.6", show_default=True)
+@click.option("--pages", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--page-size", type=_Size(), default="2048", show_default=True)
+@click.option("--bundle-size", type=_Size(), default=None, help="Pad archives to about this size.")
+@click.option("--changes-per-export", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option("--max-starts-per-hour", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")
+@click.option("--access-log", is_flag=True, help="Log every request to stderr.")
+def serve(
+    host: str,
+    port: int,
+    key: str | None,
+    project_id: str,
+    link_ttl: float,
+    queue_seconds: float,
+    run_seconds: float,
+    pages: int,
+    page_size: int,
+    bundle_size: int | None,
+    changes_per_export: int,
+    max_starts_per_hour: int,
+    allow_parallel_jobs: bool,
+    access_log: bool,
+) -> None:
+    """Serve the simulated vendor API until SIGTERM or SIGINT."""
+    config = SimConfig(
+        project_id=project_id,
+        queue_seconds=queue_seconds,
+        run_seconds=run_seconds,
+        link_ttl=link_ttl,
+        pages=pages,
+        page_size=page_size,
+        bundle_size=bundle_size,
+        changes_per_export=changes_per_export,
+        one_active_job=not allow_parallel_jobs,
+        max_starts_per_hour=max_starts_per_hour,
+    )
+    if key:
+        config.key = key
+    if access_log:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(message)s")
+        logging.getLogger("mirror.sim").setLevel(logging.DEBUG)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        simulator = Simulator(config, host=host, port=port).start()
+    except OSError as exc:
+        raise ConfigError(
+            f"simulator cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="choose another --port, or --port 0 for a free one",
+        ) from exc
+    try:
+        click.echo(f"simulator listening on {simulator.url}")
+        click.echo(f"project id: {config.project_id}")
+        click.echo(f"accepted key: {config.key}")
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        simulator.stop()

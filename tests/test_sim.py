@@ -1,0 +1,607 @@
+"""The vendor API simulator, exercised over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mirror.sim import SimConfig, Simulator
+
+REPO = Path(__file__).resolve().parents[1]
+DOMAIN = "docs.example.com"
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    """Faster than the shared fixture's timings, to keep this module quick."""
+    return SimConfig(queue_seconds=0.02, run_seconds=0.1)
+
+
+@pytest.fixture
+def api(sim: Simulator) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=sim.url, headers={"Authorization": f"Bearer {sim.key}"}, timeout=10
+    ) as client:
+        yield client
+
+
+def client_for(sim: Simulator) -> httpx.Client:
+    return httpx.Client(
+        base_url=sim.url, headers={"Authorization": f"Bearer {sim.key}"}, timeout=10
+    )
+
+
+def start(client: httpx.Client, domain: str = DOMAIN, **body: Any) -> str:
+    response = client.post("/v1/static-export/jobs", json={"domain": domain, **body})
+    assert response.status_code == 202, response.text
+    job_id = response.json()["jobId"]
+    assert isinstance(job_id, str)
+    return job_id
+
+
+def wait_done(client: httpx.Client, path: str, timeout: float = 10.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body: dict[str, Any] = client.get(path).json()
+        if body["status"] in ("completed", "failed"):
+            return body
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not finish in {timeout}s")
+
+
+def export(client: httpx.Client, domain: str = DOMAIN) -> tuple[str, dict[str, Any]]:
+    """Start, wait, ask for the bundle; returns the job id and the bundle answer."""
+    job_id = start(client, domain)
+    assert wait_done(client, f"/v1/static-export/jobs/{job_id}")["status"] == "completed"
+    response = client.post(f"/v1/static-export/jobs/{job_id}/bundle")
+    assert response.status_code == 200, response.text
+    return job_id, response.json()
+
+
+def members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        out: dict[str, bytes] = {}
+        for member in tar.getmembers():
+            if member.isfile():
+                extracted = tar.extractfile(member)
+                assert extracted is not None
+                out[member.name] = extracted.read()
+        return out
+
+
+# ---- auth ----------------------------------------------------------------------------------
+
+
+def test_missing_or_wrong_key_is_401_and_counted(sim: Simulator) -> None:
+    paths = [
+        ("POST", "/v1/static-export/jobs"),
+        ("GET", "/v1/static-export/jobs/se_0000000000000000"),
+        ("GET", "/v2/agent/proj_sim/job/aj_pr"),
+        ("GET", "/v1/static-export/proj_sim/jobs/x"),
+    ]
+    for headers in ({}, {"Authorization": "Bearer mint_wrong"}, {"Authorization": sim.key}):
+        for method, path in paths:
+            response = httpx.request(
+                method, sim.url + path, headers=headers, json={"domain": "a.b"}
+            )
+            assert response.status_code == 401
+            assert response.json() == {"error": "Invalid or missing admin API key"}
+            assert sim.key not in response.text
+    assert sim.stats.auth_failures == 12
+    assert sim.stats.starts == {}
+
+
+# ---- global flow ---------------------------------------------------------------------------
+
+
+def test_global_flow_goes_queued_running_completed(sim: Simulator, api: httpx.Client) -> None:
+    response = api.post("/v1/static-export/jobs", json={"domain": DOMAIN, "version": "2026-11-21"})
+    assert response.status_code == 202
+    job = response.json()
+    assert job["jobId"].startswith("se_") and len(job["jobId"]) == 19
+    assert (job["status"], job["progress"], job["pageCount"]) == ("queued", 0, 0)
+    assert job["createdAt"].endswith("Z") and job["updatedAt"]
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        body = api.get(f"/v1/static-export/jobs/{job['jobId']}").json()
+        seen.append(body)
+        if body["status"] == "completed":
+            break
+        time.sleep(0.01)
+    states = [s["status"] for s in seen]
+    assert states[-1] == "completed"
+    assert "running" in states
+    running = [s for s in seen if s["status"] == "running"]
+    assert all(isinstance(s["progress"], int) and 0 <= s["progress"] < 100 for s in running)
+    counts = [s["pageCount"] for s in running]
+    assert counts == sorted(counts)
+    assert seen[-1]["progress"] == 100 and seen[-1]["pageCount"] == sim.config.pages
+    assert "bundleUrl" not in seen[-1] and "error" not in seen[-1]
+    assert sim.stats.status_calls[job["jobId"]] == len(seen)
+    assert sim.stats.starts == {DOMAIN: [job["jobId"]]}
+
+
+def test_bundle_is_409_until_completed_then_downloads_matching_bytes(
+    sim: Simulator, api: httpx.Client
+) -> None:
+    job_id = start(api)
+    early = api.post(f"/v1/static-export/jobs/{job_id}/bundle")
+    assert early.status_code == 409 and "error" in early.json()
+    wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    first = api.post(f"/v1/static-export/jobs/{job_id}/bundle").json()
+    second = api.post(f"/v1/static-export/jobs/{job_id}/bundle").json()
+    assert first["jobId"] == job_id and first["bundleUrl"] != second["bundleUrl"]
+    assert first["expiresAt"].endswith("Z")
+    url = httpx.URL(first["bundleUrl"])
+    assert url.path.endswith(f"/docs-export-{time.strftime('%Y-%m-%d', time.gmtime())}.tar.gz")
+    assert url.params["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert url.params["X-Amz-Expires"] == "300"
+    download = httpx.get(first["bundleUrl"])
+    assert download.status_code == 200
+    assert len(download.content) == first["sizeBytes"] == int(download.headers["content-length"])
+    assert hashlib.sha256(download.content).hexdigest() == sim.bundle_sha256(job_id)
+    assert download.headers["accept-ranges"] == "bytes" and download.headers["etag"]
+    files = members(download.content)
+    assert f"<title>{DOMAIN} documentation".encode() in files["index.html"]
+    assert "guides/page-001/index.html" in files and "assets/site.css" in files
+    assert sum(name.endswith(".html") for name in files) == sim.config.pages
+    assert sim.stats.bundle_calls[job_id] == 3
+    assert sim.stats.bytes_served[job_id] == first["sizeBytes"]
+    assert sim.stats.downloads[-1]["status"] == 200
+
+
+def test_unknown_job_is_404(api: httpx.Client) -> None:
+    assert api.get("/v1/static-export/jobs/se_ffffffffffffffff").status_code == 404
+    response = api.post("/v1/static-export/jobs/se_ffffffffffffffff/bundle")
+    assert response.status_code == 404 and response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"domain": ""},
+        {"domain": "https://docs.example.com"},
+        {"domain": "docs.example.com/docs"},
+        {"domain": 7},
+        {"domain": DOMAIN, "paths": "index"},
+        {"domain": DOMAIN, "version": 3},
+    ],
+)
+def test_bad_start_body_is_400(sim: Simulator, api: httpx.Client, body: dict[str, Any]) -> None:
+    response = api.post("/v1/static-export/jobs", json=body)
+    assert response.status_code == 400 and response.json()["error"]
+    assert sim.stats.starts == {}
+
+
+def test_not_enabled_and_bad_request_domains(sim: Simulator, api: httpx.Client) -> None:
+    sim.faults.not_enabled_domains.add("locked.example.com")
+    sim.faults.bad_request_domains.add("odd.example.com")
+    refused = api.post("/v1/static-export/jobs", json={"domain": "locked.example.com"})
+    assert refused.status_code == 403
+    assert refused.json() == {"error": "Static export is not enabled for this organization"}
+    assert api.post("/v1/static-export/jobs", json={"domain": "odd.example.com"}).status_code == 400
+    assert sim.stats.start_attempts == {"locked.example.com": 1, "odd.example.com": 1}
+    assert sim.stats.starts == {}
+
+
+def test_second_concurrent_start_is_409_until_the_first_ends(api: httpx.Client) -> None:
+    job_id = start(api)
+    busy = api.post("/v1/static-export/jobs", json={"domain": DOMAIN})
+    assert busy.status_code == 409
+    assert busy.json() == {
+        "error": "A static export job is already in progress for this deployment"
+    }
+    start(api, "other.example.com")
+    wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    start(api)
+
+
+def test_parallel_starts_allowed_when_configured(sim_factory: Callable[..., Simulator]) -> None:
+    sim = sim_factory(one_active_job=False)
+    with client_for(sim) as client:
+        start(client)
+        start(client)
+    assert len(sim.stats.starts[DOMAIN]) == 2
+
+
+def test_starts_over_the_hourly_budget_are_429_with_retry_after(
+    sim_factory: Callable[..., Simulator],
+) -> None:
+    sim = sim_factory(max_starts_per_hour=2, one_active_job=False)
+    with client_for(sim) as client:
+        start(client, "a.example.com")
+        start(client, "b.example.com")
+        refused = client.post("/v1/static-export/jobs", json={"domain": "c.example.com"})
+        project = client.post("/v1/static-export/proj_sim/jobs")
+    for response in (refused, project):
+        assert response.status_code == 429
+        assert response.json()["error"].startswith("Rate limit exceeded")
+        assert 3590 <= int(response.headers["retry-after"]) <= 3600
+    assert sim.stats.start_attempts == {
+        "a.example.com": 1,
+        "b.example.com": 1,
+        "c.example.com": 1,
+        "docs.sim.test": 1,
+    }
+    assert sum(len(ids) for ids in sim.stats.starts.values()) == 2
+
+
+# ---- project flow --------------------------------------------------------------------------
+
+
+def test_project_flow_status_carries_a_fresh_bundle_url(sim: Simulator, api: httpx.Client) -> None:
+    response = api.post("/v1/static-export/proj_sim/jobs")
+    assert response.status_code == 202
+    job_id = response.json()["jobId"]
+    assert api.post("/v1/static-export/proj_sim/jobs").status_code == 409
+    done = wait_done(api, f"/v1/static-export/proj_sim/jobs/{job_id}")
+    again = api.get(f"/v1/static-export/proj_sim/jobs/{job_id}").json()
+    assert done["status"] == "completed" and done["error"] is None
+    assert "progress" not in done and "pageCount" not in done
+    assert done["bundleUrl"] != again["bundleUrl"]
+    download = httpx.get(done["bundleUrl"])
+    assert len(download.content) == done["sizeBytes"]
+    assert hashlib.sha256(download.content).hexdigest() == sim.bundle_sha256(job_id)
+    assert b"docs.sim.test documentation" in members(download.content)["index.html"]
+    assert sim.stats.starts == {"docs.sim.test": [job_id]}
+
+
+def test_project_flow_base_path_domain_and_errors(api: httpx.Client) -> None:
+    assert api.post("/v1/static-export/proj_other/jobs").status_code == 404
+    assert api.get("/v1/static-export/proj_other/jobs/se_1").status_code == 404
+    bad = api.post("/v1/static-export/proj_sim/jobs", json={"basePath": "/elsewhere"})
+    assert bad.status_code == 400
+    response = api.post(
+        "/v1/static-export/proj_sim/jobs", json={"basePath": "/docs", "domain": "acme.example.org"}
+    )
+    assert response.status_code == 202
+    done = wait_done(api, f"/v1/static-export/proj_sim/jobs/{response.json()['jobId']}")
+    assert "/acme-export-" in done["bundleUrl"]
+    index = members(httpx.get(done["bundleUrl"]).content)["index.html"]
+    assert b'href="/docs/assets/site.css"' in index
+
+
+def test_bundle_url_placement_and_tolerance_faults(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(
+        global_flow_bundle_in_status=True, project_flow_bundle_in_status=False, omit_size=True
+    )
+    job_id = start(api)
+    done = wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    assert "bundleUrl" in done and "sizeBytes" not in done and "expiresAt" not in done
+    assert "bundleUrl" not in api.get(f"/v1/static-export/proj_sim/jobs/{job_id}").json()
+    sim.set_faults(progress_as_string=True, unknown_state="rendering")
+    job_id = start(api, "strings.example.com")
+    time.sleep(0.1)
+    running = api.get(f"/v1/static-export/jobs/{job_id}").json()
+    assert running["status"] == "rendering"
+    assert running["progress"].endswith("%") and running["pageCount"].isdigit()
+    assert wait_done(api, f"/v1/static-export/jobs/{job_id}")["progress"] == "100%"
+
+
+def test_failing_domain_ends_failed_with_error(sim: Simulator, api: httpx.Client) -> None:
+    sim.faults.fail_domains.add("broken.example.com")
+    job_id = start(api, "broken.example.com")
+    done = wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    assert done["status"] == "failed" and "broken.example.com" in done["error"]
+    assert api.post(f"/v1/static-export/jobs/{job_id}/bundle").status_code == 409
+    with pytest.raises(ValueError):
+        sim.bundle_sha256(job_id)
+
+
+# ---- downloads -----------------------------------------------------------------------------
+
+
+def test_range_requests(sim: Simulator, api: httpx.Client) -> None:
+    _, bundle = export(api)
+    url, size = bundle["bundleUrl"], bundle["sizeBytes"]
+    full = httpx.get(url).content
+    etag = httpx.head(url).headers["etag"]
+    for header, first, last in (
+        ("bytes=100-199", 100, 199),
+        ("bytes=1000-", 1000, size - 1),
+        ("bytes=-50", size - 50, size - 1),
+        (f"bytes={size - 10}-{size + 500}", size - 10, size - 1),
+    ):
+        response = httpx.get(url, headers={"Range": header})
+        assert response.status_code == 206, header
+        assert response.headers["content-range"] == f"bytes {first}-{last}/{size}"
+        assert response.content == full[first : last + 1]
+    unsatisfiable = httpx.get(url, headers={"Range": f"bytes={size}-"})
+    assert unsatisfiable.status_code == 416
+    assert unsatisfiable.headers["content-range"] == f"bytes */{size}"
+    matching = httpx.get(url, headers={"Range": "bytes=10-", "If-Range": etag})
+    assert matching.status_code == 206
+    stale = httpx.get(url, headers={"Range": "bytes=10-", "If-Range": '"0000"'})
+    assert stale.status_code == 200 and stale.content == full
+    head = httpx.head(url, headers={"Range": "bytes=0-9"})
+    assert head.status_code == 206 and head.headers["content-length"] == "10"
+    assert [d["range"] for d in sim.stats.downloads[:3]] == [None, None, "bytes=100-199"]
+    assert sim.stats.downloads[1]["method"] == "HEAD"
+
+
+def test_ignore_range_answers_the_full_body(sim: Simulator, api: httpx.Client) -> None:
+    _, bundle = export(api)
+    sim.faults.ignore_range = True
+    response = httpx.get(bundle["bundleUrl"], headers={"Range": "bytes=100-"})
+    assert response.status_code == 200 and len(response.content) == bundle["sizeBytes"]
+
+
+def test_expired_links_answer_s3_access_denied(
+    sim_factory: Callable[..., Simulator],
+) -> None:
+    sim = sim_factory(link_ttl=0.3)
+    with client_for(sim) as client:
+        job_id, bundle = export(client)
+        assert httpx.head(bundle["bundleUrl"]).status_code == 200
+        time.sleep(0.4)
+        expired = httpx.get(bundle["bundleUrl"])
+        fresh = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
+        assert httpx.head(fresh).status_code == 200
+        sim.expire_links()
+        revoked = httpx.get(fresh)
+        after = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
+        assert httpx.get(after).status_code == 200
+    for response in (expired, revoked):
+        assert response.status_code == 403
+        assert response.headers["content-type"] == "application/xml"
+        assert response.text.startswith("<?xml")
+        assert "<Code>AccessDenied</Code><Message>Request has expired</Message>" in response.text
+
+
+def test_tampered_link_answers_signature_does_not_match(api: httpx.Client) -> None:
+    _, bundle = export(api)
+    url = httpx.URL(bundle["bundleUrl"])
+    longer = url.copy_set_param("X-Amz-Expires", "999999")
+    forged = url.copy_set_param("X-Amz-Signature", "0" * 64)
+    for candidate in (longer, forged):
+        response = httpx.get(candidate)
+        assert response.status_code == 403
+        assert "<Code>SignatureDoesNotMatch</Code>" in response.text
+    unsigned = httpx.get(url.copy_remove_param("X-Amz-Signature"))
+    assert unsigned.status_code == 403 and "<Code>AccessDenied</Code>" in unsigned.text
+
+
+def test_cut_connection_gives_a_short_body_then_recovers(sim: Simulator, api: httpx.Client) -> None:
+    job_id, bundle = export(api)
+    sim.set_faults(cut_after_bytes=1000, cuts_remaining=1)
+    with httpx.Client() as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            client.get(bundle["bundleUrl"])
+        whole = client.get(bundle["bundleUrl"])
+    assert len(whole.content) == bundle["sizeBytes"]
+    assert sim.faults.cuts_remaining == 0
+    cut, ok = sim.stats.downloads
+    assert (cut["bytes_sent"], cut["complete"]) == (1000, False)
+    assert (ok["bytes_sent"], ok["complete"]) == (bundle["sizeBytes"], True)
+    assert sim.stats.bytes_served[job_id] == 1000 + bundle["sizeBytes"]
+
+
+def test_bundle_size_pads_with_incompressible_bytes(
+    sim_factory: Callable[..., Simulator],
+) -> None:
+    target = 3 * 1024 * 1024
+    sim = sim_factory(bundle_size=target)
+    with client_for(sim) as client:
+        job_id, bundle = export(client)
+    assert abs(bundle["sizeBytes"] - target) < 64 * 1024
+    data = httpx.get(bundle["bundleUrl"]).content
+    assert hashlib.sha256(data).hexdigest() == sim.bundle_sha256(job_id)
+    files = members(data)
+    assert len(files["assets/media/walkthrough.bin"]) > 2 * 1024 * 1024
+
+
+# ---- archive content -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "check"),
+    [
+        ("traversal", lambda m: m.name == "../evil.html" and m.isfile()),
+        ("absolute", lambda m: m.name == "/etc/evil" and m.isfile()),
+        ("symlink", lambda m: m.issym() and m.linkname.startswith("../")),
+        ("hardlink", lambda m: m.islnk() and m.linkname.startswith("../")),
+        ("device", lambda m: m.ischr()),
+        ("bomb", lambda m: m.isfile() and m.size >= 200 * 1024 * 1024),
+    ],
+)
+def test_malicious_domains_get_archives_with_the_bad_member(
+    sim: Simulator, api: httpx.Client, kind: str, check: Callable[[tarfile.TarInfo], bool]
+) -> None:
+    sim.faults.malicious_domains["evil.example.com"] = kind
+    _, bundle = export(api, "evil.example.com")
+    data = httpx.get(bundle["bundleUrl"]).content
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        found = [m for m in tar.getmembers() if check(m)]
+        names = tar.getnames()
+    assert found, f"no {kind} member"
+    assert "index.html" in names
+    if kind == "bomb":
+        assert len(data) < 2 * 1024 * 1024
+
+
+def test_each_export_changes_some_pages(sim: Simulator, api: httpx.Client) -> None:
+    contents = [members(httpx.get(export(api)[1]["bundleUrl"]).content) for _ in range(2)]
+    changed = [name for name in contents[0] if contents[0][name] != contents[1][name]]
+    assert len(changed) == sim.config.changes_per_export
+    sim.publish(DOMAIN)
+    third = members(httpx.get(export(api)[1]["bundleUrl"]).content)
+    html = [name for name in third if name.endswith(".html")]
+    assert all(third[name] != contents[1][name] for name in html)
+
+
+def test_unchanged_site_gives_same_files_in_different_bytes(
+    sim_factory: Callable[..., Simulator],
+) -> None:
+    sim = sim_factory(changes_per_export=0)
+    with client_for(sim) as client:
+        first, second = (httpx.get(export(client)[1]["bundleUrl"]).content for _ in range(2))
+    assert first != second
+    assert members(first) == members(second)
+
+
+# ---- agent jobs ----------------------------------------------------------------------------
+
+
+def test_agent_job_lifecycles(sim: Simulator, api: httpx.Client) -> None:
+    ids = {
+        outcome: sim.add_agent_job(outcome, seconds=0.15)
+        for outcome in ("pr", "no_changes", "failed", "archived")
+    }
+    active = api.get(f"/v2/agent/proj_sim/job/{ids['pr']}").json()
+    assert active["status"] == "active" and active["prLink"] is None
+    assert set(active) == {"id", "status", "source", "model", "prLink", "createdAt", "archivedAt"}
+    assert active["source"]["repository"].startswith("https://")
+    time.sleep(0.2)
+    final = {k: api.get(f"/v2/agent/proj_sim/job/{v}").json() for k, v in ids.items()}
+    assert final["pr"]["status"] == "completed"
+    assert final["pr"]["prLink"].startswith("https://github.com/")
+    assert (final["no_changes"]["status"], final["no_changes"]["prLink"]) == ("completed", None)
+    assert final["failed"]["status"] == "failed"
+    assert final["archived"]["status"] == "archived" and final["archived"]["archivedAt"]
+    for path in ("/v2/agent/proj_sim/job/aj_missing", f"/v2/agent/proj_other/job/{ids['pr']}"):
+        missing = api.get(path)
+        assert missing.status_code == 404 and missing.json() == {"error": "Agent job not found"}
+    for seeded in ("aj_pr", "aj_nochange", "aj_failed"):
+        assert api.get(f"/v2/agent/proj_sim/job/{seeded}").status_code == 200
+    with pytest.raises(ValueError):
+        sim.add_agent_job("exploded")
+
+
+# ---- faults and control endpoints ----------------------------------------------------------
+
+
+def test_injected_api_errors_and_rate_limits(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(rate_limit_next=2, retry_after="3")
+    answers = [api.get("/v2/agent/proj_sim/job/aj_pr") for _ in range(3)]
+    assert [a.status_code for a in answers] == [429, 429, 200]
+    assert answers[0].headers["retry-after"] == "3"
+    sim.set_faults(error_rate=1.0)
+    failed = api.post("/v1/static-export/jobs", json={"domain": DOMAIN})
+    assert failed.status_code == 503 and failed.headers["retry-after"] == "3"
+    assert sim.stats.start_attempts == {DOMAIN: 1} and sim.stats.starts == {}
+    sim.set_faults(error_rate=0.5)
+    codes = {api.get("/v2/agent/proj_sim/job/aj_pr").status_code for _ in range(40)}
+    assert codes == {200, 503}
+    with pytest.raises(ValueError):
+        sim.set_faults(no_such_fault=1)
+
+
+def test_control_endpoints(sim: Simulator, api: httpx.Client) -> None:
+    control = httpx.Client(base_url=sim.url + "/_sim")
+    answer = control.post(
+        "/faults",
+        json={
+            "fail_domains": ["x.example.com"],
+            "malicious_domains": {"y.example.com": "device"},
+            "cut_after_bytes": 10,
+            "cuts_remaining": 1,
+        },
+    )
+    assert answer.status_code == 200
+    assert sim.faults.fail_domains == {"x.example.com"}
+    assert control.get("/faults").json()["malicious_domains"] == {"y.example.com": "device"}
+    assert control.post("/faults", json={"error_rate": 7}).status_code == 400
+    assert control.post("/faults", json={"bogus": True}).status_code == 400
+    assert sim.faults.error_rate == 0.0
+    control.post("/faults", json={"cut_after_bytes": None, "cuts_remaining": 0})
+
+    created = control.post("/agent-jobs", json={"outcome": "no_changes", "seconds": 0})
+    assert created.status_code == 201
+    agent = api.get(f"/v2/agent/proj_sim/job/{created.json()['id']}").json()
+    assert agent["status"] == "completed"
+    assert control.post("/agent-jobs", json={"outcome": "bogus"}).status_code == 400
+
+    job_id, bundle = export(api)
+    info = control.get(f"/bundles/{job_id}").json()
+    assert info["sha256"] == sim.bundle_sha256(job_id) and info["sizeBytes"] == bundle["sizeBytes"]
+    assert control.post("/expire-links").status_code == 200
+    assert httpx.get(bundle["bundleUrl"]).status_code == 403
+
+    before = members(httpx.get(export(api)[1]["bundleUrl"]).content)
+    assert control.post(f"/publish/{DOMAIN}").status_code == 200
+    after = members(httpx.get(export(api)[1]["bundleUrl"]).content)
+    assert before["index.html"] != after["index.html"]
+
+    stats = control.get("/stats").json()
+    assert stats["starts"][DOMAIN] == sim.stats.starts[DOMAIN]
+    assert stats["requests"] >= 10 and stats["auth_failures"] == 0
+    assert stats["bundle_calls"][job_id] == 1
+    control.close()
+
+
+def test_connections_are_kept_alive(sim: Simulator, api: httpx.Client) -> None:
+    responses = [api.get("/v2/agent/proj_sim/job/aj_pr") for _ in range(3)]
+    assert all(r.http_version == "HTTP/1.1" for r in responses)
+    assert all("close" not in r.headers.get("connection", "") for r in responses)
+    assert all(r.headers["content-length"] for r in responses)
+
+
+# ---- command line --------------------------------------------------------------------------
+
+
+def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from mirror.cli.sim import sim; sim()",
+            "serve",
+            "--port",
+            "0",
+            "--key",
+            "mint_sim_cli_test",
+            "--queue-seconds",
+            "0",
+            "--run-seconds",
+            "50ms",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        url_line = lines.get(timeout=15)
+        lines.get(timeout=5)
+        key_line = lines.get(timeout=5)
+        assert url_line.startswith("simulator listening on http://127.0.0.1:")
+        assert key_line.strip() == "accepted key: mint_sim_cli_test"
+        url = url_line.split()[-1]
+        headers = {"Authorization": "Bearer mint_sim_cli_test"}
+        started = httpx.post(
+            f"{url}/v1/static-export/jobs", json={"domain": DOMAIN}, headers=headers
+        )
+        assert started.status_code == 202
+        assert httpx.get(f"{url}/_sim/stats").json()["starts"][DOMAIN] == [started.json()["jobId"]]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=10)
+    assert code == 0
+    assert process.stderr is not None and "mint_sim_cli_test" not in process.stderr.read()
