@@ -1,0 +1,947 @@
+"""One export run of one domain, as a state machine persisted in `export_runs`.
+
+PENDING -> STARTED -> COMPLETED -> DOWNLOADING -> DOWNLOADED -> STORED | UNCHANGED, or FAILED.
+
+Promises:
+
+- Every step's result is committed before the next step begins, so `run_export`
+  after a crash (even SIGKILL) continues the same run: the same vendor job, the
+  same partial file (cut back to its last fsynced checkpoint), a fresh link when
+  the saved one has expired. It never starts a second vendor job for a run whose
+  job id was saved.
+- The one unavoidable window: the vendor accepts a start and the process dies
+  before the job id is committed (the commit is the very next thing done, with
+  no logging or callback in between). `vendor_started_at` is stamped *before*
+  the call, so the next run sees a start of unknown outcome, says so in the log,
+  and starts again on the same run row; with the vendor's one-active-job rule the
+  orphan makes that start answer 409, which defers the run (TemporaryFailure)
+  until the orphan has finished. The start budget counts the stamp, so an
+  unknown start is never free.
+- A run is owned through a lease (`host:pid:nonce`, renewed at every poll and
+  download checkpoint). A live lease of someone else -> TemporaryFailure; an
+  expired lease, or one of a dead process on this host, is taken over. Every
+  write is guarded by the lease, so a process that lost its lease stops instead
+  of overwriting its successor's work.
+- Nothing is stored unless the archive passed `inspect_archive`; the Bundle and
+  Version rows are written in one transaction after the blob is in place.
+
+The decisions (which step comes next, how long to wait, whether a lease is
+free, how much start budget is left) are small pure functions; the runner
+around them does the I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy.exc
+from sqlalchemy import CursorResult, select, text, update
+from sqlalchemy.orm import Session
+
+from mirror.api import BundleLink, ExportJob, VendorClient
+from mirror.app import App
+from mirror.archive import ArchiveReport, inspect_archive
+from mirror.download import download_bundle
+from mirror.errors import (
+    AuthError,
+    ConfigError,
+    IntegrityError,
+    Interrupted,
+    MirrorError,
+    NotFound,
+    OperationFailed,
+    TemporaryFailure,
+)
+from mirror.fsutil import sha256_file
+from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
+from mirror.versions import label_key, next_label
+
+log = logging.getLogger(__name__)
+
+LEASE_MIN_SECONDS = 300.0
+LINK_MARGIN_SECONDS = 30.0
+PROGRESS_EVENT_SECONDS = 0.1
+_BUDGET_LOCK_KEY = 0x6D69_7272_6F72  # "mirror": serialises start-budget checks on PostgreSQL
+
+
+# --- what callers see ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A state change or progress of a run, for progress displays and metrics."""
+
+    domain: str
+    run_id: int
+    state: str
+    job_id: str | None
+    progress: float | None = None
+    page_count: int | None = None
+    bytes_done: int | None = None
+    bytes_total: int | None = None
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    """A finished run: the version that now holds the domain's content and where its blob is."""
+
+    domain: str
+    run_id: int
+    state: Literal["stored", "unchanged"]
+    version: str
+    sha256: str
+    size: int
+    job_id: str
+    blob_path: Path
+    format: str
+    tree_sha256: str
+    file_count: int
+    resumed: bool
+
+
+# --- the pure core ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """The columns of an `export_runs` row that drive the state machine."""
+
+    id: int
+    domain: str
+    state: str
+    active: bool
+    requested_version: str | None
+    requested_paths: list[str] | None
+    vendor_job_id: str | None
+    vendor_started_at: datetime | None
+    bundle_url: str | None
+    bundle_expires_at: datetime | None
+    expected_size: int | None
+    partial_name: str | None
+    bytes_done: int
+    sha256: str | None
+    version_label: str | None
+    error: str | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ExportRun) -> RunSnapshot:
+        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
+
+    def link(self) -> BundleLink | None:
+        if not self.bundle_url or not self.vendor_job_id:
+            return None
+        return BundleLink(
+            job_id=self.vendor_job_id,
+            url=self.bundle_url,
+            size_bytes=self.expected_size,
+            expires_at=self.bundle_expires_at,
+        )
+
+
+class Step(enum.Enum):
+    START = "start"  # ask the vendor for a job (budget first)
+    POLL = "poll"  # wait for the job to finish
+    FETCH_LINK = "fetch_link"  # ask for the bundle link
+    DOWNLOAD = "download"  # fetch the archive into the partial file
+    STORE = "store"  # check the archive, adopt the blob, write the rows
+    DONE = "done"
+
+
+def next_step(run: RunSnapshot) -> Step:
+    """What to do next for a run in this state (a missing prerequisite sends it back a step)."""
+    if run.state in RunState.TERMINAL:
+        return Step.DONE
+    if run.vendor_job_id is None:
+        return Step.START
+    if run.state in (RunState.PENDING, RunState.STARTED):
+        return Step.POLL
+    if run.state == RunState.COMPLETED:
+        return Step.FETCH_LINK
+    if run.state == RunState.DOWNLOADED and run.sha256 is not None:
+        return Step.STORE
+    return Step.DOWNLOAD
+
+
+def next_poll_delay(current: float, job: ExportJob, base: float, cap: float) -> float:
+    """Poll steadily while the job visibly runs; back off while it is queued or unknown."""
+    if job.status == "running":
+        return base
+    return min(cap, max(base, current * 1.5))
+
+
+def budget_wait(started: Sequence[datetime], now: datetime, per_hour: int) -> float:
+    """Seconds until another start fits in `per_hour` starts per rolling hour (0 = now).
+
+    `started` are the start times within the last hour, oldest first.
+    """
+    if per_hour <= 0 or len(started) < per_hour:
+        return 0.0
+    frees_at = started[len(started) - per_hour] + timedelta(hours=1)
+    return max((frees_at - now).total_seconds(), 0.001)
+
+
+def parse_owner(owner: str) -> tuple[str, int | None]:
+    """(host, pid) of a lease owner `host:pid:nonce`; pid None when it is not one of ours."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    return host, int(pid_text) if pid_text.isdigit() else None
+
+
+def lease_held_by_other(
+    owner: str | None,
+    expires_at: datetime | None,
+    *,
+    me: str,
+    now: datetime,
+    host: str,
+    pid_alive: Callable[[int], bool],
+) -> bool:
+    """Whether someone else holds a live lease (expired leases and dead local owners do not)."""
+    if owner is None or owner == me:
+        return False
+    if expires_at is None or expires_at <= now:
+        return False
+    owner_host, pid = parse_owner(owner)
+    return not (owner_host == host and pid is not None and not pid_alive(pid))
+
+
+_HTTP_STATUS = re.compile(r"HTTP (\d{3})")
+_NOT_ACTED_ON = frozenset({408, 409, 429, 503})
+
+
+def start_refused(exc: TemporaryFailure) -> bool:
+    """Whether a failed start provably created no job: the vendor's last answer was 408, 409,
+    429 or 503. A lost connection after sending, or a 500/502/504, may hide a started job."""
+    if exc.__cause__ is not None:
+        return False
+    codes = _HTTP_STATUS.findall(exc.message)
+    return bool(codes) and int(codes[-1]) in _NOT_ACTED_ON
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+# --- queries ---------------------------------------------------------------------------------
+
+
+def start_budget_wait(
+    session: Session, now: datetime, per_hour: int, *, exclude_run_id: int | None = None
+) -> float:
+    """Seconds until a start is allowed (0 = now), from the vendor starts of the last hour.
+
+    The budget is shared by all domains (and all replicas sharing the database).
+    """
+    query = (
+        select(ExportRun.vendor_started_at)
+        .where(ExportRun.vendor_started_at > now - timedelta(hours=1))
+        .order_by(ExportRun.vendor_started_at)
+    )
+    if exclude_run_id is not None:
+        query = query.where(ExportRun.id != exclude_run_id)
+    started = [when for when in session.scalars(query) if when is not None]
+    return budget_wait(started, now, per_hour)
+
+
+def unfinished_runs(app: App) -> list[ExportRun]:
+    """Active runs (any domain), oldest first: what a restarted daemon should resume."""
+    with app.db.session() as session:
+        return list(
+            session.scalars(
+                select(ExportRun).where(ExportRun.active.is_(True)).order_by(ExportRun.id)
+            )
+        )
+
+
+def latest_version(session: Session, domain: str) -> Version | None:
+    """The domain's newest version by label order."""
+    versions = list(session.scalars(select(Version).where(Version.domain == domain)))
+    return max(versions, key=lambda v: label_key(v.label)) if versions else None
+
+
+# --- the runner ------------------------------------------------------------------------------
+
+
+class _LostLease(TemporaryFailure):
+    pass
+
+
+class _Runner:
+    """Drives one run from whatever state it is in to a terminal state (or a clean stop)."""
+
+    def __init__(
+        self,
+        app: App,
+        client: VendorClient,
+        domain: str,
+        *,
+        version: str | None,
+        paths: list[str] | None,
+        cancel: threading.Event | None,
+        on_event: Callable[[RunEvent], None] | None,
+        sleep: Callable[[float], None],
+        now: Callable[[], datetime],
+        owner: str,
+    ) -> None:
+        self.app = app
+        self.db = app.db
+        self.store = app.store
+        self.client = client
+        self.domain = domain
+        self.version = version
+        self.paths = paths
+        self.cancel = cancel
+        self.on_event = on_event
+        self.sleep = sleep
+        self.now = now
+        self.owner = owner
+        api = app.settings.api
+        self.poll_interval = api.poll_interval
+        self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
+        self.per_hour = api.max_starts_per_hour
+        self.lease_seconds = max(LEASE_MIN_SECONDS, 3 * self.max_poll_interval)
+        self.resumed = False
+        self.downloaded_here = False
+        self._last_progress_event = 0.0
+        self.run: RunSnapshot | None = None
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    @property
+    def current(self) -> RunSnapshot:
+        assert self.run is not None
+        return self.run
+
+    def lease_until(self) -> datetime:
+        return self.now() + timedelta(seconds=self.lease_seconds)
+
+    def save(self, session: Session | None = None, **values: Any) -> RunSnapshot:
+        """Write `values` to the run row, guarded by our lease (and renewing it)."""
+        values.setdefault("lease_expires_at", self.lease_until())
+        values["updated_at"] = self.now()
+        run = self.current
+        statement = (
+            update(ExportRun)
+            .where(ExportRun.id == run.id, ExportRun.lease_owner == self.owner)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if session is None:
+            with self.db.session() as own:
+                result = own.execute(statement)
+                self._check_owned(result)
+        else:
+            self._check_owned(session.execute(statement))
+        values.pop("updated_at")
+        self.run = replace(run, **values)
+        return self.run
+
+    def _check_owned(self, result: Any) -> None:
+        if not isinstance(result, CursorResult) or result.rowcount != 1:
+            raise _LostLease(
+                f"export of {self.domain} (run {self.current.id}) was taken over by another "
+                "process; this one stops",
+                retry_after=self.lease_seconds,
+            )
+
+    def transition(self, state: str, session: Session | None = None, **values: Any) -> RunSnapshot:
+        run = self.save(session, state=state, **values)
+        if session is None:
+            self.announce()
+        return run
+
+    def announce(self, **extra: Any) -> None:
+        run = self.current
+        fields_ = {"domain": run.domain, "run_id": run.id, "state": run.state}
+        fields_["job_id"] = run.vendor_job_id
+        fields_.update(extra)
+        log.info("export state", extra=fields_)
+        self.emit(RunEvent(run.domain, run.id, run.state, run.vendor_job_id))
+
+    def emit(self, event: RunEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            run = self.current
+            raise Interrupted(
+                f"export of {self.domain} stopped in state {run.state} (run {run.id}); "
+                "run it again to resume"
+            )
+
+    def pause(self, seconds: float) -> None:
+        if self.cancel is not None and self.sleep is time.sleep:
+            self.cancel.wait(seconds)
+        else:
+            self.sleep(seconds)
+        self.check_cancel()
+
+    def partial_path(self) -> Path:
+        name = self.current.partial_name or f"run-{self.current.id}.part"
+        return self.store.temp_path(name)
+
+    def drop_partial(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.partial_path().unlink()
+
+    # -- claim and release --------------------------------------------------------------
+
+    def claim(self) -> None:
+        """Take the domain's active run (or create one) under our lease."""
+        for _ in range(5):
+            with self.db.session() as session:
+                row = session.scalars(
+                    select(ExportRun).where(
+                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
+                    )
+                ).first()
+                existing = RunSnapshot.of(row) if row is not None else None
+            if existing is None:
+                if self.create():
+                    return
+                continue
+            if lease_held_by_other(
+                existing.lease_owner,
+                existing.lease_expires_at,
+                me=self.owner,
+                now=self.now(),
+                host=socket.gethostname(),
+                pid_alive=pid_alive,
+            ):
+                assert existing.lease_expires_at is not None
+                wait = (existing.lease_expires_at - self.now()).total_seconds()
+                raise TemporaryFailure(
+                    f"domain {self.domain} is being exported by {existing.lease_owner} "
+                    f"(run {existing.id}, {existing.state}); try again later",
+                    retry_after=max(wait, 1.0),
+                )
+            if self.take_over(existing):
+                return
+        raise TemporaryFailure(
+            f"could not claim the export run of {self.domain}: other processes keep taking it; "
+            "try again later"
+        )
+
+    def create(self) -> bool:
+        now = self.now()
+        try:
+            with self.db.session() as session:
+                row = ExportRun(
+                    domain=self.domain,
+                    active=True,
+                    state=RunState.PENDING,
+                    requested_version=self.version,
+                    requested_paths=list(self.paths) if self.paths is not None else None,
+                    bytes_done=0,
+                    lease_owner=self.owner,
+                    lease_expires_at=self.lease_until(),
+                    created_at=now,
+                    updated_at=now,
+                )
+                session.add(row)
+                session.flush()
+                row.partial_name = f"run-{row.id}.part"
+                session.flush()
+                self.run = RunSnapshot.of(row)
+        except sqlalchemy.exc.IntegrityError:
+            return False  # another process created the domain's active run just now
+        self.announce()
+        return True
+
+    def take_over(self, existing: RunSnapshot) -> bool:
+        owner_match = (
+            ExportRun.lease_owner.is_(None)
+            if existing.lease_owner is None
+            else ExportRun.lease_owner == existing.lease_owner
+        )
+        until = self.lease_until()
+        with self.db.session() as session:
+            result = session.execute(
+                update(ExportRun)
+                .where(ExportRun.id == existing.id, ExportRun.active.is_(True), owner_match)
+                .values(lease_owner=self.owner, lease_expires_at=until, updated_at=self.now())
+                .execution_options(synchronize_session=False)
+            )
+            taken = isinstance(result, CursorResult) and result.rowcount == 1
+        if not taken:
+            return False
+        self.run = replace(existing, lease_owner=self.owner, lease_expires_at=until)
+        self.resumed = True
+        self.emit(RunEvent(self.domain, existing.id, existing.state, existing.vendor_job_id))
+        if existing.lease_owner not in (None, self.owner):
+            log.warning(
+                "taking over the export run %d of %s from %s (its lease expired or its "
+                "process is gone)",
+                existing.id,
+                self.domain,
+                existing.lease_owner,
+                extra={"domain": self.domain, "run_id": existing.id},
+            )
+        log.info(
+            "resuming export run %d of %s in state %s",
+            existing.id,
+            self.domain,
+            existing.state,
+            extra={"domain": self.domain, "run_id": existing.id, "state": existing.state},
+        )
+        return True
+
+    def release(self) -> None:
+        """Give the lease up (the run stays active and resumable)."""
+        if self.run is None or not self.current.active:
+            return
+        try:
+            with self.db.session() as session:
+                self.save(session, lease_owner=None, lease_expires_at=None)
+        except _LostLease:
+            pass
+        except Exception as exc:  # never hide the error that brought us here
+            log.warning("could not release the lease of run %d: %s", self.current.id, exc)
+
+    def fail(self, error: MirrorError | str, **values: Any) -> None:
+        """End the run as FAILED (terminal) and remove its partial file."""
+        message = str(error)
+        try:
+            self.save(
+                state=RunState.FAILED,
+                error=message,
+                active=False,
+                finished_at=self.now(),
+                lease_owner=None,
+                lease_expires_at=None,
+                **values,
+            )
+        except _LostLease:
+            return
+        self.announce(error=message)
+        self.drop_partial()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def execute(self) -> ExportOutcome:
+        self.claim()
+        try:
+            while True:
+                self.check_cancel()
+                step = next_step(self.current)
+                if step is Step.START:
+                    self.start()
+                elif step is Step.POLL:
+                    self.poll()
+                elif step is Step.FETCH_LINK:
+                    self.fetch_link()
+                elif step is Step.DOWNLOAD:
+                    self.download()
+                elif step is Step.STORE:
+                    return self.store_bundle()
+                else:
+                    raise MirrorError(
+                        f"export run {self.current.id} of {self.domain} is already "
+                        f"{self.current.state}"
+                    )
+        except (OperationFailed, IntegrityError) as exc:
+            if self.current.active:
+                self.fail(exc)
+            raise
+        finally:
+            self.release()
+
+    # -- START --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        run = self.current
+        if run.vendor_started_at is not None:
+            log.warning(
+                "an earlier start of run %d of %s (at %s) ended without a job id (the process "
+                "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
+                "one-active-job vendor refuses this start until it ends",
+                run.id,
+                self.domain,
+                run.vendor_started_at.isoformat(),
+                extra={"domain": self.domain, "run_id": run.id},
+            )
+        previous_stamp = run.vendor_started_at
+        self.reserve_start()
+        try:
+            job = self.client.start_export(
+                self.domain,
+                version=run.requested_version,
+                paths=list(run.requested_paths) if run.requested_paths is not None else None,
+            )
+        except (AuthError, ConfigError, NotFound) as exc:
+            # Refused for good: the vendor started nothing, so the stamp goes back.
+            self.fail(exc, vendor_started_at=previous_stamp)
+            raise
+        except TemporaryFailure as exc:
+            if start_refused(exc):
+                with contextlib.suppress(_LostLease):
+                    self.save(vendor_started_at=previous_stamp)
+            raise
+        # Nothing may come between the vendor's answer and this commit (see module doc).
+        self.transition(RunState.STARTED, vendor_job_id=job.job_id)
+
+    def reserve_start(self) -> None:
+        """Check the shared start budget and stamp this run's start, in one transaction."""
+        now = self.now()
+        with self.db.session() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                session.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY}
+                )
+            self.save(session)  # first a write: on SQLite it serialises the budget check too
+            wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=self.current.id)
+            if wait > 0:
+                session.rollback()
+                raise TemporaryFailure(
+                    f"the start budget of {self.per_hour} vendor exports per hour is spent; "
+                    f"{self.domain} starts in {wait:.0f}s",
+                    hint="api.max_starts_per_hour is shared by all domains",
+                    retry_after=wait,
+                )
+            self.save(session, vendor_started_at=now)
+
+    # -- POLL ---------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        job_id = self.current.vendor_job_id
+        assert job_id is not None
+        delay = self.poll_interval
+        while True:
+            self.check_cancel()
+            try:
+                job = self.client.export_status(job_id)
+            except NotFound as exc:
+                raise OperationFailed(
+                    f"the vendor no longer knows export job {job_id} of {self.domain} ({exc}); "
+                    "the next run starts a new job"
+                ) from None
+            self.emit(
+                RunEvent(
+                    self.domain,
+                    self.current.id,
+                    RunState.STARTED,
+                    job_id,
+                    progress=job.progress,
+                    page_count=job.page_count,
+                )
+            )
+            if job.failed:
+                raise OperationFailed(
+                    f"export job {job_id} of {self.domain} failed at the vendor: "
+                    f"{job.error or 'no reason given'}"
+                )
+            if job.completed:
+                if job.bundle is not None:
+                    self.transition(RunState.DOWNLOADING, **self.link_values(job.bundle))
+                else:
+                    self.transition(RunState.COMPLETED)
+                return
+            self.save()
+            self.pause(delay)
+            delay = next_poll_delay(delay, job, self.poll_interval, self.max_poll_interval)
+
+    @staticmethod
+    def link_values(link: BundleLink) -> dict[str, Any]:
+        values: dict[str, Any] = {"bundle_url": link.url, "bundle_expires_at": link.expires_at}
+        if link.size_bytes is not None:
+            values["expected_size"] = link.size_bytes
+        return values
+
+    # -- FETCH_LINK ---------------------------------------------------------------------
+
+    def fetch_link(self) -> None:
+        job_id = self.current.vendor_job_id
+        assert job_id is not None
+        link = self.ask_link(job_id, first=True)
+        self.transition(RunState.DOWNLOADING, **self.link_values(link))
+
+    def ask_link(self, job_id: str, *, first: bool = False) -> BundleLink:
+        try:
+            return self.client.export_bundle(job_id) if first else self.client.fresh_link(job_id)
+        except NotFound as exc:
+            raise OperationFailed(
+                f"the vendor has no bundle for export job {job_id} of {self.domain} ({exc}); "
+                "the next run starts a new job"
+            ) from None
+
+    # -- DOWNLOAD -----------------------------------------------------------------------
+
+    def download(self) -> None:
+        run = self.current
+        job_id = run.vendor_job_id
+        assert job_id is not None
+        link = run.link()
+        if link is None or link.expired(self.now(), LINK_MARGIN_SECONDS):
+            link = self.ask_link(job_id)
+            self.save(**self.link_values(link))
+        partial = self.partial_path()
+        self.align_partial(partial, run.bytes_done)
+        try:
+            result = download_bundle(
+                self.client.http,
+                link,
+                partial,
+                refresh_link=lambda: self.ask_link(job_id),
+                expected_size=run.expected_size,
+                checkpoint=self.checkpoint,
+                on_progress=self.progress,
+                cancel=self.cancel,
+                sleep=self.sleep,
+                now=self.now,
+            )
+        except (AuthError, NotFound):
+            # The storage host refused this link for good: the next try asks for a new one.
+            with contextlib.suppress(_LostLease):
+                self.save(bundle_url=None, bundle_expires_at=None)
+            raise
+        self.downloaded_here = True
+        self.transition(
+            RunState.DOWNLOADED,
+            sha256=result.sha256,
+            bytes_done=result.size,
+            expected_size=result.size,
+        )
+
+    def align_partial(self, partial: Path, durable: int) -> None:
+        """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
+        try:
+            size = partial.stat().st_size
+        except FileNotFoundError:
+            return
+        if size > durable:
+            with open(partial, "r+b") as handle:
+                handle.truncate(durable)
+                os.fsync(handle.fileno())
+
+    def checkpoint(self, durable: int, link: BundleLink) -> None:
+        values: dict[str, Any] = {"bytes_done": durable}
+        if link.url != self.current.bundle_url:
+            values.update(self.link_values(link))
+        self.save(**values)
+
+    def progress(self, done: int, total: int | None) -> None:
+        if self.on_event is None:
+            return
+        now = time.monotonic()
+        if now - self._last_progress_event < PROGRESS_EVENT_SECONDS and done != total:
+            return
+        self._last_progress_event = now
+        run = self.current
+        self.emit(
+            RunEvent(
+                self.domain,
+                run.id,
+                RunState.DOWNLOADING,
+                run.vendor_job_id,
+                bytes_done=done,
+                bytes_total=total,
+            )
+        )
+
+    # -- STORE --------------------------------------------------------------------------
+
+    def store_bundle(self) -> ExportOutcome:
+        run = self.current
+        sha256, size = run.sha256, run.bytes_done
+        assert sha256 is not None and run.vendor_job_id is not None
+        source = self.downloaded_file(sha256)
+        if source is None:
+            log.warning(
+                "the downloaded bundle of run %d of %s is gone; downloading it again",
+                run.id,
+                self.domain,
+                extra={"domain": self.domain, "run_id": run.id},
+            )
+            self.drop_partial()
+            self.transition(RunState.DOWNLOADING, sha256=None, bytes_done=0)
+            self.download()
+            return self.store_bundle()
+        try:
+            report = inspect_archive(source)
+        except IntegrityError:
+            if source != self.partial_path():
+                self.forget_unindexed_blob(sha256)
+            raise
+        with self.db.session() as session:
+            latest = latest_version(session, self.domain)
+            if latest is not None and latest.tree_sha256 == report.tree_sha256:
+                return self.finish_unchanged(session, latest, report)
+        blob = self.store.adopt(source, sha256, size) if source == self.partial_path() else source
+        with self.db.session() as session:
+            if session.get(Bundle, sha256) is None:
+                session.add(
+                    Bundle(
+                        sha256=sha256,
+                        size=size,
+                        format=report.format,
+                        tree_sha256=report.tree_sha256,
+                        file_count=report.file_count,
+                        created_at=self.now(),
+                    )
+                )
+            labels = session.scalars(select(Version.label).where(Version.domain == self.domain))
+            label = next_label(list(labels), run.vendor_started_at or self.now())
+            session.add(
+                Version(
+                    domain=self.domain,
+                    label=label,
+                    bundle_sha256=sha256,
+                    tree_sha256=report.tree_sha256,
+                    run_id=run.id,
+                    created_at=self.now(),
+                )
+            )
+            session.flush()
+            self.transition(
+                RunState.STORED,
+                session,
+                version_label=label,
+                active=False,
+                finished_at=self.now(),
+                lease_owner=None,
+                lease_expires_at=None,
+                error=None,
+            )
+        self.announce(version=label, sha256=sha256, size=size)
+        return self.outcome("stored", label, sha256, size, blob, report)
+
+    def downloaded_file(self, sha256: str) -> Path | None:
+        """The finished download (re-hashed if it was not written by this process), or the
+        blob it was already moved to before a crash; None when neither is there."""
+        partial = self.partial_path()
+        if partial.is_file():
+            if self.downloaded_here or sha256_file(partial) == sha256:
+                return partial
+            log.warning("partial file %s does not hash to %s; dropping it", partial, sha256[:12])
+            return None
+        if self.store.has(sha256):
+            return self.store.blob_path(sha256)
+        return None
+
+    def forget_unindexed_blob(self, sha256: str) -> None:
+        with self.db.session() as session:
+            indexed = session.get(Bundle, sha256) is not None
+        if not indexed:
+            self.store.remove(sha256)
+
+    def finish_unchanged(
+        self, session: Session, latest: Version, report: ArchiveReport
+    ) -> ExportOutcome:
+        run = self.current
+        bundle = session.get(Bundle, latest.bundle_sha256)
+        assert bundle is not None
+        self.transition(
+            RunState.UNCHANGED,
+            session,
+            version_label=latest.label,
+            active=False,
+            finished_at=self.now(),
+            lease_owner=None,
+            lease_expires_at=None,
+            error=None,
+        )
+        session.commit()
+        self.drop_partial()
+        if run.sha256 is not None and run.sha256 != bundle.sha256:
+            self.forget_unindexed_blob(run.sha256)
+        self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
+        return self.outcome(
+            "unchanged",
+            latest.label,
+            bundle.sha256,
+            bundle.size,
+            self.store.blob_path(bundle.sha256),
+            report,
+            fmt=bundle.format,
+        )
+
+    def outcome(
+        self,
+        state: Literal["stored", "unchanged"],
+        label: str,
+        sha256: str,
+        size: int,
+        blob: Path,
+        report: ArchiveReport,
+        fmt: str | None = None,
+    ) -> ExportOutcome:
+        run = self.current
+        assert run.vendor_job_id is not None
+        return ExportOutcome(
+            domain=self.domain,
+            run_id=run.id,
+            state=state,
+            version=label,
+            sha256=sha256,
+            size=size,
+            job_id=run.vendor_job_id,
+            blob_path=blob,
+            format=fmt or report.format,
+            tree_sha256=report.tree_sha256,
+            file_count=report.file_count,
+            resumed=self.resumed,
+        )
+
+
+def run_export(
+    app: App,
+    client: VendorClient,
+    domain: str,
+    *,
+    cancel: threading.Event | None = None,
+    on_event: Callable[[RunEvent], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime] = utcnow,
+    owner: str | None = None,
+    version: str | None = None,
+    paths: Iterable[str] | None = None,
+) -> ExportOutcome:
+    """Run (or resume) the export of `domain` to a stored or unchanged version.
+
+    `version`/`paths` override the domain's settings for a new run (a resumed run keeps
+    what it was started with). Raises TemporaryFailure (busy, budget spent, vendor 409/429,
+    network), Interrupted (cancel set; state saved), OperationFailed (job failed),
+    IntegrityError (size or archive check; nothing stored), AuthError, ConfigError.
+    """
+    domain = domain.strip().lower()
+    export = app.settings.export_for(domain)
+    runner = _Runner(
+        app,
+        client,
+        domain,
+        version=version if version is not None else export.version,
+        paths=list(paths) if paths is not None else export.paths,
+        cancel=cancel,
+        on_event=on_event,
+        sleep=sleep,
+        now=now,
+        owner=owner or new_owner(),
+    )
+    return runner.execute()

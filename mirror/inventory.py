@@ -1,0 +1,89 @@
+"""What the connected side's store holds, and whether the blobs still match the index.
+
+Promises: `list_versions` reads only the index; `verify_store` re-hashes every
+blob against the `bundles` rows and reports every problem it finds (missing,
+corrupt, extra) without raising, so a caller sees all of them at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from mirror.app import App
+from mirror.models import Bundle, ExportRun, Version
+from mirror.store import BlobProblem
+from mirror.versions import label_key
+
+
+@dataclass(frozen=True)
+class StoredVersion:
+    """One version of one domain and the blob that holds it."""
+
+    domain: str
+    label: str
+    sha256: str
+    size: int
+    format: str
+    tree_sha256: str
+    file_count: int
+    created_at: datetime
+    delivered_at: datetime | None
+    path: Path
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The outcome of `verify_store`: blobs checked, problems found, stray temp files."""
+
+    checked: int
+    problems: list[BlobProblem] = field(default_factory=list)
+    stray_temp_files: list[Path] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
+    """Every stored version (of `domain`, if given), by domain, then label order."""
+    query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
+    if domain is not None:
+        query = query.where(Version.domain == domain.strip().lower())
+    with app.db.session() as session:
+        rows = [
+            StoredVersion(
+                domain=version.domain,
+                label=version.label,
+                sha256=bundle.sha256,
+                size=bundle.size,
+                format=bundle.format,
+                tree_sha256=version.tree_sha256,
+                file_count=bundle.file_count,
+                created_at=version.created_at,
+                delivered_at=version.delivered_at,
+                path=app.store.blob_path(bundle.sha256),
+            )
+            for version, bundle in session.execute(query).tuples()
+        ]
+    return sorted(rows, key=lambda v: (v.domain, label_key(v.label)))
+
+
+def verify_store(app: App) -> VerifyReport:
+    """Re-hash every blob against the index: missing, corrupt and extra blobs are problems;
+    temp files that belong to no unfinished run are listed (not problems: gc removes them)."""
+    with app.db.session() as session:
+        expected = {sha: size for sha, size in session.execute(select(Bundle.sha256, Bundle.size))}
+        live_partials = {
+            name
+            for name in session.scalars(
+                select(ExportRun.partial_name).where(ExportRun.active.is_(True))
+            )
+            if name
+        }
+    problems = app.store.verify(expected)
+    stray = [p for p in app.store.temp_files() if p.name not in live_partials]
+    return VerifyReport(checked=len(expected), problems=problems, stray_temp_files=stray)
