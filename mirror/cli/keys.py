@@ -1,0 +1,56 @@
+"""`mirror keys generate|show`: Ed25519 key pairs for transfer sets and receipts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.errors import ConfigError
+from mirror.keys import generate_keypair, load_public_key, load_signing_key
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """Signing keys for transfer sets."""
+
+
+@keys_group.command("generate")
+@click.option(
+    "--out",
+    "prefix",
+    required=True,
+    metavar="PREFIX",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.",
+)
+@pass_cli
+def keys_generate(cli: CliContext, prefix: Path) -> None:
+    """Make a new Ed25519 key pair; never overwrites an existing file."""
+    made = generate_keypair(prefix)
+    cli.emit(
+        {
+            "key_id": made.key_id,
+            "private_key": str(made.private_path),
+            "public_key": str(made.public_path),
+        },
+        [
+            f"key id {made.key_id}",
+            f"private key {made.private_path} (mode 0600: keep it on the connected side, "
+            "set transfer.signing_key)",
+            f"public key  {made.public_path} (copy it across: target.trusted_keys)",
+        ],
+    )
+
+
+@keys_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@pass_cli
+def keys_show(cli: CliContext, path: Path) -> None:
+    """Print the key id of a public or private key file (never the key itself)."""
+    try:
+        key_id, kind = load_public_key(path).key_id, "public"
+    except ConfigError:  # not a public key: try it as a private one
+        key_id, kind = load_signing_key(path).key_id, "private"
+    cli.emit({"path": str(path), "kind": kind, "key_id": key_id}, f"{path}: {kind} key {key_id}")

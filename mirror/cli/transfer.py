@@ -1,0 +1,265 @@
+"""`mirror transfer pack|verify|import|ack|push`: carry versions across the air gap."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.config import Settings
+from mirror.errors import ConfigError
+from mirror.importer import ack, import_set, promote_hook, push, receipt_key_from
+from mirror.keys import PublicKey, load_trusted_keys
+from mirror.objectstore import ObjectStore
+from mirror.transfer import pack, verify_set
+from mirror.units import format_size, parse_size
+
+
+class _Size(click.ParamType[int]):
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@contextlib.contextmanager
+def _progress(cli: CliContext, description: str) -> Iterator[Callable[[int], None] | None]:
+    """A byte counter on stderr for a person at a terminal; None (no output) otherwise."""
+    if not cli.interactive:
+        yield None
+        return
+    from rich.progress import (
+        DownloadColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(description, total=None)
+        yield lambda n: progress.advance(task, n)
+
+
+def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]:
+    trusted = load_trusted_keys(keys or settings.target.trusted_keys)
+    if not trusted:
+        raise ConfigError(
+            "no trusted public keys", hint="set target.trusted_keys or pass --key FILE.pub"
+        )
+    return trusted
+
+
+def _object_store(settings: Settings) -> ObjectStore:
+    if not settings.target.bucket:
+        raise ConfigError(
+            "target.bucket is not set", hint="name the internal object store's bucket"
+        )
+    return ObjectStore.from_settings(settings.target)
+
+
+_KEY_OPTION = click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trusted public key file (repeatable) instead of target.trusted_keys.",
+)
+
+
+@click.group("transfer")
+def transfer_group() -> None:
+    """Signed transfer sets: pack, verify, import, acknowledge, push."""
+
+
+@transfer_group.command("pack")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
+@click.option("--max-size", type=_Size(), default=None, help="Largest part [transfer.max_size].")
+@pass_cli
+def transfer_pack(
+    cli: CliContext, out: Path, domain: str | None, include_all: bool, max_size: int | None
+) -> None:
+    """Write a signed transfer set of the versions not yet delivered into OUT."""
+    with _progress(cli, "packing") as on_progress:
+        result = pack(
+            cli.app,
+            out,
+            domain=domain,
+            include_all=include_all,
+            max_size=max_size,
+            on_progress=on_progress,
+        )
+    if result.nothing:
+        cli.emit(
+            {"nothing": True, **result.as_dict()},
+            "nothing to pack: every version was packed or delivered",
+        )
+        return
+    lines = [
+        f"packed set {result.sequence} into {result.path}: {len(result.items)} version(s), "
+        f"{format_size(result.total_bytes)} in {result.part_count} part(s), "
+        f"signed by key {result.key_id}"
+    ]
+    lines += [
+        f"  {i.domain} {i.version}  {i.sha256[:12]}  {format_size(i.size)}" for i in result.items
+    ]
+    cli.emit({"nothing": False, **result.as_dict()}, lines)
+
+
+@transfer_group.command("verify")
+@click.argument("set_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@_KEY_OPTION
+@pass_cli
+def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
+    """Check the signature, the chain fields and every hash, offline."""
+    trusted = _trusted(cli.settings, keys)
+    with _progress(cli, "verifying") as on_progress:
+        verified = verify_set(set_dir, trusted, on_progress=on_progress)
+    manifest = verified.manifest
+    cli.emit(
+        {
+            "path": str(set_dir),
+            "valid": True,
+            "sequence": manifest.sequence,
+            "previous_sequence": manifest.previous_sequence,
+            "manifest_sha256": verified.manifest_sha256,
+            "key_id": verified.key_id,
+            "source_id": manifest.source_id,
+            "created_at": manifest.created_at,
+            "total_bytes": verified.total_bytes,
+            "items": [
+                {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
+                for i in manifest.items
+            ],
+        },
+        [
+            f"{set_dir}: valid set {manifest.sequence} from {manifest.source_id}, "
+            f"signed by key {verified.key_id}, {len(manifest.items)} version(s), "
+            f"{format_size(verified.total_bytes)}"
+        ]
+        + [f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items],
+    )
+
+
+@transfer_group.command("import")
+@click.argument("set_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--allow-replay", is_flag=True, help="Import a set already imported, or an older one."
+)
+@click.option("--promote", is_flag=True, help="Make each domain's newest imported version current.")
+@click.option(
+    "--receipt",
+    "receipt_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the receipt [DIR/receipt.json].",
+)
+@_KEY_OPTION
+@pass_cli
+def transfer_import(
+    cli: CliContext,
+    set_dir: Path,
+    allow_replay: bool,
+    promote: bool,
+    receipt_path: Path | None,
+    keys: tuple[Path, ...],
+) -> None:
+    """Verify a transfer set, then publish it into the object store (air-gapped side)."""
+    settings = cli.settings
+    hook = promote_hook() if promote else None
+    trusted = _trusted(settings, keys)
+    store = _object_store(settings)
+    with _progress(cli, "importing") as on_progress:
+        result = import_set(
+            store,
+            set_dir,
+            trusted,
+            allow_replay=allow_replay,
+            promote=hook,
+            receipt_key=receipt_key_from(settings.transfer.signing_key),
+            receipt_path=receipt_path,
+            on_progress=on_progress,
+        )
+    lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
+    lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]
+    lines += [f"  promoted {d} {v}" for d, v in result.promoted]
+    lines += [f"note: {note}" for note in result.notes]
+    signed = f"signed by key {result.receipt_signed_by}" if result.receipt_signed_by else "unsigned"
+    lines.append(
+        f"receipt {result.receipt} ({signed}): carry it back and run `mirror transfer ack`"
+    )
+    cli.emit(result.as_dict(), lines)
+
+
+@transfer_group.command("ack")
+@click.argument("receipt", type=click.Path(dir_okay=False, path_type=Path))
+@pass_cli
+def transfer_ack(cli: CliContext, receipt: Path) -> None:
+    """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
+    result = ack(cli.app, receipt)
+    lines = [f"set {result.sequence}: receipt {result.signature}"]
+    lines += [f"  delivered {d} {v}" for d, v in result.marked]
+    lines += [f"  already delivered {d} {v}" for d, v in result.already]
+    if not result.complete:
+        lines.append("note: the receipt does not list every version of the set")
+    cli.emit(result.as_dict(), lines)
+
+
+@transfer_group.command("push")
+@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
+@click.option("--max-size", type=_Size(), default=None, help="Largest part [transfer.max_size].")
+@click.option("--allow-replay", is_flag=True, help="Accept a set the target already imported.")
+@click.option("--promote", is_flag=True, help="Make each domain's newest pushed version current.")
+@pass_cli
+def transfer_push(
+    cli: CliContext,
+    domain: str | None,
+    include_all: bool,
+    max_size: int | None,
+    allow_replay: bool,
+    promote: bool,
+) -> None:
+    """Pack, import and acknowledge in one step where the target is reachable."""
+    hook = promote_hook() if promote else None
+    store = _object_store(cli.settings)
+    with _progress(cli, "pushing") as on_progress:
+        result = push(
+            cli.app,
+            store,
+            domain=domain,
+            include_all=include_all,
+            max_size=max_size,
+            allow_replay=allow_replay,
+            promote=hook,
+            on_progress=on_progress,
+        )
+    if result.imported is None:
+        cli.emit(result.as_dict(), "nothing to push: every version was packed or delivered")
+        return
+    imported = result.imported
+    lines = [f"pushed set {imported.sequence} into bucket {store.bucket}:"]
+    lines += [f"  {i.domain} {i.version}  {i.status}" for i in imported.items]
+    lines += [f"  promoted {d} {v}" for d, v in imported.promoted]
+    lines += [f"note: {note}" for note in imported.notes]
+    cli.emit(result.as_dict(), lines)
