@@ -72,7 +72,9 @@ def _changed(before: AgentJob, after: AgentJob) -> bool:
 
 
 def _when(moment: datetime | None) -> str:
-    return _iso(moment) or "unknown"
+    if moment is None:
+        return "unknown"
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def describe_agent_job(job: AgentJob) -> list[str]:

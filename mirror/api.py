@@ -312,8 +312,8 @@ def _one_line(text: str) -> str:
     return line if len(line) <= _VENDOR_TEXT_LIMIT else line[: _VENDOR_TEXT_LIMIT - 3] + "..."
 
 
-class _RetryableAnswer(Exception):
-    """A retryable HTTP answer, as the cause reported to stamina's retry hooks."""
+class RetryableStatus(Exception):
+    """A retryable HTTP answer (408, 429, 5xx): the cause reported to stamina's retry hooks."""
 
     def __init__(self, status: int, endpoint: str) -> None:
         super().__init__(f"HTTP {status} from {endpoint}")
@@ -588,7 +588,7 @@ class VendorClient:
                 )
                 text = _vendor_text(response)
                 last = f"HTTP {status}{': ' + text if text else ''}"
-                cause = _RetryableAnswer(status, endpoint)
+                cause = RetryableStatus(status, endpoint)
             wait = backoff_delay(
                 attempt, initial=self.wait_initial, maximum=self.wait_max, jitter=self.wait_jitter
             )
@@ -607,7 +607,7 @@ class VendorClient:
                     ),
                     hint="the vendor or the network is having trouble; try again later",
                     retry_after=retry_after,
-                ) from (cause if not isinstance(cause, _RetryableAnswer) else None)
+                ) from (cause if not isinstance(cause, RetryableStatus) else None)
             self._report_retry(endpoint, attempt, wait, waited, cause)
             self._sleep(wait)
             waited += wait

@@ -95,9 +95,9 @@ def watch(
     if job.failed:
         if not cli.as_json:
             cli.emit(None, describe_agent_job(job))
+        where = job.repository or "repository not given"
         raise OperationFailed(
-            f"agent job {job.id} failed ({job.repository or 'repository not given'}"
-            f"{'@' + job.ref if job.ref else ''}, model {job.model or 'not given'})",
-            hint="see the job in the vendor's dashboard for the agent's error",
+            f"agent job {job.id} failed: {where}{'@' + job.ref if job.ref else ''}, "
+            f"model {job.model or 'not given'}; see the job in the vendor's dashboard"
         )
     cli.emit(agent_job_document(job), describe_agent_job(job))
