@@ -16,7 +16,8 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, select
+from sqlalchemy.orm import Session
 
 from mirror.app import App
 from mirror.models import Bundle, ExportRun, TransferItem, Version
@@ -79,10 +80,14 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
     if keep < 1:
         raise ValueError("keep must be at least 1")
     with app.db.session() as session:
+        # Bundles first: a version committed later than this read refers to a bundle read here
+        # or to a newer one, so no bundle a live version needs is ever taken for an orphan.
+        bundles = {b.sha256: b.size for b in session.scalars(select(Bundle))}
         versions = list(session.scalars(select(Version)))
         doomed, kept_undelivered = versions_to_remove(versions, keep)
-        doomed_ids = {v.id for v in doomed}
-        still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_ids}
+        doomed_ids = [v.id for v in doomed]
+        doomed_set = set(doomed_ids)
+        still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_set}
         still_referenced |= {
             sha
             for sha in session.scalars(
@@ -90,17 +95,11 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
             )
             if sha
         }
-        bundles = {b.sha256: b for b in session.scalars(select(Bundle))}
-        orphan_bundles = sorted(sha for sha in bundles if sha not in still_referenced)
+        candidates = sorted(sha for sha in bundles if sha not in still_referenced)
         removed = [RemovedVersion(v.domain, v.label, v.bundle_sha256) for v in doomed]
         removed.sort(key=lambda r: (r.domain, label_key(r.label)))
-        bytes_freed = sum(bundles[sha].size for sha in orphan_bundles)
-        if not dry_run and (doomed_ids or orphan_bundles):
-            if doomed_ids:
-                session.execute(delete(TransferItem).where(TransferItem.version_id.in_(doomed_ids)))
-                session.execute(delete(Version).where(Version.id.in_(doomed_ids)))
-            if orphan_bundles:
-                session.execute(delete(Bundle).where(Bundle.sha256.in_(orphan_bundles)))
+        orphan_bundles = candidates if dry_run else _delete_rows(session, doomed_ids, candidates)
+        bytes_freed = sum(bundles[sha] for sha in orphan_bundles)
     if not dry_run:
         freed_on_disk = 0
         for sha in orphan_bundles:
@@ -123,3 +122,22 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         bytes_freed=bytes_freed,
         kept_undelivered=kept_undelivered,
     )
+
+
+def _delete_rows(session: Session, version_ids: list[int], candidates: list[str]) -> list[str]:
+    """Delete the versions, then those candidate bundles that no version refers to (checked
+    again inside the delete); returns the bundles actually deleted."""
+    if version_ids:
+        session.execute(delete(TransferItem).where(TransferItem.version_id.in_(version_ids)))
+        session.execute(delete(Version).where(Version.id.in_(version_ids)))
+    if not candidates:
+        return []
+    by_version = exists().where(Version.bundle_sha256 == Bundle.sha256)
+    by_run = exists().where(ExportRun.active.is_(True), ExportRun.sha256 == Bundle.sha256)
+    session.execute(
+        delete(Bundle)
+        .where(Bundle.sha256.in_(candidates), ~by_version, ~by_run)
+        .execution_options(synchronize_session=False)
+    )
+    left = set(session.scalars(select(Bundle.sha256).where(Bundle.sha256.in_(candidates))))
+    return [sha for sha in candidates if sha not in left]

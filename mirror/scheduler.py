@@ -37,6 +37,7 @@ class ActiveRun:
     state: str
     has_vendor_job: bool
     created_at: datetime
+    bytes_done: int = 0
 
 
 @dataclass(frozen=True)

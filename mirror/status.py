@@ -100,6 +100,7 @@ def load_states(
                 state=current.state,
                 has_vendor_job=current.vendor_job_id is not None,
                 created_at=current.created_at,
+                bytes_done=current.bytes_done or 0,
             )
             if current
             else None,

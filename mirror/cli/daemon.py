@@ -1,0 +1,65 @@
+"""`mirror daemon`: the long-running service (see mirror/daemon.py and systemd/mirror.service)."""
+
+from __future__ import annotations
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.daemon import DaemonOptions, run_daemon
+from mirror.logs import setup_logging
+
+
+@click.command("daemon")
+@click.option(
+    "--exit-when-idle",
+    is_flag=True,
+    hidden=True,
+    help="Exit 0 once nothing runs and every domain has finished a run (tests, one-shot use).",
+)
+@click.option("--seed", type=int, default=0, hidden=True, help="Jitter seed (tests).")
+@click.option(
+    "--max-sleep",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    hidden=True,
+    help="Longest scheduler sleep in seconds.",
+)
+@click.option(
+    "--failure-retry",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    hidden=True,
+    help="First retry delay after a failed run (doubles, at most `every`) [default: 300].",
+)
+@click.option(
+    "--busy-defer",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    hidden=True,
+    help="Deferral when the vendor says busy without Retry-After [default: 2 × poll_interval].",
+)
+@pass_cli
+def daemon_command(
+    cli: CliContext,
+    exit_when_idle: bool,
+    seed: int,
+    max_sleep: float,
+    failure_retry: float | None,
+    busy_defer: float | None,
+) -> None:
+    """Export every configured domain on its schedule until stopped (SIGTERM).
+
+    Recovers first (schema, temp files, orphan blobs, unfinished runs), then reports
+    ready to systemd (Type=notify). SIGHUP reloads the config. Metrics and /healthz
+    on daemon.listen.
+    """
+    if cli.verbosity >= 0:
+        setup_logging(max(1, cli.verbosity))
+    options = DaemonOptions(
+        exit_when_idle=exit_when_idle,
+        seed=seed,
+        max_sleep=max_sleep,
+        busy_defer=busy_defer,
+        **({"failure_retry": failure_retry} if failure_retry is not None else {}),
+    )
+    run_daemon(cli.settings, config_path=cli.config_path, options=options)

@@ -1,0 +1,63 @@
+"""`mirror status [--json]`: per configured domain, the last run, latest version and next due."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.models import utcnow
+from mirror.scheduler import format_delay
+from mirror.status import DomainStatus, domain_status
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document for scripts.")
+@pass_cli
+def status_command(cli: CliContext, as_json: bool) -> None:
+    """Per domain: last run and its state, latest version, next due time, any error.
+
+    Reads the index, so it works whether or not the daemon is running.
+    """
+    if as_json:
+        cli.as_json = True
+    now = utcnow()
+    rows = domain_status(cli.app, now=now)
+    cli.emit(
+        {"generated_at": now.isoformat(timespec="seconds"), "domains": [r.to_json() for r in rows]},
+        status_lines(rows, now),
+    )
+
+
+def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
+    if not rows:
+        return ["no domains configured ([[exports]] in the config file)"]
+    header = ("DOMAIN", "LAST RUN", "STATE", "VERSION", "NEXT DUE", "ERROR")
+    table: list[tuple[str, ...]] = [header]
+    for row in rows:
+        run = row.last_run
+        last = f"#{run['id']} {run['started'] or ''}" if run else "-"
+        state = run["state"] if run else "-"
+        version = row.latest_version["version"] if row.latest_version else "-"
+        if row.running:
+            due = "running"
+        elif row.next_due is not None:
+            delay = (row.next_due - now).total_seconds()
+            due = "now" if delay < 1 else f"in {format_delay(delay)}"
+            if row.not_before is not None:
+                due += " (deferred)"
+        else:
+            due = "-"
+        table.append((row.domain, last, state, version, due, _one_line(row.error or "")))
+    widths = [max(len(line[i]) for line in table) for i in range(len(header) - 1)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True))
+        + ("  " + line[-1] if line[-1] else "")
+        for line in table
+    ]
+
+
+def _one_line(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
