@@ -640,17 +640,38 @@ def test_extract_of_a_truncated_archive_leaves_nothing_behind(tmp_path: Path) ->
 
 # --- memory ------------------------------------------------------------------------------------
 
+# VmHWM, not ru_maxrss: on Linux a child's ru_maxrss starts at the parent's peak.
 MEMORY_PROBE = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, re, sys
     from pathlib import Path
-    from mirror.archive import inspect_archive
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    report = inspect_archive(Path(sys.argv[1]))
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"growth_kib": after - before, "total": report.total_bytes}))
+    from mirror.archive import ArchiveLimits, inspect_archive
+
+    def peak_kib():
+        status = Path("/proc/self/status").read_text()
+        return int(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
+
+    before = peak_kib()
+    report = inspect_archive(Path(sys.argv[1]), ArchiveLimits(max_ratio=float(sys.argv[2])))
+    print(json.dumps({"growth_kib": peak_kib() - before, "total": report.total_bytes}))
     """
 )
+
+
+def rss_growth_of_inspect(archive: Path, max_ratio: float = 200.0) -> tuple[int, int]:
+    """(peak RSS growth in KiB, total bytes) of inspecting `archive` in a fresh interpreter."""
+    if not Path("/proc/self/status").exists():
+        pytest.skip("needs /proc/self/status (Linux)")
+    result = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, str(archive), str(max_ratio)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    measured = json.loads(result.stdout)
+    return measured["growth_kib"], measured["total"]
 
 
 @pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
@@ -662,14 +683,20 @@ def test_inspect_memory_does_not_grow_with_member_size(tmp_path: Path, fmt: str)
         if fmt == "tar.gz"
         else write_generated_zip(tmp_path / "big.zip", members, compression=zipfile.ZIP_STORED)
     )
-    result = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, str(archive)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=REPO,
-        timeout=60,
+    growth_kib, total = rss_growth_of_inspect(archive)
+    assert total == size + 10
+    assert growth_kib < 30 * 1024
+
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "zip"])
+def test_inspect_memory_does_not_grow_with_compression_ratio(tmp_path: Path, fmt: str) -> None:
+    """100 MiB of zeros (about 1000:1), read to the end with the ratio guard switched off."""
+    members: list[Generated] = [("zeros.bin", 100 * MiB, "zeros")]
+    archive = (
+        write_generated_tar(tmp_path / "zeros.tar.gz", members)
+        if fmt == "tar.gz"
+        else write_generated_zip(tmp_path / "zeros.zip", members)
     )
-    measured = json.loads(result.stdout)
-    assert measured["total"] == size + 10
-    assert measured["growth_kib"] < 30 * 1024, measured
+    growth_kib, total = rss_growth_of_inspect(archive, max_ratio=1e9)
+    assert total == 100 * MiB
+    assert growth_kib < 30 * 1024
