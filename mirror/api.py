@@ -39,7 +39,8 @@ transport failure after sending, and 500/502/504, raise TemporaryFailure at once
 exporter's persisted run state (job id saved before anything else) and the vendor's
 one-active-job rule (409) then sort it out without ever starting a second job blindly.
 409 and 429 on start are answered at once with TemporaryFailure(retry_after=...): the caller
-defers the whole run, the client never waits them out.
+defers the whole run, the client never waits them out. A failed start that provably created no
+job raises the subclass StartRefused; any other TemporaryFailure from a start may hide a job.
 """
 
 from __future__ import annotations
@@ -310,6 +311,11 @@ def _vendor_text(response: httpx.Response) -> str | None:
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= _VENDOR_TEXT_LIMIT else line[: _VENDOR_TEXT_LIMIT - 3] + "..."
+
+
+class StartRefused(TemporaryFailure):
+    """A start that provably created no job at the vendor: it answered 409, 429, 408 or 503,
+    or the connection failed before the request was sent. Safe to start again later."""
 
 
 class RetryableStatus(Exception):
@@ -600,7 +606,8 @@ class VendorClient:
                 or elapsed + wait > self.retry_timeout
                 or not stamina.is_active()
             ):
-                raise TemporaryFailure(
+                failure = StartRefused if start else TemporaryFailure
+                raise failure(
                     self._scrub(
                         f"vendor API {endpoint} ({what}) still failing after {attempt} "
                         f"attempt{'s' if attempt != 1 else ''} in {elapsed:.0f}s; last: {last}"
@@ -658,7 +665,7 @@ class VendorClient:
             else "the vendor's start rate limit is reached"
         )
         when = f"in {retry_after:.0f}s" if retry_after is not None else "later"
-        raise TemporaryFailure(
+        raise StartRefused(
             self._scrub(
                 f"vendor refused to start an export of {domain} now: {reason} "
                 f"(HTTP {status}{': ' + text if text else ''})"

@@ -25,6 +25,7 @@ from mirror.api import (
     AUTH_HINT,
     BundleLink,
     ExportJob,
+    StartRefused,
     VendorClient,
     backoff_delay,
     build_http_client,
@@ -600,7 +601,7 @@ def test_connection_refused_is_retried_then_temporary(fake: FakeTime) -> None:
             client.export_status("se_1")
         assert len(fake.sleeps) == 3
         # Nothing was sent, so a start may be retried as well.
-        with pytest.raises(TemporaryFailure, match="POST /v1/static-export/jobs"):
+        with pytest.raises(StartRefused, match="POST /v1/static-export/jobs"):
             client.start_export(DOMAIN)
         assert len(fake.sleeps) == 6
     assert caught.value.exit_code == 75
@@ -632,6 +633,7 @@ def test_start_while_a_job_runs_is_deferred_not_retried(
         with pytest.raises(TemporaryFailure, match="HTTP 409") as caught:
             client.start_export(DOMAIN)
     assert caught.value.retry_after is None
+    assert isinstance(caught.value, StartRefused) and caught.value.__cause__ is None
     assert sim.stats.start_attempts == {DOMAIN: 2}
     assert sim.stats.starts == {DOMAIN: [first.job_id]}
     assert fake.sleeps == []
@@ -646,6 +648,7 @@ def test_start_rate_limited_is_deferred_with_retry_after(sim: Simulator, fake: F
         client.start_export(DOMAIN)
     assert caught.value.retry_after == 7.0
     assert caught.value.exit_code == 75
+    assert isinstance(caught.value, StartRefused) and caught.value.__cause__ is None
     assert sim.stats.start_attempts == {DOMAIN: 1}
     assert DOMAIN not in sim.stats.starts
     assert fake.sleeps == []
@@ -671,13 +674,26 @@ def test_start_answered_503_is_retried_once_healed(sim: Simulator, fake: FakeTim
     assert sim.stats.starts == {DOMAIN: [job.job_id]}
 
 
+def test_start_answered_503_until_exhausted_is_refused(sim: Simulator, fake: FakeTime) -> None:
+    sim.set_faults(error_rate=1.0, retry_after="0")
+    with (
+        make_client(sim.url, sim.key, fake, retry_attempts=2) as client,
+        pytest.raises(StartRefused, match="HTTP 503") as caught,
+    ):
+        client.start_export(DOMAIN)
+    assert caught.value.__cause__ is None
+    assert sim.stats.start_attempts == {DOMAIN: 2}
+    assert DOMAIN not in sim.stats.starts
+
+
 def test_start_answered_500_is_not_retried(sim: Simulator, fake: FakeTime) -> None:
     sim.set_faults(error_rate=1.0, error_status=500)
     with (
         make_client(sim.url, sim.key, fake) as client,
-        pytest.raises(TemporaryFailure, match="HTTP 500"),
+        pytest.raises(TemporaryFailure, match="HTTP 500") as caught,
     ):
         client.start_export(DOMAIN)
+    assert not isinstance(caught.value, StartRefused)
     assert sim.stats.start_attempts == {DOMAIN: 1}
     assert fake.sleeps == []
 
@@ -687,8 +703,9 @@ def test_start_hang_up_after_sending_is_not_retried(
 ) -> None:
     server = scripted(Scripted(0))
     with make_client(server.url, "mint_test_key_1234", fake) as client:
-        with pytest.raises(TemporaryFailure, match="may or may not have started a job"):
+        with pytest.raises(TemporaryFailure, match="may or may not have started a job") as err:
             client.start_export(DOMAIN)
+        assert not isinstance(err.value, StartRefused)
         assert len(server.requests) == 1
         assert fake.sleeps == []
         # The same hang-up on a read is retried.
