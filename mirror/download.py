@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 CHECKPOINT_SECONDS = 30.0
-EXPIRY_MARGIN = timedelta(seconds=5)
 _MAX_BACKOFF = 30.0
 _ERROR_BODY_LIMIT = 64 * 1024
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
@@ -71,8 +70,8 @@ def safe_url(url: str) -> str:
 
 
 def link_expired(link: BundleLink, now: datetime) -> bool:
-    """True when the link's announced expiry has passed (or is a few seconds away)."""
-    return link.expires_at is not None and now >= link.expires_at - EXPIRY_MARGIN
+    """True when the link's announced expiry has passed."""
+    return link.expires_at is not None and now >= link.expires_at
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
