@@ -373,6 +373,8 @@ def test_tampered_link_answers_signature_does_not_match(api: httpx.Client) -> No
         response = httpx.get(candidate)
         assert response.status_code == 403
         assert "<Code>SignatureDoesNotMatch</Code>" in response.text
+    with_key = api.get(str(url))
+    assert with_key.status_code == 400 and "<Code>InvalidArgument</Code>" in with_key.text
     unsigned = httpx.get(url.copy_remove_param("X-Amz-Signature"))
     assert unsigned.status_code == 403 and "<Code>AccessDenied</Code>" in unsigned.text
 

@@ -204,6 +204,16 @@ class _Handler(BaseHTTPRequestHandler):
                 headers=[("Allow", "GET, HEAD")],
             )
             return
+        if "Authorization" in self.headers:
+            self._s3_error(
+                400,
+                "InvalidArgument",
+                "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, "
+                "Signature query string parameter or the Authorization header should be specified",
+                head_only=head_only,
+                extra=(("ArgumentName", "Authorization"),),
+            )
+            return
         check = api.links.check(path, query, time.time())
         if check.link is None:
             self._s3_error(

@@ -251,7 +251,8 @@ def build_bundle(spec: SiteSpec, dest: Path, cancel: threading.Event | None = No
     big_size = 0
     if spec.bundle_size is not None:
         small = _tar_size([len(m.data) for m in members] + [0] * (len(_directories(names)) + 2))
-        big_size = max(spec.bundle_size - small - 1024, 0)
+        stored_tar = (spec.bundle_size - 18) * 65535 // 65540  # stored deflate: 5 B per 64 KiB
+        big_size = max(stored_tar - small - 1024, 0)
         if big_size:
             names.append(BIG_ASSET_NAME)
     if spec.bundle_size is not None:
