@@ -43,7 +43,7 @@ import tarfile
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, Protocol, Self
@@ -268,7 +268,21 @@ def _scan(path: Path, limits: ArchiveLimits, sink: _Sink | None) -> ArchiveRepor
     fmt = detect_format(path)
     tally = _Tally(archive_size=path.stat().st_size, limits=limits)
     seen = _Paths()
-    for member in _guarded(path, _members(path, fmt, tally)):
+    with contextlib.closing(_members(path, fmt, tally)) as members:
+        report = _check_members(path, fmt, members, tally, seen, sink)
+    return report
+
+
+def _check_members(
+    path: Path,
+    fmt: Format,
+    members: Iterator[_Member],
+    tally: _Tally,
+    seen: _Paths,
+    sink: _Sink | None,
+) -> ArchiveReport:
+    limits = tally.limits
+    for member in _guarded(path, members):
         tally.member(member.name)
         if member.kind not in ("file", "dir"):
             raise _unsafe(
@@ -447,7 +461,7 @@ class _DirectorySink:
 # Format readers: yield members in archive order; a member is read before the next.
 
 
-def _members(path: Path, fmt: Format, tally: _Tally) -> Iterator[_Member]:
+def _members(path: Path, fmt: Format, tally: _Tally) -> Generator[_Member, None, None]:
     if fmt == "zip":
         return _zip_members(path, tally.limits)
     return _tar_members(path, fmt, tally)
@@ -480,7 +494,7 @@ _TAR_EXTENDED_HEADERS = (
 )
 
 
-def _tar_members(path: Path, fmt: Format, tally: _Tally) -> Iterator[_Member]:
+def _tar_members(path: Path, fmt: Format, tally: _Tally) -> Generator[_Member, None, None]:
     # The decompressor sits below tarfile so that memory stays bounded whatever the
     # compression ratio (tarfile's own stream decompression is not bounded).
     last_header: list[str] = []
@@ -547,7 +561,7 @@ def _drain_padding(path: Path, tar: tarfile.TarFile, tally: _Tally) -> None:
         tally.add_padding(len(chunk))
 
 
-def _zip_members(path: Path, limits: ArchiveLimits) -> Iterator[_Member]:
+def _zip_members(path: Path, limits: ArchiveLimits) -> Generator[_Member, None, None]:
     _check_zip_directory(path, limits)
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
