@@ -407,7 +407,9 @@ class VendorClient:
             body["paths"] = list(paths)
         path = self._jobs_path()
         what = f"export start for {domain}"
-        response = self._exchange("POST", path, what=what, body=body, start=True)
+        response = self._exchange(
+            "POST", path, what=what, body=body, start=True, operation="start_export"
+        )
         if response.status_code in (409, 429):
             self._refuse_start(response, domain)
         data = self._check(response, "POST", path, what=what)
@@ -423,7 +425,7 @@ class VendorClient:
         """The job's current state (with its link when the status carries `bundleUrl`)."""
         path = self._job_path(job_id)
         what = f"export job {job_id}"
-        response = self._exchange("GET", path, what=what)
+        response = self._exchange("GET", path, what=what, operation="export_status")
         data = self._check(response, "GET", path, what=what)
         job = parse_export_job(data, job_id)
         assert job is not None
@@ -435,7 +437,7 @@ class VendorClient:
             return self._link_from_status(job_id)
         path = self._job_path(job_id) + "/bundle"
         what = f"bundle of export job {job_id}"
-        response = self._exchange("POST", path, what=what)
+        response = self._exchange("POST", path, what=what, operation="export_bundle")
         if response.status_code == 409:
             text = _vendor_text(response)
             raise TemporaryFailure(
@@ -487,7 +489,7 @@ class VendorClient:
             )
         path = f"/v2/agent/{_segment(project)}/job/{_segment(job_id)}"
         what = f"agent job {job_id}"
-        response = self._exchange("GET", path, what=what)
+        response = self._exchange("GET", path, what=what, operation="agent_job")
         data = self._check(response, "GET", path, what=what)
         return parse_agent_job(data, job_id)
 
@@ -567,6 +569,7 @@ class VendorClient:
         path: str,
         *,
         what: str,
+        operation: str,
         body: dict[str, Any] | None = None,
         start: bool = False,
     ) -> httpx.Response:
@@ -615,7 +618,7 @@ class VendorClient:
                     hint="the vendor or the network is having trouble; try again later",
                     retry_after=retry_after,
                 ) from (cause if not isinstance(cause, RetryableStatus) else None)
-            self._report_retry(endpoint, attempt, wait, waited, cause)
+            self._report_retry(operation, attempt, wait, waited, cause)
             self._sleep(wait)
             waited += wait
 
@@ -641,10 +644,11 @@ class VendorClient:
             ) from exc
 
     def _report_retry(
-        self, endpoint: str, attempt: int, wait: float, waited: float, cause: Exception
+        self, operation: str, attempt: int, wait: float, waited: float, cause: Exception
     ) -> None:
+        # A fixed name per operation: it is a Prometheus label, so no job ids in it.
         details = RetryDetails(
-            name=f"mirror.api {endpoint}",
+            name=f"mirror.api.VendorClient.{operation}",
             args=(),
             kwargs={},
             retry_num=attempt,
@@ -670,7 +674,7 @@ class VendorClient:
                 f"vendor refused to start an export of {domain} now: {reason} "
                 f"(HTTP {status}{': ' + text if text else ''})"
             ),
-            hint=f"the run is deferred; it starts again {when}",
+            hint=f"start it again {when}",
             retry_after=retry_after,
         )
 
