@@ -101,8 +101,12 @@ def test_watch_keeps_polling_through_unknown_states(
     scripted: Callable[..., ScriptedServer],  # noqa: F811
 ) -> None:
     def reply(status: str, pr: str | None = None) -> Scripted:
-        body = {"id": "aj_7", "status": status, "source": {"repository": "r", "ref": None}}
-        body["prLink"] = pr
+        body: dict[str, object] = {
+            "id": "aj_7",
+            "status": status,
+            "source": {"repository": "r", "ref": None},
+            "prLink": pr,
+        }
         return Scripted(200, json.dumps(body).encode(), JSON)
 
     server = scripted(
