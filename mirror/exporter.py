@@ -36,7 +36,6 @@ import contextlib
 import enum
 import logging
 import os
-import re
 import secrets
 import socket
 import threading
@@ -51,7 +50,7 @@ import sqlalchemy.exc
 from sqlalchemy import CursorResult, select, text, update
 from sqlalchemy.orm import Session
 
-from mirror.api import BundleLink, ExportJob, VendorClient
+from mirror.api import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.app import App
 from mirror.archive import ArchiveReport, inspect_archive
 from mirror.download import download_bundle
@@ -219,19 +218,6 @@ def lease_held_by_other(
         return False
     owner_host, pid = parse_owner(owner)
     return not (owner_host == host and pid is not None and not pid_alive(pid))
-
-
-_HTTP_STATUS = re.compile(r"HTTP (\d{3})")
-_NOT_ACTED_ON = frozenset({408, 409, 429, 503})
-
-
-def start_refused(exc: TemporaryFailure) -> bool:
-    """Whether a failed start provably created no job: the vendor's last answer was 408, 409,
-    429 or 503. A lost connection after sending, or a 500/502/504, may hide a started job."""
-    if exc.__cause__ is not None:
-        return False
-    codes = _HTTP_STATUS.findall(exc.message)
-    return bool(codes) and int(codes[-1]) in _NOT_ACTED_ON
 
 
 def pid_alive(pid: int) -> bool:
@@ -599,10 +585,10 @@ class _Runner:
             # Refused for good: the vendor started nothing, so the stamp goes back.
             self.fail(exc, vendor_started_at=previous_stamp)
             raise
-        except TemporaryFailure as exc:
-            if start_refused(exc):
-                with contextlib.suppress(_LostLease):
-                    self.save(vendor_started_at=previous_stamp)
+        except StartRefused:
+            # 409/429/408/503 or not even sent: no job exists, so the stamp goes back too.
+            with contextlib.suppress(_LostLease):
+                self.save(vendor_started_at=previous_stamp)
             raise
         # Nothing may come between the vendor's answer and this commit (see module doc).
         self.transition(RunState.STARTED, vendor_job_id=job.job_id)

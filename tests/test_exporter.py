@@ -39,7 +39,6 @@ from mirror.exporter import (
     parse_owner,
     run_export,
     start_budget_wait,
-    start_refused,
     unfinished_runs,
 )
 from mirror.fsutil import sha256_file
@@ -197,15 +196,6 @@ def test_lease_rules() -> None:
     assert not held("h2:2:x", now - timedelta(seconds=1))
     assert parse_owner("h:42:abc") == ("h", 42)
     assert parse_owner("custom-owner") == ("custom-owner", None)
-
-
-def test_start_refusals_that_provably_started_nothing() -> None:
-    assert start_refused(TemporaryFailure("vendor refused ... (HTTP 409: busy)"))
-    assert start_refused(TemporaryFailure("... still failing after 3 attempts; last: HTTP 503"))
-    assert not start_refused(TemporaryFailure("vendor API answered HTTP 502 to POST ..."))
-    lost = TemporaryFailure("the connection failed after the request was sent")
-    lost.__cause__ = httpx.ReadError("boom")
-    assert not start_refused(lost)
 
 
 # --- whole runs against the simulator ---------------------------------------------------------
