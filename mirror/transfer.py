@@ -533,6 +533,10 @@ def select_versions(
     return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
 
 
+def disk_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
 def _check_out(out: Path) -> None:
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise ConfigError(f"{out} already exists and is not empty; choose a new directory")
@@ -550,6 +554,7 @@ def pack(
     signing_key: SigningKey | None = None,
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
+    free_space: Callable[[Path], int] | None = None,
 ) -> PackResult:
     """Write a signed transfer set to `out` and record it; nothing to pack is not an error."""
     out = out.absolute()
@@ -568,7 +573,7 @@ def pack(
     sequence = (newest.sequence + 1) if newest else 1
     blobs = {bundle.sha256: bundle for _, bundle in rows}
     total = sum(bundle.size for bundle in blobs.values())
-    free = shutil.disk_usage(out.parent).free
+    free = (free_space or disk_free)(out.parent)
     if free < total + FREE_SPACE_MARGIN:
         raise OperationFailed(
             f"not enough free space in {out.parent}: the set needs {format_size(total)}, "

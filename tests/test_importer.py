@@ -1,0 +1,376 @@
+"""Import into a real S3 API server (moto on loopback): order, idempotence, sequence checks,
+receipts, acknowledgement and push."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from mirror.app import App
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.importer import (
+    STATE_KEY,
+    ack,
+    import_set,
+    push,
+    read_receipt,
+)
+from mirror.keys import generate_keypair, load_signing_key, load_trusted_keys
+from mirror.models import Transfer, Version
+from mirror.objectstore import ObjectStore
+from mirror.transfer import MANIFEST, RECEIPT, SIGNATURE, pack, parse_manifest
+from tests.fixtures.s3 import add_version, bucket_listing, transfer_config
+
+pytest_plugins = ["tests.fixtures.s3"]
+
+pytestmark = pytest.mark.s3
+
+DOCS = "docs.example.com"
+API = "api.example.com"
+
+
+@pytest.fixture
+def app(store_dir: Path, key_pair: tuple[Path, Path], target_settings: TargetSettings) -> Any:
+    application = App(settings_from_dict(transfer_config(store_dir, key_pair, target_settings)))
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def trusted(key_pair: tuple[Path, Path]) -> dict[str, Any]:
+    return load_trusted_keys([key_pair[1]])
+
+
+def listing(store: ObjectStore) -> dict[str, str]:
+    return bucket_listing(store.client, store.bucket)
+
+
+def test_import_publishes_bundles_manifests_index_and_state(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    _, docs_sha = add_version(app, DOCS, "2026-11-20")
+    add_version(app, DOCS, "2026-11-20.2")
+    add_version(app, API, "2026-11-21")
+    packed = pack(app, tmp_path / "set")
+    result = import_set(object_store, tmp_path / "set", trusted)
+    assert [i.status for i in result.items] == ["published"] * 3
+    keys = set(listing(object_store))
+    assert keys == {
+        "static-export/_mirror/import-state.json",
+        "static-export/api.example.com/index.json",
+        "static-export/api.example.com/2026-11-21/bundle.tar.gz",
+        "static-export/api.example.com/2026-11-21/manifest.json",
+        "static-export/docs.example.com/index.json",
+        "static-export/docs.example.com/2026-11-20/bundle.tar.gz",
+        "static-export/docs.example.com/2026-11-20/manifest.json",
+        "static-export/docs.example.com/2026-11-20.2/bundle.tar.gz",
+        "static-export/docs.example.com/2026-11-20.2/manifest.json",
+    }
+    bundle = object_store.key(DOCS, "2026-11-20", "bundle.tar.gz")
+    facts = object_store.head(bundle)
+    assert facts is not None and facts["sha256"] == docs_sha
+    assert facts["size"] == app.store.open(docs_sha).stat().st_size
+    assert facts["content_type"] == "application/gzip"
+    data = b"".join(object_store.open_stream(bundle))
+    assert data == app.store.open(docs_sha).read_bytes()
+    manifest, _ = object_store.read_json(object_store.key(DOCS, "2026-11-20", "manifest.json"))
+    assert manifest is not None
+    assert manifest["object"] == bundle and manifest["sha256"] == docs_sha
+    assert manifest["transfer_sequence"] == 1 and manifest["source_id"] == "test-connected"
+    assert manifest["format"] == 1 and manifest["archive_format"] == "tar.gz"
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None and index["domain"] == DOCS
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-20.2"]
+    assert index["versions"][0]["manifest"].endswith("2026-11-20/manifest.json")
+    state, _ = object_store.read_json(object_store.key(*STATE_KEY))
+    assert state is not None and state["last_sequence"] == 1
+    assert state["manifest_sha256"] == packed.manifest_sha256
+    assert state["imported"][0]["sequence"] == 1
+    receipt = json.loads((tmp_path / "set" / RECEIPT).read_bytes())
+    assert receipt["manifest_sha256"] == packed.manifest_sha256
+    assert len(receipt["items"]) == 3 and receipt["signed_by"] == result.receipt_signed_by
+
+
+def test_missing_bucket_is_reported_before_the_set_is_read(
+    s3_client: Any, trusted: Any, tmp_path: Path
+) -> None:
+    store = ObjectStore(s3_client, "bucket-that-is-not-there")
+    with pytest.raises(NotFound, match="bucket-that-is-not-there"):
+        import_set(store, tmp_path / "no-such-set", trusted)
+
+
+def test_receipt_is_signed_with_a_key_on_the_import_side(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    made = generate_keypair(tmp_path / "airgap")
+    receipt_key = load_signing_key(made.private_path)
+    result = import_set(object_store, tmp_path / "set", trusted, receipt_key=receipt_key)
+    assert result.receipt_signed_by == made.key_id
+    document, status = read_receipt(
+        tmp_path / "set" / RECEIPT, load_trusted_keys([made.public_path])
+    )
+    assert status.startswith("verified") and document["sequence"] == 1
+    _, untrusted = read_receipt(tmp_path / "set" / RECEIPT, trusted)
+    assert "untrusted" in untrusted
+
+
+def test_unsigned_receipt_says_so(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    result = import_set(object_store, tmp_path / "set", trusted)
+    assert result.receipt_signed_by is None
+    assert any("unsigned" in note for note in result.notes)
+    assert not (tmp_path / "set" / "receipt.json.sig").exists()
+
+
+def test_replay_is_refused_and_allowed_on_request(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted)
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match="already imported") as info:
+        import_set(object_store, tmp_path / "set", trusted)
+    assert info.value.exit_code == 5
+    assert listing(object_store) == before
+    again = import_set(object_store, tmp_path / "set", trusted, allow_replay=True)
+    assert again.replayed and [i.status for i in again.items] == ["already there"]
+    after = listing(object_store)
+    for key, etag in before.items():
+        if "/_mirror/" not in key and not key.endswith("index.json"):
+            assert after[key] == etag
+
+
+def test_rollback_and_broken_chain_are_refused(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    import_set(object_store, tmp_path / "s2", trusted)
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match="rollback"):
+        import_set(object_store, tmp_path / "s1", trusted)
+    assert listing(object_store) == before
+    add_version(app, DOCS, "2026-11-22")
+    pack(app, tmp_path / "s3")
+    signing = load_signing_key(key_pair[0])
+    document = json.loads((tmp_path / "s3" / MANIFEST).read_bytes())
+    document["previous_manifest_sha256"] = "f" * 64
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    (tmp_path / "s3" / MANIFEST).write_bytes(data)
+    (tmp_path / "s3" / SIGNATURE).write_bytes(signing.signature_document(data))
+    with pytest.raises(IntegrityError, match="broken chain"):
+        import_set(object_store, tmp_path / "s3", trusted)
+    assert listing(object_store) == before
+
+
+def test_a_gap_in_the_chain_is_imported_with_a_note(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    import_set(object_store, tmp_path / "s1", trusted)
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    add_version(app, DOCS, "2026-11-22")
+    pack(app, tmp_path / "s3")
+    result = import_set(object_store, tmp_path / "s3", trusted)
+    assert any("not imported" in note for note in result.notes)
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-22"]
+    import_set(object_store, tmp_path / "s2", trusted, allow_replay=True)
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21", "2026-11-22"]
+    state, _ = object_store.read_json(object_store.key(*STATE_KEY))
+    assert state is not None and state["last_sequence"] == 3
+
+
+def test_a_different_object_under_the_same_key_stops_the_import(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    key = object_store.key(DOCS, "2026-11-20", "bundle.tar.gz")
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=b"other", Metadata={"sha256": "0" * 64}
+    )
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match="already exists with different content"):
+        import_set(object_store, tmp_path / "set", trusted)
+    assert listing(object_store) == before
+
+
+def test_an_interrupted_import_resumes(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    """A bundle that landed before a crash is kept; its version is completed and listed once."""
+    add_version(app, DOCS, "2026-11-20")
+    _, sha = add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "set")
+    manifest = parse_manifest((tmp_path / "set" / MANIFEST).read_bytes())
+    item = next(i for i in manifest.items if i.sha256 == sha)
+    key = object_store.key(DOCS, "2026-11-21", "bundle.tar.gz")
+    data = app.store.open(sha).read_bytes()
+    object_store.upload_blob(key, io.BytesIO(data), sha256=sha, size=item.size)
+    etag = listing(object_store)[key]
+    result = import_set(object_store, tmp_path / "set", trusted)
+    assert [i.status for i in result.items] == ["published", "published"]
+    assert listing(object_store)[key] == etag
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
+
+
+def test_index_keeps_versions_from_earlier_sets(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    import_set(object_store, tmp_path / "s1", trusted)
+    first, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    import_set(object_store, tmp_path / "s2", trusted)
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert first is not None and index is not None
+    assert index["versions"][0] == first["versions"][0]
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
+
+
+def test_promote_hook_gets_each_domains_newest_version(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    add_version(app, DOCS, "2026-11-20.2")
+    add_version(app, API, "2026-11-19")
+    pack(app, tmp_path / "set")
+    calls: list[tuple[str, str]] = []
+
+    def promote(store: ObjectStore, domain: str, version: str) -> None:
+        index, _ = store.read_json(store.key(domain, "index.json"))
+        assert index is not None and version in [v["version"] for v in index["versions"]]
+        calls.append((domain, version))
+
+    result = import_set(object_store, tmp_path / "set", trusted, promote=promote)
+    assert sorted(calls) == [(API, "2026-11-19"), (DOCS, "2026-11-20.2")]
+    assert sorted(result.promoted) == sorted(calls)
+
+
+def test_promote_with_the_chart_module(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    from mirror.importer import promote_hook
+
+    try:
+        hook = promote_hook()
+    except ConfigError:
+        pytest.skip("mirror.chart has no promote yet")
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted, promote=hook)
+    current, _ = object_store.read_json(object_store.key(DOCS, "current.json"))
+    assert current is not None and current["current"] == "2026-11-20"
+
+
+# ---- ack and push ---------------------------------------------------------------------------
+
+
+def test_ack_marks_the_listed_versions_delivered(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    add_version(app, API, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted)
+    result = ack(app, tmp_path / "set" / RECEIPT)
+    assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
+    assert result.complete and result.signature == "unsigned"
+    with app.db.session() as session:
+        assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
+        assert session.execute(select(Transfer)).scalar_one().acknowledged_at is not None
+    again = ack(app, tmp_path / "set" / RECEIPT)
+    assert again.marked == [] and len(again.already) == 2
+    assert pack(app, tmp_path / "next", include_all=False).nothing
+
+
+def test_ack_checks_the_receipt(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted, receipt_key=load_signing_key(key_pair[0]))
+    receipt = tmp_path / "set" / RECEIPT
+    assert ack(app, receipt).signature.startswith("verified")
+    data = receipt.read_bytes()
+    receipt.write_bytes(data.replace(b'"sequence":1', b'"sequence":2'))
+    with pytest.raises(IntegrityError, match="signature does not match"):
+        ack(app, receipt)
+    document = json.loads(data)
+    document["manifest_sha256"] = "e" * 64
+    receipt.write_text(json.dumps(document))
+    (tmp_path / "set" / "receipt.json.sig").unlink()
+    with pytest.raises(NotFound, match="no transfer set packed here"):
+        ack(app, receipt)
+    receipt.write_text("{}")
+    with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
+        ack(app, receipt)
+
+
+def test_push_packs_imports_and_acknowledges_without_a_copy(
+    app: App, object_store: ObjectStore
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    result = push(app, object_store)
+    assert result.imported is not None and result.acknowledged is not None
+    assert [i.status for i in result.imported.items] == ["published"]
+    assert result.acknowledged.marked == [(DOCS, "2026-11-20")]
+    assert list(app.store.tmp_dir.iterdir()) == []
+    assert push(app, object_store).imported is None
+    add_version(app, DOCS, "2026-11-21")
+    second = push(app, object_store)
+    assert second.imported is not None and second.imported.sequence == 2
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
+
+
+def test_a_failed_push_leaves_no_copy_and_packs_again_next_time(
+    app: App, object_store: ObjectStore
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    key = object_store.key(DOCS, "2026-11-20", "bundle.tar.gz")
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=b"squatter", Metadata={"sha256": "0" * 64}
+    )
+    with pytest.raises(IntegrityError):
+        push(app, object_store)
+    assert list(app.store.tmp_dir.iterdir()) == []
+    with app.db.session() as session:
+        assert session.execute(select(Transfer)).first() is None
+    object_store.client.delete_object(Bucket=object_store.bucket, Key=key)
+    result = push(app, object_store)
+    assert result.imported is not None and result.imported.sequence == 1
+
+
+def test_push_to_a_missing_bucket_packs_nothing(app: App, s3_client: Any) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    with pytest.raises(NotFound):
+        push(app, ObjectStore(s3_client, "no-bucket-for-push"))
+    with app.db.session() as session:
+        assert session.execute(select(Transfer)).first() is None
+    assert list(app.store.tmp_dir.iterdir()) == []
