@@ -18,17 +18,20 @@ import yaml
 from mirror import chart
 from mirror.config import TargetSettings
 from mirror.objectstore import ObjectStore
-from tests.conftest import REPO, mirror_cli, write_config
+from tests.conftest import REPO, write_config
 from tests.test_chart import DOMAIN, Seeded, seed_version
 
 pytest_plugins = ["tests.fixtures.s3"]
 
 # Runs the real entry point with the chart group registered even before the lead wires it in.
 _ENTRY = (
-    "import sys\n"
+    "import contextlib, sys\n"
     "from mirror.cli import cli, main\n"
     "from mirror.cli.chart import chart\n"
     "cli.commands.setdefault('chart', chart)\n"
+    "with contextlib.suppress(ImportError):\n"
+    "    from mirror.cli.transfer import transfer_group\n"
+    "    cli.commands.setdefault('transfer', transfer_group)\n"
     "main(sys.argv[1:])\n"
 )
 
@@ -274,12 +277,44 @@ def test_the_chart_can_deploy_from_the_values_file_alone(
     assert (site / "version.txt").read_text() == f"{DOMAIN} {values['version']}\n"
 
 
-def test_import_then_promote_then_values(tmp_path: Path) -> None:
-    """`transfer import --promote` leaves a current version that `chart values` renders."""
-    help_text = mirror_cli("transfer", "import", "--help")
-    if help_text.returncode != 0 or "--promote" not in help_text.stdout:
-        pytest.skip("`mirror transfer import --promote` is not registered yet")
-    pytest.skip("transfer set fixtures not available yet")
+def test_import_promote_values_check(
+    transfer_app: Any,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    tmp_path: Path,
+) -> None:
+    """Connected side packs; `transfer import --promote` publishes; the chart values follow."""
+    pytest.importorskip("mirror.cli.transfer", reason="`mirror transfer import` not built yet")
+    from mirror.transfer import pack
+    from tests.fixtures.s3 import add_version, transfer_config
+
+    add_version(transfer_app, DOMAIN, "2026-11-21")
+    packed = pack(transfer_app, tmp_path / "set")
+    assert packed.path is not None
+    air = transfer_config(tmp_path / "air-store", key_pair, target_settings)
+    air["chart"] = {"values_path": str(tmp_path / "values.yaml")}
+    air["exports"] = [{"domain": DOMAIN}]
+    operator = Operator(write_config(tmp_path / "air.toml", air))
+
+    done = operator("transfer", "import", str(packed.path), "--promote")
+    assert done.returncode == 0, done.stderr
+    assert f"promoted {DOMAIN} 2026-11-21" in done.stdout
+    code, history = operator.json("chart", "history", DOMAIN)
+    assert code == 0 and history["current"] == "2026-11-21"
+    assert [(e["version"], e["action"]) for e in history["history"]] == [("2026-11-21", "promote")]
+
+    done = operator("chart", "refresh")
+    assert done.returncode == 0, done.stderr
+    done = operator("chart", "check", str(tmp_path / "values.yaml"))
+    assert done.returncode == 0, done.stderr
+
+    url = yaml.safe_load((tmp_path / "values.yaml").read_text())["staticExport"]["bundleUrl"]
+    archive = pytest.importorskip("mirror.archive")
+    bundle = tmp_path / "fetched.tar.gz"
+    with httpx.Client(timeout=30) as http:
+        bundle.write_bytes(http.get(url).raise_for_status().content)
+    archive.extract_archive(bundle, tmp_path / "site")
+    assert (tmp_path / "site" / "index.html").read_text() == f"<h1>{DOMAIN} 2026-11-21</h1>"
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
