@@ -19,7 +19,7 @@ import pytest
 from mirror.app import App
 from mirror.config import Settings, settings_from_dict
 
-pytest_plugins: list[str] = []
+pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.s3", "tests.fixtures.archives"]
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRE_SERVERS = os.environ.get("MIRROR_REQUIRE_SERVERS") == "1"

@@ -45,12 +45,37 @@ def cli(
 
 
 def _register() -> None:
-    from mirror.cli import admin, demo, sim
+    from mirror.cli import (
+        admin,
+        agent,
+        chart,
+        daemon,
+        demo,
+        export,
+        gc,
+        keys,
+        sim,
+        status,
+        store,
+        transfer,
+    )
 
-    cli.add_command(admin.config_group)
-    cli.add_command(admin.db_group)
-    cli.add_command(demo.demo)
-    cli.add_command(sim.sim)
+    store.store.add_command(gc.gc_command)
+    for command in (
+        admin.config_group,
+        admin.db_group,
+        agent.agent_job,
+        export.export,
+        store.store,
+        daemon.daemon_command,
+        status.status_command,
+        keys.keys_group,
+        transfer.transfer_group,
+        chart.chart,
+        sim.sim,
+        demo.demo,
+    ):
+        cli.add_command(command)
 
 
 _register()
