@@ -67,7 +67,7 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
                 delivered_at=version.delivered_at,
                 path=app.store.blob_path(bundle.sha256),
             )
-            for version, bundle in session.execute(query).tuples()
+            for version, bundle in session.execute(query)
         ]
     return sorted(rows, key=lambda v: (v.domain, label_key(v.label)))
 

@@ -1,0 +1,102 @@
+"""list_versions and verify_store on a real store filled by real exports from the simulator."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import update
+
+from mirror.api import VendorClient
+from mirror.app import App
+from mirror.errors import Interrupted
+from mirror.exporter import RunEvent, run_export
+from mirror.inventory import list_versions, verify_store
+from mirror.models import Version
+from mirror.sim import Simulator
+
+
+@pytest.fixture
+def client(sim: Simulator) -> Iterator[VendorClient]:
+    with httpx.Client(timeout=30) as http:
+        yield VendorClient(http, base_url=sim.url, key=sim.key)
+
+
+@pytest.fixture
+def filled(app: App, client: VendorClient) -> App:
+    for domain in ("docs.b.test", "docs.a.test", "docs.b.test"):
+        run_export(app, client, domain, sleep=lambda _s: None)
+    return app
+
+
+def test_empty_store(app: App) -> None:
+    assert list_versions(app) == []
+    report = verify_store(app)
+    assert report.ok and report.checked == 0 and report.stray_temp_files == []
+
+
+def test_list_versions_by_domain_then_label(filled: App) -> None:
+    listed = list_versions(filled)
+    assert [(v.domain, v.label[10:]) for v in listed] == [
+        ("docs.a.test", ""),
+        ("docs.b.test", ""),
+        ("docs.b.test", ".2"),
+    ]
+    for version in listed:
+        assert version.path.is_file() and version.path.stat().st_size == version.size
+        assert version.path.name == version.sha256 and version.format == "tar.gz"
+        assert version.delivered_at is None and version.created_at.tzinfo is not None
+        assert version.file_count > 0 and len(version.tree_sha256) == 64
+    assert [v.domain for v in list_versions(filled, "Docs.B.test")] == ["docs.b.test"] * 2
+    assert list_versions(filled, "docs.none.test") == []
+
+
+def test_delivered_time_is_shown(filled: App) -> None:
+    when = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+    with filled.db.session() as session:
+        session.execute(
+            update(Version).where(Version.domain == "docs.a.test").values(delivered_at=when)
+        )
+    (version,) = list_versions(filled, "docs.a.test")
+    assert version.delivered_at == when
+
+
+def test_verify_finds_every_kind_of_problem_without_raising(filled: App, tmp_path: Path) -> None:
+    a, b1, b2 = list_versions(filled)
+    assert verify_store(filled).ok and verify_store(filled).checked == 3
+    os.chmod(a.path, 0o644)
+    data = bytearray(a.path.read_bytes())
+    data[100] ^= 0x01
+    a.path.write_bytes(bytes(data))
+    b1.path.unlink()
+    loose = tmp_path / "loose.bin"
+    loose.write_bytes(b"not indexed")
+    extra_sha, _ = filled.store.add_file(loose)
+    report = verify_store(filled)
+    assert not report.ok
+    found = {(p.kind, p.sha256) for p in report.problems}
+    assert found == {("corrupt", a.sha256), ("missing", b1.sha256), ("extra", extra_sha)}
+    assert b2.sha256 not in {p.sha256 for p in report.problems}
+
+
+def test_stray_temp_files_are_listed_but_live_partials_are_not(
+    app: App, client: VendorClient
+) -> None:
+    cancel = threading.Event()
+
+    def stop(event: RunEvent) -> None:
+        if event.state == "downloaded":
+            cancel.set()
+
+    with pytest.raises(Interrupted):
+        run_export(app, client, "docs.live.test", cancel=cancel, on_event=stop)
+    stray = app.store.temp_path("run-999.part")
+    stray.write_bytes(b"left over")
+    report = verify_store(app)
+    assert report.ok
+    assert report.stray_temp_files == [stray]
