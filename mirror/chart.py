@@ -468,6 +468,7 @@ class CheckReport:
     size: int | None = None
     expires_at: datetime | None = None
     seconds_left: float | None = None
+    enabled: bool = True
     error: MirrorError | None = None
     status: str = "ok"
 
@@ -487,6 +488,7 @@ class CheckReport:
             "size": self.size,
             "expires_at": isoformat(self.expires_at) if self.expires_at else None,
             "seconds_left": round(self.seconds_left) if self.seconds_left is not None else None,
+            "enabled": self.enabled,
             "error": str(self.error) if self.error else None,
             "exit_code": self.exit_code,
         }
@@ -499,10 +501,13 @@ class CheckReport:
         else:
             left = format_duration(self.seconds_left or 0)
             expiry = f"the link expires {isoformat(self.expires_at)} (in {left})"
-        return [
+        lines = [
             f"ok: {self.domain} {self.version} from {self.host}: {self.size} bytes, "
             f"sha256 matches the manifest; {expiry}"
         ]
+        if not self.enabled:
+            lines.append("note: staticExport.enabled is not true: the chart will not serve it")
+        return lines
 
 
 def _fail(report: CheckReport, status: str, error: MirrorError) -> CheckReport:
@@ -548,6 +553,7 @@ def check_values_file(
         version=target.version,
         host=target.host,
         expires_at=expires_at,
+        enabled=values.enabled,
     )
     moment = now()
     if expires_at is not None:

@@ -662,6 +662,13 @@ def test_check_passes_on_a_fresh_file(
     assert line.startswith(f"ok: {DOMAIN} {newest.version} from ")
     assert "X-Amz" not in line and "Signature" not in line
 
+    document = yaml.safe_load(path.read_text())
+    document["staticExport"]["enabled"] = False
+    path.write_text(yaml.safe_dump(document))
+    disabled = check(path, object_store, warn=86400)
+    assert disabled.error is None and disabled.as_dict()["enabled"] is False
+    assert disabled.lines()[1].startswith("note: staticExport.enabled is not true")
+
 
 def test_check_warns_when_the_link_expires_soon(
     object_store: ObjectStore,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +125,7 @@ def history_command(cli: CliContext, domain: str) -> None:
         {
             "domain": domain,
             "current": current,
-            "history": [entry.__dict__ for entry in entries],
+            "history": [dataclasses.asdict(entry) for entry in entries],
         },
         lines,
     )
