@@ -27,8 +27,6 @@ from mirror.objectstore import ObjectStore
 from mirror.transfer import MANIFEST, RECEIPT, SIGNATURE, pack, parse_manifest
 from tests.fixtures.s3 import add_version, bucket_listing, transfer_config
 
-pytest_plugins = ["tests.fixtures.s3"]
-
 pytestmark = pytest.mark.s3
 
 DOCS = "docs.example.com"

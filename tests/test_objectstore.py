@@ -14,8 +14,6 @@ from mirror.errors import AuthError, IntegrityError, NotFound, TemporaryFailure
 from mirror.objectstore import ObjectStore, make_s3_client
 from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, start_moto
 
-pytest_plugins = ["tests.fixtures.s3"]
-
 pytestmark = pytest.mark.s3
 
 

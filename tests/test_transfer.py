@@ -28,8 +28,6 @@ from mirror.transfer import (
 )
 from tests.fixtures.s3 import add_version
 
-pytest_plugins = ["tests.fixtures.s3"]
-
 MiB = 1024 * 1024
 
 

@@ -1,21 +1,26 @@
-"""`mirror transfer pack|verify|import|ack|push`: carry versions across the air gap."""
+"""`mirror transfer pack|verify|import|ack|push`: carry versions across the air gap.
+
+boto3 and the transfer modules are imported inside the commands, so every other
+command starts without paying for them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mirror.cli.common import CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
-from mirror.importer import ack, import_set, promote_hook, push, receipt_key_from
 from mirror.keys import PublicKey, load_trusted_keys
-from mirror.objectstore import ObjectStore
-from mirror.transfer import pack, verify_set
 from mirror.units import format_size, parse_size
+
+if TYPE_CHECKING:
+    from mirror.objectstore import ObjectStore
 
 
 class _Size(click.ParamType[int]):
@@ -69,6 +74,8 @@ def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]
 
 
 def _object_store(settings: Settings) -> ObjectStore:
+    from mirror.objectstore import ObjectStore
+
     if not settings.target.bucket:
         raise ConfigError(
             "target.bucket is not set", hint="name the internal object store's bucket"
@@ -100,6 +107,8 @@ def transfer_pack(
     cli: CliContext, out: Path, domain: str | None, include_all: bool, max_size: int | None
 ) -> None:
     """Write a signed transfer set of the versions not yet delivered into OUT."""
+    from mirror.transfer import pack
+
     with _progress(cli, "packing") as on_progress:
         result = pack(
             cli.app,
@@ -132,6 +141,8 @@ def transfer_pack(
 @pass_cli
 def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
     """Check the signature, the chain fields and every hash, offline."""
+    from mirror.transfer import verify_set
+
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying") as on_progress:
         verified = verify_set(set_dir, trusted, on_progress=on_progress)
@@ -185,6 +196,8 @@ def transfer_import(
     keys: tuple[Path, ...],
 ) -> None:
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
+    from mirror.importer import import_set, promote_hook, receipt_key_from
+
     settings = cli.settings
     hook = promote_hook() if promote else None
     trusted = _trusted(settings, keys)
@@ -216,6 +229,8 @@ def transfer_import(
 @pass_cli
 def transfer_ack(cli: CliContext, receipt: Path) -> None:
     """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
+    from mirror.importer import ack
+
     result = ack(cli.app, receipt)
     lines = [f"set {result.sequence}: receipt {result.signature}"]
     lines += [f"  delivered {d} {v}" for d, v in result.marked]
@@ -241,6 +256,8 @@ def transfer_push(
     promote: bool,
 ) -> None:
     """Pack, import and acknowledge in one step where the target is reachable."""
+    from mirror.importer import promote_hook, push
+
     hook = promote_hook() if promote else None
     store = _object_store(cli.settings)
     with _progress(cli, "pushing") as on_progress:
