@@ -1,0 +1,273 @@
+"""`mirror export ...` and `mirror store ...` as operators run them: a subprocess, a config
+file, the simulator on loopback, a real store. Also the exporter once on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy
+from sqlalchemy import select as sql_select
+
+from mirror.api import VendorClient
+from mirror.app import App
+from mirror.config import settings_from_dict
+from mirror.errors import TemporaryFailure
+from mirror.exporter import run_export
+from mirror.models import Bundle, ExportRun, RunState, Version
+from mirror.sim import Simulator
+from tests.conftest import mirror_cli, write_config
+
+MiB = 1024 * 1024
+
+
+def config_for(tmp_path: Path, sim: Simulator, **api: Any) -> Path:
+    document = {
+        "api": {"base_url": sim.url, "poll_interval": "0.05s", "max_poll_interval": "0.2s", **api},
+        "store": {"path": str(tmp_path / "store")},
+    }
+    return write_config(tmp_path / "config.toml", document)
+
+
+def cli(config: Path, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return mirror_cli("--config", str(config), *args, env={"MIRROR_API_KEY": key})
+
+
+def index(config: Path) -> App:
+    return App(settings_from_dict({"store": {"path": str(config.parent / "store")}}))
+
+
+def table(app: App, model: Any) -> list[Any]:
+    with app.db.session() as session:
+        return list(session.scalars(sql_select(model)))
+
+
+@pytest.fixture
+def setup(sim: Simulator, tmp_path: Path) -> Iterator[tuple[Path, App]]:
+    config = config_for(tmp_path, sim)
+    app = index(config)
+    yield config, app
+    app.close()
+
+
+def test_export_run_two_domains_json_and_store_commands(
+    sim: Simulator, setup: tuple[Path, App]
+) -> None:
+    config, _ = setup
+    outcomes = []
+    for domain in ("docs.one.test", "docs.two.test"):
+        result = cli(config, sim.key, "--json", "export", "run", domain)
+        assert result.returncode == 0, result.stderr
+        outcome = json.loads(result.stdout)
+        assert outcome["state"] == "stored" and outcome["domain"] == domain
+        assert outcome["sha256"] == sim.bundle_sha256(outcome["job_id"])
+        assert Path(outcome["path"]).stat().st_size == outcome["size"]
+        assert {"version", "run_id", "format", "tree_sha256", "resumed"} <= outcome.keys()
+        assert "━" not in result.stderr  # no progress display off a terminal
+        outcomes.append(outcome)
+    listed = cli(config, sim.key, "--json", "store", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["versions"]
+    assert [(r["domain"], r["version"], r["sha256"]) for r in rows] == [
+        (o["domain"], o["version"], o["sha256"]) for o in outcomes
+    ]
+    only = json.loads(
+        cli(config, sim.key, "--json", "store", "list", "--domain", "docs.two.test").stdout
+    )
+    assert [r["domain"] for r in only["versions"]] == ["docs.two.test"]
+    human = cli(config, sim.key, "store", "list")
+    assert "DOMAIN" in human.stdout and outcomes[0]["sha256"][:16] in human.stdout
+    verified = cli(config, sim.key, "store", "verify")
+    assert verified.returncode == 0 and "all 2 blob(s) match" in verified.stdout
+
+
+def test_human_output_says_what_happened(sim_factory: Callable[..., Simulator], tmp_path: Path):
+    sim = sim_factory(changes_per_export=0)
+    config = config_for(tmp_path, sim)
+    first = cli(config, sim.key, "export", "run", "docs.human.test")
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0].startswith("docs.human.test: stored new version ")
+    assert any(line.strip().startswith("sha256") for line in lines)
+    assert any(str(tmp_path / "store" / "blobs") in line for line in lines)
+    again = cli(config, sim.key, "--json", "export", "run", "docs.human.test")
+    assert again.returncode == 0 and json.loads(again.stdout)["state"] == "unchanged"
+    app = index(config)
+    try:
+        assert len(table(app, Version)) == 1
+    finally:
+        app.close()
+
+
+def test_bad_key_exits_4_after_one_request_and_never_shows_the_key(
+    sim: Simulator, setup: tuple[Path, App]
+) -> None:
+    config, _ = setup
+    wrong = "mint_wrong_" + uuid.uuid4().hex
+    before = sim.stats.snapshot()["requests"]
+    result = cli(config, wrong, "export", "run", "docs.key.test")
+    assert result.returncode == 4, result.stderr
+    assert sim.stats.snapshot()["requests"] - before == 1
+    assert sim.stats.snapshot()["auth_failures"] == 1
+    assert wrong not in result.stdout + result.stderr
+    assert "check the admin API key" in result.stderr
+    as_json = cli(config, wrong, "--json", "export", "run", "docs.key.test")
+    assert as_json.returncode == 4 and wrong not in as_json.stdout + as_json.stderr
+
+
+def test_failed_job_exits_1_and_fails_the_run(sim: Simulator, setup: tuple[Path, App]) -> None:
+    config, app = setup
+    sim.set_faults(fail_domains=["docs.fail.test"])
+    result = cli(config, sim.key, "export", "run", "docs.fail.test")
+    assert result.returncode == 1, result.stderr
+    assert "failed at the vendor" in result.stderr
+    (run,) = table(app, ExportRun)
+    assert run.state == RunState.FAILED and not run.active
+
+
+@pytest.mark.parametrize("kind", ["traversal", "bomb"])  # every kind: tests/test_exporter.py
+def test_unsafe_archive_exits_5_and_leaves_nothing(
+    sim: Simulator, setup: tuple[Path, App], kind: str
+) -> None:
+    config, app = setup
+    sim.set_faults(malicious_domains={"docs.evil.test": kind})
+    result = cli(config, sim.key, "export", "run", "docs.evil.test")
+    assert result.returncode == 5, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1  # one line for the operator
+    assert table(app, Bundle) == [] and table(app, Version) == []
+    assert list(app.store.iter_blobs()) == [] and app.store.temp_files() == []
+    (run,) = table(app, ExportRun)
+    assert run.state == RunState.FAILED
+
+
+def test_store_verify_exits_5_with_one_line_per_problem(
+    sim: Simulator, setup: tuple[Path, App]
+) -> None:
+    config, app = setup
+    for domain in ("docs.v1.test", "docs.v2.test"):
+        assert cli(config, sim.key, "export", "run", domain).returncode == 0
+    first, second = table(app, Bundle)
+    app.store.blob_path(first.sha256).unlink()
+    path = app.store.blob_path(second.sha256)
+    os.chmod(path, 0o644)
+    path.write_bytes(b"rot")
+    result = cli(config, sim.key, "store", "verify")
+    assert result.returncode == 5
+    problems = result.stdout.strip().splitlines()
+    assert sorted(line.split()[0] for line in problems) == ["corrupt", "missing"]
+    as_json = cli(config, sim.key, "--json", "store", "verify")
+    assert as_json.returncode == 5 and len(json.loads(as_json.stdout)["problems"]) == 2
+
+
+def test_raw_api_steps(sim: Simulator, setup: tuple[Path, App]) -> None:
+    config, _ = setup
+    started = cli(config, sim.key, "--json", "export", "start", "docs.raw.test")
+    assert started.returncode == 0, started.stderr
+    job_id = json.loads(started.stdout)["job_id"]
+    sim.bundle_sha256(job_id)
+    status: dict[str, Any] = {}
+    for _ in range(100):
+        status = json.loads(cli(config, sim.key, "--json", "export", "status", job_id).stdout)
+        if status["status"] == "completed":
+            break
+    assert status["status"] == "completed" and status["page_count"]
+    human = cli(config, sim.key, "export", "status", job_id)
+    assert human.stdout.startswith(f"export job {job_id}: completed")
+    bundle = cli(config, sim.key, "--json", "export", "bundle", job_id)
+    assert bundle.returncode == 0, bundle.stderr
+    link = json.loads(bundle.stdout)
+    assert link["size_bytes"] == sim.bundle_info(job_id)["size"]
+    assert httpx.head(link["bundle_url"]).status_code == 200
+    missing = cli(config, sim.key, "export", "status", "se_nope")
+    assert missing.returncode == 3
+
+
+def test_status_link_means_no_bundle_call_via_the_cli(
+    sim: Simulator, setup: tuple[Path, App]
+) -> None:
+    config, _ = setup
+    sim.set_faults(global_flow_bundle_in_status=True)
+    result = cli(config, sim.key, "--json", "export", "run", "docs.inline.test")
+    assert result.returncode == 0, result.stderr
+    job_id = json.loads(result.stdout)["job_id"]
+    assert job_id not in sim.stats.snapshot()["bundle_calls"]
+
+
+def test_a_terminal_gets_a_progress_display(
+    sim_factory: Callable[..., Simulator], tmp_path: Path
+) -> None:
+    sim = sim_factory(bundle_size=32 * MiB, queue_seconds=0.3, run_seconds=0.6)
+    config = config_for(tmp_path, sim)
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
+    env.update({"MIRROR_API_KEY": sim.key, "COLUMNS": "120", "TERM": "xterm"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mirror", "--config", str(config), "export", "run", "docs.tty.test"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        seen += data
+    stdout, _ = process.communicate(timeout=60)
+    os.close(master)
+    assert process.returncode == 0
+    text = seen.decode("utf-8", "replace")
+    assert "vendor export running" in text and "pages" in text
+    assert "MiB" in text and "/s" in text  # bytes and speed of the download
+    assert b"stored new version" in stdout
+
+
+def test_exporter_on_postgresql(postgres_url: str, sim: Simulator, tmp_path: Path) -> None:
+    """The same run_export on PostgreSQL, in a database of its own."""
+    name = f"mirror_exporter_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    url = postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    settings = settings_from_dict(
+        {
+            "store": {"path": str(tmp_path / "store"), "database": url},
+            "api": {"poll_interval": "0.05s", "max_starts_per_hour": 3},
+        }
+    )
+    app = App(settings)
+    try:
+        with httpx.Client(timeout=30) as http:
+            client = VendorClient(http, base_url=sim.url, key=sim.key)
+            first = run_export(app, client, "docs.pg.test")
+            second = run_export(app, client, "docs.pg.test")
+            assert (first.state, second.state) == ("stored", "stored")
+            assert second.version == f"{first.version}.2"
+            assert first.sha256 == sim.bundle_sha256(first.job_id)
+            run_export(app, client, "docs.pg2.test")
+            with pytest.raises(TemporaryFailure, match="start budget"):
+                run_export(app, client, "docs.pg3.test")
+        assert [r.state for r in table(app, ExportRun)].count(RunState.STORED) == 3
+    finally:
+        app.close()
+        with admin.connect() as connection:
+            connection.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
