@@ -7,17 +7,16 @@ import logging
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from mirror.errors import ConfigError, TemporaryFailure
+
+if TYPE_CHECKING:
+    from alembic.config import Config as AlembicConfig
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +56,9 @@ def safe_url(url: str) -> str:
 
 
 def alembic_config(url: str) -> AlembicConfig:
+    """Alembic's config for `url` (Alembic is imported only when a schema is touched)."""
+    from alembic.config import Config as AlembicConfig
+
     config = AlembicConfig()
     config.set_main_option("script_location", str(resources.files("mirror.migrations")))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -84,6 +86,8 @@ class Database:
 
     def upgrade(self) -> str:
         """Bring the schema to the newest revision; returns it. Safe to run concurrently-ish."""
+        from alembic import command
+
         config = alembic_config(self.url)
         try:
             with self.engine.begin() as connection:
@@ -96,9 +100,13 @@ class Database:
         return self.head()
 
     def head(self) -> str:
+        from alembic.script import ScriptDirectory
+
         return ScriptDirectory.from_config(alembic_config(self.url)).get_current_head() or ""
 
     def current(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
         with self.engine.connect() as connection:
             return MigrationContext.configure(connection).get_current_revision()
 

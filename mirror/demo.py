@@ -31,6 +31,7 @@ class DemoStep:
     title: str
     args: list[str]
     ok_codes: tuple[int, ...] = (0,)
+    show_file: Path | None = None
 
 
 @dataclass
@@ -75,13 +76,13 @@ path = "{workdir / "store"}"
 [transfer]
 signing_key = "{workdir / "keys" / "transfer.key"}"
 source_id = "demo-connected"
-max_size = "256KiB"
+max_size = "1MiB"
 
 [target]
 endpoint_url = "{s3_url}"
 bucket = "{BUCKET}"
 trusted_keys = ["{workdir / "keys" / "transfer.pub"}"]
-presign_ttl = "1d"
+presign_ttl = "7d"
 """
     )
     return config
@@ -91,7 +92,6 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
     transfer_set = str(workdir / "usb" / "set-0001")
     first = DOMAINS[0]
     return [
-        DemoStep("Check the settings (the key is never shown)", ["config", "check"]),
         *[
             DemoStep(f"Export {d} from the vendor into the store", ["export", "run", d])
             for d in DOMAINS
@@ -103,7 +103,7 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
             ["keys", "generate", "--out", str(workdir / "keys" / "transfer")],
         ),
         DemoStep(
-            "Pack a signed transfer set (parts of at most 256 KiB, as if for small media)",
+            "Pack a signed transfer set (1 MiB parts, as if for small media)",
             ["transfer", "pack", transfer_set],
         ),
         DemoStep(
@@ -133,18 +133,26 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
 def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoResult:
     """Run every demo step; stop at the first that fails. The workdir is kept for a look."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="mirror-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     result = DemoResult(workdir)
     demo_key = "mint_demo_" + secrets.token_hex(16)
     key_file = workdir / "admin-api-key"
     key_file.write_text(demo_key)
     key_file.chmod(0o600)
-    sim_config = SimConfig(key=demo_key, queue_seconds=0.3, run_seconds=1.0, pages=60)
+    (workdir / "keys").mkdir(exist_ok=True)
+    (workdir / "usb").mkdir(exist_ok=True)
+    sim_config = SimConfig(
+        key=demo_key, queue_seconds=0.3, run_seconds=1.0, pages=60, bundle_size=3 * 1024**2
+    )
     with Simulator(sim_config) as sim, s3_server() as s3_url:
         config = write_demo_config(workdir, sim.url, s3_url)
         env = _demo_env(config)
         _create_bucket(s3_url, env)
         echo(f"Working in {workdir}")
-        echo(f"Vendor API simulator on {sim.url}; S3 API server on {s3_url}; settings in {config}")
+        echo(f"Vendor API simulator on {sim.url}; S3 API server on {s3_url}")
+        echo(
+            f"Settings in {config} (see them, key redacted: mirror --config {config} config check)"
+        )
         for number, step in enumerate(demo_steps(workdir), start=1):
             echo("")
             echo(f"[{number}] {step.title}")
@@ -160,6 +168,10 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
             result.outputs[" ".join(step.args[:2])] = completed.stdout
             for line in output.splitlines():
                 echo(f"  {line}")
+            if step.show_file is not None and step.show_file.is_file():
+                echo(f"$ cat {step.show_file}")
+                for line in step.show_file.read_text().splitlines():
+                    echo(f"  {line}")
             if completed.returncode not in step.ok_codes:
                 echo(f"  (exit {completed.returncode}: the demo stops here)")
                 result.failed_step = step.title

@@ -74,5 +74,5 @@ def setup_logging(verbosity: int = 0, *, json_lines: bool | None = None) -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
-    for noisy in ("httpx", "httpcore", "botocore", "boto3", "urllib3", "s3transfer"):
+    for noisy in ("httpx", "httpcore", "botocore", "boto3", "urllib3", "s3transfer", "werkzeug"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -25,8 +26,23 @@ def config_check(cli: CliContext) -> None:
     source = str(settings.source) if settings.source else "(embedded defaults)"
     cli.emit(
         {"source": source, "valid": True, "settings": document},
-        [f"# {source}: valid", json.dumps(document, indent=2)],
+        [f"# {source}: valid", *flat_lines(document)],
     )
+
+
+def flat_lines(document: dict[str, Any], prefix: str = "") -> list[str]:
+    """`section.key = value` lines; arrays of tables get an index (`exports.0.domain`)."""
+    lines: list[str] = []
+    for key, value in document.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            lines.extend(flat_lines(value, f"{name}."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for index, entry in enumerate(value):
+                lines.extend(flat_lines(entry, f"{name}.{index}."))
+        else:
+            lines.append(f"{name} = {json.dumps(value)}")
+    return lines
 
 
 @click.group("db")

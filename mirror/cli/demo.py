@@ -22,8 +22,6 @@ def demo(cli: CliContext, workdir: Path | None) -> None:
     """The whole pipeline on embedded defaults (simulator + S3 server on loopback)."""
     from mirror.demo import run_demo
 
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
     result = run_demo(click.echo, workdir)
     if result.failed_step:
         raise OperationFailed(f"demo step failed: {result.failed_step} (see the output above)")
