@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -57,14 +56,14 @@ def test_exports_validated() -> None:
     )
     assert settings.exports[0].domain == "docs.example.com"
     assert settings.exports[0].every == 3600
-    with pytest.raises(ConfigError, match="exports.0.domain"):
+    with pytest.raises(ConfigError, match=r"exports\.0\.domain"):
         settings_from_dict({"exports": [{"domain": "https://docs.example.com/"}]})
     with pytest.raises(ConfigError, match="listed twice"):
         settings_from_dict({"exports": [{"domain": "a.example"}, {"domain": "a.example"}]})
 
 
 def test_presign_ttl_capped_at_seven_days() -> None:
-    with pytest.raises(ConfigError, match="target.presign_ttl"):
+    with pytest.raises(ConfigError, match=r"target\.presign_ttl"):
         settings_from_dict({"target": {"presign_ttl": "8d"}})
 
 
@@ -121,8 +120,6 @@ def test_config_check_exit_2_on_bad_file(tmp_path: Path) -> None:
     assert "daemon.concurrency" in result.stderr
     assert str(path) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-
-
 
 
 def test_example_config_is_valid_and_complete() -> None:

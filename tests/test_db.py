@@ -27,11 +27,18 @@ def _exercise(database: Database) -> None:
         run.active = False
         run.state = RunState.STORED
         session.add(ExportRun(domain="docs.a.test"))
-        session.add(Bundle(sha256="a" * 64, size=1, format="tar.gz", tree_sha256="b" * 64,
-                           file_count=1))
+        session.add(
+            Bundle(sha256="a" * 64, size=1, format="tar.gz", tree_sha256="b" * 64, file_count=1)
+        )
         session.flush()
-        session.add(Version(domain="docs.a.test", label="2026-11-21", bundle_sha256="a" * 64,
-                            tree_sha256="b" * 64))
+        session.add(
+            Version(
+                domain="docs.a.test",
+                label="2026-11-21",
+                bundle_sha256="a" * 64,
+                tree_sha256="b" * 64,
+            )
+        )
     with database.session() as session:
         created = session.scalars(select(Version)).one().created_at
         assert created.tzinfo is not None

@@ -7,8 +7,17 @@ from mirror.units import format_duration, format_size, parse_duration, parse_siz
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30s", 30), ("10m", 600), ("6h", 21600), ("7d", 604800), ("1h30m", 5400), ("250ms", 0.25),
-     ("45", 45), (12, 12), (1.5, 1.5)],
+    [
+        ("30s", 30),
+        ("10m", 600),
+        ("6h", 21600),
+        ("7d", 604800),
+        ("1h30m", 5400),
+        ("250ms", 0.25),
+        ("45", 45),
+        (12, 12),
+        (1.5, 1.5),
+    ],
 )
 def test_parse_duration(text: str | int | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -22,8 +31,15 @@ def test_parse_duration_refuses(text: object) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("512MiB", 512 * 1024**2), ("4GiB", 4 * 1024**3), ("100MB", 10**8), ("1.5KiB", 1536),
-     ("0", 0), (7, 7), ("2 GiB", 2 * 1024**3)],
+    [
+        ("512MiB", 512 * 1024**2),
+        ("4GiB", 4 * 1024**3),
+        ("100MB", 10**8),
+        ("1.5KiB", 1536),
+        ("0", 0),
+        (7, 7),
+        ("2 GiB", 2 * 1024**3),
+    ],
 )
 def test_parse_size(text: str | int, size: int) -> None:
     assert parse_size(text) == size
