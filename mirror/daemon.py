@@ -36,11 +36,13 @@ from types import FrameType
 from typing import Any, Literal
 
 from sqlalchemy import select as sql_select
+from sqlalchemy.exc import OperationalError
 
 from mirror.api import VendorClient, build_http_client
 from mirror.app import App
 from mirror.config import ExportSettings, Settings, load_settings
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
+from mirror.exporter import RunEvent, run_export
 from mirror.metrics import DaemonMetrics, MetricsServer, parse_listen
 from mirror.models import DomainSchedule, ExportRun, utcnow
 from mirror.notify import Notifier
@@ -127,6 +129,7 @@ class Daemon:
         self._stop_requested = False
         self._reload_requested = False
         self._last_status = ""
+        self._refreshed_at = 0.0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -149,13 +152,20 @@ class Daemon:
                 extra={"domains": len(self.settings.exports), "resumed": len(self._futures)},
             )
             while not self._stop_requested:
-                if self._reload_requested:
-                    self._reload()
-                self._reap()
-                sleep_for = self._schedule_pass()
-                if self.options.exit_when_idle and self._idle():
-                    log.info("nothing left to do; exiting (--exit-when-idle)")
-                    break
+                try:
+                    if self._reload_requested:
+                        self._reload()
+                    self._reap()
+                    if time.monotonic() - self._refreshed_at >= self._loop_budget():
+                        self._load_states()
+                    sleep_for = self._schedule_pass()
+                except (OperationalError, TemporaryFailure) as exc:
+                    log.warning("scheduler pass failed; trying again in 5s: %s", exc)
+                    sleep_for = 5.0
+                else:
+                    if self.options.exit_when_idle and self._idle():
+                        log.info("nothing left to do; exiting (--exit-when-idle)")
+                        break
                 self._sleep(sleep_for)
             self._shutdown()
             return 0
@@ -302,8 +312,6 @@ class Daemon:
 
     def _work(self, domain: str, export: ExportSettings, settings: Settings) -> RunResult:
         """One run in a worker thread; never raises."""
-        from mirror.exporter import run_export
-
         client: VendorClient | None = None
         try:
             api = settings.api
@@ -346,9 +354,9 @@ class Daemon:
     def _cancellable_sleep(self, seconds: float) -> None:
         self.cancel.wait(seconds)
 
-    def _on_event(self, event: Any) -> None:
+    def _on_event(self, event: RunEvent) -> None:
         """RunEvent from a worker thread: per-state gauges, bytes and download time."""
-        domain: str = event.domain
+        domain = event.domain
         with self._lock:
             live = self._live.running.get(domain)
             if live is None:
@@ -487,7 +495,12 @@ class Daemon:
             log.warning("cannot measure the store: %s", exc.strerror or exc)
 
     def _load_states(self, domains: Iterable[str] | None = None) -> None:
-        """(Re)load scheduler states from the index: all of them, or just `domains`."""
+        """(Re)load scheduler states from the index: all of them, or just `domains`.
+
+        A full reload also picks up what other processes (CLI runs, replicas) did.
+        """
+        if domains is None:
+            self._refreshed_at = time.monotonic()
         configured = {export.domain: export for export in self.settings.exports}
         wanted = list(configured) + sorted(self._transient) if domains is None else list(domains)
         exports: list[ExportSettings] = []

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
 from mirror.app import App
 from mirror.archive import inspect_archive
-from mirror.errors import IntegrityError
+from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.fsutil import sha256_file
 from mirror.models import Bundle, ExportRun
 
@@ -165,9 +165,23 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
     return adopted, removed
 
 
+def upgrade_schema(app: App, attempts: int = 4, sleep: Callable[[float], None] = time.sleep) -> str:
+    """Upgrade the index schema, tolerating another process doing the same at the same moment
+    (replicas starting together): a failed attempt is retried once the other has finished."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return app.db.upgrade()
+        except TemporaryFailure as exc:
+            if attempt == attempts:
+                raise
+            log.warning("schema upgrade failed (attempt %d): %s; retrying", attempt, exc)
+            sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
 def recover(app: App) -> RecoveryReport:
     """Run every start-up recovery step; the daemon reports ready only after this."""
-    schema = app.db.upgrade()
+    schema = upgrade_schema(app)
     temp_removed = sweep_temp_files(app)
     adopted, removed = reconcile_orphan_blobs(app)
     from mirror.exporter import unfinished_runs

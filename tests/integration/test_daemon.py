@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from sqlalchemy import func, select
 
 from mirror.api import VendorClient, build_http_client
@@ -44,34 +43,12 @@ _counter = itertools.count()
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _registered(name: str) -> bool:
-    from mirror.cli import cli
-
-    return name in cli.commands
-
-
-# Until mirror/cli/__init__.py registers `daemon`/`status` (the lead's file), run them through
-# this shim, which registers them the same way and calls the real entry point.
-_SHIM = (
-    "import sys; from mirror.cli import cli, main; "
-    "from mirror.cli.daemon import daemon_command; from mirror.cli.status import status_command; "
-    "cli.commands.setdefault('daemon', daemon_command); "
-    "cli.commands.setdefault('status', status_command); main(sys.argv[1:])"
-)
-
-
 def mirror_argv(*args: str) -> list[str]:
-    if _registered("daemon") and _registered("status"):
-        return [sys.executable, "-m", "mirror", *args]
-    return [sys.executable, "-c", _SHIM, *args]
+    return [sys.executable, "-m", "mirror", *args]
 
 
 def run_mirror(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    if _registered("daemon") and _registered("status"):
-        return mirror_cli(*args, env=env)
-    return subprocess.run(
-        mirror_argv(*args), capture_output=True, text=True, env=_env(env), timeout=120, check=False
-    )
+    return mirror_cli(*args, env=env)
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -512,6 +489,35 @@ def test_sigterm_during_download_exits_0_and_resumes_from_the_offset(tmp_path: P
     assert not list((tmp_path / "store" / "tmp").iterdir())
 
 
+def test_two_daemons_on_one_index_never_run_a_domain_twice(tmp_path: Path) -> None:
+    """Two processes sharing the store and index (as replicas share PostgreSQL): the active-run
+    unique index and the lease keep every domain to one run and one vendor job."""
+    domains = [f"r{i}.example.com" for i in range(6)]
+    with simulator(one_active_job=False, run_seconds=0.5) as sim:
+        config = daemon_config(
+            tmp_path / "c.toml",
+            base_url=sim.url,
+            store=tmp_path / "store",
+            domains=domains,
+            daemon={"concurrency": 6},
+        )
+        with (
+            daemon_process(
+                config, sim.key, tmp_path, "--exit-when-idle", "--max-sleep", "0.5"
+            ) as first,
+            daemon_process(
+                config, sim.key, tmp_path, "--exit-when-idle", "--max-sleep", "0.5"
+            ) as second,
+        ):
+            assert first.proc.wait(90) == 0, first.log()
+            assert second.proc.wait(90) == 0, second.log()
+        assert all(len(sim.stats.starts.get(d, [])) == 1 for d in domains), sim.stats.starts
+    with index(config) as app, app.db.session() as session:
+        runs = session.scalars(select(ExportRun)).all()
+    assert sorted(run.domain for run in runs) == sorted(domains)
+    assert all(run.state == RunState.STORED for run in runs)
+
+
 def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: Path) -> None:
     with simulator(one_active_job=False) as sim:
         path = tmp_path / "c.toml"
@@ -579,14 +585,8 @@ def test_thousand_domains_ready_fast_idle_cheap_and_budget_kept(tmp_path: Path) 
     assert deferred == 990
 
 
-@pytest.mark.parametrize("dry_run", [True, False])
-def test_store_gc_cli(tmp_path: Path, dry_run: bool) -> None:
-    """`store gc` through the real CLI (the lead attaches it to `store`)."""
-    from mirror.cli import cli
-
-    store_group = cli.commands.get("store")
-    if store_group is None or "gc" not in getattr(store_group, "commands", {}):
-        pytest.skip("store gc is not registered in mirror/cli/__init__.py yet")
+def test_store_gc_cli_dry_run_then_real(tmp_path: Path) -> None:
+    """`store gc` through the real CLI: --dry-run changes nothing, then the real run frees."""
     with simulator(one_active_job=False, changes_per_export=2) as sim:
         config = daemon_config(
             tmp_path / "c.toml",
@@ -608,11 +608,15 @@ def test_store_gc_cli(tmp_path: Path, dry_run: bool) -> None:
         for version in session.scalars(select(Version)):
             version.delivered_at = version.created_at
     args = ["--config", str(config), "--json", "store", "gc", "--keep", "1"]
-    result = mirror_cli(*args, *(["--dry-run"] if dry_run else []))
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert len(report["versions_removed"]) == 2
-    assert report["bytes_freed"] > 0
-    with index(config) as app, app.db.session() as session:
-        left = session.scalar(select(func.count()).select_from(Version))
-    assert left == (3 if dry_run else 1)
+    for dry_run, left_after in ((True, 3), (False, 1)):
+        result = mirror_cli(*args, *(["--dry-run"] if dry_run else []))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["dry_run"] is dry_run
+        assert len(report["versions_removed"]) == 2
+        assert report["bytes_freed"] > 0
+        with index(config) as app, app.db.session() as session:
+            assert session.scalar(select(func.count()).select_from(Version)) == left_after
+    human = mirror_cli("--config", str(config), "store", "gc", "--keep", "1", "--dry-run")
+    assert human.returncode == 0
+    assert "would free 0 B" in human.stdout
