@@ -46,6 +46,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import sqlalchemy.exc
 from sqlalchemy import CursorResult, select, text, update
 from sqlalchemy.orm import Session
@@ -917,7 +918,12 @@ def run_export(
     IntegrityError (size or archive check; nothing stored), AuthError, ConfigError.
     """
     domain = domain.strip().lower()
-    export = app.settings.export_for(domain)
+    try:
+        export = app.settings.export_for(domain)
+    except pydantic.ValidationError:
+        raise ConfigError(
+            f"{domain!r} is not a documentation domain; give a hostname like docs.example.com"
+        ) from None
     runner = _Runner(
         app,
         client,

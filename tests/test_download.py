@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ from mirror.download import (
     parse_content_range,
     safe_url,
 )
-from mirror.errors import IntegrityError, Interrupted, NotFound, TemporaryFailure
+from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
 
 MiB = 1024 * 1024
@@ -314,3 +315,179 @@ def test_parsers() -> None:
     assert safe_url("https://h.example/a/b.tar.gz?X-Amz-Signature=s") == (
         "https://h.example/a/b.tar.gz"
     )
+
+
+# --- answers the simulator does not give: a scripted HTTP server on loopback -------------------
+
+
+class Scripted:
+    """A real HTTP server on loopback that answers each GET with the next scripted reply."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.replies: list[Callable[[BaseHTTPRequestHandler], None]] = []
+        self.ranges: list[str | None] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                outer.ranges.append(self.headers.get("Range"))
+                reply = outer.replies.pop(0) if outer.replies else outer.whole
+                reply(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = (
+            f"http://127.0.0.1:{self.server.server_address[1]}/b.tar.gz?X-Amz-Signature=s3cr3t"
+        )
+
+    def link(self, size: int | None = None) -> BundleLink:
+        return BundleLink(job_id="job", url=self.url, size_bytes=size, expires_at=None)
+
+    def whole(self, handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(self.body)))
+        handler.end_headers()
+        handler.wfile.write(self.body)
+
+    def cut(self, at: int) -> Callable[[BaseHTTPRequestHandler], None]:
+        def reply(handler: BaseHTTPRequestHandler) -> None:
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(len(self.body)))
+            handler.end_headers()
+            handler.wfile.write(self.body[:at])
+            handler.close_connection = True
+
+        return reply
+
+    def status(
+        self, code: int, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> Callable[[BaseHTTPRequestHandler], None]:
+        def reply(handler: BaseHTTPRequestHandler) -> None:
+            handler.send_response(code)
+            for name, value in (headers or {}).items():
+                handler.send_header(name, value)
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        return reply
+
+    def chunked(self, data: bytes) -> Callable[[BaseHTTPRequestHandler], None]:
+        def reply(handler: BaseHTTPRequestHandler) -> None:
+            handler.send_response(200)
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+            for start in range(0, len(data), 256 * 1024):
+                piece = data[start : start + 256 * 1024]
+                handler.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            handler.wfile.write(b"0\r\n\r\n")
+
+        return reply
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted() -> Iterator[Scripted]:
+    server = Scripted(bytes(range(256)) * 12_000)  # ~3 MiB
+    yield server
+    server.close()
+
+
+def test_wrong_range_in_a_206_restarts_from_zero(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    body = scripted.body
+    wrong = scripted.status(206, body[:1000], {"Content-Range": f"bytes 0-999/{len(body)}"})
+    scripted.replies = [scripted.cut(MiB), wrong]
+    result = download_bundle(
+        http, scripted.link(), tmp_path / "p", refresh_link=scripted.link, sleep=lambda _s: None
+    )
+    assert result.sha256 == hashlib.sha256(body).hexdigest() and result.restarts == 1
+    assert scripted.ranges == [None, f"bytes={MiB}-", None]
+
+
+def test_server_errors_are_retried_with_retry_after(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    scripted.replies = [
+        scripted.status(503, b"busy", {"Retry-After": "7"}),
+        scripted.status(500),
+    ]
+    sleeps: list[float] = []
+    result = download_bundle(
+        http, scripted.link(), tmp_path / "p", refresh_link=scripted.link, sleep=sleeps.append
+    )
+    assert result.size == len(scripted.body)
+    assert sleeps[0] == 7.0 and len(sleeps) == 2
+
+
+def test_persistent_errors_give_up_after_max_attempts(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    scripted.replies = [scripted.status(502)] * 10
+    sleeps: list[float] = []
+    with pytest.raises(TemporaryFailure, match="failed 4 times in a row") as caught:
+        download_bundle(
+            http,
+            scripted.link(),
+            tmp_path / "p",
+            refresh_link=scripted.link,
+            sleep=sleeps.append,
+            max_attempts=4,
+        )
+    assert len(sleeps) == 3 and "s3cr3t" not in str(caught.value)
+
+
+def test_refused_link_is_an_auth_error_without_the_signature(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    denied = b"<Error><Code>SignatureDoesNotMatch</Code><Message>nope</Message></Error>"
+    scripted.replies = [scripted.status(403, denied)]
+    with pytest.raises(AuthError, match="SignatureDoesNotMatch: nope") as caught:
+        download_bundle(http, scripted.link(), tmp_path / "p", refresh_link=scripted.link)
+    assert "s3cr3t" not in str(caught.value)
+
+
+def test_chunked_body_longer_than_expected_stops_reading(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    scripted.replies = [scripted.chunked(scripted.body)]
+    with pytest.raises(IntegrityError, match="bigger than the 1000000 bytes"):
+        download_bundle(
+            http,
+            scripted.link(),
+            tmp_path / "p",
+            refresh_link=scripted.link,
+            expected_size=1_000_000,
+        )
+    assert (tmp_path / "p").stat().st_size <= 1_000_000
+
+
+def test_chunked_body_of_unknown_size_is_taken_whole(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    scripted.replies = [scripted.chunked(scripted.body)]
+    result = download_bundle(http, scripted.link(), tmp_path / "p", refresh_link=scripted.link)
+    assert result.size == len(scripted.body)
+    assert result.sha256 == hashlib.sha256(scripted.body).hexdigest()
+
+
+def test_unsatisfiable_range_with_another_size_restarts(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    dest = tmp_path / "p"
+    dest.write_bytes(b"x" * 10)
+    scripted.replies = [scripted.status(416, b"", {"Content-Range": "bytes */5"})]
+    result = download_bundle(
+        http, scripted.link(), dest, refresh_link=scripted.link, sleep=lambda _s: None
+    )
+    assert result.restarts == 1 and result.sha256 == hashlib.sha256(scripted.body).hexdigest()

@@ -640,3 +640,11 @@ def test_a_start_of_unknown_outcome_is_not_free(sim: Simulator, http: httpx.Clie
     outcome = run_export(app, vendor(sim, http), "docs.unknown.test")
     assert outcome.run_id == row.id and outcome.resumed
     assert len(sim.stats.snapshot()["starts"]["docs.unknown.test"]) == 1
+
+
+def test_not_a_domain_is_a_config_error_before_anything(
+    sim: Simulator, http: httpx.Client, app: App
+):
+    with pytest.raises(ConfigError, match="not a documentation domain"):
+        run_export(app, vendor(sim, http), "not a domain/x")
+    assert runs(app) == [] and sim.stats.snapshot()["requests"] == 0
