@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.sim.config import AGENT_OUTCOMES, DEFAULT_PROJECT_DOMAIN, Faults, SimConfig
-from mirror.sim.jobs import AgentJob, ExportJob, is_hostname, iso
+from mirror.sim.jobs import AgentJob, ExportJob, ExportView, is_hostname, iso
 from mirror.sim.links import LinkIssuer
 from mirror.sim.site import BuildCancelled, SiteSpec, build_bundle, selected_pages
 from mirror.sim.stats import SimStats
@@ -271,7 +271,7 @@ class SimApi:
         else:
             self._build_in_background(job, spec)
         log.info("export job %s started for %s (%s flow)", job.job_id, domain, flow)
-        return json_reply(202, self._job_json(job, flow, request.base_url))
+        return json_reply(202, self._job_json(job, flow, request.base_url, just_started=True))
 
     def _new_job(
         self,
@@ -356,9 +356,14 @@ class SimApi:
         for thread in builders:
             thread.join(max(deadline - time.monotonic(), 0))
 
-    def _job_json(self, job: ExportJob, flow: str, base_url: str) -> dict[str, Any]:
+    def _job_json(
+        self, job: ExportJob, flow: str, base_url: str, *, just_started: bool = False
+    ) -> dict[str, Any]:
         faults = self.faults
-        view = job.view(time.monotonic())
+        if just_started:
+            view = ExportView("queued", 0, 0, job.created_wall, None)
+        else:
+            view = job.view(time.monotonic())
         status = view.status
         if status == "running" and faults.unknown_state:
             status = faults.unknown_state
