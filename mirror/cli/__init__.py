@@ -7,9 +7,12 @@ the exit code its error class carries.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -21,7 +24,36 @@ from mirror.logs import redact, setup_logging
 log = logging.getLogger("mirror")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used, so start-up stays quick."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy: dict[str, str | Callable[[], click.Command]] = {}
+
+    def add_lazy(self, name: str, target: str | Callable[[], click.Command]) -> None:
+        """`target` is "module:attribute" or a function returning the command."""
+        self.lazy[name] = target
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in self.lazy:
+            target = self.lazy[name]
+            if isinstance(target, str):
+                module_name, attribute = target.split(":")
+                command = getattr(importlib.import_module(module_name), attribute)
+            else:
+                command = target()
+            self.add_command(command, name)
+        return super().get_command(ctx, name)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--config",
     "config_path",
@@ -44,41 +76,30 @@ def cli(
     ctx.call_on_close(state.close)
 
 
-def _register() -> None:
-    from mirror.cli import (
-        admin,
-        agent,
-        chart,
-        daemon,
-        demo,
-        export,
-        gc,
-        keys,
-        sim,
-        status,
-        store,
-        transfer,
-    )
+def _store_group() -> click.Command:
+    from mirror.cli import gc, store
 
-    store.store.add_command(gc.gc_command)
-    for command in (
-        admin.config_group,
-        admin.db_group,
-        agent.agent_job,
-        export.export,
-        store.store,
-        daemon.daemon_command,
-        status.status_command,
-        keys.keys_group,
-        transfer.transfer_group,
-        chart.chart,
-        sim.sim,
-        demo.demo,
-    ):
-        cli.add_command(command)
+    if "gc" not in store.store.commands:
+        store.store.add_command(gc.gc_command)
+    return store.store
 
 
-_register()
+COMMANDS: dict[str, str | Callable[[], click.Command]] = {
+    "config": "mirror.cli.admin:config_group",
+    "db": "mirror.cli.admin:db_group",
+    "agent-job": "mirror.cli.agent:agent_job",
+    "export": "mirror.cli.export:export",
+    "store": _store_group,
+    "daemon": "mirror.cli.daemon:daemon_command",
+    "status": "mirror.cli.status:status_command",
+    "keys": "mirror.cli.keys:keys_group",
+    "transfer": "mirror.cli.transfer:transfer_group",
+    "chart": "mirror.cli.chart:chart",
+    "sim": "mirror.cli.sim:sim",
+    "demo": "mirror.cli.demo:demo",
+}
+for _name, _target in COMMANDS.items():
+    cli.add_lazy(_name, _target)
 
 
 def _fail(message: str, exit_code: int, as_json: bool) -> None:

@@ -6,12 +6,13 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from mirror.app import App
-from mirror.config import Settings, load_settings
+if TYPE_CHECKING:
+    from mirror.app import App
+    from mirror.config import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -30,12 +31,16 @@ class CliContext:
     @property
     def settings(self) -> Settings:
         if self._settings is None:
+            from mirror.config import load_settings
+
             self._settings = load_settings(self.config_path)
         return self._settings
 
     @property
     def app(self) -> App:
         if self._app is None:
+            from mirror.app import App
+
             self._app = App(self.settings)
         return self._app
 
