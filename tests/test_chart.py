@@ -35,8 +35,6 @@ from mirror.objectstore import ObjectStore
 from mirror.versions import label_key
 from tests.fixtures.archives import sample_site, write_tar
 
-pytest_plugins = ["tests.fixtures.s3"]
-
 T0 = datetime(2026, 11, 22, 2, 0, 0, tzinfo=UTC)
 
 

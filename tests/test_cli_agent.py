@@ -1,9 +1,4 @@
-"""`mirror agent-job get|watch` as operators run it: a real subprocess against the simulator.
-
-Until the lead registers the group in mirror/cli/__init__.py, the commands run through a
-two-line entry point that registers it first (same `main`, same error mapping);
-`test_agent_job_is_registered` is skipped until then.
-"""
+"""`mirror agent-job get|watch` as operators run it: a real subprocess against the simulator."""
 
 from __future__ import annotations
 
@@ -15,30 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from mirror.cli import cli
 from mirror.sim import Simulator
 from tests.conftest import mirror_cli, write_config
 
-REGISTERED = "agent-job" in cli.commands
-_ENTRY = (
-    "import sys; from mirror.cli import cli, main; from mirror.cli import agent; "
-    "cli.add_command(agent.agent_job); main(sys.argv[1:])"
-)
-
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    if REGISTERED:
-        return mirror_cli(*args, env=env)
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", _ENTRY, *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-        check=False,
-    )
+    return mirror_cli(*args, env=env)
 
 
 @pytest.fixture
@@ -63,8 +40,6 @@ def env(sim: Simulator) -> dict[str, str]:
 
 
 def test_agent_job_is_registered() -> None:
-    if not REGISTERED:
-        pytest.skip("agent-job is not registered in mirror/cli/__init__.py yet")
     result = mirror_cli("agent-job", "--help")
     assert result.returncode == 0 and "watch" in result.stdout
 
@@ -224,11 +199,7 @@ def test_watch_on_a_terminal_prints_status_changes(
 
     job_id = sim.add_agent_job("pr", seconds=3)  # outlasts the interpreter's start-up
     args = ["--config", str(config), "agent-job", "watch", job_id, "--interval", "100ms"]
-    command = (
-        [sys.executable, "-m", "mirror", *args]
-        if REGISTERED
-        else [sys.executable, "-c", _ENTRY, *args]
-    )
+    command = [sys.executable, "-m", "mirror", *args]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
     full_env.update(env)
     main_fd, child_fd = pty.openpty()

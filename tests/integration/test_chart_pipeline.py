@@ -21,20 +21,6 @@ from mirror.objectstore import ObjectStore
 from tests.conftest import REPO, write_config
 from tests.test_chart import DOMAIN, Seeded, seed_version
 
-pytest_plugins = ["tests.fixtures.s3"]
-
-# Runs the real entry point with the chart group registered even before the lead wires it in.
-_ENTRY = (
-    "import contextlib, sys\n"
-    "from mirror.cli import cli, main\n"
-    "from mirror.cli.chart import chart\n"
-    "cli.commands.setdefault('chart', chart)\n"
-    "with contextlib.suppress(ImportError):\n"
-    "    from mirror.cli.transfer import transfer_group\n"
-    "    cli.commands.setdefault('transfer', transfer_group)\n"
-    "main(sys.argv[1:])\n"
-)
-
 
 def run_mirror(
     *args: str, env: dict[str, str], timeout: float = 120
@@ -42,7 +28,7 @@ def run_mirror(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
     full_env.update(env)
     return subprocess.run(
-        [sys.executable, "-c", _ENTRY, *args],
+        [sys.executable, "-m", "mirror", *args],
         capture_output=True,
         text=True,
         env=full_env,
