@@ -38,8 +38,9 @@ SEED = int(os.environ.get("MIRROR_FAULT_SEED", "1"))
 
 
 def make_config(tmp_path: Path, sim: Simulator) -> Path:
+    api = {"poll_interval": "0.05s", "max_poll_interval": "0.2s", "max_starts_per_hour": 10_000}
     document = {
-        "api": {"base_url": sim.url, "poll_interval": "0.05s", "max_poll_interval": "0.2s"},
+        "api": {"base_url": sim.url, **api},
         "store": {"path": str(tmp_path / "store")},
     }
     return write_config(tmp_path / "config.toml", document)
