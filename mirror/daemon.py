@@ -9,7 +9,8 @@ One main thread runs the scheduler loop; a small thread pool runs `run_export`
   a stuck loop is killed by systemd;
 - sleeps on a self-pipe until the next due time, a finished run or a signal.
 
-Signals: SIGTERM/SIGINT stop taking work, set the cancel event every run watches
+Signals (SIGUSR1 dumps every thread's stack to stderr, for a stuck daemon): SIGTERM/SIGINT
+stop taking work, set the cancel event every run watches
 (downloads stop after the current chunk with offsets saved), wait for the workers
 and exit 0. SIGHUP reloads the config (added/removed domains, changed intervals)
 without touching running runs; an invalid new config is logged and the old one kept.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
 import logging
 import os
 import select
@@ -129,6 +131,7 @@ class Daemon:
         self._stop_requested = False
         self._reload_requested = False
         self._last_status = ""
+        self._status_at = 0.0
         self._refreshed_at = 0.0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -246,13 +249,21 @@ class Daemon:
         text = status_line(
             len(self._futures), len(self._states) - len(self._futures), decision.next_due, now
         )
-        if text != self._last_status:
-            self._last_status = text
-            self.notifier.status(text)
+        self._send_status(text)
         sleep_for = self._loop_budget()
         if decision.next_wake is not None:
             sleep_for = min(sleep_for, (decision.next_wake - now).total_seconds())
         return max(0.05, sleep_for)
+
+    def _send_status(self, text: str) -> None:
+        """STATUS= when the counts change, or at most every 5 s for the countdown."""
+        counts = text.split(", next due", 1)[0]
+        last_counts = self._last_status.split(", next due", 1)[0]
+        now = time.monotonic()
+        if text != self._last_status and (counts != last_counts or now - self._status_at >= 5):
+            self._last_status = text
+            self._status_at = now
+            self.notifier.status(text)
 
     def _loop_budget(self) -> float:
         """The longest the loop may sleep: short enough for the watchdog and /healthz."""
@@ -454,7 +465,7 @@ class Daemon:
                 row = existing.get(domain)
                 if row is None:
                     session.add(DomainSchedule(domain=domain, not_before=until, last_error=reason))
-                elif row.not_before is None or row.not_before < until - timedelta(seconds=1):
+                elif row.not_before is None or row.not_before < until:
                     row.not_before = until
                     row.last_error = reason
         for domain in domains:
@@ -650,12 +661,14 @@ class Daemon:
             signal.SIGHUP: signal.signal(signal.SIGHUP, on_reload),
         }
         previous[-1] = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
         return previous
 
     def _restore_signals(self, previous: dict[int, Any]) -> None:
         if not previous:
             return
         signal.set_wakeup_fd(previous.pop(-1))
+        faulthandler.unregister(signal.SIGUSR1)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

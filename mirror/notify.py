@@ -1,8 +1,9 @@
 """The systemd notification protocol (sd_notify) over `$NOTIFY_SOCKET`, stdlib only.
 
 Promise: outside systemd (no `$NOTIFY_SOCKET`) every call is a cheap no-op, and a
-notification that cannot be delivered is logged once and never raises, so the
-daemon behaves the same with or without a service manager.
+notification that cannot be delivered is logged once and never raises. Sending never
+blocks (a full receiver drops the datagram), so the scheduler loop, which sends the
+watchdog pings, cannot hang on its own notifications.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class Notifier:
         message = "\n".join(line.replace("\n", " ") for line in lines).encode()
         try:
             if self._socket is None:
-                kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
                 self._socket = socket.socket(socket.AF_UNIX, kind)
             self._socket.sendto(message, self.address)
         except OSError as exc:

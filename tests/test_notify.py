@@ -84,3 +84,16 @@ def test_watchdog_interval() -> None:
     assert watchdog_interval({"WATCHDOG_USEC": "0"}, pid=10) is None
     assert watchdog_interval({"WATCHDOG_USEC": "junk"}, pid=10) is None
     assert watchdog_interval({}, pid=10) is None
+
+
+def test_a_full_receiver_never_blocks_the_sender() -> None:
+    name = f"mirror-test-{uuid.uuid4().hex}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind("\0" + name)
+    try:
+        notifier = Notifier({"NOTIFY_SOCKET": "@" + name})
+        delivered = [notifier.status("x" * 1000) for _ in range(5000)]
+        assert delivered[0] is True
+        assert delivered[-1] is False  # nobody reads: the queue filled up and sends were dropped
+    finally:
+        sock.close()

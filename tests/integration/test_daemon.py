@@ -111,8 +111,10 @@ class DaemonProcess:
         self.notify_name = f"mirror-test-{uuid.uuid4().hex}"
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind("\0" + self.notify_name)
-        self.notify.setblocking(False)
+        self.notify.settimeout(0.2)
         self.messages: list[str] = []
+        self._closed = False
+        threading.Thread(target=self._drain, daemon=True).start()
         env = {"MIRROR_API_KEY": key, "NOTIFY_SOCKET": "@" + self.notify_name}
         if watchdog_usec is not None:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
@@ -129,12 +131,17 @@ class DaemonProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    def notifications(self) -> list[str]:
-        while True:
+    def _drain(self) -> None:
+        while not self._closed:
             try:
                 self.messages.append(self.notify.recv(65536).decode())
-            except BlockingIOError:
-                return self.messages
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def notifications(self) -> list[str]:
+        return list(self.messages)
 
     def ready(self) -> bool:
         return any("READY=1" in m.split("\n") for m in self.notifications())
@@ -175,7 +182,14 @@ class DaemonProcess:
     def stop(self, timeout: float = 10) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # thread stacks into the log
+            time.sleep(1)
+            raise AssertionError(
+                f"no exit {timeout}s after SIGTERM:\n{self.log()[-20000:]}"
+            ) from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -185,6 +199,7 @@ class DaemonProcess:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.kill()
+        self._closed = True
         self.notify.close()
 
 
@@ -406,7 +421,7 @@ def test_start_budget_is_shared_and_never_exceeded(tmp_path: Path) -> None:
 
 def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> None:
     domains = [f"q{i}.example.com" for i in range(3)]
-    with simulator(one_active_job=True, run_seconds=1.5) as sim:
+    with simulator(one_active_job=True, run_seconds=5.0) as sim:
         with VendorClient(build_http_client(timeout=10), base_url=sim.url, key=sim.key) as client:
             orphan = client.start_export("q0.example.com")  # someone else's job: 409 for q0
         sim.faults.retry_after = "1"
