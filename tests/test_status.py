@@ -141,3 +141,24 @@ def test_load_states_feeds_the_scheduler(store_dir: Path) -> None:
     assert busy is not None and busy.has_vendor_job and busy.state == "downloading"
     assert states["busy.example.com"].needs_start is False
     assert states["fresh.example.com"].needs_start is True
+
+
+def test_human_status_lines(store_dir: Path) -> None:
+    from mirror.cli.status import status_lines
+
+    app = make_app(store_dir)
+    try:
+        seed(app)
+        lines = status_lines(domain_status(app, now=NOW), NOW)
+    finally:
+        app.close()
+    assert lines[0].split() == ["DOMAIN", "LAST", "RUN", "STATE", "VERSION", "NEXT", "DUE", "ERROR"]
+    by_domain = {line.split()[0]: line for line in lines[1:]}
+    assert "now" in by_domain["fresh.example.com"]
+    assert (
+        "in 4h" in by_domain["done.example.com"] and "2026-03-01" in by_domain["done.example.com"]
+    )
+    assert "running" in by_domain["busy.example.com"]
+    assert "(deferred)" in by_domain["deferred.example.com"]
+    assert "render error" in by_domain["failing.example.com"]
+    assert status_lines([], NOW) == ["no domains configured ([[exports]] in the config file)"]

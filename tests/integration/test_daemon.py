@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -531,6 +532,92 @@ def test_two_daemons_on_one_index_never_run_a_domain_twice(tmp_path: Path) -> No
         runs = session.scalars(select(ExportRun)).all()
     assert sorted(run.domain for run in runs) == sorted(domains)
     assert all(run.state == RunState.STORED for run in runs)
+
+
+def test_unfinished_runs_resume_before_new_work_in_process(tmp_path: Path) -> None:
+    """The Daemon class in this process (metrics off): recovery sweeps a stale temp file,
+    resumes the unfinished run on its own row and job before any new domain starts, and
+    only then says READY=1."""
+    from mirror.config import settings_from_dict
+    from mirror.daemon import Daemon, DaemonOptions
+    from mirror.notify import Notifier
+
+    with simulator(one_active_job=False) as sim:
+        with VendorClient(build_http_client(timeout=10), base_url=sim.url, key=sim.key) as client:
+            job = client.start_export("old.example.com")
+        store = tmp_path / "store"
+        settings = settings_from_dict(
+            {
+                "api": {"base_url": sim.url, "poll_interval": "0.1s", "max_poll_interval": "0.2s"},
+                "store": {"path": str(store)},
+                "daemon": {"listen": "", "concurrency": 1},
+                "exports": [
+                    {"domain": "new.example.com", "every": "1h"},
+                    {"domain": "old.example.com", "every": "1h"},
+                ],
+            }
+        )
+        app = App(settings)
+        try:
+            with app.db.session() as session:
+                run = ExportRun(
+                    domain="old.example.com",
+                    state=RunState.STARTED,
+                    vendor_job_id=job.job_id,
+                    vendor_started_at=job_started(),
+                    partial_name="run-1.part",
+                )
+                session.add(run)
+            (app.store.tmp_dir / "run-99.part").write_bytes(b"left by a crash")
+        finally:
+            app.close()
+
+        name = f"mirror-test-{uuid.uuid4().hex}"
+        receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        receiver.bind("\0" + name)
+        receiver.setblocking(False)
+        os.environ["MIRROR_API_KEY"] = sim.key
+        try:
+            daemon = Daemon(
+                settings,
+                options=DaemonOptions(exit_when_idle=True),
+                notifier=Notifier({"NOTIFY_SOCKET": "@" + name}),
+            )
+            assert daemon.run() == 0
+            messages = []
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    messages.append(receiver.recv(65536).decode())
+        finally:
+            del os.environ["MIRROR_API_KEY"]
+            receiver.close()
+        assert daemon.metrics_server is None
+        assert sim.stats.starts == {
+            "old.example.com": [job.job_id],
+            "new.example.com": sim.stats.starts["new.example.com"],
+        }
+    assert any(m.startswith("READY=1") for m in messages)
+    with index_from(settings) as app, app.db.session() as session:
+        runs = {r.domain: r for r in session.scalars(select(ExportRun))}
+        old, new = runs["old.example.com"], runs["new.example.com"]
+        assert old.id < new.id and old.vendor_job_id == job.job_id
+        assert old.state == new.state == RunState.STORED
+        assert old.finished_at is not None and new.created_at >= old.finished_at
+        assert not (store / "tmp" / "run-99.part").exists()
+    assert daemon.metrics.runs.labels(domain="old.example.com", outcome="stored")._value.get() == 1
+
+
+def job_started() -> datetime:
+    return datetime.now(UTC)
+
+
+@contextlib.contextmanager
+def index_from(settings: Any) -> Iterator[App]:
+    app = App(settings)
+    try:
+        yield app
+    finally:
+        app.close()
 
 
 def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: Path) -> None:
