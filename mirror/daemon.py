@@ -353,8 +353,12 @@ class Daemon:
                 return RunResult(domain, "interrupted", str(exc))
             return RunResult(domain, "deferred", str(exc), retry_after=exc.retry_after)
         except MirrorError as exc:
+            if self.cancel.is_set():
+                return RunResult(domain, "interrupted", str(exc))
             return RunResult(domain, "failed", str(exc))
         except Exception as exc:
+            if self.cancel.is_set():
+                return RunResult(domain, "interrupted", f"{type(exc).__name__}: {exc}")
             log.exception("unexpected error in the run of %s", domain, extra={"domain": domain})
             return RunResult(domain, "failed", f"unexpected error: {type(exc).__name__}: {exc}")
         finally:
