@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from mirror.api import VendorClient, build_http_client
@@ -534,7 +535,9 @@ def test_two_daemons_on_one_index_never_run_a_domain_twice(tmp_path: Path) -> No
     assert all(run.state == RunState.STORED for run in runs)
 
 
-def test_unfinished_runs_resume_before_new_work_in_process(tmp_path: Path) -> None:
+def test_unfinished_runs_resume_before_new_work_in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The Daemon class in this process (metrics off): recovery sweeps a stale temp file,
     resumes the unfinished run on its own row and job before any new domain starts, and
     only then says READY=1."""
@@ -576,7 +579,7 @@ def test_unfinished_runs_resume_before_new_work_in_process(tmp_path: Path) -> No
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         receiver.bind("\0" + name)
         receiver.setblocking(False)
-        os.environ["MIRROR_API_KEY"] = sim.key
+        monkeypatch.setenv("MIRROR_API_KEY", sim.key)
         try:
             daemon = Daemon(
                 settings,
@@ -589,7 +592,6 @@ def test_unfinished_runs_resume_before_new_work_in_process(tmp_path: Path) -> No
                 while True:
                     messages.append(receiver.recv(65536).decode())
         finally:
-            del os.environ["MIRROR_API_KEY"]
             receiver.close()
         assert daemon.metrics_server is None
         assert sim.stats.starts == {
