@@ -19,12 +19,12 @@ from rich.progress import (
     TaskID,
     TextColumn,
     TimeRemainingColumn,
-    TransferSpeedColumn,
 )
 from rich.text import Text
 
 from mirror.exporter import RunEvent
 from mirror.models import RunState
+from mirror.units import format_size
 
 _STATE_TEXT = {
     RunState.PENDING: "starting the vendor export",
@@ -44,12 +44,13 @@ class _DetailColumn(ProgressColumn):
     def __init__(self) -> None:
         super().__init__()
         self.download = DownloadColumn(binary_units=True)
-        self.speed = TransferSpeedColumn()
         self.remaining = TimeRemainingColumn()
 
     def render(self, task: Task) -> Text:
         if task.fields.get("kind") == "download":
-            parts = [self.download.render(task), self.speed.render(task)]
+            speed = task.finished_speed or task.speed
+            shown = f"{format_size(int(speed))}/s" if speed else "?/s"
+            parts = [self.download.render(task), Text(shown, style="progress.data.speed")]
             if task.total:
                 parts.append(self.remaining.render(task))
             return Text(" ").join(parts)

@@ -206,7 +206,8 @@ def test_status_link_means_no_bundle_call_via_the_cli(
 def test_a_terminal_gets_a_progress_display(
     sim_factory: Callable[..., Simulator], tmp_path: Path
 ) -> None:
-    sim = sim_factory(bundle_size=32 * MiB, queue_seconds=0.3, run_seconds=0.6)
+    sim = sim_factory(bundle_size=48 * MiB, queue_seconds=0.3, run_seconds=0.6)
+    sim.set_faults(cut_after_bytes=12 * MiB, cuts_remaining=3)  # a download that lasts a while
     config = config_for(tmp_path, sim)
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
