@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
 log = logging.getLogger(__name__)
+
+_LOCK = 0x6D69_7272_6F72_0001  # "mirror" + 1: the schema-upgrade advisory lock on PostgreSQL
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -85,12 +88,18 @@ class Database:
                 raise
 
     def upgrade(self) -> str:
-        """Bring the schema to the newest revision; returns it. Safe to run concurrently-ish."""
+        """Bring the schema to the newest revision; returns it.
+
+        Several processes may call this at once (daemon replicas, a CLI run beside
+        the daemon): a lock serialises them, so the later ones find the schema current.
+        """
         from alembic import command
 
         config = alembic_config(self.url)
         try:
-            with self.engine.begin() as connection:
+            with self._upgrade_lock(), self.engine.begin() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK})
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except OperationalError as exc:
@@ -98,6 +107,20 @@ class Database:
                 f"cannot reach the database {safe_url(self.url)}: {exc.orig}"
             ) from None
         return self.head()
+
+    @contextlib.contextmanager
+    def _upgrade_lock(self) -> Iterator[None]:
+        """A file lock beside a SQLite database (PostgreSQL uses an advisory lock instead)."""
+        path = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
+        if not path or path == ":memory:":
+            yield
+            return
+        with open(f"{path}.upgrade-lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def head(self) -> str:
         from alembic.script import ScriptDirectory

@@ -64,3 +64,25 @@ def test_safe_url_hides_password() -> None:
         "postgresql+psycopg://mirror:***@db:5432/m"
     )
     assert safe_url("sqlite:////var/lib/mirror/mirror.db") == "sqlite:////var/lib/mirror/mirror.db"
+
+
+def _upgrade_in_processes(url: str, count: int) -> list[int]:
+    import subprocess
+    import sys
+
+    code = f"from mirror.db import Database; Database({url!r}).upgrade()"
+    processes = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+    return [process.wait(timeout=120) for process in processes]
+
+
+def test_concurrent_upgrades_of_an_empty_sqlite_index(tmp_path: object) -> None:
+    assert _upgrade_in_processes(f"sqlite:///{tmp_path}/index.db", 4) == [0, 0, 0, 0]
+
+
+@pytest.mark.postgres
+def test_concurrent_upgrades_of_an_empty_postgres_index(postgres_url: str) -> None:
+    database = Database(postgres_url)
+    with database.engine.begin() as connection:
+        connection.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    database.dispose()
+    assert _upgrade_in_processes(postgres_url, 4) == [0, 0, 0, 0]
