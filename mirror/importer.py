@@ -5,11 +5,12 @@ Promises:
   bucket or refused credentials is a one-line error), and nothing is published
   before the whole set has been verified and the sequence checked against the
   bucket's import state (replay and rollback are refused, exit 5).
-- Order in the bucket: each version's bundle, then its `manifest.json`, then
-  each domain's `index.json`, then the import state. An import killed at any
-  point and run again skips what is already there (after checking its hash
-  metadata) and publishes every version exactly once; the index only ever
-  lists versions whose bundle and manifest are complete.
+- Order: each version's bundle, then its `manifest.json`, then each domain's
+  `index.json`, then the promotions asked for, then the receipt on disk, and
+  the bucket's import state last. An import killed at any point and run again
+  skips what is already there (after checking its hash metadata) and publishes
+  every version exactly once; the index only ever lists versions whose bundle
+  and manifest are complete; once the state records a set, its receipt exists.
 - The import side needs no SQL database; `ack` and `push` use the connected
   side's index.
 """
@@ -167,7 +168,6 @@ def import_set(
         )
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
-    record_import(store, verified, at=imported_at)
     promoted: list[tuple[str, str]] = []
     if promote is not None:
         for domain in entries:
@@ -186,6 +186,7 @@ def import_set(
     signed_by = write_receipt(receipt, result, store, receipt_key, at=imported_at)
     if signed_by is None:
         notes.append("receipt written unsigned (no transfer.signing_key on this side)")
+    record_import(store, verified, at=imported_at)
     return ImportResult(**{**result.__dict__, "receipt": receipt, "receipt_signed_by": signed_by})
 
 

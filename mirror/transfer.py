@@ -566,7 +566,9 @@ def pack(
     with app.db.session() as session:
         rows = select_versions(session, domain=domain, include_all=include_all)
         newest = session.execute(
-            select(Transfer).where(Transfer.sequence == select(func.max(Transfer.sequence)))
+            select(Transfer).where(
+                Transfer.sequence == select(func.max(Transfer.sequence)).scalar_subquery()
+            )
         ).scalar_one_or_none()
     if not rows:
         return PackResult(None, None, None, key.key_id)

@@ -1,0 +1,180 @@
+"""SIGKILL during `mirror transfer import`, then import again: every version is published exactly
+once and the index never lists a half-published version.
+
+The bucket has versioning on, so "exactly once" is checked by the server itself:
+every bundle and per-version manifest key must have a single object version.
+MIRROR_FAULT_KILLS (make faults: 100) sets how many kills; each round packs a
+fresh set (many small versions and one multipart-sized one) and kills its import
+at random points until an import runs through.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.app import App
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.importer import STATE_KEY
+from mirror.objectstore import ObjectStore
+from mirror.transfer import pack
+from tests.conftest import write_config
+from tests.fixtures.s3 import (
+    add_version,
+    bucket_listing,
+    cli_env,
+    mirror_argv,
+    run_mirror,
+    transfer_config,
+)
+
+KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(180 + 15 * KILLS)]
+MiB = 1024 * 1024
+SMALL_VERSIONS = 6
+
+
+def object_versions(client: Any, bucket: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        for version in page.get("Versions", []):
+            counts[version["Key"]] = counts.get(version["Key"], 0) + 1
+    return counts
+
+
+def check_index_lists_only_complete_versions(store: ObjectStore, domains: set[str]) -> None:
+    for domain in domains:
+        index, _ = store.read_json(store.key(domain, "index.json"))
+        listed = [entry["version"] for entry in (index or {}).get("versions", [])]
+        assert len(listed) == len(set(listed)), f"{domain}: a version is listed twice"
+        for entry in (index or {}).get("versions", []):
+            bundle = store.head(entry["object"])
+            assert bundle is not None and bundle["sha256"] == entry["sha256"], entry
+            assert store.head(entry["manifest"]) is not None, entry
+
+
+def imported_sequences(store: ObjectStore) -> set[int]:
+    state, _ = store.read_json(store.key(*STATE_KEY))
+    return {entry["sequence"] for entry in (state or {}).get("imported", [])}
+
+
+def uploads_in_progress(client: Any, bucket: str) -> set[str]:
+    answer = client.list_multipart_uploads(Bucket=bucket)
+    return {upload["UploadId"] for upload in answer.get("Uploads", [])}
+
+
+def kill_at_a_random_point(
+    set_dir: Path, config: Path, client: Any, bucket: str, rng: random.Random, seen: list[str]
+) -> bool:
+    """Start an import and SIGKILL it once 1-4 more keys have appeared, or (half the time)
+    shortly after a new multipart upload began; True when it finished before the kill."""
+    before = len(bucket_listing(client, bucket))
+    stale = uploads_in_progress(client, bucket)
+    landed_goal = rng.randint(1, 4)
+    in_multipart = rng.random() < 0.5
+    delay = rng.uniform(0.0, 0.3)
+    process = subprocess.Popen(
+        mirror_argv("--config", str(config), "transfer", "import", str(set_dir)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    where = "end"
+    deadline = time.monotonic() + 120
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            if len(bucket_listing(client, bucket)) - before >= landed_goal:
+                where = "after keys"
+                break
+            if in_multipart and uploads_in_progress(client, bucket) - stale:
+                time.sleep(delay)
+                where = "in multipart"
+                break
+            time.sleep(0.01)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        _, stderr = process.communicate(timeout=30)
+    if process.returncode == 0:
+        return True
+    assert process.returncode == -signal.SIGKILL, stderr
+    seen.append(where)
+    return False
+
+
+def test_kills_during_import_publish_every_version_exactly_once(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    client, bucket = object_store.client, object_store.bucket
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    app = App(settings_from_dict(transfer_config(store_dir, key_pair)))
+    airgap = transfer_config(tmp_path / "airgap-store", key_pair, target_settings)
+    del airgap["transfer"]
+    config = write_config(tmp_path / "airgap.toml", airgap)
+    rng = random.Random(int(os.environ.get("MIRROR_FAULT_SEED", "4242")))
+    small_domains = ["api.example.com", "docs.example.com"]
+    big_domain = "a.example.com"  # packed (and so imported) first: kills land in its upload
+    domains = {*small_domains, big_domain}
+    expected: set[tuple[str, str]] = set()
+    kills = 0
+    round_number = 0
+    where: list[str] = []
+    try:
+        while kills < KILLS:
+            round_number += 1
+            day = f"2026-11-{round_number:02d}"
+            for index in range(SMALL_VERSIONS):
+                domain = small_domains[index % 2]
+                label = day if index < 2 else f"{day}.{index // 2 + 1}"
+                add_version(app, domain, label, payload_size=64 * 1024)
+                expected.add((domain, label))
+            add_version(app, big_domain, day, payload_size=18 * MiB)
+            expected.add((big_domain, day))
+            set_dir = tmp_path / f"set-{round_number}"
+            packed = pack(app, set_dir, max_size=8 * MiB)
+            assert packed.sequence == round_number
+            while kills < KILLS:
+                finished = kill_at_a_random_point(set_dir, config, client, bucket, rng, where)
+                check_index_lists_only_complete_versions(object_store, domains)
+                if finished:
+                    break
+                kills += 1
+                if round_number in imported_sequences(object_store):
+                    break  # killed after the import state was written: the import was whole
+            if round_number not in imported_sequences(object_store):
+                result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+                assert result.returncode == 0, result.stderr
+            assert (set_dir / "receipt.json").exists()
+    finally:
+        app.close()
+
+    check_index_lists_only_complete_versions(object_store, domains)
+    counts = object_versions(client, bucket)
+    for domain, label in expected:
+        bundle = object_store.key(domain, label, "bundle.tar.gz")
+        manifest = object_store.key(domain, label, "manifest.json")
+        assert counts.get(bundle) == 1, f"{bundle} written {counts.get(bundle)} times"
+        assert counts.get(manifest) == 1, f"{manifest} written {counts.get(manifest)} times"
+    listed: set[tuple[str, str]] = set()
+    for domain in domains:
+        index, _ = object_store.read_json(object_store.key(domain, "index.json"))
+        assert index is not None
+        listed |= {(domain, entry["version"]) for entry in index["versions"]}
+    assert listed == expected
+    assert imported_sequences(object_store) == set(range(1, round_number + 1))
+    assert kills == KILLS
+    if KILLS >= 4:
+        assert "in multipart" in where, where

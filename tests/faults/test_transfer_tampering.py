@@ -1,0 +1,231 @@
+"""The tampering battery: every way of fooling the importer ends in exit 5 and an unchanged bucket.
+
+Three sets are packed once (s1 imported into each test's fresh bucket as the
+baseline, s2 the victim, s3 a newer set and a donor of parts); each case copies
+s2, damages it, and runs the real `mirror transfer import` against moto.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.app import App
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.importer import import_set
+from mirror.keys import generate_keypair, load_signing_key, load_trusted_keys
+from mirror.objectstore import ObjectStore
+from mirror.transfer import MANIFEST, SIGNATURE, pack, parse_manifest
+from tests.conftest import write_config
+from tests.fixtures.s3 import add_version, bucket_listing, run_mirror, transfer_config
+
+pytestmark = pytest.mark.s3
+
+MiB = 1024 * 1024
+DOCS = "docs.example.com"
+
+
+@dataclass(frozen=True)
+class Sets:
+    root: Path
+    key_pair: tuple[Path, Path]
+    s1: Path
+    s2: Path
+    s3: Path
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory: pytest.TempPathFactory) -> Sets:
+    root = tmp_path_factory.mktemp("tampering")
+    (root / "keys").mkdir()
+    made = generate_keypair(root / "keys" / "transfer")
+    key_pair = (made.private_path, made.public_path)
+    (root / "store").mkdir()
+    app = App(settings_from_dict(transfer_config(root / "store", key_pair)))
+    try:
+        add_version(app, DOCS, "2026-11-20")
+        pack(app, root / "s1")
+        add_version(app, DOCS, "2026-11-21", payload_size=2 * MiB + 4096)
+        add_version(app, "api.example.com", "2026-11-21")
+        pack(app, root / "s2", max_size=MiB)
+        add_version(app, DOCS, "2026-11-22", payload_size=2 * MiB + 4096)
+        pack(app, root / "s3", max_size=MiB)
+    finally:
+        app.close()
+    return Sets(root, key_pair, root / "s1", root / "s2", root / "s3")
+
+
+def big_item_parts(set_dir: Path) -> list[Path]:
+    manifest = parse_manifest((set_dir / MANIFEST).read_bytes())
+    item = max(manifest.items, key=lambda i: i.size)
+    return [set_dir / part.name for part in item.parts]
+
+
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def resign(set_dir: Path, key_path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    document = json.loads((set_dir / MANIFEST).read_bytes())
+    change(document)
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    (set_dir / MANIFEST).write_bytes(data)
+    (set_dir / SIGNATURE).write_bytes(load_signing_key(key_path).signature_document(data))
+
+
+def flipped_blob_byte(victim: Path, sets: Sets) -> str:
+    part = big_item_parts(victim)[1]
+    flip(part, 1000)
+    return part.name
+
+
+def flipped_manifest_byte(victim: Path, sets: Sets) -> str:
+    data = (victim / MANIFEST).read_bytes()
+    flip(victim / MANIFEST, data.index(b'"size":') + 7)
+    return SIGNATURE
+
+
+def unknown_key(victim: Path, sets: Sets) -> str:
+    other = generate_keypair(victim.parent / "intruder")
+    resign(victim, other.private_path, lambda d: d.update(key_id=other.key_id))
+    return "not trusted"
+
+
+def missing_part(victim: Path, sets: Sets) -> str:
+    part = big_item_parts(victim)[1]
+    part.unlink()
+    return part.name
+
+
+def swapped_part(victim: Path, sets: Sets) -> str:
+    mine = big_item_parts(victim)[1]
+    donor = big_item_parts(sets.s3)[1]
+    assert mine.stat().st_size == donor.stat().st_size
+    shutil.copyfile(donor, mine)
+    return mine.name
+
+
+def padded_blob(victim: Path, sets: Sets) -> str:
+    last = big_item_parts(victim)[-1]
+    with open(last, "ab") as handle:
+        handle.write(b"\0" * 16)
+    return last.name
+
+
+def escaping_item(victim: Path, sets: Sets) -> str:
+    def escape(document: dict[str, Any]) -> None:
+        document["items"][0]["version"] = "../../../../tmp/escape"
+
+    resign(victim, sets.key_pair[0], escape)
+    return "not a version label"
+
+
+def escaping_part(victim: Path, sets: Sets) -> str:
+    def escape(document: dict[str, Any]) -> None:
+        document["items"][0]["parts"][0]["name"] = "blobs/../../outside"
+
+    resign(victim, sets.key_pair[0], escape)
+    return "is not the expected"
+
+
+def unsigned(victim: Path, sets: Sets) -> str:
+    (victim / SIGNATURE).unlink()
+    return SIGNATURE
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        flipped_blob_byte,
+        flipped_manifest_byte,
+        unknown_key,
+        missing_part,
+        swapped_part,
+        padded_blob,
+        escaping_item,
+        escaping_part,
+        unsigned,
+    ],
+)
+def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
+    damage: Callable[[Path, Sets], str],
+    sets: Sets,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    config = baseline(sets, tmp_path, object_store, target_settings)
+    victim = tmp_path / "victim"
+    shutil.copytree(sets.s2, victim)
+    named = damage(victim, sets)
+    before = bucket_listing(object_store.client, object_store.bucket)
+    result = run_mirror("--config", str(config), "transfer", "import", str(victim))
+    assert result.returncode == 5, result.stderr
+    assert named in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert not (victim / "receipt.json").exists()
+
+
+def test_a_replayed_set_is_refused(
+    sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
+) -> None:
+    config = baseline(sets, tmp_path, object_store, target_settings)
+    replay = tmp_path / "replay"
+    shutil.copytree(sets.s1, replay)
+    before = bucket_listing(object_store.client, object_store.bucket)
+    result = run_mirror("--config", str(config), "transfer", "import", str(replay))
+    assert result.returncode == 5, result.stderr
+    assert "already imported (replay)" in result.stderr
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+
+
+def test_an_older_set_after_a_newer_one_is_refused(
+    sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
+) -> None:
+    config = baseline(sets, tmp_path, object_store, target_settings)
+    trusted = load_trusted_keys([sets.key_pair[1]])
+    newer = tmp_path / "newer"
+    shutil.copytree(sets.s3, newer)
+    import_set(object_store, newer, trusted)
+    older = tmp_path / "older"
+    shutil.copytree(sets.s2, older)
+    before = bucket_listing(object_store.client, object_store.bucket)
+    result = run_mirror("--config", str(config), "transfer", "import", str(older))
+    assert result.returncode == 5, result.stderr
+    assert "rollback" in result.stderr
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+
+
+def test_the_untouched_set_imports(
+    sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
+) -> None:
+    """The control: the same steps without damage succeed, so the battery can fail."""
+    config = baseline(sets, tmp_path, object_store, target_settings)
+    good = tmp_path / "good"
+    shutil.copytree(sets.s2, good)
+    result = run_mirror("--config", str(config), "transfer", "import", str(good))
+    assert result.returncode == 0, result.stderr
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
+
+
+def baseline(
+    sets: Sets, tmp_path: Path, store: ObjectStore, target_settings: TargetSettings
+) -> Path:
+    """Import s1 into the fresh bucket; return the air-gapped side's config file."""
+    first = tmp_path / "s1"
+    shutil.copytree(sets.s1, first)
+    import_set(store, first, load_trusted_keys([sets.key_pair[1]]))
+    document = transfer_config(tmp_path / "airgap-store", sets.key_pair, target_settings)
+    del document["transfer"]
+    return write_config(tmp_path / "airgap.toml", document)
