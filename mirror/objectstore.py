@@ -521,7 +521,11 @@ class ObjectStore:
             finally:
                 slots.release()
 
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="s3-part") as pool:
+        hashing: Future[None] | None = None
+        with (
+            ThreadPoolExecutor(self.workers, thread_name_prefix="s3-part") as pool,
+            ThreadPoolExecutor(1, thread_name_prefix="s3-sha256") as hasher,
+        ):
             try:
                 number = 0
                 while True:
@@ -530,7 +534,9 @@ class ObjectStore:
                     if not chunk:
                         slots.release()
                         break
-                    digest.update(chunk)
+                    if hashing is not None:
+                        hashing.result()
+                    hashing = hasher.submit(digest.update, chunk)
                     total += len(chunk)
                     if total > size:
                         slots.release()
@@ -540,6 +546,8 @@ class ObjectStore:
                     del chunk
                     for done in [f for f in futures if f.done()]:
                         done.result()
+                if hashing is not None:
+                    hashing.result()
                 _check_whole(key, data_hash=digest.hexdigest(), got=total, sha256=sha256, size=size)
                 return [future.result() for future in futures]
             except BaseException:

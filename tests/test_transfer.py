@@ -333,3 +333,25 @@ def test_canonical_json_refuses_floats() -> None:
 def test_manifest_model_round_trips(packed: Path) -> None:
     data = (packed / MANIFEST).read_bytes()
     assert Manifest.model_validate(json.loads(data)).to_bytes() == data
+
+
+def test_parts_that_each_match_but_join_to_another_blob_are_refused(
+    packed: Path, signing: SigningKey, trusted: dict[str, Any]
+) -> None:
+    """A (trusted) manifest claiming a sha256 its correct parts do not join to."""
+    manifest = parse_manifest((packed / MANIFEST).read_bytes())
+    item = next(i for i in manifest.items if len(i.parts) > 1)
+    claimed = "c" * 64
+
+    def claim(document: dict[str, Any]) -> None:
+        for entry in document["items"]:
+            if entry["sha256"] == item.sha256:
+                entry["sha256"] = claimed
+                for part in entry["parts"]:
+                    part["name"] = part["name"].replace(item.sha256, claimed)
+
+    for part in item.parts:
+        (packed / part.name).rename(packed / part.name.replace(item.sha256, claimed))
+    resign(packed, signing, claim)
+    with pytest.raises(IntegrityError, match="do not hash to the blob's sha256"):
+        verify_set(packed, trusted)
