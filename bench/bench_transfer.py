@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Measurement, baseline_rss_mib, print_table
+from bench.common import Measurement, print_table
 from mirror.app import App
 from mirror.config import settings_from_dict
 from mirror.keys import generate_keypair
@@ -279,7 +279,10 @@ def main() -> None:
             f"(import also re-verifies the whole set first), peak RSS "
             f"{imported.peak_rss_mib:.0f} MiB vs {aws.peak_rss_mib:.0f} MiB"
         )
-        print(f"interpreter + imports alone: {baseline_rss_mib():.0f} MiB peak RSS")
+        alone = run_timed(
+            "imports", [sys.executable, "-c", "import mirror.cli.transfer, mirror.importer"], 0
+        )
+        print(f"interpreter + mirror's imports alone: {alone.peak_rss_mib:.0f} MiB peak RSS")
     finally:
         if moto is not None:
             moto.terminate()

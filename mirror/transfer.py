@@ -461,9 +461,12 @@ class BlobReader:
         part = self._parts[self._index]
         path = self.set_dir / part.name
         try:
-            self._handle = open(path, "rb", buffering=0)  # noqa: SIM115
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise IntegrityError(f"{part.name} is missing from the transfer set") from None
+        except OSError:
+            raise IntegrityError(f"{part.name} is not a regular file") from None
+        self._handle = os.fdopen(fd, "rb", buffering=0)
         self._part_digest = hashlib.sha256()
         self._part_bytes = 0
         return True
