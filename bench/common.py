@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -22,17 +21,36 @@ class Measurement:
         return self.bytes / 1024**2 / self.seconds if self.seconds else float("inf")
 
 
+def _high_water_mib(pid: int, argv: list[str]) -> float | None:
+    """VmHWM of a live process once it runs `argv`: its own peak, reset by exec (unlike
+    ru_maxrss, which Linux carries over from the parent at fork)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if cmdline.read().rstrip(b"\0").split(b"\0") != [a.encode() for a in argv]:
+                return None
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def run_timed(
     name: str, argv: list[str], size: int, env: dict[str, str] | None = None
 ) -> Measurement:
-    """Run a command to completion; its wall time and peak RSS (from wait4's rusage)."""
+    """Run a command to completion; its wall time and peak RSS (VmHWM sampled while it runs)."""
     started = time.monotonic()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env or dict(os.environ))
-    _, status, usage = os.wait4(process.pid, 0)
+    peak = 0.0
+    while process.poll() is None:
+        peak = _high_water_mib(process.pid, argv) or peak  # monotonic: the last is the peak
+        time.sleep(0.005)
     seconds = time.monotonic() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{name}: {' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
-    return Measurement(name, seconds, size, usage.ru_maxrss / 1024)
+    if process.returncode != 0:
+        raise SystemExit(f"{name}: {' '.join(argv)} exited {process.returncode}")
+    return Measurement(name, seconds, size, peak or None)
 
 
 def python_timed(name: str, code: str, size: int, env: dict[str, str] | None = None) -> Measurement:
@@ -40,12 +58,10 @@ def python_timed(name: str, code: str, size: int, env: dict[str, str] | None = N
     return run_timed(name, [sys.executable, "-c", code], size, env)
 
 
-def baseline_rss_mib() -> float:
-    """Peak RSS of an interpreter that only imports mirror's modules (the fixed cost)."""
-    code = "import mirror.cli, mirror.download, mirror.exporter"
-    process = subprocess.Popen([sys.executable, "-c", code])
-    _, _, usage = os.wait4(process.pid, 0)
-    return usage.ru_maxrss / 1024
+def baseline_rss_mib(modules: str = "mirror.cli, mirror.download, mirror.exporter") -> float:
+    """Peak RSS of an interpreter that only imports `modules` (the fixed cost)."""
+    code = f"import time, {modules}; time.sleep(0.3)"
+    return run_timed("baseline", [sys.executable, "-c", code], 0).peak_rss_mib or 0.0
 
 
 def print_table(rows: list[Measurement], reference: str) -> None:
@@ -60,4 +76,3 @@ def print_table(rows: list[Measurement], reference: str) -> None:
             f"{row.name:<34} {row.bytes / 1024**2:>8.0f} {row.seconds:>8.2f} "
             f"{row.mib_per_second:>9.1f} {ratio:>13.2f}x {rss:>10}"
         )
-    _ = resource  # keep the import for callers that want getrusage
