@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mirror.errors import MirrorError
 from mirror.sim import SimConfig, Simulator
+from mirror.units import format_size
 
 DOMAINS = ("docs.acme.test", "handbook.acme.test")
 BUCKET = "docs-bundles"
@@ -32,6 +33,7 @@ class DemoStep:
     args: list[str]
     ok_codes: tuple[int, ...] = (0,)
     show_file: Path | None = None
+    list_bucket: bool = False
 
 
 @dataclass
@@ -113,6 +115,7 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
         DemoStep(
             "Import it into the internal object store and promote it",
             ["transfer", "import", transfer_set, "--promote"],
+            list_bucket=True,
         ),
         DemoStep(
             "Acknowledge the receipt on the connected side",
@@ -147,7 +150,7 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
     with Simulator(sim_config) as sim, s3_server() as s3_url:
         config = write_demo_config(workdir, sim.url, s3_url)
         env = _demo_env(config)
-        _create_bucket(s3_url, env)
+        bucket = _create_bucket(s3_url, env)
         echo(f"Working in {workdir}")
         echo(f"Vendor API simulator on {sim.url}; S3 API server on {s3_url}")
         echo(
@@ -172,6 +175,10 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
                 echo(f"$ cat {step.show_file}")
                 for line in step.show_file.read_text().splitlines():
                     echo(f"  {line}")
+            if step.list_bucket and completed.returncode == 0:
+                echo(f"What bucket {BUCKET} now holds:")
+                for line in bucket():
+                    echo(f"  {line}")
             if completed.returncode not in step.ok_codes:
                 echo(f"  (exit {completed.returncode}: the demo stops here)")
                 result.failed_step = step.title
@@ -194,7 +201,8 @@ def _demo_env(config: Path) -> dict[str, str]:
     return env
 
 
-def _create_bucket(s3_url: str, env: dict[str, str]) -> None:
+def _create_bucket(s3_url: str, env: dict[str, str]) -> Callable[[], list[str]]:
+    """Create the demo bucket; returns a function listing its objects with their sizes."""
     import boto3
 
     client = boto3.client(
@@ -205,3 +213,11 @@ def _create_bucket(s3_url: str, env: dict[str, str]) -> None:
         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
     )
     client.create_bucket(Bucket=BUCKET)
+
+    def listing() -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+        objects = [item for page in pages for item in page.get("Contents", [])]
+        width = max((len(item["Key"]) for item in objects), default=0)
+        return [f"{item['Key']:<{width}}  {format_size(item['Size'])}" for item in objects]
+
+    return listing

@@ -19,6 +19,8 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
         )
     assert "all 2 blob(s) match the index" in output
     assert "sha256 matches the manifest" in output
+    assert re.search(r"static-export/docs\.acme\.test/[0-9.-]+/bundle\.tar\.gz +3\.0 MiB", output)
+    assert "static-export/docs.acme.test/index.json" in output
     values = (tmp_path / "demo" / "values.yaml").read_text()
     assert "staticExport:" in values and "bundleUrl:" in values and "enabled: true" in values
     key = (tmp_path / "demo" / "admin-api-key").read_text()
