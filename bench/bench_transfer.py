@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.common import Measurement, print_table
+from bench.common import Measurement, baseline_rss_mib, print_table, run_timed
 from mirror.app import App
 from mirror.config import settings_from_dict
 from mirror.keys import generate_keypair
@@ -131,39 +131,6 @@ trusted_keys = ["{pub}"]
 """
     )
     return path
-
-
-def run_timed(
-    name: str, argv: list[str], size: int, env: dict[str, str] | None = None
-) -> Measurement:
-    """Wall time and peak RSS (VmHWM of the child's own address space, sampled every 10 ms).
-
-    The kernel's ru_maxrss of a child carries the parent's size across fork and
-    exec, so a small tool started from this (large) process would show this
-    process's size; the high-water mark in /proc is the command's own.
-    """
-    started = time.monotonic()
-    process = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, env=env if env is not None else dict(os.environ)
-    )
-    peak_kib = 0
-    status_file = Path(f"/proc/{process.pid}/status")
-    while True:
-        try:
-            for line in status_file.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak_kib = max(peak_kib, int(line.split()[1]))
-        except (OSError, ValueError):
-            pass
-        pid, status = os.waitpid(process.pid, os.WNOHANG)
-        if pid:
-            break
-        time.sleep(0.01)
-    seconds = time.monotonic() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"{name}: {' '.join(argv)} exited {process.returncode}")
-    return Measurement(name, seconds, size, peak_kib / 1024)
 
 
 def mirror(*args: str) -> list[str]:
@@ -279,10 +246,8 @@ def main() -> None:
             f"(import also re-verifies the whole set first), peak RSS "
             f"{imported.peak_rss_mib:.0f} MiB vs {aws.peak_rss_mib:.0f} MiB"
         )
-        alone = run_timed(
-            "imports", [sys.executable, "-c", "import mirror.cli.transfer, mirror.importer"], 0
-        )
-        print(f"interpreter + mirror's imports alone: {alone.peak_rss_mib:.0f} MiB peak RSS")
+        alone = baseline_rss_mib("mirror.cli.transfer, mirror.importer")
+        print(f"interpreter + mirror's imports alone: {alone:.0f} MiB peak RSS")
     finally:
         if moto is not None:
             moto.terminate()

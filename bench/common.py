@@ -21,12 +21,13 @@ class Measurement:
         return self.bytes / 1024**2 / self.seconds if self.seconds else float("inf")
 
 
-def _high_water_mib(pid: int, argv: list[str]) -> float | None:
-    """VmHWM of a live process once it runs `argv`: its own peak, reset by exec (unlike
-    ru_maxrss, which Linux carries over from the parent at fork)."""
+def _high_water_mib(pid: int) -> float | None:
+    """VmHWM of a live child once it has exec'd: its own peak, reset by exec (unlike
+    ru_maxrss, which Linux carries over from the parent at fork). Before the exec the
+    child still shows this process's command line and memory."""
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            if cmdline.read().rstrip(b"\0").split(b"\0") != [a.encode() for a in argv]:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open("/proc/self/cmdline", "rb") as own:
+            if cmdline.read() == own.read():
                 return None
         with open(f"/proc/{pid}/status") as status:
             for line in status:
@@ -45,7 +46,7 @@ def run_timed(
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env or dict(os.environ))
     peak = 0.0
     while process.poll() is None:
-        peak = _high_water_mib(process.pid, argv) or peak  # monotonic: the last is the peak
+        peak = _high_water_mib(process.pid) or peak  # monotonic: the last is the peak
         time.sleep(0.005)
     seconds = time.monotonic() - started
     if process.returncode != 0:
