@@ -222,6 +222,9 @@ def lease_held_by_other(
 
 
 def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from mirror.app import App
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
+from mirror.exporter import pid_alive
 from mirror.fsutil import sha256_file
 from mirror.models import Bundle, ExportRun
 
@@ -49,19 +50,6 @@ class RecoveryReport:
     blobs_adopted: list[str] = field(default_factory=list)
     blobs_removed: list[str] = field(default_factory=list)
     unfinished: list[UnfinishedRun] = field(default_factory=list)
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep_temp_files(

@@ -12,8 +12,9 @@ import tarfile
 from sqlalchemy import select
 
 from mirror.app import App
+from mirror.exporter import pid_alive
 from mirror.models import Bundle, ExportRun, RunState
-from mirror.recovery import pid_alive, reconcile_orphan_blobs, sweep_temp_files
+from mirror.recovery import reconcile_orphan_blobs, sweep_temp_files
 
 
 def tar_gz(files: dict[str, bytes]) -> bytes:

@@ -6,28 +6,9 @@ import click
 
 from mirror.agentjobs import agent_job_document, describe_agent_job, status_line, watch_agent_job
 from mirror.api import AgentJob, VendorClient
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.errors import OperationFailed
-from mirror.units import parse_duration
 
-
-class DurationType(click.ParamType[float]):
-    """A duration like 5s, 10m, 1h30m (or plain seconds)."""
-
-    name = "duration"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(value if isinstance(value, int) else str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = DurationType()
 project_option = click.option(
     "--project",
     "project_id",

@@ -10,10 +10,10 @@ import click
 import httpx
 
 from mirror import chart as charts
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.errors import MirrorError
 from mirror.logs import redact
-from mirror.units import format_duration, parse_duration
+from mirror.units import format_duration
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
@@ -32,13 +32,6 @@ def _fail_with(cli: CliContext, data: dict[str, Any], error: MirrorError) -> Non
     cli.emit(data)
     click.echo(f"mirror: error: {redact(str(error))}", err=True)
     click.get_current_context().exit(error.exit_code)
-
-
-def _duration(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
 
 
 @click.group("chart")
@@ -137,7 +130,7 @@ def history_command(cli: CliContext, domain: str) -> None:
     "--warn",
     default="24h",
     show_default=True,
-    callback=_duration,
+    type=DURATION,
     help="Fail when the link expires within this time.",
 )
 @pass_cli

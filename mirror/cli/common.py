@@ -86,3 +86,43 @@ def pass_cli(function: Callable[..., R]) -> Callable[..., R]:
         return function(get_cli(ctx), *args, **kwargs)
 
     return functools.update_wrapper(wrapper, function)
+
+
+class DurationType(click.ParamType[float]):
+    """A duration like 30s, 10m, 1h30m, 7d (or plain seconds)."""
+
+    name = "duration"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        from mirror.units import parse_duration
+
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value if isinstance(value, int) else str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class SizeType(click.ParamType[int]):
+    """A size like 512MiB, 4GiB (or plain bytes)."""
+
+    name = "size"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        from mirror.units import parse_size
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()
+SIZE = SizeType()

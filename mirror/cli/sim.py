@@ -10,37 +10,9 @@ from types import FrameType
 
 import click
 
+from mirror.cli.common import DURATION, SIZE
 from mirror.errors import ConfigError
 from mirror.sim import SimConfig, Simulator
-from mirror.units import parse_duration, parse_size
-
-
-class _Duration(click.ParamType[float]):
-    name = "duration"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class _Size(click.ParamType[int]):
-    name = "size"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_size(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 @click.group()
@@ -55,12 +27,12 @@ def sim() -> None:
     "--key", default=None, help="Accepted admin API key (default: a random mint_sim_ key)."
 )
 @click.option("--project-id", default="proj_sim", show_default=True)
-@click.option("--link-ttl", type=_Duration(), default="300s", show_default=True)
-@click.option("--queue-seconds", type=_Duration(), default="0.2", show_default=True)
-@click.option("--run-seconds", type=_Duration(), default="0.6", show_default=True)
+@click.option("--link-ttl", type=DURATION, default="300s", show_default=True)
+@click.option("--queue-seconds", type=DURATION, default="0.2", show_default=True)
+@click.option("--run-seconds", type=DURATION, default="0.6", show_default=True)
 @click.option("--pages", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--page-size", type=_Size(), default="2048", show_default=True)
-@click.option("--bundle-size", type=_Size(), default=None, help="Pad archives to about this size.")
+@click.option("--page-size", type=SIZE, default="2048", show_default=True)
+@click.option("--bundle-size", type=SIZE, default=None, help="Pad archives to about this size.")
 @click.option("--changes-per-export", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option("--max-starts-per-hour", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")

@@ -13,28 +13,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import SIZE, CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
 from mirror.keys import PublicKey, load_trusted_keys
-from mirror.units import format_size, parse_size
+from mirror.units import format_size
 
 if TYPE_CHECKING:
     from mirror.objectstore import ObjectStore
-
-
-class _Size(click.ParamType[int]):
-    name = "size"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_size(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 @contextlib.contextmanager
@@ -101,7 +87,7 @@ def transfer_group() -> None:
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--domain", default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
-@click.option("--max-size", type=_Size(), default=None, help="Largest part [transfer.max_size].")
+@click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @pass_cli
 def transfer_pack(
     cli: CliContext, out: Path, domain: str | None, include_all: bool, max_size: int | None
@@ -243,7 +229,7 @@ def transfer_ack(cli: CliContext, receipt: Path) -> None:
 @transfer_group.command("push")
 @click.option("--domain", default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
-@click.option("--max-size", type=_Size(), default=None, help="Largest part [transfer.max_size].")
+@click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--allow-replay", is_flag=True, help="Accept a set the target already imported.")
 @click.option("--promote", is_flag=True, help="Make each domain's newest pushed version current.")
 @pass_cli
