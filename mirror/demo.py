@@ -124,6 +124,7 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
         DemoStep(
             f"Render the vendor chart's values for {first}",
             ["chart", "values", first, "--out", str(workdir / "values.yaml")],
+            show_file=workdir / "values.yaml",
         ),
         DemoStep(
             "Check that the link in the values serves the right bytes",

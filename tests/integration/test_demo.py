@@ -23,6 +23,7 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
     assert "static-export/docs.acme.test/index.json" in output
     values = (tmp_path / "demo" / "values.yaml").read_text()
     assert "staticExport:" in values and "bundleUrl:" in values and "enabled: true" in values
+    assert f"$ cat {tmp_path / 'demo' / 'values.yaml'}" in output
     key = (tmp_path / "demo" / "admin-api-key").read_text()
     assert key not in output
     assert list((tmp_path / "demo" / "store" / "tmp").iterdir()) == []
