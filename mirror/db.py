@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from mirror.errors import ConfigError, TemporaryFailure
 
@@ -97,16 +98,36 @@ class Database:
 
         config = alembic_config(self.url)
         try:
-            with self._upgrade_lock(), self.engine.begin() as connection:
+            with self._upgrade_lock(), self._upgrade_engine().begin() as connection:
                 if connection.dialect.name == "postgresql":
                     connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK})
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except OperationalError as exc:
             raise TemporaryFailure(
-                f"cannot reach the database {safe_url(self.url)}: {exc.orig}"
+                f"cannot upgrade the index at {safe_url(self.url)}: {exc.orig}"
             ) from None
         return self.head()
+
+    def _upgrade_engine(self) -> Engine:
+        """The engine a schema upgrade runs on: all of it in one transaction, or none of it.
+
+        Python's sqlite3 commits before every DDL statement, so a crash half-way
+        through a migration would leave tables without a revision and every later
+        upgrade failing. This engine turns that off and opens its one transaction with
+        BEGIN IMMEDIATE (the SQLAlchemy recipe for transactional DDL on pysqlite).
+        """
+        if self.engine.dialect.name != "sqlite":
+            return self.engine
+        engine = create_engine(self.url, poolclass=NullPool, connect_args={"timeout": 30})
+
+        def connect(dbapi_connection: Any, record: Any) -> None:
+            _sqlite_pragmas(dbapi_connection, record)
+            dbapi_connection.isolation_level = None
+
+        event.listen(engine, "connect", connect)
+        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        return engine
 
     @contextlib.contextmanager
     def _upgrade_lock(self) -> Iterator[None]:

@@ -86,3 +86,31 @@ def test_concurrent_upgrades_of_an_empty_postgres_index(postgres_url: str) -> No
         connection.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     database.dispose()
     assert _upgrade_in_processes(postgres_url, 4) == [0, 0, 0, 0]
+
+
+CRASH_AFTER_FIRST_TABLE = """
+import os, sys
+from sqlalchemy import Engine, event
+from mirror.db import Database
+
+def crash(conn, cursor, statement, *args):
+    if statement.lstrip().upper().startswith("CREATE TABLE BUNDLES"):
+        os._exit(9)
+
+event.listen(Engine, "after_cursor_execute", crash)
+Database(sys.argv[1]).upgrade()
+"""
+
+
+def test_a_crash_half_way_through_the_first_upgrade_leaves_nothing(tmp_path: object) -> None:
+    """Killed after the first CREATE TABLE: the next upgrade must still succeed."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path}/index.db"
+    crashed = subprocess.run([sys.executable, "-c", CRASH_AFTER_FIRST_TABLE, url], check=False)
+    assert crashed.returncode == 9
+    database = Database(url)
+    assert database.current() is None
+    assert database.upgrade() == database.head()
+    database.dispose()
