@@ -385,6 +385,18 @@ class ObjectStore:
         metadata.setdefault(SHA256_META, hashlib.sha256(data).hexdigest())
         if self._existing(key, identity) is not None:
             return "exists"
+        return self._put_once(key, data, identity, metadata, content_type)
+
+    def _put_once(
+        self,
+        key: str,
+        data: bytes,
+        identity: Mapping[str, str],
+        metadata: Mapping[str, str],
+        content_type: str,
+        size: int | None = None,
+    ) -> Outcome:
+        """One conditional PutObject of bytes in memory (see `_create_once` for the rules)."""
 
         def put(extra: dict[str, Any]) -> None:
             self.client.put_object(
@@ -393,11 +405,11 @@ class ObjectStore:
                 Body=data,
                 ContentType=content_type,
                 ContentMD5=_md5(data),
-                Metadata=metadata,
+                Metadata=dict(metadata),
                 **extra,
             )
 
-        return self._create_once(key, identity, put)
+        return self._create_once(key, identity, put, size=size)
 
     def upload_blob(
         self,
@@ -428,19 +440,7 @@ class ObjectStore:
                 sha256=sha256,
                 size=size,
             )
-
-            def put(extra: dict[str, Any]) -> None:
-                self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    Body=data,
-                    ContentType=content_type,
-                    ContentMD5=_md5(data),
-                    Metadata={SHA256_META: sha256},
-                    **extra,
-                )
-
-            outcome = self._create_once(key, identity, put, size=size)
+            outcome = self._put_once(key, data, identity, identity, content_type, size=size)
             if on_progress is not None:
                 on_progress(size)
             return outcome
