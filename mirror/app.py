@@ -30,8 +30,8 @@ class App:
         if self.settings.store.database == "":
             self.store.ensure()
         database = Database(self.settings.store.database_url())
-        if self.auto_upgrade and database.current() != database.head():
-            log.info("upgrading the index schema to %s", database.head())
+        if self.auto_upgrade and not database.is_current():
+            log.info("upgrading the index schema")
             database.upgrade()
         return database
 

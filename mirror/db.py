@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SCHEMA_HEAD = "0001"  # the newest migration in migrations/versions; a test keeps them equal
 _LOCK = 0x6D69_7272_6F72_0001  # "mirror" + 1: the schema-upgrade advisory lock on PostgreSQL
 
 
@@ -149,10 +150,18 @@ class Database:
         return ScriptDirectory.from_config(alembic_config(self.url)).get_current_head() or ""
 
     def current(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
+        """The schema revision the index is at (None: empty), read without loading Alembic."""
+        try:
+            with self.engine.connect() as connection:
+                return connection.execute(
+                    text("SELECT version_num FROM alembic_version")
+                ).scalar_one_or_none()
+        except (OperationalError, ProgrammingError):
+            return None
 
-        with self.engine.connect() as connection:
-            return MigrationContext.configure(connection).get_current_revision()
+    def is_current(self) -> bool:
+        """True when no upgrade is needed; the cheap check every command makes."""
+        return self.current() == SCHEMA_HEAD
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -6,13 +6,14 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
-from mirror.db import Database, safe_url
+from mirror.db import SCHEMA_HEAD, Database, safe_url
 from mirror.models import Bundle, ExportRun, RunState, Version
 
 
 def _exercise(database: Database) -> None:
     database.upgrade()
-    assert database.current() == database.head()
+    assert database.current() == database.head() == SCHEMA_HEAD
+    assert database.is_current()
     database.upgrade()  # idempotent
     with database.session() as session:
         session.execute(delete(Version))
@@ -84,6 +85,7 @@ def test_concurrent_upgrades_of_an_empty_postgres_index(postgres_url: str) -> No
     database = Database(postgres_url)
     with database.engine.begin() as connection:
         connection.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    assert database.current() is None and not database.is_current()
     database.dispose()
     assert _upgrade_in_processes(postgres_url, 4) == [0, 0, 0, 0]
 
