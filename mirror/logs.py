@@ -107,7 +107,7 @@ SYSLOG_PRIORITY = {
 
 
 def syslog_priority(levelno: int) -> int:
-    """The syslog priority (crit 2 ... debug 7) of a logging level; levels between round up."""
+    """The syslog priority (crit 2 ... debug 7) of a logging level; a level between two takes the milder one."""
     for level in sorted(SYSLOG_PRIORITY, reverse=True):
         if levelno >= level:
             return SYSLOG_PRIORITY[level]
