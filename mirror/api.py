@@ -650,7 +650,8 @@ class VendorClient:
                     hint="the vendor or the network is having trouble; try again later",
                     retry_after=retry_after,
                 ) from (cause if not isinstance(cause, RetryableStatus) else None)
-            self._report_retry(operation, attempt, wait, waited, cause, what, endpoint, attempts)
+            described = {"what": f"vendor API {endpoint} ({what})", "reason": last}
+            self._report_retry(operation, attempt, wait, waited, cause, described, attempts)
             self._sleep(wait)
             waited += wait
 
@@ -682,8 +683,7 @@ class VendorClient:
         wait: float,
         waited: float,
         cause: Exception,
-        what: str,
-        endpoint: str,
+        described: dict[str, str],
         attempts: int,
     ) -> None:
         # A fixed name per operation: it is a Prometheus label, so no job ids in it.
@@ -691,7 +691,7 @@ class VendorClient:
         details = RetryDetails(
             name=f"mirror.api.VendorClient.{operation}",
             args=(),
-            kwargs={"what": what, "endpoint": self._scrub(endpoint), "attempts": attempts},
+            kwargs={**{k: self._scrub(v) for k, v in described.items()}, "attempts": attempts},
             retry_num=attempt,
             wait_for=wait,
             waited_so_far=waited,

@@ -107,7 +107,8 @@ SYSLOG_PRIORITY = {
 
 
 def syslog_priority(levelno: int) -> int:
-    """The syslog priority (crit 2 ... debug 7) of a logging level; a level between two takes the milder one."""
+    """The syslog priority (crit 2 ... debug 7) of a logging level; a level between two
+    takes the milder one."""
     for level in sorted(SYSLOG_PRIORITY, reverse=True):
         if levelno >= level:
             return SYSLOG_PRIORITY[level]
@@ -185,23 +186,22 @@ retry_log = logging.getLogger("mirror.retry")
 def log_retry(details: RetryDetails) -> None:
     """stamina's on-retry hook: one line naming what is retried, why, and the wait.
 
-    Callers may describe the call in `kwargs` (`what`, `endpoint`, `attempts`); any other
-    stamina-decorated function is named by its qualified name.
+    Callers may describe the call in `kwargs` (`what`, `reason`, `attempts`); any other
+    stamina-decorated function is named by its qualified name and its exception.
     """
     what = details.kwargs.get("what") or details.name
-    endpoint = details.kwargs.get("endpoint")
-    attempts = details.kwargs.get("attempts")
     cause = details.caused_by
-    reason = f"{type(cause).__name__}: {' '.join(str(cause).split())}".rstrip(": ")
-    of = f" of {attempts}" if attempts else ""
+    reason = details.kwargs.get("reason") or (
+        f"{type(cause).__name__}: {' '.join(str(cause).split()) or 'no detail'}"
+    )
+    attempts = details.kwargs.get("attempts")
     retry_log.warning(
-        "%s failed (%s); retrying in %.1fs (attempt %d%s)%s",
+        "%s failed: %s; retrying in %.1fs (attempt %d%s)",
         what,
         reason,
         details.wait_for,
         details.retry_num + 1,
-        of,
-        f" [{endpoint}]" if endpoint else "",
+        f" of {attempts}" if attempts else "",
         extra={
             "retry_of": details.name,
             "retry_num": details.retry_num,
