@@ -5,8 +5,8 @@ Promises:
   whatever message or argument carries it;
 - under systemd (stderr is the stream named by `$JOURNAL_STREAM`) every line starts with
   its syslog priority `<N>` (sd-daemon(3)), so `journalctl -p warning` filters;
-- on a terminal a line keeps the fields that tell runs apart (domain, run, job,
-  replica) in a short `[domain=... run=...]` tail; JSON lines keep every field;
+- on a terminal a line keeps the fields that tell runs apart (domain, version, run,
+  job, state, replica) in a short `[domain=... run=...]` tail; JSON lines keep every field;
 - every retry scheduled through stamina is one readable warning naming what is
   retried, the attempt and the wait (`install_retry_log`).
 """
@@ -75,14 +75,16 @@ class RedactingFormatter(logging.Formatter):
 
 TERMINAL_FIELDS = (
     ("domain", "domain"),
+    ("version", "version"),
     ("run_id", "run"),
     ("job_id", "job"),
+    ("state", "state"),
     ("replica", "replica"),
 )
 
 
 class TerminalFormatter(RedactingFormatter):
-    """`LEVEL logger: message [domain=... run=... job=... replica=...]` for a person to read."""
+    """`LEVEL logger: message [domain=... run=... job=... state=...]` for a person to read."""
 
     def __init__(self) -> None:
         super().__init__("%(levelname)s %(name)s: %(message)s")

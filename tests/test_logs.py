@@ -143,11 +143,13 @@ def test_terminal_lines_keep_the_fields_that_tell_runs_apart() -> None:
         domain="docs.a.test",
         run_id=7,
         job_id="se_1",
+        state="started",
         replica="host-b",
         bytes_done=10,
     )
     assert line == (
-        "INFO test-logs: export state [domain=docs.a.test run=7 job=se_1 replica=host-b]\n"
+        "INFO test-logs: export state "
+        "[domain=docs.a.test run=7 job=se_1 state=started replica=host-b]\n"
     )
     assert _format(TerminalFormatter(), "plain") == "INFO test-logs: plain\n"
     document = json.loads(
