@@ -638,8 +638,8 @@ class VendorClient:
                     host = httpx.URL(self.base_url).host
                     raise failure(
                         f"cannot resolve the vendor API host {host!r} ({endpoint}, {what}): "
-                        f"{unresolved.strerror or unresolved} "
-                        f"({attempt} attempt{'s' if attempt != 1 else ''})",
+                        f"{unresolved.strerror or unresolved}, tried {attempt} "
+                        f"time{'s' if attempt != 1 else ''}",
                         hint="check api.base_url and this host's DNS resolver",
                     ) from None
                 raise failure(

@@ -323,8 +323,8 @@ class _Download:
             self.make_durable(handle)
         raise TemporaryFailure(
             f"cannot resolve the bundle host {urlsplit(self.link.url).hostname!r} "
-            f"(job {self.link.job_id}): {unresolved.strerror or unresolved} "
-            f"({self.failures + 1} attempts)",
+            f"(job {self.link.job_id}): {unresolved.strerror or unresolved}, "
+            f"tried {self.failures + 1} times",
             hint="check the network's DNS resolver (and a proxy, if one is needed)",
         )
 
