@@ -6,11 +6,7 @@ runs in a real pseudo-terminal (progress is drawn only for one)."""
 from __future__ import annotations
 
 import io
-import os
-import pty
 import re
-import select
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +16,8 @@ from mirror.app import App
 from mirror.importer import import_set
 from mirror.progress import ByteProgress
 from mirror.transfer import pack, set_bytes
-from tests.conftest import write_config
-from tests.fixtures.s3 import add_version, mirror_argv, transfer_config
+from tests.conftest import on_a_terminal, write_config
+from tests.fixtures.s3 import add_version, transfer_config
 
 MIB = 1024 * 1024
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -86,37 +82,9 @@ def test_the_command_line_draws_mib_totals_on_a_terminal(
     total = _stored(transfer_app)
     store_dir = Path(transfer_app.settings.store.path)
     config = write_config(tmp_path / "c.toml", transfer_config(store_dir, key_pair))
-    shown = _on_a_terminal(
-        mirror_argv("--config", str(config), "transfer", "pack", "out"), tmp_path
-    )
+    code, _, drawn = on_a_terminal("--config", str(config), "transfer", "pack", "out", cwd=tmp_path)
+    assert code == 0, drawn
+    shown = ANSI.sub("", drawn)
     assert "packing" in shown
     assert _mib(total) in shown
     assert " MB" not in shown
-
-
-def _on_a_terminal(argv: list[str], cwd: Path) -> str:
-    """Run `argv` with stderr on a pseudo-terminal; everything it drew there, without ANSI."""
-    leader, follower = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    env.update(COLUMNS="150", TERM="xterm")
-    process = subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=follower, stdin=subprocess.DEVNULL, env=env
-    )
-    os.close(follower)
-    chunks: list[bytes] = []
-    try:
-        while True:
-            ready, _, _ = select.select([leader], [], [], 60)
-            if not ready:
-                break
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the child closed its end
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-        assert process.wait(60) == 0, b"".join(chunks).decode(errors="replace")
-    return ANSI.sub("", b"".join(chunks).decode(errors="replace"))
