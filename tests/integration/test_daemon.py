@@ -657,6 +657,9 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
             )
             reloaded = [r for r in daemon.records() if r.get("message") == "config reloaded"]
             assert reloaded and reloaded[-1]["added"] == ["two.example.com"]
+            text = httpx.get(f"{daemon.metrics_url()}/metrics").text
+            added = {"domain": "two.example.com"}
+            assert metric(text, "mirror_runs_total", outcome="failed", **added) == 0.0  # seeded
             assert daemon.stop() == 0
         assert len(sim.stats.starts["one.example.com"]) == 1
 
