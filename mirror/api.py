@@ -28,8 +28,11 @@ Retry policy, and why it is a small loop rather than `stamina.retry_context`:
   (not a floor under) its computed wait, so the clock and sleep could not be injected and
   `Retry-After` could not be a minimum. The loop below keeps stamina's semantics where it
   matters: the same jittered backoff formula, `stamina.is_active()` turns retries off, and
-  every scheduled retry is reported to stamina's instrumentation hooks (its log line and its
-  Prometheus counter `stamina_retries_total`).
+  every scheduled retry is reported to stamina's instrumentation hooks (`mirror.logs.log_retry`
+  writes one readable line; stamina's Prometheus counter `stamina_retries_total`).
+  A host name that does not resolve (socket.gaierror under httpx.ConnectError) is a
+  misconfiguration or a resolver outage, not a busy vendor: it is tried `DNS_ATTEMPTS` times
+  at most, `DNS_WAIT_MAX` seconds apart, then TemporaryFailure names the host.
 
 Starting an export is not idempotent: a start that reached the vendor may have created a job
 even when the answer got lost. So a start is retried only when the request provably was not
@@ -49,6 +52,7 @@ import logging
 import math
 import random
 import re
+import socket
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -96,6 +100,8 @@ RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
     httpx.ProxyError,
 )
 _VENDOR_TEXT_LIMIT = 200
+DNS_ATTEMPTS = 3
+DNS_WAIT_MAX = 1.0
 
 
 @dataclass(frozen=True)
@@ -311,6 +317,18 @@ def _vendor_text(response: httpx.Response) -> str | None:
 def _one_line(text: str) -> str:
     line = " ".join(text.split())
     return line if len(line) <= _VENDOR_TEXT_LIMIT else line[: _VENDOR_TEXT_LIMIT - 3] + "..."
+
+
+def name_resolution_error(exc: BaseException) -> socket.gaierror | None:
+    """The socket.gaierror behind a transport error (httpx chains it as a cause), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, socket.gaierror):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class StartRefused(TemporaryFailure):
@@ -581,10 +599,12 @@ class VendorClient:
         while True:
             attempt += 1
             retry_after: float | None = None
+            unresolved: socket.gaierror | None = None
             try:
                 response = self._send(method, path, body)
             except httpx.TransportError as exc:
                 self._raise_if_hopeless(exc, endpoint, what, start)
+                unresolved = name_resolution_error(exc)
                 last = f"{type(exc).__name__}: {_one_line(str(exc)) or 'no detail'}"
                 cause: Exception = exc
             else:
@@ -603,13 +623,25 @@ class VendorClient:
             )
             if retry_after is not None:
                 wait = max(wait, retry_after)
+            attempts = self.retry_attempts
+            if unresolved is not None:
+                wait = min(wait, DNS_WAIT_MAX)
+                attempts = min(attempts, DNS_ATTEMPTS)
             elapsed = self._clock() - started
             if (
-                attempt >= self.retry_attempts
+                attempt >= attempts
                 or elapsed + wait > self.retry_timeout
                 or not stamina.is_active()
             ):
                 failure = StartRefused if start else TemporaryFailure
+                if unresolved is not None:
+                    host = httpx.URL(self.base_url).host
+                    raise failure(
+                        f"cannot resolve the vendor API host {host!r} ({endpoint}, {what}): "
+                        f"{unresolved.strerror or unresolved}, tried {attempt} "
+                        f"time{'s' if attempt != 1 else ''}",
+                        hint="check api.base_url and this host's DNS resolver",
+                    ) from None
                 raise failure(
                     self._scrub(
                         f"vendor API {endpoint} ({what}) still failing after {attempt} "
@@ -618,7 +650,8 @@ class VendorClient:
                     hint="the vendor or the network is having trouble; try again later",
                     retry_after=retry_after,
                 ) from (cause if not isinstance(cause, RetryableStatus) else None)
-            self._report_retry(operation, attempt, wait, waited, cause)
+            described = {"what": f"vendor API {endpoint} ({what})", "reason": last}
+            self._report_retry(operation, attempt, wait, waited, cause, described, attempts)
             self._sleep(wait)
             waited += wait
 
@@ -644,13 +677,21 @@ class VendorClient:
             ) from exc
 
     def _report_retry(
-        self, operation: str, attempt: int, wait: float, waited: float, cause: Exception
+        self,
+        operation: str,
+        attempt: int,
+        wait: float,
+        waited: float,
+        cause: Exception,
+        described: dict[str, str],
+        attempts: int,
     ) -> None:
         # A fixed name per operation: it is a Prometheus label, so no job ids in it.
+        # `kwargs` describe the call for mirror.logs.log_retry's line.
         details = RetryDetails(
             name=f"mirror.api.VendorClient.{operation}",
             args=(),
-            kwargs={},
+            kwargs={**{k: self._scrub(v) for k, v in described.items()}, "attempts": attempts},
             retry_num=attempt,
             wait_for=wait,
             waited_so_far=waited,

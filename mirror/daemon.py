@@ -45,7 +45,7 @@ from mirror.app import App
 from mirror.config import ExportSettings, Settings, load_settings
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
 from mirror.exporter import RunEvent, run_export
-from mirror.metrics import DaemonMetrics, MetricsServer, parse_listen
+from mirror.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
 from mirror.models import DomainSchedule, ExportRun, utcnow
 from mirror.notify import Notifier
 from mirror.recovery import recover
@@ -207,11 +207,18 @@ class Daemon:
         self._transient = {run.domain for run in report.unfinished} - configured
         self._load_states()
         self._update_store_bytes()
+        self._seed_metrics(configured)
         self.metrics.domains.set(len(configured))
         resumable = {run.domain for run in report.unfinished}
         if resumable:
             self._schedule_pass(only=resumable)
         self.metrics.tick()
+
+    def _seed_metrics(self, domains: set[str]) -> None:
+        """Every series of `domains` from the index, so a restart shows their last success."""
+        with self.app.db.session() as session:
+            last_success = last_success_times(session, domains)
+        self.metrics.seed(domains, last_success)
 
     # --- the loop ---
 
@@ -581,6 +588,7 @@ class Daemon:
             if domain in self._futures:
                 self._transient.add(domain)
         self._load_states()
+        self._seed_metrics(after - before)
         self.metrics.domains.set(len(after))
         log.info(
             "config reloaded",

@@ -94,9 +94,14 @@ class Database:
 
         Several processes may call this at once (daemon replicas, a CLI run beside
         the daemon): a lock serialises them, so the later ones find the schema current.
+        Alembic's own INFO lines are kept out of the log (`mirror.logs.setup_logging`);
+        one line says when the schema actually changed.
         """
         from alembic import command
 
+        before = self.current()
+        if before == SCHEMA_HEAD:
+            return before
         config = alembic_config(self.url)
         try:
             with self._upgrade_lock(), self._upgrade_engine().begin() as connection:
@@ -108,7 +113,13 @@ class Database:
             raise TemporaryFailure(
                 f"cannot upgrade the index at {safe_url(self.url)}: {exc.orig}"
             ) from None
-        return self.head()
+        after = self.current()
+        if after != before:
+            log.info(
+                "index schema upgraded",
+                extra={"database": safe_url(self.url), "from": before or "empty", "to": after},
+            )
+        return after or self.head()
 
     def _upgrade_engine(self) -> Engine:
         """The engine a schema upgrade runs on: all of it in one transaction, or none of it.

@@ -10,6 +10,7 @@ Promises:
 - a cut connection is resumed, an expired link is replaced through
   `refresh_link()`, 408/429/5xx are retried with backoff honouring
   `Retry-After`; all bounded by `max_attempts` tries in a row that made no progress;
+  a link host that does not resolve is given up after `api.DNS_ATTEMPTS` tries, naming it;
 - more bytes than the vendor announced is an `IntegrityError` at once;
 - `checkpoint(bytes_durable, link)` is called only after an fsync, at least
   every 8 MiB (and every 30 s) and at the end, so a caller can persist progress;
@@ -37,7 +38,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from mirror.api import BundleLink
+from mirror.api import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, iter_file
 
@@ -308,9 +309,24 @@ class _Download:
             except _Retry as retry:
                 self.count_failure(handle, retry.reason, retry.retry_after, progress_before)
             except httpx.TransportError as exc:
+                self.check_resolved(handle, exc, progress_before)
                 self.count_failure(
                     handle, f"connection problem ({type(exc).__name__})", None, progress_before
                 )
+
+    def check_resolved(self, handle: BinaryIO, exc: httpx.TransportError, before: int) -> None:
+        """A host name that does not resolve will not resolve in a minute either."""
+        unresolved = name_resolution_error(exc)
+        if unresolved is None or self.failures + 1 < DNS_ATTEMPTS or self.offset > before:
+            return
+        if self.durable != self.offset:
+            self.make_durable(handle)
+        raise TemporaryFailure(
+            f"cannot resolve the bundle host {urlsplit(self.link.url).hostname!r} "
+            f"(job {self.link.job_id}): {unresolved.strerror or unresolved}, "
+            f"tried {self.failures + 1} times",
+            hint="check the network's DNS resolver (and a proxy, if one is needed)",
+        )
 
     def check_cancel(self, handle: BinaryIO) -> None:
         if self.cancel is not None and self.cancel.is_set():

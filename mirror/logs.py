@@ -1,17 +1,29 @@
-"""Logging set-up: JSON lines for journald when not on a terminal, and secret redaction.
+"""Logging set-up: JSON lines when not on a terminal, journald priorities, secret redaction.
 
-Promise: a value registered with `register_secret` never reaches a log record's
-output, whatever message or argument carries it.
+Promises:
+- a value registered with `register_secret` never reaches a log record's output,
+  whatever message or argument carries it;
+- under systemd (stderr is the stream named by `$JOURNAL_STREAM`) every line starts with
+  its syslog priority `<N>` (sd-daemon(3)), so `journalctl -p warning` filters;
+- on a terminal a line keeps the fields that tell runs apart (domain, version, run,
+  job, state, replica) in a short `[domain=... run=...]` tail; JSON lines keep every field;
+- every retry scheduled through stamina is one readable warning naming what is
+  retried, the attempt and the wait (`install_retry_log`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from stamina.instrumentation import RetryDetails
 
 _secrets: set[str] = set()
 _secrets_lock = threading.Lock()
@@ -61,18 +73,149 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
-def setup_logging(verbosity: int = 0, *, json_lines: bool | None = None) -> None:
-    """Configure the root logger on stderr; JSON lines when stderr is not a terminal."""
+TERMINAL_FIELDS = (
+    ("domain", "domain"),
+    ("version", "version"),
+    ("run_id", "run"),
+    ("job_id", "job"),
+    ("state", "state"),
+    ("replica", "replica"),
+)
+
+
+class TerminalFormatter(RedactingFormatter):
+    """`LEVEL logger: message [domain=... run=... job=... state=...]` for a person to read."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = super().formatMessage(record)
+        fields = [
+            f"{label}={record.__dict__[key]}"
+            for key, label in TERMINAL_FIELDS
+            if record.__dict__.get(key) not in (None, "")
+        ]
+        return f"{text} [{' '.join(fields)}]" if fields else text
+
+
+SYSLOG_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+def syslog_priority(levelno: int) -> int:
+    """The syslog priority (crit 2 ... debug 7) of a logging level; a level between two
+    takes the milder one."""
+    for level in sorted(SYSLOG_PRIORITY, reverse=True):
+        if levelno >= level:
+            return SYSLOG_PRIORITY[level]
+    return 7
+
+
+class JournalFormatter(logging.Formatter):
+    """Another formatter's text with `<N>` (the syslog priority) before every line."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{syslog_priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in self.inner.format(record).splitlines())
+
+
+def journal_stream(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `stream` is connected to journald: `$JOURNAL_STREAM` names its device:inode.
+
+    The variable is inherited by children whose stderr may go elsewhere, so the
+    descriptor itself is compared, as sd-daemon(3) and systemd.exec(5) advise.
+    """
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, _, inode = value.partition(":")
+    if not (device.isdigit() and inode.isdigit()):
+        return False
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (status.st_dev, status.st_ino) == (int(device), int(inode))
+
+
+NOISY_LOGGERS = (
+    "alembic",
+    "httpx",
+    "httpcore",
+    "botocore",
+    "boto3",
+    "urllib3",
+    "s3transfer",
+    "werkzeug",
+)
+
+
+def setup_logging(
+    verbosity: int = 0, *, json_lines: bool | None = None, journal: bool | None = None
+) -> None:
+    """Configure the root logger on stderr; JSON lines when stderr is not a terminal.
+
+    `journal` (default: detected from `$JOURNAL_STREAM`) prefixes each line with its
+    syslog priority.
+    """
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
+    if journal is None:
+        journal = journal_stream(sys.stderr)
     level = logging.WARNING - 10 * verbosity
     handler = logging.StreamHandler(sys.stderr)
-    if json_lines:
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    formatter: logging.Formatter = JsonFormatter() if json_lines else TerminalFormatter()
+    handler.setFormatter(JournalFormatter(formatter) if journal else formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
-    for noisy in ("httpx", "httpcore", "botocore", "boto3", "urllib3", "s3transfer", "werkzeug"):
+    for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    install_retry_log()
+
+
+retry_log = logging.getLogger("mirror.retry")
+
+
+def log_retry(details: RetryDetails) -> None:
+    """stamina's on-retry hook: one line naming what is retried, why, and the wait.
+
+    Callers may describe the call in `kwargs` (`what`, `reason`, `attempts`); any other
+    stamina-decorated function is named by its qualified name and its exception.
+    """
+    what = details.kwargs.get("what") or details.name
+    cause = details.caused_by
+    reason = details.kwargs.get("reason") or (
+        f"{type(cause).__name__}: {' '.join(str(cause).split()) or 'no detail'}"
+    )
+    attempts = details.kwargs.get("attempts")
+    retry_log.warning(
+        "%s failed: %s; retrying in %.1fs (attempt %d%s)",
+        what,
+        reason,
+        details.wait_for,
+        details.retry_num + 1,
+        f" of {attempts}" if attempts else "",
+        extra={
+            "retry_of": details.name,
+            "retry_num": details.retry_num,
+            "wait_seconds": round(details.wait_for, 3),
+            "waited_seconds": round(details.waited_so_far, 3),
+        },
+    )
+
+
+def install_retry_log() -> None:
+    """Replace stamina's raw `stamina.retry_scheduled` log line by `log_retry`, keeping its
+    Prometheus counter `stamina_retries_total`."""
+    from stamina.instrumentation import PrometheusOnRetryHook, set_on_retry_hooks
+
+    set_on_retry_hooks([PrometheusOnRetryHook, log_retry])

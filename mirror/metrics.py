@@ -5,27 +5,47 @@ several daemons in one process never share counters). `/metrics` serves the
 registry; `/healthz` (and `/readyz`) answer 200 once start-up recovery is done and
 the scheduler loop has ticked recently, 503 before that or when the loop is stuck.
 No label or value ever carries a secret: labels are domains, states and outcomes.
+
+`seed` (called at start and on reload) makes every series exist before anything
+happens: counters at 0 for each configured domain and outcome, run states at 0, and
+`mirror_last_success_timestamp_seconds` from the index, so a restart neither hides a
+domain's age from an alert nor makes `rate()` miss the first increment.
+`mirror_build_info{version, python}` says what is running.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import platform
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
+from mirror import __version__
 from mirror.errors import ConfigError
+from mirror.models import ExportRun, RunState
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("stored", "unchanged", "failed", "deferred", "interrupted")
+RUN_STATES = (
+    RunState.PENDING,
+    RunState.STARTED,
+    RunState.COMPLETED,
+    RunState.DOWNLOADING,
+    RunState.DOWNLOADED,
+)
+SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
 DOWNLOAD_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
 
 
@@ -78,6 +98,8 @@ class DaemonMetrics:
         self.ready_gauge = Gauge(
             "mirror_ready", "1 once start-up recovery is done", registry=self.registry
         )
+        self.build = Info("mirror_build", "The running mirror and Python", registry=self.registry)
+        self.build.info({"version": __version__, "python": platform.python_version()})
         self.stuck_after = stuck_after
         self._clock = clock
         self._ready = False
@@ -112,8 +134,40 @@ class DaemonMetrics:
         if outcome in ("stored", "unchanged"):
             self.last_success.labels(domain=domain).set(time.time())
 
+    def seed(self, domains: Iterable[str], last_success: Mapping[str, float]) -> None:
+        """Create every labelled series: 0 for counters of each domain and outcome and for
+        each run state; the last success time of each domain the index knows one for."""
+        for domain in domains:
+            for outcome in OUTCOMES:
+                self.runs.labels(domain=domain, outcome=outcome)
+            self.download_bytes.labels(domain=domain)
+        for state in RUN_STATES:
+            self.runs_in_state.labels(state=state)
+        for domain, when in last_success.items():
+            self.last_success.labels(domain=domain).set(when)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def last_success_times(session: Session, domains: Iterable[str]) -> dict[str, float]:
+    """Unix time of each domain's newest run that stored or confirmed a bundle (as
+    `record_outcome` sets it), read from the index; domains without one are left out."""
+    wanted = sorted(set(domains))
+    found: dict[str, float] = {}
+    for start in range(0, len(wanted), 500):
+        rows = session.execute(
+            select(ExportRun.domain, func.max(ExportRun.finished_at))
+            .where(
+                ExportRun.domain.in_(wanted[start : start + 500]),
+                ExportRun.state.in_(SUCCESS_STATES),
+            )
+            .group_by(ExportRun.domain)
+        )
+        for domain, finished in rows:
+            if isinstance(finished, datetime):
+                found[domain] = finished.timestamp()
+    return found
 
 
 def parse_listen(listen: str) -> tuple[str, int] | None:

@@ -1,13 +1,16 @@
-"""A live progress display of one export run for a person at a terminal, fed by RunEvent.
+"""Live progress displays for a person at a terminal, on stderr (stdout stays for scripts).
 
-First the vendor job (state, percent, pages rendered), then the download (bytes,
-speed, time left). Callers create it only for an interactive terminal; it
-writes to stderr, so stdout stays clean for scripts.
+`ExportProgress` follows one export run, fed by RunEvent: first the vendor job (state,
+percent, pages rendered), then the download (bytes, speed, time left).
+`ByteProgress` counts the bytes of a transfer (pack, verify, import, push) against
+their total, in binary units (`41.9/120.0 MiB`), one line per phase.
+Callers create them only for an interactive terminal.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -18,6 +21,7 @@ from rich.progress import (
     Task,
     TaskID,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.text import Text
@@ -131,3 +135,51 @@ class ExportProgress:
         self.progress.update(
             self.download_task, total=event.bytes_total, completed=event.bytes_done
         )
+
+
+class _SpeedColumn(ProgressColumn):
+    """Transfer speed in binary units (rich's own column speaks MB/s)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{format_size(int(speed))}/s" if speed else "?/s", style="progress.data.speed")
+
+
+class ByteTask:
+    """One phase's counter: call it with each chunk's size; `set_total` once the size is known."""
+
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        self.progress = progress
+        self.task = task
+
+    def __call__(self, size: int) -> None:
+        self.progress.advance(self.task, size)
+
+    def set_total(self, total: int) -> None:
+        self.progress.update(self.task, total=total)
+
+
+class ByteProgress:
+    """Context manager: `phase(description, total)` adds one line of bytes done of total."""
+
+    def __init__(self, console: Console | None = None, *, transient: bool = True) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(binary_units=True),
+            _SpeedColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
+            transient=transient,
+        )
+
+    def __enter__(self) -> ByteProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.progress.stop()
+
+    def phase(self, description: str, total: int | None = None) -> ByteTask:
+        return ByteTask(self.progress, self.progress.add_task(description, total=total))

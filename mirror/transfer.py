@@ -353,6 +353,19 @@ def verify_set(
     return VerifiedSet(set_dir, manifest, data, hashlib.sha256(data).hexdigest(), key.key_id)
 
 
+def set_bytes(set_dir: Path) -> int | None:
+    """The bytes `verify_set` reads (and an import uploads): the sizes of the parts under
+    blobs/, for a progress total before anything is verified; None when unreadable."""
+    try:
+        return sum(
+            entry.stat(follow_symlinks=False).st_size
+            for entry in os.scandir(set_dir / BLOBS)
+            if entry.is_file(follow_symlinks=False)
+        )
+    except OSError:
+        return None
+
+
 def _check_listing(set_dir: Path, manifest: Manifest) -> None:
     """No missing, extra, linked or odd files; part sizes as the manifest says."""
     expected = {part.name: part for item in manifest.blobs() for part in item.parts}
@@ -606,8 +619,11 @@ def pack(
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
     free_space: Callable[[Path], int] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> PackResult:
-    """Write a signed transfer set to `out` and record it; nothing to pack is not an error."""
+    """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
+
+    `on_total` hears the bytes `on_progress` will count, before the first of them."""
     out = out.absolute()
     part_limit = max_size if max_size is not None else app.settings.transfer.max_size
     if part_limit < MIN_PART_SIZE:
@@ -626,6 +642,8 @@ def pack(
     sequence = (newest.sequence + 1) if newest else 1
     blobs = {bundle.sha256: bundle for _, bundle in rows}
     total = sum(bundle.size for bundle in blobs.values())
+    if on_total is not None:
+        on_total(total)
     free = (free_space or disk_free)(out.parent)
     if free < total + FREE_SPACE_MARGIN:
         raise OperationFailed(

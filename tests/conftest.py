@@ -8,8 +8,11 @@ what it can itself (see the fixtures).
 from __future__ import annotations
 
 import os
+import pty
+import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,41 @@ def mirror_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def on_a_terminal(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> tuple[int, str, str]:
+    """Run the real `mirror` with stderr on a pseudo-terminal (progress is drawn only for
+    one): (exit code, stdout, everything drawn on the terminal)."""
+    leader, follower = pty.openpty()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
+    full_env.update({"COLUMNS": "120", "TERM": "xterm", **(env or {})})
+    drawn = b""
+    with tempfile.TemporaryFile() as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mirror", *args],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=follower,
+            env=full_env,
+        )
+        os.close(follower)
+        try:
+            while select.select([leader], [], [], timeout)[0]:
+                try:
+                    data = os.read(leader, 65536)
+                except OSError:  # EIO: the child closed its end
+                    break
+                if not data:
+                    break
+                drawn += data
+        finally:
+            os.close(leader)
+            code = process.wait(timeout)
+        stdout.seek(0)
+        return code, stdout.read().decode(), drawn.decode("utf-8", "replace")
 
 
 def write_config(path: Path, document: dict[str, Any]) -> Path:

@@ -23,12 +23,15 @@ import pytest
 from mirror import __version__
 from mirror.api import (
     AUTH_HINT,
+    DNS_ATTEMPTS,
+    DNS_WAIT_MAX,
     BundleLink,
     ExportJob,
     StartRefused,
     VendorClient,
     backoff_delay,
     build_http_client,
+    name_resolution_error,
     parse_agent_job,
     parse_count,
     parse_export_job,
@@ -45,6 +48,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
+from mirror.logs import install_retry_log
 from mirror.sim import Simulator
 
 DOMAIN = "docs.example.com"
@@ -895,3 +899,72 @@ def test_requests_are_logged_at_debug_without_secrets(
     everything = caplog.text + " ".join(str(r.__dict__) for r in caplog.records)
     assert sim.key not in everything
     assert "Bearer" not in everything
+
+
+# --- operators' view of retries and name resolution ---------------------------------------------
+
+
+@pytest.fixture
+def retry_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    """The messages of mirror's retry lines, and a check that stamina logged none itself."""
+    install_retry_log()
+
+    def lines() -> list[str]:
+        assert not [r for r in caplog.records if r.name == "stamina"]
+        records = [r for r in caplog.records if r.name == "mirror.retry"]
+        assert all(r.levelno == logging.WARNING for r in records)
+        return [r.getMessage() for r in records]
+
+    with caplog.at_level(logging.INFO):
+        yield lines
+
+
+def test_each_retry_is_one_readable_line(
+    sim: Simulator, fake: FakeTime, retry_lines: Callable[[], list[str]]
+) -> None:
+    with make_client(sim.url, sim.key, fake, retry_attempts=3) as client:
+        job = client.start_export(DOMAIN)
+        sim.set_faults(error_rate=1.0, error_status=502)
+        with pytest.raises(TemporaryFailure):
+            client.export_status(job.job_id)
+    lines = retry_lines()
+    assert len(lines) == 2
+    endpoint = f"GET /v1/static-export/jobs/{job.job_id}"
+    assert lines[0] == (
+        f"vendor API {endpoint} (export job {job.job_id}) failed: "
+        "HTTP 502: Service temporarily unavailable; "
+        f"retrying in {fake.sleeps[0]:.1f}s (attempt 2 of 3)"
+    )
+    assert lines[1].endswith(f"retrying in {fake.sleeps[1]:.1f}s (attempt 3 of 3)")
+    assert sim.key not in " ".join(lines)
+
+
+def test_an_unresolvable_host_is_tried_briefly_and_named(
+    fake: FakeTime, retry_lines: Callable[[], list[str]]
+) -> None:
+    with make_client("http://vendor-api.invalid", "mint_test_key_1234", fake) as client:
+        with pytest.raises(TemporaryFailure) as caught:
+            client.export_status("se_1")
+        assert len(fake.sleeps) == DNS_ATTEMPTS - 1
+        assert sum(fake.sleeps) <= DNS_WAIT_MAX * (DNS_ATTEMPTS - 1)
+        with pytest.raises(StartRefused, match="cannot resolve"):
+            client.start_export(DOMAIN)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("cannot resolve the vendor API host 'vendor-api.invalid'")
+    assert "GET /v1/static-export/jobs/se_1" in message
+    assert caught.value.exit_code == 75
+    assert "api.base_url" in (caught.value.hint or "")
+    lines = retry_lines()
+    assert len(lines) == 2 * (DNS_ATTEMPTS - 1)
+    assert lines[0].startswith(
+        "vendor API GET /v1/static-export/jobs/se_1 (export job se_1) failed: ConnectError"
+    )
+
+
+def test_name_resolution_error_is_found_in_the_chain() -> None:
+    with pytest.raises(httpx.ConnectError) as caught, httpx.Client() as http:
+        http.get("http://vendor-api.invalid/")
+    assert isinstance(name_resolution_error(caught.value), socket.gaierror)
+    refused = httpx.ConnectError("refused")
+    assert name_resolution_error(refused) is None

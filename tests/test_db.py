@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, select
@@ -115,4 +117,19 @@ def test_a_crash_half_way_through_the_first_upgrade_leaves_nothing(tmp_path: obj
     database = Database(url)
     assert database.current() is None
     assert database.upgrade() == database.head()
+    database.dispose()
+
+
+def test_upgrade_says_one_line_when_it_upgrades_and_nothing_otherwise(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    database = Database(f"sqlite:///{tmp_path}/index.db")
+    with caplog.at_level(logging.DEBUG):
+        assert database.upgrade() == SCHEMA_HEAD
+        mine = [r for r in caplog.records if r.name == "mirror.db"]
+        assert [r.getMessage() for r in mine] == ["index schema upgraded"]
+        assert mine[0].__dict__["from"] == "empty" and mine[0].__dict__["to"] == SCHEMA_HEAD
+        caplog.clear()
+        assert database.upgrade() == SCHEMA_HEAD
+        assert caplog.records == []  # Alembic is not even loaded for a current schema
     database.dispose()

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from mirror.api import BundleLink, VendorClient
+from mirror.api import DNS_ATTEMPTS, BundleLink, VendorClient
 from mirror.download import (
     CHECKPOINT_BYTES,
     download_bundle,
@@ -491,3 +491,28 @@ def test_unsatisfiable_range_with_another_size_restarts(
         http, scripted.link(), dest, refresh_link=scripted.link, sleep=lambda _s: None
     )
     assert result.restarts == 1 and result.sha256 == hashlib.sha256(scripted.body).hexdigest()
+
+
+def test_a_link_host_that_does_not_resolve_is_given_up_soon_and_named(
+    http: httpx.Client, tmp_path: Path
+) -> None:
+    link = BundleLink(
+        job_id="se_dns",
+        url="http://bundles.invalid/se_dns.tar.gz?X-Amz-Signature=mint_sig_abcdef",
+        size_bytes=10,
+        expires_at=None,
+    )
+    sleeps: list[float] = []
+    with pytest.raises(TemporaryFailure) as caught:
+        download_bundle(
+            http,
+            link,
+            tmp_path / "p",
+            refresh_link=lambda: link,
+            max_attempts=8,
+            sleep=sleeps.append,
+        )
+    message = str(caught.value)
+    assert message.startswith("cannot resolve the bundle host 'bundles.invalid' (job se_dns)")
+    assert "mint_sig_abcdef" not in message and "\n" not in message
+    assert len(sleeps) == DNS_ATTEMPTS - 1

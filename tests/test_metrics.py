@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
 
+from mirror import __version__
+from mirror.db import Database
 from mirror.errors import ConfigError
-from mirror.metrics import DaemonMetrics, MetricsServer, parse_listen
+from mirror.metrics import (
+    OUTCOMES,
+    DaemonMetrics,
+    MetricsServer,
+    last_success_times,
+    parse_listen,
+)
+from mirror.models import ExportRun, RunState
 
 
 class FakeClock:
@@ -106,3 +118,38 @@ def test_ipv6_loopback() -> None:
         assert httpx.get(f"http://[::1]:{port}/healthz").status_code == 503
     finally:
         server.stop()
+
+
+def test_last_success_times_come_from_the_index(tmp_path: Path) -> None:
+    database = Database(f"sqlite:///{tmp_path}/index.db")
+    database.upgrade()
+    at = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
+    rows = [
+        ("a.example.com", RunState.STORED, at - timedelta(days=1)),
+        ("a.example.com", RunState.UNCHANGED, at),
+        ("a.example.com", RunState.FAILED, at + timedelta(hours=1)),
+        ("b.example.com", RunState.FAILED, at),
+        ("gone.example.com", RunState.STORED, at),
+    ]
+    with database.session() as session:
+        for domain, state, finished in rows:
+            session.add(ExportRun(domain=domain, state=state, active=False, finished_at=finished))
+    with database.session() as session:
+        found = last_success_times(session, ["a.example.com", "b.example.com", "c.example.com"])
+    database.dispose()
+    assert found == {"a.example.com": at.timestamp()}
+
+
+def test_seeded_series_exist_before_anything_happens(served: tuple[DaemonMetrics, str]) -> None:
+    metrics, url = served
+    metrics.seed(["a.example.com", "b.example.com"], {"a.example.com": 1_763_600_000.0})
+    text = httpx.get(f"{url}/metrics").text
+    for domain in ("a.example.com", "b.example.com"):
+        for outcome in OUTCOMES:
+            assert f'mirror_runs_total{{domain="{domain}",outcome="{outcome}"}} 0.0' in text
+        assert f'mirror_download_bytes_total{{domain="{domain}"}} 0.0' in text
+    assert 'mirror_last_success_timestamp_seconds{domain="a.example.com"} 1.7636e+09' in text
+    assert 'mirror_last_success_timestamp_seconds{domain="b.example.com"}' not in text
+    assert 'mirror_runs_in_state{state="downloading"} 0.0' in text
+    build = f'mirror_build_info{{python="{platform.python_version()}",version="{__version__}"}} 1.0'
+    assert build in text

@@ -7,7 +7,7 @@ command starts without paying for them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,33 +21,22 @@ from mirror.units import format_size
 
 if TYPE_CHECKING:
     from mirror.objectstore import ObjectStore
+    from mirror.progress import ByteTask
 
 
 @contextlib.contextmanager
-def _progress(cli: CliContext, description: str) -> Iterator[Callable[[int], None] | None]:
-    """A byte counter on stderr for a person at a terminal; None (no output) otherwise."""
+def _progress(
+    cli: CliContext, *phases: str, total: int | None = None
+) -> Iterator[tuple[ByteTask | None, ...]]:
+    """One byte counter (MiB of `total`) per phase on stderr for a person at a terminal;
+    Nones (no output) otherwise."""
     if not cli.interactive:
-        yield None
+        yield tuple(None for _ in phases)
         return
-    from rich.progress import (
-        DownloadColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-        TransferSpeedColumn,
-    )
+    from mirror.progress import ByteProgress
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as progress:
-        task = progress.add_task(description, total=None)
-        yield lambda n: progress.advance(task, n)
+    with ByteProgress() as progress:
+        yield tuple(progress.phase(phase, total) for phase in phases)
 
 
 def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]:
@@ -95,7 +84,7 @@ def transfer_pack(
     """Write a signed transfer set of the versions not yet delivered into OUT."""
     from mirror.transfer import pack
 
-    with _progress(cli, "packing") as on_progress:
+    with _progress(cli, "packing") as (on_progress,):
         result = pack(
             cli.app,
             out,
@@ -103,6 +92,7 @@ def transfer_pack(
             include_all=include_all,
             max_size=max_size,
             on_progress=on_progress,
+            on_total=on_progress.set_total if on_progress else None,
         )
     if result.nothing:
         cli.emit(
@@ -127,10 +117,10 @@ def transfer_pack(
 @pass_cli
 def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
     """Check the signature, the chain fields and every hash, offline."""
-    from mirror.transfer import verify_set
+    from mirror.transfer import set_bytes, verify_set
 
     trusted = _trusted(cli.settings, keys)
-    with _progress(cli, "verifying") as on_progress:
+    with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
         verified = verify_set(set_dir, trusted, on_progress=on_progress)
     manifest = verified.manifest
     cli.emit(
@@ -183,12 +173,14 @@ def transfer_import(
 ) -> None:
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
     from mirror.importer import import_set, promote_hook, receipt_key_from
+    from mirror.transfer import set_bytes
 
     settings = cli.settings
     hook = promote_hook() if promote else None
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
-    with _progress(cli, "importing") as on_progress:
+    phases = _progress(cli, "verifying", "importing", total=set_bytes(set_dir))
+    with phases as (on_verify_progress, on_progress):
         result = import_set(
             store,
             set_dir,
@@ -198,6 +190,7 @@ def transfer_import(
             receipt_key=receipt_key_from(settings.transfer.signing_key),
             receipt_path=receipt_path,
             on_progress=on_progress,
+            on_verify_progress=on_verify_progress,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
     lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]
@@ -246,7 +239,7 @@ def transfer_push(
 
     hook = promote_hook() if promote else None
     store = _object_store(cli.settings)
-    with _progress(cli, "pushing") as on_progress:
+    with _progress(cli, "pushing") as (on_progress,):
         result = push(
             cli.app,
             store,

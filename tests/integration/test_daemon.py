@@ -31,6 +31,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from mirror import __version__
 from mirror.api import VendorClient, build_http_client
 from mirror.app import App
 from mirror.config import load_settings
@@ -448,7 +449,7 @@ def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> No
     )
     assert deferred >= 2
     assert all(
-        metric(text, "mirror_runs_total", domain=d, outcome="failed") is None for d in domains
+        metric(text, "mirror_runs_total", domain=d, outcome="failed") == 0.0 for d in domains
     )
     with index(config) as app, app.db.session() as session:
         states = session.scalars(select(ExportRun.state)).all()
@@ -656,6 +657,9 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
             )
             reloaded = [r for r in daemon.records() if r.get("message") == "config reloaded"]
             assert reloaded and reloaded[-1]["added"] == ["two.example.com"]
+            text = httpx.get(f"{daemon.metrics_url()}/metrics").text
+            added = {"domain": "two.example.com"}
+            assert metric(text, "mirror_runs_total", outcome="failed", **added) == 0.0  # seeded
             assert daemon.stop() == 0
         assert len(sim.stats.starts["one.example.com"]) == 1
 
@@ -724,3 +728,55 @@ def test_store_gc_cli_dry_run_then_real(tmp_path: Path) -> None:
     human = mirror_cli("--config", str(config), "store", "gc", "--keep", "1", "--dry-run")
     assert human.returncode == 0
     assert "would free 0 B" in human.stdout
+
+
+def test_metrics_after_a_restart_are_seeded_from_the_index(tmp_path: Path) -> None:
+    """A restarted daemon shows each domain's last success at once (from the index), every
+    counter at 0 for each configured domain and outcome, and what it is (build info); its
+    start-up says nothing about the schema unless the schema changed."""
+    stored, fresh = ["s0.example.com", "s1.example.com"], "new.example.com"
+    with simulator(one_active_job=False) as sim:
+        config = daemon_config(
+            tmp_path / "c.toml", base_url=sim.url, store=tmp_path / "store", domains=stored
+        )
+        with daemon_process(config, sim.key, tmp_path, "--exit-when-idle") as first:
+            assert first.proc.wait(60) == 0, first.log()
+            first_records = first.records()
+    with index(config) as app, app.db.session() as session:
+        finished = {
+            run.domain: run.finished_at
+            for run in session.scalars(select(ExportRun).where(ExportRun.state == "stored"))
+        }
+    assert set(finished) == set(stored)
+    upgraded = [r for r in first_records if r["message"] == "index schema upgraded"]
+    assert len(upgraded) == 1 and upgraded[0]["from"] == "empty"
+    assert not [r for r in first_records if r["logger"].startswith("alembic")]
+
+    # The new domain's export stays running, so nothing but the seeding sets its series.
+    with simulator(one_active_job=False, run_seconds=60) as slow:
+        config = daemon_config(
+            tmp_path / "c2.toml",
+            base_url=slow.url,
+            store=tmp_path / "store",
+            domains=[*stored, fresh],
+        )
+        with daemon_process(config, slow.key, tmp_path) as second:
+            second.wait_ready()
+            text = httpx.get(f"{second.metrics_url()}/metrics").text
+            assert second.stop() == 0
+            second_records = second.records()
+    for domain in stored:
+        seeded = metric(text, "mirror_last_success_timestamp_seconds", domain=domain)
+        when = finished[domain]
+        assert when is not None and seeded == pytest.approx(when.timestamp(), abs=0.001)
+    assert metric(text, "mirror_last_success_timestamp_seconds", domain=fresh) is None
+    for domain in [*stored, fresh]:
+        for outcome in ("stored", "unchanged", "failed", "deferred", "interrupted"):
+            assert metric(text, "mirror_runs_total", domain=domain, outcome=outcome) == 0.0
+        assert metric(text, "mirror_download_bytes_total", domain=domain) == 0.0
+    for state in ("pending", "started", "completed", "downloading", "downloaded"):
+        assert metric(text, "mirror_runs_in_state", state=state) is not None
+    python = ".".join(str(part) for part in sys.version_info[:3])
+    assert metric(text, "mirror_build_info", version=__version__, python=python) == 1.0
+    assert not [r for r in second_records if r["message"] == "index schema upgraded"]
+    assert not [r for r in second_records if r["logger"].startswith("alembic")]

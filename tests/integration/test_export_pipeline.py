@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import select
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +23,7 @@ from mirror.errors import TemporaryFailure
 from mirror.exporter import run_export
 from mirror.models import Bundle, ExportRun, RunState, Version
 from mirror.sim import Simulator
-from tests.conftest import mirror_cli, write_config
+from tests.conftest import mirror_cli, on_a_terminal, write_config
 
 MiB = 1024 * 1024
 
@@ -209,36 +206,13 @@ def test_a_terminal_gets_a_progress_display(
     sim = sim_factory(bundle_size=48 * MiB, queue_seconds=0.3, run_seconds=0.6)
     sim.set_faults(cut_after_bytes=12 * MiB, cuts_remaining=3)  # a download that lasts a while
     config = config_for(tmp_path, sim)
-    master, slave = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    env.update({"MIRROR_API_KEY": sim.key, "COLUMNS": "120", "TERM": "xterm"})
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mirror", "--config", str(config), "export", "run", "docs.tty.test"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=slave,
-        env=env,
+    code, stdout, text = on_a_terminal(
+        "--config", str(config), "export", "run", "docs.tty.test", env={"MIRROR_API_KEY": sim.key}
     )
-    os.close(slave)
-    seen = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 60)
-        if not ready:
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        seen += data
-    stdout, _ = process.communicate(timeout=60)
-    os.close(master)
-    assert process.returncode == 0
-    text = seen.decode("utf-8", "replace")
+    assert code == 0
     assert "vendor export running" in text and "pages" in text
     assert "MiB" in text and "/s" in text  # bytes and speed of the download
-    assert b"stored new version" in stdout
+    assert "stored new version" in stdout
 
 
 def test_exporter_on_postgresql(postgres_url: str, sim: Simulator, tmp_path: Path) -> None:
