@@ -19,10 +19,13 @@ import pytest
 from mirror.api import BundleLink, VendorClient
 from mirror.download import (
     CHECKPOINT_BYTES,
+    Validator,
     download_bundle,
     is_expired_answer,
     parse_content_range,
     safe_url,
+    save_validator,
+    validator_path,
 )
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
@@ -57,6 +60,12 @@ def fresh(sim: Simulator, http: httpx.Client, job_id: str) -> Callable[[], Bundl
 
 def served(sim: Simulator, job_id: str) -> int:
     return sim.stats.snapshot()["bytes_served"].get(job_id, 0)
+
+
+def record_validator(http: httpx.Client, link: BundleLink, dest: Path) -> None:
+    """What a first download of `link` into `dest` would have recorded (from a HEAD)."""
+    head = http.head(link.url)
+    save_validator(dest, Validator.of(head, int(head.headers["Content-Length"])))
 
 
 def test_plain_download_hashes_in_one_pass(sim: Simulator, http: httpx.Client, tmp_path: Path):
@@ -115,9 +124,24 @@ def test_existing_partial_is_continued_and_its_prefix_hashed(
     dest = tmp_path / "p"
     dest.write_bytes(whole[: len(whole) // 3])
     link = vendor(sim, http).export_bundle(job_id)
+    record_validator(http, link, dest)
     result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
     assert result.sha256 == info["sha256"] and result.resumes == 1
     assert served(sim, job_id) == len(whole) - len(whole) // 3
+    assert not validator_path(dest).exists()
+
+
+def test_partial_without_a_validator_starts_over(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    info = sim.bundle_info(job_id)
+    dest = tmp_path / "p"
+    dest.write_bytes(b"bytes of some other object")
+    link = vendor(sim, http).export_bundle(job_id)
+    result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
+    assert result.sha256 == info["sha256"] and result.resumes == 0
+    assert served(sim, job_id) == info["size"]
 
 
 def test_complete_partial_needs_no_body(sim: Simulator, http: httpx.Client, tmp_path: Path):
@@ -126,11 +150,13 @@ def test_complete_partial_needs_no_body(sim: Simulator, http: httpx.Client, tmp_
     dest = tmp_path / "p"
     dest.write_bytes(Path(info["path"]).read_bytes())
     link = vendor(sim, http).export_bundle(job_id)
+    record_validator(http, link, dest)
     unknown_size = replace(link, size_bytes=None)  # forces a request: 416 with */size = done
     result = download_bundle(http, unknown_size, dest, refresh_link=fresh(sim, http, job_id))
     assert result.sha256 == info["sha256"]
     assert served(sim, job_id) == 0
-    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [416]
+    downloads = sim.stats.snapshot()["downloads"]
+    assert [d["status"] for d in downloads if d["method"] == "GET"] == [416]
 
 
 def test_expired_link_answer_gets_a_fresh_link(sim: Simulator, http: httpx.Client, tmp_path: Path):
