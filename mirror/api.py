@@ -96,6 +96,10 @@ RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
     httpx.ProxyError,
 )
 _VENDOR_TEXT_LIMIT = 200
+JSON_BODY_LIMIT = 1024 * 1024
+ERROR_BODY_LIMIT = 64 * 1024
+JOB_ID_MAX_LENGTH = 256
+_CUT = "mirror_body_cut"
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,29 @@ def parse_agent_job(body: Mapping[str, Any], job_id: str) -> AgentJob:
     )
 
 
+def job_id_problem(job_id: str) -> str | None:
+    """Why `job_id` cannot name a job in a URL path; None when it can.
+
+    `.` and `..` are dot segments a client or proxy collapses (RFC 3986 5.2.4), so the
+    status call would reach another resource; control characters and huge ids are no ids.
+    """
+    if not job_id.strip():
+        return "it is empty"
+    if job_id.strip() in (".", ".."):
+        return "a dot segment would send the calls to another path"
+    if len(job_id) > JOB_ID_MAX_LENGTH:
+        return f"it is longer than {JOB_ID_MAX_LENGTH} characters"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
+        return "it holds control characters"
+    return None
+
+
+def shown_id(job_id: str) -> str:
+    """A job id as it may appear in a one-line message (escaped, shortened)."""
+    text = repr(job_id)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def backoff_delay(
     attempt: int,
     *,
@@ -290,6 +317,8 @@ def backoff_delay(
 
 def _vendor_text(response: httpx.Response) -> str | None:
     """The vendor's own error text: JSON `error` (or `message`), or a short plain-text body."""
+    if response.extensions.get(_CUT):
+        return f"an error body of over {ERROR_BODY_LIMIT // 1024} KiB, cut unread"
     try:
         body = response.json()
     except ValueError:
@@ -370,6 +399,7 @@ class VendorClient:
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        self._links_in_status: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, http: httpx.Client | None = None) -> VendorClient:
@@ -414,6 +444,12 @@ class VendorClient:
             self._refuse_start(response, domain)
         data = self._check(response, "POST", path, what=what)
         job = parse_export_job(data, default_status="queued")
+        problem = job_id_problem(job.job_id) if job is not None else None
+        if job is not None and problem is not None:
+            raise OperationFailed(
+                f"the vendor answered the export start for {domain} with the job id "
+                f"{shown_id(job.job_id)} (POST {path}), which mirror refuses: {problem}"
+            )
         if job is None:
             raise MirrorError(
                 f"the vendor accepted the export start for {domain} but sent no jobId "
@@ -429,15 +465,30 @@ class VendorClient:
         data = self._check(response, "GET", path, what=what)
         job = parse_export_job(data, job_id)
         assert job is not None
+        if job.bundle is not None:
+            self._links_in_status.add(job_id)
         return job
 
     def export_bundle(self, job_id: str) -> BundleLink:
-        """A link to the completed job's archive: POST .../bundle (global), the status (project)."""
-        if self.export_flow == "project":
+        """A link to the completed job's archive, from wherever the vendor gives it.
+
+        POST .../bundle in the global flow; the status in the project flow, for a job whose
+        status carried `bundleUrl`, and when POST .../bundle answers 404 or 405 (the newer
+        vendor revision has no such call: its completed status carries the link).
+        """
+        if self.export_flow == "project" or job_id in self._links_in_status:
             return self._link_from_status(job_id)
         path = self._job_path(job_id) + "/bundle"
         what = f"bundle of export job {job_id}"
         response = self._exchange("POST", path, what=what, operation="export_bundle")
+        if response.status_code in (404, 405):
+            log.info(
+                "POST %s answered HTTP %d: reading the link from the job's status",
+                path,
+                response.status_code,
+            )
+            self._links_in_status.add(job_id)
+            return self._link_from_status(job_id)
         if response.status_code == 409:
             text = _vendor_text(response)
             raise TemporaryFailure(
@@ -522,8 +573,9 @@ class VendorClient:
         return f"/v1/static-export/{_segment(self.project_id)}/jobs"
 
     def _job_path(self, job_id: str) -> str:
-        if not job_id.strip():
-            raise ConfigError("an export job id must not be empty")
+        problem = job_id_problem(job_id)
+        if problem is not None:
+            raise ConfigError(f"{shown_id(job_id)} is not a usable export job id: {problem}")
         return f"{self._jobs_path()}/{_segment(job_id)}"
 
     # --- one request, retries, answers ---
@@ -531,12 +583,13 @@ class VendorClient:
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
         started = time.monotonic()
         try:
-            response = self.http.request(
+            request = self.http.build_request(
                 method,
                 self.base_url + path,
                 json=body,
                 headers={"Authorization": f"Bearer {self._key}", "Accept": "application/json"},
             )
+            response = _read_capped(self.http.send(request, stream=True), f"{method} {path}")
         except httpx.TransportError as exc:
             log.debug(
                 "vendor API %s %s failed after %.3fs: %s",
@@ -752,6 +805,45 @@ class VendorClient:
 
     def _scrub(self, text: str) -> str:
         return redact(text.replace(self._key, REDACTED))
+
+
+def _read_capped(response: httpx.Response, endpoint: str) -> httpx.Response:
+    """The answer with its body read streamed, at most JSON_BODY_LIMIT bytes (2xx) or
+    ERROR_BODY_LIMIT (anything else), so memory stays flat whatever the vendor sends.
+
+    A longer 2xx body is refused (MirrorError); a longer error body is cut, and its
+    answer is marked so the message says so instead of quoting it.
+    """
+    limit = JSON_BODY_LIMIT if 200 <= response.status_code < 300 else ERROR_BODY_LIMIT
+    body = bytearray()
+    cut = False
+    try:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                cut = True
+                break
+    finally:
+        response.close()
+    if cut and limit == JSON_BODY_LIMIT:
+        raise MirrorError(
+            f"vendor API {endpoint} answered HTTP {response.status_code} with a body of over "
+            f"{JSON_BODY_LIMIT // (1024 * 1024)} MiB; it was cut unread (no job answer is that "
+            "big); check api.base_url or report it to the vendor"
+        )
+    headers = [
+        (name, value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    capped = httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=bytes(body[:limit]),
+        request=response.request,
+        extensions={**response.extensions, _CUT: cut},
+    )
+    return capped
 
 
 def _segment(value: str) -> str:

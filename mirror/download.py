@@ -545,7 +545,9 @@ class _Download:
                 )
                 self.truncate(handle)
             length = response.headers.get("Content-Length")
-            self.accept(Validator.of(response, int(length) if length and length.isdigit() else None))
+            self.accept(
+                Validator.of(response, int(length) if length and length.isdigit() else None)
+            )
         elif status == 416:
             _, total = parse_content_range(response.headers.get("Content-Range"))
             known = self.validator.total if self.validator is not None else None
@@ -567,8 +569,7 @@ class _Download:
         if answer.total is not None and self.expected is not None and answer.total != self.expected:
             if self.offset > 0:
                 raise _Restart(
-                    f"the server's object has {answer.total} bytes, {self.expected} were "
-                    "announced"
+                    f"the server's object has {answer.total} bytes, {self.expected} were announced"
                 )
             self.check_announced(answer.total, "the server")  # from the start: refused
         if answer != self.validator:
@@ -614,8 +615,7 @@ class _Download:
                     if elapsed >= self.stall_time:
                         if window_bytes < self.min_speed * elapsed:
                             raise _Retry(
-                                f"transfer below {self.min_speed} bytes/s for "
-                                f"{self.stall_time:g}s",
+                                f"transfer below {self.min_speed} bytes/s for {self.stall_time:g}s",
                                 slow=True,
                             )
                         window_start, window_bytes = time.monotonic(), 0
