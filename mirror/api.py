@@ -443,13 +443,14 @@ class VendorClient:
         if response.status_code in (409, 429):
             self._refuse_start(response, domain)
         data = self._check(response, "POST", path, what=what)
-        job = parse_export_job(data, default_status="queued")
-        problem = job_id_problem(job.job_id) if job is not None else None
-        if job is not None and problem is not None:
+        answered = data.get("jobId", data.get("id"))
+        problem = job_id_problem(answered) if isinstance(answered, str) else None
+        if isinstance(answered, str) and problem is not None:
             raise OperationFailed(
                 f"the vendor answered the export start for {domain} with the job id "
-                f"{shown_id(job.job_id)} (POST {path}), which mirror refuses: {problem}"
+                f"{shown_id(answered)} (POST {path}), which mirror refuses: {problem}"
             )
+        job = parse_export_job(data, default_status="queued")
         if job is None:
             raise MirrorError(
                 f"the vendor accepted the export start for {domain} but sent no jobId "
