@@ -19,6 +19,7 @@ import pytest
 from mirror.api import BundleLink, VendorClient
 from mirror.download import (
     CHECKPOINT_BYTES,
+    LinkFailed,
     Validator,
     download_bundle,
     is_expired_answer,
@@ -60,6 +61,10 @@ def fresh(sim: Simulator, http: httpx.Client, job_id: str) -> Callable[[], Bundl
 
 def served(sim: Simulator, job_id: str) -> int:
     return sim.stats.snapshot()["bytes_served"].get(job_id, 0)
+
+
+def no_wait(_seconds: float) -> None:
+    pass
 
 
 def record_validator(http: httpx.Client, link: BundleLink, dest: Path) -> None:
@@ -517,3 +522,105 @@ def test_unsatisfiable_range_with_another_size_restarts(
         http, scripted.link(), dest, refresh_link=scripted.link, sleep=lambda _s: None
     )
     assert result.restarts == 1 and result.sha256 == hashlib.sha256(scripted.body).hexdigest()
+
+
+def test_a_later_process_compares_the_recorded_validator(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """The first process ran out of tries mid-way; the object changed before the next one
+    resumed: the next one sends If-Range, gets the whole new object and keeps only it."""
+    sim = sim_factory(bundle_size=3 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    sim.set_faults(cut_after_bytes=MiB, cuts_remaining=1)
+    with pytest.raises(LinkFailed, match="failed 1 times"):
+        download_bundle(http, link, dest, refresh_link=lambda: link, max_attempts=1)
+    assert dest.stat().st_size == MiB and validator_path(dest).exists()
+    sim.set_faults(change_object_on_range=1)
+    result = download_bundle(http, link, dest, refresh_link=lambda: link)
+    assert result.sha256 == sim.bundle_sha256(job_id) != hashlib.sha256(b"").hexdigest()
+    assert result.restarts == 1 and result.resumes == 0
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200, 200]
+    assert not validator_path(dest).exists()
+
+
+def test_a_206_from_another_object_is_never_appended(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """A host that ignores If-Range sends a range of the new object: the ETag tells."""
+    sim = sim_factory(bundle_size=3 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(
+        cut_after_bytes=MiB, cuts_remaining=1, change_object_on_range=1, ignore_if_range=True
+    )
+    result = download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert result.sha256 == sim.bundle_sha256(job_id) and result.restarts == 1
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200, 206, 200]
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://host/b.tar.gz", "javascript:alert(1)", "data:,x"]
+)
+def test_links_other_than_http_are_refused_without_a_request(
+    sim: Simulator, http: httpx.Client, tmp_path: Path, url: str
+):
+    link = BundleLink(job_id="se_1", url=url, size_bytes=None, expires_at=None)
+    with pytest.raises(LinkFailed, match="only http and https"):
+        download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert sim.stats.snapshot()["downloads"] == []
+
+
+def test_redirect_to_another_scheme_is_refused_at_once(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(redirect_downloads_to="file:///etc/shadow")
+    with pytest.raises(LinkFailed, match=r"redirect of the bundle link .* 'file'"):
+        download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert not (tmp_path / "p").read_bytes()
+
+
+def test_trickle_below_the_speed_limit_is_cut_and_resumed(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(trickle_bytes_per_second=4000, trickles_remaining=1)
+    started = time.monotonic()
+    result = download_bundle(
+        http,
+        link,
+        tmp_path / "p",
+        refresh_link=lambda: link,
+        sleep=no_wait,
+        min_speed=100 * 1024,
+        stall_time=0.4,
+    )
+    assert time.monotonic() - started < 5
+    assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
+
+
+def test_a_host_that_always_trickles_ends_as_a_spent_link(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """Slow cuts make progress but still count as failed tries: the link is given up."""
+    sim = sim_factory(bundle_size=MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(trickle_bytes_per_second=20_000, trickles_remaining=100)
+    with pytest.raises(LinkFailed, match="below 102400 bytes/s"):
+        download_bundle(
+            http,
+            link,
+            tmp_path / "p",
+            refresh_link=lambda: link,
+            sleep=no_wait,
+            max_attempts=3,
+            min_speed=100 * 1024,
+            stall_time=0.2,
+        )
+    assert 0 < (tmp_path / "p").stat().st_size < MiB
