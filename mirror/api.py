@@ -9,7 +9,14 @@ What callers can rely on:
 - Both path styles (`api.export_flow`): "global" (`/v1/static-export/jobs`, `.../{id}`,
   `.../{id}/bundle`) and "project" (`/v1/static-export/{project_id}/jobs[/{id}]`, where the
   completed job's status carries the link). Whatever the flow, a status that carries a
-  `bundleUrl` fills `ExportJob.bundle`, so the caller needs no bundle call then.
+  `bundleUrl` fills `ExportJob.bundle`, so the caller needs no bundle call then, and a
+  fresh link comes from where the first came from: the status again when it carried the
+  link, or when POST .../bundle answers 404/405 (the vendor's newer revision has no such call).
+- Answers are read streamed with a cap: a 2xx body over 1 MiB is refused (MirrorError), an
+  error body over 64 KiB is cut and said to be; memory stays flat whatever the vendor sends.
+- A job id the vendor answers a start with is refused (OperationFailed, exit 1) when it is
+  empty, `.` or `..`, over 256 characters or holds control characters: it would put the
+  status call on another path.
 - Errors are `mirror.errors` classes with one-line messages: 401/403 -> AuthError (never
   retried); 404 -> NotFound; 400 -> ConfigError; everything worth trying again later ->
   TemporaryFailure (exit 75). The admin API key only ever travels in the Authorization header

@@ -22,6 +22,10 @@ Promises:
   expired lease, or one of a dead process on this host, is taken over. Every
   write is guarded by the lease, so a process that lost its lease stops instead
   of overwriting its successor's work.
+- Polling ends after `api.job_timeout` from `vendor_started_at` with JobTimedOut
+  (exit 75): the run stays active, so a later try polls the same job again. A link
+  the download refuses or gives up on (LinkFailed, AuthError, NotFound) is dropped
+  from the run, so the next try asks the vendor for a fresh one.
 - Nothing is stored unless the archive passed `inspect_archive`; the Bundle and
   Version rows are written in one transaction after the blob is in place.
 

@@ -77,7 +77,7 @@ def test_download_limits_and_job_timeout() -> None:
     assert (settings.download.min_speed, settings.download.stall_time) == (65536, 2.0)
     assert settings.api.job_timeout == 5400
     assert settings_from_dict({"download": {"min_speed": 0}}).download.min_speed == 0
-    with pytest.raises(ConfigError, match="download.stall_time"):
+    with pytest.raises(ConfigError, match=r"download\.stall_time"):
         settings_from_dict({"download": {"stall_time": "0s"}})
 
 
