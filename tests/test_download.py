@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -19,6 +20,7 @@ import pytest
 from mirror.api import BundleLink, VendorClient
 from mirror.download import (
     CHECKPOINT_BYTES,
+    DownloadResult,
     LinkFailed,
     Validator,
     download_bundle,
@@ -583,23 +585,29 @@ def test_redirect_to_another_scheme_is_refused_at_once(
     assert not (tmp_path / "p").read_bytes()
 
 
-def test_trickle_below_the_speed_limit_is_cut_and_resumed(
-    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
-):
+def trickled(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, dest: Path, **faults: int
+) -> tuple[Simulator, str, Callable[..., DownloadResult]]:
+    """A completed 1 MiB job whose downloads trickle as `faults` say, and its download."""
     sim = sim_factory(bundle_size=MiB)
     job_id = completed_job(sim, http)
     link = vendor(sim, http).export_bundle(job_id)
-    sim.set_faults(trickle_bytes_per_second=4000, trickles_remaining=1)
-    started = time.monotonic()
-    result = download_bundle(
-        http,
-        link,
-        tmp_path / "p",
-        refresh_link=lambda: link,
-        sleep=no_wait,
-        min_speed=100 * 1024,
-        stall_time=0.4,
+    sim.set_faults(**faults)
+
+    def download(**kwargs: Any) -> DownloadResult:
+        return download_bundle(http, link, dest, refresh_link=lambda: link, sleep=no_wait, **kwargs)
+
+    return sim, job_id, download
+
+
+def test_trickle_below_the_speed_limit_is_cut_and_resumed(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim, job_id, download = trickled(
+        sim_factory, http, tmp_path / "p", trickle_bytes_per_second=4000, trickles_remaining=1
     )
+    started = time.monotonic()
+    result = download(min_speed=100 * 1024, stall_time=0.4)
     assert time.monotonic() - started < 5
     assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
 
@@ -608,19 +616,9 @@ def test_a_host_that_always_trickles_ends_as_a_spent_link(
     sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
 ):
     """Slow cuts make progress but still count as failed tries: the link is given up."""
-    sim = sim_factory(bundle_size=MiB)
-    job_id = completed_job(sim, http)
-    link = vendor(sim, http).export_bundle(job_id)
-    sim.set_faults(trickle_bytes_per_second=20_000, trickles_remaining=100)
+    _, _, download = trickled(
+        sim_factory, http, tmp_path / "p", trickle_bytes_per_second=20_000, trickles_remaining=100
+    )
     with pytest.raises(LinkFailed, match="below 102400 bytes/s"):
-        download_bundle(
-            http,
-            link,
-            tmp_path / "p",
-            refresh_link=lambda: link,
-            sleep=no_wait,
-            max_attempts=3,
-            min_speed=100 * 1024,
-            stall_time=0.2,
-        )
+        download(max_attempts=3, min_speed=100 * 1024, stall_time=0.2)
     assert 0 < (tmp_path / "p").stat().st_size < MiB

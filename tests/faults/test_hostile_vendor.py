@@ -73,12 +73,17 @@ def cli_config(tmp_path: Path, sim: Simulator) -> Path:
     return write_config(tmp_path / "config.toml", document)
 
 
-def export_cli(config: Path, sim: Simulator, domain: str) -> tuple[int, str, float]:
-    started = time.monotonic()
+def refused_on_one_line(tmp_path: Path, sim: Simulator, code: int, got: list[str]) -> str:
+    """`mirror export run` against the faulty simulator: exit `code`, one error line."""
+    config = cli_config(tmp_path, sim)
     result = mirror_cli(
-        "--config", str(config), "export", "run", domain, env={"MIRROR_API_KEY": sim.key}
+        "--config", str(config), "export", "run", "docs.cli.test", env={"MIRROR_API_KEY": sim.key}
     )
-    return result.returncode, result.stderr.strip(), time.monotonic() - started
+    stderr = result.stderr.strip()
+    got.append(f"exit {result.returncode}: {stderr[:70]}")
+    assert result.returncode == code and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("mirror: error:")
+    return stderr
 
 
 # --- 8.1 ------------------------------------------------------------------------------------
@@ -161,10 +166,8 @@ def test_unusable_link_is_refused_at_once_and_dropped(
 )
 def test_unusable_link_cli_line(sim: Simulator, tmp_path: Path, fault_got: list[str]) -> None:
     sim.set_faults(bundle_url_override="file:///etc/passwd")
-    code, stderr, _ = export_cli(cli_config(tmp_path, sim), sim, "docs.scheme.test")
-    fault_got.append(f"exit {code}: {stderr[:70]}")
-    assert code == 75 and len(stderr.splitlines()) == 1, stderr
-    assert stderr.startswith("mirror: error:") and "'file'" in stderr
+    stderr = refused_on_one_line(tmp_path, sim, 75, fault_got)
+    assert "'file'" in stderr
 
 
 @pytest.mark.fault(
@@ -335,11 +338,8 @@ def test_unusable_job_ids_are_refused(
 )
 def test_dot_dot_job_id_cli_line(sim: Simulator, tmp_path: Path, fault_got: list[str]) -> None:
     sim.set_faults(job_id_override="..")
-    code, stderr, _ = export_cli(cli_config(tmp_path, sim), sim, "docs.jobid.test")
-    fault_got.append(f"exit {code}: {stderr[:70]}")
-    assert code == 1 and len(stderr.splitlines()) == 1, stderr
-    assert stderr.startswith("mirror: error:") and "'..'" in stderr
-    assert sim.stats.snapshot()["status_calls"] == {}
+    stderr = refused_on_one_line(tmp_path, sim, 1, fault_got)
+    assert "'..'" in stderr and sim.stats.snapshot()["status_calls"] == {}
 
 
 # --- 8.9 ------------------------------------------------------------------------------------
