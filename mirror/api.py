@@ -9,7 +9,14 @@ What callers can rely on:
 - Both path styles (`api.export_flow`): "global" (`/v1/static-export/jobs`, `.../{id}`,
   `.../{id}/bundle`) and "project" (`/v1/static-export/{project_id}/jobs[/{id}]`, where the
   completed job's status carries the link). Whatever the flow, a status that carries a
-  `bundleUrl` fills `ExportJob.bundle`, so the caller needs no bundle call then.
+  `bundleUrl` fills `ExportJob.bundle`, so the caller needs no bundle call then, and a
+  fresh link comes from where the first came from: the status again when it carried the
+  link, or when POST .../bundle answers 404/405 (the vendor's newer revision has no such call).
+- Answers are read streamed with a cap: a 2xx body over 1 MiB is refused (MirrorError), an
+  error body over 64 KiB is cut and said to be; memory stays flat whatever the vendor sends.
+- A job id the vendor answers a start with is refused (OperationFailed, exit 1) when it is
+  empty, `.` or `..`, over 256 characters or holds control characters: it would put the
+  status call on another path.
 - Errors are `mirror.errors` classes with one-line messages: 401/403 -> AuthError (never
   retried); 404 -> NotFound; 400 -> ConfigError; everything worth trying again later ->
   TemporaryFailure (exit 75). The admin API key only ever travels in the Authorization header
@@ -102,6 +109,10 @@ RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
 _VENDOR_TEXT_LIMIT = 200
 DNS_ATTEMPTS = 3
 DNS_WAIT_MAX = 1.0
+JSON_BODY_LIMIT = 1024 * 1024
+ERROR_BODY_LIMIT = 64 * 1024
+JOB_ID_MAX_LENGTH = 256
+_CUT = "mirror_body_cut"
 
 
 @dataclass(frozen=True)
@@ -277,6 +288,29 @@ def parse_agent_job(body: Mapping[str, Any], job_id: str) -> AgentJob:
     )
 
 
+def job_id_problem(job_id: str) -> str | None:
+    """Why `job_id` cannot name a job in a URL path; None when it can.
+
+    `.` and `..` are dot segments a client or proxy collapses (RFC 3986 5.2.4), so the
+    status call would reach another resource; control characters and huge ids are no ids.
+    """
+    if not job_id.strip():
+        return "it is empty"
+    if job_id.strip() in (".", ".."):
+        return "a dot segment would send the calls to another path"
+    if len(job_id) > JOB_ID_MAX_LENGTH:
+        return f"it is longer than {JOB_ID_MAX_LENGTH} characters"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job_id):
+        return "it holds control characters"
+    return None
+
+
+def shown_id(job_id: str) -> str:
+    """A job id as it may appear in a one-line message (escaped, shortened)."""
+    text = repr(job_id)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def backoff_delay(
     attempt: int,
     *,
@@ -296,6 +330,8 @@ def backoff_delay(
 
 def _vendor_text(response: httpx.Response) -> str | None:
     """The vendor's own error text: JSON `error` (or `message`), or a short plain-text body."""
+    if response.extensions.get(_CUT):
+        return f"an error body of over {ERROR_BODY_LIMIT // 1024} KiB, cut unread"
     try:
         body = response.json()
     except ValueError:
@@ -388,6 +424,7 @@ class VendorClient:
         self._sleep = sleep
         self._clock = clock
         self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        self._links_in_status: set[str] = set()
 
     @classmethod
     def from_settings(cls, settings: Settings, http: httpx.Client | None = None) -> VendorClient:
@@ -431,6 +468,13 @@ class VendorClient:
         if response.status_code in (409, 429):
             self._refuse_start(response, domain)
         data = self._check(response, "POST", path, what=what)
+        answered = data.get("jobId", data.get("id"))
+        problem = job_id_problem(answered) if isinstance(answered, str) else None
+        if isinstance(answered, str) and problem is not None:
+            raise OperationFailed(
+                f"the vendor answered the export start for {domain} with the job id "
+                f"{shown_id(answered)} (POST {path}), which mirror refuses: {problem}"
+            )
         job = parse_export_job(data, default_status="queued")
         if job is None:
             raise MirrorError(
@@ -447,15 +491,30 @@ class VendorClient:
         data = self._check(response, "GET", path, what=what)
         job = parse_export_job(data, job_id)
         assert job is not None
+        if job.bundle is not None:
+            self._links_in_status.add(job_id)
         return job
 
     def export_bundle(self, job_id: str) -> BundleLink:
-        """A link to the completed job's archive: POST .../bundle (global), the status (project)."""
-        if self.export_flow == "project":
+        """A link to the completed job's archive, from wherever the vendor gives it.
+
+        POST .../bundle in the global flow; the status in the project flow, for a job whose
+        status carried `bundleUrl`, and when POST .../bundle answers 404 or 405 (the newer
+        vendor revision has no such call: its completed status carries the link).
+        """
+        if self.export_flow == "project" or job_id in self._links_in_status:
             return self._link_from_status(job_id)
         path = self._job_path(job_id) + "/bundle"
         what = f"bundle of export job {job_id}"
         response = self._exchange("POST", path, what=what, operation="export_bundle")
+        if response.status_code in (404, 405):
+            log.info(
+                "POST %s answered HTTP %d: reading the link from the job's status",
+                path,
+                response.status_code,
+            )
+            self._links_in_status.add(job_id)
+            return self._link_from_status(job_id)
         if response.status_code == 409:
             text = _vendor_text(response)
             raise TemporaryFailure(
@@ -540,8 +599,9 @@ class VendorClient:
         return f"/v1/static-export/{_segment(self.project_id)}/jobs"
 
     def _job_path(self, job_id: str) -> str:
-        if not job_id.strip():
-            raise ConfigError("an export job id must not be empty")
+        problem = job_id_problem(job_id)
+        if problem is not None:
+            raise ConfigError(f"{shown_id(job_id)} is not a usable export job id: {problem}")
         return f"{self._jobs_path()}/{_segment(job_id)}"
 
     # --- one request, retries, answers ---
@@ -549,12 +609,13 @@ class VendorClient:
     def _send(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
         started = time.monotonic()
         try:
-            response = self.http.request(
+            request = self.http.build_request(
                 method,
                 self.base_url + path,
                 json=body,
                 headers={"Authorization": f"Bearer {self._key}", "Accept": "application/json"},
             )
+            response = _read_capped(self.http.send(request, stream=True), f"{method} {path}")
         except httpx.TransportError as exc:
             log.debug(
                 "vendor API %s %s failed after %.3fs: %s",
@@ -793,6 +854,45 @@ class VendorClient:
 
     def _scrub(self, text: str) -> str:
         return redact(text.replace(self._key, REDACTED))
+
+
+def _read_capped(response: httpx.Response, endpoint: str) -> httpx.Response:
+    """The answer with its body read streamed, at most JSON_BODY_LIMIT bytes (2xx) or
+    ERROR_BODY_LIMIT (anything else), so memory stays flat whatever the vendor sends.
+
+    A longer 2xx body is refused (MirrorError); a longer error body is cut, and its
+    answer is marked so the message says so instead of quoting it.
+    """
+    limit = JSON_BODY_LIMIT if 200 <= response.status_code < 300 else ERROR_BODY_LIMIT
+    body = bytearray()
+    cut = False
+    try:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                cut = True
+                break
+    finally:
+        response.close()
+    if cut and limit == JSON_BODY_LIMIT:
+        raise MirrorError(
+            f"vendor API {endpoint} answered HTTP {response.status_code} with a body of over "
+            f"{JSON_BODY_LIMIT // (1024 * 1024)} MiB; it was cut unread (no job answer is that "
+            "big); check api.base_url or report it to the vendor"
+        )
+    headers = [
+        (name, value)
+        for name, value in response.headers.multi_items()
+        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    capped = httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=bytes(body[:limit]),
+        request=response.request,
+        extensions={**response.extensions, _CUT: cut},
+    )
+    return capped
 
 
 def _segment(value: str) -> str:

@@ -59,6 +59,7 @@ class ApiSettings(_Section):
     max_poll_interval: Duration = 60.0
     retry_attempts: int = Field(default=6, ge=1)
     retry_timeout: Duration = 300.0
+    job_timeout: Duration = Field(default=4 * 3600.0, gt=0)
 
     @field_validator("base_url")
     @classmethod
@@ -66,6 +67,13 @@ class ApiSettings(_Section):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"must be an http(s) URL, got {value!r}")
         return value.rstrip("/")
+
+
+class DownloadSettings(_Section):
+    """Bundle downloads from the storage host's presigned links."""
+
+    min_speed: Size = Field(default=1024, ge=0)
+    stall_time: Duration = Field(default=30.0, gt=0)
 
 
 class StoreSettings(_Section):
@@ -153,6 +161,7 @@ class Settings(_Section):
 
     api: ApiSettings = Field(default_factory=ApiSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    download: DownloadSettings = Field(default_factory=DownloadSettings)
     exports: list[ExportSettings] = Field(default_factory=list)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     transfer: TransferSettings = Field(default_factory=TransferSettings)

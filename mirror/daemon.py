@@ -44,7 +44,7 @@ from mirror.api import VendorClient, build_http_client
 from mirror.app import App
 from mirror.config import ExportSettings, Settings, load_settings
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
-from mirror.exporter import RunEvent, run_export
+from mirror.exporter import JobTimedOut, RunEvent, run_export
 from mirror.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
 from mirror.models import DomainSchedule, ExportRun, utcnow
 from mirror.notify import Notifier
@@ -358,6 +358,8 @@ class Daemon:
         except TemporaryFailure as exc:
             if self.cancel.is_set():
                 return RunResult(domain, "interrupted", str(exc))
+            if isinstance(exc, JobTimedOut):
+                self.metrics.job_timeouts.labels(domain=domain).inc()
             return RunResult(domain, "deferred", str(exc), retry_after=exc.retry_after)
         except MirrorError as exc:
             if self.cancel.is_set():

@@ -4,9 +4,19 @@ Promises:
 
 - memory stays constant: the body is read in 1 MiB chunks, each hashed and
   appended to the partial file in the same pass;
-- an existing partial file is continued with `Range: bytes=N-` (its prefix is
-  re-hashed first, streamed); a server that ignores the range (200) makes the
-  download restart from zero, never append the wrong bytes;
+- an existing partial file is continued with `Range: bytes=N-` and `If-Range`
+  carrying the first answer's strong ETag (else its Last-Modified), as RFC 9110
+  says; the validators and the `Content-Range` total of every answer are compared
+  with the first answer's (kept in `<partial>.validator`, so a later process
+  compares too) and with the vendor's `sizeBytes`: on any difference, or when a
+  partial file has no recorded validator, the download restarts from zero. Bytes
+  of two objects never meet in one file;
+- only http and https links and redirects are followed; any other scheme raises
+  `LinkFailed` at once, as does a link whose attempts are spent, so the caller
+  drops the link and asks the vendor for a fresh one next time;
+- a transfer slower than `min_speed` bytes/s over `stall_time` seconds (curl's
+  `--speed-limit`/`--speed-time`) is cut and resumed; such cuts count as tries
+  that made no progress;
 - a cut connection is resumed, an expired link is replaced through
   `refresh_link()`, 408/429/5xx are retried with backoff honouring
   `Retry-After`; all bounded by `max_attempts` tries in a row that made no progress;
@@ -22,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import hashlib
+import json
 import logging
 import os
 import random
@@ -30,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
@@ -40,7 +51,7 @@ import httpx
 
 from mirror.api import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, iter_file
+from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, iter_file
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,74 @@ _ERROR_BODY_LIMIT = 64 * 1024
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
 _S3_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
 _S3_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
+MAX_REDIRECTS = 10
+DEFAULT_MIN_SPEED = 1024
+DEFAULT_STALL_TIME = 30.0
+VALIDATOR_SUFFIX = ".validator"
+FOLLOWED_SCHEMES = frozenset({"http", "https"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+class LinkFailed(TemporaryFailure):
+    """This link cannot deliver the bundle (a scheme other than http/https, or its attempts
+    are spent): drop it; the next try asks the vendor for a fresh one (exit 75)."""
+
+
+@dataclass(frozen=True)
+class Validator:
+    """What identifies the object behind a link: strong ETag, Last-Modified, complete length."""
+
+    etag: str | None
+    last_modified: str | None
+    total: int | None
+
+    @classmethod
+    def of(cls, response: httpx.Response, total: int | None) -> Validator:
+        return cls(response.headers.get("ETag"), response.headers.get("Last-Modified"), total)
+
+    def if_range(self) -> str | None:
+        """The If-Range value: a strong ETag, else the Last-Modified date (RFC 9110 13.1.5)."""
+        if self.etag and not self.etag.startswith("W/"):
+            return self.etag
+        return self.last_modified
+
+    def difference(self, answer: Validator) -> str | None:
+        """Why `answer` may come from another object than this one; None when it matches."""
+        if (self.etag or answer.etag) and self.etag != answer.etag:
+            return f"ETag {self.etag} became {answer.etag}"
+        if (self.last_modified or answer.last_modified) and (
+            self.last_modified != answer.last_modified
+        ):
+            return f"Last-Modified {self.last_modified} became {answer.last_modified}"
+        if self.total is not None and answer.total is not None and self.total != answer.total:
+            return f"the object's length {self.total} became {answer.total}"
+        return None
+
+
+def validator_path(dest: Path) -> Path:
+    """Where the validator of a partial file is kept, next to it."""
+    return dest.with_name(dest.name + VALIDATOR_SUFFIX)
+
+
+def load_validator(dest: Path) -> Validator | None:
+    """The recorded validator of a partial file; None when absent or unreadable."""
+    try:
+        data = json.loads(validator_path(dest).read_text())
+        return Validator(
+            etag=data.get("etag"), last_modified=data.get("last_modified"), total=data.get("total")
+        )
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def save_validator(dest: Path, validator: Validator) -> None:
+    """Record the validator durably before any byte of its object is written."""
+    atomic_write_bytes(validator_path(dest), json.dumps(asdict(validator)).encode())
+
+
+def followable(url: str) -> bool:
+    """Only http and https links are fetched."""
+    return urlsplit(url).scheme.lower() in FOLLOWED_SCHEMES
 
 
 @dataclass(frozen=True)
@@ -125,10 +204,13 @@ class _Restart(Exception):
 class _Retry(Exception):
     """A failure worth another try after `delay` seconds."""
 
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, reason: str, retry_after: float | None = None, *, slow: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.slow = slow
 
 
 class _Refresh(Exception):
@@ -152,18 +234,24 @@ class _Download:
         max_attempts: int,
         sleep: Callable[[float], None],
         now: Callable[[], datetime],
+        min_speed: int,
+        stall_time: float,
     ) -> None:
         self.http = http
         self.link = link
         self.dest = dest
         self.refresh_link = refresh_link
         self.expected = link.size_bytes if link.size_bytes is not None else expected_size
+        self.announced = self.expected
         self.checkpoint_cb = checkpoint
         self.on_progress = on_progress
         self.cancel = cancel
         self.max_attempts = max(1, max_attempts)
         self.sleep = sleep
         self.now = now
+        self.min_speed = max(0, min_speed)
+        self.stall_time = max(stall_time, 0.001)
+        self.validator: Validator | None = None
         self.digest = hashlib.sha256()
         self.offset = 0
         self.durable = 0
@@ -195,6 +283,15 @@ class _Download:
             )
             handle.truncate(0)
             size = 0
+        self.validator = load_validator(self.dest) if size > 0 else None
+        if size > 0 and self.validator is None:
+            log.warning(
+                "partial file %s has no recorded validator, so its bytes may belong to another "
+                "object; starting over",
+                self.dest.name,
+            )
+            handle.truncate(0)
+            size = 0
         for chunk in iter_file(self.dest, 0, size):
             self.digest.update(chunk)
         self.offset = self.durable = self.sync_offset = size
@@ -209,6 +306,8 @@ class _Download:
         os.fsync(handle.fileno())
         self.digest = hashlib.sha256()
         self.offset = self.durable = self.sync_offset = 0
+        self.validator = None
+        self.expected = self.announced  # a length learnt from the server was that object's
         self.restarts += 1
 
     def write_block(self, handle: BinaryIO) -> None:
@@ -278,6 +377,8 @@ class _Download:
                     f"announced {self.expected}; run the export again"
                 )
             self.make_durable(handle)
+        with contextlib.suppress(OSError):
+            validator_path(self.dest).unlink()
         if self.on_progress is not None:
             self.on_progress(self.offset, self.expected)
         return DownloadResult(
@@ -307,7 +408,8 @@ class _Download:
             except _Refresh:
                 self.refresh(handle, "the link has expired")
             except _Retry as retry:
-                self.count_failure(handle, retry.reason, retry.retry_after, progress_before)
+                progress = self.offset + 1 if retry.slow else progress_before
+                self.count_failure(handle, retry.reason, retry.retry_after, progress)
             except httpx.TransportError as exc:
                 self.check_resolved(handle, exc, progress_before)
                 self.count_failure(
@@ -339,7 +441,7 @@ class _Download:
     def refresh(self, handle: BinaryIO, why: str) -> None:
         self.refreshes_in_a_row += 1
         if self.refreshes_in_a_row > self.max_attempts:
-            raise TemporaryFailure(
+            raise LinkFailed(
                 f"the bundle link of job {self.link.job_id} keeps expiring "
                 f"({self.refreshes_in_a_row - 1} fresh links in a row failed); check the clock "
                 "and try again later"
@@ -349,6 +451,7 @@ class _Download:
         self.refreshes += 1
         if self.link.size_bytes is not None:
             self.check_announced(self.link.size_bytes, "the fresh link")
+            self.announced = self.link.size_bytes
         if self.checkpoint_cb is not None:
             self.make_durable(handle)
 
@@ -359,7 +462,7 @@ class _Download:
         if self.durable != self.offset:
             self.make_durable(handle)
         if self.failures >= self.max_attempts:
-            raise TemporaryFailure(
+            raise LinkFailed(
                 f"download of the bundle of job {self.link.job_id} from "
                 f"{urlsplit(self.link.url).netloc} failed {self.failures} times in a row "
                 f"({reason}); run the export again later to resume",
@@ -387,8 +490,15 @@ class _Download:
                 f"expected {self.expected}; run the export again"
             )
 
-    def request(self) -> httpx.Request:
-        request = self.http.build_request("GET", self.link.url)
+    def request(self, url: str) -> httpx.Request:
+        timeout = self.http.timeout
+        if self.min_speed > 0:
+            # Silence for stall_time is a speed of 0: below any limit.
+            read = min(timeout.read, self.stall_time) if timeout.read else self.stall_time
+            timeout = httpx.Timeout(
+                connect=timeout.connect, read=read, write=timeout.write, pool=timeout.pool
+            )
+        request = self.http.build_request("GET", url, timeout=timeout)
         # The admin key must never travel to the storage host, and S3 refuses two auth schemes.
         for name in ("Authorization", "Cookie"):
             if name in request.headers:
@@ -396,14 +506,39 @@ class _Download:
         request.headers["Accept-Encoding"] = "identity"
         if self.offset > 0:
             request.headers["Range"] = f"bytes={self.offset}-"
+            if_range = self.validator.if_range() if self.validator is not None else None
+            if if_range:
+                request.headers["If-Range"] = if_range
         return request
 
+    def refuse_scheme(self, url: str, what: str) -> None:
+        if not followable(url):
+            scheme = urlsplit(url).scheme or "(none)"
+            raise LinkFailed(
+                f"the {what} of job {self.link.job_id} uses the scheme {scheme!r}; only http "
+                "and https are followed, so this link is dropped and the next try asks the "
+                "vendor for a fresh one"
+            )
+
     def fetch(self, handle: BinaryIO) -> None:
-        response = self.http.send(self.request(), stream=True, follow_redirects=True)
-        try:
-            self.answer(handle, response)
-        finally:
-            response.close()
+        """One GET, following up to MAX_REDIRECTS http(s) redirects by hand."""
+        url = self.link.url
+        self.refuse_scheme(url, "bundle link")
+        for _ in range(MAX_REDIRECTS + 1):
+            response = self.http.send(self.request(url), stream=True, follow_redirects=False)
+            try:
+                location = response.headers.get("Location")
+                if response.status_code not in _REDIRECTS or not location:
+                    self.answer(handle, response)
+                    return
+            finally:
+                response.close()
+            try:
+                url = str(httpx.URL(url).join(location))
+            except (httpx.InvalidURL, ValueError):
+                url = location
+            self.refuse_scheme(url, "redirect of the bundle link")
+        raise _Retry(f"more than {MAX_REDIRECTS} redirects")
 
     def answer(self, handle: BinaryIO, response: httpx.Response) -> None:
         status = response.status_code
@@ -413,24 +548,26 @@ class _Download:
                 raise _Restart(
                     f"asked for bytes from {self.offset}, the server sent a range from {first}"
                 )
-            if total is not None:
-                self.check_announced(total, "the server")
+            self.accept(Validator.of(response, total))
             if self.offset > 0:
                 self.resumes += 1
                 log.info("resuming download of %s at byte %d", self.dest.name, self.offset)
         elif status == 200:
             if self.offset > 0:
                 log.warning(
-                    "the server ignored the range request for %s; restarting from zero",
+                    "the server sent the whole object for %s (range ignored, or the object "
+                    "changed); restarting from zero",
                     self.dest.name,
                 )
                 self.truncate(handle)
             length = response.headers.get("Content-Length")
-            if length is not None and length.isdigit():
-                self.check_announced(int(length), "the server")
+            self.accept(
+                Validator.of(response, int(length) if length and length.isdigit() else None)
+            )
         elif status == 416:
             _, total = parse_content_range(response.headers.get("Content-Range"))
-            if total is not None and total == self.offset:
+            known = self.validator.total if self.validator is not None else None
+            if total is not None and total == self.offset and known in (None, total):
                 self.check_announced(total, "the server")
                 self.done = True
                 return
@@ -438,6 +575,24 @@ class _Download:
         else:
             self.refuse(response)
         self.stream(handle, response)
+
+    def accept(self, answer: Validator) -> None:
+        """Check the answer comes from the same object as the bytes so far; record it first."""
+        if self.validator is not None and self.offset > 0:
+            difference = self.validator.difference(answer)
+            if difference is not None:
+                raise _Restart(f"the object behind the link changed ({difference})")
+        if answer.total is not None and self.expected is not None and answer.total != self.expected:
+            if self.offset > 0:
+                raise _Restart(
+                    f"the server's object has {answer.total} bytes, {self.expected} were announced"
+                )
+            self.check_announced(answer.total, "the server")  # from the start: refused
+        if answer != self.validator:
+            save_validator(self.dest, answer)
+            self.validator = answer
+        if self.expected is None:
+            self.expected = answer.total
 
     def refuse(self, response: httpx.Response) -> None:
         status = response.status_code
@@ -466,8 +621,20 @@ class _Download:
         raise _Retry(f"HTTP {status} ({detail})")
 
     def stream(self, handle: BinaryIO, response: httpx.Response) -> None:
+        window_start = time.monotonic()
+        window_bytes = 0
         try:
             for piece in response.iter_raw():
+                if self.min_speed > 0:
+                    window_bytes += len(piece)
+                    elapsed = time.monotonic() - window_start
+                    if elapsed >= self.stall_time:
+                        if window_bytes < self.min_speed * elapsed:
+                            raise _Retry(
+                                f"transfer below {self.min_speed} bytes/s for {self.stall_time:g}s",
+                                slow=True,
+                            )
+                        window_start, window_bytes = time.monotonic(), 0
                 received = self.offset + self.fill + len(piece)
                 if self.expected is not None and received > self.expected:
                     raise IntegrityError(
@@ -528,11 +695,15 @@ def download_bundle(
     max_attempts: int = 8,
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], datetime] = _utcnow,
+    min_speed: int = DEFAULT_MIN_SPEED,
+    stall_time: float = DEFAULT_STALL_TIME,
 ) -> DownloadResult:
     """Download `link` into `dest`, continuing whatever `dest` already holds.
 
     Raises IntegrityError (size), Interrupted (cancel; progress checkpointed),
-    TemporaryFailure (attempts spent), AuthError/NotFound (link refused for good).
+    LinkFailed (attempts spent, or not an http(s) link), AuthError/NotFound (link
+    refused for good). `min_speed` bytes/s over `stall_time` s is the low-speed limit
+    (0 turns it off).
     """
     return _Download(
         http,
@@ -546,4 +717,6 @@ def download_bundle(
         max_attempts=max_attempts,
         sleep=sleep,
         now=now,
+        min_speed=min_speed,
+        stall_time=stall_time,
     ).run()

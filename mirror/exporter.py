@@ -22,6 +22,10 @@ Promises:
   expired lease, or one of a dead process on this host, is taken over. Every
   write is guarded by the lease, so a process that lost its lease stops instead
   of overwriting its successor's work.
+- Polling ends after `api.job_timeout` from `vendor_started_at` with JobTimedOut
+  (exit 75): the run stays active, so a later try polls the same job again. A link
+  the download refuses or gives up on (LinkFailed, AuthError, NotFound) is dropped
+  from the run, so the next try asks the vendor for a fresh one.
 - Nothing is stored unless the archive passed `inspect_archive`; the Bundle and
   Version rows are written in one transaction after the blob is in place.
 
@@ -54,7 +58,7 @@ from sqlalchemy.orm import Session
 from mirror.api import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.app import App
 from mirror.archive import ArchiveReport, inspect_archive
-from mirror.download import download_bundle
+from mirror.download import LinkFailed, download_bundle
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -282,6 +286,11 @@ class _LostLease(TemporaryFailure):
     pass
 
 
+class JobTimedOut(TemporaryFailure):
+    """The vendor job has not settled within api.job_timeout of its start (exit 75); the run
+    stays active and resumable, so a later try picks the job up if it finishes after all."""
+
+
 class _Runner:
     """Drives one run from whatever state it is in to a terminal state (or a clean stop)."""
 
@@ -315,6 +324,8 @@ class _Runner:
         self.poll_interval = api.poll_interval
         self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
         self.per_hour = api.max_starts_per_hour
+        self.job_timeout = api.job_timeout
+        self.download_settings = app.settings.download
         self.lease_seconds = max(LEASE_MIN_SECONDS, 3 * self.max_poll_interval)
         self.resumed = False
         self.downloaded_here = False
@@ -653,9 +664,25 @@ class _Runner:
                 else:
                     self.transition(RunState.COMPLETED)
                 return
+            self.check_job_timeout(job)
             self.save()
             self.pause(delay)
             delay = next_poll_delay(delay, job, self.poll_interval, self.max_poll_interval)
+
+    def check_job_timeout(self, job: ExportJob) -> None:
+        """Past api.job_timeout since the vendor start (`vendor_started_at`), stop polling."""
+        started = self.current.vendor_started_at
+        if started is None:
+            return
+        waited = (self.now() - started).total_seconds()
+        if waited > self.job_timeout:
+            raise JobTimedOut(
+                f"export job {job.job_id} of {self.domain} is still {job.status} "
+                f"{waited:.0f}s after its start, past api.job_timeout ({self.job_timeout:.0f}s); "
+                "the run stays resumable",
+                hint="the next try polls the same job again",
+                retry_after=max(self.max_poll_interval, 60.0),
+            )
 
     @staticmethod
     def link_values(link: BundleLink) -> dict[str, Any]:
@@ -705,9 +732,11 @@ class _Runner:
                 cancel=self.cancel,
                 sleep=self.sleep,
                 now=self.now,
+                min_speed=self.download_settings.min_speed,
+                stall_time=self.download_settings.stall_time,
             )
-        except (AuthError, NotFound):
-            # The storage host refused this link for good: the next try asks for a new one.
+        except (AuthError, NotFound, LinkFailed):
+            # This link is refused, unusable or spent: the next try asks for a new one.
             with contextlib.suppress(_LostLease):
                 self.save(bundle_url=None, bundle_expires_at=None)
             raise

@@ -66,6 +66,12 @@ class DaemonMetrics:
             ["domain", "outcome"],
             registry=self.registry,
         )
+        self.job_timeouts = Counter(
+            "mirror_job_timeouts",
+            "Vendor jobs still unsettled after api.job_timeout (the run was deferred)",
+            ["domain"],
+            registry=self.registry,
+        )
         self.download_bytes = Counter(
             "mirror_download_bytes",
             "Bundle bytes downloaded",

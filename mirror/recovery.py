@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
 from mirror.app import App
 from mirror.archive import inspect_archive
+from mirror.download import VALIDATOR_SUFFIX
 from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.exporter import pid_alive
 from mirror.fsutil import sha256_file
@@ -81,7 +82,7 @@ def sweep_temp_files(
     removed: list[str] = []
     now = clock()
     for path in candidates:
-        if path.name in referenced:
+        if path.name in referenced or path.name.removesuffix(VALIDATOR_SUFFIX) in referenced:
             continue
         match = _PID_IN_NAME.match(path.name)
         if match and int(match.group(1)) != os.getpid() and is_alive(int(match.group(1))):

@@ -31,6 +31,7 @@ from mirror.api import (
     VendorClient,
     backoff_delay,
     build_http_client,
+    job_id_problem,
     name_resolution_error,
     parse_agent_job,
     parse_count,
@@ -968,3 +969,91 @@ def test_name_resolution_error_is_found_in_the_chain() -> None:
     assert isinstance(name_resolution_error(caught.value), socket.gaierror)
     refused = httpx.ConnectError("refused")
     assert name_resolution_error(refused) is None
+
+
+# --- hostile answers (issue 8) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job_id", "problem"),
+    [
+        ("", "empty"),
+        ("  ", "empty"),
+        (".", "dot segment"),
+        ("..", "dot segment"),
+        ("x" * 257, "longer than 256"),
+        ("se_\n1", "control"),
+        ("se_\x7f", "control"),
+        ("se_\x85", "control"),
+    ],
+)
+def test_unusable_job_ids_are_named(job_id: str, problem: str) -> None:
+    assert problem in (job_id_problem(job_id) or "")
+
+
+@pytest.mark.parametrize("job_id", ["se_abc", "x" * 256, "a.b", "...", "job/1", "é"])
+def test_usable_job_ids_pass(job_id: str) -> None:
+    assert job_id_problem(job_id) is None
+
+
+def test_a_start_answering_a_dot_segment_is_refused(sim: Simulator, client: VendorClient) -> None:
+    sim.set_faults(job_id_override="..")
+    with pytest.raises(OperationFailed, match=r"job id '\.\.' \(POST /v1/static-export/jobs\)"):
+        client.start_export(DOMAIN)
+    with pytest.raises(ConfigError, match="not a usable export job id"):
+        client.export_status("..")
+    assert sim.stats.status_calls == {}
+
+
+def test_newer_revision_links_come_from_the_status(sim: Simulator, fake: FakeTime) -> None:
+    """The newer revision has no POST .../bundle (404): a job whose status carried the link is
+    asked again by status; a client that never saw the status learns it from the 404."""
+    sim.set_faults(newer_revision=True)
+    with make_client(sim.url, sim.key, fake) as first:
+        job = first.start_export(DOMAIN)
+        assert wait_done(first, job.job_id).bundle is not None
+        assert first.export_bundle(job.job_id).url
+        assert sim.stats.bundle_calls == {}
+    with make_client(sim.url, sim.key, fake) as later:
+        link = later.fresh_link(job.job_id)
+        assert later.http.get(link.url).status_code == 200
+        assert later.fresh_link(job.job_id).url != link.url
+    assert sim.stats.bundle_calls == {job.job_id: 1}
+
+
+def test_bundle_answering_405_falls_back_to_the_status(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    status = b'{"jobId": "se_1", "status": "completed", "bundleUrl": "https://s3.test/b.tgz"}'
+    server = scripted(
+        Scripted(405, b'{"error": "Method not allowed"}', {**JSON, "Allow": "GET"}),
+        Scripted(200, status, JSON),
+    )
+    with make_client(server.url, "mint_k") as client:
+        assert client.export_bundle("se_1").url == "https://s3.test/b.tgz"
+    assert [(method, path) for method, path, _ in server.requests] == [
+        ("POST", "/v1/static-export/jobs/se_1/bundle"),
+        ("GET", "/v1/static-export/jobs/se_1"),
+    ]
+
+
+def test_error_bodies_are_cut_at_64_kib(scripted: Callable[..., ScriptedServer]) -> None:
+    body = b'{"error": "' + b"x" * (300 * 1024) + b'"}'
+    server = scripted(Scripted(400, body, JSON))
+    with make_client(server.url, "mint_k") as client, pytest.raises(ConfigError) as caught:
+        client.export_status("se_1")
+    assert "error body of over 64 KiB, cut unread" in str(caught.value)
+    assert len(str(caught.value)) < 400
+
+
+def test_json_answers_over_1_mib_are_refused_even_compressed(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    """The cap counts decoded bytes, so a gzip bomb is cut too."""
+    import gzip
+
+    bomb = gzip.compress(b'{"jobId": "se_1", "pad": "' + b" " * (20 * 1024 * 1024) + b'"}')
+    server = scripted(Scripted(200, bomb, {**JSON, "Content-Encoding": "gzip"}))
+    with make_client(server.url, "mint_k") as client, pytest.raises(MirrorError) as caught:
+        client.export_status("se_1")
+    assert "body of over 1 MiB" in str(caught.value) and len(bomb) < 1024 * 1024

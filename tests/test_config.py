@@ -67,6 +67,20 @@ def test_presign_ttl_capped_at_seven_days() -> None:
         settings_from_dict({"target": {"presign_ttl": "8d"}})
 
 
+def test_download_limits_and_job_timeout() -> None:
+    defaults = Settings()
+    assert (defaults.download.min_speed, defaults.download.stall_time) == (1024, 30.0)
+    assert defaults.api.job_timeout == 4 * 3600
+    settings = settings_from_dict(
+        {"download": {"min_speed": "64KiB", "stall_time": "2s"}, "api": {"job_timeout": "90m"}}
+    )
+    assert (settings.download.min_speed, settings.download.stall_time) == (65536, 2.0)
+    assert settings.api.job_timeout == 5400
+    assert settings_from_dict({"download": {"min_speed": 0}}).download.min_speed == 0
+    with pytest.raises(ConfigError, match=r"download\.stall_time"):
+        settings_from_dict({"download": {"stall_time": "0s"}})
+
+
 def test_api_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MIRROR_API_KEY", raising=False)
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)

@@ -11,6 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -19,10 +20,15 @@ import pytest
 from mirror.api import DNS_ATTEMPTS, BundleLink, VendorClient
 from mirror.download import (
     CHECKPOINT_BYTES,
+    DownloadResult,
+    LinkFailed,
+    Validator,
     download_bundle,
     is_expired_answer,
     parse_content_range,
     safe_url,
+    save_validator,
+    validator_path,
 )
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
@@ -57,6 +63,16 @@ def fresh(sim: Simulator, http: httpx.Client, job_id: str) -> Callable[[], Bundl
 
 def served(sim: Simulator, job_id: str) -> int:
     return sim.stats.snapshot()["bytes_served"].get(job_id, 0)
+
+
+def no_wait(_seconds: float) -> None:
+    pass
+
+
+def record_validator(http: httpx.Client, link: BundleLink, dest: Path) -> None:
+    """What a first download of `link` into `dest` would have recorded (from a HEAD)."""
+    head = http.head(link.url)
+    save_validator(dest, Validator.of(head, int(head.headers["Content-Length"])))
 
 
 def test_plain_download_hashes_in_one_pass(sim: Simulator, http: httpx.Client, tmp_path: Path):
@@ -115,9 +131,24 @@ def test_existing_partial_is_continued_and_its_prefix_hashed(
     dest = tmp_path / "p"
     dest.write_bytes(whole[: len(whole) // 3])
     link = vendor(sim, http).export_bundle(job_id)
+    record_validator(http, link, dest)
     result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
     assert result.sha256 == info["sha256"] and result.resumes == 1
     assert served(sim, job_id) == len(whole) - len(whole) // 3
+    assert not validator_path(dest).exists()
+
+
+def test_partial_without_a_validator_starts_over(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    info = sim.bundle_info(job_id)
+    dest = tmp_path / "p"
+    dest.write_bytes(b"bytes of some other object")
+    link = vendor(sim, http).export_bundle(job_id)
+    result = download_bundle(http, link, dest, refresh_link=fresh(sim, http, job_id))
+    assert result.sha256 == info["sha256"] and result.resumes == 0
+    assert served(sim, job_id) == info["size"]
 
 
 def test_complete_partial_needs_no_body(sim: Simulator, http: httpx.Client, tmp_path: Path):
@@ -126,11 +157,13 @@ def test_complete_partial_needs_no_body(sim: Simulator, http: httpx.Client, tmp_
     dest = tmp_path / "p"
     dest.write_bytes(Path(info["path"]).read_bytes())
     link = vendor(sim, http).export_bundle(job_id)
+    record_validator(http, link, dest)
     unknown_size = replace(link, size_bytes=None)  # forces a request: 416 with */size = done
     result = download_bundle(http, unknown_size, dest, refresh_link=fresh(sim, http, job_id))
     assert result.sha256 == info["sha256"]
     assert served(sim, job_id) == 0
-    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [416]
+    downloads = sim.stats.snapshot()["downloads"]
+    assert [d["status"] for d in downloads if d["method"] == "GET"] == [416]
 
 
 def test_expired_link_answer_gets_a_fresh_link(sim: Simulator, http: httpx.Client, tmp_path: Path):
@@ -516,3 +549,101 @@ def test_a_link_host_that_does_not_resolve_is_given_up_soon_and_named(
     assert message.startswith("cannot resolve the bundle host 'bundles.invalid' (job se_dns)")
     assert "mint_sig_abcdef" not in message and "\n" not in message
     assert len(sleeps) == DNS_ATTEMPTS - 1
+
+
+def test_a_later_process_compares_the_recorded_validator(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """The first process ran out of tries mid-way; the object changed before the next one
+    resumed: the next one sends If-Range, gets the whole new object and keeps only it."""
+    sim = sim_factory(bundle_size=3 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    sim.set_faults(cut_after_bytes=MiB, cuts_remaining=1)
+    with pytest.raises(LinkFailed, match="failed 1 times"):
+        download_bundle(http, link, dest, refresh_link=lambda: link, max_attempts=1)
+    assert dest.stat().st_size == MiB and validator_path(dest).exists()
+    sim.set_faults(change_object_on_range=1)
+    result = download_bundle(http, link, dest, refresh_link=lambda: link)
+    assert result.sha256 == sim.bundle_sha256(job_id) != hashlib.sha256(b"").hexdigest()
+    assert result.restarts == 1 and result.resumes == 0
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200, 200]
+    assert not validator_path(dest).exists()
+
+
+def test_a_206_from_another_object_is_never_appended(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """A host that ignores If-Range sends a range of the new object: the ETag tells."""
+    sim = sim_factory(bundle_size=3 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(
+        cut_after_bytes=MiB, cuts_remaining=1, change_object_on_range=1, ignore_if_range=True
+    )
+    result = download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert result.sha256 == sim.bundle_sha256(job_id) and result.restarts == 1
+    assert [d["status"] for d in sim.stats.snapshot()["downloads"]] == [200, 206, 200]
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://host/b.tar.gz", "javascript:alert(1)", "data:,x"]
+)
+def test_links_other_than_http_are_refused_without_a_request(
+    sim: Simulator, http: httpx.Client, tmp_path: Path, url: str
+):
+    link = BundleLink(job_id="se_1", url=url, size_bytes=None, expires_at=None)
+    with pytest.raises(LinkFailed, match="only http and https"):
+        download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert sim.stats.snapshot()["downloads"] == []
+
+
+def test_redirect_to_another_scheme_is_refused_at_once(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(redirect_downloads_to="file:///etc/shadow")
+    with pytest.raises(LinkFailed, match=r"redirect of the bundle link .* 'file'"):
+        download_bundle(http, link, tmp_path / "p", refresh_link=lambda: link, sleep=no_wait)
+    assert not (tmp_path / "p").read_bytes()
+
+
+def trickled(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, dest: Path, **faults: int
+) -> tuple[Simulator, str, Callable[..., DownloadResult]]:
+    """A completed 1 MiB job whose downloads trickle as `faults` say, and its download."""
+    sim = sim_factory(bundle_size=MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    sim.set_faults(**faults)
+
+    def download(**kwargs: Any) -> DownloadResult:
+        return download_bundle(http, link, dest, refresh_link=lambda: link, sleep=no_wait, **kwargs)
+
+    return sim, job_id, download
+
+
+def test_trickle_below_the_speed_limit_is_cut_and_resumed(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim, job_id, download = trickled(
+        sim_factory, http, tmp_path / "p", trickle_bytes_per_second=4000, trickles_remaining=1
+    )
+    started = time.monotonic()
+    result = download(min_speed=100 * 1024, stall_time=0.4)
+    assert time.monotonic() - started < 5
+    assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
+
+
+def test_a_host_that_always_trickles_ends_as_a_spent_link(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """Slow cuts make progress but still count as failed tries: the link is given up."""
+    _, _, download = trickled(
+        sim_factory, http, tmp_path / "p", trickle_bytes_per_second=20_000, trickles_remaining=100
+    )
+    with pytest.raises(LinkFailed, match="below 102400 bytes/s"):
+        download(max_attempts=3, min_speed=100 * 1024, stall_time=0.2)
+    assert 0 < (tmp_path / "p").stat().st_size < MiB

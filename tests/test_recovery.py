@@ -46,7 +46,9 @@ def dead_pid() -> int:
 def test_sweep_keeps_referenced_and_live_files_and_removes_the_rest(app: App) -> None:
     tmp = app.store.tmp_dir
     (tmp / "run-7.part").write_bytes(b"partial of an unfinished run")
+    (tmp / "run-7.part.validator").write_bytes(b'{"etag": "\\"abc\\""}')
     (tmp / "run-3.part").write_bytes(b"partial of a failed run")
+    (tmp / "run-3.part.validator").write_bytes(b"{}")
     (tmp / f"add-{os.getpid()}-mine").write_bytes(b"ours, from a crash")
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     (tmp / f"add-{live.pid}-theirs").write_bytes(b"another live process")
@@ -69,9 +71,9 @@ def test_sweep_keeps_referenced_and_live_files_and_removes_the_rest(app: App) ->
         live.kill()
         live.wait()
     left = sorted(p.name for p in app.store.temp_files())
-    assert left == sorted(["run-7.part", f"add-{live.pid}-theirs"])
-    assert len(removed) == 3
-    assert "run-3.part" in removed
+    assert left == sorted(["run-7.part", "run-7.part.validator", f"add-{live.pid}-theirs"])
+    assert len(removed) == 4
+    assert "run-3.part" in removed and "run-3.part.validator" in removed
 
 
 def test_sweep_honours_min_age(app: App) -> None:

@@ -294,6 +294,44 @@ def test_bundle_url_placement_and_tolerance_faults(sim: Simulator, api: httpx.Cl
     assert wait_done(api, f"/v1/static-export/jobs/{job_id}")["progress"] == "100%"
 
 
+def test_hostile_vendor_switches(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(newer_revision=True)
+    job_id = start(api)
+    done = wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    assert "bundleUrl" in done and "sizeBytes" in done
+    assert api.post(f"/v1/static-export/jobs/{job_id}/bundle").status_code == 404
+    sim.set_faults(never_settle=True, bundle_url_override="file:///etc/passwd")
+    assert api.get(f"/v1/static-export/jobs/{job_id}").json()["status"] == "running"
+    sim.set_faults(never_settle=False, job_id_override="..")
+    assert (
+        api.post("/v1/static-export/jobs", json={"domain": "b.example.com"}).json()["jobId"] == ".."
+    )
+    assert wait_done(api, f"/v1/static-export/jobs/{job_id}")["bundleUrl"] == "file:///etc/passwd"
+    sim.set_faults(huge_body_bytes=3_000_000, huge_body_status=502)
+    huge = api.get(f"/v1/static-export/jobs/{job_id}")
+    assert huge.status_code == 502 and len(huge.content) == 3_000_000
+    with pytest.raises(ValueError, match="huge_body_bytes"):
+        sim.set_faults(huge_body_bytes=-1)
+
+
+def test_object_change_and_if_range(sim: Simulator, api: httpx.Client) -> None:
+    job_id = start(api)
+    wait_done(api, f"/v1/static-export/jobs/{job_id}")
+    url = api.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
+    first = httpx.get(url)
+    etag = first.headers["ETag"]
+    assert httpx.get(url, headers={"Range": "bytes=10-", "If-Range": etag}).status_code == 206
+    sim.set_faults(change_object_on_range=1)
+    changed = httpx.get(url, headers={"Range": "bytes=10-", "If-Range": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
+    sim.set_faults(ignore_if_range=True)
+    spliced = httpx.get(url, headers={"Range": "bytes=10-", "If-Range": etag})
+    assert spliced.status_code == 206 and spliced.headers["ETag"] == changed.headers["ETag"]
+    sim.set_faults(redirect_downloads_to="ftp://elsewhere/x")
+    moved = httpx.get(url)
+    assert moved.status_code == 302 and moved.headers["Location"] == "ftp://elsewhere/x"
+
+
 def test_failing_domain_ends_failed_with_error(sim: Simulator, api: httpx.Client) -> None:
     sim.faults.fail_domains.add("broken.example.com")
     job_id = start(api, "broken.example.com")
@@ -573,6 +611,7 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
             "0",
             "--run-seconds",
             "50ms",
+            "--newer-revision",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -602,6 +641,7 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
         )
         assert started.status_code == 202
         assert httpx.get(f"{url}/_sim/stats").json()["starts"][DOMAIN] == [started.json()["jobId"]]
+        assert httpx.get(f"{url}/_sim/faults").json()["newer_revision"] is True
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=10)

@@ -36,6 +36,12 @@ def sim() -> None:
 @click.option("--changes-per-export", type=click.IntRange(min=0), default=2, show_default=True)
 @click.option("--max-starts-per-hour", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")
+@click.option(
+    "--newer-revision",
+    is_flag=True,
+    help="Act as the vendor's newer revision: completed statuses carry bundleUrl in both "
+    "flows and POST .../bundle answers 404.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request to stderr.")
 def serve(
     host: str,
@@ -51,6 +57,7 @@ def serve(
     changes_per_export: int,
     max_starts_per_hour: int,
     allow_parallel_jobs: bool,
+    newer_revision: bool,
     access_log: bool,
 ) -> None:
     """Serve the simulated vendor API until SIGTERM or SIGINT."""
@@ -79,7 +86,9 @@ def serve(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        simulator = Simulator(config, host=host, port=port).start()
+        simulator = Simulator(config, host=host, port=port)
+        simulator.set_faults(newer_revision=newer_revision)
+        simulator.start()
     except OSError as exc:
         raise ConfigError(
             f"simulator cannot listen on {host}:{port}: {exc.strerror or exc}",

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +271,10 @@ class SimApi:
         else:
             self._build_in_background(job, spec)
         log.info("export job %s started for %s (%s flow)", job.job_id, domain, flow)
-        return json_reply(202, self._job_json(job, flow, request.base_url, just_started=True))
+        payload = self._job_json(job, flow, request.base_url, just_started=True)
+        if faults.job_id_override is not None:
+            payload["jobId"] = faults.job_id_override
+        return json_reply(202, payload)
 
     def _new_job(
         self,
@@ -322,6 +325,7 @@ class SimApi:
             version=version,
             paths=paths,
             base_path=base_path,
+            spec=None if failing else spec,
         )
         return job, (None if failing else spec)
 
@@ -349,6 +353,18 @@ class SimApi:
             self._builders.append(thread)
         thread.start()
 
+    def change_bundle(self, job: ExportJob) -> None:
+        """Replace the job's archive by another object (new content and mtime; the same size
+        when `bundle_size` is set), as a storage host whose object changes under a link."""
+        with self._lock:
+            spec = job.spec
+            if spec is None or job.bundle is None:
+                return
+            changes = spec.revision + 1
+            spec = replace(spec, revision=spec.revision + 1000, mtime=spec.mtime + 1)
+            job.bundle = build_bundle(spec, self.workdir / f"{job.job_id}.{changes}.tar.gz")
+            job.spec = spec
+
     def join_builders(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -364,6 +380,8 @@ class SimApi:
             view = ExportView("queued", 0, 0, job.created_wall, None)
         else:
             view = job.view(time.monotonic())
+        if faults.never_settle and view.status != "failed":
+            view = ExportView("running", 99, job.page_count, time.time(), None)
         status = view.status
         if status == "running" and faults.unknown_state:
             status = faults.unknown_state
@@ -381,7 +399,7 @@ class SimApi:
             payload["error"] = view.error
         elif flow == "project":
             payload["error"] = None
-        in_status = (
+        in_status = faults.newer_revision or (
             faults.project_flow_bundle_in_status
             if flow == "project"
             else faults.global_flow_bundle_in_status
@@ -395,6 +413,8 @@ class SimApi:
         url, link = self.links.issue(
             base_url, job.job_id, job.domain, self.config.link_ttl, time.time()
         )
+        if self.faults.bundle_url_override is not None:
+            url = self.faults.bundle_url_override
         fields: dict[str, Any] = {"bundleUrl": url}
         if not self.faults.omit_size:
             fields["sizeBytes"] = job.bundle.size
@@ -414,6 +434,8 @@ class SimApi:
         return json_reply(200, self._job_json(job, "project", request.base_url))
 
     def bundle(self, request: Request, params: dict[str, str]) -> Reply:
+        if self.faults.newer_revision:
+            return error_reply(404, "Not found")  # that revision has no bundle call
         job = self.jobs.get(params["job_id"])
         if job is None:
             return error_reply(404, "No job exists with the provided ID")

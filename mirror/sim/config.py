@@ -44,7 +44,18 @@ class SimConfig:
 
 @dataclass
 class Faults:
-    """Injected misbehaviour; the server reads it on every request, so it may change at any time."""
+    """Injected misbehaviour; the server reads it on every request, so it may change at any time.
+
+    The hostile-vendor switches: `newer_revision` (statuses carry the link in both flows,
+    POST .../bundle answers 404), `change_object_on_range` (that many ranged downloads
+    first replace the job's archive with another of the same size), `ignore_if_range`
+    (serve the range even when If-Range no longer matches), `bundle_url_override` (the
+    bundleUrl handed out instead of a real link), `redirect_downloads_to` (downloads
+    answer 302 to it), `trickle_bytes_per_second` for `trickles_remaining` downloads,
+    `huge_body_bytes` (API answers become a JSON body that long, streamed, with
+    `huge_body_status`), `job_id_override` (the jobId a start answers), `never_settle`
+    (jobs stay running).
+    """
 
     error_rate: float = 0.0
     error_status: int = 503
@@ -62,6 +73,17 @@ class Faults:
     omit_size: bool = False
     progress_as_string: bool = False
     unknown_state: str | None = None
+    newer_revision: bool = False
+    change_object_on_range: int = 0
+    ignore_if_range: bool = False
+    bundle_url_override: str | None = None
+    redirect_downloads_to: str | None = None
+    trickle_bytes_per_second: int = 0
+    trickles_remaining: int = 0
+    huge_body_bytes: int = 0
+    huge_body_status: int = 200
+    job_id_override: str | None = None
+    never_settle: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy: sets become sorted lists."""
@@ -84,13 +106,31 @@ class Faults:
 
 
 _FLOAT_FIELDS = {"error_rate"}
-_INT_FIELDS = {"error_status", "rate_limit_next", "cuts_remaining"}
+_INT_FIELDS = {
+    "error_status",
+    "rate_limit_next",
+    "cuts_remaining",
+    "change_object_on_range",
+    "trickle_bytes_per_second",
+    "trickles_remaining",
+    "huge_body_bytes",
+    "huge_body_status",
+}
 _BOOL_FIELDS = {
     "ignore_range",
     "project_flow_bundle_in_status",
     "global_flow_bundle_in_status",
     "omit_size",
     "progress_as_string",
+    "newer_revision",
+    "ignore_if_range",
+    "never_settle",
+}
+_OPTIONAL_TEXT_FIELDS = {
+    "unknown_state",
+    "bundle_url_override",
+    "redirect_downloads_to",
+    "job_id_override",
 }
 _SET_FIELDS = {"fail_domains", "not_enabled_domains", "bad_request_domains"}
 
@@ -122,9 +162,9 @@ def _check_fault(name: str, value: Any) -> Any:
         ):
             raise ValueError("cut_after_bytes must be null or a non-negative integer")
         return value
-    if name == "unknown_state":
+    if name in _OPTIONAL_TEXT_FIELDS:
         if value is not None and not isinstance(value, str):
-            raise ValueError("unknown_state must be null or a string")
+            raise ValueError(f"{name} must be null or a string")
         return value
     if name == "malicious_domains":
         if not isinstance(value, dict) or not all(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from mirror.sim.site import BundleInfo
+from mirror.sim.site import BundleInfo, SiteSpec
 
 _HOSTNAME = re.compile(
     r"(?=.{1,253}$)(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*"
@@ -52,6 +52,7 @@ class ExportJob:
     paths: list[str] | None = None
     base_path: str | None = None
     bundle: BundleInfo | None = None
+    spec: SiteSpec | None = None
     build_error: str | None = None
     built_mono: float | None = None
     built: threading.Event = field(default_factory=threading.Event)

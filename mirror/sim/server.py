@@ -109,6 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
             if split.path.startswith("/_dl/"):
                 self._download(method, split.path, split.query)
                 return
+            huge = api.faults.huge_body_bytes
+            if huge > 0 and not split.path.startswith("/_sim/"):
+                self._send_huge(api.faults.huge_body_status, huge)
+                return
             request = Request(
                 method=method,
                 path=split.path,
@@ -175,6 +179,26 @@ class _Handler(BaseHTTPRequestHandler):
         if not head_only and reply.body:
             self.wfile.write(reply.body)
 
+    def _send_huge(self, status: int, size: int) -> None:
+        """A JSON object of exactly `size` bytes (when size allows), streamed from one buffer."""
+        head = b'{"jobId": "se_huge", "status": "running", "padding": "'
+        tail = b'"}'
+        padding = max(size - len(head) - len(tail), 0)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(head) + padding + len(tail)))
+        self.end_headers()
+        block = b"x" * CHUNK
+        try:
+            self.wfile.write(head)
+            while padding > 0:
+                piece = min(padding, len(block))
+                self.wfile.write(block[:piece] if piece < len(block) else block)
+                padding -= piece
+            self.wfile.write(tail)
+        except OSError:
+            self.close_connection = True
+
     def _s3_error(
         self,
         status: int,
@@ -220,7 +244,14 @@ class _Handler(BaseHTTPRequestHandler):
                 check.status, check.code, check.message, head_only=head_only, extra=check.extra
             )
             return
+        redirect = api.faults.redirect_downloads_to
+        if redirect is not None:
+            self._send(Reply(302, b"", "text/plain", [("Location", redirect)]), head_only=True)
+            return
         job = api.jobs.get(check.link.job_id)
+        range_header = self.headers.get("Range")
+        if job is not None and range_header is not None and self._take_change():
+            api.change_bundle(job)
         bundle = job.bundle if job is not None else None
         if job is None or bundle is None:
             self._s3_error(
@@ -230,11 +261,14 @@ class _Handler(BaseHTTPRequestHandler):
         size = bundle.size
         etag = f'"{bundle.sha256[:32]}"'
         last_modified = formatdate(bundle.mtime, usegmt=True)
-        range_header = self.headers.get("Range")
         byte_range = None
         if range_header is not None and not api.faults.ignore_range:
             if_range = self.headers.get("If-Range")
-            if if_range is None or if_range.strip() in (etag, last_modified):
+            if (
+                if_range is None
+                or api.faults.ignore_if_range
+                or if_range.strip() in (etag, last_modified)
+            ):
                 byte_range = parse_range(range_header, size)
         if byte_range is UNSATISFIABLE:
             api.stats.record_download(
@@ -277,11 +311,14 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         cut = self._take_cut(length)
+        trickle = self._take_trickle()
         entry = api.stats.record_download(
             job_id=job.job_id, method=method, range_header=range_header, status=status
         )
         try:
-            self._stream_file(bundle.path, start, length if cut is None else cut, length, entry)
+            self._stream_file(
+                bundle.path, start, length if cut is None else cut, length, entry, trickle
+            )
         except OSError:
             self.close_connection = True
             api.stats.mark_download_incomplete(entry)
@@ -300,12 +337,37 @@ class _Handler(BaseHTTPRequestHandler):
             faults.cuts_remaining -= 1
             return cut
 
+    def _take_change(self) -> bool:
+        api = self.server.api
+        with api.fault_lock:
+            if api.faults.change_object_on_range <= 0:
+                return False
+            api.faults.change_object_on_range -= 1
+            return True
+
+    def _take_trickle(self) -> int:
+        """Bytes per second for this download (0: full speed)."""
+        api = self.server.api
+        with api.fault_lock:
+            faults = api.faults
+            if faults.trickle_bytes_per_second <= 0 or faults.trickles_remaining <= 0:
+                return 0
+            faults.trickles_remaining -= 1
+            return faults.trickle_bytes_per_second
+
     def _stream_file(
-        self, path: Path, start: int, limit: int, length: int, entry: dict[str, Any]
+        self,
+        path: Path,
+        start: int,
+        limit: int,
+        length: int,
+        entry: dict[str, Any],
+        trickle: int = 0,
     ) -> None:
         stats = self.server.api.stats
         sent = 0
-        buffer = bytearray(min(CHUNK, max(limit, 1)))
+        size = CHUNK if trickle <= 0 else max(1, trickle // 10)
+        buffer = bytearray(min(size, max(limit, 1)))
         view = memoryview(buffer)
         with open(path, "rb") as source:
             source.seek(start)
@@ -316,6 +378,10 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += count
                 stats.add_download_bytes(entry, count, complete=sent == length)
                 self.wfile.write(view[:count])
+                if trickle > 0:
+                    self.wfile.flush()
+                    if self.server.api.cancel.wait(count / trickle):
+                        raise OSError("the simulator is stopping")
 
 
 def _is_loopback(address: str) -> bool:
