@@ -292,7 +292,7 @@ def _vendor_text(response: httpx.Response) -> str | None:
     """The vendor's own error text: JSON `error` (or `message`), or a short plain-text body."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         body = None
     if isinstance(body, Mapping):
         for field in ("error", "message", "detail"):
@@ -685,7 +685,7 @@ class VendorClient:
         if 200 <= status < 300:
             try:
                 data = response.json()
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
                 data = None
             if not isinstance(data, dict):
                 raise MirrorError(

@@ -39,7 +39,7 @@ import httpx
 
 from mirror.api import BundleLink
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, iter_file
+from mirror.fsutil import CHUNK_SIZE, disk_full, is_disk_full, iter_file
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +266,9 @@ class _Download:
                 self.loop(handle)
             except IntegrityError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if is_disk_full(exc):
+                    raise self.disk_full(handle) from None
                 if self.durable != self.offset + self.fill:
                     with contextlib.suppress(Exception):
                         self.make_durable(handle)
@@ -311,6 +313,25 @@ class _Download:
                 self.count_failure(
                     handle, f"connection problem ({type(exc).__name__})", None, progress_before
                 )
+
+    def disk_full(self, handle: BinaryIO) -> TemporaryFailure:
+        """Keep the partial file cut back to its last fsynced checkpoint (resumable, and the
+        unsynced tail's space freed); the error says where, how much is free and needed."""
+        self.fill = 0
+        kept = f"the partial download of the bundle of job {self.link.job_id} is kept"
+        try:
+            with contextlib.suppress(Exception):
+                self.finish_sync(report=False)
+            handle.truncate(self.durable)
+            os.fsync(handle.fileno())
+        except OSError:
+            kept = f"the partial download of job {self.link.job_id} may end in unsynced bytes"
+        needed = self.expected - self.durable if self.expected is not None else None
+        return disk_full(
+            self.dest.parent,
+            needed,
+            f"{kept} ({self.durable} bytes) and the next run resumes it",
+        )
 
     def check_cancel(self, handle: BinaryIO) -> None:
         if self.cancel is not None and self.cancel.is_set():

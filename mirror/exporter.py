@@ -65,7 +65,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.fsutil import sha256_file
+from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
 from mirror.versions import label_key, next_label
 
@@ -560,6 +560,12 @@ class _Runner:
             if self.current.active:
                 self.fail(exc)
             raise
+        except Exception as exc:
+            if isinstance(exc, MirrorError) or not is_disk_full(exc):
+                raise
+            raise disk_full(
+                self.store.root, None, f"run {self.current.id} of {self.domain} stays resumable"
+            ) from None
         finally:
             self.release()
 
@@ -774,7 +780,7 @@ class _Runner:
             self.download()
             return self.store_bundle()
         try:
-            report = inspect_archive(source)
+            report = inspect_archive(source, self.app.settings.store.archive_limits())
         except IntegrityError:
             if source != self.partial_path():
                 self.forget_unindexed_blob(sha256)

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.errors import IntegrityError, MirrorError, NotFound
-from mirror.fsutil import fsync_dir, sha256_file
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full, sha256_file
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -41,12 +41,20 @@ class BlobStore:
         self.tmp_dir = root / "tmp"
 
     def ensure(self) -> None:
-        """Create the directories; refuse a root we cannot write to with a clear message."""
+        """Create the directories; a root that is not a writable directory is a configuration
+        error (exit 2) named in one line, a full disk a temporary failure (exit 75)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(
+                f"store.path {self.root} is not a directory",
+                hint="set store.path to a directory (it is created when missing)",
+            )
         try:
             self.blobs_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise MirrorError(
+            if is_disk_full(exc):
+                raise disk_full(self.root, None, "nothing was written") from None
+            raise ConfigError(
                 f"cannot create the store at {self.root}: {exc.strerror}",
                 hint="set store.path to a writable directory",
             ) from None
