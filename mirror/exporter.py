@@ -67,6 +67,7 @@ from mirror.errors import (
 )
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
+from mirror.repair import repair_from_download
 from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)
@@ -785,6 +786,8 @@ class _Runner:
             if source != self.partial_path():
                 self.forget_unindexed_blob(sha256)
             raise
+        if source == self.partial_path():
+            repair_from_download(self.app, source, sha256, size, report)
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:
