@@ -272,7 +272,6 @@ def twins(first: str, second: str, kind: str, what: str) -> Any:
     return pytest.param(first, second, kind, marks=fault, id=what.replace(" ", "-"))
 
 
-@pytest.mark.parametrize("writer", [write_tar, write_zip], ids=["tar.gz", "zip"])
 @pytest.mark.parametrize(
     ("first", "second", "kind"),
     [
@@ -282,39 +281,45 @@ def twins(first: str, second: str, kind: str, what: str) -> Any:
     ],
 )
 def test_name_twins_are_refused(
-    tmp_path: Path,
-    writer: Callable[..., Path],
-    first: str,
-    second: str,
-    kind: str,
-    fault_got: list[str],
+    tmp_path: Path, first: str, second: str, kind: str, fault_got: list[str]
 ) -> None:
-    archive = writer(tmp_path / "twins.bin", [Entry(first, b"one"), Entry(second, b"two")])
-    with pytest.raises(IntegrityError) as refused:
-        inspect_archive(archive)
-    message = str(refused.value)
-    assert refused.value.exit_code == 5
-    assert ascii(first)[1:-1] in ascii(message) and ascii(second)[1:-1] in ascii(message)
-    with pytest.raises(IntegrityError):
-        extract_archive(archive, tmp_path / "out")
-    assert not (tmp_path / "out").exists()
-    fault_got.append(message.split(":", 1)[1][:60].strip())
-    allowing = ArchiveLimits(allow_case_twins=True)
-    if kind == "case":
-        assert inspect_archive(archive, allowing).file_count == 2
-    else:
-        with pytest.raises(IntegrityError, match="NFC"):
-            inspect_archive(archive, allowing)
+    for writer in (write_tar, write_zip):
+        archive = writer(tmp_path / "twins.bin", [Entry(first, b"one"), Entry(second, b"two")])
+        with pytest.raises(IntegrityError) as refused:
+            inspect_archive(archive)
+        message = str(refused.value)
+        assert refused.value.exit_code == 5
+        assert ascii(first)[1:-1] in ascii(message) and ascii(second)[1:-1] in ascii(message)
+        with pytest.raises(IntegrityError):
+            extract_archive(archive, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+        allowing = ArchiveLimits(allow_case_twins=True)
+        if kind == "case":
+            assert inspect_archive(archive, allowing).file_count == 2
+        else:
+            with pytest.raises(IntegrityError, match="NFC"):
+                inspect_archive(archive, allowing)
+        fault_got.append(f"{writer.__name__}: exit 5")
 
 
-def test_name_twins_setting_reaches_the_export(tmp_path: Path, sim: Simulator) -> None:
-    """The setting is read from the config file and passed to the archive check."""
+@pytest.mark.fault("8.11 case twins in a vendor bundle", "export exit 5; stored when allowed")
+def test_an_export_with_case_twins_is_refused_unless_allowed(
+    sim: Simulator, tmp_path: Path, fault_got: list[str]
+) -> None:
+    domain = "docs.twins.test"
+    sim.set_faults(malicious_domains={domain: "case_twins"})
     config = sim_config(tmp_path / "c.toml", sim, tmp_path / "store")
+    refused = export(config, sim, domain)
+    fault_got.append(f"exit {refused.returncode}")
+    assert refused.returncode == 5, refused.stderr
+    line = one_error_line(refused)
+    assert "'index.html' and 'INDEX.HTML'" in line and "allow_case_twins" in line
     text = config.read_text().replace("[store]\n", "[store]\nallow_case_twins = true\n")
     config.write_text(text)
-    checked = mirror_cli("--json", "--config", str(config), "config", "check")
-    assert checked.returncode == 0, checked.stderr
-    assert json.loads(checked.stdout)["store"]["allow_case_twins"] is True
+    allowed = export(config, sim, domain, "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["state"] == "stored"
+    fault_got.append("stored with store.allow_case_twins = true")
 
 
 # --- 8.5 damaged blobs ------------------------------------------------------------------------
