@@ -389,18 +389,6 @@ def test_verify_repair_uses_a_good_copy(tmp_path: Path, fault_got: list[str]) ->
     fault_got.append("repaired from a finished download; extra blob adopted; verify exit 0")
 
 
-def test_adopting_over_a_damaged_blob_replaces_it(tmp_path: Path) -> None:
-    with app_on(tmp_path / "store") as app:
-        source = write_tar(tmp_path / "s.tar.gz", {"index.html": b"hi"})
-        sha256, size = app.store.add_file(source)
-        flip_a_bit(app.store.blob_path(sha256))
-        assert not app.store.intact(sha256, size)
-        temp = app.store.temp_path("again")
-        temp.write_bytes(source.read_bytes())
-        app.store.adopt(temp, sha256, size)
-        assert app.store.intact(sha256, size) and not temp.exists()
-
-
 # --- helpers ----------------------------------------------------------------------------------
 
 
