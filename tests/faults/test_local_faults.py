@@ -228,6 +228,22 @@ def test_a_key_file_that_is_not_utf8_is_a_config_error(
     assert str(key_file) in line and "UTF-8" in line
 
 
+@pytest.mark.fault("8.4 hostile values file (deep YAML, not UTF-8)", "exit 2 naming the file")
+def test_a_hostile_values_file_is_a_config_error(tmp_path: Path, fault_got: list[str]) -> None:
+    target = {"bucket": "docs", "endpoint_url": "http://127.0.0.1:9"}  # never reached
+    config = write_config(
+        tmp_path / "c.toml", {"store": {"path": str(tmp_path / "store")}, "target": target}
+    )
+    deep, latin = tmp_path / "deep.yaml", tmp_path / "latin.yaml"
+    deep.write_text("staticExport: " + "[" * DEEP + "]" * DEEP + "\n")
+    latin.write_bytes("staticExport:\n  bundleUrl: https://caf\u00e9/\n".encode("latin-1"))
+    for values in (deep, latin):
+        result = mirror_cli("--config", str(config), "chart", "check", str(values))
+        fault_got.append(f"{values.name}: exit {result.returncode}")
+        assert result.returncode == 2, result.stderr
+        assert str(values) in one_error_line(result)
+
+
 # --- 8.10 exit codes --------------------------------------------------------------------------
 
 
