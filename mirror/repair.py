@@ -57,7 +57,8 @@ def _restore(app: App, source: Path, sha256: str) -> None:
         raise IntegrityError(f"{source.name} hashes to {copied}, not {sha256}; not used")
 
 
-def _index_bundle(app: App, sha256: str, size: int, report: ArchiveReport) -> None:
+def index_bundle(app: App, sha256: str, size: int, report: ArchiveReport) -> None:
+    """Insert the Bundle row of blob `sha256` (checked as `report`) unless it exists."""
     with app.db.session() as session:
         if session.get(Bundle, sha256) is None:
             session.add(
@@ -110,7 +111,7 @@ def repair_from_download(
         else:
             if not app.store.intact(sha256, size):
                 _restore(app, source, sha256)
-            _index_bundle(app, sha256, size, report)
+            index_bundle(app, sha256, size, report)
             versions = _repoint(app, damaged, sha256)
             detail = f"{versions} version(s) now use blob {sha256} (the same site)"
         log.warning("repaired blob %s: %s", damaged[:12], detail)

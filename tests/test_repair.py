@@ -13,7 +13,7 @@ from mirror.app import App
 from mirror.archive import inspect_archive
 from mirror.inventory import verify_store
 from mirror.models import Bundle, Version
-from mirror.repair import repair_from_download, repair_store
+from mirror.repair import index_bundle, repair_from_download, repair_store
 from tests.fixtures.s3 import add_version, make_tar_gz
 
 SITE = {"index.html": b"<h1>same site</h1>", "a/b.html": b"b"}
@@ -43,17 +43,8 @@ def same_site_bundle(tmp_path: Path, name: str, variant: int) -> Path:
 def store_as_version(app: App, archive: Path, domain: str, label: str) -> str:
     report = inspect_archive(archive)
     sha256, size = app.store.add_file(archive)
+    index_bundle(app, sha256, size, report)
     with app.db.session() as session:
-        session.add(
-            Bundle(
-                sha256=sha256,
-                size=size,
-                format=report.format,
-                tree_sha256=report.tree_sha256,
-                file_count=report.file_count,
-            )
-        )
-        session.flush()
         session.add(
             Version(
                 domain=domain, label=label, bundle_sha256=sha256, tree_sha256=report.tree_sha256

@@ -60,6 +60,16 @@ def export(config: Path, sim: Simulator, domain: str, *extra: str) -> Any:
     )
 
 
+def status_with_key_file(tmp_path: Path, sim: Simulator, key_file: Path, got: list[str]) -> str:
+    """The error line of `export status` with `key_file` as api.key_file (asserting exit 2)."""
+    api = {"base_url": sim.url, "key_file": str(key_file)}
+    config = write_config(tmp_path / "c.toml", {"api": api, "store": {"path": str(tmp_path)}})
+    result = mirror_cli("--config", str(config), "export", "status", "se_1")
+    got.append(f"exit {result.returncode}")
+    assert result.returncode == 2, result.stderr
+    return one_error_line(result)
+
+
 # --- 8.4 a full disk --------------------------------------------------------------------------
 
 
@@ -217,14 +227,7 @@ def test_a_key_file_that_is_not_utf8_is_a_config_error(
 ) -> None:
     key_file = tmp_path / "key"
     key_file.write_bytes(b"\xffmint_\xfe\x00")
-    config = write_config(
-        tmp_path / "c.toml",
-        {"api": {"base_url": sim.url, "key_file": str(key_file)}, "store": {"path": str(tmp_path)}},
-    )
-    result = mirror_cli("--config", str(config), "export", "status", "se_1")
-    fault_got.append(f"exit {result.returncode}")
-    assert result.returncode == 2, result.stderr
-    line = one_error_line(result)
+    line = status_with_key_file(tmp_path, sim, key_file, fault_got)
     assert str(key_file) in line and "UTF-8" in line
 
 
@@ -252,14 +255,7 @@ def test_a_missing_key_file_is_a_config_error(
     tmp_path: Path, sim: Simulator, fault_got: list[str]
 ) -> None:
     missing = tmp_path / "no-such-key"
-    config = write_config(
-        tmp_path / "c.toml",
-        {"api": {"base_url": sim.url, "key_file": str(missing)}, "store": {"path": str(tmp_path)}},
-    )
-    result = mirror_cli("--config", str(config), "export", "status", "se_1")
-    fault_got.append(f"exit {result.returncode}")
-    assert result.returncode == 2, result.stderr
-    assert str(missing) in one_error_line(result)
+    assert str(missing) in status_with_key_file(tmp_path, sim, missing, fault_got)
 
 
 @pytest.mark.fault("8.10 store.path is a regular file", "exit 2 naming store.path")
