@@ -9,6 +9,7 @@ The table prints after the run: case, expected, got, PASS/FAIL.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -79,10 +80,15 @@ def pytest_runtest_makereport(
         row.got = (row.got + "; " if row.got else "") + "teardown failed"
 
 
+def _natural(text: str) -> list[tuple[int, str]]:
+    """Sort key that puts 8.4 before 8.10."""
+    return [(int(t), "") if t.isdigit() else (-1, t) for t in re.split(r"(\d+)", text)]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not TABLE.rows:
         return
-    rows = sorted(TABLE.rows.values(), key=lambda r: r.case)
+    rows = sorted(TABLE.rows.values(), key=lambda r: _natural(r.case))
     headers = ("case", "expected", "got", "result")
     table = [(r.case, r.expected, r.got, r.outcome) for r in rows]
     widths = [min(60, max(len(h), *(len(t[i]) for t in table))) for i, h in enumerate(headers)]

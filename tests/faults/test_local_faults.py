@@ -96,8 +96,8 @@ def test_a_full_disk_during_download_is_one_line_and_resumable(
     fault_got.append(f"exit {result.returncode}")
     assert result.returncode == 75, result.stderr
     line = one_error_line(result)
-    fault_got.append(line.removeprefix("mirror: error: ")[:70])
-    assert f"no space left on the disk holding {store}" in line
+    assert f"no space left on the disk holding {store / 'tmp'}: " in line
+    fault_got.append(line.split(f"{store / 'tmp'}: ", 1)[1][:60])
     assert " free, " in line and "more is needed" in line and "is kept" in line
     assert json.loads(result.stdout)["exit_code"] == 75
 
