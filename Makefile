@@ -28,7 +28,7 @@ typecheck: venv
 test: lint typecheck
 	scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-## make faults: the kill-and-restart fault loop at full strength (100 kills)
+## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv
 	MIRROR_FAULT_KILLS=100 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
 

@@ -334,7 +334,7 @@ def _vendor_text(response: httpx.Response) -> str | None:
         return f"an error body of over {ERROR_BODY_LIMIT // 1024} KiB, cut unread"
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         body = None
     if isinstance(body, Mapping):
         for field in ("error", "message", "detail"):
@@ -787,7 +787,7 @@ class VendorClient:
         if 200 <= status < 300:
             try:
                 data = response.json()
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
                 data = None
             if not isinstance(data, dict):
                 raise MirrorError(

@@ -41,6 +41,7 @@ import stat
 import struct
 import tarfile
 import tempfile
+import unicodedata
 import zipfile
 import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
@@ -93,6 +94,7 @@ class ArchiveLimits:
     max_member_bytes: int = 8 * 1024**3
     max_ratio: float = 200.0
     max_path_length: int = 1024
+    allow_case_twins: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,12 +246,45 @@ class _Tally:
 
 @dataclass
 class _Paths:
-    """The paths seen so far, to refuse duplicates and file/directory clashes."""
+    """The paths seen so far, to refuse duplicates, file/directory clashes and name twins.
 
+    Twins are two different paths that one volume may store as one: equal after Unicode
+    NFC normalisation (always refused: macOS and some NAS volumes normalise) or after case
+    folding (refused unless `allow_case_twins`: Windows, macOS and most USB disks fold case).
+    On such a volume one would silently overwrite the other.
+    """
+
+    allow_case_twins: bool = False
     files: dict[str, bytes] = field(default_factory=dict)
     directories: set[str] = field(default_factory=set)
+    normalised: dict[str, tuple[str, str]] = field(default_factory=dict)
+    folded: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def check_twins(self, name: str, clean: str) -> None:
+        """Refuse `clean` (from member `name`) if an earlier, different path is its twin."""
+        nfc = unicodedata.normalize("NFC", clean)
+        folded = unicodedata.normalize("NFC", nfc.casefold())
+        for table, key, how in (
+            (self.normalised, nfc, "after Unicode NFC normalisation"),
+            (self.folded, folded, "when letter case is ignored"),
+        ):
+            other = table.setdefault(key, (clean, name))
+            if other[0] == clean:
+                continue
+            if how.startswith("when") and self.allow_case_twins:
+                continue
+            raise IntegrityError(
+                f"unsafe archive: members {_quote(other[1])} and {_quote(name)} name the same "
+                f"path {how} ({_quote(other[0])} and {_quote(clean)}); on such a volume one "
+                "would overwrite the other"
+                + ("" if how.startswith("after") else " (store.allow_case_twins allows it)")
+            )
 
     def claim(self, name: str, clean: str, *, is_dir: bool) -> None:
+        prefix = ""
+        for part in clean.split("/"):
+            prefix = f"{prefix}/{part}" if prefix else part
+            self.check_twins(name, prefix)
         if clean in self.files:
             raise _unsafe(name, f"duplicates the path '{clean}' (ambiguous content)")
         if not is_dir and clean in self.directories:
@@ -267,7 +302,7 @@ class _Paths:
 def _scan(path: Path, limits: ArchiveLimits, sink: _Sink | None) -> ArchiveReport:
     fmt = detect_format(path)
     tally = _Tally(archive_size=path.stat().st_size, limits=limits)
-    seen = _Paths()
+    seen = _Paths(allow_case_twins=limits.allow_case_twins)
     with contextlib.closing(_members(path, fmt, tally)) as members:
         report = _check_members(path, fmt, members, tally, seen, sink)
     return report

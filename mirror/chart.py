@@ -390,13 +390,17 @@ class ValuesFile:
 def read_values_file(path: Path) -> ValuesFile:
     """The staticExport keys of a values file; ConfigError (exit 2) when it has none."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"values file {path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read values file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"values file {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         document = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"values file {path} nests too deeply to be a values file") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""

@@ -18,13 +18,16 @@ import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from mirror.errors import AuthError, ConfigError
 from mirror.logs import register_secret
 from mirror.units import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from mirror.archive import ArchiveLimits
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,13 @@ class StoreSettings(_Section):
     path: Path = Path("/var/lib/mirror")
     database: str = ""
     keep: int = Field(default=10, ge=1)
+    allow_case_twins: bool = False
+
+    def archive_limits(self) -> ArchiveLimits:
+        """The archive checks for bundles entering this store."""
+        from mirror.archive import ArchiveLimits
+
+        return ArchiveLimits(allow_case_twins=self.allow_case_twins)
 
     def database_url(self) -> str:
         return self.database or f"sqlite:///{self.path / 'mirror.db'}"
@@ -187,7 +197,8 @@ class Settings(_Section):
         return ExportSettings(domain=domain)
 
     def api_key(self) -> str:
-        """The admin API key; raises AuthError (exit 4) when none is configured."""
+        """The admin API key; AuthError (exit 4) when none is configured at all, ConfigError
+        (exit 2) when the configured file is missing, unreadable, empty or not UTF-8 text."""
         key = os.environ.get(API_KEY_ENV, "").strip()
         origin = f"${API_KEY_ENV}"
         if not key:
@@ -201,14 +212,9 @@ class Settings(_Section):
                     f"{CREDENTIAL_NAME!r}",
                 )
             origin = str(key_path)
-            try:
-                key = key_path.read_text().strip()
-            except OSError as exc:
-                raise AuthError(
-                    f"cannot read the admin API key file {key_path}: {exc.strerror}"
-                ) from None
+            key = _read_key_file(key_path)
         if not key:
-            raise AuthError(f"the admin API key from {origin} is empty")
+            raise ConfigError(f"the admin API key from {origin} is empty")
         register_secret(key)
         if self.api.key_prefix and not key.startswith(self.api.key_prefix):
             log.warning(
@@ -223,6 +229,21 @@ class Settings(_Section):
         document = self.model_dump(mode="json")
         document["api"]["key_source"] = _key_source(self.api.key_file)
         return document
+
+
+def _read_key_file(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the admin API key file {path}: {exc.strerror}",
+            hint="check api.key_file (or the systemd credential) and its permissions",
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the admin API key file {path} is not UTF-8 text (byte {exc.start}); "
+            "write the key as plain text"
+        ) from None
 
 
 def _key_source(key_file: Path | None) -> str:
@@ -253,9 +274,15 @@ def load_settings(explicit: str | Path | None = None) -> Settings:
             raise ConfigError(f"config file {path} does not exist")
         return Settings()
     try:
-        document = tomllib.loads(path.read_text())
+        document = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests too deeply to be a settings file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     return settings_from_dict(document, source=path)

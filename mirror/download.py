@@ -51,7 +51,7 @@ import httpx
 
 from mirror.api import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, iter_file
+from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, disk_full, is_disk_full, iter_file
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +366,9 @@ class _Download:
                 self.loop(handle)
             except IntegrityError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if is_disk_full(exc):
+                    raise self.disk_full(handle) from None
                 if self.durable != self.offset + self.fill:
                     with contextlib.suppress(Exception):
                         self.make_durable(handle)
@@ -428,6 +430,25 @@ class _Download:
             f"(job {self.link.job_id}): {unresolved.strerror or unresolved}, "
             f"tried {self.failures + 1} times",
             hint="check the network's DNS resolver (and a proxy, if one is needed)",
+        )
+
+    def disk_full(self, handle: BinaryIO) -> TemporaryFailure:
+        """Keep the partial file cut back to its last fsynced checkpoint (resumable, and the
+        unsynced tail's space freed); the error says where, how much is free and needed."""
+        self.fill = 0
+        kept = f"the partial download of the bundle of job {self.link.job_id} is kept"
+        try:
+            with contextlib.suppress(Exception):
+                self.finish_sync(report=False)
+            handle.truncate(self.durable)
+            os.fsync(handle.fileno())
+        except OSError:
+            kept = f"the partial download of job {self.link.job_id} may end in unsynced bytes"
+        needed = self.expected - self.durable if self.expected is not None else None
+        return disk_full(
+            self.dest.parent,
+            needed,
+            f"{kept} ({self.durable} bytes) and the next run resumes it",
         )
 
     def check_cancel(self, handle: BinaryIO) -> None:

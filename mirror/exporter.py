@@ -69,8 +69,9 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.fsutil import sha256_file
+from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
+from mirror.repair import repair_from_download
 from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)
@@ -571,6 +572,12 @@ class _Runner:
             if self.current.active:
                 self.fail(exc)
             raise
+        except Exception as exc:
+            if isinstance(exc, MirrorError) or not is_disk_full(exc):
+                raise
+            raise disk_full(
+                self.store.root, None, f"run {self.current.id} of {self.domain} stays resumable"
+            ) from None
         finally:
             self.release()
 
@@ -803,11 +810,13 @@ class _Runner:
             self.download()
             return self.store_bundle()
         try:
-            report = inspect_archive(source)
+            report = inspect_archive(source, self.app.settings.store.archive_limits())
         except IntegrityError:
             if source != self.partial_path():
                 self.forget_unindexed_blob(sha256)
             raise
+        if source == self.partial_path():
+            repair_from_download(self.app, source, sha256, size, report)
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:

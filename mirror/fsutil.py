@@ -9,14 +9,64 @@ there, whole.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from mirror.errors import TemporaryFailure
+from mirror.units import format_size
+
 CHUNK_SIZE = 1024 * 1024
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for "no space left on device", "disk quota exceeded", and SQLite's "database or
+    disk is full" (as raised through SQLAlchemy), anywhere in the exception's chain."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            return True
+        if "database or disk is full" in str(current):
+            return True
+        orig = getattr(current, "orig", None)
+        pending += [orig if isinstance(orig, BaseException) else None]
+        pending += [current.__cause__, current.__context__]
+    return False
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes free for us on the file system holding `path` (None when it cannot be asked)."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
+def disk_full(where: Path, needed: int | None, kept: str) -> TemporaryFailure:
+    """The one-line exit-75 error for a full disk: free space where, space needed, and what
+    was kept (e.g. "the partial download of 12 MiB is kept; the next run resumes it")."""
+    free = free_bytes(where)
+    free_text = format_size(free) if free is not None else "an unknown amount"
+    need_text = (
+        f"{format_size(needed)} more is needed" if needed is not None else "more space is needed"
+    )
+    return TemporaryFailure(
+        f"no space left on the disk holding {where}: {free_text} free, {need_text}; {kept}",
+        hint="free space there (or move store.path) and run the same command again",
+    )
 
 
 def fsync_dir(directory: Path) -> None:

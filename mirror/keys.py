@@ -257,7 +257,7 @@ def read_signature_file(path: Path) -> tuple[str, bytes]:
         signature = base64.b64decode(document["signature"], validate=True)
         if not isinstance(key_id, str) or len(signature) != 64:
             raise ValueError
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):
         raise IntegrityError(f"{path.name} is not a valid ed25519 signature file") from None
     return key_id, signature
 

@@ -287,7 +287,7 @@ class ObjectStore:
             raise IntegrityError(f"{self.bucket}/{key} is larger than {MAX_JSON_BYTES} bytes")
         try:
             document = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, RecursionError):
             raise IntegrityError(f"{self.bucket}/{key} is not valid JSON") from None
         if not isinstance(document, dict):
             raise IntegrityError(f"{self.bucket}/{key} is not a JSON object")

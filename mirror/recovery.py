@@ -125,7 +125,7 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
             if sha256_file(path) != sha:
                 reason = "content does not match its name"
             else:
-                report = inspect_archive(path)
+                report = inspect_archive(path, app.settings.store.archive_limits())
         except FileNotFoundError:
             continue
         except IntegrityError as exc:

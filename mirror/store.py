@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -17,10 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.errors import IntegrityError, MirrorError, NotFound
-from mirror.fsutil import fsync_dir, sha256_file
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full, sha256_file
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,20 @@ class BlobStore:
         self.tmp_dir = root / "tmp"
 
     def ensure(self) -> None:
-        """Create the directories; refuse a root we cannot write to with a clear message."""
+        """Create the directories; a root that is not a writable directory is a configuration
+        error (exit 2) named in one line, a full disk a temporary failure (exit 75)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(
+                f"store.path {self.root} is not a directory",
+                hint="set store.path to a directory (it is created when missing)",
+            )
         try:
             self.blobs_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise MirrorError(
+            if is_disk_full(exc):
+                raise disk_full(self.root, None, "nothing was written") from None
+            raise ConfigError(
                 f"cannot create the store at {self.root}: {exc.strerror}",
                 hint="set store.path to a writable directory",
             ) from None
@@ -76,7 +86,9 @@ class BlobStore:
         """Move a finished, already-hashed temp file into place as blob `sha256`.
 
         The caller computed `sha256` while writing; the size is checked again here.
-        If the blob already exists (same content stored before) the temp file is dropped.
+        If the blob already exists it is re-hashed: when its bytes still match its name the
+        temp file is dropped, otherwise (bit rot, a truncated copy) the verified temp file
+        replaces it in one atomic rename, which repairs it.
         """
         actual_size = temp_file.stat().st_size
         if actual_size != size:
@@ -85,8 +97,10 @@ class BlobStore:
             )
         target = self.blob_path(sha256)
         if target.is_file():
-            temp_file.unlink()
-            return target
+            if self.intact(sha256, size):
+                temp_file.unlink()
+                return target
+            log.warning("blob %s no longer matches its name; replacing it", sha256[:12])
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(temp_file, "rb") as handle:
             os.fsync(handle.fileno())
@@ -94,6 +108,14 @@ class BlobStore:
         os.replace(temp_file, target)
         fsync_dir(target.parent)
         return target
+
+    def intact(self, sha256: str, size: int) -> bool:
+        """Whether blob `sha256` is on disk with `size` bytes that hash to its name."""
+        path = self.blob_path(sha256)
+        try:
+            return path.stat().st_size == size and sha256_file(path) == sha256
+        except FileNotFoundError:
+            return False
 
     def add_file(self, source: Path) -> tuple[str, int]:
         """Copy any file into the store (hashing while copying); returns (sha256, size)."""

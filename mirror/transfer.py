@@ -119,6 +119,8 @@ def parse_strict_json(data: bytes, name: str) -> Any:
         )
     except UnicodeDecodeError:
         raise IntegrityError(f"{name}: not UTF-8") from None
+    except RecursionError:
+        raise IntegrityError(f"{name}: not valid strict JSON (nested too deeply)") from None
     except ValueError as exc:
         raise IntegrityError(f"{name}: not valid strict JSON ({exc})") from None
 

@@ -100,12 +100,14 @@ def test_api_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert Settings().api_key() == "mint_fromsystemd"
 
 
-def test_unreadable_key_file_is_auth_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_key_file_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MIRROR_API_KEY", raising=False)
     settings = settings_from_dict({"api": {"key_file": str(tmp_path / "nope")}})
-    with pytest.raises(AuthError, match="cannot read the admin API key file") as info:
+    with pytest.raises(ConfigError, match="cannot read the admin API key file") as info:
         settings.api_key()
-    assert info.value.exit_code == 4
+    assert info.value.exit_code == 2
 
 
 def test_config_check_redacts_the_key(tmp_path: Path) -> None:

@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+import errno
 import hashlib
+import sqlite3
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
 
-from mirror.fsutil import atomic_write_bytes, atomic_writer, iter_file, sha256_file
+from mirror.fsutil import (
+    atomic_write_bytes,
+    atomic_writer,
+    disk_full,
+    is_disk_full,
+    iter_file,
+    sha256_file,
+)
 
 
 def test_atomic_write_replaces_whole(tmp_path: Path) -> None:
@@ -34,3 +44,28 @@ def test_ranges_and_hash(tmp_path: Path) -> None:
     assert sha256_file(path) == hashlib.sha256(data).hexdigest()
     assert sha256_file(path, 100, 5000) == hashlib.sha256(data[100:5100]).hexdigest()
     assert b"".join(iter_file(path, 2_000_000)) == data[2_000_000:]
+
+
+def test_disk_full_is_recognised_through_sqlalchemy_and_chains() -> None:
+    assert is_disk_full(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full(OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    orig = sqlite3.OperationalError("database or disk is full")
+    wrapped = sqlalchemy.exc.OperationalError("UPDATE export_runs", {}, orig)
+    assert is_disk_full(wrapped)
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise RuntimeError("while writing") from exc
+    except RuntimeError as chained:
+        assert is_disk_full(chained)
+
+
+def test_disk_full_error_says_free_needed_and_kept(tmp_path: Path) -> None:
+    error = disk_full(tmp_path, 3 * 1024 * 1024, "the partial file is kept")
+    assert error.exit_code == 75
+    text = str(error)
+    assert f"disk holding {tmp_path}:" in text and " free, 3.0 MiB more is needed" in text
+    assert "the partial file is kept" in text
+    assert "more space is needed" in str(disk_full(tmp_path / "gone" / "deeper", None, "x"))

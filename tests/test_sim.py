@@ -457,6 +457,7 @@ def test_bundle_size_pads_with_incompressible_bytes(
         ("symlink", lambda m: m.issym() and m.linkname.startswith("../")),
         ("hardlink", lambda m: m.islnk() and m.linkname.startswith("../")),
         ("device", lambda m: m.ischr()),
+        ("case_twins", lambda m: m.name == "INDEX.HTML" and m.isfile()),
         ("bomb", lambda m: m.isfile() and m.size >= 200 * 1024 * 1024),
     ],
 )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.errors import IntegrityError, NotFound
+from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.store import BlobStore
 
 
@@ -80,3 +80,22 @@ def test_remove_frees_bytes(store_dir: Path) -> None:
 def test_temp_names_must_be_plain(store_dir: Path) -> None:
     with pytest.raises(ValueError):
         BlobStore(store_dir).temp_path("../escape")
+
+
+def test_adopt_over_a_damaged_blob_replaces_it(store_dir: Path) -> None:
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    path = store.adopt(temp, sha, 5)
+    path.chmod(0o644)
+    path.write_bytes(b"hellO")
+    assert not store.intact(sha, 5)
+    again, _ = _temp_with(store, "b.part", b"hello")
+    assert store.adopt(again, sha, 5) == path
+    assert store.intact(sha, 5) and not again.exists()
+
+
+def test_a_store_path_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is not a directory") as info:
+        BlobStore(tmp_path / "file").ensure()
+    assert info.value.exit_code == 2

@@ -9,6 +9,7 @@ import click
 from mirror.cli.common import CliContext, pass_cli
 from mirror.errors import EXIT_INTEGRITY
 from mirror.inventory import StoredVersion, VerifyReport, list_versions, verify_store
+from mirror.repair import RepairReport, repair_store
 from mirror.units import format_size
 
 
@@ -27,15 +28,45 @@ def store_list(cli: CliContext, domain: str | None) -> None:
 
 
 @store.command("verify")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Fix what a good copy exists for (a finished download, a blob of the same site; "
+    "extra blobs are adopted or removed), then verify again.",
+)
 @pass_cli
-def store_verify(cli: CliContext) -> None:
+def store_verify(cli: CliContext, repair: bool) -> None:
     """Re-hash every blob against the index; exit 5 with one line per problem."""
-    report = verify_store(cli.app)
-    cli.emit(report_document(report), report_lines(report))
+    repairs: RepairReport | None = repair_store(cli.app) if repair else None
+    report = repairs.after if repairs is not None else verify_store(cli.app)
+    document = report_document(report)
+    lines = report_lines(report)
+    if repairs is not None:
+        document["repairs"] = [
+            {"sha256": r.sha256, "repaired": r.repaired, "detail": r.detail}
+            for r in repairs.repairs
+        ]
+        document["adopted"], document["removed"] = repairs.adopted, repairs.removed
+        lines = [
+            *(
+                f"{'repaired' if r.repaired else 'not repaired'} {r.sha256}: {r.detail}"
+                for r in repairs.repairs
+            ),
+            *(f"adopted extra blob {sha}" for sha in repairs.adopted),
+            *(f"removed extra blob {sha} (damaged or unsafe)" for sha in repairs.removed),
+            *lines,
+        ]
+    cli.emit(document, lines)
     if not report.ok:
+        remedy = (
+            "export their domains again (the export repairs them) or restore the named blobs"
+            if repair
+            else "`mirror store verify --repair` fixes what it can; the rest need their "
+            "domains exported again"
+        )
         click.echo(
             f"mirror: error: {len(report.problems)} problem(s) in the store at "
-            f"{cli.app.store.root}; restore the named blobs or re-export their domains",
+            f"{cli.app.store.root}; {remedy}",
             err=True,
         )
         raise click.exceptions.Exit(EXIT_INTEGRITY)

@@ -103,7 +103,7 @@ def _route(
             continue
         if route_method == method or (route_method == "GET" and method == "HEAD"):
             return name, match.groupdict()
-        allowed.append(route_method)
+        allowed.extend(("GET", "HEAD") if route_method == "GET" else (route_method,))
     if allowed:
         return error_reply(405, "Method not allowed", [("Allow", ", ".join(sorted(set(allowed))))])
     return error_reply(404, "Not found")

@@ -7,7 +7,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-MALICIOUS_KINDS = frozenset({"traversal", "absolute", "symlink", "hardlink", "bomb", "device"})
+MALICIOUS_KINDS = frozenset(
+    {"traversal", "absolute", "symlink", "hardlink", "bomb", "device", "case_twins"}
+)
 AGENT_OUTCOMES = frozenset({"pr", "no_changes", "failed", "archived"})
 DEFAULT_PROJECT_DOMAIN = "docs.sim.test"
 

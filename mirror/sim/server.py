@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import shutil
@@ -14,6 +15,7 @@ import tempfile
 import threading
 import time
 from email.utils import formatdate
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -95,6 +97,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:
         self._dispatch("PATCH")
+
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (OPTIONS, TRACE, FOO) is routed too, so it gets the API gateway's
+        answer (405 with Allow and a JSON error) instead of the standard library's 501 page."""
+        if name.startswith("do_"):
+            return functools.partial(self._dispatch, name[3:])
+        raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Malformed requests (bad request line, headers too long) get a JSON error too."""
+        self.close_connection = True
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "Error"
+        self._send(error_reply(code, message or phrase), head_only=self.command == "HEAD")
 
     # ---- plumbing ----------------------------------------------------------------------
 

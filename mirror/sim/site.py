@@ -235,6 +235,8 @@ def _malicious_members(
         device = _info("assets/null", mtime, kind=tarfile.CHRTYPE)
         device.devmajor, device.devminor = 1, 3
         yield device, None
+    elif kind == "case_twins":  # the same path as the site's index page on a case-folding disk
+        yield _info("INDEX.HTML", mtime, size=len(payload)), io.BytesIO(payload)
     elif kind == "bomb":
         yield (
             _info("assets/zeros.bin", mtime, size=BOMB_SIZE),

@@ -8,8 +8,13 @@ The table prints after the run: case, expected, got, PASS/FAIL.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import os
+import re
+import subprocess
+import warnings
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -75,10 +80,15 @@ def pytest_runtest_makereport(
         row.got = (row.got + "; " if row.got else "") + "teardown failed"
 
 
+def _natural(text: str) -> list[tuple[int, str]]:
+    """Sort key that puts 8.4 before 8.10."""
+    return [(int(t), "") if t.isdigit() else (-1, t) for t in re.split(r"(\d+)", text)]
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not TABLE.rows:
         return
-    rows = sorted(TABLE.rows.values(), key=lambda r: r.case)
+    rows = sorted(TABLE.rows.values(), key=lambda r: _natural(r.case))
     headers = ("case", "expected", "got", "result")
     table = [(r.case, r.expected, r.got, r.outcome) for r in rows]
     widths = [min(60, max(len(h), *(len(t[i]) for t in table))) for i, h in enumerate(headers)]
@@ -93,3 +103,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line(cells))
     failed = sum(1 for r in rows if r.outcome == "FAIL")
     terminalreporter.write_line(f"{len(rows) - failed} of {len(rows)} fault cases as expected")
+
+
+@pytest.fixture
+def small_filesystem(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
+    """Mount a tmpfs of the given size (bytes) for the test and unmount it afterwards.
+
+    Needs root (or CAP_SYS_ADMIN). Where mounting is impossible the test is skipped
+    with a warning, except under CI=true, where it fails: CI must run these cases.
+    """
+    mounted: list[Path] = []
+
+    def mount(size: int) -> Path:
+        point = tmp_path / f"smallfs{len(mounted)}"
+        point.mkdir()
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            reason = f"cannot mount a small tmpfs here ({result.stderr.strip() or 'no mount'})"
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"{reason}; CI=true requires the full-disk fault cases to run")
+            warnings.warn(f"SKIPPED full-disk case: {reason}", stacklevel=2)
+            pytest.skip(f"SKIPPED LOUDLY: {reason}")
+        mounted.append(point)
+        return point
+
+    try:
+        yield mount
+    finally:
+        for point in reversed(mounted):
+            if subprocess.run(["umount", str(point)], check=False).returncode != 0:
+                subprocess.run(["umount", "-l", str(point)], check=False)

@@ -115,6 +115,7 @@ def slow_sim(sim_factory: Callable[..., Simulator]) -> Simulator:
     return sim
 
 
+@pytest.mark.fault("kill: export run SIGKILLed mid-download", "resumes the same job and file")
 def test_killed_export_run_resumes_the_same_job_and_file(
     slow_sim: Simulator, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def test_killed_export_run_resumes_the_same_job_and_file(
         assert app.store.temp_files() == [] and verify_store(app).ok
 
 
+@pytest.mark.fault("kill: export run SIGTERMed mid-download", "exit 75, checkpoint, resumes")
 def test_sigterm_stops_cleanly_and_the_next_run_resumes(
     slow_sim: Simulator, tmp_path: Path
 ) -> None:
@@ -165,6 +167,9 @@ def test_sigterm_stops_cleanly_and_the_next_run_resumes(
         assert len(sim.stats.snapshot()["starts"][domain]) == 1
 
 
+@pytest.mark.fault(
+    f"kill: export run loop, {KILLS} SIGKILLs", "one vendor job per run, right bytes"
+)
 @pytest.mark.slow
 @pytest.mark.timeout(max(300, KILLS * 20))
 def test_kill_loop_never_starts_a_second_job(slow_sim: Simulator, tmp_path: Path) -> None:

@@ -110,6 +110,9 @@ def kill_at_a_random_point(
     return False
 
 
+@pytest.mark.fault(
+    f"kill: transfer import loop, {KILLS} SIGKILLs", "every version published exactly once"
+)
 def test_kills_during_import_publish_every_version_exactly_once(
     tmp_path: Path,
     key_pair: tuple[Path, Path],

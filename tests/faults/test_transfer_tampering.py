@@ -141,18 +141,27 @@ def unsigned(victim: Path, sets: Sets) -> str:
     return SIGNATURE
 
 
+def tampering(damage: Callable[[Path, Sets], str]) -> Any:
+    case = f"tamper: {damage.__name__.replace('_', ' ')}"
+    fault = pytest.mark.fault(case, "exit 5 naming it, one line, bucket unchanged")
+    return pytest.param(damage, marks=fault, id=damage.__name__)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
-        flipped_blob_byte,
-        flipped_manifest_byte,
-        unknown_key,
-        missing_part,
-        swapped_part,
-        padded_blob,
-        escaping_item,
-        escaping_part,
-        unsigned,
+        tampering(damage)
+        for damage in (
+            flipped_blob_byte,
+            flipped_manifest_byte,
+            unknown_key,
+            missing_part,
+            swapped_part,
+            padded_blob,
+            escaping_item,
+            escaping_part,
+            unsigned,
+        )
     ],
 )
 def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
@@ -161,6 +170,7 @@ def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
     tmp_path: Path,
     object_store: ObjectStore,
     target_settings: TargetSettings,
+    fault_got: list[str],
 ) -> None:
     config = baseline(sets, tmp_path, object_store, target_settings)
     victim = tmp_path / "victim"
@@ -168,6 +178,7 @@ def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
     named = damage(victim, sets)
     before = bucket_listing(object_store.client, object_store.bucket)
     result = run_mirror("--config", str(config), "transfer", "import", str(victim))
+    fault_got.append(f"exit {result.returncode}")
     assert result.returncode == 5, result.stderr
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -175,6 +186,7 @@ def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
     assert not (victim / "receipt.json").exists()
 
 
+@pytest.mark.fault("tamper: replayed set", "exit 5 (replay), bucket unchanged")
 def test_a_replayed_set_is_refused(
     sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
 ) -> None:
@@ -188,6 +200,7 @@ def test_a_replayed_set_is_refused(
     assert bucket_listing(object_store.client, object_store.bucket) == before
 
 
+@pytest.mark.fault("tamper: older set after a newer one", "exit 5 (rollback), bucket unchanged")
 def test_an_older_set_after_a_newer_one_is_refused(
     sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
 ) -> None:
@@ -205,6 +218,7 @@ def test_an_older_set_after_a_newer_one_is_refused(
     assert bucket_listing(object_store.client, object_store.bucket) == before
 
 
+@pytest.mark.fault("tamper: none (control)", "exit 0, both versions in the index")
 def test_the_untouched_set_imports(
     sets: Sets, tmp_path: Path, object_store: ObjectStore, target_settings: TargetSettings
 ) -> None:
