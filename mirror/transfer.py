@@ -30,7 +30,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,6 +50,7 @@ from mirror.errors import (
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
 from mirror.keys import PublicKey, SigningKey, load_signing_key, verify_signature_file
 from mirror.models import Bundle, Transfer, TransferItem, Version, utcnow
+from mirror.timestamps import rfc3339
 from mirror.units import format_size
 from mirror.versions import label_key
 
@@ -142,7 +143,7 @@ def _iso(value: str) -> str:
 
 
 def iso_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(moment)
 
 
 class _Strict(BaseModel):

@@ -41,7 +41,10 @@ def chart() -> None:
 
 @chart.command("values")
 @click.argument("domain")
-@click.option("--version", "version", metavar="V", help="Pin this version [default: current].")
+@click.option(
+    "--pin", "version", metavar="V", help="This stored version instead of the current one."
+)
+@click.option("--version", "version", metavar="V", hidden=True, help="Deprecated: --pin.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),

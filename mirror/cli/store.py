@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import CliContext, reads_only
 from mirror.errors import EXIT_INTEGRITY
 from mirror.inventory import StoredVersion, VerifyReport, list_versions, verify_store
+from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 
 
@@ -19,7 +20,7 @@ def store() -> None:
 
 @store.command("list")
 @click.option("--domain", metavar="D", help="Only this domain.")
-@pass_cli
+@reads_only
 def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered."""
     versions = list_versions(cli.app, domain)
@@ -27,7 +28,7 @@ def store_list(cli: CliContext, domain: str | None) -> None:
 
 
 @store.command("verify")
-@pass_cli
+@reads_only
 def store_verify(cli: CliContext) -> None:
     """Re-hash every blob against the index; exit 5 with one line per problem."""
     report = verify_store(cli.app)
@@ -50,8 +51,8 @@ def version_document(version: StoredVersion) -> dict[str, Any]:
         "format": version.format,
         "tree_sha256": version.tree_sha256,
         "file_count": version.file_count,
-        "created_at": version.created_at.isoformat(),
-        "delivered_at": version.delivered_at.isoformat() if version.delivered_at else None,
+        "created_at": rfc3339(version.created_at),
+        "delivered_at": rfc3339_or_none(version.delivered_at),
         "path": str(version.path),
     }
 
