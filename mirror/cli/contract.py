@@ -137,16 +137,16 @@ CURRENT = obj({"domain": STR, "current": STR, "previous": null(STR)})
 CHECK = obj(
     {
         "file": STR,
-        "domain": null(STR),
-        "version": null(STR),
-        "host": null(STR),
-        "status": null(INT),
+        "domain": STR,
+        "version": STR,
+        "host": STR,
+        "status": STR,
         "expected_sha256": null(STR),
         "actual_sha256": null(STR),
         "size": null(INT),
         "expires_at": null(TIME),
         "seconds_left": null(INT),
-        "enabled": null(BOOL),
+        "enabled": BOOL,
         "error": null(STR),
         "exit_code": INT,
     }
@@ -155,8 +155,8 @@ REFRESH_RESULT = obj(
     {
         "domain": STR,
         "path": STR,
-        "version": null(STR),
-        "action": STR,
+        "version": STR,
+        "action": {"enum": ["rendered", "fresh"]},
         "reason": STR,
         "expires_at": null(TIME),
         "hook_exit": null(INT),
