@@ -53,11 +53,10 @@ def keys_show(cli: CliContext, path: Path) -> None:
         raise NotFound(f"key file {path} does not exist")
     try:
         key_id, kind = load_public_key(path).key_id, "public"
-    except ConfigError:  # not a public key: try it as a private one
-        try:
-            key_id, kind = load_signing_key(path).key_id, "private"
-        except ConfigError:
+    except ConfigError:
+        if b"PRIVATE KEY" not in path.read_bytes()[:4096]:
             raise ConfigError(
                 f"{path} holds neither an Ed25519 public key nor an Ed25519 private key"
             ) from None
+        key_id, kind = load_signing_key(path).key_id, "private"
     cli.emit({"path": str(path), "kind": kind, "key_id": key_id}, f"{path}: {kind} key {key_id}")
