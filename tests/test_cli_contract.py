@@ -124,6 +124,13 @@ def test_every_command_json_document_matches_its_description(
     assert walk("status")["domains"][0]["latest_version"]["version"] == first["version"]
     assert len(walk("store list")["versions"]) == 1
     assert walk("store verify")["ok"] is True
+    blob = Path(walk("store list")["versions"][0]["path"])
+    blob.chmod(0o644)
+    original = blob.read_bytes()
+    blob.write_bytes(b"rot")
+    rotten = walk("store verify", exit_code=5)
+    assert rotten["ok"] is False and rotten["exit_code"] == 5
+    blob.write_bytes(original)
     walk("store gc", "--dry-run")
 
     set_dir = tmp_path / "usb" / "set1"
@@ -146,6 +153,8 @@ def test_every_command_json_document_matches_its_description(
     values_file = tmp_path / "values.yaml"
     walk("chart values", DOMAIN, "--out", str(values_file))
     walk("chart check", str(values_file))
+    failed = walk("chart check", str(values_file), "--warn", "30d", exit_code=1)
+    assert failed["exit_code"] == 1 and "(warning at 30d)" in failed["error"]
     walk("chart refresh")
 
     with_documents = {key for key, contract in CONTRACTS.items() if contract.document}

@@ -165,12 +165,19 @@ for _name, _target in COMMANDS.items():
     cli.add_lazy(_name, _target)
 
 
-def fail(message: str, exit_code: int, as_json: bool) -> NoReturn:
-    """The one way out on failure: one line on stderr, the error document on stdout with --json."""
+def fail(
+    message: str, exit_code: int, as_json: bool, document: dict[str, object] | None = None
+) -> NoReturn:
+    """The one way out on failure: one line on stderr, the error document on stdout with --json
+    (the command's own `document` with the error added, when it gave one)."""
     message = " ".join(redact(message).split())
     if as_json:
-        document = {"schema": ERROR_SCHEMA, "error": message, "exit_code": exit_code}
-        click.echo(json.dumps(document))
+        error = {"error": message, "exit_code": exit_code}
+        if document is None:
+            click.echo(json.dumps({"schema": ERROR_SCHEMA, **error}))
+        else:
+            text = json.dumps({**document, **error}, indent=2, default=str)
+            click.echo(redact(text))
     click.echo(f"mirror: error: {message}", err=True)
     sys.exit(exit_code)
 
@@ -198,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = cli.main(args=args, prog_name="mirror", standalone_mode=False)
     except MirrorError as exc:
-        fail(str(exc), exc.exit_code, as_json)
+        fail(str(exc), exc.exit_code, as_json, exc.document)
     except (click.exceptions.Abort, KeyboardInterrupt):
         fail("interrupted; run the same command again to resume", EXIT_TEMPORARY, as_json)
     except click.exceptions.NoArgsIsHelpError as exc:

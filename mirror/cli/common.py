@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -16,6 +16,7 @@ from mirror.timestamps import rfc3339
 if TYPE_CHECKING:
     from mirror.app import App
     from mirror.config import Settings
+    from mirror.errors import MirrorError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -82,6 +83,14 @@ class CliContext:
         lines = [human] if isinstance(human, str) else list(human)
         for line in lines:
             click.echo(line)
+
+    def fail_with(self, data: dict[str, Any], error: MirrorError) -> NoReturn:
+        """Fail with `error`; with --json the document is `data` (this command's schema) plus
+        `error` and `exit_code`. The CLI's one error path prints it (mirror.cli.main)."""
+        from mirror.cli.contract import schema_name
+
+        error.document = {"schema": schema_name(click.get_current_context().command_path), **data}
+        raise error
 
     def say(self, line: str) -> None:
         """A progress note for a person on stderr; silent with --json or -q."""

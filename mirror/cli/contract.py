@@ -498,10 +498,7 @@ CONTRACTS: dict[str, Contract] = {
         "Per domain: values rendered again or kept; on failure `error` and `exit_code` too.",
         "mirror chart refresh --domain docs.example.com --json",
         _BUCKET,
-        obj(
-            {"results": array(REFRESH_RESULT), **ERROR_FIELDS},
-            optional=("error", "exit_code"),
-        ),
+        obj({"results": array(REFRESH_RESULT)}),
     ),
     "daemon": Contract(
         "Runs until stopped; logs are JSON lines on stderr when not at a terminal.",
@@ -547,6 +544,8 @@ def document_schema(key: str) -> Schema | None:
         return None
     properties = {"schema": {"const": f"mirror.{key.replace(' ', '.')}/{contract.version}"}}
     properties.update(contract.document["properties"])
+    for name, field_schema in ERROR_FIELDS.items():  # a failure may add them (CliContext.fail_with)
+        properties.setdefault(name, field_schema)
     return {
         **contract.document,
         "properties": properties,
@@ -632,8 +631,8 @@ def render_markdown() -> str:
         json.dumps({"schema": ERROR_SCHEMA, "error": "...", "exit_code": 2}),
         "```",
         "",
-        "  `chart check`, `chart refresh` and `store verify` print their own document with",
-        "  the details instead.",
+        "  A command that has details to give (`chart check`, `chart refresh`, `store verify`)",
+        "  prints its own document instead, with `error` and `exit_code` added.",
         "",
         "Exit codes: "
         + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items())

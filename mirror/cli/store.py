@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from mirror.cli.common import CliContext, reads_only
-from mirror.errors import EXIT_INTEGRITY
+from mirror.errors import IntegrityError
 from mirror.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
@@ -32,14 +32,18 @@ def store_list(cli: CliContext, domain: str | None) -> None:
 def store_verify(cli: CliContext) -> None:
     """Re-hash every blob against the index; exit 5 with one line per problem."""
     report = verify_store(cli.app)
-    cli.emit(report_document(report), report_lines(report))
-    if not report.ok:
-        click.echo(
-            f"mirror: error: {len(report.problems)} problem(s) in the store at "
-            f"{cli.app.store.root}; restore the named blobs or re-export their domains",
-            err=True,
-        )
-        raise click.exceptions.Exit(EXIT_INTEGRITY)
+    if report.ok:
+        cli.emit(report_document(report), report_lines(report))
+        return
+    if not cli.as_json:
+        cli.emit(None, report_lines(report))
+    cli.fail_with(
+        report_document(report),
+        IntegrityError(
+            f"{len(report.problems)} problem(s) in the store at {cli.app.store.root}; "
+            "restore the named blobs or re-export their domains"
+        ),
+    )
 
 
 def version_document(version: StoredVersion) -> dict[str, Any]:
