@@ -73,6 +73,7 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Sch
 
 
 DOMAIN_VERSION = obj({"domain": STR, "version": STR})
+ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
 ERROR_FIELDS: dict[str, Schema] = {"error": STR, "exit_code": INT}
 LINK = obj({"job_id": STR, "bundle_url": STR, "size_bytes": null(INT), "expires_at": null(TIME)})
 JOB = obj(
@@ -107,10 +108,7 @@ IMPORT = obj(
         "items": array(
             obj(
                 {
-                    "domain": STR,
-                    "version": STR,
-                    "sha256": SHA256,
-                    "size": INT,
+                    **ITEM,
                     "object": STR,
                     "manifest": STR,
                     "status": STR,
@@ -176,6 +174,7 @@ class Contract:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
+_ANY = tuple(EXIT_MEANINGS)
 _READ = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND)
 _VENDOR = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
 _BUCKET = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
@@ -208,15 +207,7 @@ CONTRACTS: dict[str, Contract] = {
     "export run": Contract(
         "The run's outcome: a new version stored, or unchanged content.",
         "mirror export run docs.example.com --json",
-        (
-            EXIT_OK,
-            EXIT_FAILED,
-            EXIT_USAGE,
-            EXIT_NOT_FOUND,
-            EXIT_AUTH,
-            EXIT_INTEGRITY,
-            EXIT_TEMPORARY,
-        ),
+        _ANY,
         obj(
             {
                 "domain": STR,
@@ -381,10 +372,7 @@ CONTRACTS: dict[str, Contract] = {
                 "items": array(
                     obj(
                         {
-                            "domain": STR,
-                            "version": STR,
-                            "sha256": SHA256,
-                            "size": INT,
+                            **ITEM,
                             "parts": INT,
                         }
                     )
@@ -407,22 +395,14 @@ CONTRACTS: dict[str, Contract] = {
                 "source_id": STR,
                 "created_at": TIME,
                 "total_bytes": INT,
-                "items": array(obj({"domain": STR, "version": STR, "sha256": SHA256, "size": INT})),
+                "items": array(obj(ITEM)),
             }
         ),
     ),
     "transfer import": Contract(
         "What was published into the bucket, and where the receipt is.",
         "mirror transfer import /media/usb/set --promote --json",
-        (
-            EXIT_OK,
-            EXIT_FAILED,
-            EXIT_USAGE,
-            EXIT_NOT_FOUND,
-            EXIT_AUTH,
-            EXIT_INTEGRITY,
-            EXIT_TEMPORARY,
-        ),
+        _ANY,
         IMPORT,
     ),
     "transfer ack": Contract(
