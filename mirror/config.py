@@ -195,10 +195,15 @@ class Settings(_Section):
                 )
             origin = str(key_path)
             try:
-                key = key_path.read_text().strip()
+                key = key_path.read_text(encoding="utf-8").strip()
             except OSError as exc:
                 raise AuthError(
                     f"cannot read the admin API key file {key_path}: {exc.strerror}"
+                ) from None
+            except UnicodeDecodeError:
+                raise ConfigError(
+                    f"the admin API key file {key_path} is not UTF-8 text",
+                    hint="write the key alone on one line",
                 ) from None
         if not key:
             raise AuthError(f"the admin API key from {origin} is empty")
@@ -256,7 +261,11 @@ def load_settings(explicit: str | Path | None = None, *, allow_defaults: bool = 
             "embedded defaults",
         )
     try:
-        document = tomllib.loads(path.read_text())
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {exc.start} cannot be decoded)"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     except OSError as exc:

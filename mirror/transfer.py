@@ -122,6 +122,8 @@ def parse_strict_json(data: bytes, name: str) -> Any:
         raise IntegrityError(f"{name}: not UTF-8") from None
     except ValueError as exc:
         raise IntegrityError(f"{name}: not valid strict JSON ({exc})") from None
+    except RecursionError:
+        raise IntegrityError(f"{name}: nested too deeply to be a mirror document") from None
 
 
 def part_names(sha256: str, count: int) -> list[str]:
