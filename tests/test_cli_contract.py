@@ -107,6 +107,7 @@ def test_every_command_json_document_matches_its_description(
     walk("keys generate", "--out", str(keys))
     assert walk("keys show", f"{keys}.pub")["kind"] == "public"
     assert walk("config check")["valid"] is True
+    assert not (tmp_path / "store").exists()
     walk("db upgrade")
 
     first = walk("export run", DOMAIN)
