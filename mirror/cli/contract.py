@@ -74,6 +74,12 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Sch
 
 DOMAIN_VERSION = obj({"domain": STR, "version": STR})
 ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
+BUNDLE: dict[str, Schema] = {
+    **ITEM,
+    "format": STR,
+    "tree_sha256": null(STR),
+    "file_count": null(INT),
+}
 ERROR_FIELDS: dict[str, Schema] = {"error": STR, "exit_code": INT}
 LINK = obj({"job_id": STR, "bundle_url": STR, "size_bytes": null(INT), "expires_at": null(TIME)})
 JOB = obj(
@@ -210,14 +216,8 @@ CONTRACTS: dict[str, Contract] = {
         _ANY,
         obj(
             {
-                "domain": STR,
+                **BUNDLE,
                 "state": {"enum": ["stored", "unchanged"]},
-                "version": STR,
-                "sha256": SHA256,
-                "size": INT,
-                "format": STR,
-                "tree_sha256": null(STR),
-                "file_count": null(INT),
                 "job_id": STR,
                 "run_id": INT,
                 "path": STR,
@@ -253,13 +253,7 @@ CONTRACTS: dict[str, Contract] = {
                 "versions": array(
                     obj(
                         {
-                            "domain": STR,
-                            "version": STR,
-                            "sha256": SHA256,
-                            "size": INT,
-                            "format": STR,
-                            "tree_sha256": null(STR),
-                            "file_count": null(INT),
+                            **BUNDLE,
                             "created_at": TIME,
                             "delivered_at": null(TIME),
                             "path": STR,
