@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export VENV
 
-.PHONY: all venv lint typecheck test faults demo bench clean
+.PHONY: all venv lint typecheck test faults demo bench clean docs
 
 all: test
 
@@ -33,6 +33,10 @@ faults: venv
 	MIRROR_FAULT_KILLS=100 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
 
 ## make demo: the whole pipeline on embedded defaults, in a temporary directory
+## make docs: docs/json.md from the command contract (mirror/cli/contract.py)
+docs: venv
+	$(PY) -c 'from mirror.cli.contract import render_markdown as r; print(r(), end="")' > docs/json.md
+
 demo: venv
 	$(PY) -m mirror demo
 

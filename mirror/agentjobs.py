@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from mirror.api import AgentJob
 from mirror.errors import TemporaryFailure
+from mirror.timestamps import rfc3339_or_none
 from mirror.units import format_duration
 
 
@@ -124,4 +125,4 @@ def agent_job_document(job: AgentJob) -> dict[str, Any]:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment is not None else None
+    return rfc3339_or_none(moment)

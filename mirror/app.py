@@ -7,28 +7,53 @@ import logging
 
 from mirror.config import Settings
 from mirror.db import Database
+from mirror.errors import NotFound
 from mirror.store import BlobStore
 
 log = logging.getLogger(__name__)
 
 
 class App:
-    """Holds the settings and lazily opens the store and the index (upgrading its schema)."""
+    """Holds the settings and lazily opens the store and the index (upgrading its schema).
 
-    def __init__(self, settings: Settings, *, auto_upgrade: bool = True) -> None:
+    `read_only`: never create the store directory or a SQLite index; NotFound
+    (exit 3) when they do not exist yet, so a look around leaves nothing behind.
+    """
+
+    def __init__(
+        self, settings: Settings, *, auto_upgrade: bool = True, read_only: bool = False
+    ) -> None:
         self.settings = settings
         self.auto_upgrade = auto_upgrade
+        self.read_only = read_only
+
+    def _missing(self, what: str) -> NotFound:
+        return NotFound(
+            f"no store yet: {what} does not exist",
+            hint="nothing was exported here; run `mirror export run DOMAIN` or the daemon first",
+        )
 
     @functools.cached_property
     def store(self) -> BlobStore:
         store = BlobStore(self.settings.store.path)
-        store.ensure()
+        if not self.read_only:
+            store.ensure()
+            return store
+        store.check_not_a_file()
+        if not store.root.is_dir():
+            raise self._missing(str(store.root))
         return store
 
     @functools.cached_property
     def db(self) -> Database:
         if self.settings.store.database == "":
-            self.store.ensure()
+            if self.read_only:
+                BlobStore(self.settings.store.path).check_not_a_file()
+                index = self.settings.store.path / "mirror.db"
+                if not index.is_file():
+                    raise self._missing(f"the index {index}")
+            else:
+                self.store.ensure()
         database = Database(self.settings.store.database_url())
         if self.auto_upgrade and not database.is_current():
             log.info("upgrading the index schema")

@@ -45,6 +45,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE, atomic_writer
+from mirror.timestamps import rfc3339
 from mirror.units import format_duration
 from mirror.versions import label_key, sort_labels
 
@@ -64,9 +65,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def isoformat(moment: datetime) -> str:
-    """`2026-11-29T02:00:00Z`: the one timestamp form of our documents and messages."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+isoformat = rfc3339  # the one timestamp form of our documents and messages
 
 
 class BucketStore(Protocol):
@@ -218,8 +217,17 @@ def rollback_target(document: Mapping[str, Any] | None, domain: str) -> str:
     while stack and stack[-1] == current:
         stack.pop()
     if not stack:
+        others = sorted(
+            {str(entry["version"]) for entry in _history(document)} - {current}, key=label_key
+        )
+        if not others:
+            raise OperationFailed(
+                f"nothing to roll back to: {current} is the only version of {domain} ever promoted"
+            )
         raise OperationFailed(
-            f"nothing to roll back to: {current} is the only version of {domain} ever promoted"
+            f"nothing to roll back to: {current} is the oldest promotion of {domain} left; "
+            f"the later ones ({', '.join(others)}) were rolled back "
+            f"(make one current again with: mirror chart promote {domain} VERSION)"
         )
     return stack[-1]
 

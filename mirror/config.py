@@ -1,9 +1,11 @@
 """Settings: TOML in, validated and typed settings out, with errors that name the key and file.
 
 Where the file is: `--config`, then `$MIRROR_CONFIG`, then `/etc/mirror/config.toml`.
-A path given explicitly must exist; the default path may be absent (embedded
-defaults then apply). Unknown keys are refused, so a typo never silently falls
-back to a default.
+A path given explicitly must exist. When no file is found at all the command
+refuses (exit 2) and names the places it looked, unless the caller explicitly
+allows the embedded defaults (`mirror --defaults`, for trying things out): a
+host that silently runs on defaults writes to places nobody chose. Unknown keys
+are refused, so a typo never silently falls back to a default.
 
 Secrets are never held in the settings themselves: `api_key()` reads the key
 when it is needed, from `$MIRROR_API_KEY`, the file `api.key_file`, or the
@@ -266,13 +268,23 @@ def resolve_config_path(explicit: str | Path | None) -> tuple[Path, bool]:
     return DEFAULT_CONFIG_PATH, False
 
 
-def load_settings(explicit: str | Path | None = None) -> Settings:
-    """Read and validate the settings; ConfigError (exit 2) names the key and the file."""
+def load_settings(explicit: str | Path | None = None, *, allow_defaults: bool = False) -> Settings:
+    """Read and validate the settings; ConfigError (exit 2) names the key and the file.
+
+    With no file anywhere, the embedded defaults apply only when `allow_defaults`.
+    """
     path, required = resolve_config_path(explicit)
     if not path.exists():
         if required:
             raise ConfigError(f"config file {path} does not exist")
-        return Settings()
+        if allow_defaults:
+            return Settings()
+        raise ConfigError(
+            f"no config file found (looked at --config: not given, ${CONFIG_ENV}: not set, "
+            f"{path}: absent)",
+            hint="write one from config.example.toml, or pass --defaults to try the "
+            "embedded defaults",
+        )
     try:
         document = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -20,6 +20,9 @@ class MirrorError(Exception):
     """Base class: an operation failed (exit 1)."""
 
     exit_code = EXIT_FAILED
+    document: dict[str, object] | None = None
+    """With --json, the CLI prints this (the command's own document) instead of the bare
+    error document, with `error` and `exit_code` added."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

@@ -17,7 +17,9 @@ Promises:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -552,14 +554,19 @@ def ack(app: App, receipt_path: Path, *, now: Callable[[], datetime] = utcnow) -
 
 @dataclass(frozen=True)
 class PushResult:
+    """What a push did. The set and its receipt lived in a temporary directory that is gone,
+    so `receipt` holds the receipt's content and `imported.receipt` is None."""
+
     imported: ImportResult | None
     acknowledged: AckResult | None
+    receipt: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "nothing": self.imported is None,
             "import": self.imported.as_dict() if self.imported else None,
             "ack": self.acknowledged.as_dict() if self.acknowledged else None,
+            "receipt": self.receipt,
         }
 
 
@@ -607,7 +614,8 @@ def push(
                 forget_transfer(app, packed.sequence)
             raise
         acknowledged = ack(app, set_dir / RECEIPT, now=now)
-    return PushResult(imported, acknowledged)
+        receipt = json.loads((set_dir / RECEIPT).read_bytes())
+    return PushResult(dataclasses.replace(imported, receipt=None), acknowledged, receipt)
 
 
 def _target_has(store: ObjectStore, sequence: int, manifest_sha256: str | None) -> bool:

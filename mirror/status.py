@@ -19,6 +19,7 @@ from mirror.app import App
 from mirror.config import ExportSettings
 from mirror.models import DomainSchedule, ExportRun, RunState, Version, utcnow
 from mirror.scheduler import ActiveRun, DomainState, eligible_at
+from mirror.timestamps import rfc3339_or_none
 from mirror.versions import label_key
 
 SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
@@ -132,14 +133,14 @@ class DomainStatus:
             "last_run": self.last_run,
             "latest_version": self.latest_version,
             "running": self.running,
-            "next_due": _iso(self.next_due),
+            "next_due_at": _iso(self.next_due),
             "deferred_until": _iso(self.not_before),
             "error": self.error,
         }
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") if value is not None else None
+    return rfc3339_or_none(value)
 
 
 def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> list[DomainStatus]:
@@ -202,8 +203,8 @@ def _run_json(run: ExportRun) -> dict[str, Any]:
         "state": run.state,
         "active": run.active,
         "job_id": run.vendor_job_id,
-        "started": _iso(run.created_at),
-        "finished": _iso(run.finished_at),
+        "started_at": _iso(run.created_at),
+        "finished_at": _iso(run.finished_at),
         "bytes_done": run.bytes_done,
         "version": run.version_label,
         "error": run.error,
@@ -214,6 +215,6 @@ def _version_json(version: Version) -> dict[str, Any]:
     return {
         "version": version.label,
         "sha256": version.bundle_sha256,
-        "created": _iso(version.created_at),
-        "delivered": _iso(version.delivered_at),
+        "created_at": _iso(version.created_at),
+        "delivered_at": _iso(version.delivered_at),
     }

@@ -45,11 +45,7 @@ class BlobStore:
     def ensure(self) -> None:
         """Create the directories; a root that is not a writable directory is a configuration
         error (exit 2) named in one line, a full disk a temporary failure (exit 75)."""
-        if self.root.exists() and not self.root.is_dir():
-            raise ConfigError(
-                f"store.path {self.root} is not a directory",
-                hint="set store.path to a directory (it is created when missing)",
-            )
+        self.check_not_a_file()
         try:
             self.blobs_dir.mkdir(parents=True, exist_ok=True)
             self.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -60,6 +56,14 @@ class BlobStore:
                 f"cannot create the store at {self.root}: {exc.strerror}",
                 hint="set store.path to a writable directory",
             ) from None
+
+    def check_not_a_file(self) -> None:
+        """A store.path naming something other than a directory is a configuration error."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(
+                f"store.path {self.root} is not a directory",
+                hint="set store.path to a directory (it is created when missing)",
+            )
 
     def blob_path(self, sha256: str) -> Path:
         if not _HEX64.match(sha256):

@@ -30,7 +30,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,6 +50,7 @@ from mirror.errors import (
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
 from mirror.keys import PublicKey, SigningKey, load_signing_key, verify_signature_file
 from mirror.models import Bundle, Transfer, TransferItem, Version, utcnow
+from mirror.timestamps import rfc3339
 from mirror.units import format_size
 from mirror.versions import label_key
 
@@ -119,10 +120,10 @@ def parse_strict_json(data: bytes, name: str) -> Any:
         )
     except UnicodeDecodeError:
         raise IntegrityError(f"{name}: not UTF-8") from None
-    except RecursionError:
-        raise IntegrityError(f"{name}: not valid strict JSON (nested too deeply)") from None
     except ValueError as exc:
         raise IntegrityError(f"{name}: not valid strict JSON ({exc})") from None
+    except RecursionError:
+        raise IntegrityError(f"{name}: nested too deeply to be a mirror document") from None
 
 
 def part_names(sha256: str, count: int) -> list[str]:
@@ -144,7 +145,7 @@ def _iso(value: str) -> str:
 
 
 def iso_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(moment)
 
 
 class _Strict(BaseModel):

@@ -159,6 +159,18 @@ def test_rollback_with_nothing_before_fails_clearly() -> None:
         chart.rollback_target(back_at_start, "d.example")
 
 
+def test_rollback_after_promote_rollback_twice_names_the_rolled_back_versions() -> None:
+    document = history_doc(
+        ("promote", "A"), ("promote", "B"), ("rollback", "A"), ("promote", "B"), ("rollback", "A")
+    )
+    with pytest.raises(OperationFailed) as failed:
+        chart.rollback_target(document, "d.example")
+    assert "only version" not in str(failed.value)
+    assert "A is the oldest promotion of d.example left; the later ones (B) were rolled back" in (
+        str(failed.value)
+    )
+
+
 def test_history_is_bounded() -> None:
     document: dict[str, object] | None = None
     for index in range(chart.HISTORY_LIMIT + 5):

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
+import pytest
+
+from mirror.cli import cli, hoist_global_options, main
 from tests.conftest import mirror_cli, write_config
 
 
@@ -24,6 +29,7 @@ def test_missing_config_is_exit_2_with_json_error(tmp_path: Path) -> None:
     result = mirror_cli("--json", "--config", str(tmp_path / "none.toml"), "config", "check")
     assert result.returncode == 2
     assert json.loads(result.stdout) == {
+        "schema": "mirror.error/1",
         "error": f"config file {tmp_path / 'none.toml'} does not exist",
         "exit_code": 2,
     }
@@ -46,3 +52,119 @@ def test_config_from_environment_variable(tmp_path: Path) -> None:
     result = mirror_cli("config", "check", env={"MIRROR_CONFIG": str(config)})
     assert result.returncode == 2
     assert "api.export_flow" in result.stderr
+
+
+def test_no_config_file_anywhere_is_exit_2_naming_the_places(tmp_path: Path) -> None:
+    if Path("/etc/mirror/config.toml").exists():
+        pytest.skip("this host has /etc/mirror/config.toml")
+    result = mirror_cli("status")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "mirror: error: no config file found (looked at --config: not given, "
+        "$MIRROR_CONFIG: not set, /etc/mirror/config.toml: absent) (write one from "
+        "config.example.toml, or pass --defaults to try the embedded defaults)"
+    ]
+    allowed = mirror_cli("--defaults", "config", "check", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    assert json.loads(allowed.stdout)["source"] == "(embedded defaults)"
+
+
+def test_read_only_commands_never_create_the_store(tmp_path: Path) -> None:
+    store = tmp_path / "state" / "store"
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    for command, code in (
+        (("status",), 3),
+        (("store", "list"), 3),
+        (("store", "verify"), 3),
+        (("config", "check"), 0),
+    ):
+        result = mirror_cli(*command, "--config", str(config))
+        assert result.returncode == code, (command, result.stderr)
+        if code:
+            assert result.stderr.startswith("mirror: error: no store yet: ")
+        assert not (tmp_path / "state").exists(), command
+
+
+def test_export_run_of_an_unconfigured_domain_asks_for_adhoc(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "c.toml",
+        {"store": {"path": str(tmp_path / "store")}, "exports": [{"domain": "a.example.com"}]},
+    )
+    result = mirror_cli("export", "run", "b.example.com", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"mirror: error: b.example.com is not an [[exports]] domain in {config} "
+        "(add it there, or pass --adhoc to export it once anyway)"
+    ]
+
+
+def test_daemon_without_domains_refuses_to_start(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(tmp_path / "store")}})
+    result = mirror_cli("daemon", "--config", str(config), "--json")
+    assert result.returncode == 2
+    assert json.loads(result.stdout)["error"].startswith(
+        f"no domains to export: no [[exports]] in {config}"
+    )
+    assert not (tmp_path / "store").exists()
+
+
+def test_global_options_move_before_the_command() -> None:
+    assert hoist_global_options(["store", "list", "--json", "-vv", "--config", "c.toml"]) == [
+        "--json",
+        "-vv",
+        "--config",
+        "c.toml",
+        "store",
+        "list",
+    ]
+    assert hoist_global_options(["export", "run", "d", "--config=x", "--", "--json"]) == [
+        "--config=x",
+        "export",
+        "run",
+        "d",
+        "--",
+        "--json",
+    ]
+
+
+@pytest.fixture
+def broken_command() -> Iterator[str]:
+    """A real command that fails in a way nobody planned for."""
+
+    @click.command("broken-for-test")
+    def broken() -> None:
+        raise RuntimeError("the unplanned happened")
+
+    cli.add_command(broken)
+    yield "broken-for-test"
+    cli.commands.pop("broken-for-test")
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_unexpected_errors_are_one_line_and_exit_1(
+    broken_command: str, verbose: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([broken_command, "--json", *(["-v"] if verbose else [])])
+    assert exited.value.code == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["error"].startswith("unexpected RuntimeError: the unplanned happened")
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("mirror: error: unexpected RuntimeError: the unplanned happened")
+    )
+    assert ("Traceback" in err) is verbose
+
+
+def test_keys_show_of_a_missing_or_foreign_file(tmp_path: Path) -> None:
+    missing = mirror_cli("keys", "show", str(tmp_path / "transfer.pub"))
+    assert missing.returncode == 3
+    assert missing.stderr.splitlines() == [
+        f"mirror: error: key file {tmp_path / 'transfer.pub'} does not exist"
+    ]
+    (tmp_path / "notes.txt").write_text("not a key\n")
+    foreign = mirror_cli("keys", "show", str(tmp_path / "notes.txt"))
+    assert foreign.returncode == 2
+    assert "signing key" not in foreign.stderr
+    assert "neither an Ed25519 public key nor an Ed25519 private key" in foreign.stderr

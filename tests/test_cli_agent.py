@@ -52,6 +52,7 @@ def test_get_prints_json_with_snake_case_keys(
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert set(document) == {
+        "schema",
         "id",
         "status",
         "repository",

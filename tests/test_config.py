@@ -9,10 +9,20 @@ from mirror.errors import AuthError, ConfigError
 from tests.conftest import mirror_cli, write_config
 
 
-def test_defaults_when_default_path_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_config_anywhere_refuses_naming_the_places(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MIRROR_CONFIG", raising=False)
     monkeypatch.setattr("mirror.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/mirror.toml"))
-    settings = load_settings(None)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None)
+    assert refused.value.exit_code == 2
+    for place in ("--config", "$MIRROR_CONFIG", "/nonexistent/mirror.toml", "--defaults"):
+        assert place in str(refused.value)
+
+
+def test_defaults_when_allowed_and_default_path_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MIRROR_CONFIG", raising=False)
+    monkeypatch.setattr("mirror.config.DEFAULT_CONFIG_PATH", Path("/nonexistent/mirror.toml"))
+    settings = load_settings(None, allow_defaults=True)
     assert settings.source is None
     assert settings.api.export_flow == "global"
     assert settings.store.database_url().startswith("sqlite:///")

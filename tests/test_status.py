@@ -121,8 +121,8 @@ def test_status_of_every_configured_domain(store_dir: Path) -> None:
     assert busy.last_run is not None and busy.last_run["state"] == "downloading"
 
     deferred = rows["deferred.example.com"].to_json()
-    assert deferred["deferred_until"] == "2026-03-01T12:20:00+00:00"
-    assert deferred["next_due"] == "2026-03-01T12:20:00+00:00"
+    assert deferred["deferred_until"] == "2026-03-01T12:20:00Z"
+    assert deferred["next_due_at"] == "2026-03-01T12:20:00Z"
     assert deferred["error"] == "start budget spent"
 
 

@@ -1,8 +1,10 @@
-"""The `mirror` command line: global options, command registration, and the one error mapping.
+"""The `mirror` command line: global options, command registration, and the one error path.
 
 Commands live in the modules beside this one and only parse, call and print.
-Every failure becomes one line on stderr (or a JSON document with --json) and
-the exit code its error class carries.
+Every failure, a usage error included, becomes one `mirror: error: ...` line
+on stderr (plus the JSON error document on stdout with --json) and the exit
+code its error class carries. Global options may come before or after the
+command (`mirror store list --json`): they are moved to the front in one place.
 """
 
 from __future__ import annotations
@@ -11,21 +13,62 @@ import importlib
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from mirror import __version__
 from mirror.cli.common import CliContext
-from mirror.errors import EXIT_TEMPORARY, EXIT_USAGE, MirrorError
+from mirror.cli.contract import ERROR_SCHEMA, apply_help
+from mirror.errors import EXIT_FAILED, EXIT_TEMPORARY, EXIT_USAGE, MirrorError
 from mirror.logs import redact, setup_logging
 
 log = logging.getLogger("mirror")
 
+_GLOBAL_FLAGS = frozenset({"--json", "--defaults", "-q", "--quiet", "--verbose"})
+_GLOBAL_WITH_VALUE = frozenset({"--config"})
+
+
+def _is_global(token: str) -> bool:
+    return (
+        token in _GLOBAL_FLAGS
+        or token.startswith("--config=")
+        or (len(token) > 1 and token.startswith("-") and set(token[1:]) == {"v"})
+    )
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """`args` with the global options moved before the command, wherever they were typed.
+
+    Everything after `--` is left alone; the relative order of the rest is kept.
+    """
+    hoisted: list[str] = []
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            rest.extend(args[index:])
+            break
+        if _is_global(arg):
+            hoisted.append(arg)
+        elif arg in _GLOBAL_WITH_VALUE and index + 1 < len(args):
+            hoisted.extend(args[index : index + 2])
+            index += 1
+        else:
+            rest.append(arg)
+        index += 1
+    return hoisted + rest
+
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported only when used, so start-up stays quick."""
+    """A group whose subcommands are imported only when used, so start-up stays quick.
+
+    Each command tree is given its help epilog (example, exit codes) from
+    mirror.cli.contract when it is loaded.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -46,8 +89,14 @@ class LazyGroup(click.Group):
                 command = getattr(importlib.import_module(module_name), attribute)
             else:
                 command = target()
+            apply_help(command, name)
             self.add_command(command, name)
         return super().get_command(ctx, name)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if ctx.parent is None:
+            args = hoist_global_options(args)
+        return super().parse_args(ctx, args)
 
 
 @click.group(
@@ -60,18 +109,32 @@ class LazyGroup(click.Group):
     metavar="PATH",
     help="Settings file [default: $MIRROR_CONFIG, then /etc/mirror/config.toml].",
 )
+@click.option(
+    "--defaults",
+    "allow_defaults",
+    is_flag=True,
+    help="With no config file anywhere, use the embedded defaults (for trying things).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document for scripts.")
 @click.option("-v", "--verbose", count=True, help="More log output (repeatable).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors.")
 @click.version_option(__version__, prog_name="mirror")
 @click.pass_context
 def cli(
-    ctx: click.Context, config_path: str | None, as_json: bool, verbose: int, quiet: bool
+    ctx: click.Context,
+    config_path: str | None,
+    allow_defaults: bool,
+    as_json: bool,
+    verbose: int,
+    quiet: bool,
 ) -> None:
-    """Carry a documentation vendor's static-export bundles into air-gapped clusters."""
+    """Carry a documentation vendor's static-export bundles into air-gapped clusters.
+
+    Global options may also follow the command: mirror store list --json.
+    """
     verbosity = -1 if quiet else verbose
     setup_logging(verbosity)
-    state = CliContext(config_path, as_json, verbosity)
+    state = CliContext(config_path, as_json, verbosity, allow_defaults=allow_defaults)
     ctx.obj = state
     ctx.call_on_close(state.close)
 
@@ -102,28 +165,67 @@ for _name, _target in COMMANDS.items():
     cli.add_lazy(_name, _target)
 
 
-def _fail(message: str, exit_code: int, as_json: bool) -> None:
-    message = redact(message)
+def fail(
+    message: str, exit_code: int, as_json: bool, document: dict[str, object] | None = None
+) -> NoReturn:
+    """The one way out on failure: one line on stderr, the error document on stdout with --json
+    (the command's own `document` with the error added, when it gave one)."""
+    message = " ".join(redact(message).split())
     if as_json:
-        click.echo(json.dumps({"error": message, "exit_code": exit_code}))
+        error = {"error": message, "exit_code": exit_code}
+        if document is None:
+            click.echo(json.dumps({"schema": ERROR_SCHEMA, **error}))
+        else:
+            text = json.dumps({**document, **error}, indent=2, default=str)
+            click.echo(redact(text))
     click.echo(f"mirror: error: {message}", err=True)
     sys.exit(exit_code)
 
 
+def _usage_message(exc: click.UsageError) -> str:
+    where = exc.ctx.command_path if exc.ctx is not None else "mirror"
+    return f"{exc.format_message().rstrip('.')} (see `{where} --help`)"
+
+
+def _missing_command(exc: click.UsageError) -> str:
+    ctx = exc.ctx
+    if ctx is None or not isinstance(ctx.command, click.Group):
+        return "a command is missing (see `mirror --help`)"
+    names = ", ".join(ctx.command.list_commands(ctx))
+    return f"{ctx.command_path} needs a command: {names} (see `{ctx.command_path} --help`)"
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
-    as_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    """Console entry point: run the command and map every way it can end to an exit code."""
+    args = hoist_global_options(list(argv if argv is not None else sys.argv[1:]))
+    options = args[: args.index("--")] if "--" in args else args
+    as_json = "--json" in options
+    verbose = sum(t.count("v") for t in options if _is_global(t) and t.startswith("-v"))
+    verbose += options.count("--verbose")
     try:
-        result = cli.main(args=argv, prog_name="mirror", standalone_mode=False)
+        result = cli.main(args=args, prog_name="mirror", standalone_mode=False)
     except MirrorError as exc:
-        _fail(str(exc), exc.exit_code, as_json)
-    except click.exceptions.Abort:
-        _fail("interrupted; run the same command again to resume", EXIT_TEMPORARY, as_json)
-    except KeyboardInterrupt:
-        _fail("interrupted; run the same command again to resume", EXIT_TEMPORARY, as_json)
+        fail(str(exc), exc.exit_code, as_json, exc.document)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        fail("interrupted; run the same command again to resume", EXIT_TEMPORARY, as_json)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        if not as_json and exc.ctx is not None:
+            click.echo(exc.ctx.get_help(), err=True)
+        fail(_missing_command(exc), EXIT_USAGE, as_json)
+    except click.UsageError as exc:
+        fail(_usage_message(exc), EXIT_USAGE, as_json)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE if exc.exit_code == 2 else exc.exit_code)
+        fail(exc.format_message(), exc.exit_code, as_json)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except Exception as exc:  # the last resort: never a traceback unless asked for
+        if verbose:
+            traceback.print_exc()
+        detail = str(exc) or "no detail"
+        fail(
+            f"unexpected {type(exc).__name__}: {detail}"
+            + ("" if verbose else " (run again with -v for the traceback)"),
+            EXIT_FAILED,
+            as_json,
+        )
     sys.exit(result if isinstance(result, int) else 0)

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import CliContext, pass_cli, reads_only
 from mirror.db import safe_url
 
 
@@ -17,7 +17,7 @@ def config_group() -> None:
 
 
 @config_group.command("check")
-@pass_cli
+@reads_only
 def config_check(cli: CliContext) -> None:
     """Validate the settings and print them, secrets redacted."""
     settings = cli.settings

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import click
 import httpx
 
 from mirror import chart as charts
 from mirror.cli.common import DURATION, CliContext, pass_cli
-from mirror.errors import MirrorError
-from mirror.logs import redact
 from mirror.units import format_duration
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -24,16 +21,6 @@ def _store(cli: CliContext) -> charts.BucketStore:
     return ObjectStore.from_settings(cli.settings.target)
 
 
-def _fail_with(cli: CliContext, data: dict[str, Any], error: MirrorError) -> None:
-    """Report a failure with its details: one JSON document with --json, else the error line."""
-    if not cli.as_json:
-        raise error
-    data = {**data, "error": str(error), "exit_code": error.exit_code}
-    cli.emit(data)
-    click.echo(f"mirror: error: {redact(str(error))}", err=True)
-    click.get_current_context().exit(error.exit_code)
-
-
 @click.group("chart")
 def chart() -> None:
     """Values for the vendor's Helm chart, and which version of each domain is live."""
@@ -41,7 +28,10 @@ def chart() -> None:
 
 @chart.command("values")
 @click.argument("domain")
-@click.option("--version", "version", metavar="V", help="Pin this version [default: current].")
+@click.option(
+    "--pin", "version", metavar="V", help="This stored version instead of the current one."
+)
+@click.option("--version", "version", metavar="V", hidden=True, help="Deprecated: --pin.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -141,8 +131,7 @@ def check_command(cli: CliContext, file: Path, warn: float) -> None:
     with httpx.Client(timeout=CHECK_TIMEOUT, verify=target.ca_bundle or True) as http:
         report = charts.check_values_file(file, store, http, warn=warn)
     if report.error is not None:
-        _fail_with(cli, report.as_dict(), report.error)
-        return
+        cli.fail_with(report.as_dict(), report.error)
     cli.emit(report.as_dict(), report.lines())
 
 
@@ -164,8 +153,7 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     except charts.RefreshFailed as exc:
         for result in exc.results:
             cli.say(result.line())
-        _fail_with(cli, {"results": [r.as_dict() for r in exc.results]}, exc)
-        return
+        cli.fail_with({"results": [r.as_dict() for r in exc.results]}, exc)
     lines = [result.line() for result in results]
     for result in results:
         if result.expires_at is not None:

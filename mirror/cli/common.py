@@ -6,25 +6,42 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
+
+from mirror.timestamps import rfc3339
 
 if TYPE_CHECKING:
     from mirror.app import App
     from mirror.config import Settings
+    from mirror.errors import MirrorError
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 class CliContext:
-    """Global options and the app, built on first use so `--help` never reads a config."""
+    """Global options and the app, built on first use so `--help` never reads a config.
 
-    def __init__(self, config_path: str | None, as_json: bool, verbosity: int) -> None:
+    `read_only` commands (see `reads_only`) get an app that never creates the
+    store directory or the index: NotFound (exit 3) when there is none yet.
+    """
+
+    def __init__(
+        self,
+        config_path: str | None,
+        as_json: bool,
+        verbosity: int,
+        *,
+        allow_defaults: bool = False,
+    ) -> None:
         self.config_path = config_path
         self.as_json = as_json
         self.verbosity = verbosity
+        self.allow_defaults = allow_defaults
+        self.read_only = False
         self._settings: Settings | None = None
         self._app: App | None = None
 
@@ -33,7 +50,7 @@ class CliContext:
         if self._settings is None:
             from mirror.config import load_settings
 
-            self._settings = load_settings(self.config_path)
+            self._settings = load_settings(self.config_path, allow_defaults=self.allow_defaults)
         return self._settings
 
     @property
@@ -41,7 +58,7 @@ class CliContext:
         if self._app is None:
             from mirror.app import App
 
-            self._app = App(self.settings)
+            self._app = App(self.settings, read_only=self.read_only)
         return self._app
 
     @property
@@ -50,15 +67,30 @@ class CliContext:
         return not self.as_json and self.verbosity >= 0 and sys.stderr.isatty()
 
     def emit(self, data: Any, human: str | Iterable[str] | None = None) -> None:
-        """One JSON document on stdout with --json; otherwise the human lines (unless -q)."""
+        """One JSON document on stdout with --json; otherwise the human lines (unless -q).
+
+        The document gets its `schema` (see mirror.cli.contract and docs/json.md)
+        from the command that runs; datetimes become RFC 3339 UTC strings.
+        """
         if self.as_json:
-            click.echo(json.dumps(data, indent=2, default=str, sort_keys=False))
+            from mirror.cli.contract import schema_name
+
+            document = {"schema": schema_name(click.get_current_context().command_path), **data}
+            click.echo(json.dumps(document, indent=2, default=_json_default, sort_keys=False))
             return
         if human is None or self.verbosity < 0:
             return
         lines = [human] if isinstance(human, str) else list(human)
         for line in lines:
             click.echo(line)
+
+    def fail_with(self, data: dict[str, Any], error: MirrorError) -> NoReturn:
+        """Fail with `error`; with --json the document is `data` (this command's schema) plus
+        `error` and `exit_code`. The CLI's one error path prints it (mirror.cli.main)."""
+        from mirror.cli.contract import schema_name
+
+        error.document = {"schema": schema_name(click.get_current_context().command_path), **data}
+        raise error
 
     def say(self, line: str) -> None:
         """A progress note for a person on stderr; silent with --json or -q."""
@@ -68,6 +100,12 @@ class CliContext:
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return rfc3339(value)
+    return str(value)
 
 
 def get_cli(ctx: click.Context | None = None) -> CliContext:
@@ -84,6 +122,18 @@ def pass_cli(function: Callable[..., R]) -> Callable[..., R]:
     @click.pass_context
     def wrapper(ctx: click.Context, /, *args: Any, **kwargs: Any) -> R:
         return function(get_cli(ctx), *args, **kwargs)
+
+    return functools.update_wrapper(wrapper, function)
+
+
+def reads_only(function: Callable[..., R]) -> Callable[..., R]:
+    """Like `pass_cli`, for a command that must never create the store or the index."""
+
+    @click.pass_context
+    def wrapper(ctx: click.Context, /, *args: Any, **kwargs: Any) -> R:
+        cli = get_cli(ctx)
+        cli.read_only = True
+        return function(cli, *args, **kwargs)
 
     return functools.update_wrapper(wrapper, function)
 

@@ -6,6 +6,7 @@ import click
 
 from mirror.cli.common import CliContext, pass_cli
 from mirror.daemon import DaemonOptions, run_daemon
+from mirror.errors import ConfigError
 from mirror.logs import setup_logging
 
 
@@ -53,6 +54,12 @@ def daemon_command(
     ready to systemd (Type=notify). SIGHUP reloads the config. Metrics and /healthz
     on daemon.listen.
     """
+    settings = cli.settings
+    if not settings.exports:
+        raise ConfigError(
+            f"no domains to export: no [[exports]] in {settings.source or 'the embedded defaults'}",
+            hint="add an [[exports]] table with a domain; the daemon would only idle",
+        )
     if cli.verbosity >= 0:
         setup_logging(max(1, cli.verbosity))
     options = DaemonOptions(
@@ -62,4 +69,4 @@ def daemon_command(
         busy_defer=busy_defer,
         **({"failure_retry": failure_retry} if failure_retry is not None else {}),
     )
-    run_daemon(cli.settings, config_path=cli.config_path, options=options)
+    run_daemon(settings, config_path=cli.config_path, options=options)

@@ -13,8 +13,20 @@ import click
 
 from mirror.api import BundleLink, ExportJob, VendorClient
 from mirror.cli.common import CliContext, pass_cli
+from mirror.errors import ConfigError
 from mirror.exporter import ExportOutcome, RunEvent, run_export
+from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
+
+_VENDOR_VERSION = click.option(
+    "--vendor-version",
+    "version",
+    metavar="V",
+    help="The vendor's export version to ask for (not a mirror version label).",
+)
+_VENDOR_VERSION_ALIAS = click.option(
+    "--version", "version", metavar="V", hidden=True, help="Deprecated: --vendor-version."
+)
 
 
 @click.group("export")
@@ -24,17 +36,32 @@ def export() -> None:
 
 @export.command("run")
 @click.argument("domain")
-@click.option("--version", "version", metavar="V", help="Vendor export version to ask for.")
+@_VENDOR_VERSION
+@_VENDOR_VERSION_ALIAS
 @click.option(
     "--path", "paths", metavar="P", multiple=True, help="Only this page path (repeatable)."
 )
+@click.option(
+    "--adhoc",
+    is_flag=True,
+    help="Export a domain that is not in [[exports]] (once; it is not scheduled).",
+)
 @pass_cli
-def export_run(cli: CliContext, domain: str, version: str | None, paths: tuple[str, ...]) -> None:
+def export_run(
+    cli: CliContext, domain: str, version: str | None, paths: tuple[str, ...], adhoc: bool
+) -> None:
     """Start, poll, download, check and store one export of DOMAIN (resumes an unfinished one).
 
     Exit 0 stored or unchanged, 1 the vendor job failed, 5 the bundle failed its checks,
     75 busy or deferred (run again later; an interrupted run resumes where it stopped).
     """
+    configured = {export.domain for export in cli.settings.exports}
+    if domain.strip().lower() not in configured and not adhoc:
+        source = cli.settings.source or "the embedded defaults"
+        raise ConfigError(
+            f"{domain} is not an [[exports]] domain in {source}",
+            hint="add it there, or pass --adhoc to export it once anyway",
+        )
     cancel = threading.Event()
     with (
         VendorClient.from_settings(cli.settings) as client,
@@ -55,7 +82,8 @@ def export_run(cli: CliContext, domain: str, version: str | None, paths: tuple[s
 
 @export.command("start")
 @click.argument("domain")
-@click.option("--version", "version", metavar="V", help="Vendor export version to ask for.")
+@_VENDOR_VERSION
+@_VENDOR_VERSION_ALIAS
 @click.option(
     "--path", "paths", metavar="P", multiple=True, help="Only this page path (repeatable)."
 )
@@ -154,7 +182,7 @@ def link_document(link: BundleLink) -> dict[str, Any]:
         "job_id": link.job_id,
         "bundle_url": link.url,
         "size_bytes": link.size_bytes,
-        "expires_at": link.expires_at.isoformat() if link.expires_at else None,
+        "expires_at": rfc3339_or_none(link.expires_at),
     }
 
 
@@ -163,7 +191,7 @@ def link_lines(link: BundleLink) -> list[str]:
     if link.size_bytes is not None:
         lines.append(f"  size     {format_size(link.size_bytes)} ({link.size_bytes} bytes)")
     if link.expires_at is not None:
-        lines.append(f"  expires  {link.expires_at.isoformat()}")
+        lines.append(f"  expires  {rfc3339(link.expires_at)}")
     return lines
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from mirror.cli.common import CliContext, pass_cli
-from mirror.errors import ConfigError
+from mirror.errors import ConfigError, NotFound
 from mirror.keys import generate_keypair, load_public_key, load_signing_key
 
 
@@ -49,8 +49,14 @@ def keys_generate(cli: CliContext, prefix: Path) -> None:
 @pass_cli
 def keys_show(cli: CliContext, path: Path) -> None:
     """Print the key id of a public or private key file (never the key itself)."""
+    if not path.is_file():
+        raise NotFound(f"key file {path} does not exist")
     try:
         key_id, kind = load_public_key(path).key_id, "public"
-    except ConfigError:  # not a public key: try it as a private one
+    except ConfigError:
+        if b"PRIVATE KEY" not in path.read_bytes()[:4096]:
+            raise ConfigError(
+                f"{path} holds neither an Ed25519 public key nor an Ed25519 private key"
+            ) from None
         key_id, kind = load_signing_key(path).key_id, "private"
     cli.emit({"path": str(path), "kind": kind, "key_id": key_id}, f"{path}: {kind} key {key_id}")

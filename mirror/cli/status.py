@@ -6,26 +6,24 @@ from datetime import datetime
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import CliContext, reads_only
 from mirror.models import utcnow
 from mirror.scheduler import format_delay
 from mirror.status import DomainStatus, domain_status
+from mirror.timestamps import rfc3339
 
 
 @click.command("status")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document for scripts.")
-@pass_cli
-def status_command(cli: CliContext, as_json: bool) -> None:
+@reads_only
+def status_command(cli: CliContext) -> None:
     """Per domain: last run and its state, latest version, next due time, any error.
 
     Reads the index, so it works whether or not the daemon is running.
     """
-    if as_json:
-        cli.as_json = True
     now = utcnow()
     rows = domain_status(cli.app, now=now)
     cli.emit(
-        {"generated_at": now.isoformat(timespec="seconds"), "domains": [r.to_json() for r in rows]},
+        {"generated_at": rfc3339(now), "domains": [r.to_json() for r in rows]},
         status_lines(rows, now),
     )
 
@@ -37,7 +35,7 @@ def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
     table: list[tuple[str, ...]] = [header]
     for row in rows:
         run = row.last_run
-        last = f"#{run['id']} {run['started'] or ''}" if run else "-"
+        last = f"#{run['id']} {run['started_at'] or ''}" if run else "-"
         state = run["state"] if run else "-"
         version = row.latest_version["version"] if row.latest_version else "-"
         if row.running:

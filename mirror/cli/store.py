@@ -6,10 +6,11 @@ from typing import Any
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
-from mirror.errors import EXIT_INTEGRITY
+from mirror.cli.common import CliContext, reads_only
+from mirror.errors import IntegrityError
 from mirror.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.repair import RepairReport, repair_store
+from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 
 
@@ -20,7 +21,7 @@ def store() -> None:
 
 @store.command("list")
 @click.option("--domain", metavar="D", help="Only this domain.")
-@pass_cli
+@reads_only
 def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered."""
     versions = list_versions(cli.app, domain)
@@ -34,9 +35,10 @@ def store_list(cli: CliContext, domain: str | None) -> None:
     help="Fix what a good copy exists for (a finished download, a blob of the same site; "
     "extra blobs are adopted or removed), then verify again.",
 )
-@pass_cli
+@reads_only
 def store_verify(cli: CliContext, repair: bool) -> None:
     """Re-hash every blob against the index; exit 5 with one line per problem."""
+    cli.read_only = not repair
     repairs: RepairReport | None = repair_store(cli.app) if repair else None
     report = repairs.after if repairs is not None else verify_store(cli.app)
     document = report_document(report)
@@ -56,20 +58,23 @@ def store_verify(cli: CliContext, repair: bool) -> None:
             *(f"removed extra blob {sha} (damaged or unsafe)" for sha in repairs.removed),
             *lines,
         ]
-    cli.emit(document, lines)
-    if not report.ok:
-        remedy = (
-            "export their domains again (the export repairs them) or restore the named blobs"
-            if repair
-            else "`mirror store verify --repair` fixes what it can; the rest need their "
-            "domains exported again"
-        )
-        click.echo(
-            f"mirror: error: {len(report.problems)} problem(s) in the store at "
-            f"{cli.app.store.root}; {remedy}",
-            err=True,
-        )
-        raise click.exceptions.Exit(EXIT_INTEGRITY)
+    if report.ok:
+        cli.emit(document, lines)
+        return
+    if not cli.as_json:
+        cli.emit(None, lines)
+    remedy = (
+        "export their domains again (the export repairs them) or restore the named blobs"
+        if repair
+        else "`mirror store verify --repair` fixes what it can; the rest need their "
+        "domains exported again"
+    )
+    cli.fail_with(
+        document,
+        IntegrityError(
+            f"{len(report.problems)} problem(s) in the store at {cli.app.store.root}; {remedy}"
+        ),
+    )
 
 
 def version_document(version: StoredVersion) -> dict[str, Any]:
@@ -81,8 +86,8 @@ def version_document(version: StoredVersion) -> dict[str, Any]:
         "format": version.format,
         "tree_sha256": version.tree_sha256,
         "file_count": version.file_count,
-        "created_at": version.created_at.isoformat(),
-        "delivered_at": version.delivered_at.isoformat() if version.delivered_at else None,
+        "created_at": rfc3339(version.created_at),
+        "delivered_at": rfc3339_or_none(version.delivered_at),
         "path": str(version.path),
     }
 

@@ -66,7 +66,17 @@ def spawn(config: Path, key: str, domain: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
     env["MIRROR_API_KEY"] = key
     return subprocess.Popen(
-        [sys.executable, "-m", "mirror", "--config", str(config), "export", "run", domain],
+        [
+            sys.executable,
+            "-m",
+            "mirror",
+            "--config",
+            str(config),
+            "export",
+            "run",
+            "--adhoc",
+            domain,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -97,7 +107,14 @@ def served(sim: Simulator, job_id: str) -> int:
 def finish(config: Path, sim: Simulator, domain: str) -> dict[str, object]:
     sim.set_faults(cuts_remaining=0)
     result = mirror_cli(
-        "--config", str(config), "--json", "export", "run", domain, env={"MIRROR_API_KEY": sim.key}
+        "--config",
+        str(config),
+        "--json",
+        "export",
+        "run",
+        "--adhoc",
+        domain,
+        env={"MIRROR_API_KEY": sim.key},
     )
     assert result.returncode == 0, result.stderr
     outcome: dict[str, object] = json.loads(result.stdout)

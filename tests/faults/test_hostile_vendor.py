@@ -77,7 +77,13 @@ def refused_on_one_line(tmp_path: Path, sim: Simulator, code: int, got: list[str
     """`mirror export run` against the faulty simulator: exit `code`, one error line."""
     config = cli_config(tmp_path, sim)
     result = mirror_cli(
-        "--config", str(config), "export", "run", "docs.cli.test", env={"MIRROR_API_KEY": sim.key}
+        "--config",
+        str(config),
+        "export",
+        "run",
+        "--adhoc",
+        "docs.cli.test",
+        env={"MIRROR_API_KEY": sim.key},
     )
     stderr = result.stderr.strip()
     got.append(f"exit {result.returncode}: {stderr[:70]}")

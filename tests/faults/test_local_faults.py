@@ -56,7 +56,14 @@ def sim_config(path: Path, sim: Simulator, store: Path, **api: Any) -> Path:
 
 def export(config: Path, sim: Simulator, domain: str, *extra: str) -> Any:
     return mirror_cli(
-        "--config", str(config), *extra, "export", "run", domain, env={"MIRROR_API_KEY": sim.key}
+        "--config",
+        str(config),
+        *extra,
+        "export",
+        "run",
+        "--adhoc",
+        domain,
+        env={"MIRROR_API_KEY": sim.key},
     )
 
 

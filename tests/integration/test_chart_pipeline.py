@@ -111,7 +111,7 @@ def test_operator_session(
     assert done.stdout.startswith(f"ok: {DOMAIN} {newest.version} from 127.0.0.1")
     assert "X-Amz-Signature" not in done.stdout + done.stderr
 
-    done = operator("chart", "values", DOMAIN, "--version", older.version)
+    done = operator("chart", "values", DOMAIN, "--pin", older.version)
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["staticExport"]["version"] == older.version
     assert "bundleUrl expires" in done.stderr
@@ -136,8 +136,9 @@ def test_operator_session(
     done = operator("chart", "rollback", DOMAIN)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
-        f"mirror: error: nothing to roll back to: {older.version} is the only version of "
-        f"{DOMAIN} ever promoted"
+        f"mirror: error: nothing to roll back to: {older.version} is the oldest promotion of "
+        f"{DOMAIN} left; the later ones ({newest.version}) were rolled back "
+        f"(make one current again with: mirror chart promote {DOMAIN} VERSION)"
     ]
 
 

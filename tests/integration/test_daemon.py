@@ -381,7 +381,7 @@ def test_exports_every_domain_speaks_sd_notify_and_serves_metrics(tmp_path: Path
     for row in rows.values():
         assert row["last_run"]["state"] == "stored"
         assert row["latest_version"]["version"]
-        assert row["next_due"] is not None and not row["running"]
+        assert row["next_due_at"] is not None and not row["running"]
 
 
 def test_start_budget_is_shared_and_never_exceeded(tmp_path: Path) -> None:

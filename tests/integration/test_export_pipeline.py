@@ -63,7 +63,7 @@ def test_export_run_two_domains_json_and_store_commands(
     config, _ = setup
     outcomes = []
     for domain in ("docs.one.test", "docs.two.test"):
-        result = cli(config, sim.key, "--json", "export", "run", domain)
+        result = cli(config, sim.key, "--json", "export", "run", "--adhoc", domain)
         assert result.returncode == 0, result.stderr
         outcome = json.loads(result.stdout)
         assert outcome["state"] == "stored" and outcome["domain"] == domain
@@ -91,13 +91,13 @@ def test_export_run_two_domains_json_and_store_commands(
 def test_human_output_says_what_happened(sim_factory: Callable[..., Simulator], tmp_path: Path):
     sim = sim_factory(changes_per_export=0)
     config = config_for(tmp_path, sim)
-    first = cli(config, sim.key, "export", "run", "docs.human.test")
+    first = cli(config, sim.key, "export", "run", "--adhoc", "docs.human.test")
     assert first.returncode == 0, first.stderr
     lines = first.stdout.splitlines()
     assert lines[0].startswith("docs.human.test: stored new version ")
     assert any(line.strip().startswith("sha256") for line in lines)
     assert any(str(tmp_path / "store" / "blobs") in line for line in lines)
-    again = cli(config, sim.key, "--json", "export", "run", "docs.human.test")
+    again = cli(config, sim.key, "--json", "export", "run", "--adhoc", "docs.human.test")
     assert again.returncode == 0 and json.loads(again.stdout)["state"] == "unchanged"
     app = index(config)
     try:
@@ -112,20 +112,20 @@ def test_bad_key_exits_4_after_one_request_and_never_shows_the_key(
     config, _ = setup
     wrong = "mint_wrong_" + uuid.uuid4().hex
     before = sim.stats.snapshot()["requests"]
-    result = cli(config, wrong, "export", "run", "docs.key.test")
+    result = cli(config, wrong, "export", "run", "--adhoc", "docs.key.test")
     assert result.returncode == 4, result.stderr
     assert sim.stats.snapshot()["requests"] - before == 1
     assert sim.stats.snapshot()["auth_failures"] == 1
     assert wrong not in result.stdout + result.stderr
     assert "check the admin API key" in result.stderr
-    as_json = cli(config, wrong, "--json", "export", "run", "docs.key.test")
+    as_json = cli(config, wrong, "--json", "export", "run", "--adhoc", "docs.key.test")
     assert as_json.returncode == 4 and wrong not in as_json.stdout + as_json.stderr
 
 
 def test_failed_job_exits_1_and_fails_the_run(sim: Simulator, setup: tuple[Path, App]) -> None:
     config, app = setup
     sim.set_faults(fail_domains=["docs.fail.test"])
-    result = cli(config, sim.key, "export", "run", "docs.fail.test")
+    result = cli(config, sim.key, "export", "run", "--adhoc", "docs.fail.test")
     assert result.returncode == 1, result.stderr
     assert "failed at the vendor" in result.stderr
     (run,) = table(app, ExportRun)
@@ -138,7 +138,7 @@ def test_unsafe_archive_exits_5_and_leaves_nothing(
 ) -> None:
     config, app = setup
     sim.set_faults(malicious_domains={"docs.evil.test": kind})
-    result = cli(config, sim.key, "export", "run", "docs.evil.test")
+    result = cli(config, sim.key, "export", "run", "--adhoc", "docs.evil.test")
     assert result.returncode == 5, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1  # one line for the operator
     assert table(app, Bundle) == [] and table(app, Version) == []
@@ -152,7 +152,7 @@ def test_store_verify_exits_5_with_one_line_per_problem(
 ) -> None:
     config, app = setup
     for domain in ("docs.v1.test", "docs.v2.test"):
-        assert cli(config, sim.key, "export", "run", domain).returncode == 0
+        assert cli(config, sim.key, "export", "run", "--adhoc", domain).returncode == 0
     first, second = table(app, Bundle)
     app.store.blob_path(first.sha256).unlink()
     path = app.store.blob_path(second.sha256)
@@ -194,7 +194,7 @@ def test_status_link_means_no_bundle_call_via_the_cli(
 ) -> None:
     config, _ = setup
     sim.set_faults(global_flow_bundle_in_status=True)
-    result = cli(config, sim.key, "--json", "export", "run", "docs.inline.test")
+    result = cli(config, sim.key, "--json", "export", "run", "--adhoc", "docs.inline.test")
     assert result.returncode == 0, result.stderr
     job_id = json.loads(result.stdout)["job_id"]
     assert job_id not in sim.stats.snapshot()["bundle_calls"]
@@ -207,7 +207,13 @@ def test_a_terminal_gets_a_progress_display(
     sim.set_faults(cut_after_bytes=12 * MiB, cuts_remaining=3)  # a download that lasts a while
     config = config_for(tmp_path, sim)
     code, stdout, text = on_a_terminal(
-        "--config", str(config), "export", "run", "docs.tty.test", env={"MIRROR_API_KEY": sim.key}
+        "--config",
+        str(config),
+        "export",
+        "run",
+        "--adhoc",
+        "docs.tty.test",
+        env={"MIRROR_API_KEY": sim.key},
     )
     assert code == 0
     assert "vendor export running" in text and "pages" in text

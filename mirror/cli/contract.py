@@ -1,0 +1,649 @@
+"""The command-line contract in one table: per command its example, exit codes and JSON document.
+
+Scripts rely on three things, so they are written down here once and checked:
+every `--json` document carries `schema` ("mirror.store.list/1": the command
+path and a version raised on any incompatible change), field names are
+snake_case, and timestamps are RFC 3339 UTC with `Z` and whole seconds
+(mirror.timestamps). `docs/json.md` is generated from this module
+(`make docs`; a test keeps it in step); a test walks every command
+with `--json` after the command name and validates its document here.
+
+A new command needs an entry in CONTRACTS; `apply_help` adds its example and
+exit codes to its `--help`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from mirror.errors import (
+    EXIT_AUTH,
+    EXIT_FAILED,
+    EXIT_INTEGRITY,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TEMPORARY,
+    EXIT_USAGE,
+)
+
+EXIT_MEANINGS = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage or config error",
+    EXIT_NOT_FOUND: "not found",
+    EXIT_AUTH: "credentials refused",
+    EXIT_INTEGRITY: "integrity check failed",
+    EXIT_TEMPORARY: "temporary, run again later",
+}
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+ERROR_SCHEMA = "mirror.error/1"
+
+Schema = dict[str, Any]
+
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+BOOL: Schema = {"type": "boolean"}
+TIME: Schema = {"type": "string", "pattern": TIMESTAMP_PATTERN}
+SHA256: Schema = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+ANY_OBJECT: Schema = {"type": "object"}
+
+
+def null(schema: Schema) -> Schema:
+    """`schema` or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Schema:
+    """An object with exactly these fields (all required but `optional`)."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name in properties if name not in optional],
+        "additionalProperties": False,
+    }
+
+
+DOMAIN_VERSION = obj({"domain": STR, "version": STR})
+ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
+BUNDLE: dict[str, Schema] = {
+    **ITEM,
+    "format": STR,
+    "tree_sha256": null(STR),
+    "file_count": null(INT),
+}
+ERROR_FIELDS: dict[str, Schema] = {"error": STR, "exit_code": INT}
+LINK = obj({"job_id": STR, "bundle_url": STR, "size_bytes": null(INT), "expires_at": null(TIME)})
+JOB = obj(
+    {
+        "job_id": STR,
+        "status": STR,
+        "progress": null(NUM),
+        "page_count": null(INT),
+        "error": null(STR),
+        "bundle": LINK,
+    },
+    optional=("bundle",),
+)
+AGENT_JOB = obj(
+    {
+        "id": STR,
+        "status": STR,
+        "repository": null(STR),
+        "ref": null(STR),
+        "model": null(STR),
+        "pr_link": null(STR),
+        "created_at": null(TIME),
+        "archived_at": null(TIME),
+    }
+)
+IMPORT = obj(
+    {
+        "sequence": INT,
+        "manifest_sha256": SHA256,
+        "source_id": STR,
+        "replayed": BOOL,
+        "items": array(
+            obj(
+                {
+                    **ITEM,
+                    "object": STR,
+                    "manifest": STR,
+                    "status": STR,
+                }
+            )
+        ),
+        "notes": array(STR),
+        "receipt": null(STR),
+        "receipt_signed_by": null(STR),
+        "promoted": array(DOMAIN_VERSION),
+    }
+)
+ACK = obj(
+    {
+        "sequence": INT,
+        "manifest_sha256": SHA256,
+        "marked": array(DOMAIN_VERSION),
+        "already": array(DOMAIN_VERSION),
+        "signature": STR,
+        "complete": BOOL,
+    }
+)
+CURRENT = obj({"domain": STR, "current": STR, "previous": null(STR)})
+CHECK = obj(
+    {
+        "file": STR,
+        "domain": STR,
+        "version": STR,
+        "host": STR,
+        "status": STR,
+        "expected_sha256": null(STR),
+        "actual_sha256": null(STR),
+        "size": null(INT),
+        "expires_at": null(TIME),
+        "seconds_left": null(INT),
+        "enabled": BOOL,
+        "error": null(STR),
+        "exit_code": INT,
+    }
+)
+REFRESH_RESULT = obj(
+    {
+        "domain": STR,
+        "path": STR,
+        "version": STR,
+        "action": {"enum": ["rendered", "fresh"]},
+        "reason": STR,
+        "expires_at": null(TIME),
+        "hook_exit": null(INT),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One command's promises. `document` None: the command prints no JSON document."""
+
+    summary: str
+    example: str
+    exits: tuple[int, ...]
+    document: Schema | None
+    version: int = 1
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+_ANY = tuple(EXIT_MEANINGS)
+_READ = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND)
+_VENDOR = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
+_BUCKET = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
+
+CONTRACTS: dict[str, Contract] = {
+    "config check": Contract(
+        "The settings, validated, secrets redacted.",
+        "mirror --config /etc/mirror/config.toml config check --json",
+        (EXIT_OK, EXIT_USAGE),
+        obj({"source": STR, "valid": BOOL, "settings": ANY_OBJECT}),
+    ),
+    "db upgrade": Contract(
+        "The index schema revision before and after.",
+        "mirror db upgrade --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPORARY),
+        obj({"database": STR, "from": null(STR), "to": STR}),
+    ),
+    "agent-job get": Contract(
+        "One agent job.",
+        "mirror agent-job get job_123 --json",
+        _VENDOR,
+        AGENT_JOB,
+    ),
+    "agent-job watch": Contract(
+        "The agent job once it is completed or archived.",
+        "mirror agent-job watch job_123 --timeout 1h --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY),
+        AGENT_JOB,
+    ),
+    "export run": Contract(
+        "The run's outcome: a new version stored, or unchanged content.",
+        "mirror export run docs.example.com --json",
+        _ANY,
+        obj(
+            {
+                **BUNDLE,
+                "state": {"enum": ["stored", "unchanged"]},
+                "job_id": STR,
+                "run_id": INT,
+                "path": STR,
+                "resumed": BOOL,
+            }
+        ),
+        notes=("A domain not in [[exports]] needs --adhoc (exit 2 otherwise).",),
+    ),
+    "export start": Contract(
+        "The vendor export job just started.",
+        "mirror export start docs.example.com --vendor-version 2 --json",
+        _VENDOR,
+        JOB,
+    ),
+    "export status": Contract(
+        "A vendor export job's state (with its bundle link once completed).",
+        "mirror export status job_123 --json",
+        _VENDOR,
+        JOB,
+    ),
+    "export bundle": Contract(
+        "A fresh presigned link to a completed job's bundle.",
+        "mirror export bundle job_123 --json",
+        _VENDOR,
+        LINK,
+    ),
+    "store list": Contract(
+        "Every stored version.",
+        "mirror store list --domain docs.example.com --json",
+        _READ,
+        obj(
+            {
+                "versions": array(
+                    obj(
+                        {
+                            **BUNDLE,
+                            "created_at": TIME,
+                            "delivered_at": null(TIME),
+                            "path": STR,
+                        }
+                    )
+                )
+            }
+        ),
+    ),
+    "store verify": Contract(
+        "Every blob re-hashed against the index.",
+        "mirror store verify --repair --json",
+        (*_READ, EXIT_INTEGRITY),
+        obj(
+            {
+                "ok": BOOL,
+                "checked": INT,
+                "problems": array(obj({"kind": STR, "sha256": STR, "detail": STR})),
+                "stray_temp_files": array(STR),
+                "repairs": array(obj({"sha256": STR, "repaired": BOOL, "detail": STR})),
+                "adopted": array(STR),
+                "removed": array(STR),
+            },
+            optional=("repairs", "adopted", "removed"),
+        ),
+    ),
+    "store gc": Contract(
+        "What retention removed (or would remove with --dry-run).",
+        "mirror store gc --keep 3 --dry-run --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        obj(
+            {
+                "keep": INT,
+                "dry_run": BOOL,
+                "versions_removed": array(obj({"domain": STR, "version": STR, "sha256": SHA256})),
+                "blobs_removed": array(STR),
+                "bytes_freed": INT,
+                "kept_undelivered": INT,
+            }
+        ),
+    ),
+    "status": Contract(
+        "Per configured domain: last run, latest version, next due time.",
+        "mirror status --json",
+        _READ,
+        obj(
+            {
+                "generated_at": TIME,
+                "domains": array(
+                    obj(
+                        {
+                            "domain": STR,
+                            "every_seconds": NUM,
+                            "last_run": null(
+                                obj(
+                                    {
+                                        "id": INT,
+                                        "state": STR,
+                                        "active": BOOL,
+                                        "job_id": null(STR),
+                                        "started_at": null(TIME),
+                                        "finished_at": null(TIME),
+                                        "bytes_done": null(INT),
+                                        "version": null(STR),
+                                        "error": null(STR),
+                                    }
+                                )
+                            ),
+                            "latest_version": null(
+                                obj(
+                                    {
+                                        "version": STR,
+                                        "sha256": SHA256,
+                                        "created_at": TIME,
+                                        "delivered_at": null(TIME),
+                                    }
+                                )
+                            ),
+                            "running": BOOL,
+                            "next_due_at": null(TIME),
+                            "deferred_until": null(TIME),
+                            "error": null(STR),
+                        }
+                    )
+                ),
+            }
+        ),
+    ),
+    "keys generate": Contract(
+        "The new key pair's id and files.",
+        "mirror keys generate --out /etc/mirror/transfer --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        obj({"key_id": STR, "private_key": STR, "public_key": STR}),
+    ),
+    "keys show": Contract(
+        "A key file's kind and id (never the key).",
+        "mirror keys show /etc/mirror/transfer.pub --json",
+        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND),
+        obj({"path": STR, "kind": {"enum": ["public", "private"]}, "key_id": STR}),
+    ),
+    "transfer pack": Contract(
+        "The signed set written (nothing true: nothing to pack).",
+        "mirror transfer pack /media/usb/set --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTEGRITY),
+        obj(
+            {
+                "nothing": BOOL,
+                "path": null(STR),
+                "sequence": null(INT),
+                "manifest_sha256": null(SHA256),
+                "key_id": null(STR),
+                "total_bytes": INT,
+                "part_count": INT,
+                "items": array(
+                    obj(
+                        {
+                            **ITEM,
+                            "parts": INT,
+                        }
+                    )
+                ),
+            }
+        ),
+    ),
+    "transfer verify": Contract(
+        "A verified set's manifest.",
+        "mirror transfer verify /media/usb/set --key transfer.pub --json",
+        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY),
+        obj(
+            {
+                "path": STR,
+                "valid": BOOL,
+                "sequence": INT,
+                "previous_sequence": null(INT),
+                "manifest_sha256": SHA256,
+                "key_id": STR,
+                "source_id": STR,
+                "created_at": TIME,
+                "total_bytes": INT,
+                "items": array(obj(ITEM)),
+            }
+        ),
+    ),
+    "transfer import": Contract(
+        "What was published into the bucket, and where the receipt is.",
+        "mirror transfer import /media/usb/set --promote --json",
+        _ANY,
+        IMPORT,
+    ),
+    "transfer ack": Contract(
+        "The versions a receipt marked delivered.",
+        "mirror transfer ack /media/usb/set/receipt.json --json",
+        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY),
+        ACK,
+    ),
+    "transfer push": Contract(
+        "Pack, import and acknowledge in one step; `receipt` is the receipt's content "
+        "(its temporary file is gone), `import.receipt` is null.",
+        "mirror transfer push --promote --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        obj(
+            {
+                "nothing": BOOL,
+                "import": null(IMPORT),
+                "ack": null(ACK),
+                "receipt": null(ANY_OBJECT),
+            }
+        ),
+    ),
+    "chart values": Contract(
+        "The values for a version; `values` (the YAML text) unless --out wrote them to `out`.",
+        "mirror chart values docs.example.com --pin 2026-11-21 --json",
+        _BUCKET,
+        obj(
+            {
+                "domain": STR,
+                "version": STR,
+                "key": STR,
+                "sha256": SHA256,
+                "url_mode": STR,
+                "bundle_url": STR,
+                "expires_at": null(TIME),
+                "values": STR,
+                "out": STR,
+            },
+            optional=("values", "out"),
+        ),
+    ),
+    "chart promote": Contract(
+        "The domain's current version now, and before.",
+        "mirror chart promote docs.example.com 2026-11-21 --json",
+        _BUCKET,
+        CURRENT,
+    ),
+    "chart rollback": Contract(
+        "The domain's current version now, and before.",
+        "mirror chart rollback docs.example.com --json",
+        _BUCKET,
+        CURRENT,
+    ),
+    "chart history": Contract(
+        "Promotions and rollbacks, newest first.",
+        "mirror chart history docs.example.com --json",
+        _BUCKET,
+        obj(
+            {
+                "domain": STR,
+                "current": null(STR),
+                "history": array(obj({"version": STR, "action": STR, "at": TIME, "current": BOOL})),
+            }
+        ),
+    ),
+    "chart check": Contract(
+        "The values file's link fetched as the chart would; on failure `error` is set too.",
+        "mirror chart check values.yaml --warn 2d --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        CHECK,
+    ),
+    "chart refresh": Contract(
+        "Per domain: values rendered again or kept; on failure `error` and `exit_code` too.",
+        "mirror chart refresh --domain docs.example.com --json",
+        _BUCKET,
+        obj({"results": array(REFRESH_RESULT)}),
+    ),
+    "daemon": Contract(
+        "Runs until stopped; logs are JSON lines on stderr when not at a terminal.",
+        "mirror --config /etc/mirror/config.toml daemon",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        None,
+        notes=("Refuses to start (exit 2) when [[exports]] lists no domain.",),
+    ),
+    "sim serve": Contract(
+        "Runs until stopped; prints its URL and key.",
+        "mirror sim serve --port 0",
+        (EXIT_OK, EXIT_USAGE),
+        None,
+    ),
+    "demo": Contract(
+        "Runs the whole pipeline and narrates it.",
+        "mirror demo --dir /tmp/mirror-demo",
+        (EXIT_OK, EXIT_FAILED),
+        None,
+    ),
+}
+
+ERROR_DOCUMENT = obj({"schema": {"const": ERROR_SCHEMA}, **ERROR_FIELDS})
+
+
+def key_of(command_path: str) -> str:
+    """ "mirror store list" -> "store list" (the program name may differ when run as a module)."""
+    return command_path.split(" ", 1)[1] if " " in command_path else ""
+
+
+def schema_name(command_path: str) -> str:
+    """The `schema` of the document printed by the command at `command_path`."""
+    key = key_of(command_path)
+    contract = CONTRACTS.get(key)
+    version = contract.version if contract is not None else 1
+    return f"mirror.{key.replace(' ', '.')}/{version}"
+
+
+def document_schema(key: str) -> Schema | None:
+    """The full JSON Schema (with `schema`) of `key`'s document; None when it prints none."""
+    contract = CONTRACTS[key]
+    if contract.document is None:
+        return None
+    properties = {"schema": {"const": f"mirror.{key.replace(' ', '.')}/{contract.version}"}}
+    properties.update(contract.document["properties"])
+    for name, field_schema in ERROR_FIELDS.items():  # a failure may add them (CliContext.fail_with)
+        properties.setdefault(name, field_schema)
+    return {
+        **contract.document,
+        "properties": properties,
+        "required": ["schema", *contract.document["required"]],
+    }
+
+
+def help_epilog(key: str) -> str:
+    contract = CONTRACTS[key]
+    codes = ", ".join(f"{code} {EXIT_MEANINGS[code]}" for code in contract.exits)
+    lines = ["\b", "Example:", f"  {contract.example}", "", "\b", f"Exit codes: {codes}."]
+    lines += [
+        "",
+        "Global options (--json, --config, --defaults, -v, -q) may also follow the command.",
+    ]
+    if contract.document is not None:
+        lines += ["", f"With --json: one document, schema {schema_name('mirror ' + key)}."]
+    return "\n".join(lines)
+
+
+def apply_help(command: click.Command, key: str) -> None:
+    """Give `command` and the commands under it their example and exit codes in `--help`."""
+    if key in CONTRACTS and command.epilog is None:
+        command.epilog = help_epilog(key)
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            apply_help(sub, f"{key} {name}")
+
+
+def _shape(schema: Schema) -> str:
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " or ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(_shape(s) for s in schema["anyOf"])
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"array of {_shape(schema['items'])}"
+    if kind == "string" and schema.get("pattern") == TIMESTAMP_PATTERN:
+        return "timestamp"
+    if kind == "string" and schema.get("pattern") == SHA256["pattern"]:
+        return "sha256"
+    return str(kind)
+
+
+def _fields(schema: Schema, prefix: str = "") -> list[str]:
+    rows: list[str] = []
+    required = set(schema.get("required", []))
+    for name, sub in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        optional = "" if name in required else " (optional)"
+        rows.append(f"| `{path}` | {_shape(sub)}{optional} |")
+        nested = [s for s in sub.get("anyOf", [sub]) if s.get("type") in ("object", "array")]
+        for inner in nested:
+            target = inner["items"] if inner.get("type") == "array" else inner
+            if target.get("properties"):
+                suffix = "[]." if inner.get("type") == "array" else "."
+                rows.extend(_fields(target, f"{path}{suffix}"))
+    return rows
+
+
+def render_markdown() -> str:
+    """docs/json.md."""
+    out = [
+        "# JSON documents",
+        "",
+        "<!-- generated from mirror/cli/contract.py by `make docs`; do not edit -->",
+        "",
+        "Every command takes `--json` before or after the command name",
+        "(`mirror --json store list` = `mirror store list --json`) and then prints one JSON",
+        "document on stdout. The rules for all of them:",
+        "",
+        '- `schema` names the document and its version, e.g. `"mirror.store.list/1"`; the',
+        "  version is raised on any incompatible change (a new field is compatible).",
+        "- Field names are snake_case.",
+        "- Timestamps are RFC 3339 in UTC with `Z` and whole seconds: `2026-11-29T02:00:00Z`.",
+        "- Sizes are bytes, durations seconds.",
+        "- On failure the exit code is not 0, stderr has one `mirror: error: ...` line, and",
+        f"  stdout has the error document `{ERROR_SCHEMA}` (usage errors included):",
+        "",
+        "```json",
+        json.dumps({"schema": ERROR_SCHEMA, "error": "...", "exit_code": 2}),
+        "```",
+        "",
+        "  A command that has details to give (`chart check`, `chart refresh`, `store verify`)",
+        "  prints its own document instead, with `error` and `exit_code` added.",
+        "",
+        "Exit codes: "
+        + ", ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items())
+        + ".",
+        "",
+        "The JSON Schemas themselves (draft 2020-12) are `all_schemas()` in",
+        "`mirror/cli/contract.py`. Below, `A or B` is a union and `x[].y` a field of each",
+        "element of the array `x`.",
+        "",
+    ]
+    for key, contract in CONTRACTS.items():
+        out += [
+            f"## `mirror {key}`",
+            "",
+            contract.summary,
+            "",
+            f"Example: `{contract.example}`",
+            "",
+        ]
+        out += [f"{note}" for note in contract.notes] + ([""] if contract.notes else [])
+        schema = document_schema(key)
+        if schema is None:
+            out += ["Prints no JSON document.", ""]
+            continue
+        out += ["| field | type |", "| --- | --- |", *_fields(schema), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def all_schemas() -> dict[str, Schema]:
+    """{schema name: JSON Schema} for every document, the error document included."""
+    schemas = {ERROR_SCHEMA: ERROR_DOCUMENT}
+    for key in CONTRACTS:
+        schema = document_schema(key)
+        if schema is not None:
+            schemas[schema_name("mirror " + key)] = schema
+    return schemas

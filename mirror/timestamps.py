@@ -1,0 +1,19 @@
+"""The one timestamp form of every JSON document and message: RFC 3339, UTC, `Z`, whole seconds.
+
+Scripts compare and sort these as strings; one form everywhere keeps that safe.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def rfc3339(moment: datetime) -> str:
+    """`2026-11-29T02:00:00Z` (a naive datetime is taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def rfc3339_or_none(moment: datetime | None) -> str | None:
+    return rfc3339(moment) if moment is not None else None
