@@ -35,7 +35,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -44,7 +44,6 @@ from typing import Any, Literal
 
 from sqlalchemy import select as sql_select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
 from mirror.api import VendorClient, build_http_client
 from mirror.app import App
@@ -52,7 +51,7 @@ from mirror.config import ExportSettings, Settings, load_settings
 from mirror.deferrals import clear as clear_deferral
 from mirror.deferrals import defer
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
-from mirror.exporter import RunEvent, run_export
+from mirror.exporter import DueCheck, RunEvent, run_export
 from mirror.lease import HeldByOther, NotDue, ReplicaLogFilter, replica_identity
 from mirror.metrics import DaemonMetrics, MetricsServer, parse_listen
 from mirror.models import ExportRun, utcnow
@@ -67,7 +66,7 @@ from mirror.scheduler import (
     plan,
     status_line,
 )
-from mirror.status import load_states
+from mirror.status import due_check, load_states
 
 log = logging.getLogger(__name__)
 
@@ -421,21 +420,15 @@ class Daemon:
                 client.close()
                 client.http.close()
 
-    def _due_check(self, export: ExportSettings) -> Callable[[Session, datetime], datetime | None]:
+    def _due_check(self, export: ExportSettings) -> DueCheck:
         """The claim's re-check: the scheduler's own due rule on the index as it is now."""
-        known_since = dict(self._known_since)
-
-        def check(session: Session, now: datetime) -> datetime | None:
-            state = load_states(session, [export], known_since)[export.domain]
-            due = eligible_at(
-                state,
-                jitter=self.settings.daemon.jitter,
-                seed=self.options.seed,
-                failure_retry=self.options.failure_retry,
-            )
-            return due if due > now else None
-
-        return check
+        return due_check(
+            export,
+            self._known_since.get(export.domain) or utcnow(),
+            jitter=self.settings.daemon.jitter,
+            seed=self.options.seed,
+            failure_retry=self.options.failure_retry,
+        )
 
     def _cancellable_sleep(self, seconds: float) -> None:
         self.cancel.wait(seconds)

@@ -7,7 +7,7 @@ same pure function the daemon uses (`scheduler.eligible_at`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, aliased
 from mirror.app import App
 from mirror.config import ExportSettings
 from mirror.models import DomainSchedule, ExportRun, RunState, Version, utcnow
-from mirror.scheduler import ActiveRun, DomainState, eligible_at
+from mirror.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
 from mirror.versions import label_key
 
 SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
@@ -108,6 +108,25 @@ def load_states(
             else None,
         )
     return states
+
+
+def due_check(
+    export: ExportSettings,
+    known_since: datetime,
+    *,
+    jitter: float,
+    seed: int = 0,
+    failure_retry: float = DEFAULT_FAILURE_RETRY,
+) -> Callable[[Session, datetime], datetime | None]:
+    """A claim's re-check (see exporter.DueCheck): the daemon's due rule applied to the
+    index as the claim's transaction sees it; None when due, else when it will be."""
+
+    def check(session: Session, now: datetime) -> datetime | None:
+        state = load_states(session, [export], {export.domain: known_since})[export.domain]
+        due = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+        return due if due > now else None
+
+    return check
 
 
 def _aware(value: datetime) -> datetime:
