@@ -71,6 +71,7 @@ from mirror.status import due_check, load_states
 log = logging.getLogger(__name__)
 
 MAX_POOL = 64
+DB_RETRY_SECONDS = 5.0
 HOUR = timedelta(hours=1)
 Outcome = Literal["stored", "unchanged", "failed", "deferred", "interrupted"]
 
@@ -177,10 +178,10 @@ class Daemon:
                     sleep_for = self._schedule_pass()
                 except (SQLAlchemyError, MirrorError) as exc:
                     self._loop_error("pass", exc)
-                    sleep_for = 5.0
+                    sleep_for = DB_RETRY_SECONDS
                 except Exception as exc:  # a replica never ends itself over one bad pass
                     self._loop_error("pass", exc, unexpected=True)
-                    sleep_for = 5.0
+                    sleep_for = DB_RETRY_SECONDS
                 else:
                     if self.options.exit_when_idle and self._idle():
                         log.info("nothing left to do; exiting (--exit-when-idle)")
@@ -402,6 +403,9 @@ class Daemon:
             return RunResult(domain, "interrupted", str(exc))
         except (HeldByOther, NotDue) as exc:
             return RunResult(domain, "deferred", str(exc), exc.retry_after, shared=False)
+        except SQLAlchemyError as exc:
+            self._loop_error(f"the run of {domain}", exc)
+            return RunResult(domain, "deferred", f"index error: {_short(exc)}", DB_RETRY_SECONDS)
         except TemporaryFailure as exc:
             if self.cancel.is_set():
                 return RunResult(domain, "interrupted", str(exc))
