@@ -237,10 +237,6 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def new_owner(host: str = "") -> str:
-    return replica_identity(host)
-
-
 DueCheck = Callable[[Session, datetime], datetime | None]
 """Given the claim's transaction and now: None when the domain is due, else when it will be."""
 
@@ -1011,7 +1007,7 @@ def run_export(
         on_event=on_event,
         sleep=sleep,
         now=now,
-        owner=owner or new_owner(app.settings.daemon.replica_host),
+        owner=owner or replica_identity(app.settings.daemon.replica_host),
         due_check=due_check,
     )
     return runner.execute()
