@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from mirror.binding import StoreBinding, bind_store
 from mirror.config import Settings
 from mirror.db import Database
 from mirror.errors import NotFound
@@ -59,6 +60,11 @@ class App:
             log.info("upgrading the index schema")
             database.upgrade()
         return database
+
+    @functools.cached_property
+    def binding(self) -> StoreBinding:
+        """The store's binding to this index (made at first use; another index is refused)."""
+        return bind_store(self.store.root, self.db)
 
     def close(self) -> None:
         if "db" in self.__dict__:

@@ -120,6 +120,8 @@ class DaemonSettings(_Section):
     listen: str = "127.0.0.1:9464"
     concurrency: int = Field(default=4, ge=1, le=64)
     jitter: float = Field(default=0.1, ge=0.0, le=0.5)
+    lease: Duration = Field(default=30.0, ge=1.0)
+    replica_host: str = ""
 
     @field_validator("listen")
     @classmethod

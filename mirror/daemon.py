@@ -17,6 +17,11 @@ without touching running runs; an invalid new config is logged and the old one k
 
 A domain is never run twice at once: in this process by the `running` set, across
 processes and replicas by the index's unique active-run index and lease (run_export).
+Replicas share the work: each is named `host:pid:nonce` (in every log line), takes
+due domains in its own order, leaves runs another live replica leases alone until
+that lease expires, and the claim re-checks in the database that a domain is still
+due. No error of one pass or one domain ends the loop: it is logged, counted in
+`mirror_daemon_loop_errors_total` and retried.
 """
 
 from __future__ import annotations
@@ -38,30 +43,35 @@ from types import FrameType
 from typing import Any, Literal
 
 from sqlalchemy import select as sql_select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from mirror.api import VendorClient, build_http_client
 from mirror.app import App
 from mirror.config import ExportSettings, Settings, load_settings
+from mirror.deferrals import clear as clear_deferral
+from mirror.deferrals import defer
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
-from mirror.exporter import JobTimedOut, RunEvent, run_export
+from mirror.exporter import DueCheck, JobTimedOut, RunEvent, run_export
+from mirror.lease import HeldByOther, NotDue, ReplicaLogFilter, replica_identity
 from mirror.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
-from mirror.models import DomainSchedule, ExportRun, utcnow
+from mirror.models import ExportRun, utcnow
 from mirror.notify import Notifier
 from mirror.recovery import recover
 from mirror.scheduler import (
     DEFAULT_FAILURE_RETRY,
     DomainState,
     defer_seconds,
+    eligible_at,
     failure_backoff,
     plan,
     status_line,
 )
-from mirror.status import load_states
+from mirror.status import due_check, load_states
 
 log = logging.getLogger(__name__)
 
 MAX_POOL = 64
+DB_RETRY_SECONDS = 5.0
 HOUR = timedelta(hours=1)
 Outcome = Literal["stored", "unchanged", "failed", "deferred", "interrupted"]
 
@@ -84,6 +94,7 @@ class RunResult:
     message: str = ""
     retry_after: float | None = None
     version: str | None = None
+    shared: bool = True  # False: held by another replica or not due; nothing to persist
 
 
 @dataclass
@@ -116,6 +127,8 @@ class Daemon:
         self.options = options or DaemonOptions()
         self.config_path = config_path if config_path is not None else settings.source
         self.app = App(settings)
+        self.identity = replica_identity(settings.daemon.replica_host)
+        self._log_filter = ReplicaLogFilter(self.identity)
         self.notifier = notifier or Notifier()
         self.metrics = DaemonMetrics(stuck_after=self._loop_budget() * 3 + 30)
         self.metrics_server: MetricsServer | None = None
@@ -145,6 +158,7 @@ class Daemon:
 
     def run(self) -> int:
         previous = self._install_signals()
+        self._log_filter.install()
         try:
             self._start_metrics()
             self._recover_and_resume()
@@ -162,9 +176,12 @@ class Daemon:
                     if time.monotonic() - self._refreshed_at >= self._loop_budget():
                         self._load_states()
                     sleep_for = self._schedule_pass()
-                except (OperationalError, TemporaryFailure) as exc:
-                    log.warning("scheduler pass failed; trying again in 5s: %s", exc)
-                    sleep_for = 5.0
+                except (SQLAlchemyError, MirrorError) as exc:
+                    self._loop_error("pass", exc)
+                    sleep_for = DB_RETRY_SECONDS
+                except Exception as exc:  # a replica never ends itself over one bad pass
+                    self._loop_error("pass", exc, unexpected=True)
+                    sleep_for = DB_RETRY_SECONDS
                 else:
                     if self.options.exit_when_idle and self._idle():
                         log.info("nothing left to do; exiting (--exit-when-idle)")
@@ -175,6 +192,16 @@ class Daemon:
         finally:
             self._restore_signals(previous)
             self._close()
+            self._log_filter.remove()
+
+    def _loop_error(self, where: str, exc: BaseException, *, unexpected: bool = False) -> None:
+        """Log and count an error the loop survives (the pass or the domain is retried)."""
+        self.metrics.loop_errors.labels(kind=type(exc).__name__).inc()
+        message = f"{where} failed; retried: {type(exc).__name__}: {_short(exc)}"
+        if unexpected:
+            log.error(message, exc_info=exc)
+        else:
+            log.warning(message)
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -240,16 +267,18 @@ class Daemon:
             jitter=self.settings.daemon.jitter,
             seed=self.options.seed,
             failure_retry=self.options.failure_retry,
+            spread=self.identity,
         )
+        starting = self._still_free(decision.start, now)
         if decision.budget_deferred and spent:
             self._defer(
                 decision.budget_deferred,
                 now + timedelta(seconds=budget_wait),
                 f"start budget of {self.settings.api.max_starts_per_hour} per hour spent",
             )
-        for domain in decision.start:
+        for domain in starting:
             self._submit(domain)
-        self.metrics.start_budget_remaining.set(max(0, budget_remaining - len(decision.start)))
+        self.metrics.start_budget_remaining.set(max(0, budget_remaining - len(starting)))
         self.metrics.tick()
         if self.notifier.watchdog_seconds:
             self.notifier.watchdog()
@@ -261,6 +290,27 @@ class Daemon:
         if decision.next_wake is not None:
             sleep_for = min(sleep_for, (decision.next_wake - now).total_seconds())
         return max(0.05, sleep_for)
+
+    def _still_free(self, domains: list[str], now: datetime) -> list[str]:
+        """`domains` minus runs another replica still holds: a lease seen expired in a
+        stale state is read again first (its heartbeat may have renewed it)."""
+        leased = [d for d in domains if (active := self._states[d].active) and active.lease_owner]
+        if not leased:
+            return domains
+        self._load_states(leased)
+        held = {
+            domain
+            for domain in leased
+            if domain not in self._states
+            or eligible_at(
+                self._states[domain],
+                jitter=self.settings.daemon.jitter,
+                seed=self.options.seed,
+                failure_retry=self.options.failure_retry,
+            )
+            > now
+        }
+        return [domain for domain in domains if domain not in held]
 
     def _send_status(self, text: str) -> None:
         """STATUS= when the counts change, or at most every 5 s for the countdown."""
@@ -319,6 +369,7 @@ class Daemon:
         log.info(
             "run scheduled",
             extra={
+                "replica": self.identity,
                 "domain": domain,
                 "resume": state.active is not None,
                 "run_id": state.active.run_id if state.active else None,
@@ -351,10 +402,17 @@ class Daemon:
                 cancel=self.cancel,
                 on_event=self._on_event,
                 sleep=self._cancellable_sleep,
+                owner=self.identity,
+                due_check=self._due_check(export),
             )
             return RunResult(domain, outcome.state, version=outcome.version)
         except Interrupted as exc:
             return RunResult(domain, "interrupted", str(exc))
+        except (HeldByOther, NotDue) as exc:
+            return RunResult(domain, "deferred", str(exc), exc.retry_after, shared=False)
+        except SQLAlchemyError as exc:
+            self._loop_error(f"the run of {domain}", exc)
+            return RunResult(domain, "deferred", f"index error: {_short(exc)}", DB_RETRY_SECONDS)
         except TemporaryFailure as exc:
             if self.cancel.is_set():
                 return RunResult(domain, "interrupted", str(exc))
@@ -374,6 +432,16 @@ class Daemon:
             if client is not None:
                 client.close()
                 client.http.close()
+
+    def _due_check(self, export: ExportSettings) -> DueCheck:
+        """The claim's re-check: the scheduler's own due rule on the index as it is now."""
+        return due_check(
+            export,
+            self._known_since.get(export.domain) or utcnow(),
+            jitter=self.settings.daemon.jitter,
+            seed=self.options.seed,
+            failure_retry=self.options.failure_retry,
+        )
 
     def _cancellable_sleep(self, seconds: float) -> None:
         self.cancel.wait(seconds)
@@ -426,7 +494,10 @@ class Daemon:
                 if live is not None:
                     self._leave_state(live)
                     self._set_state_gauge(live.state, None)
-            self._record(result)
+            try:
+                self._record(result)
+            except SQLAlchemyError as exc:
+                self._loop_error(f"recording the run of {domain}", exc)
             stored = stored or result.outcome == "stored"
         if stored:
             self._apply_retention()
@@ -435,12 +506,14 @@ class Daemon:
     def _record(self, result: RunResult) -> None:
         domain = result.domain
         self.metrics.record_outcome(domain, result.outcome)
-        extra = {"domain": domain, "outcome": result.outcome}
+        extra = {"domain": domain, "outcome": result.outcome, "replica": self.identity}
         now = utcnow()
         if result.outcome in ("stored", "unchanged"):
             self._failures.pop(domain, None)
             log.info("run finished", extra={**extra, "version": result.version})
             self._clear_deferral(domain)
+        elif result.outcome == "deferred" and not result.shared:
+            log.info("run left to another replica", extra={**extra, "reason": result.message})
         elif result.outcome == "deferred":
             delay = defer_seconds(result.retry_after, self._busy_defer())
             log.info(
@@ -467,31 +540,14 @@ class Daemon:
         return min(300.0, max(5.0, 2 * self.settings.api.poll_interval))
 
     def _defer(self, domains: list[str], until: datetime, reason: str) -> None:
-        with self.app.db.session() as session:
-            existing = {
-                row.domain: row
-                for row in session.scalars(
-                    sql_select(DomainSchedule).where(DomainSchedule.domain.in_(domains))
-                )
-            }
-            for domain in domains:
-                row = existing.get(domain)
-                if row is None:
-                    session.add(DomainSchedule(domain=domain, not_before=until, last_error=reason))
-                elif row.not_before is None or row.not_before < until:
-                    row.not_before = until
-                    row.last_error = reason
         for domain in domains:
             state = self._states.get(domain)
             if state is not None and (state.not_before is None or state.not_before < until):
                 self._states[domain] = replace(state, not_before=until)
+        defer(self.app.db, domains, until, reason)
 
     def _clear_deferral(self, domain: str) -> None:
-        with self.app.db.session() as session:
-            row = session.get(DomainSchedule, domain)
-            if row is not None and (row.not_before is not None or row.last_error):
-                row.not_before = None
-                row.last_error = None
+        clear_deferral(self.app.db, domain)
 
     def _apply_retention(self) -> None:
         from mirror.retention import gc
@@ -628,7 +684,10 @@ class Daemon:
                     live = self._live.running.pop(domain, None)
                     if live is not None:
                         self._set_state_gauge(live.state, None)
-                self._record(future.result())
+                try:
+                    self._record(future.result())
+                except SQLAlchemyError as exc:
+                    self._loop_error(f"recording the run of {domain}", exc)
 
     def _close(self) -> None:
         self.cancel.set()
@@ -685,6 +744,11 @@ class Daemon:
         faulthandler.unregister(signal.SIGUSR1)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _url_host(host: str) -> str:

@@ -17,11 +17,15 @@ Promises:
   orphan makes that start answer 409, which defers the run (TemporaryFailure)
   until the orphan has finished. The start budget counts the stamp, so an
   unknown start is never free.
-- A run is owned through a lease (`host:pid:nonce`, renewed at every poll and
-  download checkpoint). A live lease of someone else -> TemporaryFailure; an
-  expired lease, or one of a dead process on this host, is taken over. Every
-  write is guarded by the lease, so a process that lost its lease stops instead
-  of overwriting its successor's work.
+- A run is owned through a short lease (`host:pid:nonce`, `daemon.lease`) that a
+  heartbeat thread renews (mirror/lease.py). A live lease of someone else ->
+  HeldByOther (a TemporaryFailure); an expired lease, or one of a dead process on
+  this host, is taken over. Every write is guarded by the lease, so a process that
+  lost its lease stops instead of overwriting its successor's work.
+- A new run is created in one transaction that holds the domain's schedule row
+  lock, re-checks (with `due_check`, as the daemon does) that the domain is still
+  due, and reserves the vendor start in the shared budget: two replicas with stale
+  views never export a domain twice in one interval.
 - Polling ends after `api.job_timeout` from `vendor_started_at` with JobTimedOut
   (exit 75): the run stays active, so a later try polls the same job again. A link
   the download refuses or gives up on (LinkFailed, AuthError, NotFound) is dropped
@@ -40,8 +44,6 @@ import contextlib
 import enum
 import logging
 import os
-import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -58,6 +60,7 @@ from sqlalchemy.orm import Session
 from mirror.api import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.app import App
 from mirror.archive import ArchiveReport, inspect_archive
+from mirror.deferrals import lock_domain
 from mirror.download import LinkFailed, download_bundle
 from mirror.errors import (
     AuthError,
@@ -70,13 +73,13 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
+from mirror.lease import Heartbeat, HeldByOther, NotDue, owner_host, replica_identity
 from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
 from mirror.repair import repair_from_download
 from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)
 
-LEASE_MIN_SECONDS = 300.0
 LINK_MARGIN_SECONDS = 30.0
 PROGRESS_EVENT_SECONDS = 0.1
 _BUDGET_LOCK_KEY = 0x6D69_7272_6F72  # "mirror": serialises start-budget checks on PostgreSQL
@@ -239,8 +242,8 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+DueCheck = Callable[[Session, datetime], datetime | None]
+"""Given the claim's transaction and now: None when the domain is due, else when it will be."""
 
 
 # --- queries ---------------------------------------------------------------------------------
@@ -308,6 +311,7 @@ class _Runner:
         sleep: Callable[[float], None],
         now: Callable[[], datetime],
         owner: str,
+        due_check: DueCheck | None = None,
     ) -> None:
         self.app = app
         self.db = app.db
@@ -321,13 +325,16 @@ class _Runner:
         self.sleep = sleep
         self.now = now
         self.owner = owner
+        self.due_check = due_check
+        self.heartbeat: Heartbeat | None = None
+        self.reserved_at_claim = False
         api = app.settings.api
         self.poll_interval = api.poll_interval
         self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
         self.per_hour = api.max_starts_per_hour
         self.job_timeout = api.job_timeout
         self.download_settings = app.settings.download
-        self.lease_seconds = max(LEASE_MIN_SECONDS, 3 * self.max_poll_interval)
+        self.lease_seconds = app.settings.daemon.lease
         self.resumed = False
         self.downloaded_here = False
         self._last_progress_event = 0.0
@@ -381,6 +388,7 @@ class _Runner:
     def announce(self, **extra: Any) -> None:
         run = self.current
         fields_ = {"domain": run.domain, "run_id": run.id, "state": run.state}
+        fields_["replica"] = self.owner
         fields_["job_id"] = run.vendor_job_id
         fields_.update(extra)
         log.info("export state", extra=fields_)
@@ -434,15 +442,15 @@ class _Runner:
                 existing.lease_expires_at,
                 me=self.owner,
                 now=self.now(),
-                host=socket.gethostname(),
+                host=owner_host(self.owner),
                 pid_alive=pid_alive,
             ):
-                assert existing.lease_expires_at is not None
-                wait = (existing.lease_expires_at - self.now()).total_seconds()
-                raise TemporaryFailure(
+                assert existing.lease_expires_at is not None and existing.lease_owner
+                raise HeldByOther(
                     f"domain {self.domain} is being exported by {existing.lease_owner} "
                     f"(run {existing.id}, {existing.state}); try again later",
-                    retry_after=max(wait, 1.0),
+                    until=existing.lease_expires_at,
+                    owner=existing.lease_owner,
                 )
             if self.take_over(existing):
                 return
@@ -452,30 +460,78 @@ class _Runner:
         )
 
     def create(self) -> bool:
+        """Create the domain's run, if it is still due, with its vendor start budgeted.
+
+        All in one transaction under the domain's schedule row lock (PostgreSQL) or
+        the database write lock (SQLite): a replica whose view is stale finds the run
+        another one just finished and raises NotDue instead of exporting again.
+        """
+        binding = self.app.binding
         now = self.now()
         try:
             with self.db.session() as session:
+                lock_domain(session, self.domain)
+                active = session.scalars(
+                    select(ExportRun.id).where(
+                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
+                    )
+                ).first()
+                if active is not None:
+                    return False  # claim again: take it over or report who holds it
+                if self.due_check is not None:
+                    due = self.due_check(session, now)
+                    if due is not None:
+                        raise NotDue(
+                            f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
+                            "(another process exported it since this one looked)",
+                            due=due,
+                        )
+                self.check_budget(session, now)
                 row = ExportRun(
                     domain=self.domain,
                     active=True,
                     state=RunState.PENDING,
                     requested_version=self.version,
                     requested_paths=list(self.paths) if self.paths is not None else None,
+                    vendor_started_at=now,
                     bytes_done=0,
                     lease_owner=self.owner,
                     lease_expires_at=self.lease_until(),
+                    heartbeat_at=now,
                     created_at=now,
                     updated_at=now,
                 )
                 session.add(row)
                 session.flush()
-                row.partial_name = f"run-{row.id}.part"
+                row.partial_name = binding.partial_name(row.id)
                 session.flush()
                 self.run = RunSnapshot.of(row)
         except sqlalchemy.exc.IntegrityError:
             return False  # another process created the domain's active run just now
+        self.reserved_at_claim = True
+        self.start_heartbeat()
         self.announce()
         return True
+
+    def check_budget(self, session: Session, now: datetime) -> None:
+        """Raise TemporaryFailure when the shared start budget has no room now (locks it on
+        PostgreSQL until the transaction ends; SQLite's write lock already serialises it)."""
+        if session.get_bind().dialect.name == "postgresql":
+            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY})
+        run_id = self.run.id if self.run is not None else None
+        wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=run_id)
+        if wait > 0:
+            raise TemporaryFailure(
+                f"the start budget of {self.per_hour} vendor exports per hour is spent; "
+                f"{self.domain} starts in {wait:.0f}s",
+                hint="api.max_starts_per_hour is shared by all domains",
+                retry_after=wait,
+            )
+
+    def start_heartbeat(self) -> None:
+        self.heartbeat = Heartbeat(
+            self.db, self.current.id, self.owner, self.lease_seconds, now=self.now
+        ).start()
 
     def take_over(self, existing: RunSnapshot) -> bool:
         owner_match = (
@@ -496,6 +552,7 @@ class _Runner:
             return False
         self.run = replace(existing, lease_owner=self.owner, lease_expires_at=until)
         self.resumed = True
+        self.start_heartbeat()
         self.emit(RunEvent(self.domain, existing.id, existing.state, existing.vendor_job_id))
         if existing.lease_owner not in (None, self.owner):
             log.warning(
@@ -504,19 +561,32 @@ class _Runner:
                 existing.id,
                 self.domain,
                 existing.lease_owner,
-                extra={"domain": self.domain, "run_id": existing.id},
+                extra={
+                    "domain": self.domain,
+                    "run_id": existing.id,
+                    "replica": self.owner,
+                    "previous_owner": existing.lease_owner,
+                    "lease_expired_at": _iso(existing.lease_expires_at),
+                },
             )
         log.info(
             "resuming export run %d of %s in state %s",
             existing.id,
             self.domain,
             existing.state,
-            extra={"domain": self.domain, "run_id": existing.id, "state": existing.state},
+            extra={
+                "domain": self.domain,
+                "run_id": existing.id,
+                "state": existing.state,
+                "replica": self.owner,
+            },
         )
         return True
 
     def release(self) -> None:
-        """Give the lease up (the run stays active and resumable)."""
+        """Stop the heartbeat and give the lease up (the run stays active and resumable)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         if self.run is None or not self.current.active:
             return
         try:
@@ -585,18 +655,13 @@ class _Runner:
 
     def start(self) -> None:
         run = self.current
-        if run.vendor_started_at is not None:
-            log.warning(
-                "an earlier start of run %d of %s (at %s) ended without a job id (the process "
-                "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
-                "one-active-job vendor refuses this start until it ends",
-                run.id,
-                self.domain,
-                run.vendor_started_at.isoformat(),
-                extra={"domain": self.domain, "run_id": run.id},
-            )
-        previous_stamp = run.vendor_started_at
-        self.reserve_start()
+        if self.reserved_at_claim:
+            self.reserved_at_claim = False  # budgeted when the run was created
+            previous_stamp = None
+        else:
+            previous_stamp = run.vendor_started_at
+            self.announce_unknown_start()
+            self.reserve_start()
         try:
             job = self.client.start_export(
                 self.domain,
@@ -615,24 +680,26 @@ class _Runner:
         # Nothing may come between the vendor's answer and this commit (see module doc).
         self.transition(RunState.STARTED, vendor_job_id=job.job_id)
 
+    def announce_unknown_start(self) -> None:
+        run = self.current
+        if run.vendor_started_at is None:
+            return
+        log.warning(
+            "an earlier start of run %d of %s (at %s) ended without a job id (the process "
+            "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
+            "one-active-job vendor refuses this start until it ends",
+            run.id,
+            self.domain,
+            run.vendor_started_at.isoformat(),
+            extra={"domain": self.domain, "run_id": run.id, "replica": self.owner},
+        )
+
     def reserve_start(self) -> None:
         """Check the shared start budget and stamp this run's start, in one transaction."""
         now = self.now()
         with self.db.session() as session:
-            if session.get_bind().dialect.name == "postgresql":
-                session.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY}
-                )
             self.save(session)  # first a write: on SQLite it serialises the budget check too
-            wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=self.current.id)
-            if wait > 0:
-                session.rollback()
-                raise TemporaryFailure(
-                    f"the start budget of {self.per_hour} vendor exports per hour is spent; "
-                    f"{self.domain} starts in {wait:.0f}s",
-                    hint="api.max_starts_per_hour is shared by all domains",
-                    retry_after=wait,
-                )
+            self.check_budget(session, now)
             self.save(session, vendor_started_at=now)
 
     # -- POLL ---------------------------------------------------------------------------
@@ -950,13 +1017,16 @@ def run_export(
     owner: str | None = None,
     version: str | None = None,
     paths: Iterable[str] | None = None,
+    due_check: DueCheck | None = None,
 ) -> ExportOutcome:
     """Run (or resume) the export of `domain` to a stored or unchanged version.
 
     `version`/`paths` override the domain's settings for a new run (a resumed run keeps
     what it was started with). Raises TemporaryFailure (busy, budget spent, vendor 409/429,
-    network), Interrupted (cancel set; state saved), OperationFailed (job failed),
-    IntegrityError (size or archive check; nothing stored), AuthError, ConfigError.
+    network; HeldByOther when another live process holds the run, NotDue when `due_check`
+    says the domain was exported since), Interrupted (cancel set; state saved),
+    OperationFailed (job failed), IntegrityError (size or archive check; nothing stored),
+    AuthError, ConfigError.
     """
     domain = domain.strip().lower()
     try:
@@ -975,6 +1045,11 @@ def run_export(
         on_event=on_event,
         sleep=sleep,
         now=now,
-        owner=owner or new_owner(),
+        owner=owner or replica_identity(app.settings.daemon.replica_host),
+        due_check=due_check,
     )
     return runner.execute()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="seconds") if value is not None else None

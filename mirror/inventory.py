@@ -74,7 +74,9 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
 
 def verify_store(app: App) -> VerifyReport:
     """Re-hash every blob against the index: missing, corrupt and extra blobs are problems;
-    temp files that belong to no unfinished run are listed (not problems: gc removes them)."""
+    temp files that belong to no unfinished run are listed (not problems: gc removes them).
+    A store bound to another index is refused (ConfigError) rather than reported."""
+    app.binding  # noqa: B018 - refuses a store of another index
     with app.db.session() as session:
         expected = {sha: size for sha, size in session.execute(select(Bundle.sha256, Bundle.size))}
         live_partials = {

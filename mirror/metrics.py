@@ -72,6 +72,12 @@ class DaemonMetrics:
             ["domain"],
             registry=self.registry,
         )
+        self.loop_errors = Counter(
+            "mirror_daemon_loop_errors",
+            "Errors the scheduler loop survived (a pass or one domain's bookkeeping), by type",
+            ["kind"],
+            registry=self.registry,
+        )
         self.download_bytes = Counter(
             "mirror_download_bytes",
             "Bundle bytes downloaded",

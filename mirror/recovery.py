@@ -1,7 +1,7 @@
 """Start-up recovery: bring the store and the index back to a consistent state after a crash.
 
 Order (each step is safe to repeat and safe to interrupt):
-1. upgrade the index schema;
+1. upgrade the index schema and bind the store to the index (mirror/binding.py);
 2. sweep temp files under STORE/tmp that no unfinished run refers to (and that no
    live process on this host is still writing, judged by a pid in the name);
 3. orphan blobs (a file under blobs/ with no Bundle row): re-hash; when the name
@@ -171,6 +171,7 @@ def upgrade_schema(app: App, attempts: int = 4, sleep: Callable[[float], None] =
 def recover(app: App) -> RecoveryReport:
     """Run every start-up recovery step; the daemon reports ready only after this."""
     schema = upgrade_schema(app)
+    app.binding  # noqa: B018 - a store bound to another index is refused before any work
     temp_removed = sweep_temp_files(app)
     adopted, removed = reconcile_orphan_blobs(app)
     from mirror.exporter import unfinished_runs

@@ -11,6 +11,8 @@ Promises:
 - After a failed run the domain is retried sooner than `every` but backing off
   (failure_retry × 2^(n-1), at most `every`) so a broken domain does not hammer the vendor.
 - `not_before` (a vendor 409/429 or a spent start budget) always wins over the due time.
+- An unfinished run leased by another process is not eligible before its lease
+  expires (the holder's heartbeat keeps moving that), so replicas leave it alone.
 - Unfinished runs are resumed before any new work; among new work the domain that
   has been due the longest goes first. A run that still needs a vendor start is
   only planned while the shared start budget has room.
@@ -38,6 +40,8 @@ class ActiveRun:
     has_vendor_job: bool
     created_at: datetime
     bytes_done: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -107,10 +111,14 @@ def eligible_at(
     seed: int = 0,
     failure_retry: float = DEFAULT_FAILURE_RETRY,
 ) -> datetime:
-    """The earliest time the domain may run: its due time, or `not_before` if later."""
+    """The earliest time the domain may run: its due time, or `not_before` or the expiry of
+    another holder's lease if later."""
     due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
     if state.not_before is not None and state.not_before > due:
-        return state.not_before
+        due = state.not_before
+    active = state.active
+    if active is not None and active.lease_owner and active.lease_expires_at is not None:
+        due = max(due, active.lease_expires_at)
     return due
 
 
@@ -143,15 +151,19 @@ def plan(
     jitter: float,
     seed: int = 0,
     failure_retry: float = DEFAULT_FAILURE_RETRY,
+    spread: str | None = None,
 ) -> Plan:
     """Which domains to start now (in order) and when anything next becomes due.
+
+    With `spread` (a replica's identity), domains due within the same 10 s are taken
+    in an order that depends on it, so replicas sharing an index pick different ones.
 
     `budget_remaining` is how many new vendor starts are allowed right now and
     `budget_wait` the seconds until the next one is (both from the index);
     domains due but held back by the budget are returned in `budget_deferred`
     and should get `not_before = now + budget_wait`.
     """
-    due_now: list[tuple[int, datetime, str, DomainState]] = []
+    due_now: list[tuple[int, float, str, DomainState]] = []
     next_due: tuple[str, datetime] | None = None
     for state in states:
         if state.domain in running:
@@ -160,7 +172,8 @@ def plan(
         if eligible <= now:
             tier = 0 if state.active is not None else 1
             due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
-            due_now.append((tier, due, state.domain, state))
+            due_key = due.timestamp() if spread is None else due.timestamp() // 10
+            due_now.append((tier, due_key, _order(state.domain, spread), state))
         elif next_due is None or eligible < next_due[1]:
             next_due = (state.domain, eligible)
     due_now.sort(key=lambda item: (item[0], item[1], item[2]))
@@ -170,7 +183,8 @@ def plan(
     waiting: list[str] = []
     remaining = max(0, budget_remaining)
     slots = max(0, free_slots)
-    for _tier, _due, domain, state in due_now:
+    for _tier, _due, _key, state in due_now:
+        domain = state.domain
         if state.needs_start and remaining <= 0:
             deferred.append(domain)
         elif slots <= 0:
@@ -194,6 +208,12 @@ def plan(
         next_due=next_due,
         budget_remaining=remaining,
     )
+
+
+def _order(domain: str, spread: str | None) -> str:
+    if spread is None:
+        return domain
+    return hashlib.sha256(f"{spread}:{domain}".encode()).hexdigest()
 
 
 def status_line(

@@ -7,7 +7,7 @@ same pure function the daemon uses (`scheduler.eligible_at`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, aliased
 from mirror.app import App
 from mirror.config import ExportSettings
 from mirror.models import DomainSchedule, ExportRun, RunState, Version, utcnow
-from mirror.scheduler import ActiveRun, DomainState, eligible_at
+from mirror.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
 from mirror.timestamps import rfc3339_or_none
 from mirror.versions import label_key
 
@@ -102,11 +102,32 @@ def load_states(
                 has_vendor_job=current.vendor_job_id is not None,
                 created_at=current.created_at,
                 bytes_done=current.bytes_done or 0,
+                lease_owner=current.lease_owner,
+                lease_expires_at=current.lease_expires_at,
             )
             if current
             else None,
         )
     return states
+
+
+def due_check(
+    export: ExportSettings,
+    known_since: datetime,
+    *,
+    jitter: float,
+    seed: int = 0,
+    failure_retry: float = DEFAULT_FAILURE_RETRY,
+) -> Callable[[Session, datetime], datetime | None]:
+    """A claim's re-check (see exporter.DueCheck): the daemon's due rule applied to the
+    index as the claim's transaction sees it; None when due, else when it will be."""
+
+    def check(session: Session, now: datetime) -> datetime | None:
+        state = load_states(session, [export], {export.domain: known_since})[export.domain]
+        due = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+        return due if due > now else None
+
+    return check
 
 
 def _aware(value: datetime) -> datetime:
@@ -125,6 +146,27 @@ class DomainStatus:
     running: bool
     not_before: datetime | None
     error: str | None
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    now: datetime | None = None
+
+    @property
+    def lease_live(self) -> bool:
+        """A live process holds the active run (its lease has not expired)."""
+        return bool(
+            self.running
+            and self.owner
+            and self.lease_expires_at is not None
+            and self.now is not None
+            and self.lease_expires_at > self.now
+        )
+
+    @property
+    def heartbeat_age(self) -> float | None:
+        if self.heartbeat_at is None or self.now is None or not self.running:
+            return None
+        return max(0.0, (self.now - self.heartbeat_at).total_seconds())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,7 +178,15 @@ class DomainStatus:
             "next_due_at": _iso(self.next_due),
             "deferred_until": _iso(self.not_before),
             "error": self.error,
+            "owner": self.owner if self.running else None,
+            "lease_expires_at": _iso(self.lease_expires_at) if self.running else None,
+            "lease_live": self.lease_live,
+            "heartbeat_age_seconds": _round(self.heartbeat_age),
         }
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 1) if value is not None else None
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -182,6 +232,10 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
         error = run.error if run is not None and run.error else None
         if error is None and schedule is not None and schedule.last_error:
             error = schedule.last_error
+        active = run if run is not None and run.active else None
+        live = active is not None and _live(active.lease_expires_at, now)
+        if live:
+            error = None  # a run a live process holds is running, whatever was said before
         result.append(
             DomainStatus(
                 domain=export.domain,
@@ -192,9 +246,17 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
                 running=running,
                 not_before=not_before,
                 error=error,
+                owner=active.lease_owner if active is not None else None,
+                lease_expires_at=active.lease_expires_at if active is not None else None,
+                heartbeat_at=active.heartbeat_at if active is not None else None,
+                now=now,
             )
         )
     return result
+
+
+def _live(expires_at: datetime | None, now: datetime) -> bool:
+    return expires_at is not None and _aware(expires_at) > now
 
 
 def _run_json(run: ExportRun) -> dict[str, Any]:

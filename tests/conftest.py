@@ -136,3 +136,37 @@ def postgres_url() -> str:
             pytest.fail("MIRROR_TEST_POSTGRES_URL is not set but make test requires PostgreSQL")
         pytest.skip("PostgreSQL not started (run through make test)")
     return url
+
+
+def create_postgres_database(server_url: str) -> str:
+    """Create a new, empty database on the server of `server_url`; returns its URL."""
+    import uuid
+
+    import sqlalchemy
+
+    name = f"mirror_test_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def drop_postgres_database(server_url: str, url: str) -> None:
+    import sqlalchemy
+
+    admin = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        name = url.rsplit("/", 1)[1]
+        connection.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database for this test (dropped after it)."""
+    url = create_postgres_database(postgres_url)
+    try:
+        yield url
+    finally:
+        drop_postgres_database(postgres_url, url)

@@ -425,8 +425,7 @@ def test_start_budget_is_shared_by_domains(
         run_export(app, client, "docs.b3.test")
     assert caught.value.retry_after is not None and 3500 < caught.value.retry_after <= 3600
     assert "docs.b3.test" not in sim.stats.snapshot()["start_attempts"]
-    (waiting,) = runs(app, "docs.b3.test")
-    assert waiting.state == RunState.PENDING and waiting.vendor_started_at is None
+    assert runs(app, "docs.b3.test") == []  # budgeted in the claim: no run without a start
     with app.db.session() as session:
         assert start_budget_wait(session, datetime.now(UTC), 3) == 0
         assert start_budget_wait(session, datetime.now(UTC) + timedelta(hours=1), 2) == 0
@@ -649,3 +648,96 @@ def test_not_a_domain_is_a_config_error_before_anything(
     with pytest.raises(ConfigError, match="not a documentation domain"):
         run_export(app, vendor(sim, http), "not a domain/x")
     assert runs(app) == [] and sim.stats.snapshot()["requests"] == 0
+
+
+# --- issue 9: the claim re-checks, in its own transaction, that the domain is due -------------
+
+
+def _due_check_of(app: App, domain: str) -> Any:
+    from mirror.status import due_check
+
+    return due_check(
+        app.settings.export_for(domain), datetime.now(UTC) - timedelta(hours=2), jitter=0.0
+    )
+
+
+def test_claim_refuses_a_domain_exported_since_the_caller_looked(
+    sim: Simulator, http: httpx.Client, make_app: Callable[..., App]
+):
+    """A replica with a stale view asks to export a domain another just stored: the claim's
+    re-check finds the finished run and refuses (NotDue) without a run or a vendor job."""
+    from mirror.lease import NotDue
+
+    app = make_app(exports=[{"domain": "docs.due.test", "every": "1h"}])
+    client = vendor(sim, http)
+    run_export(app, client, "docs.due.test", due_check=_due_check_of(app, "docs.due.test"))
+    with pytest.raises(NotDue) as caught:
+        run_export(app, client, "docs.due.test", due_check=_due_check_of(app, "docs.due.test"))
+    assert caught.value.retry_after is not None and 3500 < caught.value.retry_after <= 3600
+    assert len(runs(app, "docs.due.test")) == 1
+    assert len(sim.stats.snapshot()["starts"]["docs.due.test"]) == 1
+    outcome = run_export(app, client, "docs.due.test")  # an operator's explicit run still runs
+    assert outcome.state in ("stored", "unchanged")
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_stale_replicas_racing_for_one_domain_export_it_once(
+    backend: str, sim: Simulator, store_dir: Path, request: pytest.FixtureRequest
+):
+    """Six processes' worth of claims at the same instant, each sure the domain is due:
+    one vendor job, one version; the others are told it is held or no longer due."""
+    from mirror.lease import HeldByOther, NotDue
+
+    document: dict[str, Any] = {
+        "store": {"path": str(store_dir)},
+        "api": FAST_API,
+        "exports": [{"domain": "docs.race.test", "every": "1h"}],
+    }
+    if backend == "postgresql":
+        document["store"]["database"] = request.getfixturevalue("postgres_database")
+    apps = [App(settings_from_dict(document)) for _ in range(6)]
+    apps[0].binding  # noqa: B018 - bind first, so the race is about the claim alone
+    barrier = threading.Barrier(len(apps))
+    outcomes: list[str] = []
+
+    def replica(app: App) -> None:
+        with httpx.Client(timeout=30) as http:
+            check = _due_check_of(app, "docs.race.test")
+            barrier.wait(30)
+            try:
+                run_export(app, vendor(sim, http), "docs.race.test", due_check=check)
+                outcomes.append("exported")
+            except (HeldByOther, NotDue) as exc:
+                outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=replica, args=(app,)) for app in apps]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert outcomes.count("exported") == 1, outcomes
+        assert len(outcomes) == len(apps)
+        assert len(sim.stats.snapshot()["starts"]["docs.race.test"]) == 1
+        assert len(versions(apps[0], "docs.race.test")) == 1
+    finally:
+        for app in apps:
+            app.close()
+
+
+def test_claim_budgets_the_start_in_the_same_transaction(
+    sim: Simulator, http: httpx.Client, make_app: Callable[..., App]
+):
+    """The new run carries its start stamp from the claim: no window where two claims both
+    see budget left, and no 'ended without a job id' warning for a fresh run."""
+    app = make_app(max_starts_per_hour=1)
+    seen: list[RunEvent] = []
+    run_export(app, vendor(sim, http), "docs.b.test", on_event=seen.append)
+    (run,) = runs(app, "docs.b.test")
+    assert run.vendor_started_at is not None and run.vendor_started_at <= run.created_at
+    assert run.partial_name == app.binding.partial_name(run.id)
+    with pytest.raises(TemporaryFailure, match="start budget"):
+        run_export(app, vendor(sim, http), "docs.c.test")
+    assert runs(app, "docs.c.test") == []

@@ -195,3 +195,60 @@ def test_status_line_and_delays() -> None:
     assert format_delay(7800) == "2h10m"
     assert format_delay(3 * 86400) == "3d"
     assert format_delay(-5) == "0s"
+
+
+def test_a_run_leased_by_another_replica_waits_for_its_lease() -> None:
+    held = ActiveRun(
+        run_id=1,
+        state="downloading",
+        has_vendor_job=True,
+        created_at=T0 - timedelta(minutes=5),
+        lease_owner="node-b:7:abcd",
+        lease_expires_at=T0 + timedelta(seconds=20),
+    )
+    released = ActiveRun(1, "downloading", True, T0 - timedelta(minutes=5))
+    assert eligible_at(state("a.example.com", active=held), jitter=0.0) == T0 + timedelta(
+        seconds=20
+    )
+    assert eligible_at(state("a.example.com", active=released), jitter=0.0) == released.created_at
+    decision = plan(
+        [state("a.example.com", active=held)],
+        now=T0,
+        running=set(),
+        free_slots=4,
+        budget_remaining=10,
+        budget_wait=0,
+        jitter=0.0,
+    )
+    assert decision.start == [] and decision.next_wake == T0 + timedelta(seconds=20)
+    later = plan(
+        [state("a.example.com", active=held)],
+        now=T0 + timedelta(seconds=21),
+        running=set(),
+        free_slots=4,
+        budget_remaining=10,
+        budget_wait=0,
+        jitter=0.0,
+    )
+    assert later.start == ["a.example.com"]
+
+
+def test_replicas_take_equally_due_domains_in_different_orders() -> None:
+    states = [state(f"d{i:03d}.example.com") for i in range(200)]
+
+    def first_four(spread: str | None) -> list[str]:
+        return plan(
+            states,
+            now=T0,
+            running=set(),
+            free_slots=4,
+            budget_remaining=1000,
+            budget_wait=0,
+            jitter=0.0,
+            spread=spread,
+        ).start
+
+    assert first_four(None) == [f"d{i:03d}.example.com" for i in range(4)]
+    picks = [set(first_four(f"host:{pid}:nonce")) for pid in (1, 2, 3)]
+    assert picks[0].isdisjoint(picks[1]) and picks[1].isdisjoint(picks[2])
+    assert first_four("host:1:nonce") == first_four("host:1:nonce")

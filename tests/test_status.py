@@ -162,3 +162,57 @@ def test_human_status_lines(store_dir: Path) -> None:
     assert "(deferred)" in by_domain["deferred.example.com"]
     assert "render error" in by_domain["failing.example.com"]
     assert status_lines([], NOW) == ["no domains configured ([[exports]] in the config file)"]
+
+
+def test_status_shows_who_holds_each_run_and_a_live_one_is_no_error(store_dir: Path) -> None:
+    """Issue 9: a run a live replica holds is 'running' with its owner, lease and heartbeat,
+    even when another replica once wrote 'is being exported by ...' into the schedule; an
+    expired lease is shown as stalled."""
+    from mirror.cli.status import status_lines
+
+    app = make_app(store_dir)
+    try:
+        seed(app)
+        with app.db.session() as session:
+            busy = session.query(ExportRun).filter_by(domain="busy.example.com").one()
+            busy.lease_owner = "node-b:4242:0a1b2c3d"
+            busy.lease_expires_at = NOW + timedelta(seconds=25)
+            busy.heartbeat_at = NOW - timedelta(seconds=5)
+            session.add(
+                DomainSchedule(
+                    domain="busy.example.com",
+                    last_error="domain busy.example.com is being exported by node-b:4242:0a1b2c3d",
+                )
+            )
+            session.add(
+                ExportRun(
+                    domain="fresh.example.com",
+                    state=RunState.STARTED,
+                    vendor_job_id="job-s",
+                    created_at=NOW - timedelta(minutes=3),
+                    lease_owner="node-c:7:ffffffff",
+                    lease_expires_at=NOW - timedelta(seconds=40),
+                    heartbeat_at=NOW - timedelta(seconds=70),
+                )
+            )
+        rows = {row.domain: row for row in domain_status(app, now=NOW)}
+        lines = status_lines(list(rows.values()), NOW)
+    finally:
+        app.close()
+    held = rows["busy.example.com"].to_json()
+    assert held["running"] and held["error"] is None
+    assert held["owner"] == "node-b:4242:0a1b2c3d" and held["lease_live"] is True
+    assert held["lease_expires_at"] == "2026-03-01T12:00:25Z"
+    assert held["heartbeat_age_seconds"] == 5.0
+    stalled = rows["fresh.example.com"].to_json()
+    assert stalled["running"] and stalled["lease_live"] is False
+    assert stalled["heartbeat_age_seconds"] == 70.0
+    done = rows["done.example.com"].to_json()
+    assert done["owner"] is None and done["heartbeat_age_seconds"] is None
+    by_domain = {line.split()[0]: line for line in lines[1:]}
+    assert (
+        "running (node-b:4242:0a1b2c3d, lease 25s left, heartbeat 5s ago)"
+        in (by_domain["busy.example.com"])
+    )
+    assert "being exported" not in by_domain["busy.example.com"]
+    assert "stalled (node-c:7:ffffffff, lease expired 40s ago" in by_domain["fresh.example.com"]

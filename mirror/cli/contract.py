@@ -336,6 +336,10 @@ CONTRACTS: dict[str, Contract] = {
                             "next_due_at": null(TIME),
                             "deferred_until": null(TIME),
                             "error": null(STR),
+                            "owner": null(STR),
+                            "lease_expires_at": null(TIME),
+                            "lease_live": BOOL,
+                            "heartbeat_age_seconds": null(NUM),
                         }
                     )
                 ),

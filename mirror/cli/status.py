@@ -39,7 +39,7 @@ def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
         state = run["state"] if run else "-"
         version = row.latest_version["version"] if row.latest_version else "-"
         if row.running:
-            due = "running"
+            due = running_text(row, now)
         elif row.next_due is not None:
             delay = (row.next_due - now).total_seconds()
             due = "now" if delay < 1 else f"in {format_delay(delay)}"
@@ -54,6 +54,18 @@ def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
         + ("  " + line[-1] if line[-1] else "")
         for line in table
     ]
+
+
+def running_text(row: DomainStatus, now: datetime) -> str:
+    """'running (host:pid:nonce, lease 25s left, heartbeat 5s ago)', or why it is not."""
+    if row.owner is None or row.lease_expires_at is None:
+        return "running (no owner; resumes at the next daemon pass)"
+    left = (row.lease_expires_at - now).total_seconds()
+    age = row.heartbeat_age
+    beat = f", heartbeat {format_delay(age)} ago" if age is not None else ""
+    if row.lease_live:
+        return f"running ({row.owner}, lease {format_delay(left)} left{beat})"
+    return f"stalled ({row.owner}, lease expired {format_delay(-left)} ago{beat}; taken over next)"
 
 
 def _one_line(text: str, limit: int = 100) -> str:
