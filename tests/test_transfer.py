@@ -18,6 +18,7 @@ from mirror.keys import SigningKey, load_signing_key, load_trusted_keys
 from mirror.models import Transfer, TransferItem, Version, utcnow
 from mirror.transfer import (
     MANIFEST,
+    SHA256SUMS,
     SIGNATURE,
     Manifest,
     canonical_json,
@@ -48,6 +49,7 @@ def resign(set_dir: Path, key: SigningKey, change: Callable[[dict[str, Any]], No
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     (set_dir / MANIFEST).write_bytes(data)
     (set_dir / SIGNATURE).write_bytes(key.signature_document(data))
+    (set_dir / SHA256SUMS).unlink(missing_ok=True)  # stale now; it is optional
 
 
 def test_nothing_to_pack_is_not_an_error(transfer_app: App, tmp_path: Path) -> None:
@@ -64,7 +66,7 @@ def test_pack_writes_a_signed_canonical_set_and_records_it(
     out = tmp_path / "set-1"
     result = pack(transfer_app, out)
     assert result.sequence == 1 and result.path == out
-    assert sorted(os.listdir(out)) == ["blobs", MANIFEST, SIGNATURE]
+    assert sorted(os.listdir(out)) == [SHA256SUMS, "blobs", MANIFEST, SIGNATURE]
     assert sorted(os.listdir(out / "blobs")) == sorted([sha1, sha2])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("set-1.partial")]
     data = (out / MANIFEST).read_bytes()
