@@ -17,7 +17,7 @@ import pytest
 from mirror import __version__
 from mirror.app import App
 from mirror.errors import ConfigError
-from mirror.keys import load_signing_key
+from mirror.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from mirror.selfbundle import ToolBundle, bundle_self
 from mirror.transfer import pack
 from tests.fixtures.s3 import add_version
@@ -80,8 +80,10 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     assert listed == files - {"SHA256SUMS", "SHA256SUMS.sig"}
     checked = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root, check=False)
     assert checked.returncode == 0
-    signature = json.loads((root / "SHA256SUMS.sig").read_text())
-    assert signature["key_id"] == made.key_id
+    trusted = load_trusted_keys([public])
+    sums = (root / "SHA256SUMS").read_bytes()
+    signer = verify_signature_file(sums, root / "SHA256SUMS.sig", trusted, what="SHA256SUMS")
+    assert signer.key_id == made.key_id
 
 
 def test_bundle_never_replaces_an_artefact(built: tuple[ToolBundle, Path, Path]) -> None:
