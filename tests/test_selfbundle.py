@@ -22,14 +22,16 @@ from mirror.selfbundle import ToolBundle, bundle_self
 from mirror.transfer import pack
 from tests.fixtures.s3 import add_version
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "install.md"
+ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "http://127.0.0.1:9"
 
 
-def documented(block: str) -> str:
-    """The shell block that follows `<!-- tested: BLOCK -->` in docs/install.md."""
-    match = re.search(rf"<!-- tested: {block} -->\n```sh\n(.*?)```", DOCS.read_text(), re.S)
-    assert match, f"docs/install.md has no tested block {block}"
+def documented(block: str, page: str = "README.md") -> str:
+    """The shell block that follows `<!-- tested: BLOCK -->` in a page of the docs."""
+    match = re.search(
+        rf"<!-- tested: {block} -->\n```sh\n(.*?)```", (ROOT / page).read_text(), re.S
+    )
+    assert match, f"{page} has no tested block {block}"
     return match.group(1)
 
 
@@ -106,7 +108,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     carried = set_dir / "tool" / made.path.name
     root = tmp_path / "root"
     python = getattr(sys, "_base_executable", sys.executable)
-    install = documented("offline-install")
+    install = documented("offline-install", "docs/install.md")
     install = install.replace(f"mirror-tool-{__version__}.tar", str(carried))
     install = install.replace("sudo ./install.sh", "./install.sh")
     install = install.replace("/etc/mirror/transfer.pub", str(public))
@@ -128,6 +130,19 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     assert link.is_symlink() and os.readlink(link) == f"{root}/opt/mirror/bin/mirror"
     assert (root / "etc" / "systemd" / "system" / "mirror.service").is_file()
     assert (root / "opt" / "mirror" / "share" / "mirror" / "wheels").is_dir()
+    etc = f"{root}/etc/mirror"
+    connected = documented("connected-host").replace("/etc/mirror", etc).replace("sudo ", "")
+    connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
+    env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
+    env["PATH"] = f"{root}/usr/local/bin:{env['PATH']}"
+    steps = subprocess.run(
+        ["bash", "-e", "-c", connected], env=env, capture_output=True, text=True, check=False
+    )
+    assert steps.returncode == 0, steps.stdout + steps.stderr
+    assert oct(Path(etc, "config.toml").stat().st_mode & 0o777) == "0o644"
+    assert oct(Path(etc, "admin-api-key").stat().st_mode & 0o777) == "0o600"
+    assert Path(etc, "admin-api-key").read_text().strip() == "mint_x"
+    assert Path(etc, "transfer.key").is_file() and Path(etc, "transfer.pub").is_file()
     config = tmp_path / "config.toml"
     config.write_text(f'[target]\ntrusted_keys = ["{key_pair[1]}"]\n')
     env = {**offline_env(), "MIRROR_CONFIG": str(config)}
