@@ -58,7 +58,21 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, P
 
     work = tmp_path_factory.mktemp("bundle")
     keys = generate_keypair(work / "keys" / "transfer")
-    made = bundle_self(work / "dist", load_signing_key(keys.private_path), local=True)
+    command = ["bundle-self", "--local", "--key", str(keys.private_path), str(work / "dist")]
+    done = subprocess.run(
+        [sys.executable, "-m", "mirror", "--json", *command],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    fields = ("path", "version", "sha256", "size", "key_id", "targets", "wheels")
+    made = ToolBundle(**{name: document[name] for name in fields})
+    made = ToolBundle(**{**made.__dict__, "path": Path(made.path)})
+    assert made.path == work / "dist" / f"mirror-tool-{__version__}.tar"
     return made, keys.private_path, keys.public_path
 
 
