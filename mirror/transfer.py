@@ -36,9 +36,17 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
@@ -157,17 +165,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _hex64(value: str) -> str:
+    if not HEX64.match(value):
+        raise ValueError("must be 64 lowercase hex digits")
+    return value
+
+
+Hex64 = Annotated[str, AfterValidator(_hex64)]
+
+
 class PartEntry(_Strict):
     name: str
     size: int = Field(ge=0)
-    sha256: str
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        if not HEX64.match(value):
-            raise ValueError("must be 64 lowercase hex digits")
-        return value
+    sha256: Hex64
 
 
 class ManifestItem(_Strict):
@@ -239,20 +249,13 @@ class ToolEntry(_Strict):
 
     name: str
     size: int = Field(ge=0)
-    sha256: str
+    sha256: Hex64
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if not TOOL_NAME.match(value) or ".." in value:
             raise ValueError(f"not a tool artefact name: {value!r}")
-        return value
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        if not HEX64.match(value):
-            raise ValueError("must be 64 lowercase hex digits")
         return value
 
     @property
@@ -406,19 +409,13 @@ def verify_set(
 
 
 def _check_tool(set_dir: Path, tool: ToolEntry, on_progress: Progress | None) -> None:
-    digest = hashlib.sha256()
-    size = 0
     try:
         fd = os.open(set_dir / tool.path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         raise IntegrityError(f"{tool.path} is missing or not a regular file") from None
     with os.fdopen(fd, "rb", buffering=0) as handle:
-        while chunk := handle.read(CHUNK_SIZE):
-            digest.update(chunk)
-            size += len(chunk)
-            if on_progress is not None:
-                on_progress(len(chunk))
-    if size != tool.size or digest.hexdigest() != tool.sha256:
+        sha256, size = _stream_sha256(handle, on_progress)
+    if size != tool.size or sha256 != tool.sha256:
         raise IntegrityError(f"{tool.path}: size or sha256 differs from the manifest (corrupt)")
 
 
@@ -832,19 +829,28 @@ def _tool_size(tool: Path) -> int:
 
 def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolEntry:
     (staging / TOOL_DIR).mkdir()
-    digest = hashlib.sha256()
-    size = 0
     with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
-        while chunk := reader.read(CHUNK_SIZE):
-            writer.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
-            if on_progress is not None:
-                on_progress(len(chunk))
+        sha256, size = _stream_sha256(reader, on_progress, writer)
         writer.flush()
         os.fsync(writer.fileno())
     fsync_dir(staging / TOOL_DIR)
-    return ToolEntry(name=tool.name, size=size, sha256=digest.hexdigest())
+    return ToolEntry(name=tool.name, size=size, sha256=sha256)
+
+
+def _stream_sha256(
+    reader: Any, on_progress: Progress | None, writer: Any = None
+) -> tuple[str, int]:
+    """(sha256, size) of everything `reader` yields, copied to `writer` when given."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := reader.read(CHUNK_SIZE):
+        if writer is not None:
+            writer.write(chunk)
+        digest.update(chunk)
+        size += len(chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+    return digest.hexdigest(), size
 
 
 def _record(

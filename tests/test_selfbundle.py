@@ -51,6 +51,14 @@ def offline_env() -> dict[str, str]:
     return env
 
 
+def run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, Path]:
     """(the artefact, transfer.key, transfer.pub), built once for this machine's platform."""
@@ -59,14 +67,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, P
     work = tmp_path_factory.mktemp("bundle")
     keys = generate_keypair(work / "keys" / "transfer")
     command = ["bundle-self", "--local", "--key", str(keys.private_path), str(work / "dist")]
-    done = subprocess.run(
-        [sys.executable, "-m", "mirror", "--json", *command],
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run([sys.executable, "-m", "mirror", "--json", *command], offline_env())
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads(done.stdout)
     fields = ("path", "version", "sha256", "size", "key_id", "targets", "wheels")
@@ -94,7 +95,7 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     listed = {line.split("  ")[1] for line in (root / "SHA256SUMS").read_text().splitlines()}
     files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
     assert listed == files - {"SHA256SUMS", "SHA256SUMS.sig"}
-    checked = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root, check=False)
+    checked = run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root)
     assert checked.returncode == 0
     trusted = load_trusted_keys([public])
     sums = (root / "SHA256SUMS").read_bytes()
@@ -128,15 +129,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     install = install.replace("/etc/mirror/transfer.pub", str(public))
     install = install.replace("./install.sh", f"./install.sh --root {root} --python {python}")
     install = install.replace("\nmirror --version", f"\n{root}/usr/local/bin/mirror --version")
-    done = subprocess.run(
-        ["sh", "-e", "-c", install],
-        cwd=tmp_path,
-        env=offline_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run(["sh", "-e", "-c", install], offline_env(), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "signature of SHA256SUMS checked" in done.stdout
     assert f"mirror, version {__version__}" in done.stdout
@@ -149,9 +142,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
     env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
     env["PATH"] = f"{root}/usr/local/bin:{env['PATH']}"
-    steps = subprocess.run(
-        ["bash", "-e", "-c", connected], env=env, capture_output=True, text=True, check=False
-    )
+    steps = run(["bash", "-e", "-c", connected], env)
     assert steps.returncode == 0, steps.stdout + steps.stderr
     assert oct(Path(etc, "config.toml").stat().st_mode & 0o777) == "0o644"
     assert oct(Path(etc, "admin-api-key").stat().st_mode & 0o777) == "0o600"
@@ -160,27 +151,13 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     config = tmp_path / "config.toml"
     config.write_text(f'[target]\ntrusted_keys = ["{key_pair[1]}"]\n')
     env = {**offline_env(), "MIRROR_CONFIG": str(config)}
-    verify = subprocess.run(
-        [str(link), "--json", "transfer", "verify", str(set_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    verify = run([str(link), "--json", "transfer", "verify", str(set_dir)], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     document = json.loads(verify.stdout)
     assert document["valid"] is True
     assert document["tool"]["name"] == made.path.name
     carried.write_bytes(carried.read_bytes()[:-1] + b"!")
-    refused = subprocess.run(
-        [str(link), "transfer", "verify", str(set_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    refused = run([str(link), "transfer", "verify", str(set_dir)], env)
     assert refused.returncode == 5, refused.stderr
     assert "tool/" in refused.stderr
 
@@ -196,14 +173,9 @@ def test_the_documented_manual_check_passes_and_catches_a_change(
     recipe = recipe.replace("/etc/mirror/transfer.pub", str(key_pair[1]))
     recipe = recipe.replace("/tmp/manifest.sig", str(tmp_path / "manifest.sig"))
 
-    def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["sh", "-e", "-c", recipe], capture_output=True, text=True, timeout=60, check=False
-        )
-
-    good = run()
+    good = run(["sh", "-e", "-c", recipe])
     assert good.returncode == 0, good.stdout + good.stderr
     assert "Signature Verified Successfully" in good.stdout
     manifest = set_dir / "manifest.json"
     manifest.write_bytes(manifest.read_bytes().replace(b'"sequence":1', b'"sequence":2'))
-    assert run().returncode != 0
+    assert run(["sh", "-e", "-c", recipe]).returncode != 0
