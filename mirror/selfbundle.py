@@ -8,7 +8,7 @@ transfer key (`SHA256SUMS.sig`, the same signature format as a transfer set).
 
 Promises:
 - The wheelhouse is complete for the targets it names: by default manylinux
-  x86_64 and aarch64 for CPython 3.11 and 3.12, fetched as binary wheels only
+  (glibc 2.28+) x86_64 and aarch64 for CPython 3.11 and 3.12, binary wheels only
   (`pip download --only-binary=:all:`), so `pip install --no-index` on the
   far side never needs a compiler or a network.
 - `local=True` builds for this machine's platform only, offline: the
@@ -42,8 +42,9 @@ from mirror.errors import ConfigError, OperationFailed
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
 from mirror.keys import SigningKey
 
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_28_aarch64")
+ARCHITECTURES = ("x86_64", "aarch64")
 PYTHONS = ("3.11", "3.12")
+GLIBC_MINOR = 28  # manylinux_2_28: glibc 2.28 and newer (Debian 10+, RHEL 8+, Ubuntu 20.04+)
 SUMS = "SHA256SUMS"
 SUMS_SIGNATURE = "SHA256SUMS.sig"
 SHARE = Path("share") / "mirror"
@@ -128,7 +129,7 @@ def bundle_self(
     signing_key: SigningKey,
     *,
     local: bool = False,
-    platforms: tuple[str, ...] = PLATFORMS,
+    architectures: tuple[str, ...] = ARCHITECTURES,
     pythons: tuple[str, ...] = PYTHONS,
     source: Path | None = None,
 ) -> ToolBundle:
@@ -149,10 +150,14 @@ def bundle_self(
                 wheel_from_installed(dist, wheels)
             targets = ["local"]
         else:
-            for platform in platforms:
+            for architecture in architectures:
                 for python in pythons:
-                    _pip_download(mirror_wheel, wheels, platform, python)
-            targets = [f"cp{p.replace('.', '')}-{pl}" for p in pythons for pl in platforms]
+                    _pip_download(mirror_wheel, wheels, architecture, python)
+            targets = [
+                f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
+                for p in pythons
+                for a in architectures
+            ]
         _copy_files(sources, root)
         sums = _sha256sums(root)
         (root / SUMS).write_bytes(sums)
@@ -233,7 +238,15 @@ def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
     return built[0]
 
 
-def _pip_download(mirror_wheel: Path, wheels: Path, platform: str, python: str) -> None:
+def manylinux_tags(architecture: str, glibc_minor: int = GLIBC_MINOR) -> list[str]:
+    """Every manylinux tag a glibc 2.`glibc_minor` host accepts: pip's `--platform` takes
+    each tag literally, so naming only the newest would miss wheels built for older glibc."""
+    tags = [f"manylinux_2_{minor}_{architecture}" for minor in range(glibc_minor, 16, -1)]
+    return [*tags, f"manylinux2014_{architecture}"]
+
+
+def _pip_download(mirror_wheel: Path, wheels: Path, architecture: str, python: str) -> None:
+    platforms = [option for tag in manylinux_tags(architecture) for option in ("--platform", tag)]
     _run(
         [
             sys.executable,
@@ -242,8 +255,7 @@ def _pip_download(mirror_wheel: Path, wheels: Path, platform: str, python: str) 
             "download",
             "--quiet",
             "--only-binary=:all:",
-            "--platform",
-            platform,
+            *platforms,
             "--python-version",
             python,
             "--implementation",
@@ -252,7 +264,7 @@ def _pip_download(mirror_wheel: Path, wheels: Path, platform: str, python: str) 
             str(wheels),
             str(mirror_wheel),
         ],
-        f"downloading the wheels for CPython {python} on {platform}",
+        f"downloading the wheels for CPython {python} on manylinux {architecture}",
     )
 
 

@@ -18,7 +18,7 @@ from mirror import __version__
 from mirror.app import App
 from mirror.errors import ConfigError
 from mirror.keys import load_signing_key, load_trusted_keys, verify_signature_file
-from mirror.selfbundle import ToolBundle, bundle_self
+from mirror.selfbundle import ToolBundle, bundle_self, manylinux_tags
 from mirror.transfer import pack
 from tests.fixtures.s3 import add_version
 
@@ -179,3 +179,12 @@ def test_the_documented_manual_check_passes_and_catches_a_change(
     manifest = set_dir / "manifest.json"
     manifest.write_bytes(manifest.read_bytes().replace(b'"sequence":1', b'"sequence":2'))
     assert run(["sh", "-e", "-c", recipe]).returncode != 0
+
+
+def test_manylinux_tags_include_every_older_glibc() -> None:
+    """pip --platform takes tags literally: psycopg-binary ships only manylinux_2_17 for
+    x86_64, so naming manylinux_2_28 alone would find no wheel for it."""
+    tags = manylinux_tags("x86_64")
+    assert tags[0] == "manylinux_2_28_x86_64"
+    assert "manylinux_2_17_x86_64" in tags and tags[-1] == "manylinux2014_x86_64"
+    assert len(tags) == len(set(tags)) == 13

@@ -25,10 +25,11 @@ from mirror.units import format_size
     help="This machine's platform only, wheels re-packed from this installation (offline).",
 )
 @click.option(
-    "--platform",
-    "platforms",
+    "--arch",
+    "architectures",
     multiple=True,
-    help="pip platform tag (repeatable) [manylinux_2_28_x86_64, manylinux_2_28_aarch64].",
+    type=click.Choice(["x86_64", "aarch64"]),
+    help="manylinux architecture (repeatable) [x86_64 and aarch64].",
 )
 @click.option(
     "--python", "pythons", multiple=True, help="CPython version (repeatable) [3.11, 3.12]."
@@ -45,7 +46,7 @@ def bundle_self_command(
     out: Path,
     key_path: Path | None,
     local: bool,
-    platforms: tuple[str, ...],
+    architectures: tuple[str, ...],
     pythons: tuple[str, ...],
     source: Path | None,
 ) -> None:
@@ -54,7 +55,7 @@ def bundle_self_command(
     Example: mirror bundle-self --key /etc/mirror/transfer.key /srv/dist
     """
     from mirror.keys import load_signing_key
-    from mirror.selfbundle import PLATFORMS, PYTHONS, bundle_self
+    from mirror.selfbundle import ARCHITECTURES, PYTHONS, bundle_self
     from mirror.transfer import signing_key_from_settings
 
     key = load_signing_key(key_path) if key_path else signing_key_from_settings(cli.settings)
@@ -62,7 +63,7 @@ def bundle_self_command(
         out,
         key,
         local=local,
-        platforms=platforms or PLATFORMS,
+        architectures=architectures or ARCHITECTURES,
         pythons=pythons or PYTHONS,
         source=source,
     )
