@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export VENV
 
-.PHONY: all venv lint typecheck test faults demo bench clean docs
+.PHONY: all venv lint typecheck test faults demo bench dist image clean docs
 
 all: test
 
@@ -44,5 +44,19 @@ demo: venv
 bench: venv
 	scripts/with-test-servers $(PY) -m bench
 
+## make dist: the offline installer dist/mirror-tool-VERSION.tar, every wheel for manylinux
+## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, signed with DIST_KEY (docs/install.md)
+DIST_KEY ?= /etc/mirror/transfer.key
+dist: venv
+	$(VENV)/bin/mirror bundle-self --key $(DIST_KEY) dist
+
+## make image: the container image as an OCI archive, from Debian's packages (root, a Debian
+## mirror, debootstrap and umoci); built from this machine's platform. Not part of make test.
+IMAGE_OUT ?= dist/mirror-image.oci.tar
+image: venv
+	rm -rf dist/image-tool && $(VENV)/bin/mirror bundle-self --local --key $(DIST_KEY) dist/image-tool
+	deploy/image/build dist/image-tool/mirror-tool-*.tar $(IMAGE_OUT)
+	rm -rf dist/image-tool
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist

@@ -149,6 +149,7 @@ class TargetSettings(_Section):
     trusted_keys: list[Path] = Field(default_factory=list)
     url_mode: Literal["presigned", "plain"] = "presigned"
     presign_ttl: Duration = 7 * 86400.0
+    presign_endpoint_url: str = ""
     public_base_url: str = ""
 
     @field_validator("presign_ttl")

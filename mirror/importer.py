@@ -153,6 +153,10 @@ def import_set(
     notes: list[str] = []
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
     manifest = verified.manifest
+    if manifest.tool is not None:
+        notes.append(
+            f"{manifest.tool.path} (the mirror tool) stays beside the set; it is not published"
+        )
     imported_at = iso_time(now())
     items: list[ImportedItem] = []
     entries: dict[str, list[dict[str, Any]]] = {}

@@ -101,14 +101,15 @@ class GeneratedKeys:
 
 
 def generate_keypair(prefix: Path) -> GeneratedKeys:
-    """Write PREFIX.key (PEM PKCS#8, 0600) and PREFIX.pub (PEM); never replaces a file."""
+    """Write PREFIX.key (PEM PKCS#8, 0600) and PREFIX.pub (PEM SubjectPublicKeyInfo, which
+    `openssl pkeyutl -verify -pubin` reads); never replaces a file. A missing directory is
+    created with mode 0755."""
     private_path = prefix.with_name(prefix.name + ".key")
     public_path = prefix.with_name(prefix.name + ".pub")
     for path in (private_path, public_path):
         if path.exists() or path.is_symlink():
             raise ConfigError(f"{path} already exists; refusing to overwrite a key")
-    if not private_path.parent.is_dir():
-        raise ConfigError(f"directory {private_path.parent} does not exist")
+    _ensure_directory(private_path.parent)
     private = Ed25519PrivateKey.generate()
     private_pem = private.private_bytes(
         serialization.Encoding.PEM,
@@ -127,6 +128,21 @@ def generate_keypair(prefix: Path) -> GeneratedKeys:
         raise
     fsync_dir(private_path.parent)
     return GeneratedKeys(private_path, public_path, key_id_of(private.public_key()))
+
+
+def _ensure_directory(directory: Path) -> None:
+    """Create a missing key directory (0755: the public key beside the private one is meant
+    to be read; the private key itself is 0600), so `--out /etc/mirror/transfer` works on a
+    fresh host."""
+    if directory.is_dir():
+        return
+    try:
+        directory.mkdir(parents=True, mode=0o755)
+        directory.chmod(0o755)
+    except FileExistsError:
+        raise ConfigError(f"{directory} exists and is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create directory {directory}: {exc.strerror}") from None
 
 
 def _create_exclusive(path: Path, data: bytes, mode: int) -> None:

@@ -141,10 +141,12 @@ class ObjectStore:
         *,
         part_size: int = PART_SIZE,
         workers: int = UPLOAD_WORKERS,
+        presign_client: S3Client | None = None,
     ) -> None:
         if not bucket:
             raise ConfigError("target.bucket is not set", hint="name the object store's bucket")
         self.client = client
+        self.presign_client = presign_client or client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.part_size = max(5 * 1024 * 1024, part_size)
@@ -154,7 +156,18 @@ class ObjectStore:
 
     @classmethod
     def from_settings(cls, target: TargetSettings, client: S3Client | None = None) -> ObjectStore:
-        return cls(client or make_s3_client(target), target.bucket, target.prefix)
+        """With `target.presign_endpoint_url`, links are presigned for that address (the
+        host name the pods use): SigV4 signs the host, so it cannot be swapped afterwards."""
+        presign_client = None
+        if target.presign_endpoint_url:
+            other = target.model_copy(update={"endpoint_url": target.presign_endpoint_url})
+            presign_client = make_s3_client(other)
+        return cls(
+            client or make_s3_client(target),
+            target.bucket,
+            target.prefix,
+            presign_client=presign_client,
+        )
 
     # ---- names and errors -------------------------------------------------------------------
 
@@ -315,7 +328,7 @@ class ObjectStore:
         seconds = max(1, int(ttl))
         expires_at = datetime.now(UTC) + timedelta(seconds=seconds)
         with self._call("presign", key):
-            url = self.client.generate_presigned_url(
+            url = self.presign_client.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=seconds
             )
         return url, expires_at

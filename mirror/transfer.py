@@ -3,16 +3,20 @@
 A set is `manifest.json` (canonical JSON: sorted keys, UTF-8, no floats),
 `manifest.json.sig` (Ed25519 over the manifest's exact bytes) and the blobs as
 `blobs/<sha256>` or `blobs/<sha256>.partNNN`, each no larger than the set's
-maximum part size, so every disk can be checked on its own.
+maximum part size, so every disk can be checked on its own. It may also carry the
+mirror tool itself (`tool/mirror-tool-VERSION.tar`, listed in the signed manifest,
+never published by import), and a `SHA256SUMS` of every other file, so that
+`sha256sum -c SHA256SUMS` checks a set with standard tools.
 
 Promises:
 - `pack` builds the set under `OUT.partial-<nonce>` and renames it to OUT only
-  when every byte is written and fsynced, the signature last: a set cut short
-  by a full disk or a crash never carries the name OUT.
+  when every byte is written and fsynced (blobs, manifest, signature, then
+  SHA256SUMS): a set cut short by a full disk or a crash never carries the name OUT.
 - `verify_set` trusts nothing in the directory before the signature has been
   checked against a trusted key; it then checks the chain fields, every path,
-  every part's size and sha256 and every blob's whole sha256, and names the
-  first bad file (IntegrityError, exit 5).
+  every part's size and sha256, every blob's whole sha256 and the tool's, and
+  that SHA256SUMS (when present) says exactly what the signed manifest implies;
+  it names the first bad file (IntegrityError, exit 5).
 - Memory does not grow with blob size: everything is streamed in CHUNK_SIZE
   pieces and hashed in the same pass.
 """
@@ -32,14 +36,23 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
 from mirror.app import App
+from mirror.config import Settings
 from mirror.errors import (
     ConfigError,
     IntegrityError,
@@ -60,6 +73,8 @@ SIGNATURE = "manifest.json.sig"
 RECEIPT = "receipt.json"
 RECEIPT_SIGNATURE = "receipt.json.sig"
 BLOBS = "blobs"
+TOOL_DIR = "tool"
+SHA256SUMS = "SHA256SUMS"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 FREE_SPACE_MARGIN = 16 * 1024 * 1024
 MIN_PART_SIZE = 1024 * 1024
@@ -70,6 +85,7 @@ HOSTNAME = re.compile(
 )
 LABEL = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 ARCHIVE_FORMAT = re.compile(r"^[a-z0-9]{1,8}(\.[a-z0-9]{1,8}){0,2}$")
+TOOL_NAME = re.compile(r"^mirror-tool-[0-9A-Za-z][0-9A-Za-z._+-]{0,63}\.tar$")
 _RECEIPT_TEMP = re.compile(r"^\.receipt\.json(\.sig)?\..+\.tmp$")
 
 Progress = Callable[[int], None]
@@ -152,17 +168,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+def _hex64(value: str) -> str:
+    if not HEX64.match(value):
+        raise ValueError("must be 64 lowercase hex digits")
+    return value
+
+
+Hex64 = Annotated[str, AfterValidator(_hex64)]
+
+
 class PartEntry(_Strict):
     name: str
     size: int = Field(ge=0)
-    sha256: str
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        if not HEX64.match(value):
-            raise ValueError("must be 64 lowercase hex digits")
-        return value
+    sha256: Hex64
 
 
 class ManifestItem(_Strict):
@@ -229,6 +247,25 @@ class ManifestItem(_Strict):
         return f"{self.domain} {self.version}"
 
 
+class ToolEntry(_Strict):
+    """The mirror tool carried beside the versions: `tool/<name>`, one file, never split."""
+
+    name: str
+    size: int = Field(ge=0)
+    sha256: Hex64
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TOOL_NAME.match(value) or ".." in value:
+            raise ValueError(f"not a tool artefact name: {value!r}")
+        return value
+
+    @property
+    def path(self) -> str:
+        return f"{TOOL_DIR}/{self.name}"
+
+
 class Manifest(_Strict):
     format: Literal[1]
     sequence: int = Field(ge=1)
@@ -239,6 +276,7 @@ class Manifest(_Strict):
     key_id: str = Field(min_length=1, max_length=64)
     max_part_size: int = Field(ge=1)
     items: list[ManifestItem] = Field(min_length=1)
+    tool: ToolEntry | None = None
 
     @field_validator("created_at")
     @classmethod
@@ -276,7 +314,21 @@ class Manifest(_Strict):
         return list(unique.values())
 
     def to_bytes(self) -> bytes:
-        return canonical_json(self.model_dump(mode="json"))
+        document = self.model_dump(mode="json")
+        if document["tool"] is None:
+            del document["tool"]
+        return canonical_json(document)
+
+
+def sha256sums_text(manifest: Manifest, manifest_bytes: bytes, signature_bytes: bytes) -> bytes:
+    """The SHA256SUMS file of a set (`sha256sum -c` format), derived from the signed manifest:
+    every part, the tool, the manifest and its signature, sorted by name."""
+    sums = {part.name: part.sha256 for item in manifest.blobs() for part in item.parts}
+    if manifest.tool is not None:
+        sums[manifest.tool.path] = manifest.tool.sha256
+    sums[MANIFEST] = hashlib.sha256(manifest_bytes).hexdigest()
+    sums[SIGNATURE] = hashlib.sha256(signature_bytes).hexdigest()
+    return "".join(f"{sums[name]}  {name}\n" for name in sorted(sums)).encode("ascii")
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -353,26 +405,58 @@ def verify_set(
                 while chunk := reader.read(CHUNK_SIZE):
                     if on_progress is not None:
                         on_progress(len(chunk))
+        if manifest.tool is not None:
+            _check_tool(set_dir, manifest.tool, on_progress)
+    _check_sha256sums(set_dir, manifest, data)
     return VerifiedSet(set_dir, manifest, data, hashlib.sha256(data).hexdigest(), key.key_id)
 
 
 def set_bytes(set_dir: Path) -> int | None:
-    """The bytes `verify_set` reads (and an import uploads): the sizes of the parts under
-    blobs/, for a progress total before anything is verified; None when unreadable."""
+    """The bytes `verify_set` reads (and an import uploads): the sizes of the files under
+    blobs/ and tool/, for a progress total before anything is verified; None when unreadable."""
     try:
         return sum(
             entry.stat(follow_symlinks=False).st_size
-            for entry in os.scandir(set_dir / BLOBS)
+            for folder in (set_dir / BLOBS, set_dir / TOOL_DIR)
+            if folder.is_dir()
+            for entry in os.scandir(folder)
             if entry.is_file(follow_symlinks=False)
         )
     except OSError:
         return None
 
 
+def _check_tool(set_dir: Path, tool: ToolEntry, on_progress: Progress | None) -> None:
+    try:
+        fd = os.open(set_dir / tool.path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        raise IntegrityError(f"{tool.path} is missing or not a regular file") from None
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        sha256, size = _stream_sha256(handle, on_progress)
+    if size != tool.size or sha256 != tool.sha256:
+        raise IntegrityError(f"{tool.path}: size or sha256 differs from the manifest (corrupt)")
+
+
+def _check_sha256sums(set_dir: Path, manifest: Manifest, manifest_bytes: bytes) -> None:
+    """SHA256SUMS is a convenience for standard tools; when present it must say exactly what
+    the signed manifest implies, so `sha256sum -c` can never pass on a set verify refuses."""
+    path = set_dir / SHA256SUMS
+    if not path.exists() and not path.is_symlink():
+        return
+    _regular_file(path, SHA256SUMS)
+    signature = (set_dir / SIGNATURE).read_bytes()
+    with open(path, "rb") as handle:
+        present = handle.read(MAX_MANIFEST_BYTES + 1)
+    if present != sha256sums_text(manifest, manifest_bytes, signature):
+        raise IntegrityError(f"{SHA256SUMS} does not match the signed manifest (changed or stale)")
+
+
 def _check_listing(set_dir: Path, manifest: Manifest) -> None:
     """No missing, extra, linked or odd files; part sizes as the manifest says."""
     expected = {part.name: part for item in manifest.blobs() for part in item.parts}
-    allowed_top = {MANIFEST, SIGNATURE, RECEIPT, RECEIPT_SIGNATURE, BLOBS}
+    allowed_top = {MANIFEST, SIGNATURE, RECEIPT, RECEIPT_SIGNATURE, BLOBS, SHA256SUMS}
+    if manifest.tool is not None:
+        allowed_top.add(TOOL_DIR)
     for entry in sorted(os.scandir(set_dir), key=lambda e: e.name):
         if entry.name not in allowed_top and not _RECEIPT_TEMP.match(entry.name):
             raise IntegrityError(f"{entry.name}: not part of this transfer set (unexpected file)")
@@ -381,6 +465,8 @@ def _check_listing(set_dir: Path, manifest: Manifest) -> None:
     blobs_dir = set_dir / BLOBS
     if blobs_dir.is_symlink() or not blobs_dir.is_dir():
         raise IntegrityError(f"{BLOBS}/ is missing from the transfer set")
+    if manifest.tool is not None:
+        _check_tool_listing(set_dir, manifest.tool)
     present: set[str] = set()
     for entry in sorted(os.scandir(blobs_dir), key=lambda e: e.name):
         name = f"{BLOBS}/{entry.name}"
@@ -399,6 +485,24 @@ def _check_listing(set_dir: Path, manifest: Manifest) -> None:
                     f"{part.name}: {size} bytes, the manifest says {part.size} "
                     "(truncated, padded or from another set)"
                 )
+
+
+def _check_tool_listing(set_dir: Path, tool: ToolEntry) -> None:
+    tool_dir = set_dir / TOOL_DIR
+    if tool_dir.is_symlink() or not tool_dir.is_dir():
+        raise IntegrityError(f"{TOOL_DIR}/ is missing from the transfer set")
+    for entry in os.scandir(tool_dir):
+        if f"{TOOL_DIR}/{entry.name}" != tool.path:
+            raise IntegrityError(
+                f"{TOOL_DIR}/{entry.name}: not part of this transfer set (unexpected file)"
+            )
+        if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+            raise IntegrityError(f"{tool.path} is not a regular file")
+        size = entry.stat(follow_symlinks=False).st_size
+        if size != tool.size:
+            raise IntegrityError(f"{tool.path}: {size} bytes, the manifest says {tool.size}")
+    if not (set_dir / tool.path).is_file():
+        raise IntegrityError(f"{tool.path} is missing from the transfer set")
 
 
 class BackgroundSha256:
@@ -559,6 +663,7 @@ class PackResult:
     items: list[PackedItem] = field(default_factory=list)
     total_bytes: int = 0
     part_count: int = 0
+    tool: str | None = None
 
     @property
     def nothing(self) -> bool:
@@ -572,12 +677,17 @@ class PackResult:
             "key_id": self.key_id,
             "total_bytes": self.total_bytes,
             "part_count": self.part_count,
+            "tool": self.tool,
             "items": [item.__dict__ for item in self.items],
         }
 
 
 def signing_key_from(app: App) -> SigningKey:
-    path = app.settings.transfer.signing_key
+    return signing_key_from_settings(app.settings)
+
+
+def signing_key_from_settings(settings: Settings) -> SigningKey:
+    path = settings.transfer.signing_key
     if path is None:
         raise ConfigError(
             "transfer.signing_key is not set",
@@ -623,10 +733,13 @@ def pack(
     on_progress: Progress | None = None,
     free_space: Callable[[Path], int] | None = None,
     on_total: Callable[[int], None] | None = None,
+    tool: Path | None = None,
 ) -> PackResult:
     """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
 
-    `on_total` hears the bytes `on_progress` will count, before the first of them."""
+    `on_total` hears the bytes `on_progress` will count, before the first of them. `tool`
+    (a `mirror-tool-VERSION.tar` from `mirror bundle-self`) is carried as `tool/<name>`,
+    listed and signed in the manifest like a blob."""
     out = out.absolute()
     part_limit = max_size if max_size is not None else app.settings.transfer.max_size
     if part_limit < MIN_PART_SIZE:
@@ -645,12 +758,13 @@ def pack(
     sequence = (newest.sequence + 1) if newest else 1
     blobs = {bundle.sha256: bundle for _, bundle in rows}
     total = sum(bundle.size for bundle in blobs.values())
+    needed = total + (_tool_size(tool) if tool is not None else 0)
     if on_total is not None:
-        on_total(total)
+        on_total(needed)
     free = (free_space or disk_free)(out.parent)
-    if free < total + FREE_SPACE_MARGIN:
+    if free < needed + FREE_SPACE_MARGIN:
         raise OperationFailed(
-            f"not enough free space in {out.parent}: the set needs {format_size(total)}, "
+            f"not enough free space in {out.parent}: the set needs {format_size(needed)}, "
             f"{format_size(free)} is free",
             hint="use a larger medium, or --domain to pack less",
         )
@@ -662,6 +776,7 @@ def pack(
         for sha256, bundle in blobs.items():
             parts[sha256] = _write_blob(app, staging, bundle, part_limit, on_progress)
         fsync_dir(staging / BLOBS)
+        tool_entry = _copy_tool(tool, staging, on_progress) if tool is not None else None
         manifest = Manifest(
             format=1,
             sequence=sequence,
@@ -684,10 +799,13 @@ def pack(
                 )
                 for version, bundle in rows
             ],
+            tool=tool_entry,
         )
         data = manifest.to_bytes()
+        signature = key.signature_document(data)
         _write_new(staging / MANIFEST, data)
-        _write_new(staging / SIGNATURE, key.signature_document(data))
+        _write_new(staging / SIGNATURE, signature)
+        _write_new(staging / SHA256SUMS, sha256sums_text(manifest, data, signature))
         fsync_dir(staging)
         os.rename(staging, out)
         fsync_dir(out.parent)
@@ -718,7 +836,43 @@ def pack(
         ],
         total_bytes=total,
         part_count=sum(len(p) for p in parts.values()),
+        tool=tool_entry.path if tool_entry is not None else None,
     )
+
+
+def _tool_size(tool: Path) -> int:
+    if not TOOL_NAME.match(tool.name) or not tool.is_file():
+        raise ConfigError(
+            f"{tool} is not a mirror tool artefact (mirror-tool-VERSION.tar)",
+            hint="build one with `mirror bundle-self DIR`",
+        )
+    return tool.stat().st_size
+
+
+def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolEntry:
+    (staging / TOOL_DIR).mkdir()
+    with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
+        sha256, size = _stream_sha256(reader, on_progress, writer)
+        writer.flush()
+        os.fsync(writer.fileno())
+    fsync_dir(staging / TOOL_DIR)
+    return ToolEntry(name=tool.name, size=size, sha256=sha256)
+
+
+def _stream_sha256(
+    reader: Any, on_progress: Progress | None, writer: Any = None
+) -> tuple[str, int]:
+    """(sha256, size) of everything `reader` yields, copied to `writer` when given."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := reader.read(CHUNK_SIZE):
+        if writer is not None:
+            writer.write(chunk)
+        digest.update(chunk)
+        size += len(chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+    return digest.hexdigest(), size
 
 
 def _record(

@@ -106,6 +106,8 @@ def test_every_command_json_document_matches_its_description(
 
     walk("keys generate", "--out", str(keys))
     assert walk("keys show", f"{keys}.pub")["kind"] == "public"
+    made = walk("bundle-self", "--local", "--key", f"{keys}.key", str(tmp_path / "dist"))
+    assert made["wheels"] and made["key_id"]
     assert walk("config check")["valid"] is True
     assert not (tmp_path / "store").exists()
     walk("db upgrade")

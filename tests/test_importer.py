@@ -170,6 +170,7 @@ def test_rollback_and_broken_chain_are_refused(
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     (tmp_path / "s3" / MANIFEST).write_bytes(data)
     (tmp_path / "s3" / SIGNATURE).write_bytes(signing.signature_document(data))
+    (tmp_path / "s3" / "SHA256SUMS").unlink()  # a re-signed manifest leaves it stale
     with pytest.raises(IntegrityError, match="broken chain"):
         import_set(object_store, tmp_path / "s3", trusted)
     assert listing(object_store) == before
@@ -372,3 +373,17 @@ def test_push_to_a_missing_bucket_packs_nothing(app: App, s3_client: Any) -> Non
     with app.db.session() as session:
         assert session.execute(select(Transfer)).first() is None
     assert list(app.store.tmp_dir.iterdir()) == []
+
+
+def test_a_carried_tool_is_verified_but_never_published(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    tool = tmp_path / "mirror-tool-0.1.0.tar"
+    tool.write_bytes(b"the tool" * 1000)
+    pack(app, tmp_path / "set", tool=tool)
+    result = import_set(object_store, tmp_path / "set", trusted)
+    assert [i.status for i in result.items] == ["published"]
+    assert not [key for key in listing(object_store) if "tool" in key]
+    assert any("tool/mirror-tool-0.1.0.tar" in note for note in result.notes)
+    assert (tmp_path / "set" / "tool" / tool.name).read_bytes() == tool.read_bytes()

@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -51,9 +53,35 @@ def test_generate_never_overwrites(tmp_path: Path) -> None:
     assert not (tmp_path / "other.key").exists()
 
 
-def test_generate_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
-        generate_keypair(tmp_path / "nope" / "k")
+def test_generate_creates_a_missing_directory_0755(tmp_path: Path) -> None:
+    made = generate_keypair(tmp_path / "etc" / "mirror" / "transfer")
+    assert stat.S_IMODE((tmp_path / "etc" / "mirror").stat().st_mode) == 0o755
+    assert stat.S_IMODE(made.private_path.stat().st_mode) == 0o600
+
+
+def test_generate_under_a_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="not a directory"):
+        generate_keypair(tmp_path / "file" / "k")
+
+
+def test_public_key_is_pem_spki_and_openssl_checks_a_signature(tmp_path: Path) -> None:
+    """The manual recipe in docs/install.md: openssl verifies our signatures with our .pub."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed")
+    made = generate_keypair(tmp_path / "k")
+    assert made.public_path.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    data = tmp_path / "data"
+    data.write_bytes(b"signed bytes\n")
+    document = json.loads(load_signing_key(made.private_path).signature_document(b"signed bytes\n"))
+    raw = tmp_path / "sig.bin"
+    raw.write_bytes(base64.b64decode(document["signature"]))
+    command = [openssl, "pkeyutl", "-verify", "-pubin", "-inkey", str(made.public_path)]
+    command += ["-rawin", "-in", str(data), "-sigfile", str(raw)]
+    assert subprocess.run(command, capture_output=True, check=False).returncode == 0
+    data.write_bytes(b"signed bytes, changed\n")
+    assert subprocess.run(command, capture_output=True, check=False).returncode != 0
 
 
 def test_signing_key_repr_never_shows_the_key(tmp_path: Path) -> None:

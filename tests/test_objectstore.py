@@ -203,6 +203,30 @@ def test_presign_get_serves_the_object(object_store: ObjectStore) -> None:
     assert expires_at.tzinfo is not None
 
 
+def test_presign_endpoint_url_signs_for_the_pods_host_name(
+    target_settings: TargetSettings,
+) -> None:
+    """The store is reached as 127.0.0.1, the pods know it as localhost: the link names
+    localhost, and it serves the object where that name resolves."""
+    import urllib.parse
+    import urllib.request
+
+    port = urllib.parse.urlsplit(target_settings.endpoint_url).port
+    assert "127.0.0.1" in target_settings.endpoint_url
+    pods_name = f"http://localhost:{port}"
+    target = target_settings.model_copy(update={"presign_endpoint_url": pods_name})
+    store = ObjectStore.from_settings(target)
+    key = store.key("d.example.com", "v1", "bundle.zip")
+    data, digest = blob(700)
+    store.upload_blob(key, io.BytesIO(data), sha256=digest, size=700)
+    url, _ = store.presign_get(key, 600)
+    assert url.startswith(f"{pods_name}/{target.bucket}/")
+    with urllib.request.urlopen(url) as answer:
+        assert answer.read() == data
+    plain, _ = ObjectStore.from_settings(target_settings).presign_get(key, 600)
+    assert urllib.parse.urlsplit(plain).hostname == "127.0.0.1"
+
+
 def test_missing_object_stream_is_not_found(object_store: ObjectStore) -> None:
     with pytest.raises(NotFound):
         list(object_store.open_stream(object_store.key("nope")))

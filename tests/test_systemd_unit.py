@@ -1,6 +1,6 @@
 """systemd/mirror.service: hardening score and a clean `systemd-analyze verify`.
 
-`verify` checks that ExecStart's binary exists, and /usr/bin/mirror is not
+`verify` checks that ExecStart's binary exists, and /usr/local/bin/mirror is not
 installed on a development machine, so the unit is verified through a copy (same
 name, same content) whose ExecStart points at an existing binary.
 """
@@ -34,7 +34,8 @@ def unit_settings() -> dict[str, list[str]]:
 def test_unit_has_the_required_settings() -> None:
     settings = unit_settings()
     assert settings["Type"] == ["notify"]
-    assert settings["ExecStart"] == ["/usr/bin/mirror daemon"]
+    assert settings["ExecStart"] == ["/usr/local/bin/mirror daemon"]
+    assert settings["RestartPreventExitStatus"] == ["2"]
     assert settings["StateDirectory"] == ["mirror"]
     assert settings["ConfigurationDirectory"] == ["mirror"]
     assert settings["LoadCredential"] == ["admin-api-key:/etc/mirror/admin-api-key"]
@@ -68,9 +69,9 @@ def test_verify_is_clean(tmp_path: Path) -> None:
     assert ANALYZE is not None
     copy = tmp_path / UNIT.name
     text = UNIT.read_text()
-    assert "ExecStart=/usr/bin/mirror daemon" in text
+    assert "ExecStart=/usr/local/bin/mirror daemon" in text
     existing = shutil.which("true") or "/bin/true"
-    copy.write_text(text.replace("ExecStart=/usr/bin/mirror daemon", f"ExecStart={existing}"))
+    copy.write_text(text.replace("ExecStart=/usr/local/bin/mirror daemon", f"ExecStart={existing}"))
     result = subprocess.run(
         [ANALYZE, "verify", str(copy)],
         capture_output=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from mirror.keys import SigningKey, load_signing_key, load_trusted_keys
 from mirror.models import Transfer, TransferItem, Version, utcnow
 from mirror.transfer import (
     MANIFEST,
+    SHA256SUMS,
     SIGNATURE,
     Manifest,
     canonical_json,
@@ -48,6 +50,7 @@ def resign(set_dir: Path, key: SigningKey, change: Callable[[dict[str, Any]], No
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     (set_dir / MANIFEST).write_bytes(data)
     (set_dir / SIGNATURE).write_bytes(key.signature_document(data))
+    (set_dir / SHA256SUMS).unlink(missing_ok=True)  # stale now; it is optional
 
 
 def test_nothing_to_pack_is_not_an_error(transfer_app: App, tmp_path: Path) -> None:
@@ -64,7 +67,7 @@ def test_pack_writes_a_signed_canonical_set_and_records_it(
     out = tmp_path / "set-1"
     result = pack(transfer_app, out)
     assert result.sequence == 1 and result.path == out
-    assert sorted(os.listdir(out)) == ["blobs", MANIFEST, SIGNATURE]
+    assert sorted(os.listdir(out)) == [SHA256SUMS, "blobs", MANIFEST, SIGNATURE]
     assert sorted(os.listdir(out / "blobs")) == sorted([sha1, sha2])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("set-1.partial")]
     data = (out / MANIFEST).read_bytes()
@@ -355,3 +358,66 @@ def test_parts_that_each_match_but_join_to_another_blob_are_refused(
     resign(packed, signing, claim)
     with pytest.raises(IntegrityError, match="do not hash to the blob's sha256"):
         verify_set(packed, trusted)
+
+
+# ---- SHA256SUMS and the carried tool ---------------------------------------------------------
+
+
+def fake_tool(tmp_path: Path) -> Path:
+    tool = tmp_path / "mirror-tool-9.9.9.tar"
+    tool.write_bytes(os.urandom(3 * MiB + 7))
+    return tool
+
+
+def test_sha256sums_checks_with_sha256sum_and_covers_the_tool(
+    transfer_app: App, tmp_path: Path, trusted: dict[str, Any]
+) -> None:
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    tool = fake_tool(tmp_path)
+    out = tmp_path / "set"
+    result = pack(transfer_app, out, tool=tool, max_size=1 * MiB)
+    assert result.tool == "tool/mirror-tool-9.9.9.tar"
+    assert (out / "tool" / tool.name).read_bytes() == tool.read_bytes()
+    listed = [line.split("  ")[1] for line in (out / SHA256SUMS).read_text().splitlines()]
+    assert listed == sorted(
+        [MANIFEST, SIGNATURE, "tool/mirror-tool-9.9.9.tar"]
+        + [p.relative_to(out).as_posix() for p in (out / "blobs").iterdir()]
+    )
+    checked = subprocess.run(
+        ["sha256sum", "--strict", "-c", SHA256SUMS], cwd=out, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    verified = verify_set(out, trusted)
+    assert verified.manifest.tool is not None
+    assert verified.manifest.tool.sha256 == hashlib.sha256(tool.read_bytes()).hexdigest()
+
+
+def test_a_changed_tool_or_sha256sums_is_refused(
+    transfer_app: App, tmp_path: Path, trusted: dict[str, Any]
+) -> None:
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    out = tmp_path / "set"
+    pack(transfer_app, out, tool=fake_tool(tmp_path))
+    carried = out / "tool" / "mirror-tool-9.9.9.tar"
+    original = carried.read_bytes()
+    carried.write_bytes(b"X" + original[1:])
+    with pytest.raises(IntegrityError, match=r"tool/mirror-tool-9\.9\.9\.tar"):
+        verify_set(out, trusted)
+    carried.write_bytes(original)
+    (out / "tool" / "mirror-tool-1.0.tar").write_bytes(b"")
+    with pytest.raises(IntegrityError, match="unexpected file"):
+        verify_set(out, trusted)
+    (out / "tool" / "mirror-tool-1.0.tar").unlink()
+    sums = (out / SHA256SUMS).read_text()
+    (out / SHA256SUMS).write_text(sums.replace(sums[:64], "0" * 64, 1))
+    with pytest.raises(IntegrityError, match=SHA256SUMS):
+        verify_set(out, trusted)
+
+
+def test_a_tool_with_another_name_is_a_config_error(transfer_app: App, tmp_path: Path) -> None:
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    other = tmp_path / "evil.sh"
+    other.write_text("#!/bin/sh\n")
+    with pytest.raises(ConfigError, match="not a mirror tool artefact"):
+        pack(transfer_app, tmp_path / "set", tool=other)
+    assert not (tmp_path / "set").exists()

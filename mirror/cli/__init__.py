@@ -157,6 +157,7 @@ COMMANDS: dict[str, str | Callable[[], click.Command]] = {
     "status": "mirror.cli.status:status_command",
     "keys": "mirror.cli.keys:keys_group",
     "transfer": "mirror.cli.transfer:transfer_group",
+    "bundle-self": "mirror.cli.bundle:bundle_self_command",
     "chart": "mirror.cli.chart:chart",
     "sim": "mirror.cli.sim:sim",
     "demo": "mirror.cli.demo:demo",

@@ -371,6 +371,7 @@ CONTRACTS: dict[str, Contract] = {
                 "key_id": null(STR),
                 "total_bytes": INT,
                 "part_count": INT,
+                "tool": null(STR),
                 "items": array(
                     obj(
                         {
@@ -397,7 +398,24 @@ CONTRACTS: dict[str, Contract] = {
                 "source_id": STR,
                 "created_at": TIME,
                 "total_bytes": INT,
+                "tool": null(obj({"name": STR, "size": INT, "sha256": SHA256})),
                 "items": array(obj(ITEM)),
+            }
+        ),
+    ),
+    "bundle-self": Contract(
+        "The offline installer written: where, what it holds, who signed it.",
+        "mirror bundle-self --key /etc/mirror/transfer.key /srv/dist --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
+        obj(
+            {
+                "path": STR,
+                "version": STR,
+                "sha256": SHA256,
+                "size": INT,
+                "key_id": STR,
+                "targets": array(STR),
+                "wheels": array(STR),
             }
         ),
     ),

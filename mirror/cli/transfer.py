@@ -77,14 +77,32 @@ def transfer_group() -> None:
 @click.option("--domain", default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
+@click.option(
+    "--with-tool",
+    "with_tool",
+    metavar="PATH|auto",
+    default=None,
+    help="Also carry the mirror tool: a mirror-tool-VERSION.tar, or `auto` to build one now.",
+)
 @pass_cli
 def transfer_pack(
-    cli: CliContext, out: Path, domain: str | None, include_all: bool, max_size: int | None
+    cli: CliContext,
+    out: Path,
+    domain: str | None,
+    include_all: bool,
+    max_size: int | None,
+    with_tool: str | None,
 ) -> None:
     """Write a signed transfer set of the versions not yet delivered into OUT."""
-    from mirror.transfer import pack
+    from mirror.selfbundle import tool_for_pack
+    from mirror.transfer import pack, signing_key_from
 
-    with _progress(cli, "packing") as (on_progress,):
+    with contextlib.ExitStack() as stack:
+        tool = None
+        if with_tool is not None:
+            key = signing_key_from(cli.app)
+            tool = stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
+        (on_progress,) = stack.enter_context(_progress(cli, "packing"))
         result = pack(
             cli.app,
             out,
@@ -93,6 +111,7 @@ def transfer_pack(
             max_size=max_size,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
+            tool=tool,
         )
     if result.nothing:
         cli.emit(
@@ -108,6 +127,8 @@ def transfer_pack(
     lines += [
         f"  {i.domain} {i.version}  {i.sha256[:12]}  {format_size(i.size)}" for i in result.items
     ]
+    if result.tool:
+        lines.append(f"  with the mirror tool {result.tool}")
     cli.emit({"nothing": False, **result.as_dict()}, lines)
 
 
@@ -138,13 +159,15 @@ def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> N
                 {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
                 for i in manifest.items
             ],
+            "tool": manifest.tool.model_dump() if manifest.tool else None,
         },
         [
             f"{set_dir}: valid set {manifest.sequence} from {manifest.source_id}, "
             f"signed by key {verified.key_id}, {len(manifest.items)} version(s), "
             f"{format_size(verified.total_bytes)}"
         ]
-        + [f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items],
+        + [f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items]
+        + ([f"  the mirror tool {manifest.tool.path}"] if manifest.tool else []),
     )
 
 

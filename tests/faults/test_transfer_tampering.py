@@ -79,6 +79,7 @@ def resign(set_dir: Path, key_path: Path, change: Callable[[dict[str, Any]], Non
     data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
     (set_dir / MANIFEST).write_bytes(data)
     (set_dir / SIGNATURE).write_bytes(load_signing_key(key_path).signature_document(data))
+    (set_dir / "SHA256SUMS").unlink(missing_ok=True)  # stale now; it is optional
 
 
 def flipped_blob_byte(victim: Path, sets: Sets) -> str:

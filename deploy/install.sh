@@ -1,0 +1,93 @@
+#!/bin/sh
+# Installs mirror from an unpacked mirror-tool-VERSION/ directory, offline:
+#   - checks every file against SHA256SUMS (and its signature with --key transfer.pub)
+#   - a virtualenv in PREFIX (default /opt/mirror), filled with `pip install --no-index`
+#     from wheels/ (nothing is fetched), its wheelhouse kept in PREFIX/share/mirror
+#   - the link BINDIR/mirror (default /usr/local/bin/mirror), where the units expect it
+#   - the systemd units in /etc/systemd/system (not enabled) and
+#     /etc/mirror/config.example.toml; an existing /etc/mirror/config.toml is left alone
+# Needs Python 3.11 or 3.12 (python3-venv on Debian/Ubuntu), sha256sum, and openssl
+# for --key. Run again to upgrade in place.
+#
+# Usage: ./install.sh [--key transfer.pub] [--prefix /opt/mirror] [--bindir /usr/local/bin]
+#                     [--python python3.11] [--no-systemd] [--root DIR]
+# --root installs under DIR (paths inside stay as given; for tests and image builds).
+set -eu
+
+here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
+root=""
+prefix=/opt/mirror
+bindir=/usr/local/bin
+python=""
+key=""
+systemd=yes
+
+fail() { echo "install.sh: error: $*" >&2; exit 1; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --root) root=${2%/}; shift 2 ;;
+        --prefix) prefix=$2; shift 2 ;;
+        --bindir) bindir=$2; shift 2 ;;
+        --python) python=$2; shift 2 ;;
+        --key) key=$2; shift 2 ;;
+        --no-systemd) systemd=no; shift ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+cd "$here"
+command -v sha256sum >/dev/null || fail "sha256sum is needed (coreutils)"
+sha256sum --quiet --strict -c SHA256SUMS || fail "a file does not match SHA256SUMS"
+if [ -n "$key" ]; then
+    command -v openssl >/dev/null || fail "--key needs openssl (3.0 or newer)"
+    signature=$(mktemp)
+    trap 'rm -f "$signature"' EXIT
+    sed -n 's/^ *"signature": "\([^"]*\)".*/\1/p' SHA256SUMS.sig | base64 -d >"$signature"
+    openssl pkeyutl -verify -pubin -inkey "$key" -rawin -in SHA256SUMS -sigfile "$signature" \
+        >/dev/null || fail "SHA256SUMS.sig is not a signature by $key"
+    echo "signature of SHA256SUMS checked with $key"
+fi
+
+if [ -z "$python" ]; then
+    for candidate in python3.12 python3.11 python3; do
+        if command -v "$candidate" >/dev/null \
+            && "$candidate" -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 12))'
+        then
+            python=$candidate
+            break
+        fi
+    done
+    [ -n "$python" ] || fail "Python 3.11 or 3.12 is needed (apt install python3 python3-venv)"
+fi
+
+venv=$root$prefix
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv" || fail "cannot create the virtualenv $venv (python3-venv?)"
+fi
+PIP_CONFIG_FILE=/dev/null "$venv/bin/python" -m pip install --quiet --no-index \
+    --disable-pip-version-check --find-links "$here/wheels" --upgrade mirror \
+    || fail "pip install from $here/wheels failed (a wheel for this platform missing?)"
+
+share=$venv/share/mirror
+rm -rf "$share"
+mkdir -p "$share/systemd" "$share/wheels"
+cp -p wheels/*.whl "$share/wheels/"
+cp -p install.sh config.example.toml SHA256SUMS SHA256SUMS.sig "$share/"
+[ ! -f INSTALL.md ] || cp -p INSTALL.md "$share/"
+cp -p systemd/* "$share/systemd/"
+
+mkdir -p "$root$bindir"
+ln -sfn "$venv/bin/mirror" "$root$bindir/mirror"
+
+install -d -m 0755 "$root/etc/mirror"
+install -m 0644 config.example.toml "$root/etc/mirror/config.example.toml"
+if [ "$systemd" = yes ]; then
+    install -d -m 0755 "$root/etc/systemd/system"
+    install -m 0644 systemd/* "$root/etc/systemd/system/"
+fi
+
+"$root$bindir/mirror" --version
+echo "installed: $venv, link $bindir/mirror"
+echo "next: /etc/mirror/config.toml (mode 0644, no secrets), keys, then see INSTALL.md"

@@ -1,0 +1,77 @@
+"""`mirror bundle-self OUT`: the tool itself as one signed, offline-installable artefact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.units import format_size
+
+
+@click.command("bundle-self")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Signing key [transfer.signing_key].",
+)
+@click.option(
+    "--local",
+    is_flag=True,
+    help="This machine's platform only, wheels re-packed from this installation (offline).",
+)
+@click.option(
+    "--arch",
+    "architectures",
+    multiple=True,
+    type=click.Choice(["x86_64", "aarch64"]),
+    help="manylinux architecture (repeatable) [x86_64 and aarch64].",
+)
+@click.option(
+    "--python", "pythons", multiple=True, help="CPython version (repeatable) [3.11, 3.12]."
+)
+@click.option(
+    "--source",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="mirror source checkout [the one this runs from, or the installed wheelhouse].",
+)
+@pass_cli
+def bundle_self_command(
+    cli: CliContext,
+    out: Path,
+    key_path: Path | None,
+    local: bool,
+    architectures: tuple[str, ...],
+    pythons: tuple[str, ...],
+    source: Path | None,
+) -> None:
+    """Write OUT/mirror-tool-VERSION.tar: wheels, install.sh, units, example config, signed.
+
+    Example: mirror bundle-self --key /etc/mirror/transfer.key /srv/dist
+    """
+    from mirror.keys import load_signing_key
+    from mirror.selfbundle import ARCHITECTURES, PYTHONS, bundle_self
+    from mirror.transfer import signing_key_from_settings
+
+    key = load_signing_key(key_path) if key_path else signing_key_from_settings(cli.settings)
+    made = bundle_self(
+        out,
+        key,
+        local=local,
+        architectures=architectures or ARCHITECTURES,
+        pythons=pythons or PYTHONS,
+        source=source,
+    )
+    cli.emit(
+        made.as_dict(),
+        [
+            f"wrote {made.path} ({format_size(made.size)}, {len(made.wheels)} wheels, "
+            f"for {', '.join(made.targets)}), signed by key {made.key_id}",
+            f"sha256 {made.sha256}",
+        ],
+    )

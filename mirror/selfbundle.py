@@ -1,0 +1,376 @@
+"""The mirror tool as one signed artefact that installs offline (`mirror bundle-self`).
+
+`mirror-tool-VERSION.tar` holds one directory `mirror-tool-VERSION/` with the
+mirror wheel and a wheelhouse of every dependency, `install.sh` (a venv in
+/opt/mirror, a link /usr/local/bin/mirror, the systemd units), the units, the
+example config, INSTALL.md, and `SHA256SUMS` over all of them signed by the
+transfer key (`SHA256SUMS.sig`, the same signature format as a transfer set).
+
+Promises:
+- The wheelhouse is complete for the targets it names: by default manylinux
+  (glibc 2.28+) x86_64 and aarch64 for CPython 3.11 and 3.12, binary wheels only
+  (`pip download --only-binary=:all:`), so `pip install --no-index` on the
+  far side never needs a compiler or a network.
+- `local=True` builds for this machine's platform only, offline: the
+  dependencies are re-packed as wheels from the distributions installed in the
+  running Python (for tests and quick trials).
+- The artefact is written under a temporary name and renamed when complete; an
+  existing artefact is never replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import importlib.metadata as metadata
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mirror import __version__
+from mirror.errors import ConfigError, OperationFailed
+from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.keys import SigningKey
+
+ARCHITECTURES = ("x86_64", "aarch64")
+PYTHONS = ("3.11", "3.12")
+GLIBC_MINOR = 28  # manylinux_2_28: glibc 2.28 and newer (Debian 10+, RHEL 8+, Ubuntu 20.04+)
+SUMS = "SHA256SUMS"
+SUMS_SIGNATURE = "SHA256SUMS.sig"
+SHARE = Path("share") / "mirror"
+_SKIP_FROM_RECORD = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+
+
+@dataclass(frozen=True)
+class ToolSources:
+    """Where the pieces come from: a source checkout, or an installation made by install.sh
+    (which keeps its wheelhouse and these files under PREFIX/share/mirror)."""
+
+    install_script: Path
+    config_example: Path
+    units: list[Path]
+    install_doc: Path | None
+    project: Path | None = None
+    prebuilt_wheel: Path | None = None
+
+    @classmethod
+    def find(cls, source: Path | None = None) -> ToolSources:
+        root = source or Path(__file__).resolve().parent.parent
+        if (root / "pyproject.toml").is_file() and (root / "mirror").is_dir():
+            doc = root / "docs" / "install.md"
+            return cls(
+                install_script=root / "deploy" / "install.sh",
+                config_example=root / "config.example.toml",
+                units=_units(root / "systemd"),
+                install_doc=doc if doc.is_file() else None,
+                project=root,
+            )
+        if source is not None:
+            raise ConfigError(f"{source} is not a mirror source checkout (no pyproject.toml)")
+        share = Path(sys.prefix) / SHARE
+        wheels = sorted((share / "wheels").glob("mirror-*.whl"))
+        if not wheels:
+            raise ConfigError(
+                "no mirror source checkout or installed wheelhouse found",
+                hint="run from a source checkout, or pass --source DIR",
+            )
+        doc = share / "INSTALL.md"
+        return cls(
+            install_script=share / "install.sh",
+            config_example=share / "config.example.toml",
+            units=_units(share / "systemd"),
+            install_doc=doc if doc.is_file() else None,
+            prebuilt_wheel=wheels[-1],
+        )
+
+
+def _units(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("mirror*") if p.suffix in (".service", ".timer"))
+
+
+@dataclass(frozen=True)
+class ToolBundle:
+    path: Path
+    version: str
+    sha256: str
+    size: int
+    key_id: str
+    targets: list[str]
+    wheels: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "version": self.version,
+            "sha256": self.sha256,
+            "size": self.size,
+            "key_id": self.key_id,
+            "targets": self.targets,
+            "wheels": self.wheels,
+        }
+
+
+def artefact_name(version: str = __version__) -> str:
+    return f"mirror-tool-{version}.tar"
+
+
+def bundle_self(
+    out_dir: Path,
+    signing_key: SigningKey,
+    *,
+    local: bool = False,
+    architectures: tuple[str, ...] = ARCHITECTURES,
+    pythons: tuple[str, ...] = PYTHONS,
+    source: Path | None = None,
+) -> ToolBundle:
+    """Build `out_dir/mirror-tool-VERSION.tar`; ConfigError if it exists already."""
+    sources = ToolSources.find(source)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / artefact_name()
+    if target.exists() or target.is_symlink():
+        raise ConfigError(f"{target} already exists; remove it or choose another directory")
+    work = out_dir / f".{target.name}.partial-{secrets.token_hex(4)}"
+    try:
+        root = work / f"mirror-tool-{__version__}"
+        wheels = root / "wheels"
+        wheels.mkdir(parents=True)
+        mirror_wheel = _mirror_wheel(sources, wheels, work)
+        if local:
+            for dist in requirement_closure("mirror"):
+                wheel_from_installed(dist, wheels)
+            targets = ["local"]
+        else:
+            for architecture in architectures:
+                for python in pythons:
+                    _pip_download(mirror_wheel, wheels, architecture, python)
+            targets = [
+                f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
+                for p in pythons
+                for a in architectures
+            ]
+        _copy_files(sources, root)
+        sums = _sha256sums(root)
+        (root / SUMS).write_bytes(sums)
+        (root / SUMS_SIGNATURE).write_bytes(signing_key.signature_document(sums))
+        partial = work / target.name
+        _write_tar(root, partial)
+        os.rename(partial, target)
+        fsync_dir(out_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    digest, size = _file_sha256(target)
+    return ToolBundle(
+        path=target,
+        version=__version__,
+        sha256=digest,
+        size=size,
+        key_id=signing_key.key_id,
+        targets=targets,
+        wheels=_wheel_names(target),
+    )
+
+
+@contextlib.contextmanager
+def tool_for_pack(spec: str, signing_key: SigningKey, work_root: Path) -> Iterator[Path]:
+    """The artefact `transfer pack --with-tool SPEC` carries: a file, or `auto` to build one
+    now (every default target) in a temporary directory that goes away afterwards."""
+    if spec != "auto":
+        yield Path(spec)
+        return
+    work = work_root / f".mirror-tool-auto-{secrets.token_hex(4)}"
+    try:
+        yield bundle_self(work, signing_key).path
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- pieces ---------------------------------------------------------------------------------
+
+
+def _run(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise OperationFailed(f"{what} failed: {' / '.join(tail) or 'no output'}")
+
+
+def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
+    if sources.prebuilt_wheel is not None:
+        shutil.copy2(sources.prebuilt_wheel, wheels / sources.prebuilt_wheel.name)
+        return wheels / sources.prebuilt_wheel.name
+    assert sources.project is not None
+    tree = work / "src"
+    tree.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("mirror", "migrations"):
+        shutil.copytree(sources.project / name, tree / name, ignore=ignore)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(sources.project / name, tree / name)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(wheels),
+            str(tree),
+        ],
+        "building the mirror wheel (needs setuptools and wheel installed)",
+    )
+    built = sorted(wheels.glob("mirror-*.whl"))
+    if not built:
+        raise OperationFailed("building the mirror wheel produced no wheel")
+    return built[0]
+
+
+def manylinux_tags(architecture: str, glibc_minor: int = GLIBC_MINOR) -> list[str]:
+    """Every manylinux tag a glibc 2.`glibc_minor` host accepts: pip's `--platform` takes
+    each tag literally, so naming only the newest would miss wheels built for older glibc."""
+    tags = [f"manylinux_2_{minor}_{architecture}" for minor in range(glibc_minor, 16, -1)]
+    return [*tags, f"manylinux2014_{architecture}"]
+
+
+def _pip_download(mirror_wheel: Path, wheels: Path, architecture: str, python: str) -> None:
+    platforms = [option for tag in manylinux_tags(architecture) for option in ("--platform", tag)]
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            *platforms,
+            "--python-version",
+            python,
+            "--implementation",
+            "cp",
+            "--dest",
+            str(wheels),
+            str(mirror_wheel),
+        ],
+        f"downloading the wheels for CPython {python} on manylinux {architecture}",
+    )
+
+
+def requirement_closure(name: str) -> list[metadata.Distribution]:
+    """Every installed distribution `name` needs (with extras and markers honoured), not
+    `name` itself."""
+    try:
+        from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
+    except ImportError:
+        raise ConfigError("--local needs the 'packaging' library installed") from None
+    found: dict[str, metadata.Distribution] = {}
+    seen: set[tuple[str, str]] = set()
+    todo: list[tuple[str, str]] = [(name, "")]
+    while todo:
+        wanted, extra = todo.pop()
+        if (canonicalize_name(wanted), extra) in seen:
+            continue
+        seen.add((canonicalize_name(wanted), extra))
+        try:
+            dist = metadata.distribution(wanted)
+        except metadata.PackageNotFoundError:
+            raise ConfigError(f"{wanted} is not installed here; cannot bundle it") from None
+        if canonicalize_name(wanted) != canonicalize_name(name):
+            found[canonicalize_name(wanted)] = dist
+        for text in dist.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+                continue
+            todo.append((requirement.name, ""))
+            todo.extend((requirement.name, wanted_extra) for wanted_extra in requirement.extras)
+    return [found[key] for key in sorted(found)]
+
+
+def wheel_from_installed(dist: metadata.Distribution, dest: Path) -> Path:
+    """Re-pack an installed distribution as the wheel it was installed from (same tags,
+    files and metadata; compiled caches and installer records left out)."""
+    files = [f for f in dist.files or [] if "__pycache__" not in f.parts and f.parts[0] != ".."]
+    info_dir = next(f.parts[0] for f in files if f.parts[0].endswith(".dist-info"))
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (dist.read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag:")
+    ]
+    if not tags:
+        raise ConfigError(f"{dist.metadata['Name']} was not installed from a wheel")
+    parts = [sorted({tag.split("-")[index] for tag in tags}) for index in range(3)]
+    name = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
+    wheel = dest / f"{name}-{dist.version}-{'-'.join('.'.join(p) for p in parts)}.whl"
+    record: list[str] = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry in files:
+            if entry.parts[0] == info_dir and entry.name in _SKIP_FROM_RECORD:
+                continue
+            data = Path(str(dist.locate_file(entry))).read_bytes()
+            archive.writestr(str(entry), data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{entry},sha256={digest.decode()},{len(data)}")
+        record.append(f"{info_dir}/RECORD,,")
+        archive.writestr(f"{info_dir}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def _copy_files(sources: ToolSources, root: Path) -> None:
+    shutil.copy2(sources.install_script, root / "install.sh")
+    (root / "install.sh").chmod(0o755)
+    shutil.copy2(sources.config_example, root / "config.example.toml")
+    if sources.install_doc is not None:
+        shutil.copy2(sources.install_doc, root / "INSTALL.md")
+    (root / "systemd").mkdir()
+    for unit in sources.units:
+        shutil.copy2(unit, root / "systemd" / unit.name)
+
+
+def _sha256sums(root: Path) -> bytes:
+    lines = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest, _ = _file_sha256(path)
+        lines.append(f"{digest}  {path.relative_to(root).as_posix()}\n")
+    return "".join(lines).encode("utf-8")
+
+
+def _file_sha256(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK_SIZE):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _write_tar(root: Path, target: Path) -> None:
+    def normalise(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = "root"
+        info.mode = 0o755 if info.isdir() or info.mode & 0o100 else 0o644
+        return info
+
+    with open(target, "xb") as handle:
+        with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as archive:
+            archive.add(root, arcname=root.name, filter=normalise)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _wheel_names(artefact: Path) -> list[str]:
+    with tarfile.open(artefact) as archive:
+        return sorted(Path(name).name for name in archive.getnames() if name.endswith(".whl"))

@@ -1,0 +1,101 @@
+"""deploy/kubernetes/: every manifest validates against the Kubernetes schemas (offline, with
+kubernetes-validate), every pod runs as non-root on a read-only root file system with
+limits, the image is named by the kustomize setting, and what the pods run is real: the
+config in the ConfigMap loads, its public key reads, the container args parse."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from mirror.cli import cli
+from mirror.config import settings_from_dict
+from mirror.keys import load_public_key
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.30"
+
+
+def kustomization() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return document
+
+
+def resources() -> list[dict[str, Any]]:
+    found = []
+    for name in kustomization()["resources"]:
+        found += [doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc]
+    return found
+
+
+def pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    specs = []
+    for resource in resources():
+        if resource["kind"] == "Job":
+            specs.append((resource["metadata"]["name"], resource["spec"]["template"]["spec"]))
+        elif resource["kind"] == "CronJob":
+            template = resource["spec"]["jobTemplate"]["spec"]["template"]
+            specs.append((resource["metadata"]["name"], template["spec"]))
+    return specs
+
+
+def test_every_file_in_the_directory_is_listed_in_the_kustomization() -> None:
+    listed = set(kustomization()["resources"])
+    present = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
+    assert listed == present
+
+
+@pytest.mark.parametrize("version", [KUBERNETES_VERSION, kubernetes_validate.latest_version()])
+def test_manifests_validate_against_the_kubernetes_schemas(version: str) -> None:
+    kinds = set()
+    for resource in resources():
+        kubernetes_validate.validate(resource, version, strict=True)
+        kinds.add(resource["kind"])
+    assert {"CronJob", "Job", "ConfigMap", "Secret"} <= kinds
+
+
+def test_an_invalid_manifest_is_caught() -> None:
+    job = next(r for r in resources() if r["kind"] == "Job")
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = "1 CPU"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+
+
+def test_pods_are_non_root_read_only_limited_and_use_the_image_setting() -> None:
+    specs = pod_specs()
+    assert {name for name, _ in specs} == {"mirror-chart-refresh", "mirror-transfer-import"}
+    images = {entry["name"] for entry in kustomization()["images"]}
+    for name, spec in specs:
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True, name
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"]["drop"] == ["ALL"], name
+            assert {"cpu", "memory"} <= set(container["resources"]["limits"]), name
+            assert container["image"] in images, name
+            assert {"secretRef": {"name": "mirror-s3"}} in container["envFrom"], name
+
+
+def test_the_configmap_config_loads_and_its_public_key_reads(tmp_path: Path) -> None:
+    config_map = next(r for r in resources() if r["kind"] == "ConfigMap")
+    document = tomllib.loads(config_map["data"]["config.toml"])
+    settings = settings_from_dict(document)
+    assert [str(p) for p in settings.target.trusted_keys] == ["/etc/mirror/config/transfer.pub"]
+    assert settings.chart.values_path.startswith("/values/")
+    public = tmp_path / "transfer.pub"
+    public.write_text(config_map["data"]["transfer.pub"])
+    assert len(load_public_key(public).key_id) == 16
+
+
+def test_the_container_commands_exist() -> None:
+    for name, spec in pod_specs():
+        args = spec["containers"][0]["args"]
+        result = CliRunner().invoke(cli, [*args, "--help"])
+        assert result.exit_code == 0, (name, result.output)

@@ -1,0 +1,190 @@
+"""The offline installer: `mirror bundle-self` builds it, install.sh installs it with nothing
+fetched, and the installed tool verifies a real signed transfer set. The documented steps
+(docs/install.md blocks marked `tested:`) are the ones run here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mirror import __version__
+from mirror.app import App
+from mirror.errors import ConfigError
+from mirror.keys import load_signing_key, load_trusted_keys, verify_signature_file
+from mirror.selfbundle import ToolBundle, bundle_self, manylinux_tags
+from mirror.transfer import pack
+from tests.fixtures.s3 import add_version
+
+ROOT = Path(__file__).resolve().parent.parent
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+def documented(block: str, page: str = "README.md") -> str:
+    """The shell block that follows `<!-- tested: BLOCK -->` in a page of the docs."""
+    match = re.search(
+        rf"<!-- tested: {block} -->\n```sh\n(.*?)```", (ROOT / page).read_text(), re.S
+    )
+    assert match, f"{page} has no tested block {block}"
+    return match.group(1)
+
+
+def offline_env() -> dict[str, str]:
+    """No index, no find-links but the ones given, no pip config, and proxies that refuse:
+    anything that tried the network would fail."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MIRROR_"))}
+    env.update(
+        PIP_NO_INDEX="1",
+        PIP_CONFIG_FILE=os.devnull,
+        HTTP_PROXY=UNREACHABLE,
+        HTTPS_PROXY=UNREACHABLE,
+        http_proxy=UNREACHABLE,
+        https_proxy=UNREACHABLE,
+        NO_PROXY="",
+    )
+    return env
+
+
+def run(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, Path]:
+    """(the artefact, transfer.key, transfer.pub), built once for this machine's platform."""
+    from mirror.keys import generate_keypair
+
+    work = tmp_path_factory.mktemp("bundle")
+    keys = generate_keypair(work / "keys" / "transfer")
+    command = ["bundle-self", "--local", "--key", str(keys.private_path), str(work / "dist")]
+    done = run([sys.executable, "-m", "mirror", "--json", *command], offline_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    fields = ("path", "version", "sha256", "size", "key_id", "targets", "wheels")
+    made = ToolBundle(**{name: document[name] for name in fields})
+    made = ToolBundle(**{**made.__dict__, "path": Path(made.path)})
+    assert made.path == work / "dist" / f"mirror-tool-{__version__}.tar"
+    return made, keys.private_path, keys.public_path
+
+
+def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
+    built: tuple[ToolBundle, Path, Path], tmp_path: Path
+) -> None:
+    made, _, public = built
+    assert made.path.name == f"mirror-tool-{__version__}.tar"
+    assert made.targets == ["local"]
+    assert any(name.startswith("mirror-") for name in made.wheels)
+    for needed in ("cryptography", "pydantic_core", "psycopg_binary", "boto3"):
+        assert any(name.startswith(needed + "-") for name in made.wheels), needed
+    with tarfile.open(made.path) as archive:
+        archive.extractall(tmp_path, filter="data")
+    root = tmp_path / f"mirror-tool-{__version__}"
+    for name in ("install.sh", "config.example.toml", "INSTALL.md", "systemd/mirror.service"):
+        assert (root / name).is_file(), name
+    assert os.access(root / "install.sh", os.X_OK)
+    listed = {line.split("  ")[1] for line in (root / "SHA256SUMS").read_text().splitlines()}
+    files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    assert listed == files - {"SHA256SUMS", "SHA256SUMS.sig"}
+    checked = run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root)
+    assert checked.returncode == 0
+    trusted = load_trusted_keys([public])
+    sums = (root / "SHA256SUMS").read_bytes()
+    signer = verify_signature_file(sums, root / "SHA256SUMS.sig", trusted, what="SHA256SUMS")
+    assert signer.key_id == made.key_id
+
+
+def test_bundle_never_replaces_an_artefact(built: tuple[ToolBundle, Path, Path]) -> None:
+    made, private, _ = built
+    with pytest.raises(ConfigError, match="already exists"):
+        bundle_self(made.path.parent, load_signing_key(private), local=True)
+
+
+@pytest.mark.slow
+def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
+    built: tuple[ToolBundle, Path, Path],
+    transfer_app: App,
+    key_pair: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    made, _, public = built
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    set_dir = tmp_path / "set-0007"
+    pack(transfer_app, set_dir, tool=made.path)
+    carried = set_dir / "tool" / made.path.name
+    root = tmp_path / "root"
+    python = getattr(sys, "_base_executable", sys.executable)
+    install = documented("offline-install", "docs/install.md")
+    install = install.replace(f"mirror-tool-{__version__}.tar", str(carried))
+    install = install.replace("sudo ./install.sh", "./install.sh")
+    install = install.replace("/etc/mirror/transfer.pub", str(public))
+    install = install.replace("./install.sh", f"./install.sh --root {root} --python {python}")
+    install = install.replace("\nmirror --version", f"\n{root}/usr/local/bin/mirror --version")
+    done = run(["sh", "-e", "-c", install], offline_env(), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "signature of SHA256SUMS checked" in done.stdout
+    assert f"mirror, version {__version__}" in done.stdout
+    link = root / "usr" / "local" / "bin" / "mirror"
+    assert link.is_symlink() and os.readlink(link) == f"{root}/opt/mirror/bin/mirror"
+    assert (root / "etc" / "systemd" / "system" / "mirror.service").is_file()
+    assert (root / "opt" / "mirror" / "share" / "mirror" / "wheels").is_dir()
+    etc = f"{root}/etc/mirror"
+    connected = documented("connected-host").replace("/etc/mirror", etc).replace("sudo ", "")
+    connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
+    env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
+    env["PATH"] = f"{root}/usr/local/bin:{env['PATH']}"
+    steps = run(["bash", "-e", "-c", connected], env)
+    assert steps.returncode == 0, steps.stdout + steps.stderr
+    assert oct(Path(etc, "config.toml").stat().st_mode & 0o777) == "0o644"
+    assert oct(Path(etc, "admin-api-key").stat().st_mode & 0o777) == "0o600"
+    assert Path(etc, "admin-api-key").read_text().strip() == "mint_x"
+    assert Path(etc, "transfer.key").is_file() and Path(etc, "transfer.pub").is_file()
+    config = tmp_path / "config.toml"
+    config.write_text(f'[target]\ntrusted_keys = ["{key_pair[1]}"]\n')
+    env = {**offline_env(), "MIRROR_CONFIG": str(config)}
+    verify = run([str(link), "--json", "transfer", "verify", str(set_dir)], env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    document = json.loads(verify.stdout)
+    assert document["valid"] is True
+    assert document["tool"]["name"] == made.path.name
+    carried.write_bytes(carried.read_bytes()[:-1] + b"!")
+    refused = run([str(link), "transfer", "verify", str(set_dir)], env)
+    assert refused.returncode == 5, refused.stderr
+    assert "tool/" in refused.stderr
+
+
+def test_the_documented_manual_check_passes_and_catches_a_change(
+    transfer_app: App, key_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    set_dir = tmp_path / "set"
+    pack(transfer_app, set_dir, max_size=1024 * 1024)
+    recipe = documented("manual-verify")
+    recipe = recipe.replace("/media/usb/set-0007", str(set_dir))
+    recipe = recipe.replace("/etc/mirror/transfer.pub", str(key_pair[1]))
+    recipe = recipe.replace("/tmp/manifest.sig", str(tmp_path / "manifest.sig"))
+
+    good = run(["sh", "-e", "-c", recipe])
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "Signature Verified Successfully" in good.stdout
+    manifest = set_dir / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"sequence":1', b'"sequence":2'))
+    assert run(["sh", "-e", "-c", recipe]).returncode != 0
+
+
+def test_manylinux_tags_include_every_older_glibc() -> None:
+    """pip --platform takes tags literally: psycopg-binary ships only manylinux_2_17 for
+    x86_64, so naming manylinux_2_28 alone would find no wheel for it."""
+    tags = manylinux_tags("x86_64")
+    assert tags[0] == "manylinux_2_28_x86_64"
+    assert "manylinux_2_17_x86_64" in tags and tags[-1] == "manylinux2014_x86_64"
+    assert len(tags) == len(set(tags)) == 13
