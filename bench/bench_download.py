@@ -23,8 +23,8 @@ from mirror.sim import SimConfig, Simulator
 DOWNLOAD_CODE = """
 import sys, httpx
 from pathlib import Path
-from mirror.api import BundleLink
-from mirror.download import download_bundle
+from mirror.vendor.client import BundleLink
+from mirror.vendor.download import download_bundle
 url, dest = sys.argv[1], Path(sys.argv[2])
 link = BundleLink(job_id="bench", url=url, size_bytes=None, expires_at=None)
 with httpx.Client(timeout=60) as http:
@@ -96,7 +96,7 @@ def main() -> None:
             small_size = int(httpx.head(_fresh_link(sim, small)).headers["content-length"])
             rows.append(_mirror_download(sim, small, work, "mirror download, 1/4 size", small_size))
         print_table(rows, "curl -o FILE")
-        baseline = baseline_rss_mib("httpx, mirror.api, mirror.download")
+        baseline = baseline_rss_mib("httpx, mirror.vendor.client, mirror.vendor.download")
         print(f"interpreter + the download's imports alone: {baseline:.0f} MiB peak RSS")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Measurement, baseline_rss_mib, print_table, run_timed
-from mirror.app import App
 from mirror.config import settings_from_dict
-from mirror.keys import generate_keypair
-from mirror.models import Bundle, Version
+from mirror.store.app import App
+from mirror.store.models import Bundle, Version
+from mirror.transferset.keys import generate_keypair
 
 MiB = 1024 * 1024
 CREDENTIALS = {
@@ -246,7 +246,7 @@ def main() -> None:
             f"(import also re-verifies the whole set first), peak RSS "
             f"{imported.peak_rss_mib:.0f} MiB vs {aws.peak_rss_mib:.0f} MiB"
         )
-        alone = baseline_rss_mib("mirror.cli.transfer, mirror.importer")
+        alone = baseline_rss_mib("mirror.cli.transfer, mirror.airgap.importer")
         print(f"interpreter + mirror's imports alone: {alone:.0f} MiB peak RSS")
     finally:
         if moto is not None:

@@ -59,7 +59,9 @@ def python_timed(name: str, code: str, size: int, env: dict[str, str] | None = N
     return run_timed(name, [sys.executable, "-c", code], size, env)
 
 
-def baseline_rss_mib(modules: str = "mirror.cli, mirror.download, mirror.exporter") -> float:
+def baseline_rss_mib(
+    modules: str = "mirror.cli, mirror.vendor.download, mirror.export.runner",
+) -> float:
     """Peak RSS of an interpreter that only imports `modules` (the fixed cost)."""
     code = f"import time, {modules}; time.sleep(0.3)"
     return run_timed("baseline", [sys.executable, "-c", code], 0).peak_rss_mib or 0.0

@@ -1,11 +1,11 @@
-"""Alembic environment: runs on the connection `mirror.db.Database.upgrade` hands in."""
+"""Alembic environment: runs on the connection `mirror.store.db.Database.upgrade` hands in."""
 
 from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from mirror.models import Base
+from mirror.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -26,8 +26,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mirror.exporter import RunEvent
-from mirror.models import RunState
+from mirror.export.runner import RunEvent
+from mirror.store.models import RunState
 from mirror.units import format_size
 
 _STATE_TEXT = {

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from mirror.app import App
 from mirror.config import Settings, settings_from_dict
+from mirror.store.app import App
 
 pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.s3", "tests.fixtures.archives"]
 

@@ -11,15 +11,15 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from mirror.agentjobs import (
+from mirror.errors import NotFound, TemporaryFailure
+from mirror.sim import Simulator
+from mirror.vendor.agentjobs import (
     agent_job_document,
     describe_agent_job,
     status_line,
     watch_agent_job,
 )
-from mirror.api import AgentJob, VendorClient
-from mirror.errors import NotFound, TemporaryFailure
-from mirror.sim import Simulator
+from mirror.vendor.client import AgentJob, VendorClient
 from tests.test_api import JSON, FakeTime, Scripted, ScriptedServer, scripted  # noqa: F401
 
 

@@ -21,7 +21,18 @@ import httpx
 import pytest
 
 from mirror import __version__
-from mirror.api import (
+from mirror.config import settings_from_dict
+from mirror.errors import (
+    AuthError,
+    ConfigError,
+    MirrorError,
+    NotFound,
+    OperationFailed,
+    TemporaryFailure,
+)
+from mirror.logs import install_retry_log
+from mirror.sim import Simulator
+from mirror.vendor.client import (
     AUTH_HINT,
     DNS_ATTEMPTS,
     DNS_WAIT_MAX,
@@ -40,17 +51,6 @@ from mirror.api import (
     parse_retry_after,
     parse_timestamp,
 )
-from mirror.config import settings_from_dict
-from mirror.errors import (
-    AuthError,
-    ConfigError,
-    MirrorError,
-    NotFound,
-    OperationFailed,
-    TemporaryFailure,
-)
-from mirror.logs import install_retry_log
-from mirror.sim import Simulator
 
 DOMAIN = "docs.example.com"
 
@@ -886,7 +886,7 @@ def test_requests_are_logged_at_debug_without_secrets(
     job = client.start_export(DOMAIN)
     sim.set_faults(rate_limit_next=1, retry_after="0")
     client.export_status(job.job_id)
-    lines = [r for r in caplog.records if r.name == "mirror.api"]
+    lines = [r for r in caplog.records if r.name == "mirror.vendor.client"]
     assert [(r.method, r.path, r.status) for r in lines] == [  # type: ignore[attr-defined]
         ("POST", "/v1/static-export/jobs", 202),
         ("GET", f"/v1/static-export/jobs/{job.job_id}", 429),
@@ -895,7 +895,7 @@ def test_requests_are_logged_at_debug_without_secrets(
     assert all(r.levelno == logging.DEBUG for r in lines)
     retries = [r for r in caplog.records if r.name == "stamina"]  # via stamina's retry hooks
     assert [getattr(r, "stamina.callable") for r in retries] == [
-        "mirror.api.VendorClient.export_status"
+        "mirror.vendor.client.VendorClient.export_status"
     ]
     everything = caplog.text + " ".join(str(r.__dict__) for r in caplog.records)
     assert sim.key not in everything

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from mirror.app import App
-from mirror.binding import STORE_ID_FILE, bind_store
 from mirror.config import settings_from_dict
-from mirror.db import Database
 from mirror.errors import ConfigError
-from mirror.models import IndexInfo
+from mirror.store.app import App
+from mirror.store.binding import STORE_ID_FILE, bind_store
+from mirror.store.db import Database
+from mirror.store.models import IndexInfo
 from tests.conftest import mirror_cli, write_config
 
 

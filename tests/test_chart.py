@@ -21,7 +21,8 @@ import pytest
 import yaml
 from botocore.config import Config
 
-from mirror import chart
+from mirror.airgap import chart
+from mirror.airgap.objectstore import ObjectStore
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import (
     ConfigError,
@@ -31,7 +32,6 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import sha256_file
-from mirror.objectstore import ObjectStore
 from mirror.versions import label_key
 from tests.fixtures.archives import sample_site, write_tar
 

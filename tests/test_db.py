@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
-from mirror.db import SCHEMA_HEAD, Database, safe_url
-from mirror.models import Bundle, ExportRun, RunState, Version
+from mirror.store.db import SCHEMA_HEAD, Database, safe_url
+from mirror.store.models import Bundle, ExportRun, RunState, Version
 
 
 def _exercise(database: Database) -> None:
@@ -73,7 +73,7 @@ def _upgrade_in_processes(url: str, count: int) -> list[int]:
     import subprocess
     import sys
 
-    code = f"from mirror.db import Database; Database({url!r}).upgrade()"
+    code = f"from mirror.store.db import Database; Database({url!r}).upgrade()"
     processes = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
     return [process.wait(timeout=120) for process in processes]
 
@@ -95,7 +95,7 @@ def test_concurrent_upgrades_of_an_empty_postgres_index(postgres_url: str) -> No
 CRASH_AFTER_FIRST_TABLE = """
 import os, sys
 from sqlalchemy import Engine, event
-from mirror.db import Database
+from mirror.store.db import Database
 
 def crash(conn, cursor, statement, *args):
     if statement.lstrip().upper().startswith("CREATE TABLE BUNDLES"):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from mirror.db import Database
-from mirror.deferrals import clear, defer, lock_domain
-from mirror.models import DomainSchedule
+from mirror.export.deferrals import clear, defer, lock_domain
+from mirror.store.db import Database
+from mirror.store.models import DomainSchedule
 
 T0 = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from mirror.cli import cli
 from mirror.config import settings_from_dict
-from mirror.keys import load_public_key
+from mirror.transferset.keys import load_public_key
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"

@@ -17,8 +17,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from mirror.api import DNS_ATTEMPTS, BundleLink, VendorClient
-from mirror.download import (
+from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
+from mirror.sim import Simulator
+from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, VendorClient
+from mirror.vendor.download import (
     CHECKPOINT_BYTES,
     DownloadResult,
     LinkFailed,
@@ -30,8 +32,6 @@ from mirror.download import (
     save_validator,
     validator_path,
 )
-from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
-from mirror.sim import Simulator
 
 MiB = 1024 * 1024
 
@@ -319,7 +319,7 @@ def test_presigned_query_never_logged(
     signature = dict(p.split("=", 1) for p in urlsplit(link.url).query.split("&"))[
         "X-Amz-Signature"
     ]
-    ours = [r for r in caplog.records if r.name.startswith("mirror.download")]
+    ours = [r for r in caplog.records if r.name.startswith("mirror.vendor.download")]
     assert ours, "expected log lines about the cuts"
     for record in ours:
         assert signature not in record.getMessage() and "X-Amz-" not in record.getMessage()

@@ -17,8 +17,6 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from mirror.api import ExportJob, VendorClient
-from mirror.app import App
 from mirror.config import settings_from_dict
 from mirror.errors import (
     AuthError,
@@ -28,7 +26,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.exporter import (
+from mirror.export.runner import (
     RunEvent,
     RunSnapshot,
     Step,
@@ -42,8 +40,10 @@ from mirror.exporter import (
     unfinished_runs,
 )
 from mirror.fsutil import sha256_file
-from mirror.models import Bundle, ExportRun, RunState, Version
 from mirror.sim import MALICIOUS_KINDS, Simulator
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, RunState, Version
+from mirror.vendor.client import ExportJob, VendorClient
 
 MiB = 1024 * 1024
 FAST_API = {"poll_interval": "0.02s", "max_poll_interval": "0.1s"}
@@ -204,7 +204,7 @@ def test_lease_rules() -> None:
 def test_two_domains_are_stored_with_versions(
     sim: Simulator, http: httpx.Client, app: App, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.INFO, logger="mirror.exporter")
+    caplog.set_level(logging.INFO, logger="mirror.export.runner")
     events: list[RunEvent] = []
     client = vendor(sim, http)
     when = datetime(2026, 11, 21, 23, 59, tzinfo=UTC)
@@ -654,7 +654,7 @@ def test_not_a_domain_is_a_config_error_before_anything(
 
 
 def _due_check_of(app: App, domain: str) -> Any:
-    from mirror.status import due_check
+    from mirror.export.status import due_check
 
     return due_check(
         app.settings.export_for(domain), datetime.now(UTC) - timedelta(hours=2), jitter=0.0
@@ -666,7 +666,7 @@ def test_claim_refuses_a_domain_exported_since_the_caller_looked(
 ):
     """A replica with a stale view asks to export a domain another just stored: the claim's
     re-check finds the finished run and refuses (NotDue) without a run or a vendor job."""
-    from mirror.lease import NotDue
+    from mirror.export.lease import NotDue
 
     app = make_app(exports=[{"domain": "docs.due.test", "every": "1h"}])
     client = vendor(sim, http)
@@ -688,7 +688,7 @@ def test_stale_replicas_racing_for_one_domain_export_it_once(
 ):
     """Six processes' worth of claims at the same instant, each sure the domain is due:
     one vendor job, one version; the others are told it is held or no longer due."""
-    from mirror.lease import HeldByOther, NotDue
+    from mirror.export.lease import HeldByOther, NotDue
 
     document: dict[str, Any] = {
         "store": {"path": str(store_dir)},

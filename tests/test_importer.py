@@ -11,20 +11,20 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from mirror.app import App
-from mirror.config import TargetSettings, settings_from_dict
-from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.importer import (
+from mirror.airgap.importer import (
     STATE_KEY,
     ack,
     import_set,
     push,
     read_receipt,
 )
-from mirror.keys import generate_keypair, load_signing_key, load_trusted_keys
-from mirror.models import Transfer, Version
-from mirror.objectstore import ObjectStore
-from mirror.transfer import MANIFEST, RECEIPT, SIGNATURE, pack, parse_manifest
+from mirror.airgap.objectstore import ObjectStore
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.store.app import App
+from mirror.store.models import Transfer, Version
+from mirror.transferset.format import MANIFEST, RECEIPT, SIGNATURE, pack, parse_manifest
+from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from tests.fixtures.s3 import add_version, bucket_listing, transfer_config
 
 pytestmark = pytest.mark.s3
@@ -273,7 +273,7 @@ def test_promote_hook_gets_each_domains_newest_version(
 def test_promote_with_the_chart_module(
     app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:
-    from mirror.importer import promote_hook
+    from mirror.airgap.importer import promote_hook
 
     try:
         hook = promote_hook()

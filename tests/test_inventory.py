@@ -12,13 +12,13 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from mirror.api import VendorClient
-from mirror.app import App
 from mirror.errors import Interrupted
-from mirror.exporter import RunEvent, run_export
-from mirror.inventory import list_versions, verify_store
-from mirror.models import Version
+from mirror.export.runner import RunEvent, run_export
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.store.inventory import list_versions, verify_store
+from mirror.store.models import Version
+from mirror.vendor.client import VendorClient
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from mirror.errors import ConfigError, IntegrityError
-from mirror.keys import (
+from mirror.transferset.keys import (
     generate_keypair,
     key_id_of,
     load_public_key,

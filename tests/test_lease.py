@@ -13,13 +13,13 @@ import httpx
 import pytest
 from sqlalchemy import update
 
-from mirror.api import VendorClient
-from mirror.app import App
 from mirror.config import settings_from_dict
-from mirror.exporter import run_export
-from mirror.lease import Heartbeat, HeldByOther, ReplicaLogFilter, replica_identity
-from mirror.models import ExportRun
+from mirror.export.lease import Heartbeat, HeldByOther, ReplicaLogFilter, replica_identity
+from mirror.export.runner import run_export
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.store.models import ExportRun
+from mirror.vendor.client import VendorClient
 
 
 def make_app(store: Path, poll: str = "0.05s", **daemon: Any) -> App:

@@ -11,16 +11,16 @@ import httpx
 import pytest
 
 from mirror import __version__
-from mirror.db import Database
 from mirror.errors import ConfigError
-from mirror.metrics import (
+from mirror.export.metrics import (
     OUTCOMES,
     DaemonMetrics,
     MetricsServer,
     last_success_times,
     parse_listen,
 )
-from mirror.models import ExportRun, RunState
+from mirror.store.db import Database
+from mirror.store.models import ExportRun, RunState
 
 
 class FakeClock:

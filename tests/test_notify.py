@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.notify import Notifier, notify_address, watchdog_interval
+from mirror.export.notify import Notifier, notify_address, watchdog_interval
 
 
 @pytest.fixture

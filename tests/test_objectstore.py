@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from mirror.airgap.objectstore import ObjectStore, make_s3_client
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, IntegrityError, NotFound, TemporaryFailure
-from mirror.objectstore import ObjectStore, make_s3_client
 from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, start_moto
 
 pytestmark = pytest.mark.s3

@@ -12,10 +12,10 @@ from typing import Any
 
 from rich.console import Console
 
-from mirror.app import App
-from mirror.importer import import_set
+from mirror.airgap.importer import import_set
 from mirror.progress import ByteProgress
-from mirror.transfer import pack, set_bytes
+from mirror.store.app import App
+from mirror.transferset.format import pack, set_bytes
 from tests.conftest import on_a_terminal, write_config
 from tests.fixtures.s3 import add_version, transfer_config
 
@@ -54,7 +54,7 @@ def test_pack_counts_mib_of_the_whole_set(transfer_app: App, tmp_path: Path) -> 
 def test_import_counts_verify_and_upload_against_the_set_size(
     transfer_app: App, tmp_path: Path, object_store: Any, key_pair: tuple[Path, Path]
 ) -> None:
-    from mirror.keys import load_trusted_keys
+    from mirror.transferset.keys import load_trusted_keys
 
     _stored(transfer_app)
     pack(transfer_app, tmp_path / "set")

@@ -11,10 +11,10 @@ import tarfile
 
 from sqlalchemy import select
 
-from mirror.app import App
-from mirror.exporter import pid_alive
-from mirror.models import Bundle, ExportRun, RunState
-from mirror.recovery import reconcile_orphan_blobs, sweep_temp_files
+from mirror.export.recovery import reconcile_orphan_blobs, sweep_temp_files
+from mirror.export.runner import pid_alive
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, RunState
 
 
 def tar_gz(files: dict[str, bytes]) -> bytes:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirror.app import App
 from mirror.archive import inspect_archive
-from mirror.inventory import verify_store
-from mirror.models import Bundle, Version
-from mirror.repair import index_bundle, repair_from_download, repair_store
+from mirror.export.repair import index_bundle, repair_from_download, repair_store
+from mirror.store.app import App
+from mirror.store.inventory import verify_store
+from mirror.store.models import Bundle, Version
 from tests.fixtures.s3 import add_version, make_tar_gz
 
 SITE = {"index.html": b"<h1>same site</h1>", "a/b.html": b"b"}

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 
-from mirror.app import App
-from mirror.models import Bundle, ExportRun, RunState, Transfer, TransferItem, Version
-from mirror.retention import gc
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, RunState, Transfer, TransferItem, Version
+from mirror.store.retention import gc
 
 DELIVERED = datetime(2026, 1, 10, tzinfo=UTC)
 

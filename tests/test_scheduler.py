@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from mirror.scheduler import (
+from mirror.export.scheduler import (
     MAX_DEFER,
     MIN_DEFER,
     ActiveRun,

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from mirror import __version__
-from mirror.app import App
 from mirror.errors import ConfigError
-from mirror.keys import load_signing_key, load_trusted_keys, verify_signature_file
-from mirror.selfbundle import ToolBundle, bundle_self, manylinux_tags
-from mirror.transfer import pack
+from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags
+from mirror.store.app import App
+from mirror.transferset.format import pack
+from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.s3 import add_version
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def run(
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, Path]:
     """(the artefact, transfer.key, transfer.pub), built once for this machine's platform."""
-    from mirror.keys import generate_keypair
+    from mirror.transferset.keys import generate_keypair
 
     work = tmp_path_factory.mktemp("bundle")
     keys = generate_keypair(work / "keys" / "transfer")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from mirror.app import App
 from mirror.config import settings_from_dict
-from mirror.models import Bundle, DomainSchedule, ExportRun, RunState, Version
-from mirror.status import domain_status, load_states
+from mirror.export.status import domain_status, load_states
+from mirror.store.app import App
+from mirror.store.models import Bundle, DomainSchedule, ExportRun, RunState, Version
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

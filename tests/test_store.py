@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.store import BlobStore
+from mirror.store.blobs import BlobStore
 
 
 def _temp_with(store: BlobStore, name: str, data: bytes) -> tuple[Path, str]:

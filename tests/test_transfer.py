@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from mirror.app import App
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
-from mirror.keys import SigningKey, load_signing_key, load_trusted_keys
-from mirror.models import Transfer, TransferItem, Version, utcnow
-from mirror.transfer import (
+from mirror.store.app import App
+from mirror.store.models import Transfer, TransferItem, Version, utcnow
+from mirror.transferset.format import (
     MANIFEST,
     SHA256SUMS,
     SIGNATURE,
@@ -28,6 +27,7 @@ from mirror.transfer import (
     part_names,
     verify_set,
 )
+from mirror.transferset.keys import SigningKey, load_signing_key, load_trusted_keys
 from tests.fixtures.s3 import add_version
 
 MiB = 1024 * 1024

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import mirror.models
+import mirror.store.models
 
 revision = "0001"
 down_revision = None
@@ -26,7 +26,7 @@ def upgrade() -> None:
         sa.Column("format", sa.String(length=16), nullable=False),
         sa.Column("tree_sha256", sa.String(length=64), nullable=False),
         sa.Column("file_count", sa.Integer(), nullable=False),
-        sa.Column("created_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("sha256"),
     )
     with op.batch_alter_table("bundles", schema=None) as batch_op:
@@ -35,9 +35,9 @@ def upgrade() -> None:
     op.create_table(
         "domain_schedule",
         sa.Column("domain", sa.String(length=253), nullable=False),
-        sa.Column("not_before", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("not_before", mirror.store.models.UTCDateTime(timezone=True), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("updated_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("domain"),
     )
     op.create_table(
@@ -49,9 +49,13 @@ def upgrade() -> None:
         sa.Column("requested_version", sa.String(length=128), nullable=True),
         sa.Column("requested_paths", sa.JSON(), nullable=True),
         sa.Column("vendor_job_id", sa.String(length=128), nullable=True),
-        sa.Column("vendor_started_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "vendor_started_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("bundle_url", sa.Text(), nullable=True),
-        sa.Column("bundle_expires_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "bundle_expires_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True
+        ),
         sa.Column("expected_size", sa.BigInteger(), nullable=True),
         sa.Column("partial_name", sa.String(length=255), nullable=True),
         sa.Column("bytes_done", sa.BigInteger(), nullable=False),
@@ -59,10 +63,12 @@ def upgrade() -> None:
         sa.Column("version_label", sa.String(length=64), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("lease_owner", sa.String(length=128), nullable=True),
-        sa.Column("lease_expires_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column(
+            "lease_expires_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True
+        ),
+        sa.Column("created_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
     )
     with op.batch_alter_table("export_runs", schema=None) as batch_op:
@@ -87,8 +93,8 @@ def upgrade() -> None:
         sa.Column("path", sa.Text(), nullable=False),
         sa.Column("item_count", sa.Integer(), nullable=False),
         sa.Column("total_bytes", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("acknowledged_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("acknowledged_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("sequence"),
     )
@@ -100,8 +106,8 @@ def upgrade() -> None:
         sa.Column("bundle_sha256", sa.String(length=64), nullable=False),
         sa.Column("tree_sha256", sa.String(length=64), nullable=False),
         sa.Column("run_id", sa.Integer(), nullable=True),
-        sa.Column("created_at", mirror.models.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("delivered_at", mirror.models.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", mirror.store.models.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("delivered_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["bundle_sha256"],
             ["bundles.sha256"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-import mirror.models
+import mirror.store.models
 
 revision = "0002"
 down_revision = "0001"
@@ -21,7 +21,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("export_runs", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column("heartbeat_at", mirror.models.UTCDateTime(timezone=True), nullable=True)
+            sa.Column("heartbeat_at", mirror.store.models.UTCDateTime(timezone=True), nullable=True)
         )
     op.create_table(
         "index_info",

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mirror.cli.common import CliContext, pass_cli, reads_only
-from mirror.db import safe_url
+from mirror.store.db import safe_url
 
 
 @click.group("config")
@@ -54,7 +54,7 @@ def db_group() -> None:
 @pass_cli
 def db_upgrade(cli: CliContext) -> None:
     """Upgrade the index schema to the newest revision."""
-    from mirror.db import Database
+    from mirror.store.db import Database
 
     database = Database(cli.settings.store.database_url())
     if cli.settings.store.database == "":

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import click
 
-from mirror.agentjobs import agent_job_document, describe_agent_job, status_line, watch_agent_job
-from mirror.api import AgentJob, VendorClient
 from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.errors import OperationFailed
+from mirror.vendor.agentjobs import (
+    agent_job_document,
+    describe_agent_job,
+    status_line,
+    watch_agent_job,
+)
+from mirror.vendor.client import AgentJob, VendorClient
 
 project_option = click.option(
     "--project",

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import httpx
 
-from mirror import chart as charts
+from mirror.airgap import chart as charts
 from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.units import format_duration
 
@@ -16,7 +16,7 @@ CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
 def _store(cli: CliContext) -> charts.BucketStore:
-    from mirror.objectstore import ObjectStore
+    from mirror.airgap.objectstore import ObjectStore
 
     return ObjectStore.from_settings(cli.settings.target)
 

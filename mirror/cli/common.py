@@ -14,9 +14,9 @@ import click
 from mirror.timestamps import rfc3339
 
 if TYPE_CHECKING:
-    from mirror.app import App
     from mirror.config import Settings
     from mirror.errors import MirrorError
+    from mirror.store.app import App
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -56,7 +56,7 @@ class CliContext:
     @property
     def app(self) -> App:
         if self._app is None:
-            from mirror.app import App
+            from mirror.store.app import App
 
             self._app = App(self.settings, read_only=self.read_only)
         return self._app

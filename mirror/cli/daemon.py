@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from mirror.cli.common import CliContext, pass_cli
-from mirror.daemon import DaemonOptions, run_daemon
 from mirror.errors import ConfigError
+from mirror.export.daemon import DaemonOptions, run_daemon
 from mirror.logs import setup_logging
 
 

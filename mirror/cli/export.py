@@ -11,12 +11,12 @@ from typing import Any
 
 import click
 
-from mirror.api import BundleLink, ExportJob, VendorClient
 from mirror.cli.common import CliContext, pass_cli
 from mirror.errors import ConfigError
-from mirror.exporter import ExportOutcome, RunEvent, run_export
+from mirror.export.runner import ExportOutcome, RunEvent, run_export
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
+from mirror.vendor.client import BundleLink, ExportJob, VendorClient
 
 _VENDOR_VERSION = click.option(
     "--vendor-version",

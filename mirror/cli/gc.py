@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from mirror.cli.common import CliContext, pass_cli
-from mirror.retention import GcReport, gc
+from mirror.store.retention import GcReport, gc
 from mirror.units import format_size
 
 

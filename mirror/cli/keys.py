@@ -8,7 +8,7 @@ import click
 
 from mirror.cli.common import CliContext, pass_cli
 from mirror.errors import ConfigError, NotFound
-from mirror.keys import generate_keypair, load_public_key, load_signing_key
+from mirror.transferset.keys import generate_keypair, load_public_key, load_signing_key
 
 
 @click.group("keys")

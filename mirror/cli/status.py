@@ -7,9 +7,9 @@ from datetime import datetime
 import click
 
 from mirror.cli.common import CliContext, reads_only
-from mirror.models import utcnow
-from mirror.scheduler import format_delay
-from mirror.status import DomainStatus, domain_status
+from mirror.export.scheduler import format_delay
+from mirror.export.status import DomainStatus, domain_status
+from mirror.store.models import utcnow
 from mirror.timestamps import rfc3339
 
 

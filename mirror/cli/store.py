@@ -8,8 +8,8 @@ import click
 
 from mirror.cli.common import CliContext, reads_only
 from mirror.errors import IntegrityError
-from mirror.inventory import StoredVersion, VerifyReport, list_versions, verify_store
-from mirror.repair import RepairReport, repair_store
+from mirror.export.repair import RepairReport, repair_store
+from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 

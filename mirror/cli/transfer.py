@@ -16,11 +16,11 @@ import click
 from mirror.cli.common import SIZE, CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
-from mirror.keys import PublicKey, load_trusted_keys
+from mirror.transferset.keys import PublicKey, load_trusted_keys
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.objectstore import ObjectStore
+    from mirror.airgap.objectstore import ObjectStore
     from mirror.progress import ByteTask
 
 
@@ -49,7 +49,7 @@ def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]
 
 
 def _object_store(settings: Settings) -> ObjectStore:
-    from mirror.objectstore import ObjectStore
+    from mirror.airgap.objectstore import ObjectStore
 
     if not settings.target.bucket:
         raise ConfigError(
@@ -94,8 +94,8 @@ def transfer_pack(
     with_tool: str | None,
 ) -> None:
     """Write a signed transfer set of the versions not yet delivered into OUT."""
-    from mirror.selfbundle import tool_for_pack
-    from mirror.transfer import pack, signing_key_from
+    from mirror.outbound.selfbundle import tool_for_pack
+    from mirror.transferset.format import pack, signing_key_from
 
     with contextlib.ExitStack() as stack:
         tool = None
@@ -138,7 +138,7 @@ def transfer_pack(
 @pass_cli
 def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
     """Check the signature, the chain fields and every hash, offline."""
-    from mirror.transfer import set_bytes, verify_set
+    from mirror.transferset.format import set_bytes, verify_set
 
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
@@ -195,8 +195,8 @@ def transfer_import(
     keys: tuple[Path, ...],
 ) -> None:
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
-    from mirror.importer import import_set, promote_hook, receipt_key_from
-    from mirror.transfer import set_bytes
+    from mirror.airgap.importer import import_set, promote_hook, receipt_key_from
+    from mirror.transferset.format import set_bytes
 
     settings = cli.settings
     hook = promote_hook() if promote else None
@@ -231,7 +231,7 @@ def transfer_import(
 @pass_cli
 def transfer_ack(cli: CliContext, receipt: Path) -> None:
     """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
-    from mirror.importer import ack
+    from mirror.airgap.importer import ack
 
     result = ack(cli.app, receipt)
     lines = [f"set {result.sequence}: receipt {result.signature}"]
@@ -258,7 +258,7 @@ def transfer_push(
     promote: bool,
 ) -> None:
     """Pack, import and acknowledge in one step where the target is reachable."""
-    from mirror.importer import promote_hook, push
+    from mirror.airgap.importer import promote_hook, push
 
     hook = promote_hook() if promote else None
     store = _object_store(cli.settings)

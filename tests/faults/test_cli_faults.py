@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror.keys import generate_keypair, load_signing_key
-from mirror.transfer import MANIFEST, SIGNATURE
+from mirror.transferset.format import MANIFEST, SIGNATURE
+from mirror.transferset.keys import generate_keypair, load_signing_key
 from tests.conftest import mirror_cli, write_config
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from mirror.inventory import verify_store
-from mirror.models import ExportRun, Version
+from mirror.store.inventory import verify_store
+from mirror.store.models import ExportRun, Version
 from tests.integration.test_daemon import (
     ThrottledProxy,
     daemon_config,

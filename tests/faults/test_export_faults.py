@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from mirror.app import App
 from mirror.config import settings_from_dict
-from mirror.download import CHECKPOINT_BYTES
-from mirror.inventory import verify_store
-from mirror.models import ExportRun, RunState, Version
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.store.inventory import verify_store
+from mirror.store.models import ExportRun, RunState, Version
+from mirror.vendor.download import CHECKPOINT_BYTES
 from tests.conftest import mirror_cli, write_config
 
 MiB = 1024 * 1024

@@ -19,14 +19,14 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from mirror.api import VendorClient
-from mirror.app import App
 from mirror.config import settings_from_dict
-from mirror.download import LinkFailed
 from mirror.errors import MirrorError, TemporaryFailure
-from mirror.exporter import JobTimedOut, RunEvent, run_export
-from mirror.models import ExportRun, RunState
+from mirror.export.runner import JobTimedOut, RunEvent, run_export
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.store.models import ExportRun, RunState
+from mirror.vendor.client import VendorClient
+from mirror.vendor.download import LinkFailed
 from tests.conftest import mirror_cli, write_config
 
 MiB = 1024 * 1024
@@ -236,7 +236,7 @@ def test_daemon_finishes_a_newer_revision_domain_with_one_job(
     fault_got: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mirror.daemon import Daemon, DaemonOptions
+    from mirror.export.daemon import Daemon, DaemonOptions
 
     sim = sim_factory(link_ttl=5.0)  # under the exporter's 30 s margin: every link is renewed
     sim.set_faults(newer_revision=True)
@@ -380,7 +380,7 @@ def test_job_timeout_defers_and_the_run_stays_resumable(
 def test_daemon_defers_a_timed_out_job_and_counts_it(
     sim: Simulator, tmp_path: Path, fault_got: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mirror.daemon import Daemon, DaemonOptions
+    from mirror.export.daemon import Daemon, DaemonOptions
 
     sim.set_faults(never_settle=True)
     domain = "docs.daemon-slowjob.test"

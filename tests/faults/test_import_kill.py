@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from mirror.app import App
+from mirror.airgap.importer import STATE_KEY
+from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
-from mirror.importer import STATE_KEY
-from mirror.objectstore import ObjectStore
-from mirror.transfer import pack
+from mirror.store.app import App
+from mirror.transferset.format import pack
 from tests.conftest import write_config
 from tests.fixtures.s3 import (
     add_version,

@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from mirror.app import App
 from mirror.archive import ArchiveLimits, extract_archive, inspect_archive
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
 from mirror.fsutil import sha256_file
-from mirror.inventory import verify_store
-from mirror.keys import load_signing_key
-from mirror.models import ExportRun, RunState
 from mirror.sim import Simulator
-from mirror.transfer import MANIFEST, SIGNATURE, pack
+from mirror.store.app import App
+from mirror.store.inventory import verify_store
+from mirror.store.models import ExportRun, RunState
+from mirror.transferset.format import MANIFEST, SIGNATURE, pack
+from mirror.transferset.keys import load_signing_key
 from tests.conftest import mirror_cli, write_config
 from tests.fixtures.archives import Entry, write_tar, write_zip
 from tests.fixtures.s3 import add_version
@@ -421,7 +421,7 @@ def app_on(store: Path) -> Iterator[App]:
 
 
 def list_blobs(app: App) -> list[Any]:
-    from mirror.inventory import list_versions
+    from mirror.store.inventory import list_versions
 
     return list_versions(app)
 

@@ -33,9 +33,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from mirror.inventory import verify_store
-from mirror.models import ExportRun, Version
 from mirror.sim import Simulator
+from mirror.store.inventory import verify_store
+from mirror.store.models import ExportRun, Version
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.integration.test_daemon import (
     DaemonProcess,

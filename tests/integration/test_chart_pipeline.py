@@ -15,9 +15,9 @@ import httpx
 import pytest
 import yaml
 
-from mirror import chart
+from mirror.airgap import chart
+from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
-from mirror.objectstore import ObjectStore
 from tests.conftest import REPO, write_config
 from tests.test_chart import DOMAIN, Seeded, seed_version
 
@@ -272,7 +272,7 @@ def test_import_promote_values_check(
 ) -> None:
     """Connected side packs; `transfer import --promote` publishes; the chart values follow."""
     pytest.importorskip("mirror.cli.transfer", reason="`mirror transfer import` not built yet")
-    from mirror.transfer import pack
+    from mirror.transferset.format import pack
     from tests.fixtures.s3 import add_version, transfer_config
 
     add_version(transfer_app, DOMAIN, "2026-11-21")

@@ -32,11 +32,11 @@ import pytest
 from sqlalchemy import func, select
 
 from mirror import __version__
-from mirror.api import VendorClient, build_http_client
-from mirror.app import App
 from mirror.config import load_settings
-from mirror.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.sim import SimConfig, Simulator
+from mirror.store.app import App
+from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
+from mirror.vendor.client import VendorClient, build_http_client
 from tests.conftest import mirror_cli, write_config
 
 FAST: dict[str, Any] = {"queue_seconds": 0.05, "run_seconds": 0.2}
@@ -543,8 +543,8 @@ def test_unfinished_runs_resume_before_new_work_in_process(
     resumes the unfinished run on its own row and job before any new domain starts, and
     only then says READY=1."""
     from mirror.config import settings_from_dict
-    from mirror.daemon import Daemon, DaemonOptions
-    from mirror.notify import Notifier
+    from mirror.export.daemon import Daemon, DaemonOptions
+    from mirror.export.notify import Notifier
 
     with simulator(one_active_job=False) as sim:
         with VendorClient(build_http_client(timeout=10), base_url=sim.url, key=sim.key) as client:

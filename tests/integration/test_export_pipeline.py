@@ -16,13 +16,13 @@ import pytest
 import sqlalchemy
 from sqlalchemy import select as sql_select
 
-from mirror.api import VendorClient
-from mirror.app import App
 from mirror.config import settings_from_dict
 from mirror.errors import TemporaryFailure
-from mirror.exporter import run_export
-from mirror.models import Bundle, ExportRun, RunState, Version
+from mirror.export.runner import run_export
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, RunState, Version
+from mirror.vendor.client import VendorClient
 from tests.conftest import mirror_cli, on_a_terminal, write_config
 
 MiB = 1024 * 1024

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from mirror.app import App
 from mirror.config import TargetSettings, settings_from_dict
+from mirror.store.app import App
 from tests.conftest import write_config
 from tests.fixtures.s3 import (
     TEST_CREDENTIALS,

@@ -30,19 +30,12 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from mirror.app import App
+from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import ConfigError, IntegrityError, NotFound, TemporaryFailure
 from mirror.fsutil import atomic_write_bytes
-from mirror.keys import (
-    PublicKey,
-    SigningKey,
-    load_signing_key,
-    load_trusted_keys,
-    read_signature_file,
-)
-from mirror.models import Transfer, TransferItem, Version, utcnow
-from mirror.objectstore import ObjectStore
-from mirror.transfer import (
+from mirror.store.app import App
+from mirror.store.models import Transfer, TransferItem, Version, utcnow
+from mirror.transferset.format import (
     RECEIPT,
     BlobReader,
     ManifestItem,
@@ -55,6 +48,13 @@ from mirror.transfer import (
     signing_key_from,
     temporary_set_dir,
     verify_set,
+)
+from mirror.transferset.keys import (
+    PublicKey,
+    SigningKey,
+    load_signing_key,
+    load_trusted_keys,
+    read_signature_file,
 )
 from mirror.versions import label_key
 
@@ -107,9 +107,9 @@ class ImportResult:
 
 
 def promote_hook() -> Promote:
-    """`mirror.chart.promote` when the chart module provides it; ConfigError otherwise."""
+    """`mirror.airgap.chart.promote` when the chart module provides it; ConfigError otherwise."""
     try:
-        chart = importlib.import_module("mirror.chart")
+        chart = importlib.import_module("mirror.airgap.chart")
     except ImportError:
         chart = None
     hook = getattr(chart, "promote", None)

@@ -69,7 +69,7 @@ isoformat = rfc3339  # the one timestamp form of our documents and messages
 
 
 class BucketStore(Protocol):
-    """What this module needs of mirror.objectstore.ObjectStore."""
+    """What this module needs of mirror.airgap.objectstore.ObjectStore."""
 
     def key(self, *parts: str) -> str: ...
 

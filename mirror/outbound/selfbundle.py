@@ -40,7 +40,7 @@ from typing import Any
 from mirror import __version__
 from mirror.errors import ConfigError, OperationFailed
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
-from mirror.keys import SigningKey
+from mirror.transferset.keys import SigningKey
 
 ARCHITECTURES = ("x86_64", "aarch64")
 PYTHONS = ("3.11", "3.12")

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
-from mirror.app import App
 from mirror.archive import inspect_archive
-from mirror.download import VALIDATOR_SUFFIX
 from mirror.errors import IntegrityError, TemporaryFailure
-from mirror.exporter import pid_alive
+from mirror.export.runner import pid_alive
 from mirror.fsutil import sha256_file
-from mirror.models import Bundle, ExportRun
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun
+from mirror.vendor.download import VALIDATOR_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def recover(app: App) -> RecoveryReport:
     app.binding  # noqa: B018 - a store bound to another index is refused before any work
     temp_removed = sweep_temp_files(app)
     adopted, removed = reconcile_orphan_blobs(app)
-    from mirror.exporter import unfinished_runs
+    from mirror.export.runner import unfinished_runs
 
     unfinished = [
         UnfinishedRun(run.id, run.domain, run.state, run.vendor_job_id)

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from mirror.api import AgentJob
 from mirror.errors import TemporaryFailure
 from mirror.timestamps import rfc3339_or_none
 from mirror.units import format_duration
+from mirror.vendor.client import AgentJob
 
 
 class AgentJobReader(Protocol):

@@ -45,19 +45,16 @@ from typing import Any, Literal
 from sqlalchemy import select as sql_select
 from sqlalchemy.exc import SQLAlchemyError
 
-from mirror.api import VendorClient, build_http_client
-from mirror.app import App
 from mirror.config import ExportSettings, Settings, load_settings
-from mirror.deferrals import clear as clear_deferral
-from mirror.deferrals import defer
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
-from mirror.exporter import DueCheck, JobTimedOut, RunEvent, run_export
-from mirror.lease import HeldByOther, NotDue, ReplicaLogFilter, replica_identity
-from mirror.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
-from mirror.models import ExportRun, utcnow
-from mirror.notify import Notifier
-from mirror.recovery import recover
-from mirror.scheduler import (
+from mirror.export.deferrals import clear as clear_deferral
+from mirror.export.deferrals import defer
+from mirror.export.lease import HeldByOther, NotDue, ReplicaLogFilter, replica_identity
+from mirror.export.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
+from mirror.export.notify import Notifier
+from mirror.export.recovery import recover
+from mirror.export.runner import DueCheck, JobTimedOut, RunEvent, run_export
+from mirror.export.scheduler import (
     DEFAULT_FAILURE_RETRY,
     DomainState,
     defer_seconds,
@@ -66,7 +63,10 @@ from mirror.scheduler import (
     plan,
     status_line,
 )
-from mirror.status import due_check, load_states
+from mirror.export.status import due_check, load_states
+from mirror.store.app import App
+from mirror.store.models import ExportRun, utcnow
+from mirror.vendor.client import VendorClient, build_http_client
 
 log = logging.getLogger(__name__)
 
@@ -550,7 +550,7 @@ class Daemon:
         clear_deferral(self.app.db, domain)
 
     def _apply_retention(self) -> None:
-        from mirror.retention import gc
+        from mirror.store.retention import gc
 
         try:
             report = gc(self.app, keep=self.settings.store.keep)

@@ -57,11 +57,7 @@ import sqlalchemy.exc
 from sqlalchemy import CursorResult, select, text, update
 from sqlalchemy.orm import Session
 
-from mirror.api import BundleLink, ExportJob, StartRefused, VendorClient
-from mirror.app import App
 from mirror.archive import ArchiveReport, inspect_archive
-from mirror.deferrals import lock_domain
-from mirror.download import LinkFailed, download_bundle
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -72,10 +68,14 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
+from mirror.export.deferrals import lock_domain
+from mirror.export.lease import Heartbeat, HeldByOther, NotDue, owner_host, replica_identity
+from mirror.export.repair import repair_from_download
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
-from mirror.lease import Heartbeat, HeldByOther, NotDue, owner_host, replica_identity
-from mirror.models import Bundle, ExportRun, RunState, Version, utcnow
-from mirror.repair import repair_from_download
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, RunState, Version, utcnow
+from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
+from mirror.vendor.download import LinkFailed, download_bundle
 from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import CursorResult, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from mirror.db import Database
 from mirror.errors import TemporaryFailure
-from mirror.models import ExportRun, utcnow
+from mirror.store.db import Database
+from mirror.store.models import ExportRun, utcnow
 
 log = logging.getLogger(__name__)
 

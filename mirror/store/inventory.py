@@ -13,9 +13,9 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirror.app import App
-from mirror.models import Bundle, ExportRun, Version
-from mirror.store import BlobProblem
+from mirror.store.app import App
+from mirror.store.blobs import BlobProblem
+from mirror.store.models import Bundle, ExportRun, Version
 from mirror.versions import label_key
 
 

@@ -49,9 +49,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from mirror.api import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, disk_full, is_disk_full, iter_file
+from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
 
 log = logging.getLogger(__name__)
 

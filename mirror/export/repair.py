@@ -23,12 +23,12 @@ from pathlib import Path
 
 from sqlalchemy import delete, select, update
 
-from mirror.app import App
 from mirror.archive import ArchiveReport
 from mirror.errors import IntegrityError
 from mirror.fsutil import sha256_file
-from mirror.inventory import VerifyReport, verify_store
-from mirror.models import Bundle, ExportRun, Version
+from mirror.store.app import App
+from mirror.store.inventory import VerifyReport, verify_store
+from mirror.store.models import Bundle, ExportRun, Version
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def repair_store(app: App) -> RepairReport:
     download or re-pointed to an intact blob of the same site; the rest are reported
     with the remedy: export the domain again (the export repairs them) or restore the file.
     """
-    from mirror.recovery import reconcile_orphan_blobs
+    from mirror.export.recovery import reconcile_orphan_blobs
 
     adopted, removed = reconcile_orphan_blobs(app)
     repairs: list[Repair] = []

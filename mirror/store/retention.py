@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
-from mirror.app import App
-from mirror.models import Bundle, ExportRun, TransferItem, Version
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, TransferItem, Version
 from mirror.versions import label_key
 
 log = logging.getLogger(__name__)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import logging
 
-from mirror.binding import StoreBinding, bind_store
 from mirror.config import Settings
-from mirror.db import Database
 from mirror.errors import NotFound
-from mirror.store import BlobStore
+from mirror.store.binding import StoreBinding, bind_store
+from mirror.store.blobs import BlobStore
+from mirror.store.db import Database
 
 log = logging.getLogger(__name__)
 

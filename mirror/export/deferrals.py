@@ -16,8 +16,8 @@ from sqlalchemy import update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from mirror.db import Database
-from mirror.models import DomainSchedule, utcnow
+from mirror.store.db import Database
+from mirror.store.models import DomainSchedule, utcnow
 
 
 def _insert(session: Session) -> Any:

@@ -51,7 +51,6 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
-from mirror.app import App
 from mirror.config import Settings
 from mirror.errors import (
     ConfigError,
@@ -61,9 +60,10 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
-from mirror.keys import PublicKey, SigningKey, load_signing_key, verify_signature_file
-from mirror.models import Bundle, Transfer, TransferItem, Version, utcnow
+from mirror.store.app import App
+from mirror.store.models import Bundle, Transfer, TransferItem, Version, utcnow
 from mirror.timestamps import rfc3339
+from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key, verify_signature_file
 from mirror.units import format_size
 from mirror.versions import label_key
 

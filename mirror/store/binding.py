@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from mirror.db import Database, safe_url
 from mirror.errors import ConfigError
 from mirror.fsutil import fsync_dir
-from mirror.models import IndexInfo
+from mirror.store.db import Database, safe_url
+from mirror.store.models import IndexInfo
 
 STORE_ID_FILE = "store-id"
 

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
-from mirror.app import App
 from mirror.config import ExportSettings
-from mirror.models import DomainSchedule, ExportRun, RunState, Version, utcnow
-from mirror.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
+from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
+from mirror.store.app import App
+from mirror.store.models import DomainSchedule, ExportRun, RunState, Version, utcnow
 from mirror.timestamps import rfc3339_or_none
 from mirror.versions import label_key
 

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from mirror import __version__
 from mirror.errors import ConfigError
-from mirror.models import ExportRun, RunState
+from mirror.store.models import ExportRun, RunState
 
 log = logging.getLogger(__name__)
 
