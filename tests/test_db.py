@@ -126,7 +126,7 @@ def test_upgrade_says_one_line_when_it_upgrades_and_nothing_otherwise(
     database = Database(f"sqlite:///{tmp_path}/index.db")
     with caplog.at_level(logging.DEBUG):
         assert database.upgrade() == SCHEMA_HEAD
-        mine = [r for r in caplog.records if r.name == "mirror.db"]
+        mine = [r for r in caplog.records if r.name == "mirror.store.db"]
         assert [r.getMessage() for r in mine] == ["index schema upgraded"]
         assert mine[0].__dict__["from"] == "empty" and mine[0].__dict__["to"] == SCHEMA_HEAD
         caplog.clear()
