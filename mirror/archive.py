@@ -50,10 +50,10 @@ from pathlib import Path
 from typing import IO, Literal, Protocol, Self
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
+from mirror.fsutil import CHUNK_SIZE
 
 Format = Literal["tar.gz", "tar", "zip", "tar.xz", "tar.bz2"]
 
-CHUNK_SIZE = 1024 * 1024
 RATIO_FLOOR = 64 * 1024**2
 MAX_NAME_COMPONENT_BYTES = 255
 MAX_TAR_EXTENDED_HEADER = 1024 * 1024

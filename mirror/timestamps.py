@@ -8,6 +8,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC: the one clock default of the package."""
+    return datetime.now(UTC)
+
+
 def rfc3339(moment: datetime) -> str:
     """`2026-11-29T02:00:00Z` (a naive datetime is taken as UTC)."""
     if moment.tzinfo is None:

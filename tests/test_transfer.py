@@ -15,7 +15,8 @@ from sqlalchemy import select
 
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
 from mirror.store.app import App
-from mirror.store.models import Transfer, TransferItem, Version, utcnow
+from mirror.store.models import Transfer, TransferItem, Version
+from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     MANIFEST,
     SHA256SUMS,

@@ -45,7 +45,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE, atomic_writer
-from mirror.timestamps import rfc3339
+from mirror.timestamps import rfc3339, utcnow
 from mirror.units import format_duration
 from mirror.versions import label_key, sort_labels
 
@@ -59,10 +59,6 @@ DEFAULT_WARN = 86400.0
 HOOK_OUTPUT_LIMIT = 200
 
 Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 isoformat = rfc3339  # the one timestamp form of our documents and messages

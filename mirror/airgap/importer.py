@@ -34,7 +34,8 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import ConfigError, IntegrityError, NotFound, TemporaryFailure
 from mirror.fsutil import atomic_write_bytes
 from mirror.store.app import App
-from mirror.store.models import Transfer, TransferItem, Version, utcnow
+from mirror.store.models import Transfer, TransferItem, Version
+from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     RECEIPT,
     BlobReader,

@@ -10,6 +10,7 @@ import httpx
 
 from mirror.airgap import chart as charts
 from mirror.cli.common import DURATION, CliContext, pass_cli
+from mirror.timestamps import utcnow
 from mirror.units import format_duration
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -157,7 +158,7 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     lines = [result.line() for result in results]
     for result in results:
         if result.expires_at is not None:
-            left = (result.expires_at - charts.utcnow()).total_seconds()
+            left = (result.expires_at - utcnow()).total_seconds()
             lines.append(
                 f"  link expires {charts.isoformat(result.expires_at)} (in {format_duration(left)})"
             )

@@ -9,8 +9,7 @@ import click
 from mirror.cli.common import CliContext, reads_only
 from mirror.export.scheduler import format_delay
 from mirror.export.status import DomainStatus, domain_status
-from mirror.store.models import utcnow
-from mirror.timestamps import rfc3339
+from mirror.timestamps import rfc3339, utcnow
 
 
 @click.command("status")

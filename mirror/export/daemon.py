@@ -65,7 +65,8 @@ from mirror.export.scheduler import (
 )
 from mirror.export.status import due_check, load_states
 from mirror.store.app import App
-from mirror.store.models import ExportRun, utcnow
+from mirror.store.models import ExportRun
+from mirror.timestamps import utcnow
 from mirror.vendor.client import VendorClient, build_http_client
 
 log = logging.getLogger(__name__)

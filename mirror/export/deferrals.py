@@ -17,7 +17,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from mirror.store.db import Database
-from mirror.store.models import DomainSchedule, utcnow
+from mirror.store.models import DomainSchedule
+from mirror.timestamps import utcnow
 
 
 def _insert(session: Session) -> Any:

@@ -23,7 +23,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mirror.errors import TemporaryFailure
 from mirror.store.db import Database
-from mirror.store.models import ExportRun, utcnow
+from mirror.store.models import ExportRun
+from mirror.timestamps import utcnow
 
 log = logging.getLogger(__name__)
 

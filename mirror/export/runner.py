@@ -73,7 +73,8 @@ from mirror.export.lease import Heartbeat, HeldByOther, NotDue, owner_host, repl
 from mirror.export.repair import repair_from_download
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.store.app import App
-from mirror.store.models import Bundle, ExportRun, RunState, Version, utcnow
+from mirror.store.models import Bundle, ExportRun, RunState, Version
+from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
 from mirror.versions import label_key, next_label

@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, aliased
 from mirror.config import ExportSettings
 from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
 from mirror.store.app import App
-from mirror.store.models import DomainSchedule, ExportRun, RunState, Version, utcnow
-from mirror.timestamps import rfc3339_or_none
+from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
+from mirror.timestamps import rfc3339_or_none, utcnow
 from mirror.versions import label_key
 
 SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)

@@ -26,9 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+from mirror.timestamps import utcnow
 
 
 class UTCDateTime(TypeDecorator[datetime]):

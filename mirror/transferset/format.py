@@ -61,8 +61,8 @@ from mirror.errors import (
 )
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
 from mirror.store.app import App
-from mirror.store.models import Bundle, Transfer, TransferItem, Version, utcnow
-from mirror.timestamps import rfc3339
+from mirror.store.models import Bundle, Transfer, TransferItem, Version
+from mirror.timestamps import rfc3339, utcnow
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key, verify_signature_file
 from mirror.units import format_size
 from mirror.versions import label_key
