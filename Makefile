@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+TEST_WORKERS ?= 3
 export VENV
 
 .PHONY: all venv lint typecheck test faults demo bench dist image clean docs
@@ -26,7 +27,7 @@ typecheck: venv
 
 ## make test: lint, types, then the whole suite against real servers on loopback
 test: lint typecheck
-	scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv

@@ -128,14 +128,25 @@ def app(settings: Settings) -> Iterator[App]:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> str:
-    """A PostgreSQL URL from `make test`; skipped when run without it (fails under make test)."""
+def postgres_server_url() -> str:
+    """The PostgreSQL URL from `make test`; skipped when run without it (fails under make test)."""
     url = os.environ.get("MIRROR_TEST_POSTGRES_URL", "")
     if not url:
         if REQUIRE_SERVERS:
             pytest.fail("MIRROR_TEST_POSTGRES_URL is not set but make test requires PostgreSQL")
         pytest.skip("PostgreSQL not started (run through make test)")
     return url
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database of its own for this test (dropped after it), so tests
+    running in parallel never share tables."""
+    url = create_postgres_database(postgres_server_url)
+    try:
+        yield url
+    finally:
+        drop_postgres_database(postgres_server_url, url)
 
 
 def create_postgres_database(server_url: str) -> str:
@@ -163,10 +174,6 @@ def drop_postgres_database(server_url: str, url: str) -> None:
 
 
 @pytest.fixture
-def postgres_database(postgres_url: str) -> Iterator[str]:
+def postgres_database(postgres_url: str) -> str:
     """The URL of a new, empty PostgreSQL database for this test (dropped after it)."""
-    url = create_postgres_database(postgres_url)
-    try:
-        yield url
-    finally:
-        drop_postgres_database(postgres_url, url)
+    return postgres_url
