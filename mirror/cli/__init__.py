@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
-from click.utils import make_default_short_help
 
 from mirror import __version__
 from mirror.cli.common import CliContext
@@ -93,13 +92,9 @@ class LazyGroup(click.Group):
         limit = formatter.width - 6 - max(len(name) for name in names)
         rows = []
         for name in names:
-            if name in self.commands:
-                command = self.commands[name]
-                if command.hidden:
-                    continue
+            command = self.commands.get(name) or click.Command(name, help=self.summaries[name])
+            if not command.hidden:
                 rows.append((name, command.get_short_help_str(limit)))
-            else:
-                rows.append((name, make_default_short_help(self.summaries[name], limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
