@@ -23,7 +23,7 @@ def run(s: Setting) -> list[Row]:
 
     def pack_argv() -> list[str]:
         shutil.rmtree(pack_dir, ignore_errors=True)
-        return mirror(config, "transfer", "pack", str(pack_dir), "--max-size", PART)
+        return mirror(config, "transfer", "pack", str(pack_dir), "--all", "--max-size", PART)
 
     def budget(cfg: str, *args: str) -> float:
         return imports_rss_mib(["--config", cfg, *args], s.work, s.env) + RSS_HEADROOM_MIB
@@ -37,7 +37,7 @@ def run(s: Setting) -> list[Row]:
                 "cp FILE",
                 size,
                 rss_budget_mib=budget(
-                    str(config), "transfer", "pack", str(set_dir), "--max-size", PART
+                    str(config), "transfer", "pack", str(set_dir), "--all", "--max-size", PART
                 ),
             ),
             Side("mirror", pack_argv, after=lambda: shutil.rmtree(pack_dir), env=s.env),
