@@ -253,8 +253,9 @@ def print_table(rows: list[Row]) -> None:
     print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
     for row in rows:
         budget = f"{row.rss_budget_mib:.0f} MiB" if row.rss_budget_mib is not None else "-"
+        mirror, peer = (name.replace("|", "\\|") for name in (row.mirror, row.peer))
         print(
-            f"| {row.step} | `{row.mirror}` | `{row.peer}` | {row.size / MiB:.0f} "
+            f"| {row.step} | `{mirror}` | `{peer}` | {row.size / MiB:.0f} "
             f"| {row.mirror_seconds:.3f} | {row.peer_seconds:.3f} | {row.ratio:.2f}x "
             f"| {row.target or '-'} | {row.mirror_rss:.0f} MiB | {budget} "
             f"| {row.peer_rss:.0f} MiB |"
