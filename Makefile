@@ -41,7 +41,8 @@ docs: venv
 demo: venv
 	$(PY) -m mirror demo
 
-## make bench: throughput and memory against curl, sha256sum and aws-cli
+## make bench: mirror vs curl, openssl dgst, the vendor's recipe and aws-cli, one table
+## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md)
 bench: venv
 	scripts/with-test-servers $(PY) -m bench
 

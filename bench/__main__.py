@@ -1,29 +1,42 @@
-"""Run every benchmark under bench/ and print their ratio tables.
+"""`python -m bench [NAME ...]`: every comparison (or the named ones), then one table.
 
-`python -m bench [NAME ...]` runs bench_NAME.py modules (all when none are named).
-Each module has a `main() -> None` that prints its own table.
+NAME is a module bench_NAME.py: startup, download, export, store, transfer (the
+comparisons, each with `run(setting) -> list[Row]`), or daemon_idle (its own
+measurement and table, run only when named).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 import time
-from pathlib import Path
+
+from bench.common import Row, machine, print_table
+from bench.setting import setting
+
+COMPARISONS = ("startup", "download", "export", "store", "transfer")
+ON_THEIR_OWN = ("daemon_idle",)
 
 
 def main(names: list[str]) -> None:
-    here = Path(__file__).parent
-    modules = sorted(
-        m.name for m in pkgutil.iter_modules([str(here)]) if m.name.startswith("bench_")
-    )
-    chosen = [m for m in modules if not names or m.removeprefix("bench_") in names]
-    for name in chosen:
-        print(f"\n=== {name}", flush=True)
-        started = time.monotonic()
-        importlib.import_module(f"bench.{name}").main()
-        print(f"=== {name} took {time.monotonic() - started:.1f}s", flush=True)
+    unknown = set(names) - {*COMPARISONS, *ON_THEIR_OWN}
+    if unknown:
+        raise SystemExit(f"no such benchmark: {', '.join(sorted(unknown))}")
+    chosen = [n for n in COMPARISONS if not names or n in names]
+    print(machine(), flush=True)
+    rows: list[Row] = []
+    if chosen:
+        with setting() as where:
+            for name in chosen:
+                started = time.monotonic()
+                print(f"=== {name}", flush=True)
+                rows += importlib.import_module(f"bench.bench_{name}").run(where)
+                print(f"=== {name} took {time.monotonic() - started:.0f}s", flush=True)
+        print_table(rows)
+    for name in ON_THEIR_OWN:
+        if name in names:
+            print(f"\n=== {name}", flush=True)
+            importlib.import_module(f"bench.bench_{name}").main()
 
 
 if __name__ == "__main__":

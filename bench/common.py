@@ -1,81 +1,262 @@
-"""Helpers for benchmarks: timing commands and child processes, peak memory, ratio tables."""
+"""The benchmark harness: mirror against a peer, alternated, medians, pairwise ratios, peak RSS.
+
+Every comparison runs one warm-up of each side (not counted: caches, .pyc files),
+then ROUNDS rounds in which both sides run once, alternating which goes first, so
+a slow spell of the (shared) machine hits both. It reports the median time of each
+side and the median of the per-round ratios peer/mirror (above 1: mirror is
+faster). Peak RSS is the highest VmHWM of the command and every process it starts,
+sampled while it runs (VmHWM is reset at exec, unlike ru_maxrss which Linux carries
+over from the parent at fork).
+
+Knobs: MIRROR_BENCH_MIB (bundle size, default 256), MIRROR_BENCH_ROUNDS (default 5).
+"""
 
 from __future__ import annotations
 
 import os
+import platform
+import shutil
+import statistics
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MiB = 1024 * 1024
+SIZE_MIB = int(os.environ.get("MIRROR_BENCH_MIB", "256"))
+ROUNDS = max(5, int(os.environ.get("MIRROR_BENCH_ROUNDS", "5")))
+RSS_HEADROOM_MIB = 32  # the issue's budget: peak RSS within the imports + 32 MiB
+
+
+@dataclass
+class Side:
+    """One side of a comparison. `argv` is called before every run (a fresh link, a fresh
+    bucket); `before` and `after` run untimed around it (`after` checks the result and
+    cleans up, so every run starts from the same state)."""
+
+    name: str
+    argv: Callable[[], list[str]]
+    before: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+    env: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
-class Measurement:
-    name: str
+class Run:
     seconds: float
-    bytes: int
-    peak_rss_mib: float | None = None
+    peak_rss_mib: float
+
+
+@dataclass
+class Row:
+    """One line of the table: a step, mirror and its peer, and what the issue asks for."""
+
+    step: str
+    mirror: str
+    peer: str
+    size: int
+    mirror_runs: list[Run] = field(default_factory=list)
+    peer_runs: list[Run] = field(default_factory=list)
+    target: str = ""
+    rss_budget_mib: float | None = None
 
     @property
-    def mib_per_second(self) -> float:
-        return self.bytes / 1024**2 / self.seconds if self.seconds else float("inf")
+    def mirror_seconds(self) -> float:
+        return statistics.median(r.seconds for r in self.mirror_runs)
+
+    @property
+    def peer_seconds(self) -> float:
+        return statistics.median(r.seconds for r in self.peer_runs)
+
+    @property
+    def ratio(self) -> float:
+        """Median of the per-round ratios peer/mirror: above 1, mirror is faster."""
+        pairs = zip(self.peer_runs, self.mirror_runs, strict=True)
+        return statistics.median(p.seconds / m.seconds for p, m in pairs)
+
+    @property
+    def mirror_rss(self) -> float:
+        return max(r.peak_rss_mib for r in self.mirror_runs)
+
+    @property
+    def peer_rss(self) -> float:
+        return max(r.peak_rss_mib for r in self.peer_runs)
 
 
-def _high_water_mib(pid: int) -> float | None:
-    """VmHWM of a live child once it has exec'd: its own peak, reset by exec (unlike
-    ru_maxrss, which Linux carries over from the parent at fork). Before the exec the
-    child still shows this process's command line and memory."""
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found.extend(int(p) for p in handle.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def _high_water_mib(pid: int) -> float:
+    """VmHWM of a live process once it has exec'd (before, it still shows our own memory)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open("/proc/self/cmdline", "rb") as own:
             if cmdline.read() == own.read():
-                return None
+                return 0.0
         with open(f"/proc/{pid}/status") as status:
             for line in status:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024
     except OSError:
-        return None
-    return None
+        return 0.0
+    return 0.0
 
 
-def run_timed(
-    name: str, argv: list[str], size: int, env: dict[str, str] | None = None
-) -> Measurement:
-    """Run a command to completion; its wall time and peak RSS (VmHWM sampled while it runs)."""
+def run_once(argv: list[str], env: dict[str, str] | None = None) -> Run:
+    """Run a command to completion: its wall time and the peak RSS of its process tree."""
+    peaks: dict[int, float] = {}
+    done = threading.Event()
     started = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env or dict(os.environ))
-    peak = 0.0
-    while process.poll() is None:
-        peak = _high_water_mib(process.pid) or peak  # monotonic: the last is the peak
-        time.sleep(0.005)
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or bench_env()
+    )
+
+    def sample() -> None:
+        while not done.is_set():
+            pending = [process.pid]
+            while pending:
+                pid = pending.pop()
+                peaks[pid] = max(peaks.get(pid, 0.0), _high_water_mib(pid))
+                pending.extend(_children(pid))
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, stderr = process.communicate()
     seconds = time.monotonic() - started
+    done.set()
+    sampler.join()
     if process.returncode != 0:
-        raise SystemExit(f"{name}: {' '.join(argv)} exited {process.returncode}")
-    return Measurement(name, seconds, size, peak or None)
+        raise SystemExit(
+            f"{' '.join(argv)[:200]} exited {process.returncode}: {stderr.decode()[-2000:]}"
+        )
+    return Run(seconds, max(peaks.values(), default=0.0))
 
 
-def python_timed(name: str, code: str, size: int, env: dict[str, str] | None = None) -> Measurement:
-    """Run Python code in a fresh interpreter so its peak RSS is its own."""
-    return run_timed(name, [sys.executable, "-c", code], size, env)
+def _run_side(side: Side) -> Run:
+    if side.before is not None:
+        side.before()
+    run = run_once(side.argv(), side.env)
+    if side.after is not None:
+        side.after()
+    return run
 
 
-def baseline_rss_mib(
-    modules: str = "mirror.cli, mirror.vendor.download, mirror.export.runner",
+def compare(row: Row, mirror: Side, peer: Side, rounds: int = ROUNDS) -> Row:
+    """Warm up both sides, then `rounds` alternating rounds; fills `row` and prints a line."""
+    print(f"  {row.step}: warm-up", end="", flush=True)
+    _run_side(mirror)
+    _run_side(peer)
+    for index in range(rounds):
+        order = [(mirror, row.mirror_runs), (peer, row.peer_runs)]
+        for side, runs in order if index % 2 == 0 else reversed(order):
+            runs.append(_run_side(side))
+        print(f", {index + 1}", end="", flush=True)
+    print(
+        f": mirror {row.mirror_seconds:.3f}s, peer {row.peer_seconds:.3f}s, {row.ratio:.2f}x",
+        flush=True,
+    )
+    return row
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    """The environment for measured commands: .pyc files written and read (as in an
+    installed tool), no test-server settings leaking in."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, **extra}
+
+
+def tool(name: str) -> str:
+    """A command from the venv (aws, moto_server) or PATH; stops the bench if missing."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if not found:
+        raise SystemExit(f"{name} is not installed")
+    return found
+
+
+MODULES_AT_EXIT = """
+import json, runpy, sys
+out, code, sys.argv = sys.argv[1], sys.argv[2], ["mirror", *sys.argv[3:]]
+try:
+    if code:
+        exec(code, {"__name__": "__main__"})
+    else:
+        runpy.run_module("mirror", run_name="__main__")
+except SystemExit:
+    pass
+with open(out, "w") as handle:
+    json.dump(sorted(m for m in sys.modules if m != "__main__"), handle)
+"""
+IMPORT_ALL = """
+import importlib, json, sys, time
+for name in json.load(open(sys.argv[1])):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+time.sleep(0.2)
+"""
+
+
+def imports_rss_mib(
+    args: list[str], work: Path, env: dict[str, str] | None = None, code: str = ""
 ) -> float:
-    """Peak RSS of an interpreter that only imports `modules` (the fixed cost)."""
-    code = f"import time, {modules}; time.sleep(0.3)"
-    return run_timed("baseline", [sys.executable, "-c", code], 0).peak_rss_mib or 0.0
+    """Peak RSS of an interpreter that only imports what `mirror ARGS` (or Python `code`
+    run with ARGS) imported: the fixed cost the memory budget (imports + 32 MiB) counts from.
+    The command runs for real once to find out."""
+    listing = work / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", MODULES_AT_EXIT, str(listing), code, *args],
+        env=env or bench_env(),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return run_once([sys.executable, "-c", IMPORT_ALL, str(listing)], env).peak_rss_mib
 
 
-def print_table(rows: list[Measurement], reference: str) -> None:
-    """One line a measurement, with its throughput relative to `reference`."""
-    ref = next(r for r in rows if r.name == reference)
-    header = f"{'what':<34} {'MiB':>8} {'seconds':>8} {'MiB/s':>9}"
-    print(f"{header} {'vs ' + reference:>14} {'peak RSS':>10}")
+def machine() -> str:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores ({cpu}); "
+        f"Python {platform.python_version()}; load average {load}; "
+        f"MIRROR_BENCH_MIB={SIZE_MIB}, {ROUNDS} rounds after a warm-up"
+    )
+
+
+def print_table(rows: list[Row]) -> None:
+    """One Markdown table of every comparison (paste it into bench/RESULTS.md)."""
+    print(f"\n{machine()}\n")
+    print(
+        "| step | mirror | peer | MiB | mirror s | peer s | peer/mirror (median of rounds) "
+        "| target | mirror peak RSS | budget | peer peak RSS |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
     for row in rows:
-        ratio = row.mib_per_second / ref.mib_per_second
-        rss = f"{row.peak_rss_mib:.0f} MiB" if row.peak_rss_mib is not None else "-"
+        budget = f"{row.rss_budget_mib:.0f} MiB" if row.rss_budget_mib is not None else "-"
+        mirror, peer = (name.replace("|", "\\|") for name in (row.mirror, row.peer))
         print(
-            f"{row.name:<34} {row.bytes / 1024**2:>8.0f} {row.seconds:>8.2f} "
-            f"{row.mib_per_second:>9.1f} {ratio:>13.2f}x {rss:>10}"
+            f"| {row.step} | `{mirror}` | `{peer}` | {row.size / MiB:.0f} "
+            f"| {row.mirror_seconds:.3f} | {row.peer_seconds:.3f} | {row.ratio:.2f}x "
+            f"| {row.target or '-'} | {row.mirror_rss:.0f} MiB | {budget} "
+            f"| {row.peer_rss:.0f} MiB |"
         )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
 
-from mirror.cli import cli, hoist_global_options, main
+from mirror.cli import COMMANDS, cli, hoist_global_options, main
 from tests.conftest import mirror_cli, write_config
 
 
@@ -168,3 +171,68 @@ def test_keys_show_of_a_missing_or_foreign_file(tmp_path: Path) -> None:
     assert foreign.returncode == 2
     assert "signing key" not in foreign.stderr
     assert "neither an Ed25519 public key nor an Ed25519 private key" in foreign.stderr
+
+
+MODULES_AFTER = """
+import json, sys
+from mirror.cli import main
+try:
+    main(sys.argv[2:])
+except SystemExit as exc:
+    code = exc.code
+with open(sys.argv[1], "w") as out:
+    json.dump({"exit": code, "modules": sorted(sys.modules)}, out)
+"""
+HEAVY_FOR_EVERYONE = ("httpx", "boto3", "botocore", "rich", "cryptography", "yaml", "alembic")
+
+
+def modules_after(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
+    """Exit code and every module loaded by `mirror ARGS`, run in a fresh interpreter."""
+    report = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, str(report), *args],
+        capture_output=True,
+        check=False,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")},
+    )
+    document = json.loads(report.read_text())
+    return document["exit"], {name.split(".")[0] for name in document["modules"]} | set(
+        document["modules"]
+    )
+
+
+def test_help_imports_no_command_and_no_library_beyond_click(tmp_path: Path) -> None:
+    code, modules = modules_after(tmp_path, "--help")
+    assert code == 0
+    unwanted = {*HEAVY_FOR_EVERYONE, "sqlalchemy", "pydantic", "stamina", "mirror.config"}
+    assert modules & unwanted == set()
+    assert not any(
+        name.startswith(("mirror.vendor", "mirror.store", "mirror.export")) for name in modules
+    )
+
+
+def test_status_imports_only_the_index_and_settings(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path / "c.toml",
+        {"store": {"path": str(tmp_path / "store")}, "exports": [{"domain": "docs.example.com"}]},
+    )
+    assert mirror_cli("--config", str(config), "db", "upgrade").returncode == 0
+    code, modules = modules_after(tmp_path, "--config", str(config), "status")
+    assert code == 0
+    assert {"sqlalchemy", "pydantic", "mirror.export.status"} <= modules  # it did run
+    assert modules & {*HEAVY_FOR_EVERYONE, "prometheus_client"} == set()
+    assert not any(
+        name.startswith(("mirror.vendor", "mirror.airgap", "mirror.transferset", "mirror.outbound"))
+        for name in modules
+    )
+
+
+def test_help_summaries_match_the_commands_they_stand_for() -> None:
+    lazy_help = mirror_cli("--help").stdout
+    context = click.Context(cli)
+    for name, (_, summary) in COMMANDS.items():
+        command = cli.get_command(context, name)
+        assert command is not None and (command.help or "").split("\n\n")[0] == summary, name
+    loaded_help = cli.get_help(context)  # every command loaded: click's own rendering
+    assert lazy_help.split("Commands:")[1].rstrip() == loaded_help.split("Commands:")[1].rstrip()

@@ -16,7 +16,8 @@ from mirror.errors import Interrupted
 from mirror.export.runner import RunEvent, run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
-from mirror.store.inventory import list_versions, verify_store
+from mirror.store.blobs import BlobStore
+from mirror.store.inventory import list_versions, verify_blobs, verify_store
 from mirror.store.models import Version
 from mirror.vendor.client import VendorClient
 
@@ -100,3 +101,33 @@ def test_stray_temp_files_are_listed_but_live_partials_are_not(
     report = verify_store(app)
     assert report.ok
     assert report.stray_temp_files == [stray]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_parallel_verify_finds_what_the_store_finds_in_the_same_order(
+    tmp_path: Path, workers: int
+) -> None:
+    store = BlobStore(tmp_path / "store")
+    expected: dict[str, int] = {}
+    for n in range(12):
+        source = tmp_path / f"blob-{n}"
+        source.write_bytes(os.urandom(3 * 1024 * 1024 + n))
+        sha256, size = store.add_file(source)
+        expected[sha256] = size
+    names = sorted(expected)
+    for name in names[1:4]:  # corrupt in content, same size
+        path = store.blob_path(name)
+        os.chmod(path, 0o644)
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0x01
+        path.write_bytes(bytes(data))
+    expected[names[5]] += 1  # corrupt by size
+    store.remove(names[7])  # missing
+    expected.pop(names[9])  # extra
+    expected["0" * 64] = 10  # missing, never stored
+
+    found = verify_blobs(store, expected, workers=workers)
+
+    assert found == store.verify(expected)
+    assert [p.kind for p in found].count("corrupt") == 4
+    assert {p.sha256 for p in found} == {*names[1:4], names[5], names[7], names[9], "0" * 64}

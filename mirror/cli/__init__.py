@@ -63,20 +63,40 @@ def hoist_global_options(args: list[str]) -> list[str]:
     return hoisted + rest
 
 
+Target = str | Callable[[], click.Command]
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported only when used, so start-up stays quick.
 
-    Each command tree is given its help epilog (example, exit codes) from
+    `--help` lists the commands from their summaries without importing any of
+    them. Each command tree is given its help epilog (example, exit codes) from
     mirror.cli.contract when it is loaded.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.lazy: dict[str, str | Callable[[], click.Command]] = {}
+        self.lazy: dict[str, Target] = {}
+        self.summaries: dict[str, str] = {}
 
-    def add_lazy(self, name: str, target: str | Callable[[], click.Command]) -> None:
-        """`target` is "module:attribute" or a function returning the command."""
+    def add_lazy(self, name: str, target: Target, summary: str) -> None:
+        """`target` is "module:attribute" or a function returning the command; `summary` is
+        the first paragraph of its help (a test keeps the two in step)."""
         self.lazy[name] = target
+        self.summaries[name] = summary
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = self.commands.get(name) or click.Command(name, help=self.summaries[name])
+            if not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -147,23 +167,44 @@ def _store_group() -> click.Command:
     return store.store
 
 
-COMMANDS: dict[str, str | Callable[[], click.Command]] = {
-    "config": "mirror.cli.admin:config_group",
-    "db": "mirror.cli.admin:db_group",
-    "agent-job": "mirror.cli.agent:agent_job",
-    "export": "mirror.cli.export:export",
-    "store": _store_group,
-    "daemon": "mirror.cli.daemon:daemon_command",
-    "status": "mirror.cli.status:status_command",
-    "keys": "mirror.cli.keys:keys_group",
-    "transfer": "mirror.cli.transfer:transfer_group",
-    "bundle-self": "mirror.cli.bundle:bundle_self_command",
-    "chart": "mirror.cli.chart:chart",
-    "sim": "mirror.cli.sim:sim",
-    "demo": "mirror.cli.demo:demo",
+COMMANDS: dict[str, tuple[Target, str]] = {
+    "config": ("mirror.cli.admin:config_group", "Settings."),
+    "db": ("mirror.cli.admin:db_group", "The store's SQL index."),
+    "agent-job": ("mirror.cli.agent:agent_job", "Read and follow the vendor's agent jobs."),
+    "export": (
+        "mirror.cli.export:export",
+        "Static exports from the vendor: the whole cycle, or its raw API steps.",
+    ),
+    "store": (_store_group, "The local store of downloaded bundles and their versions."),
+    "daemon": (
+        "mirror.cli.daemon:daemon_command",
+        "Export every configured domain on its schedule until stopped (SIGTERM).",
+    ),
+    "status": (
+        "mirror.cli.status:status_command",
+        "Per domain: last run and its state, latest version, next due time, any error.",
+    ),
+    "keys": ("mirror.cli.keys:keys_group", "Signing keys for transfer sets."),
+    "transfer": (
+        "mirror.cli.transfer:transfer_group",
+        "Signed transfer sets: pack, verify, import, acknowledge, push.",
+    ),
+    "bundle-self": (
+        "mirror.cli.bundle:bundle_self_command",
+        "Write OUT/mirror-tool-VERSION.tar: wheels, install.sh, units, example config, signed.",
+    ),
+    "chart": (
+        "mirror.cli.chart:chart",
+        "Values for the vendor's Helm chart, and which version of each domain is live.",
+    ),
+    "sim": ("mirror.cli.sim:sim", "The vendor API simulator (for tests, demos and benchmarks)."),
+    "demo": (
+        "mirror.cli.demo:demo",
+        "The whole pipeline on embedded defaults (simulator + S3 server on loopback).",
+    ),
 }
-for _name, _target in COMMANDS.items():
-    cli.add_lazy(_name, _target)
+for _name, (_target, _summary) in COMMANDS.items():
+    cli.add_lazy(_name, _target, _summary)
 
 
 def fail(

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mirror.cli.common import CliContext, reads_only
 from mirror.errors import IntegrityError
-from mirror.export.repair import RepairReport, repair_store
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
+
+if TYPE_CHECKING:
+    from mirror.export.repair import RepairReport
 
 
 @click.group("store")
@@ -39,7 +41,11 @@ def store_list(cli: CliContext, domain: str | None) -> None:
 def store_verify(cli: CliContext, repair: bool) -> None:
     """Re-hash every blob against the index; exit 5 with one line per problem."""
     cli.read_only = not repair
-    repairs: RepairReport | None = repair_store(cli.app) if repair else None
+    repairs: RepairReport | None = None
+    if repair:
+        from mirror.export.repair import repair_store  # only --repair needs the archive checks
+
+        repairs = repair_store(cli.app)
     report = repairs.after if repairs is not None else verify_store(cli.app)
     document = report_document(report)
     lines = report_lines(report)

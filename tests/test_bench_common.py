@@ -1,0 +1,29 @@
+"""The benchmark harness: alternating rounds after a warm-up, medians, pairwise ratios, RSS."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.common import Row, Side, compare, run_once
+
+
+def test_compare_alternates_after_a_warm_up_and_reports_the_median_ratio() -> None:
+    order: list[str] = []
+    slow = Side("slow", lambda: ["sleep", "0.2"], before=lambda: order.append("mirror"))
+    fast = Side("fast", lambda: ["sleep", "0.05"], before=lambda: order.append("peer"))
+
+    row = compare(Row("step", "slow", "fast", 0), slow, fast, rounds=5)
+
+    assert order == ["mirror", "peer"] + ["mirror", "peer", "peer", "mirror"] * 2 + [
+        "mirror",
+        "peer",
+    ]
+    assert len(row.mirror_runs) == len(row.peer_runs) == 5
+    assert 0.2 <= row.mirror_seconds < 0.5 and 0.05 <= row.peer_seconds < 0.2
+    assert 0.1 < row.ratio < 0.5  # the peer is about 4x faster: mirror is behind
+
+
+def test_peak_rss_counts_the_children_of_a_shell_pipeline() -> None:
+    grow = f"{sys.executable} -c 'b = bytearray(64 * 1024 * 1024); import time; time.sleep(0.2)'"
+    run = run_once(["sh", "-c", f"{grow} | cat"])
+    assert run.peak_rss_mib >= 64
