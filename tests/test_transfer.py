@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
+from mirror.outbound.pack import pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
@@ -23,12 +24,11 @@ from mirror.transferset.format import (
     SIGNATURE,
     Manifest,
     canonical_json,
-    pack,
     parse_manifest,
     part_names,
-    verify_set,
 )
 from mirror.transferset.keys import SigningKey, load_signing_key, load_trusted_keys
+from mirror.transferset.reader import verify_set
 from tests.fixtures.s3 import add_version
 
 MiB = 1024 * 1024

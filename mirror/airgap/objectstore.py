@@ -31,6 +31,7 @@ import boto3
 import botocore.config
 import botocore.exceptions
 
+from mirror.airgap.conditional import WriteConflict
 from mirror.config import TargetSettings
 from mirror.errors import (
     AuthError,
@@ -351,7 +352,7 @@ class ObjectStore:
         TemporaryFailure "... changed by someone else; run again".
         """
         body = (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
-        conflict = TemporaryFailure(f"{self.bucket}/{key} was changed by someone else; run again")
+        conflict = WriteConflict(f"{self.bucket}/{key} was changed by someone else; run again")
         if self.conditional_writes is False:
             current = self.head(key)
             if (if_match is None) != (current is None) or (
