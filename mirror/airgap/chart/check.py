@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from mirror.airgap.chart.bucket import BucketStore, complete_version
-from mirror.airgap.chart.values import isoformat, link_target, read_values_file
+from mirror.airgap.chart.bucket import BucketStore, BundleVersion, complete_version
+from mirror.airgap.chart.values import LinkTarget, isoformat, link_target, read_values_file
 from mirror.errors import (
     AuthError,
     IntegrityError,
@@ -35,6 +35,7 @@ ERROR_BODY_LIMIT = 64 * 1024
 DEFAULT_WARN = 86400.0
 
 Clock = Callable[[], datetime]
+Finding = tuple[str, MirrorError]
 
 
 @dataclass
@@ -140,87 +141,95 @@ def check_values_file(
     moment = now()
     if expires_at is not None:
         report.seconds_left = (expires_at - moment).total_seconds()
-
     try:
         bundle = complete_version(store, target.domain, target.version)
     except NotFound as exc:
         return _fail(report, "missing", exc)
     report.expected_sha256 = bundle.sha256
-    if values.version is not None and values.version != target.version:
-        return _fail(
-            report,
-            "version-mismatch",
-            IntegrityError(
-                f"{path} says version {values.version} but its bundleUrl points at "
-                f"{target.domain} {target.version}; render it again with mirror chart values"
-            ),
-        )
-    if expires_at is not None and expires_at <= moment:
-        return _fail(report, "expired", _expired_error(report, expires_at, moment))
+    finding = (
+        _before_fetch(path, values.version, target, report, moment)
+        or _fetch_and_compare(path, http, values.bundle_url, target, bundle, report, moment)
+        or _expiring(path, target, report, moment, warn)
+    )
+    return _fail(report, *finding) if finding else report
 
+
+def _before_fetch(
+    path: Path, version: str | None, target: LinkTarget, report: CheckReport, moment: datetime
+) -> Finding | None:
+    if version is not None and version != target.version:
+        return "version-mismatch", IntegrityError(
+            f"{path} says version {version} but its bundleUrl points at "
+            f"{target.domain} {target.version}; render it again with mirror chart values"
+        )
+    if report.expires_at is not None and report.expires_at <= moment:
+        return "expired", _expired_error(report, report.expires_at, moment)
+    return None
+
+
+def _fetch_and_compare(
+    path: Path,
+    http: httpx.Client,
+    url: str,
+    target: LinkTarget,
+    bundle: BundleVersion,
+    report: CheckReport,
+    moment: datetime,
+) -> Finding | None:
     try:
-        fetched = _fetch_sha256(http, values.bundle_url)
+        fetched = _fetch_sha256(http, url)
     except httpx.HTTPError as exc:
-        return _fail(
-            report,
-            "unreachable",
-            TemporaryFailure(
-                f"cannot fetch the bundleUrl of {path} from {target.host}: "
-                f"{type(exc).__name__}: {exc}"
-            ),
+        return "unreachable", TemporaryFailure(
+            f"cannot fetch the bundleUrl of {path} from {target.host}: {type(exc).__name__}: {exc}"
         )
-    if fetched.status == 404:
-        return _fail(
-            report,
-            "missing",
-            NotFound(
-                f"{target.host} has no object for {target.domain} {target.version} "
-                f"({target.filename}, HTTP 404) although its manifest exists"
-            ),
-        )
-    if fetched.status == 403 and fetched.expired:
-        return _fail(report, "expired", _expired_error(report, expires_at, moment))
-    if fetched.status in (401, 403):
-        return _fail(
-            report,
-            "refused",
-            AuthError(
-                f"{target.host} refused the bundleUrl of {path} (HTTP {fetched.status}"
-                f"{', ' + fetched.code if fetched.code else ''}); the chart could not fetch it "
-                "either: render the values again, or check the bucket policy for plain URLs"
-            ),
-        )
-    if fetched.status != 200:
-        return _fail(
-            report,
-            "unreachable",
-            TemporaryFailure(
-                f"{target.host} answered HTTP {fetched.status} for the bundleUrl of {path}"
-            ),
-        )
+    refused = _refusal(path, fetched, target, report, moment)
+    if refused is not None:
+        return refused
     report.actual_sha256 = fetched.sha256
     report.size = fetched.size
     if fetched.sha256 != bundle.sha256:
-        return _fail(
-            report,
-            "mismatch",
-            IntegrityError(
-                f"the bundle behind {path} ({target.domain} {target.version}) has sha256 "
-                f"{fetched.sha256[:16]}..., its manifest says {bundle.sha256[:16]}...: "
-                "the object was replaced or damaged; do not deploy it"
-            ),
+        return "mismatch", IntegrityError(
+            f"the bundle behind {path} ({target.domain} {target.version}) has sha256 "
+            f"{fetched.sha256[:16]}..., its manifest says {bundle.sha256[:16]}...: "
+            "the object was replaced or damaged; do not deploy it"
         )
-    if report.seconds_left is not None and report.seconds_left < warn:
-        return _fail(
-            report,
-            "expiring",
-            OperationFailed(
-                f"the bundleUrl of {path} ({target.domain} {target.version}) expires "
-                f"{isoformat(expires_at or moment)}, in {format_duration(report.seconds_left)} "
-                f"(warning at {format_duration(warn)}); run mirror chart refresh or chart values"
-            ),
+    return None
+
+
+def _refusal(
+    path: Path, fetched: _Fetched, target: LinkTarget, report: CheckReport, moment: datetime
+) -> Finding | None:
+    """What a non-200 answer means for the chart."""
+    if fetched.status == 404:
+        return "missing", NotFound(
+            f"{target.host} has no object for {target.domain} {target.version} "
+            f"({target.filename}, HTTP 404) although its manifest exists"
         )
-    return report
+    if fetched.status == 403 and fetched.expired:
+        return "expired", _expired_error(report, report.expires_at, moment)
+    if fetched.status in (401, 403):
+        return "refused", AuthError(
+            f"{target.host} refused the bundleUrl of {path} (HTTP {fetched.status}"
+            f"{', ' + fetched.code if fetched.code else ''}); the chart could not fetch it "
+            "either: render the values again, or check the bucket policy for plain URLs"
+        )
+    if fetched.status != 200:
+        return "unreachable", TemporaryFailure(
+            f"{target.host} answered HTTP {fetched.status} for the bundleUrl of {path}"
+        )
+    return None
+
+
+def _expiring(
+    path: Path, target: LinkTarget, report: CheckReport, moment: datetime, warn: float
+) -> Finding | None:
+    if report.seconds_left is None or report.seconds_left >= warn:
+        return None
+    return "expiring", OperationFailed(
+        f"the bundleUrl of {path} ({target.domain} {target.version}) expires "
+        f"{isoformat(report.expires_at or moment)}, in {format_duration(report.seconds_left)} "
+        f"(warning at {format_duration(warn)}); run mirror chart refresh or chart values"
+    )
 
 
 @dataclass(frozen=True)
