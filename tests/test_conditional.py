@@ -1,4 +1,4 @@
-"""One read-modify-write on bucket JSON, against a real S3 API (moto) and real concurrent writers."""
+"""Read-modify-write on bucket JSON against a real S3 API (moto) and real concurrent writers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Presigned links and S3 error bodies: one reading shared by the vendor download and chart check."""
+"""Presigned links and S3 error bodies: one reading for the vendor download and chart check."""
 
 from __future__ import annotations
 

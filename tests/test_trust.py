@@ -67,7 +67,7 @@ def test_a_signature_over_other_bytes_is_refused() -> None:
     key = new_key()
     data = manifest_bytes(key)
     other = manifest_bytes(key, sequence=3)
-    with pytest.raises(IntegrityError, match="signature does not match manifest.json"):
+    with pytest.raises(IntegrityError, match=r"signature does not match manifest\.json"):
         verify_manifest(data, key.signature_document(other), trusting(key))
 
 
@@ -111,7 +111,7 @@ def test_the_chain_is_checked_when_asked() -> None:
     data = manifest_bytes(key, previous=before)
     signature = key.signature_document(data)
     assert verify_manifest(data, signature, trusting(key), follows=before).manifest.sequence == 2
-    with pytest.raises(IntegrityError, match="does not follow set 1.*broken chain"):
+    with pytest.raises(IntegrityError, match=r"does not follow set 1.*broken chain"):
         verify_manifest(data, signature, trusting(key), follows=ChainLink(1, "b" * 64))
     with pytest.raises(IntegrityError, match="broken chain"):
         verify_manifest(data, signature, trusting(key), follows=ChainLink(0, "a" * 64))
@@ -130,5 +130,5 @@ def test_no_trusted_key_is_a_configuration_error() -> None:
 def test_a_signed_document_that_is_not_a_manifest_is_refused() -> None:
     key = new_key()
     data = b'{"format":1,"sequence":1.5}'
-    with pytest.raises(IntegrityError, match="manifest.json: not valid strict JSON"):
+    with pytest.raises(IntegrityError, match=r"manifest\.json: not valid strict JSON"):
         verify_manifest(data, key.signature_document(data), trusting(key))
