@@ -26,47 +26,42 @@ DOCS = "docs.example.com"
 API = "api.example.com"
 
 
-@pytest.fixture
-def app(target_app: App) -> App:
-    return target_app
-
-
 def test_ack_marks_the_listed_versions_delivered(
-    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    add_version(app, API, "2026-11-20")
-    pack(app, tmp_path / "set")
+    add_version(target_app, DOCS, "2026-11-20")
+    add_version(target_app, API, "2026-11-20")
+    pack(target_app, tmp_path / "set")
     import_set(object_store, tmp_path / "set", trusted)
-    result = ack(app, tmp_path / "set" / RECEIPT)
+    result = ack(target_app, tmp_path / "set" / RECEIPT)
     assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
     assert result.complete and result.signature == "unsigned"
-    with app.db.session() as session:
+    with target_app.db.session() as session:
         assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
         assert session.execute(select(Transfer)).scalar_one().acknowledged_at is not None
-    again = ack(app, tmp_path / "set" / RECEIPT)
+    again = ack(target_app, tmp_path / "set" / RECEIPT)
     assert again.marked == [] and len(again.already) == 2
-    assert pack(app, tmp_path / "next", include_all=False).nothing
+    assert pack(target_app, tmp_path / "next", include_all=False).nothing
 
 
 def test_ack_checks_the_receipt(
-    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
+    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
 ) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    pack(app, tmp_path / "set")
+    add_version(target_app, DOCS, "2026-11-20")
+    pack(target_app, tmp_path / "set")
     import_set(object_store, tmp_path / "set", trusted, receipt_key=load_signing_key(key_pair[0]))
     receipt = tmp_path / "set" / RECEIPT
-    assert ack(app, receipt).signature.startswith("verified")
+    assert ack(target_app, receipt).signature.startswith("verified")
     data = receipt.read_bytes()
     receipt.write_bytes(data.replace(b'"sequence":1', b'"sequence":2'))
     with pytest.raises(IntegrityError, match="signature does not match"):
-        ack(app, receipt)
+        ack(target_app, receipt)
     document = json.loads(data)
     document["manifest_sha256"] = "e" * 64
     receipt.write_text(json.dumps(document))
     (tmp_path / "set" / "receipt.json.sig").unlink()
     with pytest.raises(NotFound, match="no transfer set packed here"):
-        ack(app, receipt)
+        ack(target_app, receipt)
     receipt.write_text("{}")
     with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
-        ack(app, receipt)
+        ack(target_app, receipt)
