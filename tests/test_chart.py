@@ -917,3 +917,32 @@ def test_refresh_reports_a_failing_hook(
     missing = hook_settings(tmp_path / "2", "/nonexistent/helm upgrade")
     with pytest.raises(chart.RefreshFailed, match=r"exited with 127.*cannot start it"):
         chart.refresh_values(object_store, target_settings, missing, [DOMAIN])
+
+
+def test_a_rewrite_that_keeps_the_current_version_is_retried_not_refused(
+    object_store: ObjectStore,
+    s3_client: Any,
+    target_settings: TargetSettings,
+    two_versions: tuple[Seeded, Seeded],
+) -> None:
+    older, newest = two_versions
+    chart.promote(object_store, DOMAIN, older.version)
+    other = ObjectStore(s3_client, target_settings.bucket, target_settings.prefix)
+    calls: list[datetime] = []
+
+    def meanwhile_a_rewrite() -> datetime:
+        # Another writer rewrites current.json (same current version) after our read.
+        if not calls:
+            document, etag = other.read_json(other.key(DOMAIN, "current.json"))
+            assert document is not None
+            rewritten = {**document, "note": "from a newer tool"}
+            other.write_json(other.key(DOMAIN, "current.json"), rewritten, if_match=etag)
+        calls.append(T0)
+        return T0
+
+    updated = chart.promote(object_store, DOMAIN, newest.version, now=meanwhile_a_rewrite)
+    assert len(calls) == 2  # read, lost the race, read again, applied again
+    assert updated.current == newest.version
+    assert chart.current_version(object_store, DOMAIN) == newest.version
+    assert [entry.version for entry in updated.history] == [older.version, newest.version]
+    assert updated.to_json()["note"] == "from a newer tool"

@@ -315,11 +315,14 @@ def update_index(
                 changed = True
         if not changed:
             return None
-        return layout.Index(
-            domain=domain,
-            updated_at=iso_time(now()),
-            versions=[versions[label] for label in sorted(versions, key=label_key)],
-        )
+        fields = {
+            "domain": domain,
+            "updated_at": iso_time(now()),
+            "versions": [versions[label] for label in sorted(versions, key=label_key)],
+        }
+        if current is None:
+            return layout.Index.model_validate(fields)
+        return current.model_copy(update=fields)
 
     return layout.update_document(store, key, layout.Index, add)
 
@@ -340,14 +343,16 @@ def record_import(
             at=at,
         )
         history = [*(state.imported if state else []), record][-layout.MAX_IMPORT_HISTORY :]
-        if state is not None and manifest.sequence < state.last_sequence:
-            return state.model_copy(update={"imported": history})
-        return layout.ImportState(
-            last_sequence=manifest.sequence,
-            manifest_sha256=verified.manifest_sha256,
-            source_id=manifest.source_id,
-            imported=history,
-        )
+        fields: dict[str, Any] = {"imported": history}
+        if state is None or manifest.sequence >= state.last_sequence:
+            fields.update(
+                last_sequence=manifest.sequence,
+                manifest_sha256=verified.manifest_sha256,
+                source_id=manifest.source_id,
+            )
+        if state is None:
+            return layout.ImportState.model_validate(fields)
+        return state.model_copy(update=fields)
 
     return layout.update_document(store, layout.state_key(store), layout.ImportState, add)
 

@@ -7,10 +7,11 @@ Promises:
   blob by a re-run. The same key with the same identity metadata is "already
   there"; anything else is an IntegrityError (exit 5).
 - Pointers (`index.json`, `current.json`, the import state) are replaced whole
-  with `If-Match` on the ETag that was read; losing a race is a
-  TemporaryFailure (exit 75) and never a lost update.
-- Uploads stream in parts with bounded memory; a blob whose bytes do not hash
-  to the promised sha256 is aborted before it becomes visible.
+  with `If-Match` on the ETag that was read; losing a race is a WriteConflict
+  (a TemporaryFailure, exit 75) and never a lost update. Callers change them
+  through `conditional.read_modify_write`, which reads again and retries.
+- Uploads stream in parts with bounded memory (mirror.airgap.multipart); a blob
+  whose bytes do not hash to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
 """
 

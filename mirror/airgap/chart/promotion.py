@@ -57,7 +57,10 @@ def with_promotion(
     """The `current.json` that makes `version` current, its history extended (and bounded)."""
     history = list(document.history) if document else []
     history.append(layout.HistoryRecord(version=version, action=action, at=rfc3339(at)))
-    return layout.Current(domain=domain, current=version, history=history[-HISTORY_LIMIT:])
+    fields = {"domain": domain, "current": version, "history": history[-HISTORY_LIMIT:]}
+    if document is None:
+        return layout.Current.model_validate(fields)
+    return document.model_copy(update=fields)  # keeps what a newer tool added
 
 
 def rollback_target(document: layout.Current | None, domain: str) -> str:
