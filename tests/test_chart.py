@@ -21,7 +21,7 @@ import pytest
 import yaml
 from botocore.config import Config
 
-from mirror.airgap import chart
+from mirror.airgap import chart, layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import (
@@ -110,8 +110,8 @@ def test_link_target_refuses_a_foreign_url() -> None:
 # --- current.json history --------------------------------------------------------------------
 
 
-def history_doc(*steps: tuple[str, str]) -> dict[str, object]:
-    document: dict[str, object] | None = None
+def history_doc(*steps: tuple[str, str]) -> layout.Current:
+    document: layout.Current | None = None
     for index, (action, version) in enumerate(steps):
         at = T0 + timedelta(minutes=index)
         assert action in ("promote", "rollback")
@@ -122,10 +122,11 @@ def history_doc(*steps: tuple[str, str]) -> dict[str, object]:
 
 def test_promotion_appends_history_and_sets_current() -> None:
     document = history_doc(("promote", "2026-11-20"), ("promote", "2026-11-21"))
-    assert document["format"] == 1
-    assert document["domain"] == "d.example"
-    assert document["current"] == "2026-11-21"
-    assert document["history"] == [
+    document_json = document.to_json()
+    assert document_json["format"] == 1
+    assert document_json["domain"] == "d.example"
+    assert document_json["current"] == "2026-11-21"
+    assert document_json["history"] == [
         {"version": "2026-11-20", "action": "promote", "at": "2026-11-22T02:00:00Z"},
         {"version": "2026-11-21", "action": "promote", "at": "2026-11-22T02:01:00Z"},
     ]
@@ -172,13 +173,13 @@ def test_rollback_after_promote_rollback_twice_names_the_rolled_back_versions() 
 
 
 def test_history_is_bounded() -> None:
-    document: dict[str, object] | None = None
+    document: layout.Current | None = None
     for index in range(chart.HISTORY_LIMIT + 5):
         document = chart.with_promotion(document, "d", f"v{index}", T0)
     assert document is not None
-    history = document["history"]
-    assert isinstance(history, list) and len(history) == chart.HISTORY_LIMIT
-    assert history[-1]["version"] == f"v{chart.HISTORY_LIMIT + 4}"
+    history = document.history
+    assert len(history) == chart.HISTORY_LIMIT
+    assert history[-1].version == f"v{chart.HISTORY_LIMIT + 4}"
 
 
 def test_history_view_is_newest_first_and_marks_current() -> None:
@@ -571,10 +572,10 @@ def test_promote_rollback_history(
     for version in ("2026-11-20", "2026-11-21", third.version):
         chart.promote(object_store, DOMAIN, version, now=now)
     again = chart.promote(object_store, DOMAIN, third.version, now=now)
-    assert len(again["history"]) == 3  # promoting the current version changes nothing
+    assert len(again.history) == 3  # promoting the current version changes nothing
 
-    assert chart.rollback(object_store, DOMAIN, now=now)["current"] == "2026-11-21"
-    assert chart.rollback(object_store, DOMAIN, now=now)["current"] == "2026-11-20"
+    assert chart.rollback(object_store, DOMAIN, now=now).current == "2026-11-21"
+    assert chart.rollback(object_store, DOMAIN, now=now).current == "2026-11-20"
     with pytest.raises(OperationFailed, match="nothing to roll back to") as nothing:
         chart.rollback(object_store, DOMAIN, now=now)
     assert nothing.value.exit_code == 1
@@ -583,7 +584,7 @@ def test_promote_rollback_history(
     assert document is not None
     assert document["format"] == 1 and document["domain"] == DOMAIN
     assert document["current"] == "2026-11-20"
-    view = chart.history_view(document)
+    view = chart.history_view(layout.Current.model_validate(document))
     assert [(e.version, e.action, e.current) for e in view] == [
         ("2026-11-20", "rollback", True),
         ("2026-11-21", "rollback", False),
@@ -916,3 +917,32 @@ def test_refresh_reports_a_failing_hook(
     missing = hook_settings(tmp_path / "2", "/nonexistent/helm upgrade")
     with pytest.raises(chart.RefreshFailed, match=r"exited with 127.*cannot start it"):
         chart.refresh_values(object_store, target_settings, missing, [DOMAIN])
+
+
+def test_a_rewrite_that_keeps_the_current_version_is_retried_not_refused(
+    object_store: ObjectStore,
+    s3_client: Any,
+    target_settings: TargetSettings,
+    two_versions: tuple[Seeded, Seeded],
+) -> None:
+    older, newest = two_versions
+    chart.promote(object_store, DOMAIN, older.version)
+    other = ObjectStore(s3_client, target_settings.bucket, target_settings.prefix)
+    calls: list[datetime] = []
+
+    def meanwhile_a_rewrite() -> datetime:
+        # Another writer rewrites current.json (same current version) after our read.
+        if not calls:
+            document, etag = other.read_json(other.key(DOMAIN, "current.json"))
+            assert document is not None
+            rewritten = {**document, "note": "from a newer tool"}
+            other.write_json(other.key(DOMAIN, "current.json"), rewritten, if_match=etag)
+        calls.append(T0)
+        return T0
+
+    updated = chart.promote(object_store, DOMAIN, newest.version, now=meanwhile_a_rewrite)
+    assert len(calls) == 2  # read, lost the race, read again, applied again
+    assert updated.current == newest.version
+    assert chart.current_version(object_store, DOMAIN) == newest.version
+    assert [entry.version for entry in updated.history] == [older.version, newest.version]
+    assert updated.to_json()["note"] == "from a newer tool"

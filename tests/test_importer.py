@@ -1,31 +1,27 @@
 """Import into a real S3 API server (moto on loopback): order, idempotence, sequence checks,
-receipts, acknowledgement and push."""
+receipts, and the air-gapped side loading no database code."""
 
 from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from mirror.airgap.importer import (
-    STATE_KEY,
-    ack,
-    import_set,
-    push,
-    read_receipt,
-)
+from mirror.airgap import chart, layout
+from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
-from mirror.config import TargetSettings, settings_from_dict
-from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.errors import IntegrityError, NotFound
+from mirror.outbound.pack import pack
 from mirror.store.app import App
-from mirror.store.models import Transfer, Version
-from mirror.transferset.format import MANIFEST, RECEIPT, SIGNATURE, pack, parse_manifest
+from mirror.transferset.format import MANIFEST, RECEIPT, SIGNATURE, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
-from tests.fixtures.s3 import add_version, bucket_listing, transfer_config
+from mirror.transferset.receipt import read_receipt
+from tests.fixtures.s3 import add_version, bucket_listing
 
 pytestmark = pytest.mark.s3
 
@@ -34,15 +30,8 @@ API = "api.example.com"
 
 
 @pytest.fixture
-def app(store_dir: Path, key_pair: tuple[Path, Path], target_settings: TargetSettings) -> Any:
-    application = App(settings_from_dict(transfer_config(store_dir, key_pair, target_settings)))
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def trusted(key_pair: tuple[Path, Path]) -> dict[str, Any]:
-    return load_trusted_keys([key_pair[1]])
+def app(target_app: App) -> App:
+    return target_app
 
 
 def listing(store: ObjectStore) -> dict[str, str]:
@@ -86,7 +75,7 @@ def test_import_publishes_bundles_manifests_index_and_state(
     assert index is not None and index["domain"] == DOCS
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-20.2"]
     assert index["versions"][0]["manifest"].endswith("2026-11-20/manifest.json")
-    state, _ = object_store.read_json(object_store.key(*STATE_KEY))
+    state, _ = object_store.read_json(layout.state_key(object_store))
     assert state is not None and state["last_sequence"] == 1
     assert state["manifest_sha256"] == packed.manifest_sha256
     assert state["imported"][0]["sequence"] == 1
@@ -115,7 +104,7 @@ def test_receipt_is_signed_with_a_key_on_the_import_side(
     document, status = read_receipt(
         tmp_path / "set" / RECEIPT, load_trusted_keys([made.public_path])
     )
-    assert status.startswith("verified") and document["sequence"] == 1
+    assert status.startswith("verified") and document.sequence == 1
     _, untrusted = read_receipt(tmp_path / "set" / RECEIPT, trusted)
     assert "untrusted" in untrusted
 
@@ -195,7 +184,7 @@ def test_a_gap_in_the_chain_is_imported_with_a_note(
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21", "2026-11-22"]
-    state, _ = object_store.read_json(object_store.key(*STATE_KEY))
+    state, _ = object_store.read_json(layout.state_key(object_store))
     assert state is not None and state["last_sequence"] == 3
 
 
@@ -273,106 +262,11 @@ def test_promote_hook_gets_each_domains_newest_version(
 def test_promote_with_the_chart_module(
     app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:
-    from mirror.airgap.importer import promote_hook
-
-    try:
-        hook = promote_hook()
-    except ConfigError:
-        pytest.skip("mirror.chart has no promote yet")
     add_version(app, DOCS, "2026-11-20")
     pack(app, tmp_path / "set")
-    import_set(object_store, tmp_path / "set", trusted, promote=hook)
+    import_set(object_store, tmp_path / "set", trusted, promote=chart.promote)
     current, _ = object_store.read_json(object_store.key(DOCS, "current.json"))
     assert current is not None and current["current"] == "2026-11-20"
-
-
-# ---- ack and push ---------------------------------------------------------------------------
-
-
-def test_ack_marks_the_listed_versions_delivered(
-    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
-) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    add_version(app, API, "2026-11-20")
-    pack(app, tmp_path / "set")
-    import_set(object_store, tmp_path / "set", trusted)
-    result = ack(app, tmp_path / "set" / RECEIPT)
-    assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
-    assert result.complete and result.signature == "unsigned"
-    with app.db.session() as session:
-        assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
-        assert session.execute(select(Transfer)).scalar_one().acknowledged_at is not None
-    again = ack(app, tmp_path / "set" / RECEIPT)
-    assert again.marked == [] and len(again.already) == 2
-    assert pack(app, tmp_path / "next", include_all=False).nothing
-
-
-def test_ack_checks_the_receipt(
-    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
-) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    pack(app, tmp_path / "set")
-    import_set(object_store, tmp_path / "set", trusted, receipt_key=load_signing_key(key_pair[0]))
-    receipt = tmp_path / "set" / RECEIPT
-    assert ack(app, receipt).signature.startswith("verified")
-    data = receipt.read_bytes()
-    receipt.write_bytes(data.replace(b'"sequence":1', b'"sequence":2'))
-    with pytest.raises(IntegrityError, match="signature does not match"):
-        ack(app, receipt)
-    document = json.loads(data)
-    document["manifest_sha256"] = "e" * 64
-    receipt.write_text(json.dumps(document))
-    (tmp_path / "set" / "receipt.json.sig").unlink()
-    with pytest.raises(NotFound, match="no transfer set packed here"):
-        ack(app, receipt)
-    receipt.write_text("{}")
-    with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
-        ack(app, receipt)
-
-
-def test_push_packs_imports_and_acknowledges_without_a_copy(
-    app: App, object_store: ObjectStore
-) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    result = push(app, object_store)
-    assert result.imported is not None and result.acknowledged is not None
-    assert [i.status for i in result.imported.items] == ["published"]
-    assert result.acknowledged.marked == [(DOCS, "2026-11-20")]
-    assert list(app.store.tmp_dir.iterdir()) == []
-    assert push(app, object_store).imported is None
-    add_version(app, DOCS, "2026-11-21")
-    second = push(app, object_store)
-    assert second.imported is not None and second.imported.sequence == 2
-    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
-    assert index is not None
-    assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
-
-
-def test_a_failed_push_leaves_no_copy_and_packs_again_next_time(
-    app: App, object_store: ObjectStore
-) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    key = object_store.key(DOCS, "2026-11-20", "bundle.tar.gz")
-    object_store.client.put_object(
-        Bucket=object_store.bucket, Key=key, Body=b"squatter", Metadata={"sha256": "0" * 64}
-    )
-    with pytest.raises(IntegrityError):
-        push(app, object_store)
-    assert list(app.store.tmp_dir.iterdir()) == []
-    with app.db.session() as session:
-        assert session.execute(select(Transfer)).first() is None
-    object_store.client.delete_object(Bucket=object_store.bucket, Key=key)
-    result = push(app, object_store)
-    assert result.imported is not None and result.imported.sequence == 1
-
-
-def test_push_to_a_missing_bucket_packs_nothing(app: App, s3_client: Any) -> None:
-    add_version(app, DOCS, "2026-11-20")
-    with pytest.raises(NotFound):
-        push(app, ObjectStore(s3_client, "no-bucket-for-push"))
-    with app.db.session() as session:
-        assert session.execute(select(Transfer)).first() is None
-    assert list(app.store.tmp_dir.iterdir()) == []
 
 
 def test_a_carried_tool_is_verified_but_never_published(
@@ -387,3 +281,25 @@ def test_a_carried_tool_is_verified_but_never_published(
     assert not [key for key in listing(object_store) if "tool" in key]
     assert any("tool/mirror-tool-0.1.0.tar" in note for note in result.notes)
     assert (tmp_path / "set" / "tool" / tool.name).read_bytes() == tool.read_bytes()
+
+
+def test_the_air_gapped_side_loads_no_database_and_no_connected_side_code() -> None:
+    """Every module of mirror.airgap and mirror.transferset, imported in a fresh interpreter,
+    leaves SQLAlchemy, the index models and the connected side's packages unloaded."""
+    script = (
+        "import importlib, pkgutil, sys\n"
+        "import mirror.airgap, mirror.transferset\n"
+        "for package in (mirror.airgap, mirror.transferset):\n"
+        "    for found in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(found.name)\n"
+        "print(len([m for m in sys.modules if m.startswith('mirror.airgap.')]))\n"
+        "banned = ('sqlalchemy', 'mirror.store', 'mirror.export', 'mirror.vendor',"
+        " 'mirror.outbound')\n"
+        "print(sorted(m for m in sys.modules if m == 'sqlalchemy' or m.startswith(banned)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    count, loaded = done.stdout.splitlines()
+    assert int(count) >= 10
+    assert loaded == "[]"

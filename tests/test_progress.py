@@ -13,9 +13,10 @@ from typing import Any
 from rich.console import Console
 
 from mirror.airgap.importer import import_set
+from mirror.outbound.pack import pack
 from mirror.progress import ByteProgress
 from mirror.store.app import App
-from mirror.transferset.format import pack, set_bytes
+from mirror.transferset.reader import set_bytes
 from tests.conftest import on_a_terminal, write_config
 from tests.fixtures.s3 import add_version, transfer_config
 

@@ -16,9 +16,9 @@ import pytest
 
 from mirror import __version__
 from mirror.errors import ConfigError
+from mirror.outbound.pack import pack
 from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags
 from mirror.store.app import App
-from mirror.transferset.format import pack
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.s3 import add_version
 

@@ -7,38 +7,54 @@ Promises:
   blob by a re-run. The same key with the same identity metadata is "already
   there"; anything else is an IntegrityError (exit 5).
 - Pointers (`index.json`, `current.json`, the import state) are replaced whole
-  with `If-Match` on the ETag that was read; losing a race is a
-  TemporaryFailure (exit 75) and never a lost update.
-- Uploads stream in parts with bounded memory; a blob whose bytes do not hash
-  to the promised sha256 is aborted before it becomes visible.
+  with `If-Match` on the ETag that was read; losing a race is a WriteConflict
+  (a TemporaryFailure, exit 75) and never a lost update. Callers change them
+  through `conditional.read_modify_write`, which reads again and retries.
+- Uploads stream in parts with bounded memory (mirror.airgap.multipart); a blob
+  whose bytes do not hash to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
+from mirror.airgap.conditional import WriteConflict
+from mirror.airgap.multipart import (
+    SHA256_META,
+    MultipartUpload,
+    Outcome,
+    Reader,
+    check_whole,
+    md5_base64,
+    read_exact,
+)
+from mirror.airgap.s3errors import (
+    CONFLICT_CODES,
+    MISSING_BUCKET_CODES,
+    MISSING_KEY_CODES,
+    UNSUPPORTED_CODES,
+    error_code,
+    http_status,
+    s3_failure,
+)
 from mirror.config import TargetSettings
 from mirror.errors import (
-    AuthError,
     ConfigError,
     IntegrityError,
     MirrorError,
     NotFound,
-    OperationFailed,
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE
@@ -55,37 +71,6 @@ PART_SIZE = 8 * 1024 * 1024
 MAX_PARTS = 10_000
 MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 4
-SHA256_META = "sha256"
-
-Outcome = Literal["created", "exists"]
-
-_AUTH_CODES = frozenset(
-    {
-        "403",
-        "AccessDenied",
-        "InvalidAccessKeyId",
-        "SignatureDoesNotMatch",
-        "InvalidToken",
-        "ExpiredToken",
-        "TokenRefreshRequired",
-        "AuthorizationHeaderMalformed",
-        "InvalidSecurity",
-        "AllAccessDisabled",
-    }
-)
-_MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
-_MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
-_UNSUPPORTED_CODES = frozenset({"NotImplemented", "501"})
-_TEMPORARY_CODES = frozenset(
-    {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "503"}
-)
-
-
-class Reader(Protocol):
-    """Anything with `read(n)`; a short read means the end of the stream."""
-
-    def read(self, size: int = -1, /) -> bytes: ...
 
 
 def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client:
@@ -120,14 +105,6 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
         verify=verify,
         config=config,
     )
-
-
-def _code(exc: botocore.exceptions.ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", "") or "")
-
-
-def _status(exc: botocore.exceptions.ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
 class ObjectStore:
@@ -169,8 +146,6 @@ class ObjectStore:
             presign_client=presign_client,
         )
 
-    # ---- names and errors -------------------------------------------------------------------
-
     def key(self, *parts: str) -> str:
         """`prefix/part1/part2...`; refuses empty, `.` and `..` segments."""
         segments: list[str] = []
@@ -189,63 +164,21 @@ class ObjectStore:
     def _error(self, exc: Exception, action: str, key: str | None = None) -> MirrorError:
         """The one-line MirrorError for a failed S3 call (no credential, no server prose)."""
         thing = f"{self.bucket}/{key}" if key else f"bucket {self.bucket}"
-        if isinstance(exc, botocore.exceptions.ClientError):
-            code, status = _code(exc), _status(exc)
-            if code in _MISSING_BUCKET_CODES:
-                return NotFound(
-                    f"{self.where} does not exist", hint="create it or fix target.bucket"
-                )
-            if code in _AUTH_CODES or status == 403:
-                return AuthError(
-                    f"S3 refused the credentials for {self.where} ({code or status})",
-                    hint="check the S3 credentials (environment, profile or role) "
-                    "and the bucket policy",
-                )
-            if code in _TEMPORARY_CODES or status >= 500:
-                return TemporaryFailure(
-                    f"S3 {action} of {thing} failed with {code or status}; try again later"
-                )
-            return OperationFailed(f"S3 {action} of {thing} failed with {code or status}")
-        if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            return AuthError(
-                "no S3 credentials found",
-                hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role",
-            )
-        if isinstance(exc, botocore.exceptions.SSLError):
-            return ConfigError(
-                f"TLS verification failed for the object store ({self.where})",
-                hint="set target.ca_bundle to the internal CA file",
-            )
-        if isinstance(
-            exc,
-            botocore.exceptions.EndpointConnectionError
-            | botocore.exceptions.ConnectionClosedError
-            | botocore.exceptions.ReadTimeoutError
-            | botocore.exceptions.ConnectTimeoutError,
-        ):
-            return TemporaryFailure(
-                f"cannot reach the object store for {self.where}",
-                hint="check target.endpoint_url and the network",
-            )
-        if isinstance(exc, botocore.exceptions.BotoCoreError):
-            return OperationFailed(f"S3 {action} of {thing} failed: {type(exc).__name__}")
-        raise exc
+        return s3_failure(exc, action, thing=thing, where=self.where)
 
     @contextlib.contextmanager
-    def _call(self, action: str, key: str | None = None) -> Iterator[None]:
+    def call(self, action: str, key: str | None = None) -> Iterator[None]:
         try:
             yield
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
             raise self._error(exc, action, key) from None
-
-    # ---- reading ----------------------------------------------------------------------------
 
     def check_access(self) -> None:
         """Prove the bucket exists and the credentials are accepted, before any other work."""
         try:
             self.client.head_bucket(Bucket=self.bucket)
         except botocore.exceptions.ClientError as exc:
-            if _status(exc) == 404 or _code(exc) in _MISSING_BUCKET_CODES:
+            if http_status(exc) == 404 or error_code(exc) in MISSING_BUCKET_CODES:
                 raise NotFound(
                     f"{self.where} does not exist", hint="create it or fix target.bucket"
                 ) from None
@@ -263,8 +196,8 @@ class ObjectStore:
         try:
             answer = self.client.head_object(Bucket=self.bucket, Key=key)
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _MISSING_KEY_CODES or _status(exc) == 404:
-                if _code(exc) in _MISSING_BUCKET_CODES:
+            if error_code(exc) in MISSING_KEY_CODES or http_status(exc) == 404:
+                if error_code(exc) in MISSING_BUCKET_CODES:
                     raise self._error(exc, "HEAD", key) from None
                 return None
             raise self._error(exc, "HEAD", key) from None
@@ -285,14 +218,14 @@ class ObjectStore:
         try:
             answer = self.client.get_object(Bucket=self.bucket, Key=key)
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _MISSING_KEY_CODES:
+            if error_code(exc) in MISSING_KEY_CODES:
                 return None, None
             raise self._error(exc, "GET", key) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "GET", key) from None
         body = answer["Body"]
         try:
-            with self._call("GET", key):
+            with self.call("GET", key):
                 data = body.read(MAX_JSON_BYTES + 1)
         finally:
             body.close()
@@ -311,14 +244,14 @@ class ObjectStore:
         try:
             answer = self.client.get_object(Bucket=self.bucket, Key=key)
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) == "NoSuchKey":
+            if error_code(exc) == "NoSuchKey":
                 raise NotFound(f"{self.bucket}/{key} does not exist") from None
             raise self._error(exc, "GET", key) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "GET", key) from None
         body = answer["Body"]
         try:
-            with self._call("GET", key):
+            with self.call("GET", key):
                 yield from body.iter_chunks(CHUNK_SIZE)
         finally:
             body.close()
@@ -327,7 +260,7 @@ class ObjectStore:
         """A presigned GET link for `key` valid `ttl` seconds, and when it expires."""
         seconds = max(1, int(ttl))
         expires_at = datetime.now(UTC) + timedelta(seconds=seconds)
-        with self._call("presign", key):
+        with self.call("presign", key):
             url = self.presign_client.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=seconds
             )
@@ -337,12 +270,10 @@ class ObjectStore:
         """Every key under `prefix` (a full key prefix), sorted."""
         keys: list[str] = []
         paginator = self.client.get_paginator("list_objects_v2")
-        with self._call("LIST", prefix or None):
+        with self.call("LIST", prefix or None):
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 keys.extend(item["Key"] for item in page.get("Contents", []))
         return sorted(keys)
-
-    # ---- pointers ---------------------------------------------------------------------------
 
     def write_json(self, key: str, document: dict[str, Any], *, if_match: str | None) -> str:
         """Replace `key` with `document` only if it still has ETag `if_match`; returns the new ETag.
@@ -351,7 +282,7 @@ class ObjectStore:
         TemporaryFailure "... changed by someone else; run again".
         """
         body = (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
-        conflict = TemporaryFailure(f"{self.bucket}/{key} was changed by someone else; run again")
+        conflict = WriteConflict(f"{self.bucket}/{key} was changed by someone else; run again")
         if self.conditional_writes is False:
             current = self.head(key)
             if (if_match is None) != (current is None) or (
@@ -367,13 +298,13 @@ class ObjectStore:
                 Key=key,
                 Body=body,
                 ContentType="application/json",
-                ContentMD5=_md5(body),
+                ContentMD5=md5_base64(body),
                 **extra,
             )
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _CONFLICT_CODES or _status(exc) == 412:
+            if error_code(exc) in CONFLICT_CODES or http_status(exc) == 412:
                 raise conflict from None
-            if if_match is not None and _code(exc) in _MISSING_KEY_CODES:
+            if if_match is not None and error_code(exc) in MISSING_KEY_CODES:
                 raise conflict from None
             if extra and self._unsupported(exc):
                 return self.write_json(key, document, if_match=if_match)
@@ -382,8 +313,6 @@ class ObjectStore:
             raise self._error(exc, "PUT", key) from None
         self._note_conditional(bool(extra))
         return str(answer.get("ETag", ""))
-
-    # ---- immutable objects ------------------------------------------------------------------
 
     def put_immutable(
         self,
@@ -417,12 +346,12 @@ class ObjectStore:
                 Key=key,
                 Body=data,
                 ContentType=content_type,
-                ContentMD5=_md5(data),
+                ContentMD5=md5_base64(data),
                 Metadata=dict(metadata),
                 **extra,
             )
 
-        return self._create_once(key, identity, put, size=size)
+        return self.create_once(key, identity, put, size=size)
 
     def upload_blob(
         self,
@@ -445,8 +374,8 @@ class ObjectStore:
             return "exists"
         part_size = max(self.part_size, -(-size // MAX_PARTS))
         if size <= part_size:
-            data = _read_exact(source, size + 1)
-            _check_whole(
+            data = read_exact(source, size + 1)
+            check_whole(
                 key,
                 data_hash=hashlib.sha256(data).hexdigest(),
                 got=len(data),
@@ -457,116 +386,8 @@ class ObjectStore:
             if on_progress is not None:
                 on_progress(size)
             return outcome
-        return self._multipart(key, source, sha256, size, part_size, content_type, on_progress)
-
-    def _multipart(
-        self,
-        key: str,
-        source: Reader,
-        sha256: str,
-        size: int,
-        part_size: int,
-        content_type: str,
-        on_progress: Callable[[int], None] | None,
-    ) -> Outcome:
-        with self._call("create multipart upload", key):
-            upload_id = self.client.create_multipart_upload(
-                Bucket=self.bucket,
-                Key=key,
-                ContentType=content_type,
-                Metadata={SHA256_META: sha256},
-            )["UploadId"]
-        completed = False
-        try:
-            parts = self._upload_parts(key, upload_id, source, sha256, size, part_size, on_progress)
-            identity = {SHA256_META: sha256}
-
-            def complete(extra: dict[str, Any]) -> None:
-                self.client.complete_multipart_upload(
-                    Bucket=self.bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
-                    **extra,
-                )
-
-            outcome = self._create_once(key, identity, complete, size=size)
-            completed = outcome == "created"
-            return outcome
-        finally:
-            if not completed:
-                with contextlib.suppress(
-                    botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError
-                ):
-                    self.client.abort_multipart_upload(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id
-                    )
-
-    def _upload_parts(
-        self,
-        key: str,
-        upload_id: str,
-        source: Reader,
-        sha256: str,
-        size: int,
-        part_size: int,
-        on_progress: Callable[[int], None] | None,
-    ) -> list[dict[str, Any]]:
-        digest = hashlib.sha256()
-        total = 0
-        slots = threading.BoundedSemaphore(self.workers + 1)
-        futures: list[Future[dict[str, Any]]] = []
-
-        def send(number: int, chunk: bytes) -> dict[str, Any]:
-            try:
-                with self._call("upload part", key):
-                    answer = self.client.upload_part(
-                        Bucket=self.bucket,
-                        Key=key,
-                        UploadId=upload_id,
-                        PartNumber=number,
-                        Body=chunk,
-                        ContentMD5=_md5(chunk),
-                    )
-                if on_progress is not None:
-                    on_progress(len(chunk))
-                return {"ETag": answer["ETag"], "PartNumber": number}
-            finally:
-                slots.release()
-
-        hashing: Future[None] | None = None
-        with (
-            ThreadPoolExecutor(self.workers, thread_name_prefix="s3-part") as pool,
-            ThreadPoolExecutor(1, thread_name_prefix="s3-sha256") as hasher,
-        ):
-            try:
-                number = 0
-                while True:
-                    slots.acquire()
-                    chunk = _read_exact(source, min(part_size, size + 1 - total))
-                    if not chunk:
-                        slots.release()
-                        break
-                    if hashing is not None:
-                        hashing.result()
-                    hashing = hasher.submit(digest.update, chunk)
-                    total += len(chunk)
-                    if total > size:
-                        slots.release()
-                        break
-                    number += 1
-                    futures.append(pool.submit(send, number, chunk))
-                    del chunk
-                    for done in [f for f in futures if f.done()]:
-                        done.result()
-                if hashing is not None:
-                    hashing.result()
-                _check_whole(key, data_hash=digest.hexdigest(), got=total, sha256=sha256, size=size)
-                return [future.result() for future in futures]
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        upload = MultipartUpload(self, key, sha256=sha256, size=size, part_size=part_size)
+        return upload.run(source, content_type, on_progress)
 
     def _existing(
         self, key: str, identity: Mapping[str, str], *, size: int | None = None
@@ -585,7 +406,7 @@ class ObjectStore:
             )
         return facts
 
-    def _create_once(
+    def create_once(
         self,
         key: str,
         identity: Mapping[str, str],
@@ -597,7 +418,7 @@ class ObjectStore:
         try:
             write(extra)
         except botocore.exceptions.ClientError as exc:
-            if _code(exc) in _CONFLICT_CODES or _status(exc) == 412:
+            if error_code(exc) in CONFLICT_CODES or http_status(exc) == 412:
                 if self._existing(key, identity, size=size) is not None:
                     return "exists"
                 raise TemporaryFailure(
@@ -606,7 +427,7 @@ class ObjectStore:
             if extra and self._unsupported(exc):
                 if self._existing(key, identity, size=size) is not None:
                     return "exists"
-                return self._create_once(key, identity, write, size=size)
+                return self.create_once(key, identity, write, size=size)
             raise self._error(exc, "PUT", key) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "PUT", key) from None
@@ -615,7 +436,7 @@ class ObjectStore:
 
     def _unsupported(self, exc: botocore.exceptions.ClientError) -> bool:
         """True (and remembered) when the server refuses conditional headers as unsupported."""
-        if _code(exc) in _UNSUPPORTED_CODES or _status(exc) == 501:
+        if error_code(exc) in UNSUPPORTED_CODES or http_status(exc) == 501:
             with self._lock:
                 self.conditional_writes = False
             log.warning(
@@ -629,36 +450,3 @@ class ObjectStore:
         if used and self.conditional_writes is None:
             with self._lock:
                 self.conditional_writes = True
-
-
-def _md5(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-
-
-def _read_exact(source: Reader, size: int) -> bytes:
-    """Up to `size` bytes, reading until the stream ends (readers may return short reads)."""
-    pieces: list[bytes] = []
-    remaining = size
-    while remaining > 0:
-        piece = source.read(min(remaining, CHUNK_SIZE))
-        if not piece:
-            break
-        pieces.append(piece)
-        remaining -= len(piece)
-    return b"".join(pieces)
-
-
-def _check_whole(key: str, *, data_hash: str, got: int, sha256: str, size: int) -> None:
-    if got > size:
-        raise IntegrityError(
-            f"{key}: the source holds more than the expected {size} bytes; nothing was published"
-        )
-    if got < size:
-        raise IntegrityError(
-            f"{key}: the source holds {got} bytes, expected {size}; nothing was published"
-        )
-    if data_hash != sha256:
-        raise IntegrityError(
-            f"{key}: the source hashes to {data_hash[:16]}…, expected {sha256[:16]}…; "
-            "nothing was published"
-        )

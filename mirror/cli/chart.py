@@ -9,6 +9,7 @@ import click
 import httpx
 
 from mirror.airgap import chart as charts
+from mirror.airgap import layout
 from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.timestamps import utcnow
 from mirror.units import format_duration
@@ -64,11 +65,11 @@ def promote_command(cli: CliContext, domain: str, version: str) -> None:
     """Make VERSION the current version of DOMAIN (recorded in DOMAIN/current.json)."""
     domain = domain.lower()
     store = _store(cli)
-    before, _ = charts.read_current(store, domain)
-    previous = before.get("current") if before else None
+    before = layout.read_current(store, domain)
+    previous = before.current if before else None
     document = charts.promote(store, domain, version)
     cli.emit(
-        {"domain": domain, "current": document["current"], "previous": previous},
+        {"domain": domain, "current": document.current, "previous": previous},
         f"{domain}: {version} is current"
         + (f" (was {previous})" if previous and previous != version else "")
         + f"; render the values with: mirror chart values {domain}",
@@ -82,12 +83,12 @@ def rollback_command(cli: CliContext, domain: str) -> None:
     """Make the version promoted before the current one current again."""
     domain = domain.lower()
     store = _store(cli)
-    before, _ = charts.read_current(store, domain)
-    previous = before.get("current") if before else None
+    before = layout.read_current(store, domain)
+    previous = before.current if before else None
     document = charts.rollback(store, domain)
     cli.emit(
-        {"domain": domain, "current": document["current"], "previous": previous},
-        f"{domain}: rolled back from {previous} to {document['current']}; "
+        {"domain": domain, "current": document.current, "previous": previous},
+        f"{domain}: rolled back from {previous} to {document.current}; "
         f"render the values with: mirror chart values {domain}",
     )
 
@@ -98,9 +99,9 @@ def rollback_command(cli: CliContext, domain: str) -> None:
 def history_command(cli: CliContext, domain: str) -> None:
     """List DOMAIN's promotions and rollbacks, newest first."""
     domain = domain.lower()
-    document, _ = charts.read_current(_store(cli), domain)
+    document = layout.read_current(_store(cli), domain)
     entries = charts.history_view(document)
-    current = document.get("current") if document else None
+    current = document.current if document else None
     lines = [
         f"{'*' if entry.current else ' '} {entry.version:<16} {entry.action:<8} {entry.at}"
         for entry in entries

@@ -94,8 +94,8 @@ def transfer_pack(
     with_tool: str | None,
 ) -> None:
     """Write a signed transfer set of the versions not yet delivered into OUT."""
+    from mirror.outbound.pack import pack, signing_key_from
     from mirror.outbound.selfbundle import tool_for_pack
-    from mirror.transferset.format import pack, signing_key_from
 
     with contextlib.ExitStack() as stack:
         tool = None
@@ -138,7 +138,7 @@ def transfer_pack(
 @pass_cli
 def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
     """Check the signature, the chain fields and every hash, offline."""
-    from mirror.transferset.format import set_bytes, verify_set
+    from mirror.transferset.reader import set_bytes, verify_set
 
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
@@ -195,11 +195,12 @@ def transfer_import(
     keys: tuple[Path, ...],
 ) -> None:
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
-    from mirror.airgap.importer import import_set, promote_hook, receipt_key_from
-    from mirror.transferset.format import set_bytes
+    from mirror.airgap import chart
+    from mirror.airgap.importer import import_set, receipt_key_from
+    from mirror.transferset.reader import set_bytes
 
     settings = cli.settings
-    hook = promote_hook() if promote else None
+    hook = chart.promote if promote else None
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
     phases = _progress(cli, "verifying", "importing", total=set_bytes(set_dir))
@@ -231,7 +232,7 @@ def transfer_import(
 @pass_cli
 def transfer_ack(cli: CliContext, receipt: Path) -> None:
     """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
-    from mirror.airgap.importer import ack
+    from mirror.outbound.ack import ack
 
     result = ack(cli.app, receipt)
     lines = [f"set {result.sequence}: receipt {result.signature}"]
@@ -258,9 +259,10 @@ def transfer_push(
     promote: bool,
 ) -> None:
     """Pack, import and acknowledge in one step where the target is reachable."""
-    from mirror.airgap.importer import promote_hook, push
+    from mirror.airgap import chart
+    from mirror.outbound.push import push
 
-    hook = promote_hook() if promote else None
+    hook = chart.promote if promote else None
     store = _object_store(cli.settings)
     with _progress(cli, "pushing") as (on_progress,):
         result = push(

@@ -65,7 +65,7 @@ class ToolSources:
 
     @classmethod
     def find(cls, source: Path | None = None) -> ToolSources:
-        root = source or Path(__file__).resolve().parents[2]  # the checkout holding mirror/
+        root = source or Path(__file__).resolve().parents[2]
         if (root / "pyproject.toml").is_file() and (root / "mirror").is_dir():
             doc = root / "docs" / "install.md"
             return cls(

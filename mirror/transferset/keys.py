@@ -256,13 +256,21 @@ def load_trusted_keys(paths: Iterable[Path]) -> dict[str, PublicKey]:
 
 def read_signature_file(path: Path) -> tuple[str, bytes]:
     """(key id, signature bytes) from a signature file; IntegrityError names the file."""
+    return parse_signature(read_signature_bytes(path), path.name)
+
+
+def read_signature_bytes(path: Path) -> bytes:
     try:
         with open(path, "rb") as handle:
-            data = handle.read(MAX_SIGNATURE_FILE + 1)
+            return handle.read(MAX_SIGNATURE_FILE + 1)
     except FileNotFoundError:
         raise IntegrityError(f"{path.name} is missing; the set is not signed") from None
     except OSError as exc:
         raise IntegrityError(f"cannot read {path.name}: {exc.strerror}") from None
+
+
+def parse_signature(data: bytes, name: str) -> tuple[str, bytes]:
+    """(key id, signature bytes) from a signature document's bytes; IntegrityError names it."""
     try:
         document = json.loads(data)
         if not isinstance(document, dict):
@@ -274,7 +282,7 @@ def read_signature_file(path: Path) -> tuple[str, bytes]:
         if not isinstance(key_id, str) or len(signature) != 64:
             raise ValueError
     except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):
-        raise IntegrityError(f"{path.name} is not a valid ed25519 signature file") from None
+        raise IntegrityError(f"{name} is not a valid ed25519 signature file") from None
     return key_id, signature
 
 
@@ -282,17 +290,30 @@ def verify_signature_file(
     data: bytes, signature_path: Path, trusted: Mapping[str, PublicKey], *, what: str
 ) -> PublicKey:
     """Check that `signature_path` signs exactly `data` with a trusted key; returns that key."""
-    key_id, signature = read_signature_file(signature_path)
+    signature = read_signature_bytes(signature_path)
+    return verify_signature(data, signature, trusted, what=what, name=signature_path.name)
+
+
+def verify_signature(
+    data: bytes,
+    signature_document: bytes,
+    trusted: Mapping[str, PublicKey],
+    *,
+    what: str,
+    name: str,
+) -> PublicKey:
+    """Check that the signature document `name` signs exactly `data` with a trusted key;
+    returns that key. Bytes in, no files: IntegrityError otherwise."""
+    key_id, signature = parse_signature(signature_document, name)
     key = trusted.get(key_id)
     if key is None:
         known = ", ".join(sorted(trusted)) or "none"
         raise IntegrityError(
-            f"{signature_path.name}: {what} is signed by key {key_id[:KEY_ID_LENGTH]!r}, "
+            f"{name}: {what} is signed by key {key_id[:KEY_ID_LENGTH]!r}, "
             f"which is not trusted here (trusted: {known})"
         )
     if not key.verify(signature, data):
         raise IntegrityError(
-            f"{signature_path.name}: the signature does not match {what}; "
-            "the file was changed after signing"
+            f"{name}: the signature does not match {what}; the file was changed after signing"
         )
     return key

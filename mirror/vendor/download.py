@@ -49,8 +49,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from mirror import links
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, disk_full, is_disk_full, iter_file
+from mirror.links import is_expired_answer, s3_error, safe_url
 from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
 
 log = logging.getLogger(__name__)
@@ -60,8 +62,6 @@ CHECKPOINT_SECONDS = 30.0
 _MAX_BACKOFF = 30.0
 _ERROR_BODY_LIMIT = 64 * 1024
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
-_S3_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
-_S3_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>")
 MAX_REDIRECTS = 10
 DEFAULT_MIN_SPEED = 1024
 DEFAULT_STALL_TIME = 30.0
@@ -144,15 +144,9 @@ class DownloadResult:
     refreshes: int
 
 
-def safe_url(url: str) -> str:
-    """The link without its query string (the signature), for logs and messages."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
-
-
 def link_expired(link: BundleLink, now: datetime) -> bool:
-    """True when the link's announced expiry has passed."""
-    return link.expires_at is not None and now >= link.expires_at
+    """True when the link's expiry (announced, else its signature's) has passed."""
+    return links.link_expired(link.url, link.expires_at, now)
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
@@ -179,14 +173,6 @@ def parse_content_range(value: str | None) -> tuple[int | None, int | None]:
     first = int(match.group(1)) if match.group(1) is not None else None
     total = int(match.group(3)) if match.group(3) != "*" else None
     return first, total
-
-
-def is_expired_answer(status: int, body: str) -> bool:
-    """S3's answer to an expired presigned link: 403 AccessDenied `Request has expired`."""
-    lowered = body.lower()
-    return status == 403 and (
-        "request has expired" in lowered or ("accessdenied" in lowered and "expired" in lowered)
-    )
 
 
 def backoff_delay(failures: int, retry_after: float | None) -> float:
@@ -626,9 +612,7 @@ class _Download:
             raise _Retry(
                 f"HTTP {status}", parse_retry_after(response.headers.get("Retry-After"), now)
             )
-        code = _S3_CODE.search(body)
-        message = _S3_MESSAGE.search(body)
-        detail = ": ".join(m.group(1) for m in (code, message) if m) or f"HTTP {status}"
+        detail = s3_error(body).detail() or f"HTTP {status}"
         if status == 404:
             raise NotFound(
                 f"the bundle of job {self.link.job_id} is gone from {where} ({detail}); "

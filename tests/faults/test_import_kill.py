@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from mirror.airgap.importer import STATE_KEY
+from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
+from mirror.outbound.pack import pack
 from mirror.store.app import App
-from mirror.transferset.format import pack
 from tests.conftest import write_config
 from tests.fixtures.s3 import (
     add_version,
@@ -62,7 +62,7 @@ def check_index_lists_only_complete_versions(store: ObjectStore, domains: set[st
 
 
 def imported_sequences(store: ObjectStore) -> set[int]:
-    state, _ = store.read_json(store.key(*STATE_KEY))
+    state, _ = store.read_json(layout.state_key(store))
     return {entry["sequence"] for entry in (state or {}).get("imported", [])}
 
 

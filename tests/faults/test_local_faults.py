@@ -25,11 +25,12 @@ from mirror.archive import ArchiveLimits, extract_archive, inspect_archive
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
 from mirror.fsutil import sha256_file
+from mirror.outbound.pack import pack
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState
-from mirror.transferset.format import MANIFEST, SIGNATURE, pack
+from mirror.transferset.format import MANIFEST, SIGNATURE
 from mirror.transferset.keys import load_signing_key
 from tests.conftest import mirror_cli, write_config
 from tests.fixtures.archives import Entry, write_tar, write_zip

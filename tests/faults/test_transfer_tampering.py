@@ -19,8 +19,9 @@ import pytest
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
+from mirror.outbound.pack import pack
 from mirror.store.app import App
-from mirror.transferset.format import MANIFEST, SIGNATURE, pack, parse_manifest
+from mirror.transferset.format import MANIFEST, SIGNATURE, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from tests.conftest import write_config
 from tests.fixtures.s3 import add_version, bucket_listing, run_mirror, transfer_config

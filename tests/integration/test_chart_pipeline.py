@@ -272,7 +272,7 @@ def test_import_promote_values_check(
 ) -> None:
     """Connected side packs; `transfer import --promote` publishes; the chart values follow."""
     pytest.importorskip("mirror.cli.transfer", reason="`mirror transfer import` not built yet")
-    from mirror.transferset.format import pack
+    from mirror.outbound.pack import pack
     from tests.fixtures.s3 import add_version, transfer_config
 
     add_version(transfer_app, DOMAIN, "2026-11-21")

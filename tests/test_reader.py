@@ -1,4 +1,4 @@
-"""Transfer sets: manifest model, pack (atomic, incremental, split) and offline verify."""
+"""Reading a set from disk: offline verify, strict manifests, SHA256SUMS and the carried tool."""
 
 from __future__ import annotations
 
@@ -11,37 +11,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
 
-from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.outbound.pack import pack
 from mirror.store.app import App
-from mirror.store.models import Transfer, TransferItem, Version
-from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     MANIFEST,
     SHA256SUMS,
     SIGNATURE,
     Manifest,
     canonical_json,
-    pack,
     parse_manifest,
-    part_names,
-    verify_set,
 )
-from mirror.transferset.keys import SigningKey, load_signing_key, load_trusted_keys
+from mirror.transferset.keys import SigningKey
+from mirror.transferset.reader import verify_set
 from tests.fixtures.s3 import add_version
 
 MiB = 1024 * 1024
-
-
-@pytest.fixture
-def signing(key_pair: tuple[Path, Path]) -> SigningKey:
-    return load_signing_key(key_pair[0])
-
-
-@pytest.fixture
-def trusted(key_pair: tuple[Path, Path]) -> dict[str, Any]:
-    return load_trusted_keys([key_pair[1]])
 
 
 def resign(set_dir: Path, key: SigningKey, change: Callable[[dict[str, Any]], None]) -> None:
@@ -52,164 +38,6 @@ def resign(set_dir: Path, key: SigningKey, change: Callable[[dict[str, Any]], No
     (set_dir / MANIFEST).write_bytes(data)
     (set_dir / SIGNATURE).write_bytes(key.signature_document(data))
     (set_dir / SHA256SUMS).unlink(missing_ok=True)  # stale now; it is optional
-
-
-def test_nothing_to_pack_is_not_an_error(transfer_app: App, tmp_path: Path) -> None:
-    result = pack(transfer_app, tmp_path / "set")
-    assert result.nothing and result.path is None
-    assert not (tmp_path / "set").exists()
-
-
-def test_pack_writes_a_signed_canonical_set_and_records_it(
-    transfer_app: App, tmp_path: Path, trusted: dict[str, Any]
-) -> None:
-    v1, sha1 = add_version(transfer_app, "docs.example.com", "2026-11-20")
-    v2, sha2 = add_version(transfer_app, "api.example.com", "2026-11-21")
-    out = tmp_path / "set-1"
-    result = pack(transfer_app, out)
-    assert result.sequence == 1 and result.path == out
-    assert sorted(os.listdir(out)) == [SHA256SUMS, "blobs", MANIFEST, SIGNATURE]
-    assert sorted(os.listdir(out / "blobs")) == sorted([sha1, sha2])
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("set-1.partial")]
-    data = (out / MANIFEST).read_bytes()
-    assert canonical_json(json.loads(data)) == data
-    manifest = parse_manifest(data)
-    assert manifest.sequence == 1 and manifest.previous_sequence is None
-    assert manifest.source_id == "test-connected" and manifest.key_id == result.key_id
-    assert [(i.domain, i.version) for i in manifest.items] == [
-        ("api.example.com", "2026-11-21"),
-        ("docs.example.com", "2026-11-20"),
-    ]
-    item = manifest.items[1]
-    assert item.sha256 == sha1 and item.archive_format == "tar.gz"
-    assert item.size == transfer_app.store.open(sha1).stat().st_size
-    assert item.parts[0].name == f"blobs/{sha1}" and item.parts[0].sha256 == sha1
-    verified = verify_set(out, trusted)
-    assert verified.manifest_sha256 == hashlib.sha256(data).hexdigest()
-    with transfer_app.db.session() as session:
-        transfer = session.execute(select(Transfer)).scalar_one()
-        assert transfer.sequence == 1 and transfer.manifest_sha256 == verified.manifest_sha256
-        assert transfer.item_count == 2 and transfer.path == str(out)
-        items = session.execute(select(TransferItem.version_id)).scalars().all()
-        assert sorted(items) == sorted([v1, v2])
-
-
-def test_pack_is_incremental_and_chained(transfer_app: App, tmp_path: Path) -> None:
-    add_version(transfer_app, "docs.example.com", "2026-11-20")
-    first = pack(transfer_app, tmp_path / "s1")
-    assert pack(transfer_app, tmp_path / "s2").nothing
-    add_version(transfer_app, "docs.example.com", "2026-11-21")
-    second = pack(transfer_app, tmp_path / "s2")
-    assert [i.version for i in second.items] == ["2026-11-21"]
-    manifest = parse_manifest((tmp_path / "s2" / MANIFEST).read_bytes())
-    assert manifest.sequence == 2 and manifest.previous_sequence == 1
-    assert manifest.previous_manifest_sha256 == first.manifest_sha256
-    everything = pack(transfer_app, tmp_path / "s3", include_all=True)
-    assert [i.version for i in everything.items] == ["2026-11-20", "2026-11-21"]
-    assert everything.sequence == 3
-    only = pack(transfer_app, tmp_path / "s4", include_all=True, domain="other.example.com")
-    assert only.nothing
-
-
-def test_delivered_versions_are_left_out(transfer_app: App, tmp_path: Path) -> None:
-    vid, _ = add_version(transfer_app, "docs.example.com", "2026-11-20")
-    add_version(transfer_app, "docs.example.com", "2026-11-21")
-    with transfer_app.db.session() as session:
-        version = session.get(Version, vid)
-        assert version is not None
-        version.delivered_at = utcnow()
-    result = pack(transfer_app, tmp_path / "s1")
-    assert [i.version for i in result.items] == ["2026-11-21"]
-
-
-def test_big_blob_is_split_into_parts_that_each_verify(
-    transfer_app: App, tmp_path: Path, trusted: dict[str, Any]
-) -> None:
-    _, sha = add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=20 * MiB)
-    result = pack(transfer_app, tmp_path / "s1", max_size=4 * MiB)
-    manifest = parse_manifest((tmp_path / "s1" / MANIFEST).read_bytes())
-    item = manifest.items[0]
-    assert len(item.parts) == result.part_count == 6
-    assert [p.name for p in item.parts] == part_names(sha, 6)
-    assert item.parts[0].name == f"blobs/{sha}.part001"
-    assert all(p.size == 4 * MiB for p in item.parts[:-1]) and item.parts[-1].size > 0
-    for part in item.parts:
-        path = tmp_path / "s1" / part.name
-        assert path.stat().st_size == part.size <= 4 * MiB
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == part.sha256
-    joined = b"".join((tmp_path / "s1" / p.name).read_bytes() for p in item.parts)
-    assert joined == transfer_app.store.open(sha).read_bytes()
-    seen: list[int] = []
-    verify_set(tmp_path / "s1", trusted, on_progress=seen.append)
-    assert sum(seen) == item.size
-
-
-def test_pack_refuses_a_non_empty_out_and_accepts_an_empty_one(
-    transfer_app: App, tmp_path: Path
-) -> None:
-    add_version(transfer_app, "docs.example.com", "2026-11-20")
-    busy = tmp_path / "busy"
-    busy.mkdir()
-    (busy / "x").write_text("keep me")
-    with pytest.raises(ConfigError, match="not empty"):
-        pack(transfer_app, busy)
-    assert (busy / "x").read_text() == "keep me"
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert pack(transfer_app, empty).sequence == 1
-
-
-def test_pack_without_a_signing_key_is_a_config_error(store_dir: Path, tmp_path: Path) -> None:
-    from mirror.config import settings_from_dict
-
-    app = App(settings_from_dict({"store": {"path": str(store_dir)}}))
-    try:
-        with pytest.raises(ConfigError, match=r"transfer\.signing_key"):
-            pack(app, tmp_path / "s1")
-    finally:
-        app.close()
-
-
-def test_not_enough_free_space_is_refused_before_writing(transfer_app: App, tmp_path: Path) -> None:
-    add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=64 * 1024)
-    with pytest.raises(OperationFailed, match="not enough free space"):
-        pack(transfer_app, tmp_path / "s1", free_space=lambda _path: 1000)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s1")) == []
-    with transfer_app.db.session() as session:
-        assert session.execute(select(Transfer)).first() is None
-
-
-def test_a_pack_cut_short_leaves_nothing_named_out(transfer_app: App, tmp_path: Path) -> None:
-    add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=3 * MiB)
-
-    def crash(_n: int) -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        pack(transfer_app, tmp_path / "s1", max_size=MiB, on_progress=crash)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("s1")] == []
-    with transfer_app.db.session() as session:
-        assert session.execute(select(Transfer)).first() is None
-    assert pack(transfer_app, tmp_path / "s1", max_size=MiB).sequence == 1
-
-
-def test_a_corrupt_store_blob_is_not_packed(transfer_app: App, tmp_path: Path) -> None:
-    _, sha = add_version(transfer_app, "docs.example.com", "2026-11-20")
-    path = transfer_app.store.open(sha)
-    path.chmod(0o644)
-    data = bytearray(path.read_bytes())
-    data[100] ^= 0xFF
-    path.write_bytes(bytes(data))
-    with pytest.raises(IntegrityError, match="store verify"):
-        pack(transfer_app, tmp_path / "s1")
-    assert not (tmp_path / "s1").exists()
-
-
-def test_a_missing_store_blob_is_not_found(transfer_app: App, tmp_path: Path) -> None:
-    _, sha = add_version(transfer_app, "docs.example.com", "2026-11-20")
-    transfer_app.store.remove(sha)
-    with pytest.raises(NotFound):
-        pack(transfer_app, tmp_path / "s1")
 
 
 # ---- verify ---------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""The versions of a domain in the bucket, as the chart sees them (read through the layout).
+
+Promises: a version is "complete" only when the index lists it and its
+`manifest.json` is present and well-formed; the current version is the promoted
+one, or (nothing promoted yet) the newest complete one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from mirror.airgap import layout
+from mirror.errors import NotFound
+from mirror.versions import label_key, sort_labels
+
+SHOWN_VERSIONS = 12
+
+
+class BucketStore(layout.Bucket, Protocol):
+    """What the chart needs of mirror.airgap.objectstore.ObjectStore."""
+
+    def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]: ...
+
+
+@dataclass(frozen=True)
+class BundleVersion:
+    """A complete version: its bundle object and the sha256 its manifest promises."""
+
+    domain: str
+    version: str
+    key: str
+    manifest_key: str
+    sha256: str
+    size: int | None
+
+
+def listed_versions(store: layout.Bucket, domain: str) -> list[str]:
+    """The complete versions of `domain` by the index, oldest first; NotFound without an index."""
+    index = layout.read_index(store, domain)
+    if index is None:
+        raise NotFound(
+            f"domain {domain} has no versions in the bucket ({layout.index_key(store, domain)} "
+            "is missing); check the name, or import a transfer set for it first"
+        )
+    return sort_labels(label for label in index.labels() if label)
+
+
+def describe_versions(versions: list[str]) -> str:
+    """`a, b, c` (newest last), shortened to the newest few."""
+    if not versions:
+        return "none"
+    if len(versions) <= SHOWN_VERSIONS:
+        return ", ".join(versions)
+    older = len(versions) - SHOWN_VERSIONS
+    return f"{', '.join(versions[-SHOWN_VERSIONS:])} (and {older} older)"
+
+
+def complete_version(store: layout.Bucket, domain: str, version: str) -> BundleVersion:
+    """`version` of `domain` if the index lists it and its manifest is present; else NotFound."""
+    versions = listed_versions(store, domain)
+    if version not in versions:
+        raise NotFound(
+            f"version {version} of {domain} does not exist; versions: {describe_versions(versions)}"
+        )
+    manifest_key = layout.version_manifest_key(store, domain, version)
+    manifest = layout.read_version_manifest(store, domain, version)
+    if manifest is None:
+        raise NotFound(
+            f"version {version} of {domain} is incomplete ({manifest_key} is missing); "
+            "import its transfer set again"
+        )
+    return BundleVersion(
+        domain=domain,
+        version=version,
+        key=manifest.object,
+        manifest_key=manifest_key,
+        sha256=manifest.sha256.lower(),
+        size=manifest.size,
+    )
+
+
+def current_version(store: layout.Bucket, domain: str) -> str:
+    """The promoted version, or (none promoted) the newest complete one; NotFound if none."""
+    document = layout.read_current(store, domain)
+    if document is not None and document.current:
+        return document.current
+    versions = listed_versions(store, domain)
+    if not versions:
+        raise NotFound(f"domain {domain} has no complete version in the bucket yet")
+    return max(versions, key=label_key)

@@ -1,0 +1,264 @@
+"""`chart check`: fetch a values file's link exactly as the chart would, and compare.
+
+Promises: the link is fetched without S3 credentials, hashed while it streams
+(memory does not grow with the bundle), and compared with the version's
+manifest; every failure becomes one MirrorError in the report with its exit code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mirror.airgap.chart.bucket import BucketStore, BundleVersion, complete_version
+from mirror.airgap.chart.values import LinkTarget, isoformat, link_target, read_values_file
+from mirror.errors import (
+    AuthError,
+    IntegrityError,
+    MirrorError,
+    NotFound,
+    OperationFailed,
+    TemporaryFailure,
+)
+from mirror.fsutil import CHUNK_SIZE
+from mirror.links import is_expired_answer, link_expiry, s3_error
+from mirror.timestamps import utcnow
+from mirror.units import format_duration
+
+ERROR_BODY_LIMIT = 64 * 1024
+DEFAULT_WARN = 86400.0
+
+Clock = Callable[[], datetime]
+Finding = tuple[str, MirrorError]
+
+
+@dataclass
+class CheckReport:
+    """What `chart check` found; `error` is None when all is fine."""
+
+    file: str
+    domain: str
+    version: str
+    host: str
+    expected_sha256: str | None = None
+    actual_sha256: str | None = None
+    size: int | None = None
+    expires_at: datetime | None = None
+    seconds_left: float | None = None
+    enabled: bool = True
+    error: MirrorError | None = None
+    status: str = "ok"
+
+    @property
+    def exit_code(self) -> int:
+        return self.error.exit_code if self.error else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "domain": self.domain,
+            "version": self.version,
+            "host": self.host,
+            "status": self.status,
+            "expected_sha256": self.expected_sha256,
+            "actual_sha256": self.actual_sha256,
+            "size": self.size,
+            "expires_at": isoformat(self.expires_at) if self.expires_at else None,
+            "seconds_left": round(self.seconds_left) if self.seconds_left is not None else None,
+            "enabled": self.enabled,
+            "error": str(self.error) if self.error else None,
+            "exit_code": self.exit_code,
+        }
+
+    def lines(self) -> list[str]:
+        if self.error:
+            return []
+        if self.expires_at is None:
+            expiry = "the link is a plain URL and does not expire"
+        else:
+            left = format_duration(self.seconds_left or 0)
+            expiry = f"the link expires {isoformat(self.expires_at)} (in {left})"
+        lines = [
+            f"ok: {self.domain} {self.version} from {self.host}: {self.size} bytes, "
+            f"sha256 matches the manifest; {expiry}"
+        ]
+        if not self.enabled:
+            lines.append("note: staticExport.enabled is not true: the chart will not serve it")
+        return lines
+
+
+def _fail(report: CheckReport, status: str, error: MirrorError) -> CheckReport:
+    report.status = status
+    report.error = error
+    return report
+
+
+def _expired_error(report: CheckReport, expires_at: datetime | None, now: datetime) -> MirrorError:
+    when = (
+        f" at {isoformat(expires_at)} ({format_duration((now - expires_at).total_seconds())} ago)"
+        if expires_at and expires_at <= now
+        else ""
+    )
+    return OperationFailed(
+        f"the bundleUrl of {report.file} ({report.domain} {report.version}) expired{when}; "
+        f"run mirror chart values {report.domain} --out {report.file} (or chart refresh)"
+    )
+
+
+def check_values_file(
+    path: Path,
+    store: BucketStore,
+    http: httpx.Client,
+    *,
+    warn: float = DEFAULT_WARN,
+    now: Clock = utcnow,
+) -> CheckReport:
+    """Fetch the file's bundleUrl as the chart would and compare it with the version's manifest.
+
+    Failures go into `report.error` (the CLI raises it after printing): missing
+    version or object -> NotFound, bytes or version differ -> IntegrityError,
+    link expired or expiring within `warn` seconds -> OperationFailed, link
+    refused for another reason -> AuthError, server unreachable -> TemporaryFailure.
+    A file that is not a values file at all raises ConfigError at once.
+    """
+    values = read_values_file(path)
+    target = link_target(values.bundle_url)
+    expires_at = link_expiry(values.bundle_url)
+    report = CheckReport(
+        file=str(path),
+        domain=target.domain,
+        version=target.version,
+        host=target.host,
+        expires_at=expires_at,
+        enabled=values.enabled,
+    )
+    moment = now()
+    if expires_at is not None:
+        report.seconds_left = (expires_at - moment).total_seconds()
+    try:
+        bundle = complete_version(store, target.domain, target.version)
+    except NotFound as exc:
+        return _fail(report, "missing", exc)
+    report.expected_sha256 = bundle.sha256
+    finding = (
+        _before_fetch(path, values.version, target, report, moment)
+        or _fetch_and_compare(path, http, values.bundle_url, target, bundle, report, moment)
+        or _expiring(path, target, report, moment, warn)
+    )
+    return _fail(report, *finding) if finding else report
+
+
+def _before_fetch(
+    path: Path, version: str | None, target: LinkTarget, report: CheckReport, moment: datetime
+) -> Finding | None:
+    if version is not None and version != target.version:
+        return "version-mismatch", IntegrityError(
+            f"{path} says version {version} but its bundleUrl points at "
+            f"{target.domain} {target.version}; render it again with mirror chart values"
+        )
+    if report.expires_at is not None and report.expires_at <= moment:
+        return "expired", _expired_error(report, report.expires_at, moment)
+    return None
+
+
+def _fetch_and_compare(
+    path: Path,
+    http: httpx.Client,
+    url: str,
+    target: LinkTarget,
+    bundle: BundleVersion,
+    report: CheckReport,
+    moment: datetime,
+) -> Finding | None:
+    try:
+        fetched = _fetch_sha256(http, url)
+    except httpx.HTTPError as exc:
+        return "unreachable", TemporaryFailure(
+            f"cannot fetch the bundleUrl of {path} from {target.host}: {type(exc).__name__}: {exc}"
+        )
+    refused = _refusal(path, fetched, target, report, moment)
+    if refused is not None:
+        return refused
+    report.actual_sha256 = fetched.sha256
+    report.size = fetched.size
+    if fetched.sha256 != bundle.sha256:
+        return "mismatch", IntegrityError(
+            f"the bundle behind {path} ({target.domain} {target.version}) has sha256 "
+            f"{fetched.sha256[:16]}..., its manifest says {bundle.sha256[:16]}...: "
+            "the object was replaced or damaged; do not deploy it"
+        )
+    return None
+
+
+def _refusal(
+    path: Path, fetched: _Fetched, target: LinkTarget, report: CheckReport, moment: datetime
+) -> Finding | None:
+    """What a non-200 answer means for the chart."""
+    if fetched.status == 404:
+        return "missing", NotFound(
+            f"{target.host} has no object for {target.domain} {target.version} "
+            f"({target.filename}, HTTP 404) although its manifest exists"
+        )
+    if fetched.status == 403 and fetched.expired:
+        return "expired", _expired_error(report, report.expires_at, moment)
+    if fetched.status in (401, 403):
+        return "refused", AuthError(
+            f"{target.host} refused the bundleUrl of {path} (HTTP {fetched.status}"
+            f"{', ' + fetched.code if fetched.code else ''}); the chart could not fetch it "
+            "either: render the values again, or check the bucket policy for plain URLs"
+        )
+    if fetched.status != 200:
+        return "unreachable", TemporaryFailure(
+            f"{target.host} answered HTTP {fetched.status} for the bundleUrl of {path}"
+        )
+    return None
+
+
+def _expiring(
+    path: Path, target: LinkTarget, report: CheckReport, moment: datetime, warn: float
+) -> Finding | None:
+    if report.seconds_left is None or report.seconds_left >= warn:
+        return None
+    return "expiring", OperationFailed(
+        f"the bundleUrl of {path} ({target.domain} {target.version}) expires "
+        f"{isoformat(report.expires_at or moment)}, in {format_duration(report.seconds_left)} "
+        f"(warning at {format_duration(warn)}); run mirror chart refresh or chart values"
+    )
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    status: int
+    sha256: str = ""
+    size: int = 0
+    code: str = ""
+    expired: bool = False
+
+
+def _fetch_sha256(http: httpx.Client, url: str) -> _Fetched:
+    """GET `url` without credentials, hashing the body while it streams."""
+    with http.stream("GET", url) as response:
+        if response.status_code != 200:
+            body = bytearray()
+            for chunk in response.iter_bytes(CHUNK_SIZE):
+                body.extend(chunk)
+                if len(body) >= ERROR_BODY_LIMIT:
+                    break
+            text = body.decode("utf-8", "replace")
+            return _Fetched(
+                status=response.status_code,
+                code=s3_error(text).code,
+                expired=is_expired_answer(response.status_code, text),
+            )
+        digest = hashlib.sha256()
+        size = 0
+        for chunk in response.iter_bytes(CHUNK_SIZE):
+            digest.update(chunk)
+            size += len(chunk)
+        return _Fetched(status=200, sha256=digest.hexdigest(), size=size)

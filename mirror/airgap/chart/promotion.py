@@ -1,0 +1,166 @@
+"""`current.json`: promote a version, roll back to the one before, show the history.
+
+Promises:
+- Only a complete version can become current (NotFound otherwise).
+- `current.json` is changed by one conditional read-modify-write on its ETag
+  (`layout.update_document`): two operators at once never lose each other's
+  change. If another writer changed which version is current since this one
+  read it, the slower one gets TemporaryFailure (exit 75) and runs again: it
+  decided on a state that no longer holds.
+- Promoting the version that is already current changes nothing; the history
+  is bounded to HISTORY_LIMIT entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from mirror.airgap import layout
+from mirror.airgap.chart.bucket import complete_version
+from mirror.airgap.conditional import WriteConflict
+from mirror.errors import OperationFailed
+from mirror.timestamps import rfc3339, utcnow
+from mirror.versions import label_key
+
+log = logging.getLogger(__name__)
+
+HISTORY_LIMIT = layout.HISTORY_LIMIT
+
+Clock = Callable[[], datetime]
+
+
+def _promotion_stack(history: Iterable[layout.HistoryRecord]) -> list[str]:
+    """Versions in the order they were promoted, with rolled-back ones taken off again."""
+    stack: list[str] = []
+    for entry in history:
+        if entry.action == "rollback":
+            while stack and stack[-1] != entry.version:
+                stack.pop()
+            if not stack:
+                stack.append(entry.version)
+        else:
+            stack.append(entry.version)
+    return stack
+
+
+def with_promotion(
+    document: layout.Current | None,
+    domain: str,
+    version: str,
+    at: datetime,
+    action: Literal["promote", "rollback"] = "promote",
+) -> layout.Current:
+    """The `current.json` that makes `version` current, its history extended (and bounded)."""
+    history = list(document.history) if document else []
+    history.append(layout.HistoryRecord(version=version, action=action, at=rfc3339(at)))
+    fields = {"domain": domain, "current": version, "history": history[-HISTORY_LIMIT:]}
+    if document is None:
+        return layout.Current.model_validate(fields)
+    return document.model_copy(update=fields)  # keeps what a newer tool added
+
+
+def rollback_target(document: layout.Current | None, domain: str) -> str:
+    """The version promoted before the current one; OperationFailed when there is none."""
+    if document is None or not document.current:
+        raise OperationFailed(
+            f"nothing to roll back to: no version of {domain} has been promoted yet "
+            f"(mirror chart promote {domain} VERSION)"
+        )
+    current = document.current
+    stack = _promotion_stack(document.history)
+    while stack and stack[-1] == current:
+        stack.pop()
+    if not stack:
+        others = sorted({entry.version for entry in document.history} - {current}, key=label_key)
+        if not others:
+            raise OperationFailed(
+                f"nothing to roll back to: {current} is the only version of {domain} ever promoted"
+            )
+        raise OperationFailed(
+            f"nothing to roll back to: {current} is the oldest promotion of {domain} left; "
+            f"the later ones ({', '.join(others)}) were rolled back "
+            f"(make one current again with: mirror chart promote {domain} VERSION)"
+        )
+    return stack[-1]
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: str
+    action: str
+    at: str
+    current: bool
+
+
+def history_view(document: layout.Current | None) -> list[HistoryEntry]:
+    """The history, newest first; the newest entry is marked current."""
+    if document is None:
+        return []
+    entries = list(reversed(document.history))
+    return [
+        HistoryEntry(
+            version=entry.version,
+            action=entry.action,
+            at=entry.at,
+            current=index == 0 and entry.version == document.current,
+        )
+        for index, entry in enumerate(entries)
+    ]
+
+
+def _change_current(
+    store: layout.Bucket,
+    domain: str,
+    change: Callable[[layout.Current | None], layout.Current | None],
+) -> layout.Current:
+    """Apply `change` to current.json; refuse (WriteConflict) when, between the first read
+    and the write, someone else made another version current."""
+    key = layout.current_key(store, domain)
+    seen: list[str | None] = []
+
+    def guarded(document: layout.Current | None) -> layout.Current | None:
+        live = document.current if document else None
+        if seen and seen[0] != live:
+            raise WriteConflict(f"{store.bucket}/{key} was changed by someone else; run again")
+        seen.append(live)
+        return change(document)
+
+    updated = layout.update_document(store, key, layout.Current, guarded)
+    assert updated is not None  # every change below makes a version current
+    return updated
+
+
+def promote(
+    store: layout.Bucket, domain: str, version: str, *, now: Clock = utcnow
+) -> layout.Current:
+    """Make `version` (complete, else NotFound) the current one; returns the new current.json.
+
+    Promoting the version that is already current changes nothing.
+    """
+    complete_version(store, domain, version)
+
+    def make_current(document: layout.Current | None) -> layout.Current | None:
+        if document is not None and document.current == version:
+            return None
+        return with_promotion(document, domain, version, now())
+
+    updated = _change_current(store, domain, make_current)
+    log.info("promoted", extra={"domain": domain, "version": version})
+    return updated
+
+
+def rollback(store: layout.Bucket, domain: str, *, now: Clock = utcnow) -> layout.Current:
+    """Make the previously promoted version current again; returns the new current.json."""
+
+    def roll_back(document: layout.Current | None) -> layout.Current:
+        target = rollback_target(document, domain)
+        complete_version(store, domain, target)
+        return with_promotion(document, domain, target, now(), action="rollback")
+
+    updated = _change_current(store, domain, roll_back)
+    log.info("rolled back", extra={"domain": domain, "version": updated.current})
+    return updated

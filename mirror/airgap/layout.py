@@ -1,0 +1,208 @@
+"""The bucket layout: the one owner of the key names and the JSON documents in the bucket.
+
+    PREFIX/DOMAIN/VERSION/bundle.EXT      the bundle (written once)
+    PREFIX/DOMAIN/VERSION/manifest.json   VersionManifest: what the bundle is (written once)
+    PREFIX/DOMAIN/index.json              Index: the complete versions of DOMAIN
+    PREFIX/DOMAIN/current.json            Current: the promoted version and its history
+    PREFIX/_mirror/import-state.json      ImportState: the newest imported set, a bounded history
+
+Promises:
+- Every document is read through its pydantic model: a document of the wrong
+  shape is IntegrityError (exit 5) naming the bucket key, never a KeyError or a
+  silently skipped entry. Unknown fields (from a newer tool) are kept on rewrite.
+- The pointer documents (index, current, import state) are changed only through
+  `conditional.read_modify_write`: one retry policy, no lost update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mirror.airgap.conditional import JsonStore, read_modify_write
+from mirror.errors import IntegrityError
+from mirror.transferset.format import canonical_json
+
+STATE_PARTS = ("_mirror", "import-state.json")
+INDEX = "index.json"
+CURRENT = "current.json"
+VERSION_MANIFEST = "manifest.json"
+FORMAT: Literal[1] = 1
+HISTORY_LIMIT = 200
+MAX_IMPORT_HISTORY = 1000
+
+
+class Bucket(JsonStore, Protocol):
+    """What the layout needs of mirror.airgap.objectstore.ObjectStore."""
+
+    @property
+    def bucket(self) -> str: ...
+
+    def key(self, *parts: str) -> str: ...
+
+
+def index_key(store: Bucket, domain: str) -> str:
+    return store.key(domain, INDEX)
+
+
+def current_key(store: Bucket, domain: str) -> str:
+    return store.key(domain, CURRENT)
+
+
+def version_manifest_key(store: Bucket, domain: str, version: str) -> str:
+    return store.key(domain, version, VERSION_MANIFEST)
+
+
+def bundle_key(store: Bucket, domain: str, version: str, archive_format: str) -> str:
+    return store.key(domain, version, f"bundle.{archive_format}")
+
+
+def state_key(store: Bucket) -> str:
+    return store.key(*STATE_PARTS)
+
+
+# ---- documents ------------------------------------------------------------------------------
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.to_json()) + b"\n"
+
+
+class VersionManifest(_Document):
+    """`DOMAIN/VERSION/manifest.json`: the bundle object and what it must hash to."""
+
+    format: Literal[1] = FORMAT
+    domain: str
+    version: str
+    object: str
+    sha256: str
+    size: int = Field(ge=0)
+    archive_format: str
+    tree_sha256: str
+    exported_at: str
+    imported_at: str
+    transfer_sequence: int
+    source_id: str
+
+
+class IndexEntry(_Document):
+    version: str
+    sha256: str
+    size: int = Field(ge=0)
+    object: str
+    manifest: str
+    imported_at: str
+
+
+class Index(_Document):
+    """`DOMAIN/index.json`: only versions whose bundle and manifest are complete."""
+
+    format: Literal[1] = FORMAT
+    domain: str
+    updated_at: str = ""
+    versions: list[IndexEntry] = Field(default_factory=list)
+
+    def labels(self) -> list[str]:
+        return [entry.version for entry in self.versions]
+
+
+class HistoryRecord(_Document):
+    version: str
+    action: Literal["promote", "rollback"] = "promote"
+    at: str = ""
+
+
+class Current(_Document):
+    """`DOMAIN/current.json`: the live version and how it got there (bounded history)."""
+
+    format: Literal[1] = FORMAT
+    domain: str
+    current: str | None = None
+    history: list[HistoryRecord] = Field(default_factory=list)
+
+
+class ImportRecord(_Document):
+    sequence: int
+    manifest_sha256: str
+    source_id: str = ""
+    at: str = ""
+
+
+class ImportState(_Document):
+    """`_mirror/import-state.json`: the newest imported set and a bounded history."""
+
+    format: Literal[1] = FORMAT
+    last_sequence: int
+    manifest_sha256: str | None = None
+    source_id: str | None = None
+    imported: list[ImportRecord] = Field(default_factory=list)
+
+    def history(self) -> dict[int, str | None]:
+        """sequence -> manifest sha256 of every set recorded here (the newest included)."""
+        known: dict[int, str | None] = {e.sequence: e.manifest_sha256 for e in self.imported}
+        known.setdefault(self.last_sequence, self.manifest_sha256)
+        return known
+
+    def has(self, sequence: int, manifest_sha256: str | None) -> bool:
+        return any(
+            (e.sequence, e.manifest_sha256) == (sequence, manifest_sha256) for e in self.imported
+        )
+
+
+D = TypeVar("D", bound=_Document)
+
+
+def parse_document(model: type[D], document: Any, where: str) -> D:
+    """The typed document; IntegrityError naming `where` and the first bad field otherwise."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise IntegrityError(
+            f"{where} is not a valid {model.__name__} document ({field}: {first['msg']})"
+        ) from None
+
+
+def read_document(store: Bucket, key: str, model: type[D]) -> D | None:
+    document, _ = store.read_json(key)
+    return None if document is None else parse_document(model, document, f"{store.bucket}/{key}")
+
+
+def update_document(
+    store: Bucket, key: str, model: type[D], change: Callable[[D | None], D | None]
+) -> D | None:
+    """`change` the typed document at `key` with one conditional read-modify-write."""
+    where = f"{store.bucket}/{key}"
+
+    def apply(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+        current = None if raw is None else parse_document(model, raw, where)
+        updated = change(current)
+        return None if updated is None else updated.to_json()
+
+    result = read_modify_write(store, key, apply)
+    return None if result is None else parse_document(model, result, where)
+
+
+def read_index(store: Bucket, domain: str) -> Index | None:
+    return read_document(store, index_key(store, domain), Index)
+
+
+def read_current(store: Bucket, domain: str) -> Current | None:
+    return read_document(store, current_key(store, domain), Current)
+
+
+def read_version_manifest(store: Bucket, domain: str, version: str) -> VersionManifest | None:
+    return read_document(store, version_manifest_key(store, domain, version), VersionManifest)
+
+
+def read_import_state(store: Bucket) -> ImportState | None:
+    return read_document(store, state_key(store), ImportState)

@@ -1,0 +1,91 @@
+"""Ack: mark what a receipt says arrived as delivered, so the next pack leaves it out.
+
+Promises: only versions of the packed set the receipt names (by manifest hash)
+are marked, and only when the receipt lists them with the same bundle sha256; a
+receipt signed by a trusted key that does not match its bytes is refused (exit 5);
+acknowledging twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from mirror.errors import IntegrityError, NotFound
+from mirror.outbound.pack import signing_key_from
+from mirror.store.app import App
+from mirror.store.models import Transfer, TransferItem, Version
+from mirror.timestamps import utcnow
+from mirror.transferset.keys import PublicKey, load_trusted_keys
+from mirror.transferset.receipt import read_receipt
+
+
+@dataclass(frozen=True)
+class AckResult:
+    sequence: int
+    manifest_sha256: str
+    marked: list[tuple[str, str]]
+    already: list[tuple[str, str]]
+    signature: str
+    complete: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sequence": self.sequence,
+            "manifest_sha256": self.manifest_sha256,
+            "marked": [{"domain": d, "version": v} for d, v in self.marked],
+            "already": [{"domain": d, "version": v} for d, v in self.already],
+            "signature": self.signature,
+            "complete": self.complete,
+        }
+
+
+def ack(app: App, receipt_path: Path, *, now: Callable[[], datetime] = utcnow) -> AckResult:
+    """Mark the versions a receipt lists (and its transfer lists) as delivered."""
+    trusted: dict[str, PublicKey] = dict(load_trusted_keys(app.settings.target.trusted_keys))
+    if app.settings.transfer.signing_key:
+        own = signing_key_from(app).public
+        trusted[own.key_id] = own
+    receipt, signature = read_receipt(receipt_path, trusted)
+    digest = receipt.manifest_sha256
+    moment = now()
+    marked: list[tuple[str, str]] = []
+    already: list[tuple[str, str]] = []
+    with app.db.session() as session:
+        transfer = session.execute(
+            select(Transfer).where(Transfer.manifest_sha256 == digest)
+        ).scalar_one_or_none()
+        if transfer is None:
+            raise NotFound(
+                f"no transfer set packed here has manifest {digest[:16]}…",
+                hint="acknowledge the receipt on the host that packed the set",
+            )
+        if transfer.sequence != receipt.sequence:
+            raise IntegrityError(
+                f"{receipt_path.name}: sequence {receipt.sequence} does not match the "
+                f"packed set {transfer.sequence}"
+            )
+        versions = session.execute(
+            select(Version)
+            .join(TransferItem, TransferItem.version_id == Version.id)
+            .where(TransferItem.transfer_id == transfer.id)
+        ).scalars()
+        complete = True
+        for version in versions:
+            if not receipt.lists(version.domain, version.label, version.bundle_sha256):
+                complete = False
+                continue
+            if version.delivered_at is None:
+                version.delivered_at = moment
+                marked.append((version.domain, version.label))
+            else:
+                already.append((version.domain, version.label))
+        if complete and transfer.acknowledged_at is None:
+            transfer.acknowledged_at = moment
+        sequence = transfer.sequence
+    return AckResult(sequence, digest, marked, already, signature, complete)

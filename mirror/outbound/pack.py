@@ -1,0 +1,429 @@
+"""Pack: write the index's undelivered versions as a signed transfer set (connected side).
+
+The plan (sequence, chain, items, parts) comes from the pure `transferset.plan`;
+this module reads the index, copies the blobs, signs and records.
+
+Promises:
+- `pack` builds the set under `OUT.partial-<nonce>` and renames it to OUT only
+  when every byte is written and fsynced (blobs, manifest, signature, then
+  SHA256SUMS): a set cut short by a full disk or a crash never carries the name OUT.
+- Each part and the whole blob are hashed in the same pass as the copy; a stored
+  blob that does not match its index entry is refused (IntegrityError).
+- Two packs racing for one sequence: the loser removes its set (TemporaryFailure).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError as SqlIntegrityError
+from sqlalchemy.orm import Session
+
+from mirror.config import Settings
+from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
+from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.store.app import App
+from mirror.store.models import Bundle, Transfer, TransferItem, Version
+from mirror.timestamps import utcnow
+from mirror.transferset.format import (
+    BLOBS,
+    MANIFEST,
+    SHA256SUMS,
+    SIGNATURE,
+    TOOL_DIR,
+    TOOL_NAME,
+    Manifest,
+    PartEntry,
+    Progress,
+    ToolEntry,
+    sha256sums_text,
+)
+from mirror.transferset.hashing import BackgroundSha256, stream_sha256
+from mirror.transferset.keys import SigningKey, load_signing_key
+from mirror.transferset.plan import (
+    Candidate,
+    PlannedBlob,
+    SetPlan,
+    check_part_limit,
+    plan_set,
+)
+from mirror.transferset.trust import ChainLink
+from mirror.units import format_size
+from mirror.versions import label_key
+
+FREE_SPACE_MARGIN = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class PackedItem:
+    domain: str
+    version: str
+    sha256: str
+    size: int
+    parts: int
+
+
+@dataclass(frozen=True)
+class PackResult:
+    path: Path | None
+    sequence: int | None
+    manifest_sha256: str | None
+    key_id: str | None
+    items: list[PackedItem] = field(default_factory=list)
+    total_bytes: int = 0
+    part_count: int = 0
+    tool: str | None = None
+
+    @property
+    def nothing(self) -> bool:
+        return not self.items
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path) if self.path else None,
+            "sequence": self.sequence,
+            "manifest_sha256": self.manifest_sha256,
+            "key_id": self.key_id,
+            "total_bytes": self.total_bytes,
+            "part_count": self.part_count,
+            "tool": self.tool,
+            "items": [item.__dict__ for item in self.items],
+        }
+
+
+def signing_key_from(app: App) -> SigningKey:
+    return signing_key_from_settings(app.settings)
+
+
+def signing_key_from_settings(settings: Settings) -> SigningKey:
+    path = settings.transfer.signing_key
+    if path is None:
+        raise ConfigError(
+            "transfer.signing_key is not set",
+            hint="create a key with `mirror keys generate --out PREFIX` and set it",
+        )
+    return load_signing_key(Path(path))
+
+
+def select_versions(
+    session: Session, *, domain: str | None, include_all: bool
+) -> list[tuple[Version, Bundle]]:
+    """Versions to pack: not delivered and never packed (or every one with include_all)."""
+    query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
+    if domain:
+        query = query.where(Version.domain == domain.lower())
+    if not include_all:
+        packed = select(TransferItem.version_id)
+        query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
+    rows = [(version, bundle) for version, bundle in session.execute(query).all()]
+    return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
+
+
+def disk_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def _check_out(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise ConfigError(f"{out} already exists and is not empty; choose a new directory")
+    if not out.parent.is_dir():
+        raise ConfigError(f"directory {out.parent} does not exist")
+
+
+def _plan_from_index(
+    app: App, *, domain: str | None, include_all: bool, part_limit: int
+) -> tuple[SetPlan | None, dict[tuple[str, str], int]]:
+    """The plan, and the index id of every planned version (to record the set)."""
+    with app.db.session() as session:
+        rows = select_versions(session, domain=domain, include_all=include_all)
+        newest = session.execute(
+            select(Transfer).where(
+                Transfer.sequence == select(func.max(Transfer.sequence)).scalar_subquery()
+            )
+        ).scalar_one_or_none()
+        previous = ChainLink(newest.sequence, newest.manifest_sha256) if newest else None
+    candidates = [
+        Candidate(
+            domain=version.domain,
+            version=version.label,
+            tree_sha256=version.tree_sha256,
+            exported_at=version.created_at,
+            sha256=bundle.sha256,
+            size=bundle.size,
+            archive_format=bundle.format,
+        )
+        for version, bundle in rows
+    ]
+    ids = {(version.domain, version.label): version.id for version, _ in rows}
+    return plan_set(candidates, previous, part_limit), ids
+
+
+def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
+    free = (free_space or disk_free)(out.parent)
+    if free < needed + FREE_SPACE_MARGIN:
+        raise OperationFailed(
+            f"not enough free space in {out.parent}: the set needs {format_size(needed)}, "
+            f"{format_size(free)} is free",
+            hint="use a larger medium, or --domain to pack less",
+        )
+
+
+def pack(
+    app: App,
+    out: Path,
+    *,
+    domain: str | None = None,
+    include_all: bool = False,
+    max_size: int | None = None,
+    signing_key: SigningKey | None = None,
+    now: Callable[[], datetime] = utcnow,
+    on_progress: Progress | None = None,
+    free_space: Callable[[Path], int] | None = None,
+    on_total: Callable[[int], None] | None = None,
+    tool: Path | None = None,
+) -> PackResult:
+    """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
+
+    `on_total` hears the bytes `on_progress` will count, before the first of them. `tool`
+    (a `mirror-tool-VERSION.tar` from `mirror bundle-self`) is carried as `tool/<name>`,
+    listed and signed in the manifest like a blob."""
+    out = out.absolute()
+    part_limit = max_size if max_size is not None else app.settings.transfer.max_size
+    check_part_limit(part_limit)
+    _check_out(out)
+    key = signing_key or signing_key_from(app)
+    plan, version_ids = _plan_from_index(
+        app, domain=domain, include_all=include_all, part_limit=part_limit
+    )
+    if plan is None:
+        return PackResult(None, None, None, key.key_id)
+    needed = plan.total_bytes + (_tool_size(tool) if tool is not None else 0)
+    if on_total is not None:
+        on_total(needed)
+    _check_free_space(out, needed, free_space)
+    writer = _SetWriter(app, plan, key, source_id=app.settings.transfer.source_id)
+    manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
+    manifest_sha256 = hashlib.sha256(data).hexdigest()
+    try:
+        _record(app, manifest, manifest_sha256, out, list(version_ids.values()))
+    except SqlIntegrityError:
+        shutil.rmtree(out, ignore_errors=True)
+        raise TemporaryFailure(
+            f"another pack took sequence {plan.sequence} at the same time; run again"
+        ) from None
+    parts = {blob.sha256: len(blob.parts) for blob in plan.blobs}
+    return PackResult(
+        path=out,
+        sequence=plan.sequence,
+        manifest_sha256=manifest_sha256,
+        key_id=key.key_id,
+        items=[
+            PackedItem(i.domain, i.version, i.sha256, i.size, parts[i.sha256]) for i in plan.items
+        ],
+        total_bytes=plan.total_bytes,
+        part_count=plan.part_count,
+        tool=manifest.tool.path if manifest.tool is not None else None,
+    )
+
+
+class _SetWriter:
+    """Writes a planned set into a staging directory and renames it into place."""
+
+    def __init__(self, app: App, plan: SetPlan, key: SigningKey, *, source_id: str) -> None:
+        self.app = app
+        self.plan = plan
+        self.key = key
+        self.source_id = source_id
+
+    def write(
+        self, out: Path, *, tool: Path | None, created_at: datetime, on_progress: Progress | None
+    ) -> tuple[Manifest, bytes]:
+        staging = out.parent / f"{out.name}.partial-{secrets.token_hex(4)}"
+        try:
+            result = self._stage(staging, tool, created_at, on_progress)
+            os.rename(staging, out)
+            fsync_dir(out.parent)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise OperationFailed(
+                f"writing the transfer set in {out.parent} failed: {exc.strerror or exc}; "
+                "nothing was left behind"
+            ) from None
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return result
+
+    def _stage(
+        self, staging: Path, tool: Path | None, created_at: datetime, on_progress: Progress | None
+    ) -> tuple[Manifest, bytes]:
+        staging.mkdir()
+        (staging / BLOBS).mkdir()
+        parts = {
+            blob.sha256: _write_blob(self.app, staging, blob, on_progress)
+            for blob in self.plan.blobs
+        }
+        fsync_dir(staging / BLOBS)
+        tool_entry = _copy_tool(tool, staging, on_progress) if tool is not None else None
+        manifest = self.plan.manifest(
+            parts,
+            created_at=created_at,
+            source_id=self.source_id,
+            key_id=self.key.key_id,
+            tool=tool_entry,
+        )
+        data = manifest.to_bytes()
+        signature = self.key.signature_document(data)
+        _write_new(staging / MANIFEST, data)
+        _write_new(staging / SIGNATURE, signature)
+        _write_new(staging / SHA256SUMS, sha256sums_text(manifest, data, signature))
+        fsync_dir(staging)
+        return manifest, data
+
+
+def _tool_size(tool: Path) -> int:
+    if not TOOL_NAME.match(tool.name) or not tool.is_file():
+        raise ConfigError(
+            f"{tool} is not a mirror tool artefact (mirror-tool-VERSION.tar)",
+            hint="build one with `mirror bundle-self DIR`",
+        )
+    return tool.stat().st_size
+
+
+def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolEntry:
+    (staging / TOOL_DIR).mkdir()
+    with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
+        sha256, size = stream_sha256(reader, on_progress, writer)
+        writer.flush()
+        os.fsync(writer.fileno())
+    fsync_dir(staging / TOOL_DIR)
+    return ToolEntry(name=tool.name, size=size, sha256=sha256)
+
+
+def _record(
+    app: App, manifest: Manifest, manifest_sha256: str, out: Path, version_ids: list[int]
+) -> None:
+    with app.db.session() as session:
+        transfer = Transfer(
+            sequence=manifest.sequence,
+            previous_sequence=manifest.previous_sequence,
+            manifest_sha256=manifest_sha256,
+            path=str(out),
+            item_count=len(manifest.items),
+            total_bytes=sum(item.size for item in manifest.blobs()),
+        )
+        session.add(transfer)
+        session.flush()
+        for version_id in version_ids:
+            session.add(TransferItem(transfer_id=transfer.id, version_id=version_id))
+
+
+def forget_transfer(app: App, sequence: int) -> None:
+    """Drop the record of a packed set that never left this host (a failed push)."""
+    with app.db.session() as session:
+        transfer = session.execute(
+            select(Transfer).where(Transfer.sequence == sequence)
+        ).scalar_one_or_none()
+        if transfer is None:
+            return
+        for item in session.execute(
+            select(TransferItem).where(TransferItem.transfer_id == transfer.id)
+        ).scalars():
+            session.delete(item)
+        session.flush()
+        session.delete(transfer)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_blob(
+    app: App, staging: Path, blob: PlannedBlob, on_progress: Progress | None
+) -> list[PartEntry]:
+    """Copy one stored blob into its planned parts, hashing each part and the whole."""
+    source = app.store.open(blob.sha256)
+    whole = BackgroundSha256() if len(blob.parts) > 1 else None
+    entries: list[PartEntry] = []
+    try:
+        whole_hex = _copy_parts(source, staging, blob, whole, entries, on_progress)
+    finally:
+        if whole is not None:
+            whole.close()
+    copied = sum(entry.size for entry in entries)
+    if copied != blob.size or whole_hex != blob.sha256:
+        raise IntegrityError(
+            f"stored blob {blob.sha256[:12]}… does not match its index entry",
+            hint="run `mirror store verify`",
+        )
+    return entries
+
+
+def _copy_parts(
+    source: Path,
+    staging: Path,
+    blob: PlannedBlob,
+    whole: BackgroundSha256 | None,
+    entries: list[PartEntry],
+    on_progress: Progress | None,
+) -> str:
+    """Write the parts; returns the whole blob's sha256 (or "" when the source is too long)."""
+    with open(source, "rb") as reader:
+        for part in blob.parts:
+            entries.append(_copy_part(reader, staging, part.name, part.size, whole, on_progress))
+        if reader.read(1):
+            return ""
+    return whole.hexdigest() if whole is not None else entries[0].sha256
+
+
+def _copy_part(
+    reader: Any,
+    staging: Path,
+    name: str,
+    limit: int,
+    whole: BackgroundSha256 | None,
+    on_progress: Progress | None,
+) -> PartEntry:
+    digest = hashlib.sha256()
+    written = 0
+    with open(staging / name, "xb") as writer:
+        while written < limit:
+            chunk = reader.read(min(CHUNK_SIZE, limit - written))
+            if not chunk:
+                break
+            writer.write(chunk)
+            digest.update(chunk)
+            if whole is not None:
+                whole.update(chunk)
+            written += len(chunk)
+            if on_progress is not None:
+                on_progress(len(chunk))
+        writer.flush()
+        os.fsync(writer.fileno())
+    return PartEntry(name=name, size=written, sha256=digest.hexdigest())
+
+
+@contextlib.contextmanager
+def temporary_set_dir(root: Path, prefix: str) -> Iterator[Path]:
+    """A not-yet-existing path under `root` for a set; it and its staging dirs go away after."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"{prefix}-{secrets.token_hex(6)}"
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        for stale in root.glob(f"{path.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""Planning a transfer set: what goes in, in which order, under which sequence, in which parts.
+
+A pure function of the versions offered, the set before it and the part limit:
+no database, no disk, no clock. `outbound.pack` writes what the plan says.
+
+Promises:
+- Items are ordered by domain, then version label (oldest first); a blob shared
+  by several versions is planned (and later written) once.
+- The sequence is one more than the previous set's (1 for the first), and the
+  chain fields name the previous set exactly.
+- Every blob is cut into ceil(size / part_limit) parts (at least one), each
+  no larger than the limit, with the only valid part names of the format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from mirror.errors import ConfigError
+from mirror.transferset.format import (
+    MIN_PART_SIZE,
+    Manifest,
+    ManifestItem,
+    PartEntry,
+    ToolEntry,
+    iso_time,
+    part_names,
+)
+from mirror.transferset.trust import ChainLink
+from mirror.units import format_size
+from mirror.versions import label_key
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A version offered for the set, with its bundle."""
+
+    domain: str
+    version: str
+    tree_sha256: str
+    exported_at: datetime
+    sha256: str
+    size: int
+    archive_format: str
+
+
+@dataclass(frozen=True)
+class PlannedPart:
+    name: str
+    size: int
+
+
+@dataclass(frozen=True)
+class PlannedBlob:
+    sha256: str
+    size: int
+    parts: tuple[PlannedPart, ...]
+
+
+@dataclass(frozen=True)
+class SetPlan:
+    sequence: int
+    previous: ChainLink | None
+    part_limit: int
+    items: tuple[Candidate, ...]
+    blobs: tuple[PlannedBlob, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(blob.size for blob in self.blobs)
+
+    @property
+    def part_count(self) -> int:
+        return sum(len(blob.parts) for blob in self.blobs)
+
+    def manifest(
+        self,
+        parts: Mapping[str, list[PartEntry]],
+        *,
+        created_at: datetime,
+        source_id: str,
+        key_id: str,
+        tool: ToolEntry | None,
+    ) -> Manifest:
+        """The manifest of the planned set, once its parts are written and hashed."""
+        return Manifest(
+            format=1,
+            sequence=self.sequence,
+            previous_sequence=self.previous.sequence if self.previous else None,
+            previous_manifest_sha256=self.previous.manifest_sha256 if self.previous else None,
+            created_at=iso_time(created_at),
+            source_id=source_id,
+            key_id=key_id,
+            max_part_size=self.part_limit,
+            items=[
+                ManifestItem(
+                    domain=item.domain,
+                    version=item.version,
+                    sha256=item.sha256,
+                    size=item.size,
+                    archive_format=item.archive_format,
+                    tree_sha256=item.tree_sha256,
+                    exported_at=iso_time(item.exported_at),
+                    parts=parts[item.sha256],
+                )
+                for item in self.items
+            ],
+            tool=tool,
+        )
+
+
+def check_part_limit(part_limit: int) -> None:
+    if part_limit < MIN_PART_SIZE:
+        raise ConfigError(f"--max-size must be at least {format_size(MIN_PART_SIZE)}")
+
+
+def plan_parts(sha256: str, size: int, part_limit: int) -> tuple[PlannedPart, ...]:
+    """The parts of one blob: full parts of `part_limit` bytes, the rest in the last."""
+    count = max(1, -(-size // part_limit))
+    names = part_names(sha256, count)
+    sizes = [part_limit] * (count - 1) + [size - part_limit * (count - 1)]
+    return tuple(PlannedPart(name, part_size) for name, part_size in zip(names, sizes, strict=True))
+
+
+def plan_set(
+    candidates: Sequence[Candidate], previous: ChainLink | None, part_limit: int
+) -> SetPlan | None:
+    """The set these versions make after `previous`; None when there is nothing to carry."""
+    check_part_limit(part_limit)
+    if not candidates:
+        return None
+    items = tuple(sorted(candidates, key=lambda c: (c.domain, label_key(c.version))))
+    blobs: dict[str, PlannedBlob] = {}
+    for item in items:
+        if item.sha256 not in blobs:
+            parts = plan_parts(item.sha256, item.size, part_limit)
+            blobs[item.sha256] = PlannedBlob(item.sha256, item.size, parts)
+    sequence = previous.sequence + 1 if previous is not None else 1
+    return SetPlan(sequence, previous, part_limit, items, tuple(blobs.values()))

@@ -1,0 +1,90 @@
+"""The receipt: what an import published, carried back to the connected side for `ack`.
+
+`receipt.json` is canonical JSON beside the set (or at --receipt), optionally
+signed by the import side's key in `receipt.json.sig`.
+
+Promises:
+- `Receipt` is the one typed form of the document; `receipt_bytes` writes it
+  canonically and `read_receipt` accepts only a document of that form
+  (IntegrityError "not a mirror transfer receipt" otherwise).
+- `read_receipt` never trusts a signature by an unknown key: it says so
+  ("signed by untrusted key …") and a signature by a trusted key that does not
+  match the bytes is IntegrityError (exit 5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.transferset.format import canonical_json, parse_strict_json
+from mirror.transferset.keys import PublicKey, read_signature_file
+
+RECEIPT_KIND: Literal["mirror-transfer-receipt"] = "mirror-transfer-receipt"
+
+
+class ReceiptItem(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    domain: str
+    version: str
+    sha256: str
+    object: str
+    status: str
+
+
+class Receipt(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    format: Literal[1] = 1
+    kind: Literal["mirror-transfer-receipt"] = RECEIPT_KIND
+    sequence: int
+    manifest_sha256: str
+    source_id: str = ""
+    bucket: str = ""
+    prefix: str = ""
+    imported_at: str = ""
+    signed_by: str | None = None
+    items: list[ReceiptItem]
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json")) + b"\n"
+
+    def lists(self, domain: str, version: str, sha256: str) -> bool:
+        return any(
+            (item.domain, item.version, item.sha256) == (domain, version, sha256)
+            for item in self.items
+        )
+
+
+def parse_receipt(data: bytes, name: str) -> Receipt:
+    document = parse_strict_json(data, name)
+    try:
+        return Receipt.model_validate(document)
+    except ValidationError:
+        raise IntegrityError(f"{name}: not a mirror transfer receipt") from None
+
+
+def read_receipt(path: Path, trusted: Mapping[str, PublicKey]) -> tuple[Receipt, str]:
+    """The receipt and how its signature stands: "verified by KEY", "unsigned" or "untrusted"."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise NotFound(f"receipt {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read receipt {path}: {exc.strerror}") from None
+    receipt = parse_receipt(data, path.name)
+    signature_path = path.with_name(path.name + ".sig")
+    if not signature_path.exists():
+        return receipt, "unsigned"
+    key_id, signature = read_signature_file(signature_path)
+    key = trusted.get(key_id)
+    if key is None:
+        return receipt, f"signed by untrusted key {key_id[:16]} (not checked)"
+    if not key.verify(signature, data):
+        raise IntegrityError(f"{signature_path.name}: the signature does not match {path.name}")
+    return receipt, f"verified (key {key_id})"

@@ -1,0 +1,67 @@
+"""Ack against a real index and a receipt from a real import (moto on loopback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from mirror.airgap.importer import import_set
+from mirror.airgap.objectstore import ObjectStore
+from mirror.errors import IntegrityError, NotFound
+from mirror.outbound.ack import ack
+from mirror.outbound.pack import pack
+from mirror.store.app import App
+from mirror.store.models import Transfer, Version
+from mirror.transferset.format import RECEIPT
+from mirror.transferset.keys import load_signing_key
+from tests.fixtures.s3 import add_version
+
+pytestmark = pytest.mark.s3
+
+DOCS = "docs.example.com"
+API = "api.example.com"
+
+
+def test_ack_marks_the_listed_versions_delivered(
+    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(target_app, DOCS, "2026-11-20")
+    add_version(target_app, API, "2026-11-20")
+    pack(target_app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted)
+    result = ack(target_app, tmp_path / "set" / RECEIPT)
+    assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
+    assert result.complete and result.signature == "unsigned"
+    with target_app.db.session() as session:
+        assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
+        assert session.execute(select(Transfer)).scalar_one().acknowledged_at is not None
+    again = ack(target_app, tmp_path / "set" / RECEIPT)
+    assert again.marked == [] and len(again.already) == 2
+    assert pack(target_app, tmp_path / "next", include_all=False).nothing
+
+
+def test_ack_checks_the_receipt(
+    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
+) -> None:
+    add_version(target_app, DOCS, "2026-11-20")
+    pack(target_app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted, receipt_key=load_signing_key(key_pair[0]))
+    receipt = tmp_path / "set" / RECEIPT
+    assert ack(target_app, receipt).signature.startswith("verified")
+    data = receipt.read_bytes()
+    receipt.write_bytes(data.replace(b'"sequence":1', b'"sequence":2'))
+    with pytest.raises(IntegrityError, match="signature does not match"):
+        ack(target_app, receipt)
+    document = json.loads(data)
+    document["manifest_sha256"] = "e" * 64
+    receipt.write_text(json.dumps(document))
+    (tmp_path / "set" / "receipt.json.sig").unlink()
+    with pytest.raises(NotFound, match="no transfer set packed here"):
+        ack(target_app, receipt)
+    receipt.write_text("{}")
+    with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
+        ack(target_app, receipt)
