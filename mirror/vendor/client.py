@@ -25,17 +25,18 @@ What callers can rely on:
 
 Retry policy, and why it is a small loop rather than `stamina.retry_context`:
   Reads (job status, bundle link, agent job) are retried on connection errors, timeouts, 408,
-  429 and 5xx with stamina's backoff (exponential from `wait_initial`, capped at `wait_max`,
-  plus up to `wait_jitter` of random jitter). A `Retry-After` header (delta seconds or an HTTP
-  date) is the minimum wait for that attempt. The whole call is bounded by `retry_attempts`
-  attempts and `retry_timeout` seconds in total; a wait that would pass the deadline is not
-  started. Exhaustion raises TemporaryFailure naming the endpoint and the last failure, with
-  `retry_after` set when the vendor gave one. stamina's `retry_context` sleeps through
-  tenacity's own `time.sleep`/`time.monotonic` and treats a hook's backoff as a replacement for
-  (not a floor under) its computed wait, so the clock and sleep could not be injected and
-  `Retry-After` could not be a minimum. The loop below keeps stamina's semantics where it
-  matters: the same jittered backoff formula, `stamina.is_active()` turns retries off, and
-  every scheduled retry is reported to stamina's instrumentation hooks (`mirror.logs.log_retry`
+  429 and 5xx with `mirror.vendor.retry`'s backoff (stamina's formula: exponential from
+  `wait_initial`, capped at `wait_max`, plus up to `wait_jitter` of random jitter). A
+  `Retry-After` header (delta seconds or an HTTP date) is the minimum wait for that attempt.
+  The whole call is bounded by `retry_attempts` attempts and `retry_timeout` seconds in total;
+  a wait that would pass the deadline is not started. Exhaustion raises TemporaryFailure
+  naming the endpoint and the last failure, with `retry_after` set when the vendor gave one.
+  stamina's `retry_context` sleeps through tenacity's own `time.sleep`/`time.monotonic` and
+  treats a hook's backoff as a replacement for (not a floor under) its computed wait, so the
+  clock and sleep could not be injected and `Retry-After` could not be a minimum. The loop
+  below keeps stamina's semantics where it matters: the same jittered backoff formula,
+  `stamina.is_active()` turns retries off, and every scheduled retry is reported to
+  stamina's instrumentation hooks (`mirror.logs.log_retry`
   writes one readable line; stamina's Prometheus counter `stamina_retries_total`).
   A host name that does not resolve (socket.gaierror under httpx.ConnectError) is a
   misconfiguration or a resolver outage, not a busy vendor: it is tried `DNS_ATTEMPTS` times
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import re
 import socket
 import ssl
@@ -65,7 +65,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from urllib.parse import quote
@@ -84,6 +83,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.logs import REDACTED, redact, register_secret
+from mirror.vendor.retry import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from mirror.config import Settings
@@ -218,23 +218,6 @@ def parse_timestamp(value: object) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait from a Retry-After value (delta seconds or HTTP date); None if unusable."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    number = parse_number(text) if "%" not in text else None
-    if number is not None:
-        return max(number, 0.0)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - now).total_seconds(), 0.0)
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value != "" else None
 
@@ -309,23 +292,6 @@ def shown_id(job_id: str) -> str:
     """A job id as it may appear in a one-line message (escaped, shortened)."""
     text = repr(job_id)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def backoff_delay(
-    attempt: int,
-    *,
-    initial: float,
-    maximum: float,
-    jitter: float,
-    exp_base: float = 2.0,
-    rng: Callable[[float, float], float] = random.uniform,
-) -> float:
-    """stamina's wait before retry number `attempt` (1-based): capped exponential plus jitter."""
-    extra = rng(0.0, jitter) if jitter > 0 else 0.0
-    try:
-        return min(maximum, initial * exp_base ** (attempt - 1) + extra)
-    except OverflowError:
-        return maximum
 
 
 def _vendor_text(response: httpx.Response) -> str | None:
@@ -417,9 +383,7 @@ class VendorClient:
         self.export_flow: ExportFlow = export_flow
         self.retry_attempts = max(1, retry_attempts)
         self.retry_timeout = retry_timeout
-        self.wait_initial = wait_initial
-        self.wait_max = wait_max
-        self.wait_jitter = wait_jitter
+        self.backoff = Backoff(initial=wait_initial, maximum=wait_max, jitter=wait_jitter)
         self._key = key
         self._sleep = sleep
         self._clock = clock
@@ -679,11 +643,7 @@ class VendorClient:
                 text = _vendor_text(response)
                 last = f"HTTP {status}{': ' + text if text else ''}"
                 cause = RetryableStatus(status, endpoint)
-            wait = backoff_delay(
-                attempt, initial=self.wait_initial, maximum=self.wait_max, jitter=self.wait_jitter
-            )
-            if retry_after is not None:
-                wait = max(wait, retry_after)
+            wait = self.backoff.delay(attempt, retry_after)
             attempts = self.retry_attempts
             if unresolved is not None:
                 wait = min(wait, DNS_WAIT_MAX)
@@ -750,7 +710,7 @@ class VendorClient:
         # A fixed name per operation: it is a Prometheus label, so no job ids in it.
         # `kwargs` describe the call for mirror.logs.log_retry's line.
         details = RetryDetails(
-            name=f"mirror.api.VendorClient.{operation}",
+            name=f"{__name__}.VendorClient.{operation}",
             args=(),
             kwargs={**{k: self._scrub(v) for k, v in described.items()}, "attempts": attempts},
             retry_num=attempt,
