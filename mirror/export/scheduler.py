@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from mirror.units import format_duration
+
 DEFAULT_FAILURE_RETRY = 300.0
 DEFAULT_DEFER = 30.0
 MIN_DEFER = 0.5
@@ -222,19 +224,6 @@ def status_line(
     """The systemd STATUS= text, e.g. '3 running, 12 idle, next due docs.x in 5m'."""
     text = f"{running} running, {idle} idle"
     if next_due is not None:
-        text += f", next due {next_due[0]} in {format_delay((next_due[1] - now).total_seconds())}"
+        delay = format_duration((next_due[1] - now).total_seconds())
+        text += f", next due {next_due[0]} in {delay}"
     return text
-
-
-def format_delay(seconds: float) -> str:
-    """A short human duration: 45s, 5m, 2h10m, 3d."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        hours, minutes = divmod(seconds // 60, 60)
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    days, hours = divmod(seconds // 3600, 24)
-    return f"{days}d{hours}h" if hours else f"{days}d"

@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from mirror.errors import ConfigError
 from mirror.fsutil import fsync_dir
-from mirror.store.db import Database, safe_url
+from mirror.store.db import Database, redacted_database_url
 from mirror.store.models import IndexInfo
 
 STORE_ID_FILE = "store-id"
@@ -89,7 +89,7 @@ def bind_store(root: Path, db: Database) -> StoreBinding:
     if document["index_id"] != index_id:
         raise ConfigError(
             f"the store at {root} belongs to another index (index {document['index_id'][:12]}), "
-            f"not to {safe_url(db.url)} (index {index_id[:12]})",
+            f"not to {redacted_database_url(db.url)} (index {index_id[:12]})",
             hint="give each index its own store.path; one store shared by two indexes "
             "would export every domain twice",
         )
