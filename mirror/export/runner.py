@@ -73,6 +73,7 @@ from mirror.export.lease import Heartbeat, HeldByOther, NotDue, owner_host, repl
 from mirror.export.repair import repair_from_download
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.store.app import App
+from mirror.store.bundles import add_bundle
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
@@ -891,17 +892,7 @@ class _Runner:
                 return self.finish_unchanged(session, latest, report)
         blob = self.store.adopt(source, sha256, size) if source == self.partial_path() else source
         with self.db.session() as session:
-            if session.get(Bundle, sha256) is None:
-                session.add(
-                    Bundle(
-                        sha256=sha256,
-                        size=size,
-                        format=report.format,
-                        tree_sha256=report.tree_sha256,
-                        file_count=report.file_count,
-                        created_at=self.now(),
-                    )
-                )
+            add_bundle(session, sha256, size, report, created_at=self.now())
             labels = session.scalars(select(Version.label).where(Version.domain == self.domain))
             label = next_label(list(labels), run.vendor_started_at or self.now())
             session.add(

@@ -17,14 +17,12 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from mirror.errors import ConfigError
 from mirror.fsutil import fsync_dir
-from mirror.store.db import Database, redacted_database_url
+from mirror.store.db import Database, dialect_insert, redacted_database_url
 from mirror.store.models import IndexInfo
 
 STORE_ID_FILE = "store-id"
@@ -43,11 +41,8 @@ class StoreBinding:
 def _put_if_absent(db: Database, name: str, value: str) -> str:
     """Insert `name = value` unless present; returns the stored value (the first writer wins)."""
     with db.session() as session:
-        dialect = session.get_bind().dialect.name
-        module: Any = postgresql if dialect == "postgresql" else sqlite
-        session.execute(
-            module.insert(IndexInfo).values(name=name, value=value).on_conflict_do_nothing()
-        )
+        insert = dialect_insert(session, IndexInfo).values(name=name, value=value)
+        session.execute(insert.on_conflict_do_nothing())
         return str(session.scalars(select(IndexInfo.value).where(IndexInfo.name == name)).one())
 
 

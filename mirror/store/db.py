@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -50,6 +51,13 @@ def make_engine(url: str) -> Engine:
         raise ConfigError(
             f"store.database: cannot use {redacted_database_url(url)}: {exc}"
         ) from None
+
+
+def dialect_insert(session: Session, table: Any) -> Any:
+    """An INSERT into `table` that knows ON CONFLICT, for the session's database."""
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(table)
 
 
 def redacted_database_url(url: str) -> str:
