@@ -47,13 +47,14 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mirror.config import ExportSettings, Settings, load_settings
 from mirror.errors import ConfigError, Interrupted, MirrorError, TemporaryFailure
+from mirror.export.claim import DueCheck
 from mirror.export.deferrals import clear as clear_deferral
 from mirror.export.deferrals import defer
 from mirror.export.lease import HeldByOther, NotDue, ReplicaLogFilter, replica_identity
 from mirror.export.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
 from mirror.export.notify import Notifier
 from mirror.export.recovery import recover
-from mirror.export.runner import DueCheck, JobTimedOut, RunEvent, run_export
+from mirror.export.runner import JobTimedOut, RunEvent, run_export
 from mirror.export.scheduler import (
     DEFAULT_FAILURE_RETRY,
     DomainState,

@@ -24,7 +24,7 @@ from sqlalchemy import select
 
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
-from mirror.export.runner import pid_alive
+from mirror.export.lease import pid_alive
 from mirror.fsutil import sha256_file
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle

@@ -46,15 +46,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import sqlalchemy.exc
-from sqlalchemy import CursorResult, select, text, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveReport, inspect_archive
@@ -68,8 +67,8 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.export.deferrals import lock_domain
-from mirror.export.lease import Heartbeat, HeldByOther, NotDue, owner_host, replica_identity
+from mirror.export.claim import DueCheck, LostLease, RunClaim, RunSnapshot
+from mirror.export.lease import replica_identity
 from mirror.export.repair import repair_from_download
 from mirror.fsutil import disk_full, is_disk_full, sha256_file
 from mirror.store.app import App
@@ -84,7 +83,6 @@ log = logging.getLogger(__name__)
 
 LINK_MARGIN_SECONDS = 30.0
 PROGRESS_EVENT_SECONDS = 0.1
-_BUDGET_LOCK_KEY = 0x6D69_7272_6F72  # "mirror": serialises start-budget checks on PostgreSQL
 
 
 # --- what callers see ------------------------------------------------------------------------
@@ -125,45 +123,6 @@ class ExportOutcome:
 # --- the pure core ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RunSnapshot:
-    """The columns of an `export_runs` row that drive the state machine."""
-
-    id: int
-    domain: str
-    state: str
-    active: bool
-    requested_version: str | None
-    requested_paths: list[str] | None
-    vendor_job_id: str | None
-    vendor_started_at: datetime | None
-    bundle_url: str | None
-    bundle_expires_at: datetime | None
-    expected_size: int | None
-    partial_name: str | None
-    bytes_done: int
-    sha256: str | None
-    version_label: str | None
-    error: str | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    finished_at: datetime | None
-
-    @classmethod
-    def of(cls, row: ExportRun) -> RunSnapshot:
-        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
-
-    def link(self) -> BundleLink | None:
-        if not self.bundle_url or not self.vendor_job_id:
-            return None
-        return BundleLink(
-            job_id=self.vendor_job_id,
-            url=self.bundle_url,
-            size_bytes=self.expected_size,
-            expires_at=self.bundle_expires_at,
-        )
-
-
 class Step(enum.Enum):
     START = "start"  # ask the vendor for a job (budget first)
     POLL = "poll"  # wait for the job to finish
@@ -195,78 +154,7 @@ def next_poll_delay(current: float, job: ExportJob, base: float, cap: float) -> 
     return min(cap, max(base, current * 1.5))
 
 
-def budget_wait(started: Sequence[datetime], now: datetime, per_hour: int) -> float:
-    """Seconds until another start fits in `per_hour` starts per rolling hour (0 = now).
-
-    `started` are the start times within the last hour, oldest first.
-    """
-    if per_hour <= 0 or len(started) < per_hour:
-        return 0.0
-    frees_at = started[len(started) - per_hour] + timedelta(hours=1)
-    return max((frees_at - now).total_seconds(), 0.001)
-
-
-def parse_owner(owner: str) -> tuple[str, int | None]:
-    """(host, pid) of a lease owner `host:pid:nonce`; pid None when it is not one of ours."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    return host, int(pid_text) if pid_text.isdigit() else None
-
-
-def lease_held_by_other(
-    owner: str | None,
-    expires_at: datetime | None,
-    *,
-    me: str,
-    now: datetime,
-    host: str,
-    pid_alive: Callable[[int], bool],
-) -> bool:
-    """Whether someone else holds a live lease (expired leases and dead local owners do not)."""
-    if owner is None or owner == me:
-        return False
-    if expires_at is None or expires_at <= now:
-        return False
-    owner_host, pid = parse_owner(owner)
-    return not (owner_host == host and pid is not None and not pid_alive(pid))
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-DueCheck = Callable[[Session, datetime], datetime | None]
-"""Given the claim's transaction and now: None when the domain is due, else when it will be."""
-
-
 # --- queries ---------------------------------------------------------------------------------
-
-
-def start_budget_wait(
-    session: Session, now: datetime, per_hour: int, *, exclude_run_id: int | None = None
-) -> float:
-    """Seconds until a start is allowed (0 = now), from the vendor starts of the last hour.
-
-    The budget is shared by all domains (and all replicas sharing the database).
-    """
-    query = (
-        select(ExportRun.vendor_started_at)
-        .where(ExportRun.vendor_started_at > now - timedelta(hours=1))
-        .order_by(ExportRun.vendor_started_at)
-    )
-    if exclude_run_id is not None:
-        query = query.where(ExportRun.id != exclude_run_id)
-    started = [when for when in session.scalars(query) if when is not None]
-    return budget_wait(started, now, per_hour)
 
 
 def unfinished_runs(app: App) -> list[ExportRun]:
@@ -286,10 +174,6 @@ def latest_version(session: Session, domain: str) -> Version | None:
 
 
 # --- the runner ------------------------------------------------------------------------------
-
-
-class _LostLease(TemporaryFailure):
-    pass
 
 
 class JobTimedOut(TemporaryFailure):
@@ -320,66 +204,31 @@ class _Runner:
         self.store = app.store
         self.client = client
         self.domain = domain
-        self.version = version
-        self.paths = paths
         self.cancel = cancel
         self.on_event = on_event
         self.sleep = sleep
         self.now = now
         self.owner = owner
-        self.due_check = due_check
-        self.heartbeat: Heartbeat | None = None
-        self.reserved_at_claim = False
+        self.claim = RunClaim(
+            app, domain, owner=owner, now=now, version=version, paths=paths, due_check=due_check
+        )
         api = app.settings.api
         self.poll_interval = api.poll_interval
         self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
-        self.per_hour = api.max_starts_per_hour
         self.job_timeout = api.job_timeout
         self.download_settings = app.settings.download
-        self.lease_seconds = app.settings.daemon.lease
-        self.resumed = False
         self.downloaded_here = False
         self._last_progress_event = 0.0
-        self.run: RunSnapshot | None = None
 
     # -- plumbing -----------------------------------------------------------------------
 
     @property
     def current(self) -> RunSnapshot:
-        assert self.run is not None
-        return self.run
-
-    def lease_until(self) -> datetime:
-        return self.now() + timedelta(seconds=self.lease_seconds)
+        return self.claim.current
 
     def save(self, session: Session | None = None, **values: Any) -> RunSnapshot:
         """Write `values` to the run row, guarded by our lease (and renewing it)."""
-        values.setdefault("lease_expires_at", self.lease_until())
-        values["updated_at"] = self.now()
-        run = self.current
-        statement = (
-            update(ExportRun)
-            .where(ExportRun.id == run.id, ExportRun.lease_owner == self.owner)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        if session is None:
-            with self.db.session() as own:
-                result = own.execute(statement)
-                self._check_owned(result)
-        else:
-            self._check_owned(session.execute(statement))
-        values.pop("updated_at")
-        self.run = replace(run, **values)
-        return self.run
-
-    def _check_owned(self, result: Any) -> None:
-        if not isinstance(result, CursorResult) or result.rowcount != 1:
-            raise _LostLease(
-                f"export of {self.domain} (run {self.current.id}) was taken over by another "
-                "process; this one stops",
-                retry_after=self.lease_seconds,
-            )
+        return self.claim.save(session, **values)
 
     def transition(self, state: str, session: Session | None = None, **values: Any) -> RunSnapshot:
         run = self.save(session, state=state, **values)
@@ -423,182 +272,6 @@ class _Runner:
         with contextlib.suppress(FileNotFoundError):
             self.partial_path().unlink()
 
-    # -- claim and release --------------------------------------------------------------
-
-    def claim(self) -> None:
-        """Take the domain's active run (or create one) under our lease."""
-        for _ in range(5):
-            with self.db.session() as session:
-                row = session.scalars(
-                    select(ExportRun).where(
-                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
-                    )
-                ).first()
-                existing = RunSnapshot.of(row) if row is not None else None
-            if existing is None:
-                if self.create():
-                    return
-                continue
-            if lease_held_by_other(
-                existing.lease_owner,
-                existing.lease_expires_at,
-                me=self.owner,
-                now=self.now(),
-                host=owner_host(self.owner),
-                pid_alive=pid_alive,
-            ):
-                assert existing.lease_expires_at is not None and existing.lease_owner
-                raise HeldByOther(
-                    f"domain {self.domain} is being exported by {existing.lease_owner} "
-                    f"(run {existing.id}, {existing.state}); try again later",
-                    until=existing.lease_expires_at,
-                    owner=existing.lease_owner,
-                )
-            if self.take_over(existing):
-                return
-        raise TemporaryFailure(
-            f"could not claim the export run of {self.domain}: other processes keep taking it; "
-            "try again later"
-        )
-
-    def create(self) -> bool:
-        """Create the domain's run, if it is still due, with its vendor start budgeted.
-
-        All in one transaction under the domain's schedule row lock (PostgreSQL) or
-        the database write lock (SQLite): a replica whose view is stale finds the run
-        another one just finished and raises NotDue instead of exporting again.
-        """
-        binding = self.app.binding
-        now = self.now()
-        try:
-            with self.db.session() as session:
-                lock_domain(session, self.domain)
-                active = session.scalars(
-                    select(ExportRun.id).where(
-                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
-                    )
-                ).first()
-                if active is not None:
-                    return False  # claim again: take it over or report who holds it
-                if self.due_check is not None:
-                    due = self.due_check(session, now)
-                    if due is not None:
-                        raise NotDue(
-                            f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
-                            "(another process exported it since this one looked)",
-                            due=due,
-                        )
-                self.check_budget(session, now)
-                row = ExportRun(
-                    domain=self.domain,
-                    active=True,
-                    state=RunState.PENDING,
-                    requested_version=self.version,
-                    requested_paths=list(self.paths) if self.paths is not None else None,
-                    vendor_started_at=now,
-                    bytes_done=0,
-                    lease_owner=self.owner,
-                    lease_expires_at=self.lease_until(),
-                    heartbeat_at=now,
-                    created_at=now,
-                    updated_at=now,
-                )
-                session.add(row)
-                session.flush()
-                row.partial_name = binding.partial_name(row.id)
-                session.flush()
-                self.run = RunSnapshot.of(row)
-        except sqlalchemy.exc.IntegrityError:
-            return False  # another process created the domain's active run just now
-        self.reserved_at_claim = True
-        self.start_heartbeat()
-        self.announce()
-        return True
-
-    def check_budget(self, session: Session, now: datetime) -> None:
-        """Raise TemporaryFailure when the shared start budget has no room now (locks it on
-        PostgreSQL until the transaction ends; SQLite's write lock already serialises it)."""
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY})
-        run_id = self.run.id if self.run is not None else None
-        wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=run_id)
-        if wait > 0:
-            raise TemporaryFailure(
-                f"the start budget of {self.per_hour} vendor exports per hour is spent; "
-                f"{self.domain} starts in {wait:.0f}s",
-                hint="api.max_starts_per_hour is shared by all domains",
-                retry_after=wait,
-            )
-
-    def start_heartbeat(self) -> None:
-        self.heartbeat = Heartbeat(
-            self.db, self.current.id, self.owner, self.lease_seconds, now=self.now
-        ).start()
-
-    def take_over(self, existing: RunSnapshot) -> bool:
-        owner_match = (
-            ExportRun.lease_owner.is_(None)
-            if existing.lease_owner is None
-            else ExportRun.lease_owner == existing.lease_owner
-        )
-        until = self.lease_until()
-        with self.db.session() as session:
-            result = session.execute(
-                update(ExportRun)
-                .where(ExportRun.id == existing.id, ExportRun.active.is_(True), owner_match)
-                .values(lease_owner=self.owner, lease_expires_at=until, updated_at=self.now())
-                .execution_options(synchronize_session=False)
-            )
-            taken = isinstance(result, CursorResult) and result.rowcount == 1
-        if not taken:
-            return False
-        self.run = replace(existing, lease_owner=self.owner, lease_expires_at=until)
-        self.resumed = True
-        self.start_heartbeat()
-        self.emit(RunEvent(self.domain, existing.id, existing.state, existing.vendor_job_id))
-        if existing.lease_owner not in (None, self.owner):
-            log.warning(
-                "taking over the export run %d of %s from %s (its lease expired or its "
-                "process is gone)",
-                existing.id,
-                self.domain,
-                existing.lease_owner,
-                extra={
-                    "domain": self.domain,
-                    "run_id": existing.id,
-                    "replica": self.owner,
-                    "previous_owner": existing.lease_owner,
-                    "lease_expired_at": _iso(existing.lease_expires_at),
-                },
-            )
-        log.info(
-            "resuming export run %d of %s in state %s",
-            existing.id,
-            self.domain,
-            existing.state,
-            extra={
-                "domain": self.domain,
-                "run_id": existing.id,
-                "state": existing.state,
-                "replica": self.owner,
-            },
-        )
-        return True
-
-    def release(self) -> None:
-        """Stop the heartbeat and give the lease up (the run stays active and resumable)."""
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-        if self.run is None or not self.current.active:
-            return
-        try:
-            with self.db.session() as session:
-                self.save(session, lease_owner=None, lease_expires_at=None)
-        except _LostLease:
-            pass
-        except Exception as exc:  # never hide the error that brought us here
-            log.warning("could not release the lease of run %d: %s", self.current.id, exc)
-
     def fail(self, error: MirrorError | str, **values: Any) -> None:
         """End the run as FAILED (terminal) and remove its partial file."""
         message = str(error)
@@ -612,7 +285,7 @@ class _Runner:
                 lease_expires_at=None,
                 **values,
             )
-        except _LostLease:
+        except LostLease:
             return
         self.announce(error=message)
         self.drop_partial()
@@ -620,7 +293,12 @@ class _Runner:
     # -- the loop -----------------------------------------------------------------------
 
     def execute(self) -> ExportOutcome:
-        self.claim()
+        self.claim.claim()
+        run = self.current
+        if self.claim.resumed:
+            self.emit(RunEvent(self.domain, run.id, run.state, run.vendor_job_id))
+        else:
+            self.announce()
         try:
             while True:
                 self.check_cancel()
@@ -651,19 +329,19 @@ class _Runner:
                 self.store.root, None, f"run {self.current.id} of {self.domain} stays resumable"
             ) from None
         finally:
-            self.release()
+            self.claim.release()
 
     # -- START --------------------------------------------------------------------------
 
     def start(self) -> None:
         run = self.current
-        if self.reserved_at_claim:
-            self.reserved_at_claim = False  # budgeted when the run was created
+        if self.claim.reserved_at_claim:
+            self.claim.reserved_at_claim = False  # budgeted when the run was created
             previous_stamp = None
         else:
             previous_stamp = run.vendor_started_at
             self.announce_unknown_start()
-            self.reserve_start()
+            self.claim.reserve_start()
         try:
             job = self.client.start_export(
                 self.domain,
@@ -676,7 +354,7 @@ class _Runner:
             raise
         except StartRefused:
             # 409/429/408/503 or not even sent: no job exists, so the stamp goes back too.
-            with contextlib.suppress(_LostLease):
+            with contextlib.suppress(LostLease):
                 self.save(vendor_started_at=previous_stamp)
             raise
         # Nothing may come between the vendor's answer and this commit (see module doc).
@@ -695,14 +373,6 @@ class _Runner:
             run.vendor_started_at.isoformat(),
             extra={"domain": self.domain, "run_id": run.id, "replica": self.owner},
         )
-
-    def reserve_start(self) -> None:
-        """Check the shared start budget and stamp this run's start, in one transaction."""
-        now = self.now()
-        with self.db.session() as session:
-            self.save(session)  # first a write: on SQLite it serialises the budget check too
-            self.check_budget(session, now)
-            self.save(session, vendor_started_at=now)
 
     # -- POLL ---------------------------------------------------------------------------
 
@@ -813,7 +483,7 @@ class _Runner:
             )
         except (AuthError, NotFound, LinkFailed):
             # This link is refused, unusable or spent: the next try asks for a new one.
-            with contextlib.suppress(_LostLease):
+            with contextlib.suppress(LostLease):
                 self.save(bundle_url=None, bundle_expires_at=None)
             raise
         self.downloaded_here = True
@@ -993,7 +663,7 @@ class _Runner:
             format=fmt or report.format,
             tree_sha256=report.tree_sha256,
             file_count=report.file_count,
-            resumed=self.resumed,
+            resumed=self.claim.resumed,
         )
 
 
@@ -1041,7 +711,3 @@ def run_export(
         due_check=due_check,
     )
     return runner.execute()
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") if value is not None else None
