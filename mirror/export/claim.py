@@ -293,13 +293,23 @@ class RunClaim:
                 retry_after=wait,
             )
 
-    def reserve_start(self) -> None:
-        """Check the shared start budget and stamp this run's start, in one transaction."""
+    def reserve_start(self) -> datetime | None:
+        """Check the shared start budget and stamp this run's start, in one transaction.
+
+        Returns the stamp replaced, to put back when the vendor provably started nothing.
+        A run this claim created was budgeted then and is not stamped again.
+        """
+        run = self.current
+        if self.reserved_at_claim:
+            self.reserved_at_claim = False
+            return None
+        warn_unknown_start(run, self.owner)
         now = self.now()
         with self.db.session() as session:
             self.save(session)  # first a write: on SQLite it serialises the budget check too
             self.check_budget(session, now)
             self.save(session, vendor_started_at=now)
+        return run.vendor_started_at
 
     def start_heartbeat(self) -> None:
         self.heartbeat = Heartbeat(
@@ -369,6 +379,21 @@ class RunClaim:
             pass
         except Exception as exc:  # never hide the error that brought us here
             log.warning("could not release the lease of run %d: %s", self.current.id, exc)
+
+
+def warn_unknown_start(run: RunSnapshot, owner: str) -> None:
+    """Say that an earlier start of `run` may have left an orphaned vendor job."""
+    if run.vendor_started_at is None:
+        return
+    log.warning(
+        "an earlier start of run %d of %s (at %s) ended without a job id (the process "
+        "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
+        "one-active-job vendor refuses this start until it ends",
+        run.id,
+        run.domain,
+        run.vendor_started_at.isoformat(),
+        extra={"domain": run.domain, "run_id": run.id, "replica": owner},
+    )
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -18,7 +18,7 @@ Promises:
   until the orphan has finished. The start budget counts the stamp, so an
   unknown start is never free.
 - A run is owned through a short lease (`host:pid:nonce`, `daemon.lease`) that a
-  heartbeat thread renews (mirror/lease.py). A live lease of someone else ->
+  heartbeat thread renews (`export.claim`, `export.lease`). A live lease of someone else ->
   HeldByOther (a TemporaryFailure); an expired lease, or one of a dead process on
   this host, is taken over. Every write is guarded by the lease, so a process that
   lost its lease stops instead of overwriting its successor's work.
@@ -56,7 +56,7 @@ import pydantic
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.archive import ArchiveReport, inspect_archive
+from mirror.archive import ArchiveReport
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -68,16 +68,15 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.export.claim import DueCheck, LostLease, RunClaim, RunSnapshot
+from mirror.export.intake import check_download, downloaded_file, forget_unindexed_blob
 from mirror.export.lease import replica_identity
-from mirror.export.repair import repair_from_download
-from mirror.fsutil import disk_full, is_disk_full, sha256_file
+from mirror.fsutil import disk_full, is_disk_full
 from mirror.store.app import App
-from mirror.store.bundles import add_bundle
+from mirror.store.bundles import add_bundle, add_version, latest_version
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
-from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)
 
@@ -167,12 +166,6 @@ def unfinished_runs(app: App) -> list[ExportRun]:
         )
 
 
-def latest_version(session: Session, domain: str) -> Version | None:
-    """The domain's newest version by label order."""
-    versions = list(session.scalars(select(Version).where(Version.domain == domain)))
-    return max(versions, key=lambda v: label_key(v.label)) if versions else None
-
-
 # --- the runner ------------------------------------------------------------------------------
 
 
@@ -212,23 +205,19 @@ class _Runner:
         self.claim = RunClaim(
             app, domain, owner=owner, now=now, version=version, paths=paths, due_check=due_check
         )
+        self.save = self.claim.save  # every write to the run row is guarded by the lease
         api = app.settings.api
         self.poll_interval = api.poll_interval
         self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
         self.job_timeout = api.job_timeout
         self.download_settings = app.settings.download
         self.downloaded_here = False
-        self._last_progress_event = 0.0
 
     # -- plumbing -----------------------------------------------------------------------
 
     @property
     def current(self) -> RunSnapshot:
         return self.claim.current
-
-    def save(self, session: Session | None = None, **values: Any) -> RunSnapshot:
-        """Write `values` to the run row, guarded by our lease (and renewing it)."""
-        return self.claim.save(session, **values)
 
     def transition(self, state: str, session: Session | None = None, **values: Any) -> RunSnapshot:
         run = self.save(session, state=state, **values)
@@ -238,11 +227,13 @@ class _Runner:
 
     def announce(self, **extra: Any) -> None:
         run = self.current
-        fields_ = {"domain": run.domain, "run_id": run.id, "state": run.state}
-        fields_["replica"] = self.owner
-        fields_["job_id"] = run.vendor_job_id
-        fields_.update(extra)
-        log.info("export state", extra=fields_)
+        fields_ = {
+            "domain": run.domain,
+            "run_id": run.id,
+            "state": run.state,
+            "replica": self.owner,
+        }
+        log.info("export state", extra={**fields_, "job_id": run.vendor_job_id, **extra})
         self.emit(RunEvent(run.domain, run.id, run.state, run.vendor_job_id))
 
     def emit(self, event: RunEvent) -> None:
@@ -276,15 +267,7 @@ class _Runner:
         """End the run as FAILED (terminal) and remove its partial file."""
         message = str(error)
         try:
-            self.save(
-                state=RunState.FAILED,
-                error=message,
-                active=False,
-                finished_at=self.now(),
-                lease_owner=None,
-                lease_expires_at=None,
-                **values,
-            )
+            self.save(**{**self.finished(), "state": RunState.FAILED, "error": message, **values})
         except LostLease:
             return
         self.announce(error=message)
@@ -293,6 +276,12 @@ class _Runner:
     # -- the loop -----------------------------------------------------------------------
 
     def execute(self) -> ExportOutcome:
+        self.steps = {
+            Step.START: self.start,
+            Step.POLL: self.poll,
+            Step.FETCH_LINK: self.fetch_link,
+            Step.DOWNLOAD: self.download,
+        }
         self.claim.claim()
         run = self.current
         if self.claim.resumed:
@@ -303,16 +292,12 @@ class _Runner:
             while True:
                 self.check_cancel()
                 step = next_step(self.current)
-                if step is Step.START:
-                    self.start()
-                elif step is Step.POLL:
-                    self.poll()
-                elif step is Step.FETCH_LINK:
-                    self.fetch_link()
-                elif step is Step.DOWNLOAD:
-                    self.download()
-                elif step is Step.STORE:
-                    return self.store_bundle()
+                if step is Step.STORE:
+                    outcome = self.store_bundle()
+                    if outcome is not None:
+                        return outcome
+                elif step is not Step.DONE:
+                    self.steps[step]()
                 else:
                     raise MirrorError(
                         f"export run {self.current.id} of {self.domain} is already "
@@ -334,14 +319,8 @@ class _Runner:
     # -- START --------------------------------------------------------------------------
 
     def start(self) -> None:
+        previous_stamp = self.claim.reserve_start()
         run = self.current
-        if self.claim.reserved_at_claim:
-            self.claim.reserved_at_claim = False  # budgeted when the run was created
-            previous_stamp = None
-        else:
-            previous_stamp = run.vendor_started_at
-            self.announce_unknown_start()
-            self.claim.reserve_start()
         try:
             job = self.client.start_export(
                 self.domain,
@@ -360,20 +339,6 @@ class _Runner:
         # Nothing may come between the vendor's answer and this commit (see module doc).
         self.transition(RunState.STARTED, vendor_job_id=job.job_id)
 
-    def announce_unknown_start(self) -> None:
-        run = self.current
-        if run.vendor_started_at is None:
-            return
-        log.warning(
-            "an earlier start of run %d of %s (at %s) ended without a job id (the process "
-            "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
-            "one-active-job vendor refuses this start until it ends",
-            run.id,
-            self.domain,
-            run.vendor_started_at.isoformat(),
-            extra={"domain": self.domain, "run_id": run.id, "replica": self.owner},
-        )
-
     # -- POLL ---------------------------------------------------------------------------
 
     def poll(self) -> None:
@@ -389,16 +354,7 @@ class _Runner:
                     f"the vendor no longer knows export job {job_id} of {self.domain} ({exc}); "
                     "the next run starts a new job"
                 ) from None
-            self.emit(
-                RunEvent(
-                    self.domain,
-                    self.current.id,
-                    RunState.STARTED,
-                    job_id,
-                    progress=job.progress,
-                    page_count=job.page_count,
-                )
-            )
+            self.emit(job_event(self.current, job))
             if job.failed:
                 raise OperationFailed(
                     f"export job {job_id} of {self.domain} failed at the vendor: "
@@ -406,36 +362,18 @@ class _Runner:
                 )
             if job.completed:
                 if job.bundle is not None:
-                    self.transition(RunState.DOWNLOADING, **self.link_values(job.bundle))
+                    self.transition(RunState.DOWNLOADING, **link_values(job.bundle))
                 else:
                     self.transition(RunState.COMPLETED)
                 return
-            self.check_job_timeout(job)
+            timed_out = job_timed_out(
+                self.current, job, self.now(), self.job_timeout, self.max_poll_interval
+            )
+            if timed_out is not None:
+                raise timed_out
             self.save()
             self.pause(delay)
             delay = next_poll_delay(delay, job, self.poll_interval, self.max_poll_interval)
-
-    def check_job_timeout(self, job: ExportJob) -> None:
-        """Past api.job_timeout since the vendor start (`vendor_started_at`), stop polling."""
-        started = self.current.vendor_started_at
-        if started is None:
-            return
-        waited = (self.now() - started).total_seconds()
-        if waited > self.job_timeout:
-            raise JobTimedOut(
-                f"export job {job.job_id} of {self.domain} is still {job.status} "
-                f"{waited:.0f}s after its start, past api.job_timeout ({self.job_timeout:.0f}s); "
-                "the run stays resumable",
-                hint="the next try polls the same job again",
-                retry_after=max(self.max_poll_interval, 60.0),
-            )
-
-    @staticmethod
-    def link_values(link: BundleLink) -> dict[str, Any]:
-        values: dict[str, Any] = {"bundle_url": link.url, "bundle_expires_at": link.expires_at}
-        if link.size_bytes is not None:
-            values["expected_size"] = link.size_bytes
-        return values
 
     # -- FETCH_LINK ---------------------------------------------------------------------
 
@@ -443,7 +381,7 @@ class _Runner:
         job_id = self.current.vendor_job_id
         assert job_id is not None
         link = self.ask_link(job_id, first=True)
-        self.transition(RunState.DOWNLOADING, **self.link_values(link))
+        self.transition(RunState.DOWNLOADING, **link_values(link))
 
     def ask_link(self, job_id: str, *, first: bool = False) -> BundleLink:
         try:
@@ -463,9 +401,9 @@ class _Runner:
         link = run.link()
         if link is None or link.expired(self.now(), LINK_MARGIN_SECONDS):
             link = self.ask_link(job_id)
-            self.save(**self.link_values(link))
+            self.save(**link_values(link))
         partial = self.partial_path()
-        self.align_partial(partial, run.bytes_done)
+        align_partial(partial, run.bytes_done)
         try:
             result = download_bundle(
                 self.client.http,
@@ -474,7 +412,7 @@ class _Runner:
                 refresh_link=lambda: self.ask_link(job_id),
                 expected_size=run.expected_size,
                 checkpoint=self.checkpoint,
-                on_progress=self.progress,
+                on_progress=DownloadEvents(run, self.on_event) if self.on_event else None,
                 cancel=self.cancel,
                 sleep=self.sleep,
                 now=self.now,
@@ -494,49 +432,22 @@ class _Runner:
             expected_size=result.size,
         )
 
-    def align_partial(self, partial: Path, durable: int) -> None:
-        """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
-        try:
-            size = partial.stat().st_size
-        except FileNotFoundError:
-            return
-        if size > durable:
-            with open(partial, "r+b") as handle:
-                handle.truncate(durable)
-                os.fsync(handle.fileno())
-
     def checkpoint(self, durable: int, link: BundleLink) -> None:
         values: dict[str, Any] = {"bytes_done": durable}
         if link.url != self.current.bundle_url:
-            values.update(self.link_values(link))
+            values.update(link_values(link))
         self.save(**values)
-
-    def progress(self, done: int, total: int | None) -> None:
-        if self.on_event is None:
-            return
-        now = time.monotonic()
-        if now - self._last_progress_event < PROGRESS_EVENT_SECONDS and done != total:
-            return
-        self._last_progress_event = now
-        run = self.current
-        self.emit(
-            RunEvent(
-                self.domain,
-                run.id,
-                RunState.DOWNLOADING,
-                run.vendor_job_id,
-                bytes_done=done,
-                bytes_total=total,
-            )
-        )
 
     # -- STORE --------------------------------------------------------------------------
 
-    def store_bundle(self) -> ExportOutcome:
+    def store_bundle(self) -> ExportOutcome | None:
+        """Keep the checked download as the next version, or find the site unchanged; None
+        when the download is gone (the run goes back to DOWNLOADING)."""
         run = self.current
         sha256, size = run.sha256, run.bytes_done
-        assert sha256 is not None and run.vendor_job_id is not None
-        source = self.downloaded_file(sha256)
+        assert sha256 is not None
+        partial = self.partial_path()
+        source = downloaded_file(self.app, partial, sha256, rehash=not self.downloaded_here)
         if source is None:
             log.warning(
                 "the downloaded bundle of run %d of %s is gone; downloading it again",
@@ -546,67 +457,37 @@ class _Runner:
             )
             self.drop_partial()
             self.transition(RunState.DOWNLOADING, sha256=None, bytes_done=0)
-            self.download()
-            return self.store_bundle()
-        try:
-            report = inspect_archive(source, self.app.settings.store.archive_limits())
-        except IntegrityError:
-            if source != self.partial_path():
-                self.forget_unindexed_blob(sha256)
-            raise
-        if source == self.partial_path():
-            repair_from_download(self.app, source, sha256, size, report)
+            return None
+        report = check_download(self.app, source, sha256, size, partial=source == partial)
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:
                 return self.finish_unchanged(session, latest, report)
-        blob = self.store.adopt(source, sha256, size) if source == self.partial_path() else source
+        blob = self.store.adopt(source, sha256, size) if source == partial else source
         with self.db.session() as session:
             add_bundle(session, sha256, size, report, created_at=self.now())
-            labels = session.scalars(select(Version.label).where(Version.domain == self.domain))
-            label = next_label(list(labels), run.vendor_started_at or self.now())
-            session.add(
-                Version(
-                    domain=self.domain,
-                    label=label,
-                    bundle_sha256=sha256,
-                    tree_sha256=report.tree_sha256,
-                    run_id=run.id,
-                    created_at=self.now(),
-                )
-            )
-            session.flush()
-            self.transition(
-                RunState.STORED,
+            label = add_version(
                 session,
-                version_label=label,
-                active=False,
-                finished_at=self.now(),
-                lease_owner=None,
-                lease_expires_at=None,
-                error=None,
+                self.domain,
+                sha256,
+                report,
+                run_id=run.id,
+                started_at=run.vendor_started_at or self.now(),
+                created_at=self.now(),
             )
+            self.transition(RunState.STORED, session, version_label=label, **self.finished())
         self.announce(version=label, sha256=sha256, size=size)
-        return self.outcome("stored", label, sha256, size, blob, report)
-
-    def downloaded_file(self, sha256: str) -> Path | None:
-        """The finished download (re-hashed if it was not written by this process), or the
-        blob it was already moved to before a crash; None when neither is there."""
-        partial = self.partial_path()
-        if partial.is_file():
-            if self.downloaded_here or sha256_file(partial) == sha256:
-                return partial
-            log.warning("partial file %s does not hash to %s; dropping it", partial, sha256[:12])
-            return None
-        if self.store.has(sha256):
-            return self.store.blob_path(sha256)
-        return None
-
-    def forget_unindexed_blob(self, sha256: str) -> None:
-        with self.db.session() as session:
-            indexed = session.get(Bundle, sha256) is not None
-        if not indexed:
-            self.store.remove(sha256)
+        return outcome_of(
+            self.current,
+            "stored",
+            label,
+            sha256,
+            size,
+            blob,
+            report.format,
+            report,
+            self.claim.resumed,
+        )
 
     def finish_unchanged(
         self, session: Session, latest: Version, report: ArchiveReport
@@ -614,56 +495,139 @@ class _Runner:
         run = self.current
         bundle = session.get(Bundle, latest.bundle_sha256)
         assert bundle is not None
-        self.transition(
-            RunState.UNCHANGED,
-            session,
-            version_label=latest.label,
-            active=False,
-            finished_at=self.now(),
-            lease_owner=None,
-            lease_expires_at=None,
-            error=None,
-        )
+        self.transition(RunState.UNCHANGED, session, version_label=latest.label, **self.finished())
         session.commit()
         self.drop_partial()
         if run.sha256 is not None and run.sha256 != bundle.sha256:
-            self.forget_unindexed_blob(run.sha256)
+            forget_unindexed_blob(self.app, run.sha256)
         self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
-        return self.outcome(
+        blob = self.store.blob_path(bundle.sha256)
+        return outcome_of(
+            self.current,
             "unchanged",
             latest.label,
             bundle.sha256,
             bundle.size,
-            self.store.blob_path(bundle.sha256),
+            blob,
+            bundle.format,
             report,
-            fmt=bundle.format,
+            self.claim.resumed,
         )
 
-    def outcome(
-        self,
-        state: Literal["stored", "unchanged"],
-        label: str,
-        sha256: str,
-        size: int,
-        blob: Path,
-        report: ArchiveReport,
-        fmt: str | None = None,
-    ) -> ExportOutcome:
-        run = self.current
-        assert run.vendor_job_id is not None
-        return ExportOutcome(
-            domain=self.domain,
-            run_id=run.id,
-            state=state,
-            version=label,
-            sha256=sha256,
-            size=size,
-            job_id=run.vendor_job_id,
-            blob_path=blob,
-            format=fmt or report.format,
-            tree_sha256=report.tree_sha256,
-            file_count=report.file_count,
-            resumed=self.claim.resumed,
+    def finished(self) -> dict[str, Any]:
+        """The columns that end a run: inactive, finished now, lease given up, no error."""
+        return {
+            "active": False,
+            "finished_at": self.now(),
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "error": None,
+        }
+
+
+def align_partial(partial: Path, durable: int) -> None:
+    """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
+    try:
+        size = partial.stat().st_size
+    except FileNotFoundError:
+        return
+    if size > durable:
+        with open(partial, "r+b") as handle:
+            handle.truncate(durable)
+            os.fsync(handle.fileno())
+
+
+def link_values(link: BundleLink) -> dict[str, Any]:
+    """The run columns that hold `link`."""
+    values: dict[str, Any] = {"bundle_url": link.url, "bundle_expires_at": link.expires_at}
+    if link.size_bytes is not None:
+        values["expected_size"] = link.size_bytes
+    return values
+
+
+def job_timed_out(
+    run: RunSnapshot, job: ExportJob, now: datetime, timeout: float, max_poll_interval: float
+) -> JobTimedOut | None:
+    """The error that stops polling once `timeout` has passed since the vendor start."""
+    started = run.vendor_started_at
+    if started is None:
+        return None
+    waited = (now - started).total_seconds()
+    if waited <= timeout:
+        return None
+    return JobTimedOut(
+        f"export job {job.job_id} of {run.domain} is still {job.status} "
+        f"{waited:.0f}s after its start, past api.job_timeout ({timeout:.0f}s); "
+        "the run stays resumable",
+        hint="the next try polls the same job again",
+        retry_after=max(max_poll_interval, 60.0),
+    )
+
+
+def outcome_of(
+    run: RunSnapshot,
+    state: Literal["stored", "unchanged"],
+    label: str,
+    sha256: str,
+    size: int,
+    blob: Path,
+    fmt: str,
+    report: ArchiveReport,
+    resumed: bool,
+) -> ExportOutcome:
+    """What the caller of a finished run sees."""
+    assert run.vendor_job_id is not None
+    return ExportOutcome(
+        domain=run.domain,
+        run_id=run.id,
+        state=state,
+        version=label,
+        sha256=sha256,
+        size=size,
+        job_id=run.vendor_job_id,
+        blob_path=blob,
+        format=fmt,
+        tree_sha256=report.tree_sha256,
+        file_count=report.file_count,
+        resumed=resumed,
+    )
+
+
+def job_event(run: RunSnapshot, job: ExportJob) -> RunEvent:
+    """The progress of the vendor job of `run`, for displays."""
+    return RunEvent(
+        run.domain,
+        run.id,
+        RunState.STARTED,
+        job.job_id,
+        progress=job.progress,
+        page_count=job.page_count,
+    )
+
+
+class DownloadEvents:
+    """Download progress as RunEvents, at most one per PROGRESS_EVENT_SECONDS (and the last)."""
+
+    def __init__(self, run: RunSnapshot, emit: Callable[[RunEvent], None]) -> None:
+        self.run = run
+        self.emit = emit
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVENT_SECONDS and done != total:
+            return
+        self.last = now
+        run = self.run
+        self.emit(
+            RunEvent(
+                run.domain,
+                run.id,
+                RunState.DOWNLOADING,
+                run.vendor_job_id,
+                bytes_done=done,
+                bytes_total=total,
+            )
         )
 
 
