@@ -398,3 +398,28 @@ def warn_unknown_start(run: RunSnapshot, owner: str) -> None:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") if value is not None else None
+
+
+def budget_outlook(
+    session: Session, now: datetime, per_hour: int, in_flight: int
+) -> tuple[int, float, bool]:
+    """For the scheduler: (starts allowed now, seconds until the next is, whether the index
+    says the budget is spent); `in_flight` runs are about to start and count as spent."""
+    starts = [
+        started
+        for started in session.scalars(
+            select(ExportRun.vendor_started_at)
+            .where(ExportRun.vendor_started_at >= now - timedelta(hours=1))
+            .order_by(ExportRun.vendor_started_at)
+        )
+        if started is not None
+    ]
+    remaining = per_hour - len(starts) - in_flight
+    spent = len(starts) >= per_hour
+    wait = 0.0
+    if spent:
+        oldest = starts[len(starts) - per_hour]
+        wait = max(0.0, (oldest + timedelta(hours=1) - now).total_seconds()) + 1.0
+    elif remaining <= 0:
+        wait = 5.0
+    return remaining, wait, spent
