@@ -165,27 +165,15 @@ def plan(
     domains due but held back by the budget are returned in `budget_deferred`
     and should get `not_before = now + budget_wait`.
     """
-    due_now: list[tuple[int, float, str, DomainState]] = []
-    next_due: tuple[str, datetime] | None = None
-    for state in states:
-        if state.domain in running:
-            continue
-        eligible = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
-        if eligible <= now:
-            tier = 0 if state.active is not None else 1
-            due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
-            due_key = due.timestamp() if spread is None else due.timestamp() // 10
-            due_now.append((tier, due_key, _order(state.domain, spread), state))
-        elif next_due is None or eligible < next_due[1]:
-            next_due = (state.domain, eligible)
-    due_now.sort(key=lambda item: (item[0], item[1], item[2]))
-
+    due_now, next_due = _due_now(
+        states, now, running, jitter=jitter, seed=seed, failure_retry=failure_retry, spread=spread
+    )
     start: list[str] = []
     deferred: list[str] = []
     waiting: list[str] = []
     remaining = max(0, budget_remaining)
     slots = max(0, free_slots)
-    for _tier, _due, _key, state in due_now:
+    for state in due_now:
         domain = state.domain
         if state.needs_start and remaining <= 0:
             deferred.append(domain)
@@ -210,6 +198,35 @@ def plan(
         next_due=next_due,
         budget_remaining=remaining,
     )
+
+
+def _due_now(
+    states: Iterable[DomainState],
+    now: datetime,
+    running: set[str],
+    *,
+    jitter: float,
+    seed: int,
+    failure_retry: float,
+    spread: str | None,
+) -> tuple[list[DomainState], tuple[str, datetime] | None]:
+    """The domains eligible now, unfinished runs first, then by due time (and `spread`);
+    and the first of the others to become eligible."""
+    due_now: list[tuple[int, float, str, DomainState]] = []
+    next_due: tuple[str, datetime] | None = None
+    for state in states:
+        if state.domain in running:
+            continue
+        eligible = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+        if eligible <= now:
+            tier = 0 if state.active is not None else 1
+            due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+            due_key = due.timestamp() if spread is None else due.timestamp() // 10
+            due_now.append((tier, due_key, _order(state.domain, spread), state))
+        elif next_due is None or eligible < next_due[1]:
+            next_due = (state.domain, eligible)
+    due_now.sort(key=lambda item: (item[0], item[1], item[2]))
+    return [item[3] for item in due_now], next_due
 
 
 def _order(domain: str, spread: str | None) -> str:
