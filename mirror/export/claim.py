@@ -416,10 +416,6 @@ def budget_outlook(
     ]
     remaining = per_hour - len(starts) - in_flight
     spent = len(starts) >= per_hour
-    wait = 0.0
     if spent:
-        oldest = starts[len(starts) - per_hour]
-        wait = max(0.0, (oldest + timedelta(hours=1) - now).total_seconds()) + 1.0
-    elif remaining <= 0:
-        wait = 5.0
-    return remaining, wait, spent
+        return remaining, budget_wait(starts, now, per_hour) + 1.0, True
+    return remaining, 5.0 if remaining <= 0 else 0.0, False

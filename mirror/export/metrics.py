@@ -45,7 +45,6 @@ RUN_STATES = (
     RunState.DOWNLOADING,
     RunState.DOWNLOADED,
 )
-SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
 DOWNLOAD_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
 
 
@@ -159,7 +158,7 @@ def last_success_times(session: Session, domains: Iterable[str]) -> dict[str, fl
             select(ExportRun.domain, func.max(ExportRun.finished_at))
             .where(
                 ExportRun.domain.in_(wanted[start : start + 500]),
-                ExportRun.state.in_(SUCCESS_STATES),
+                ExportRun.state.in_(RunState.SUCCESS),
             )
             .group_by(ExportRun.domain)
         )

@@ -22,7 +22,6 @@ from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.timestamps import rfc3339_or_none, utcnow
 from mirror.versions import label_key
 
-SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
 _IN_CHUNK = 500
 
 
@@ -53,7 +52,7 @@ def _read_facts(session: Session, chunk: Sequence[str], facts: _Facts) -> None:
     success = aliased(ExportRun)
     last_success_id = (
         select(func.coalesce(func.max(success.id), 0))
-        .where(success.domain == ExportRun.domain, success.state.in_(SUCCESS_STATES))
+        .where(success.domain == ExportRun.domain, success.state.in_(RunState.SUCCESS))
         .scalar_subquery()
     )
     failure_counts = session.execute(
