@@ -1,15 +1,13 @@
-"""Live progress displays for a person at a terminal, on stderr (stdout stays for scripts).
+"""Byte counters for a person at a terminal, on stderr (stdout stays for scripts).
 
-`ExportProgress` follows one export run, fed by RunEvent: first the vendor job (state,
-percent, pages rendered), then the download (bytes, speed, time left).
 `ByteProgress` counts the bytes of a transfer (pack, verify, import, push) against
-their total, in binary units (`41.9/120.0 MiB`), one line per phase.
-Callers create them only for an interactive terminal.
+their total, in binary units (`41.9/120.0 MiB`), one line per phase. Callers create it
+only for an interactive terminal. A foundation: it imports nothing of mirror but `units`,
+so the air-gapped side may use it; the export run's display is `mirror.export.progress`.
 """
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -26,123 +24,20 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mirror.export.runner import RunEvent
-from mirror.store.models import RunState
 from mirror.units import format_size
 
-_STATE_TEXT = {
-    RunState.PENDING: "starting the vendor export",
-    RunState.STARTED: "vendor export running",
-    RunState.COMPLETED: "vendor export done, asking for the bundle",
-    RunState.DOWNLOADING: "downloading the bundle",
-    RunState.DOWNLOADED: "checking the archive",
-    RunState.STORED: "stored",
-    RunState.UNCHANGED: "unchanged",
-    RunState.FAILED: "failed",
-}
 
-
-class _DetailColumn(ProgressColumn):
-    """Pages for the job line; bytes, speed and time left for the download line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.download = DownloadColumn(binary_units=True)
-        self.remaining = TimeRemainingColumn()
-
-    def render(self, task: Task) -> Text:
-        if task.fields.get("kind") == "download":
-            speed = task.finished_speed or task.speed
-            shown = f"{format_size(int(speed))}/s" if speed else "?/s"
-            parts = [self.download.render(task), Text(shown, style="progress.data.speed")]
-            if task.total:
-                parts.append(self.remaining.render(task))
-            return Text(" ").join(parts)
-        percent = f"{task.percentage:>3.0f}%" if task.total else ""
-        pages = task.fields.get("pages")
-        return Text(f"{percent}  {pages} pages" if pages is not None else percent)
-
-
-class ExportProgress:
-    """Context manager; pass `update` as run_export's on_event."""
-
-    def __init__(self, domain: str, console: Console | None = None) -> None:
-        self.domain = domain
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            _DetailColumn(),
-            console=console or Console(stderr=True),
-            transient=False,
-        )
-        self.job_task: TaskID | None = None
-        self.download_task: TaskID | None = None
-        self.bytes_seen = False
-
-    def __enter__(self) -> ExportProgress:
-        self.progress.start()
-        self.job_task = self.progress.add_task(
-            f"{self.domain}: {_STATE_TEXT[RunState.PENDING]}", total=100, kind="job"
-        )
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.progress.stop()
-
-    def update(self, event: RunEvent) -> None:
-        """Show one event (state changes and progress readings alike)."""
-        assert self.job_task is not None
-        text = f"{self.domain}: {_STATE_TEXT.get(event.state, event.state)}"
-        if event.job_id and event.state in (RunState.STARTED, RunState.PENDING):
-            text += f" (job {event.job_id})"
-        if event.state == RunState.DOWNLOADING:
-            self.progress.update(self.job_task, completed=100, description=text)
-            self.show_download(event)
-            return
-        if event.state in (RunState.STARTED, RunState.PENDING):
-            self.progress.update(
-                self.job_task,
-                description=text,
-                completed=event.progress if event.progress is not None else 0,
-                pages=event.page_count,
-            )
-            return
-        self.progress.update(self.job_task, description=text, completed=100)
-        if self.download_task is not None and event.state in RunState.TERMINAL:
-            task = self.progress.tasks[self.download_task]
-            if task.total is not None:
-                self.progress.update(self.download_task, completed=task.total)
-
-    def show_download(self, event: RunEvent) -> None:
-        if self.download_task is None:
-            self.download_task = self.progress.add_task(
-                f"{self.domain}: bundle", total=event.bytes_total, kind="download"
-            )
-        if event.bytes_done is None:
-            return
-        if not self.bytes_seen:
-            # A resumed download starts part-way: no speed sample may span the jump.
-            self.bytes_seen = True
-            self.progress.reset(
-                self.download_task, total=event.bytes_total, completed=event.bytes_done
-            )
-            return
-        self.progress.update(
-            self.download_task, total=event.bytes_total, completed=event.bytes_done
-        )
+def speed_text(task: Task) -> Text:
+    """A task's transfer speed in binary units (rich's own column speaks MB/s)."""
+    speed = task.finished_speed or task.speed
+    return Text(f"{format_size(int(speed))}/s" if speed else "?/s", style="progress.data.speed")
 
 
 class _SpeedColumn(ProgressColumn):
-    """Transfer speed in binary units (rich's own column speaks MB/s)."""
+    """Transfer speed in binary units."""
 
     def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{format_size(int(speed))}/s" if speed else "?/s", style="progress.data.speed")
+        return speed_text(task)
 
 
 class ByteTask:

@@ -72,13 +72,18 @@ def format_size(size: int) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """A short human duration: `6h`, `1h30m`, `45s`."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            count, seconds = divmod(seconds, size)
-            parts.append(f"{count}{unit}")
-    return "".join(parts[:2])
+    """A short human duration in its two largest units: `45s`, `1m30s`, `2h10m`, `6h`, `3d2h`.
+
+    Negative durations show as `0s`: callers say "ago" or "left" themselves.
+    """
+    left = max(0, round(seconds))
+    if left < 60:
+        return f"{left}s"
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for index, (unit, size) in enumerate(units):
+        if left >= size:
+            count, rest = divmod(left, size)
+            small, small_size = units[index + 1]
+            extra = rest // small_size
+            return f"{count}{unit}{extra}{small}" if extra else f"{count}{unit}"
+    raise AssertionError("unreachable")

@@ -40,7 +40,6 @@ from mirror.vendor.client import (
     ExportJob,
     StartRefused,
     VendorClient,
-    backoff_delay,
     build_http_client,
     job_id_problem,
     name_resolution_error,
@@ -48,7 +47,6 @@ from mirror.vendor.client import (
     parse_count,
     parse_export_job,
     parse_number,
-    parse_retry_after,
     parse_timestamp,
 )
 
@@ -253,32 +251,6 @@ def test_parse_timestamp_reads_iso8601_with_z_and_offsets() -> None:
     assert parse_timestamp("yesterday") is None
     assert parse_timestamp(None) is None
     assert parse_timestamp(1700000000) is None
-
-
-def test_parse_retry_after_takes_seconds_or_http_dates() -> None:
-    now = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
-    assert parse_retry_after("1", now) == 1.0
-    assert parse_retry_after("2.5", now) == 2.5
-    assert parse_retry_after(format_datetime(now + timedelta(seconds=90), usegmt=True), now) == 90
-    assert parse_retry_after("Sat, 21 Nov 2026 09:00:00 GMT", now) == 0.0
-    assert parse_retry_after("soon", now) is None
-    assert parse_retry_after("", now) is None
-    assert parse_retry_after(None, now) is None
-
-
-def test_backoff_is_capped_exponential_plus_jitter() -> None:
-    def no_jitter(low: float, high: float) -> float:
-        return 0.0
-
-    def full_jitter(low: float, high: float) -> float:
-        return high
-
-    waits = [
-        backoff_delay(n, initial=1.0, maximum=10.0, jitter=1.0, rng=no_jitter) for n in range(1, 7)
-    ]
-    assert waits == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
-    assert backoff_delay(2, initial=1.0, maximum=10.0, jitter=0.5, rng=full_jitter) == 2.5
-    assert backoff_delay(5000, initial=1.0, maximum=10.0, jitter=0.0) == 10.0
 
 
 def test_parse_export_job_reads_links_and_tolerates_the_rest() -> None:

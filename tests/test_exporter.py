@@ -26,17 +26,14 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
+from mirror.export.claim import RunSnapshot, budget_wait, start_budget_wait
+from mirror.export.lease import lease_held_by_other, parse_owner
 from mirror.export.runner import (
     RunEvent,
-    RunSnapshot,
     Step,
-    budget_wait,
-    lease_held_by_other,
     next_poll_delay,
     next_step,
-    parse_owner,
     run_export,
-    start_budget_wait,
     unfinished_runs,
 )
 from mirror.fsutil import sha256_file

@@ -11,8 +11,8 @@ import tarfile
 
 from sqlalchemy import select
 
+from mirror.export.lease import pid_alive
 from mirror.export.recovery import reconcile_orphan_blobs, sweep_temp_files
-from mirror.export.runner import pid_alive
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState
 

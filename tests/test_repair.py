@@ -10,8 +10,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from mirror.archive import inspect_archive
-from mirror.export.repair import index_bundle, repair_from_download, repair_store
+from mirror.export.repair import repair_from_download, repair_store
 from mirror.store.app import App
+from mirror.store.bundles import add_bundle
 from mirror.store.inventory import verify_store
 from mirror.store.models import Bundle, Version
 from tests.fixtures.s3 import add_version, make_tar_gz
@@ -43,8 +44,8 @@ def same_site_bundle(tmp_path: Path, name: str, variant: int) -> Path:
 def store_as_version(app: App, archive: Path, domain: str, label: str) -> str:
     report = inspect_archive(archive)
     sha256, size = app.store.add_file(archive)
-    index_bundle(app, sha256, size, report)
     with app.db.session() as session:
+        add_bundle(session, sha256, size, report)
         session.add(
             Version(
                 domain=domain, label=label, bundle_sha256=sha256, tree_sha256=report.tree_sha256

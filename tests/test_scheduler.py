@@ -13,7 +13,6 @@ from mirror.export.scheduler import (
     due_at,
     eligible_at,
     failure_backoff,
-    format_delay,
     jitter_seconds,
     plan,
     status_line,
@@ -187,14 +186,10 @@ def test_plan_with_nothing_due_reports_the_next_wake() -> None:
     assert result.next_wake == T0 + timedelta(hours=6)
 
 
-def test_status_line_and_delays() -> None:
+def test_status_line() -> None:
     line = status_line(3, 12, ("docs.x", T0 + timedelta(minutes=5)), T0)
     assert line == "3 running, 12 idle, next due docs.x in 5m"
     assert status_line(0, 0, None, T0) == "0 running, 0 idle"
-    assert format_delay(42) == "42s"
-    assert format_delay(7800) == "2h10m"
-    assert format_delay(3 * 86400) == "3d"
-    assert format_delay(-5) == "0s"
 
 
 def test_a_run_leased_by_another_replica_waits_for_its_lease() -> None:

@@ -57,3 +57,10 @@ def test_formatting() -> None:
     assert format_duration(45) == "45s"
     assert format_duration(5400) == "1h30m"
     assert format_duration(7 * 86400) == "7d"
+    assert format_duration(42) == "42s"
+    assert format_duration(90) == "1m30s"
+    assert format_duration(7800) == "2h10m"
+    assert format_duration(3 * 86400 + 7200) == "3d2h"
+    assert format_duration(86400 + 60) == "1d"  # two largest units, adjacent
+    assert format_duration(6 * 86400 + 86399) == "6d23h"
+    assert format_duration(-5) == "0s"

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mirror.cli.common import CliContext, pass_cli, reads_only
-from mirror.store.db import safe_url
+from mirror.store.db import redacted_database_url
 
 
 @click.group("config")
@@ -22,7 +22,7 @@ def config_check(cli: CliContext) -> None:
     """Validate the settings and print them, secrets redacted."""
     settings = cli.settings
     document = settings.redacted()
-    document["store"]["database"] = safe_url(settings.store.database_url())
+    document["store"]["database"] = redacted_database_url(settings.store.database_url())
     source = str(settings.source) if settings.source else "(embedded defaults)"
     cli.emit(
         {"source": source, "valid": True, "settings": document},
@@ -62,6 +62,6 @@ def db_upgrade(cli: CliContext) -> None:
     before = database.current()
     head = database.upgrade()
     cli.emit(
-        {"database": safe_url(database.url), "from": before, "to": head},
-        f"index at {safe_url(database.url)}: {before or 'empty'} -> {head}",
+        {"database": redacted_database_url(database.url), "from": before, "to": head},
+        f"index at {redacted_database_url(database.url)}: {before or 'empty'} -> {head}",
     )

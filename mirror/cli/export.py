@@ -204,7 +204,7 @@ def _progress(cli: CliContext, domain: str) -> Iterator[Callable[[RunEvent], Non
     if not cli.interactive:
         yield None
         return
-    from mirror.progress import ExportProgress
+    from mirror.export.progress import ExportProgress
 
     with ExportProgress(domain) as display:
         yield display.update

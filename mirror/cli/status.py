@@ -7,9 +7,9 @@ from datetime import datetime
 import click
 
 from mirror.cli.common import CliContext, reads_only
-from mirror.export.scheduler import format_delay
 from mirror.export.status import DomainStatus, domain_status
 from mirror.timestamps import rfc3339, utcnow
+from mirror.units import format_duration
 
 
 @click.command("status")
@@ -41,7 +41,7 @@ def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
             due = running_text(row, now)
         elif row.next_due is not None:
             delay = (row.next_due - now).total_seconds()
-            due = "now" if delay < 1 else f"in {format_delay(delay)}"
+            due = "now" if delay < 1 else f"in {format_duration(delay)}"
             if row.not_before is not None:
                 due += " (deferred)"
         else:
@@ -61,10 +61,11 @@ def running_text(row: DomainStatus, now: datetime) -> str:
         return "running (no owner; resumes at the next daemon pass)"
     left = (row.lease_expires_at - now).total_seconds()
     age = row.heartbeat_age
-    beat = f", heartbeat {format_delay(age)} ago" if age is not None else ""
+    beat = f", heartbeat {format_duration(age)} ago" if age is not None else ""
     if row.lease_live:
-        return f"running ({row.owner}, lease {format_delay(left)} left{beat})"
-    return f"stalled ({row.owner}, lease expired {format_delay(-left)} ago{beat}; taken over next)"
+        return f"running ({row.owner}, lease {format_duration(left)} left{beat})"
+    expired = format_duration(-left)
+    return f"stalled ({row.owner}, lease expired {expired} ago{beat}; taken over next)"
 
 
 def _one_line(text: str, limit: int = 100) -> str:

@@ -10,21 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from mirror.store.db import Database
+from mirror.store.db import Database, dialect_insert
 from mirror.store.models import DomainSchedule
 from mirror.timestamps import utcnow
-
-
-def _insert(session: Session) -> Any:
-    dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
-    return module.insert(DomainSchedule)
 
 
 def defer(db: Database, domains: Iterable[str], until: datetime, reason: str) -> None:
@@ -36,7 +28,7 @@ def defer(db: Database, domains: Iterable[str], until: datetime, reason: str) ->
     if not rows:
         return
     with db.session() as session:
-        statement = _insert(session)
+        statement = dialect_insert(session, DomainSchedule)
         table = DomainSchedule.__table__
         session.execute(
             statement.on_conflict_do_update(
@@ -69,7 +61,7 @@ def clear(db: Database, domain: str) -> None:
 
 def lock_domain(session: Session, domain: str) -> None:
     """Take the domain's schedule row lock for the rest of this transaction (creating the row)."""
-    statement = _insert(session)
+    statement = dialect_insert(session, DomainSchedule)
     session.execute(
         statement.values(domain=domain, updated_at=utcnow()).on_conflict_do_update(
             index_elements=[DomainSchedule.__table__.c.domain],

@@ -40,6 +40,44 @@ def owner_host(owner: str) -> str:
     return owner.partition(":")[0]
 
 
+def parse_owner(owner: str) -> tuple[str, int | None]:
+    """(host, pid) of a lease owner `host:pid:nonce`; pid None when it is not one of ours."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    return host, int(pid_text) if pid_text.isdigit() else None
+
+
+def lease_held_by_other(
+    owner: str | None,
+    expires_at: datetime | None,
+    *,
+    me: str,
+    now: datetime,
+    host: str,
+    pid_alive: Callable[[int], bool],
+) -> bool:
+    """Whether someone else holds a live lease (expired leases and dead local owners do not)."""
+    if owner is None or owner == me:
+        return False
+    if expires_at is None or expires_at <= now:
+        return False
+    owner_host, pid = parse_owner(owner)
+    return not (owner_host == host and pid is not None and not pid_alive(pid))
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class HeldByOther(TemporaryFailure):
     """The domain's active run is leased by another live process; `until` is when it expires."""
 

@@ -45,7 +45,6 @@ RUN_STATES = (
     RunState.DOWNLOADING,
     RunState.DOWNLOADED,
 )
-SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
 DOWNLOAD_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, float("inf"))
 
 
@@ -54,35 +53,26 @@ class DaemonMetrics:
 
     def __init__(self, *, stuck_after: float = 120.0, clock: Callable[[], float] = time.monotonic):
         self.registry = CollectorRegistry(auto_describe=True)
-        self.last_success = Gauge(
+        self.last_success = self._gauge(
             "mirror_last_success_timestamp_seconds",
             "Unix time of the last run that stored or confirmed a bundle",
-            ["domain"],
-            registry=self.registry,
+            "domain",
         )
-        self.runs = Counter(
-            "mirror_runs",
-            "Export runs ended by this daemon, by outcome",
-            ["domain", "outcome"],
-            registry=self.registry,
+        self.runs = self._counter(
+            "mirror_runs", "Export runs ended by this daemon, by outcome", "domain", "outcome"
         )
-        self.job_timeouts = Counter(
+        self.job_timeouts = self._counter(
             "mirror_job_timeouts",
             "Vendor jobs still unsettled after api.job_timeout (the run was deferred)",
-            ["domain"],
-            registry=self.registry,
+            "domain",
         )
-        self.loop_errors = Counter(
+        self.loop_errors = self._counter(
             "mirror_daemon_loop_errors",
             "Errors the scheduler loop survived (a pass or one domain's bookkeeping), by type",
-            ["kind"],
-            registry=self.registry,
+            "kind",
         )
-        self.download_bytes = Counter(
-            "mirror_download_bytes",
-            "Bundle bytes downloaded",
-            ["domain"],
-            registry=self.registry,
+        self.download_bytes = self._counter(
+            "mirror_download_bytes", "Bundle bytes downloaded", "domain"
         )
         self.download_seconds = Histogram(
             "mirror_download_seconds",
@@ -90,26 +80,16 @@ class DaemonMetrics:
             buckets=DOWNLOAD_BUCKETS,
             registry=self.registry,
         )
-        self.runs_in_state = Gauge(
-            "mirror_runs_in_state",
-            "Runs this daemon is working on, by state",
-            ["state"],
-            registry=self.registry,
+        self.runs_in_state = self._gauge(
+            "mirror_runs_in_state", "Runs this daemon is working on, by state", "state"
         )
-        self.store_bytes = Gauge(
-            "mirror_store_bytes", "Bytes of blobs in the store", registry=self.registry
-        )
-        self.start_budget_remaining = Gauge(
+        self.store_bytes = self._gauge("mirror_store_bytes", "Bytes of blobs in the store")
+        self.start_budget_remaining = self._gauge(
             "mirror_start_budget_remaining",
             "Vendor export starts still allowed in the current hour (shared by all domains)",
-            registry=self.registry,
         )
-        self.domains = Gauge(
-            "mirror_domains", "Domains configured for scheduled export", registry=self.registry
-        )
-        self.ready_gauge = Gauge(
-            "mirror_ready", "1 once start-up recovery is done", registry=self.registry
-        )
+        self.domains = self._gauge("mirror_domains", "Domains configured for scheduled export")
+        self.ready_gauge = self._gauge("mirror_ready", "1 once start-up recovery is done")
         self.build = Info("mirror_build", "The running mirror and Python", registry=self.registry)
         self.build.info({"version": __version__, "python": platform.python_version()})
         self.stuck_after = stuck_after
@@ -117,6 +97,12 @@ class DaemonMetrics:
         self._ready = False
         self._last_tick: float | None = None
         self._lock = threading.Lock()
+
+    def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(name, documentation, list(labels), registry=self.registry)
+
+    def _gauge(self, name: str, documentation: str, *labels: str) -> Gauge:
+        return Gauge(name, documentation, list(labels), registry=self.registry)
 
     def set_ready(self, ready: bool = True) -> None:
         with self._lock:
@@ -172,7 +158,7 @@ def last_success_times(session: Session, domains: Iterable[str]) -> dict[str, fl
             select(ExportRun.domain, func.max(ExportRun.finished_at))
             .where(
                 ExportRun.domain.in_(wanted[start : start + 500]),
-                ExportRun.state.in_(SUCCESS_STATES),
+                ExportRun.state.in_(RunState.SUCCESS),
             )
             .group_by(ExportRun.domain)
         )

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
-from mirror.export.runner import pid_alive
+from mirror.export.lease import pid_alive
 from mirror.fsutil import sha256_file
 from mirror.store.app import App
+from mirror.store.bundles import add_bundle
 from mirror.store.models import Bundle, ExportRun
 from mirror.vendor.download import VALIDATOR_SUFFIX
 
@@ -135,20 +135,9 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
             removed.append(sha)
             log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
             continue
-        try:
-            with app.db.session() as session:
-                if session.get(Bundle, sha) is None:
-                    session.add(
-                        Bundle(
-                            sha256=sha,
-                            size=path.stat().st_size,
-                            format=report.format,
-                            tree_sha256=report.tree_sha256,
-                            file_count=report.file_count,
-                        )
-                    )
-        except SqlIntegrityError:
-            continue
+        with app.db.session() as session:
+            if not add_bundle(session, sha, path.stat().st_size, report):
+                continue  # another process indexed it meanwhile
         adopted.append(sha)
         log.info("adopted orphan blob", extra={"sha256": sha})
     return adopted, removed

@@ -27,6 +27,7 @@ from mirror.archive import ArchiveReport
 from mirror.errors import IntegrityError
 from mirror.fsutil import sha256_file
 from mirror.store.app import App
+from mirror.store.bundles import add_bundle
 from mirror.store.inventory import VerifyReport, verify_store
 from mirror.store.models import Bundle, ExportRun, Version
 
@@ -55,21 +56,6 @@ def _restore(app: App, source: Path, sha256: str) -> None:
     copied, _ = app.store.add_file(source)
     if copied != sha256:
         raise IntegrityError(f"{source.name} hashes to {copied}, not {sha256}; not used")
-
-
-def index_bundle(app: App, sha256: str, size: int, report: ArchiveReport) -> None:
-    """Insert the Bundle row of blob `sha256` (checked as `report`) unless it exists."""
-    with app.db.session() as session:
-        if session.get(Bundle, sha256) is None:
-            session.add(
-                Bundle(
-                    sha256=sha256,
-                    size=size,
-                    format=report.format,
-                    tree_sha256=report.tree_sha256,
-                    file_count=report.file_count,
-                )
-            )
 
 
 def _repoint(app: App, damaged: str, good: str) -> int:
@@ -111,7 +97,8 @@ def repair_from_download(
         else:
             if not app.store.intact(sha256, size):
                 _restore(app, source, sha256)
-            index_bundle(app, sha256, size, report)
+            with app.db.session() as session:
+                add_bundle(session, sha256, size, report)
             versions = _repoint(app, damaged, sha256)
             detail = f"{versions} version(s) now use blob {sha256} (the same site)"
         log.warning("repaired blob %s: %s", damaged[:12], detail)

@@ -18,7 +18,7 @@ Promises:
   until the orphan has finished. The start budget counts the stamp, so an
   unknown start is never free.
 - A run is owned through a short lease (`host:pid:nonce`, `daemon.lease`) that a
-  heartbeat thread renews (mirror/lease.py). A live lease of someone else ->
+  heartbeat thread renews (`export.claim`, `export.lease`). A live lease of someone else ->
   HeldByOther (a TemporaryFailure); an expired lease, or one of a dead process on
   this host, is taken over. Every write is guarded by the lease, so a process that
   lost its lease stops instead of overwriting its successor's work.
@@ -46,18 +46,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields, replace
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import sqlalchemy.exc
-from sqlalchemy import CursorResult, select, text, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.archive import ArchiveReport, inspect_archive
+from mirror.archive import ArchiveReport
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -68,22 +67,21 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.export.deferrals import lock_domain
-from mirror.export.lease import Heartbeat, HeldByOther, NotDue, owner_host, replica_identity
-from mirror.export.repair import repair_from_download
-from mirror.fsutil import disk_full, is_disk_full, sha256_file
+from mirror.export.claim import DueCheck, LostLease, RunClaim, RunSnapshot
+from mirror.export.intake import check_download, downloaded_file, forget_unindexed_blob
+from mirror.export.lease import replica_identity
+from mirror.fsutil import disk_full, is_disk_full
 from mirror.store.app import App
+from mirror.store.bundles import add_bundle, add_version, latest_version
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
-from mirror.versions import label_key, next_label
 
 log = logging.getLogger(__name__)
 
 LINK_MARGIN_SECONDS = 30.0
 PROGRESS_EVENT_SECONDS = 0.1
-_BUDGET_LOCK_KEY = 0x6D69_7272_6F72  # "mirror": serialises start-budget checks on PostgreSQL
 
 
 # --- what callers see ------------------------------------------------------------------------
@@ -124,45 +122,6 @@ class ExportOutcome:
 # --- the pure core ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RunSnapshot:
-    """The columns of an `export_runs` row that drive the state machine."""
-
-    id: int
-    domain: str
-    state: str
-    active: bool
-    requested_version: str | None
-    requested_paths: list[str] | None
-    vendor_job_id: str | None
-    vendor_started_at: datetime | None
-    bundle_url: str | None
-    bundle_expires_at: datetime | None
-    expected_size: int | None
-    partial_name: str | None
-    bytes_done: int
-    sha256: str | None
-    version_label: str | None
-    error: str | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    finished_at: datetime | None
-
-    @classmethod
-    def of(cls, row: ExportRun) -> RunSnapshot:
-        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
-
-    def link(self) -> BundleLink | None:
-        if not self.bundle_url or not self.vendor_job_id:
-            return None
-        return BundleLink(
-            job_id=self.vendor_job_id,
-            url=self.bundle_url,
-            size_bytes=self.expected_size,
-            expires_at=self.bundle_expires_at,
-        )
-
-
 class Step(enum.Enum):
     START = "start"  # ask the vendor for a job (budget first)
     POLL = "poll"  # wait for the job to finish
@@ -194,78 +153,7 @@ def next_poll_delay(current: float, job: ExportJob, base: float, cap: float) -> 
     return min(cap, max(base, current * 1.5))
 
 
-def budget_wait(started: Sequence[datetime], now: datetime, per_hour: int) -> float:
-    """Seconds until another start fits in `per_hour` starts per rolling hour (0 = now).
-
-    `started` are the start times within the last hour, oldest first.
-    """
-    if per_hour <= 0 or len(started) < per_hour:
-        return 0.0
-    frees_at = started[len(started) - per_hour] + timedelta(hours=1)
-    return max((frees_at - now).total_seconds(), 0.001)
-
-
-def parse_owner(owner: str) -> tuple[str, int | None]:
-    """(host, pid) of a lease owner `host:pid:nonce`; pid None when it is not one of ours."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    return host, int(pid_text) if pid_text.isdigit() else None
-
-
-def lease_held_by_other(
-    owner: str | None,
-    expires_at: datetime | None,
-    *,
-    me: str,
-    now: datetime,
-    host: str,
-    pid_alive: Callable[[int], bool],
-) -> bool:
-    """Whether someone else holds a live lease (expired leases and dead local owners do not)."""
-    if owner is None or owner == me:
-        return False
-    if expires_at is None or expires_at <= now:
-        return False
-    owner_host, pid = parse_owner(owner)
-    return not (owner_host == host and pid is not None and not pid_alive(pid))
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-DueCheck = Callable[[Session, datetime], datetime | None]
-"""Given the claim's transaction and now: None when the domain is due, else when it will be."""
-
-
 # --- queries ---------------------------------------------------------------------------------
-
-
-def start_budget_wait(
-    session: Session, now: datetime, per_hour: int, *, exclude_run_id: int | None = None
-) -> float:
-    """Seconds until a start is allowed (0 = now), from the vendor starts of the last hour.
-
-    The budget is shared by all domains (and all replicas sharing the database).
-    """
-    query = (
-        select(ExportRun.vendor_started_at)
-        .where(ExportRun.vendor_started_at > now - timedelta(hours=1))
-        .order_by(ExportRun.vendor_started_at)
-    )
-    if exclude_run_id is not None:
-        query = query.where(ExportRun.id != exclude_run_id)
-    started = [when for when in session.scalars(query) if when is not None]
-    return budget_wait(started, now, per_hour)
 
 
 def unfinished_runs(app: App) -> list[ExportRun]:
@@ -278,17 +166,7 @@ def unfinished_runs(app: App) -> list[ExportRun]:
         )
 
 
-def latest_version(session: Session, domain: str) -> Version | None:
-    """The domain's newest version by label order."""
-    versions = list(session.scalars(select(Version).where(Version.domain == domain)))
-    return max(versions, key=lambda v: label_key(v.label)) if versions else None
-
-
 # --- the runner ------------------------------------------------------------------------------
-
-
-class _LostLease(TemporaryFailure):
-    pass
 
 
 class JobTimedOut(TemporaryFailure):
@@ -319,66 +197,27 @@ class _Runner:
         self.store = app.store
         self.client = client
         self.domain = domain
-        self.version = version
-        self.paths = paths
         self.cancel = cancel
         self.on_event = on_event
         self.sleep = sleep
         self.now = now
         self.owner = owner
-        self.due_check = due_check
-        self.heartbeat: Heartbeat | None = None
-        self.reserved_at_claim = False
+        self.claim = RunClaim(
+            app, domain, owner=owner, now=now, version=version, paths=paths, due_check=due_check
+        )
+        self.save = self.claim.save  # every write to the run row is guarded by the lease
         api = app.settings.api
         self.poll_interval = api.poll_interval
         self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
-        self.per_hour = api.max_starts_per_hour
         self.job_timeout = api.job_timeout
         self.download_settings = app.settings.download
-        self.lease_seconds = app.settings.daemon.lease
-        self.resumed = False
         self.downloaded_here = False
-        self._last_progress_event = 0.0
-        self.run: RunSnapshot | None = None
 
     # -- plumbing -----------------------------------------------------------------------
 
     @property
     def current(self) -> RunSnapshot:
-        assert self.run is not None
-        return self.run
-
-    def lease_until(self) -> datetime:
-        return self.now() + timedelta(seconds=self.lease_seconds)
-
-    def save(self, session: Session | None = None, **values: Any) -> RunSnapshot:
-        """Write `values` to the run row, guarded by our lease (and renewing it)."""
-        values.setdefault("lease_expires_at", self.lease_until())
-        values["updated_at"] = self.now()
-        run = self.current
-        statement = (
-            update(ExportRun)
-            .where(ExportRun.id == run.id, ExportRun.lease_owner == self.owner)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        if session is None:
-            with self.db.session() as own:
-                result = own.execute(statement)
-                self._check_owned(result)
-        else:
-            self._check_owned(session.execute(statement))
-        values.pop("updated_at")
-        self.run = replace(run, **values)
-        return self.run
-
-    def _check_owned(self, result: Any) -> None:
-        if not isinstance(result, CursorResult) or result.rowcount != 1:
-            raise _LostLease(
-                f"export of {self.domain} (run {self.current.id}) was taken over by another "
-                "process; this one stops",
-                retry_after=self.lease_seconds,
-            )
+        return self.claim.current
 
     def transition(self, state: str, session: Session | None = None, **values: Any) -> RunSnapshot:
         run = self.save(session, state=state, **values)
@@ -388,11 +227,13 @@ class _Runner:
 
     def announce(self, **extra: Any) -> None:
         run = self.current
-        fields_ = {"domain": run.domain, "run_id": run.id, "state": run.state}
-        fields_["replica"] = self.owner
-        fields_["job_id"] = run.vendor_job_id
-        fields_.update(extra)
-        log.info("export state", extra=fields_)
+        fields_ = {
+            "domain": run.domain,
+            "run_id": run.id,
+            "state": run.state,
+            "replica": self.owner,
+        }
+        log.info("export state", extra={**fields_, "job_id": run.vendor_job_id, **extra})
         self.emit(RunEvent(run.domain, run.id, run.state, run.vendor_job_id))
 
     def emit(self, event: RunEvent) -> None:
@@ -422,196 +263,12 @@ class _Runner:
         with contextlib.suppress(FileNotFoundError):
             self.partial_path().unlink()
 
-    # -- claim and release --------------------------------------------------------------
-
-    def claim(self) -> None:
-        """Take the domain's active run (or create one) under our lease."""
-        for _ in range(5):
-            with self.db.session() as session:
-                row = session.scalars(
-                    select(ExportRun).where(
-                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
-                    )
-                ).first()
-                existing = RunSnapshot.of(row) if row is not None else None
-            if existing is None:
-                if self.create():
-                    return
-                continue
-            if lease_held_by_other(
-                existing.lease_owner,
-                existing.lease_expires_at,
-                me=self.owner,
-                now=self.now(),
-                host=owner_host(self.owner),
-                pid_alive=pid_alive,
-            ):
-                assert existing.lease_expires_at is not None and existing.lease_owner
-                raise HeldByOther(
-                    f"domain {self.domain} is being exported by {existing.lease_owner} "
-                    f"(run {existing.id}, {existing.state}); try again later",
-                    until=existing.lease_expires_at,
-                    owner=existing.lease_owner,
-                )
-            if self.take_over(existing):
-                return
-        raise TemporaryFailure(
-            f"could not claim the export run of {self.domain}: other processes keep taking it; "
-            "try again later"
-        )
-
-    def create(self) -> bool:
-        """Create the domain's run, if it is still due, with its vendor start budgeted.
-
-        All in one transaction under the domain's schedule row lock (PostgreSQL) or
-        the database write lock (SQLite): a replica whose view is stale finds the run
-        another one just finished and raises NotDue instead of exporting again.
-        """
-        binding = self.app.binding
-        now = self.now()
-        try:
-            with self.db.session() as session:
-                lock_domain(session, self.domain)
-                active = session.scalars(
-                    select(ExportRun.id).where(
-                        ExportRun.domain == self.domain, ExportRun.active.is_(True)
-                    )
-                ).first()
-                if active is not None:
-                    return False  # claim again: take it over or report who holds it
-                if self.due_check is not None:
-                    due = self.due_check(session, now)
-                    if due is not None:
-                        raise NotDue(
-                            f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
-                            "(another process exported it since this one looked)",
-                            due=due,
-                        )
-                self.check_budget(session, now)
-                row = ExportRun(
-                    domain=self.domain,
-                    active=True,
-                    state=RunState.PENDING,
-                    requested_version=self.version,
-                    requested_paths=list(self.paths) if self.paths is not None else None,
-                    vendor_started_at=now,
-                    bytes_done=0,
-                    lease_owner=self.owner,
-                    lease_expires_at=self.lease_until(),
-                    heartbeat_at=now,
-                    created_at=now,
-                    updated_at=now,
-                )
-                session.add(row)
-                session.flush()
-                row.partial_name = binding.partial_name(row.id)
-                session.flush()
-                self.run = RunSnapshot.of(row)
-        except sqlalchemy.exc.IntegrityError:
-            return False  # another process created the domain's active run just now
-        self.reserved_at_claim = True
-        self.start_heartbeat()
-        self.announce()
-        return True
-
-    def check_budget(self, session: Session, now: datetime) -> None:
-        """Raise TemporaryFailure when the shared start budget has no room now (locks it on
-        PostgreSQL until the transaction ends; SQLite's write lock already serialises it)."""
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY})
-        run_id = self.run.id if self.run is not None else None
-        wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=run_id)
-        if wait > 0:
-            raise TemporaryFailure(
-                f"the start budget of {self.per_hour} vendor exports per hour is spent; "
-                f"{self.domain} starts in {wait:.0f}s",
-                hint="api.max_starts_per_hour is shared by all domains",
-                retry_after=wait,
-            )
-
-    def start_heartbeat(self) -> None:
-        self.heartbeat = Heartbeat(
-            self.db, self.current.id, self.owner, self.lease_seconds, now=self.now
-        ).start()
-
-    def take_over(self, existing: RunSnapshot) -> bool:
-        owner_match = (
-            ExportRun.lease_owner.is_(None)
-            if existing.lease_owner is None
-            else ExportRun.lease_owner == existing.lease_owner
-        )
-        until = self.lease_until()
-        with self.db.session() as session:
-            result = session.execute(
-                update(ExportRun)
-                .where(ExportRun.id == existing.id, ExportRun.active.is_(True), owner_match)
-                .values(lease_owner=self.owner, lease_expires_at=until, updated_at=self.now())
-                .execution_options(synchronize_session=False)
-            )
-            taken = isinstance(result, CursorResult) and result.rowcount == 1
-        if not taken:
-            return False
-        self.run = replace(existing, lease_owner=self.owner, lease_expires_at=until)
-        self.resumed = True
-        self.start_heartbeat()
-        self.emit(RunEvent(self.domain, existing.id, existing.state, existing.vendor_job_id))
-        if existing.lease_owner not in (None, self.owner):
-            log.warning(
-                "taking over the export run %d of %s from %s (its lease expired or its "
-                "process is gone)",
-                existing.id,
-                self.domain,
-                existing.lease_owner,
-                extra={
-                    "domain": self.domain,
-                    "run_id": existing.id,
-                    "replica": self.owner,
-                    "previous_owner": existing.lease_owner,
-                    "lease_expired_at": _iso(existing.lease_expires_at),
-                },
-            )
-        log.info(
-            "resuming export run %d of %s in state %s",
-            existing.id,
-            self.domain,
-            existing.state,
-            extra={
-                "domain": self.domain,
-                "run_id": existing.id,
-                "state": existing.state,
-                "replica": self.owner,
-            },
-        )
-        return True
-
-    def release(self) -> None:
-        """Stop the heartbeat and give the lease up (the run stays active and resumable)."""
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-        if self.run is None or not self.current.active:
-            return
-        try:
-            with self.db.session() as session:
-                self.save(session, lease_owner=None, lease_expires_at=None)
-        except _LostLease:
-            pass
-        except Exception as exc:  # never hide the error that brought us here
-            log.warning("could not release the lease of run %d: %s", self.current.id, exc)
-
     def fail(self, error: MirrorError | str, **values: Any) -> None:
         """End the run as FAILED (terminal) and remove its partial file."""
         message = str(error)
         try:
-            self.save(
-                state=RunState.FAILED,
-                error=message,
-                active=False,
-                finished_at=self.now(),
-                lease_owner=None,
-                lease_expires_at=None,
-                **values,
-            )
-        except _LostLease:
+            self.save(**{**self.finished(), "state": RunState.FAILED, "error": message, **values})
+        except LostLease:
             return
         self.announce(error=message)
         self.drop_partial()
@@ -619,21 +276,28 @@ class _Runner:
     # -- the loop -----------------------------------------------------------------------
 
     def execute(self) -> ExportOutcome:
-        self.claim()
+        self.steps = {
+            Step.START: self.start,
+            Step.POLL: self.poll,
+            Step.FETCH_LINK: self.fetch_link,
+            Step.DOWNLOAD: self.download,
+        }
+        self.claim.claim()
+        run = self.current
+        if self.claim.resumed:
+            self.emit(RunEvent(self.domain, run.id, run.state, run.vendor_job_id))
+        else:
+            self.announce()
         try:
             while True:
                 self.check_cancel()
                 step = next_step(self.current)
-                if step is Step.START:
-                    self.start()
-                elif step is Step.POLL:
-                    self.poll()
-                elif step is Step.FETCH_LINK:
-                    self.fetch_link()
-                elif step is Step.DOWNLOAD:
-                    self.download()
-                elif step is Step.STORE:
-                    return self.store_bundle()
+                if step is Step.STORE:
+                    outcome = self.store_bundle()
+                    if outcome is not None:
+                        return outcome
+                elif step is not Step.DONE:
+                    self.steps[step]()
                 else:
                     raise MirrorError(
                         f"export run {self.current.id} of {self.domain} is already "
@@ -650,19 +314,13 @@ class _Runner:
                 self.store.root, None, f"run {self.current.id} of {self.domain} stays resumable"
             ) from None
         finally:
-            self.release()
+            self.claim.release()
 
     # -- START --------------------------------------------------------------------------
 
     def start(self) -> None:
+        previous_stamp = self.claim.reserve_start()
         run = self.current
-        if self.reserved_at_claim:
-            self.reserved_at_claim = False  # budgeted when the run was created
-            previous_stamp = None
-        else:
-            previous_stamp = run.vendor_started_at
-            self.announce_unknown_start()
-            self.reserve_start()
         try:
             job = self.client.start_export(
                 self.domain,
@@ -675,33 +333,11 @@ class _Runner:
             raise
         except StartRefused:
             # 409/429/408/503 or not even sent: no job exists, so the stamp goes back too.
-            with contextlib.suppress(_LostLease):
+            with contextlib.suppress(LostLease):
                 self.save(vendor_started_at=previous_stamp)
             raise
         # Nothing may come between the vendor's answer and this commit (see module doc).
         self.transition(RunState.STARTED, vendor_job_id=job.job_id)
-
-    def announce_unknown_start(self) -> None:
-        run = self.current
-        if run.vendor_started_at is None:
-            return
-        log.warning(
-            "an earlier start of run %d of %s (at %s) ended without a job id (the process "
-            "stopped or the answer was lost); the vendor may hold an orphaned job, and a "
-            "one-active-job vendor refuses this start until it ends",
-            run.id,
-            self.domain,
-            run.vendor_started_at.isoformat(),
-            extra={"domain": self.domain, "run_id": run.id, "replica": self.owner},
-        )
-
-    def reserve_start(self) -> None:
-        """Check the shared start budget and stamp this run's start, in one transaction."""
-        now = self.now()
-        with self.db.session() as session:
-            self.save(session)  # first a write: on SQLite it serialises the budget check too
-            self.check_budget(session, now)
-            self.save(session, vendor_started_at=now)
 
     # -- POLL ---------------------------------------------------------------------------
 
@@ -718,16 +354,7 @@ class _Runner:
                     f"the vendor no longer knows export job {job_id} of {self.domain} ({exc}); "
                     "the next run starts a new job"
                 ) from None
-            self.emit(
-                RunEvent(
-                    self.domain,
-                    self.current.id,
-                    RunState.STARTED,
-                    job_id,
-                    progress=job.progress,
-                    page_count=job.page_count,
-                )
-            )
+            self.emit(job_event(self.current, job))
             if job.failed:
                 raise OperationFailed(
                     f"export job {job_id} of {self.domain} failed at the vendor: "
@@ -735,36 +362,18 @@ class _Runner:
                 )
             if job.completed:
                 if job.bundle is not None:
-                    self.transition(RunState.DOWNLOADING, **self.link_values(job.bundle))
+                    self.transition(RunState.DOWNLOADING, **link_values(job.bundle))
                 else:
                     self.transition(RunState.COMPLETED)
                 return
-            self.check_job_timeout(job)
+            timed_out = job_timed_out(
+                self.current, job, self.now(), self.job_timeout, self.max_poll_interval
+            )
+            if timed_out is not None:
+                raise timed_out
             self.save()
             self.pause(delay)
             delay = next_poll_delay(delay, job, self.poll_interval, self.max_poll_interval)
-
-    def check_job_timeout(self, job: ExportJob) -> None:
-        """Past api.job_timeout since the vendor start (`vendor_started_at`), stop polling."""
-        started = self.current.vendor_started_at
-        if started is None:
-            return
-        waited = (self.now() - started).total_seconds()
-        if waited > self.job_timeout:
-            raise JobTimedOut(
-                f"export job {job.job_id} of {self.domain} is still {job.status} "
-                f"{waited:.0f}s after its start, past api.job_timeout ({self.job_timeout:.0f}s); "
-                "the run stays resumable",
-                hint="the next try polls the same job again",
-                retry_after=max(self.max_poll_interval, 60.0),
-            )
-
-    @staticmethod
-    def link_values(link: BundleLink) -> dict[str, Any]:
-        values: dict[str, Any] = {"bundle_url": link.url, "bundle_expires_at": link.expires_at}
-        if link.size_bytes is not None:
-            values["expected_size"] = link.size_bytes
-        return values
 
     # -- FETCH_LINK ---------------------------------------------------------------------
 
@@ -772,7 +381,7 @@ class _Runner:
         job_id = self.current.vendor_job_id
         assert job_id is not None
         link = self.ask_link(job_id, first=True)
-        self.transition(RunState.DOWNLOADING, **self.link_values(link))
+        self.transition(RunState.DOWNLOADING, **link_values(link))
 
     def ask_link(self, job_id: str, *, first: bool = False) -> BundleLink:
         try:
@@ -792,9 +401,9 @@ class _Runner:
         link = run.link()
         if link is None or link.expired(self.now(), LINK_MARGIN_SECONDS):
             link = self.ask_link(job_id)
-            self.save(**self.link_values(link))
+            self.save(**link_values(link))
         partial = self.partial_path()
-        self.align_partial(partial, run.bytes_done)
+        align_partial(partial, run.bytes_done)
         try:
             result = download_bundle(
                 self.client.http,
@@ -803,7 +412,7 @@ class _Runner:
                 refresh_link=lambda: self.ask_link(job_id),
                 expected_size=run.expected_size,
                 checkpoint=self.checkpoint,
-                on_progress=self.progress,
+                on_progress=DownloadEvents(run, self.on_event) if self.on_event else None,
                 cancel=self.cancel,
                 sleep=self.sleep,
                 now=self.now,
@@ -812,7 +421,7 @@ class _Runner:
             )
         except (AuthError, NotFound, LinkFailed):
             # This link is refused, unusable or spent: the next try asks for a new one.
-            with contextlib.suppress(_LostLease):
+            with contextlib.suppress(LostLease):
                 self.save(bundle_url=None, bundle_expires_at=None)
             raise
         self.downloaded_here = True
@@ -823,49 +432,22 @@ class _Runner:
             expected_size=result.size,
         )
 
-    def align_partial(self, partial: Path, durable: int) -> None:
-        """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
-        try:
-            size = partial.stat().st_size
-        except FileNotFoundError:
-            return
-        if size > durable:
-            with open(partial, "r+b") as handle:
-                handle.truncate(durable)
-                os.fsync(handle.fileno())
-
     def checkpoint(self, durable: int, link: BundleLink) -> None:
         values: dict[str, Any] = {"bytes_done": durable}
         if link.url != self.current.bundle_url:
-            values.update(self.link_values(link))
+            values.update(link_values(link))
         self.save(**values)
-
-    def progress(self, done: int, total: int | None) -> None:
-        if self.on_event is None:
-            return
-        now = time.monotonic()
-        if now - self._last_progress_event < PROGRESS_EVENT_SECONDS and done != total:
-            return
-        self._last_progress_event = now
-        run = self.current
-        self.emit(
-            RunEvent(
-                self.domain,
-                run.id,
-                RunState.DOWNLOADING,
-                run.vendor_job_id,
-                bytes_done=done,
-                bytes_total=total,
-            )
-        )
 
     # -- STORE --------------------------------------------------------------------------
 
-    def store_bundle(self) -> ExportOutcome:
+    def store_bundle(self) -> ExportOutcome | None:
+        """Keep the checked download as the next version, or find the site unchanged; None
+        when the download is gone (the run goes back to DOWNLOADING)."""
         run = self.current
         sha256, size = run.sha256, run.bytes_done
-        assert sha256 is not None and run.vendor_job_id is not None
-        source = self.downloaded_file(sha256)
+        assert sha256 is not None
+        partial = self.partial_path()
+        source = downloaded_file(self.app, partial, sha256, rehash=not self.downloaded_here)
         if source is None:
             log.warning(
                 "the downloaded bundle of run %d of %s is gone; downloading it again",
@@ -875,77 +457,37 @@ class _Runner:
             )
             self.drop_partial()
             self.transition(RunState.DOWNLOADING, sha256=None, bytes_done=0)
-            self.download()
-            return self.store_bundle()
-        try:
-            report = inspect_archive(source, self.app.settings.store.archive_limits())
-        except IntegrityError:
-            if source != self.partial_path():
-                self.forget_unindexed_blob(sha256)
-            raise
-        if source == self.partial_path():
-            repair_from_download(self.app, source, sha256, size, report)
+            return None
+        report = check_download(self.app, source, sha256, size, partial=source == partial)
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:
                 return self.finish_unchanged(session, latest, report)
-        blob = self.store.adopt(source, sha256, size) if source == self.partial_path() else source
+        blob = self.store.adopt(source, sha256, size) if source == partial else source
         with self.db.session() as session:
-            if session.get(Bundle, sha256) is None:
-                session.add(
-                    Bundle(
-                        sha256=sha256,
-                        size=size,
-                        format=report.format,
-                        tree_sha256=report.tree_sha256,
-                        file_count=report.file_count,
-                        created_at=self.now(),
-                    )
-                )
-            labels = session.scalars(select(Version.label).where(Version.domain == self.domain))
-            label = next_label(list(labels), run.vendor_started_at or self.now())
-            session.add(
-                Version(
-                    domain=self.domain,
-                    label=label,
-                    bundle_sha256=sha256,
-                    tree_sha256=report.tree_sha256,
-                    run_id=run.id,
-                    created_at=self.now(),
-                )
-            )
-            session.flush()
-            self.transition(
-                RunState.STORED,
+            add_bundle(session, sha256, size, report, created_at=self.now())
+            label = add_version(
                 session,
-                version_label=label,
-                active=False,
-                finished_at=self.now(),
-                lease_owner=None,
-                lease_expires_at=None,
-                error=None,
+                self.domain,
+                sha256,
+                report,
+                run_id=run.id,
+                started_at=run.vendor_started_at or self.now(),
+                created_at=self.now(),
             )
+            self.transition(RunState.STORED, session, version_label=label, **self.finished())
         self.announce(version=label, sha256=sha256, size=size)
-        return self.outcome("stored", label, sha256, size, blob, report)
-
-    def downloaded_file(self, sha256: str) -> Path | None:
-        """The finished download (re-hashed if it was not written by this process), or the
-        blob it was already moved to before a crash; None when neither is there."""
-        partial = self.partial_path()
-        if partial.is_file():
-            if self.downloaded_here or sha256_file(partial) == sha256:
-                return partial
-            log.warning("partial file %s does not hash to %s; dropping it", partial, sha256[:12])
-            return None
-        if self.store.has(sha256):
-            return self.store.blob_path(sha256)
-        return None
-
-    def forget_unindexed_blob(self, sha256: str) -> None:
-        with self.db.session() as session:
-            indexed = session.get(Bundle, sha256) is not None
-        if not indexed:
-            self.store.remove(sha256)
+        return outcome_of(
+            self.current,
+            "stored",
+            label,
+            sha256,
+            size,
+            blob,
+            report.format,
+            report,
+            self.claim.resumed,
+        )
 
     def finish_unchanged(
         self, session: Session, latest: Version, report: ArchiveReport
@@ -953,56 +495,139 @@ class _Runner:
         run = self.current
         bundle = session.get(Bundle, latest.bundle_sha256)
         assert bundle is not None
-        self.transition(
-            RunState.UNCHANGED,
-            session,
-            version_label=latest.label,
-            active=False,
-            finished_at=self.now(),
-            lease_owner=None,
-            lease_expires_at=None,
-            error=None,
-        )
+        self.transition(RunState.UNCHANGED, session, version_label=latest.label, **self.finished())
         session.commit()
         self.drop_partial()
         if run.sha256 is not None and run.sha256 != bundle.sha256:
-            self.forget_unindexed_blob(run.sha256)
+            forget_unindexed_blob(self.app, run.sha256)
         self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
-        return self.outcome(
+        blob = self.store.blob_path(bundle.sha256)
+        return outcome_of(
+            self.current,
             "unchanged",
             latest.label,
             bundle.sha256,
             bundle.size,
-            self.store.blob_path(bundle.sha256),
+            blob,
+            bundle.format,
             report,
-            fmt=bundle.format,
+            self.claim.resumed,
         )
 
-    def outcome(
-        self,
-        state: Literal["stored", "unchanged"],
-        label: str,
-        sha256: str,
-        size: int,
-        blob: Path,
-        report: ArchiveReport,
-        fmt: str | None = None,
-    ) -> ExportOutcome:
-        run = self.current
-        assert run.vendor_job_id is not None
-        return ExportOutcome(
-            domain=self.domain,
-            run_id=run.id,
-            state=state,
-            version=label,
-            sha256=sha256,
-            size=size,
-            job_id=run.vendor_job_id,
-            blob_path=blob,
-            format=fmt or report.format,
-            tree_sha256=report.tree_sha256,
-            file_count=report.file_count,
-            resumed=self.resumed,
+    def finished(self) -> dict[str, Any]:
+        """The columns that end a run: inactive, finished now, lease given up, no error."""
+        return {
+            "active": False,
+            "finished_at": self.now(),
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "error": None,
+        }
+
+
+def align_partial(partial: Path, durable: int) -> None:
+    """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
+    try:
+        size = partial.stat().st_size
+    except FileNotFoundError:
+        return
+    if size > durable:
+        with open(partial, "r+b") as handle:
+            handle.truncate(durable)
+            os.fsync(handle.fileno())
+
+
+def link_values(link: BundleLink) -> dict[str, Any]:
+    """The run columns that hold `link`."""
+    values: dict[str, Any] = {"bundle_url": link.url, "bundle_expires_at": link.expires_at}
+    if link.size_bytes is not None:
+        values["expected_size"] = link.size_bytes
+    return values
+
+
+def job_timed_out(
+    run: RunSnapshot, job: ExportJob, now: datetime, timeout: float, max_poll_interval: float
+) -> JobTimedOut | None:
+    """The error that stops polling once `timeout` has passed since the vendor start."""
+    started = run.vendor_started_at
+    if started is None:
+        return None
+    waited = (now - started).total_seconds()
+    if waited <= timeout:
+        return None
+    return JobTimedOut(
+        f"export job {job.job_id} of {run.domain} is still {job.status} "
+        f"{waited:.0f}s after its start, past api.job_timeout ({timeout:.0f}s); "
+        "the run stays resumable",
+        hint="the next try polls the same job again",
+        retry_after=max(max_poll_interval, 60.0),
+    )
+
+
+def outcome_of(
+    run: RunSnapshot,
+    state: Literal["stored", "unchanged"],
+    label: str,
+    sha256: str,
+    size: int,
+    blob: Path,
+    fmt: str,
+    report: ArchiveReport,
+    resumed: bool,
+) -> ExportOutcome:
+    """What the caller of a finished run sees."""
+    assert run.vendor_job_id is not None
+    return ExportOutcome(
+        domain=run.domain,
+        run_id=run.id,
+        state=state,
+        version=label,
+        sha256=sha256,
+        size=size,
+        job_id=run.vendor_job_id,
+        blob_path=blob,
+        format=fmt,
+        tree_sha256=report.tree_sha256,
+        file_count=report.file_count,
+        resumed=resumed,
+    )
+
+
+def job_event(run: RunSnapshot, job: ExportJob) -> RunEvent:
+    """The progress of the vendor job of `run`, for displays."""
+    return RunEvent(
+        run.domain,
+        run.id,
+        RunState.STARTED,
+        job.job_id,
+        progress=job.progress,
+        page_count=job.page_count,
+    )
+
+
+class DownloadEvents:
+    """Download progress as RunEvents, at most one per PROGRESS_EVENT_SECONDS (and the last)."""
+
+    def __init__(self, run: RunSnapshot, emit: Callable[[RunEvent], None]) -> None:
+        self.run = run
+        self.emit = emit
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_EVENT_SECONDS and done != total:
+            return
+        self.last = now
+        run = self.run
+        self.emit(
+            RunEvent(
+                run.domain,
+                run.id,
+                RunState.DOWNLOADING,
+                run.vendor_job_id,
+                bytes_done=done,
+                bytes_total=total,
+            )
         )
 
 
@@ -1050,7 +675,3 @@ def run_export(
         due_check=due_check,
     )
     return runner.execute()
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="seconds") if value is not None else None

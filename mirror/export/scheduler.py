@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from mirror.units import format_duration
+
 DEFAULT_FAILURE_RETRY = 300.0
 DEFAULT_DEFER = 30.0
 MIN_DEFER = 0.5
@@ -163,27 +165,15 @@ def plan(
     domains due but held back by the budget are returned in `budget_deferred`
     and should get `not_before = now + budget_wait`.
     """
-    due_now: list[tuple[int, float, str, DomainState]] = []
-    next_due: tuple[str, datetime] | None = None
-    for state in states:
-        if state.domain in running:
-            continue
-        eligible = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
-        if eligible <= now:
-            tier = 0 if state.active is not None else 1
-            due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
-            due_key = due.timestamp() if spread is None else due.timestamp() // 10
-            due_now.append((tier, due_key, _order(state.domain, spread), state))
-        elif next_due is None or eligible < next_due[1]:
-            next_due = (state.domain, eligible)
-    due_now.sort(key=lambda item: (item[0], item[1], item[2]))
-
+    due_now, next_due = _due_now(
+        states, now, running, jitter=jitter, seed=seed, failure_retry=failure_retry, spread=spread
+    )
     start: list[str] = []
     deferred: list[str] = []
     waiting: list[str] = []
     remaining = max(0, budget_remaining)
     slots = max(0, free_slots)
-    for _tier, _due, _key, state in due_now:
+    for state in due_now:
         domain = state.domain
         if state.needs_start and remaining <= 0:
             deferred.append(domain)
@@ -210,6 +200,35 @@ def plan(
     )
 
 
+def _due_now(
+    states: Iterable[DomainState],
+    now: datetime,
+    running: set[str],
+    *,
+    jitter: float,
+    seed: int,
+    failure_retry: float,
+    spread: str | None,
+) -> tuple[list[DomainState], tuple[str, datetime] | None]:
+    """The domains eligible now, unfinished runs first, then by due time (and `spread`);
+    and the first of the others to become eligible."""
+    due_now: list[tuple[int, float, str, DomainState]] = []
+    next_due: tuple[str, datetime] | None = None
+    for state in states:
+        if state.domain in running:
+            continue
+        eligible = eligible_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+        if eligible <= now:
+            tier = 0 if state.active is not None else 1
+            due = due_at(state, jitter=jitter, seed=seed, failure_retry=failure_retry)
+            due_key = due.timestamp() if spread is None else due.timestamp() // 10
+            due_now.append((tier, due_key, _order(state.domain, spread), state))
+        elif next_due is None or eligible < next_due[1]:
+            next_due = (state.domain, eligible)
+    due_now.sort(key=lambda item: (item[0], item[1], item[2]))
+    return [item[3] for item in due_now], next_due
+
+
 def _order(domain: str, spread: str | None) -> str:
     if spread is None:
         return domain
@@ -222,19 +241,6 @@ def status_line(
     """The systemd STATUS= text, e.g. '3 running, 12 idle, next due docs.x in 5m'."""
     text = f"{running} running, {idle} idle"
     if next_due is not None:
-        text += f", next due {next_due[0]} in {format_delay((next_due[1] - now).total_seconds())}"
+        delay = format_duration((next_due[1] - now).total_seconds())
+        text += f", next due {next_due[0]} in {delay}"
     return text
-
-
-def format_delay(seconds: float) -> str:
-    """A short human duration: 45s, 5m, 2h10m, 3d."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        hours, minutes = divmod(seconds // 60, 60)
-        return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    days, hours = divmod(seconds // 3600, 24)
-    return f"{days}d{hours}h" if hours else f"{days}d"

@@ -8,7 +8,7 @@ same pure function the daemon uses (`scheduler.eligible_at`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,6 @@ from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.timestamps import rfc3339_or_none, utcnow
 from mirror.versions import label_key
 
-SUCCESS_STATES = (RunState.STORED, RunState.UNCHANGED)
 _IN_CHUNK = 500
 
 
@@ -31,61 +30,83 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
         yield items[start : start + _IN_CHUNK]
 
 
+@dataclass
+class _Facts:
+    """What the index says about a set of domains, by domain."""
+
+    last_finished: dict[str, ExportRun] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    latest_version_at: dict[str, datetime] = field(default_factory=dict)
+    schedules: dict[str, DomainSchedule] = field(default_factory=dict)
+    active: dict[str, ExportRun] = field(default_factory=dict)
+
+
+def _read_facts(session: Session, chunk: Sequence[str], facts: _Facts) -> None:
+    last_ids = (
+        select(func.max(ExportRun.id))
+        .where(ExportRun.domain.in_(chunk), ExportRun.active.is_(False))
+        .group_by(ExportRun.domain)
+    )
+    for run in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
+        facts.last_finished[run.domain] = run
+    success = aliased(ExportRun)
+    last_success_id = (
+        select(func.coalesce(func.max(success.id), 0))
+        .where(success.domain == ExportRun.domain, success.state.in_(RunState.SUCCESS))
+        .scalar_subquery()
+    )
+    failure_counts = session.execute(
+        select(ExportRun.domain, func.count())
+        .where(
+            ExportRun.domain.in_(chunk),
+            ExportRun.state == RunState.FAILED,
+            ExportRun.id > last_success_id,
+        )
+        .group_by(ExportRun.domain)
+    )
+    for domain, count in failure_counts:
+        facts.failures[domain] = int(count)
+    for domain, created in session.execute(
+        select(Version.domain, func.max(Version.created_at))
+        .where(Version.domain.in_(chunk))
+        .group_by(Version.domain)
+    ):
+        if created is not None:
+            facts.latest_version_at[domain] = _aware(created)
+    for row in session.scalars(select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))):
+        facts.schedules[row.domain] = row
+    for run in session.scalars(
+        select(ExportRun).where(ExportRun.domain.in_(chunk), ExportRun.active.is_(True))
+    ):
+        facts.active[run.domain] = run
+
+
+def _active_run(current: ExportRun | None) -> ActiveRun | None:
+    if current is None:
+        return None
+    return ActiveRun(
+        run_id=current.id,
+        state=current.state,
+        has_vendor_job=current.vendor_job_id is not None,
+        created_at=current.created_at,
+        bytes_done=current.bytes_done or 0,
+        lease_owner=current.lease_owner,
+        lease_expires_at=current.lease_expires_at,
+    )
+
+
 def load_states(
     session: Session, exports: Sequence[ExportSettings], known_since: dict[str, datetime]
 ) -> dict[str, DomainState]:
     """The scheduler state of each export, from the index (a few grouped queries)."""
-    domains = [export.domain for export in exports]
-    last_finished: dict[str, ExportRun] = {}
-    failures: dict[str, int] = {}
-    latest_version_at: dict[str, datetime] = {}
-    schedules: dict[str, DomainSchedule] = {}
-    active: dict[str, ExportRun] = {}
-    for chunk in _chunks(domains):
-        last_ids = (
-            select(func.max(ExportRun.id))
-            .where(ExportRun.domain.in_(chunk), ExportRun.active.is_(False))
-            .group_by(ExportRun.domain)
-        )
-        for run in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
-            last_finished[run.domain] = run
-        success = aliased(ExportRun)
-        last_success_id = (
-            select(func.coalesce(func.max(success.id), 0))
-            .where(success.domain == ExportRun.domain, success.state.in_(SUCCESS_STATES))
-            .scalar_subquery()
-        )
-        failure_counts = session.execute(
-            select(ExportRun.domain, func.count())
-            .where(
-                ExportRun.domain.in_(chunk),
-                ExportRun.state == RunState.FAILED,
-                ExportRun.id > last_success_id,
-            )
-            .group_by(ExportRun.domain)
-        )
-        for domain, count in failure_counts:
-            failures[domain] = int(count)
-        for domain, created in session.execute(
-            select(Version.domain, func.max(Version.created_at))
-            .where(Version.domain.in_(chunk))
-            .group_by(Version.domain)
-        ):
-            if created is not None:
-                latest_version_at[domain] = _aware(created)
-        for row in session.scalars(select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))):
-            schedules[row.domain] = row
-        for run in session.scalars(
-            select(ExportRun).where(ExportRun.domain.in_(chunk), ExportRun.active.is_(True))
-        ):
-            active[run.domain] = run
-
+    facts = _Facts()
+    for chunk in _chunks([export.domain for export in exports]):
+        _read_facts(session, chunk, facts)
     states: dict[str, DomainState] = {}
     for export in exports:
         domain = export.domain
-        last = last_finished.get(domain)
-        current = active.get(domain)
-        schedule = schedules.get(domain)
+        last = facts.last_finished.get(domain)
+        schedule = facts.schedules.get(domain)
         states[domain] = DomainState(
             domain=domain,
             every=export.every,
@@ -93,20 +114,10 @@ def load_states(
             last_run_id=last.id if last else None,
             last_run_started_at=(last.vendor_started_at or last.created_at) if last else None,
             last_run_state=last.state if last else None,
-            consecutive_failures=failures.get(domain, 0),
-            latest_version_at=latest_version_at.get(domain),
+            consecutive_failures=facts.failures.get(domain, 0),
+            latest_version_at=facts.latest_version_at.get(domain),
             not_before=schedule.not_before if schedule else None,
-            active=ActiveRun(
-                run_id=current.id,
-                state=current.state,
-                has_vendor_job=current.vendor_job_id is not None,
-                created_at=current.created_at,
-                bytes_done=current.bytes_done or 0,
-                lease_owner=current.lease_owner,
-                lease_expires_at=current.lease_expires_at,
-            )
-            if current
-            else None,
+            active=_active_run(facts.active.get(domain)),
         )
     return states
 

@@ -17,14 +17,12 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from mirror.errors import ConfigError
 from mirror.fsutil import fsync_dir
-from mirror.store.db import Database, safe_url
+from mirror.store.db import Database, dialect_insert, redacted_database_url
 from mirror.store.models import IndexInfo
 
 STORE_ID_FILE = "store-id"
@@ -43,11 +41,8 @@ class StoreBinding:
 def _put_if_absent(db: Database, name: str, value: str) -> str:
     """Insert `name = value` unless present; returns the stored value (the first writer wins)."""
     with db.session() as session:
-        dialect = session.get_bind().dialect.name
-        module: Any = postgresql if dialect == "postgresql" else sqlite
-        session.execute(
-            module.insert(IndexInfo).values(name=name, value=value).on_conflict_do_nothing()
-        )
+        insert = dialect_insert(session, IndexInfo).values(name=name, value=value)
+        session.execute(insert.on_conflict_do_nothing())
         return str(session.scalars(select(IndexInfo.value).where(IndexInfo.name == name)).one())
 
 
@@ -89,7 +84,7 @@ def bind_store(root: Path, db: Database) -> StoreBinding:
     if document["index_id"] != index_id:
         raise ConfigError(
             f"the store at {root} belongs to another index (index {document['index_id'][:12]}), "
-            f"not to {safe_url(db.url)} (index {index_id[:12]})",
+            f"not to {redacted_database_url(db.url)} (index {index_id[:12]})",
             hint="give each index its own store.path; one store shared by two indexes "
             "would export every domain twice",
         )

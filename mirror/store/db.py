@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -47,11 +48,20 @@ def make_engine(url: str) -> Engine:
     try:
         return create_engine(url, pool_pre_ping=True)
     except Exception as exc:  # the URL itself is malformed or names a missing driver
-        raise ConfigError(f"store.database: cannot use {safe_url(url)}: {exc}") from None
+        raise ConfigError(
+            f"store.database: cannot use {redacted_database_url(url)}: {exc}"
+        ) from None
 
 
-def safe_url(url: str) -> str:
-    """The database URL with any password hidden."""
+def dialect_insert(session: Session, table: Any) -> Any:
+    """An INSERT into `table` that knows ON CONFLICT, for the session's database."""
+    dialect = session.get_bind().dialect.name
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    return module.insert(table)
+
+
+def redacted_database_url(url: str) -> str:
+    """The database URL with any password hidden, for logs and messages (not a presigned link)."""
     if "://" in url and "@" in url:
         scheme, rest = url.split("://", 1)
         credentials, host = rest.rsplit("@", 1)
@@ -111,13 +121,17 @@ class Database:
                 command.upgrade(config, "head")
         except OperationalError as exc:
             raise TemporaryFailure(
-                f"cannot upgrade the index at {safe_url(self.url)}: {exc.orig}"
+                f"cannot upgrade the index at {redacted_database_url(self.url)}: {exc.orig}"
             ) from None
         after = self.current()
         if after != before:
             log.info(
                 "index schema upgraded",
-                extra={"database": safe_url(self.url), "from": before or "empty", "to": after},
+                extra={
+                    "database": redacted_database_url(self.url),
+                    "from": before or "empty",
+                    "to": after,
+                },
             )
         return after or self.head()
 

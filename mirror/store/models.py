@@ -63,6 +63,7 @@ class RunState:
     FAILED = "failed"  # terminal: the vendor job or a check failed
 
     TERMINAL = frozenset({STORED, UNCHANGED, FAILED})
+    SUCCESS = (STORED, UNCHANGED)  # the run ended with the site in the store
 
 
 class Bundle(Base):

@@ -25,17 +25,18 @@ What callers can rely on:
 
 Retry policy, and why it is a small loop rather than `stamina.retry_context`:
   Reads (job status, bundle link, agent job) are retried on connection errors, timeouts, 408,
-  429 and 5xx with stamina's backoff (exponential from `wait_initial`, capped at `wait_max`,
-  plus up to `wait_jitter` of random jitter). A `Retry-After` header (delta seconds or an HTTP
-  date) is the minimum wait for that attempt. The whole call is bounded by `retry_attempts`
-  attempts and `retry_timeout` seconds in total; a wait that would pass the deadline is not
-  started. Exhaustion raises TemporaryFailure naming the endpoint and the last failure, with
-  `retry_after` set when the vendor gave one. stamina's `retry_context` sleeps through
-  tenacity's own `time.sleep`/`time.monotonic` and treats a hook's backoff as a replacement for
-  (not a floor under) its computed wait, so the clock and sleep could not be injected and
-  `Retry-After` could not be a minimum. The loop below keeps stamina's semantics where it
-  matters: the same jittered backoff formula, `stamina.is_active()` turns retries off, and
-  every scheduled retry is reported to stamina's instrumentation hooks (`mirror.logs.log_retry`
+  429 and 5xx with `mirror.vendor.retry`'s backoff (stamina's formula: exponential from
+  `wait_initial`, capped at `wait_max`, plus up to `wait_jitter` of random jitter). A
+  `Retry-After` header (delta seconds or an HTTP date) is the minimum wait for that attempt.
+  The whole call is bounded by `retry_attempts` attempts and `retry_timeout` seconds in total;
+  a wait that would pass the deadline is not started. Exhaustion raises TemporaryFailure
+  naming the endpoint and the last failure, with `retry_after` set when the vendor gave one.
+  stamina's `retry_context` sleeps through tenacity's own `time.sleep`/`time.monotonic` and
+  treats a hook's backoff as a replacement for (not a floor under) its computed wait, so the
+  clock and sleep could not be injected and `Retry-After` could not be a minimum. The loop
+  below keeps stamina's semantics where it matters: the same jittered backoff formula,
+  `stamina.is_active()` turns retries off, and every scheduled retry is reported to
+  stamina's instrumentation hooks (`mirror.logs.log_retry`
   writes one readable line; stamina's Prometheus counter `stamina_retries_total`).
   A host name that does not resolve (socket.gaierror under httpx.ConnectError) is a
   misconfiguration or a resolver outage, not a busy vendor: it is tried `DNS_ATTEMPTS` times
@@ -57,7 +58,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import re
 import socket
 import ssl
@@ -65,7 +65,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from urllib.parse import quote
@@ -79,11 +78,21 @@ from mirror.errors import (
     AuthError,
     ConfigError,
     MirrorError,
-    NotFound,
     OperationFailed,
     TemporaryFailure,
 )
 from mirror.logs import REDACTED, redact, register_secret
+from mirror.vendor.answers import (
+    AUTH_HINT,
+    CUT,
+    ERROR_BODY_LIMIT,
+    RETRYABLE_STATUSES,
+    json_object,
+    one_line,
+    status_error,
+    vendor_text,
+)
+from mirror.vendor.retry import Backoff, parse_retry_after
 
 if TYPE_CHECKING:
     from mirror.config import Settings
@@ -91,9 +100,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ExportFlow = Literal["global", "project"]
-AUTH_HINT = "check the admin API key (api.key_file or $MIRROR_API_KEY)"
 USER_AGENT = f"mirror/{__version__}"
-RETRYABLE_STATUSES = frozenset({408, 429})
 START_RETRYABLE_STATUSES = frozenset({408, 503})
 NOT_SENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
     httpx.ConnectError,
@@ -106,13 +113,10 @@ RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
     httpx.RemoteProtocolError,
     httpx.ProxyError,
 )
-_VENDOR_TEXT_LIMIT = 200
 DNS_ATTEMPTS = 3
 DNS_WAIT_MAX = 1.0
 JSON_BODY_LIMIT = 1024 * 1024
-ERROR_BODY_LIMIT = 64 * 1024
 JOB_ID_MAX_LENGTH = 256
-_CUT = "mirror_body_cut"
 
 
 @dataclass(frozen=True)
@@ -218,23 +222,6 @@ def parse_timestamp(value: object) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait from a Retry-After value (delta seconds or HTTP date); None if unusable."""
-    if value is None or not value.strip():
-        return None
-    text = value.strip()
-    number = parse_number(text) if "%" not in text else None
-    if number is not None:
-        return max(number, 0.0)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - now).total_seconds(), 0.0)
-
-
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value != "" else None
 
@@ -311,50 +298,6 @@ def shown_id(job_id: str) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def backoff_delay(
-    attempt: int,
-    *,
-    initial: float,
-    maximum: float,
-    jitter: float,
-    exp_base: float = 2.0,
-    rng: Callable[[float, float], float] = random.uniform,
-) -> float:
-    """stamina's wait before retry number `attempt` (1-based): capped exponential plus jitter."""
-    extra = rng(0.0, jitter) if jitter > 0 else 0.0
-    try:
-        return min(maximum, initial * exp_base ** (attempt - 1) + extra)
-    except OverflowError:
-        return maximum
-
-
-def _vendor_text(response: httpx.Response) -> str | None:
-    """The vendor's own error text: JSON `error` (or `message`), or a short plain-text body."""
-    if response.extensions.get(_CUT):
-        return f"an error body of over {ERROR_BODY_LIMIT // 1024} KiB, cut unread"
-    try:
-        body = response.json()
-    except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        body = None
-    if isinstance(body, Mapping):
-        for field in ("error", "message", "detail"):
-            text = body.get(field)
-            if isinstance(text, str) and text.strip():
-                return _one_line(text)
-        return None
-    content_type = response.headers.get("content-type", "")
-    if content_type.startswith("text/plain"):
-        text = response.text.strip()
-        if text and len(text) <= _VENDOR_TEXT_LIMIT and "<" not in text:
-            return _one_line(text)
-    return None
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _VENDOR_TEXT_LIMIT else line[: _VENDOR_TEXT_LIMIT - 3] + "..."
-
-
 def name_resolution_error(exc: BaseException) -> socket.gaierror | None:
     """The socket.gaierror behind a transport error (httpx chains it as a cause), if any."""
     seen: set[int] = set()
@@ -417,9 +360,7 @@ class VendorClient:
         self.export_flow: ExportFlow = export_flow
         self.retry_attempts = max(1, retry_attempts)
         self.retry_timeout = retry_timeout
-        self.wait_initial = wait_initial
-        self.wait_max = wait_max
-        self.wait_jitter = wait_jitter
+        self.backoff = Backoff(initial=wait_initial, maximum=wait_max, jitter=wait_jitter)
         self._key = key
         self._sleep = sleep
         self._clock = clock
@@ -516,7 +457,7 @@ class VendorClient:
             self._links_in_status.add(job_id)
             return self._link_from_status(job_id)
         if response.status_code == 409:
-            text = _vendor_text(response)
+            text = vendor_text(response)
             raise TemporaryFailure(
                 self._scrub(
                     f"export job {job_id} has not finished yet, so the vendor has no bundle "
@@ -655,8 +596,7 @@ class VendorClient:
         """Send with the retry policy; the answer is 2xx or one that retrying cannot change."""
         endpoint = f"{method} {path}"
         started = self._clock()
-        attempt = 0
-        waited = 0.0
+        attempt, waited = 0, 0.0
         while True:
             attempt += 1
             retry_after: float | None = None
@@ -664,107 +604,49 @@ class VendorClient:
             try:
                 response = self._send(method, path, body)
             except httpx.TransportError as exc:
-                self._raise_if_hopeless(exc, endpoint, what, start)
+                hopeless = hopeless_error(exc, endpoint, what, start=start, base_url=self.base_url)
+                if hopeless is not None:
+                    raise hopeless from exc
                 unresolved = name_resolution_error(exc)
-                last = f"{type(exc).__name__}: {_one_line(str(exc)) or 'no detail'}"
+                last = f"{type(exc).__name__}: {one_line(str(exc)) or 'no detail'}"
                 cause: Exception = exc
             else:
-                statuses = START_RETRYABLE_STATUSES if start else RETRYABLE_STATUSES
-                status = response.status_code
-                if not (status in statuses or (status >= 500 and not start)):
+                if not retryable(response.status_code, start=start):
                     return response
-                retry_after = parse_retry_after(
-                    response.headers.get("Retry-After"), self._wall_clock()
-                )
-                text = _vendor_text(response)
-                last = f"HTTP {status}{': ' + text if text else ''}"
-                cause = RetryableStatus(status, endpoint)
-            wait = backoff_delay(
-                attempt, initial=self.wait_initial, maximum=self.wait_max, jitter=self.wait_jitter
-            )
-            if retry_after is not None:
-                wait = max(wait, retry_after)
+                retry_after = self._retry_after(response)
+                text = vendor_text(response)
+                last = f"HTTP {response.status_code}{': ' + text if text else ''}"
+                cause = RetryableStatus(response.status_code, endpoint)
+            wait = self.backoff.delay(attempt, retry_after)
             attempts = self.retry_attempts
             if unresolved is not None:
                 wait = min(wait, DNS_WAIT_MAX)
                 attempts = min(attempts, DNS_ATTEMPTS)
             elapsed = self._clock() - started
-            if (
-                attempt >= attempts
-                or elapsed + wait > self.retry_timeout
-                or not stamina.is_active()
-            ):
-                failure = StartRefused if start else TemporaryFailure
-                if unresolved is not None:
-                    host = httpx.URL(self.base_url).host
-                    raise failure(
-                        f"cannot resolve the vendor API host {host!r} ({endpoint}, {what}): "
-                        f"{unresolved.strerror or unresolved}, tried {attempt} "
-                        f"time{'s' if attempt != 1 else ''}",
-                        hint="check api.base_url and this host's DNS resolver",
-                    ) from None
-                raise failure(
-                    self._scrub(
-                        f"vendor API {endpoint} ({what}) still failing after {attempt} "
-                        f"attempt{'s' if attempt != 1 else ''} in {elapsed:.0f}s; last: {last}"
-                    ),
-                    hint="the vendor or the network is having trouble; try again later",
+            spent = attempt >= attempts or elapsed + wait > self.retry_timeout
+            if spent or not stamina.is_active():
+                error = exhausted_error(
+                    StartRefused if start else TemporaryFailure,
+                    f"{endpoint}, {what}" if unresolved is not None else f"{endpoint} ({what})",
+                    attempt=attempt,
+                    elapsed=elapsed,
+                    last=self._scrub(last),
                     retry_after=retry_after,
-                ) from (cause if not isinstance(cause, RetryableStatus) else None)
-            described = {"what": f"vendor API {endpoint} ({what})", "reason": last}
-            self._report_retry(operation, attempt, wait, waited, cause, described, attempts)
+                    unresolved=unresolved,
+                    host=httpx.URL(self.base_url).host,
+                )
+                quiet = unresolved is not None or isinstance(cause, RetryableStatus)
+                raise error from (None if quiet else cause)
+            described = {"what": self._scrub(f"vendor API {endpoint} ({what})")}
+            described["reason"] = self._scrub(last)
+            report_retry(operation, attempt, wait, waited, cause, described, attempts)
             self._sleep(wait)
             waited += wait
 
-    def _raise_if_hopeless(
-        self, exc: httpx.TransportError, endpoint: str, what: str, start: bool
-    ) -> None:
-        detail = self._scrub(_one_line(str(exc)) or type(exc).__name__)
-        if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            raise ConfigError(
-                f"TLS certificate of {self.base_url} not trusted ({endpoint}): {detail}",
-                hint="set api.ca_bundle to the CA file of your TLS-intercepting proxy",
-            ) from exc
-        if not isinstance(exc, RETRYABLE_ERRORS):
-            raise MirrorError(
-                f"cannot call vendor API {endpoint} ({what}): {type(exc).__name__}: {detail}; "
-                "check api.base_url"
-            ) from exc
-        if start and not isinstance(exc, NOT_SENT_ERRORS):
-            raise TemporaryFailure(
-                f"{what}: the connection failed after the request was sent "
-                f"({type(exc).__name__}: {detail}); the vendor may or may not have started a job",
-                hint="not retried to avoid a second job; the next run picks it up",
-            ) from exc
-
-    def _report_retry(
-        self,
-        operation: str,
-        attempt: int,
-        wait: float,
-        waited: float,
-        cause: Exception,
-        described: dict[str, str],
-        attempts: int,
-    ) -> None:
-        # A fixed name per operation: it is a Prometheus label, so no job ids in it.
-        # `kwargs` describe the call for mirror.logs.log_retry's line.
-        details = RetryDetails(
-            name=f"mirror.api.VendorClient.{operation}",
-            args=(),
-            kwargs={**{k: self._scrub(v) for k, v in described.items()}, "attempts": attempts},
-            retry_num=attempt,
-            wait_for=wait,
-            waited_so_far=waited,
-            caused_by=cause,
-        )
-        for hook in get_on_retry_hooks():
-            hook(details)
-
     def _refuse_start(self, response: httpx.Response, domain: str) -> NoReturn:
         status = response.status_code
-        retry_after = parse_retry_after(response.headers.get("Retry-After"), self._wall_clock())
-        text = _vendor_text(response)
+        retry_after = self._retry_after(response)
+        text = vendor_text(response)
         reason = (
             "another export job is still active"
             if status == 409
@@ -782,78 +664,110 @@ class VendorClient:
 
     def _check(self, response: httpx.Response, method: str, path: str, *, what: str) -> Any:
         """The JSON object of a 2xx answer; anything else becomes the matching MirrorError."""
-        status = response.status_code
         endpoint = f"{method} {path}"
-        if 200 <= status < 300:
-            try:
-                data = response.json()
-            except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-                data = None
-            if not isinstance(data, dict):
-                raise MirrorError(
-                    f"vendor API {endpoint} ({what}) answered HTTP {status} with a body that is "
-                    "not a JSON object; check api.base_url (a proxy or login page?)"
-                )
-            return data
-        self._raise_for_status(response, endpoint, what)
-
-    def _raise_for_status(self, response: httpx.Response, endpoint: str, what: str) -> NoReturn:
-        status = response.status_code
-        text = _vendor_text(response)
-        said = f": {text}" if text else ""
-        if status == 401:
-            raise AuthError(
-                self._scrub(f"vendor API refused the admin API key (HTTP 401 on {endpoint}){said}"),
-                hint=AUTH_HINT,
-            )
-        if status == 403:
-            raise AuthError(
-                self._scrub(f"vendor API denied {what} (HTTP 403 on {endpoint}){said}"),
-                hint=AUTH_HINT,
-            )
-        if status == 404:
-            raise NotFound(
-                self._scrub(f"{what} not found at the vendor (HTTP 404 on {endpoint}){said}")
-            )
-        if status == 400:
-            raise ConfigError(
-                self._scrub(
-                    f"vendor API rejected the request for {what} (HTTP 400 on {endpoint}){said}"
-                ),
-                hint="check the domain, version and paths in the export settings",
-            )
-        if status == 409:
-            raise TemporaryFailure(
-                self._scrub(f"vendor API answered HTTP 409 to {endpoint} ({what}){said}"),
-                hint="try again later",
-                retry_after=parse_retry_after(
-                    response.headers.get("Retry-After"), self._wall_clock()
-                ),
-            )
-        if status >= 500 or status in RETRYABLE_STATUSES:
-            # Only a start gets here: reads retry these until the budget is spent.
-            raise TemporaryFailure(
-                self._scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}"),
-                hint="a start is not retried after such an answer, to avoid a second job; "
-                "try again later",
-                retry_after=parse_retry_after(
-                    response.headers.get("Retry-After"), self._wall_clock()
-                ),
-            )
-        if 300 <= status < 400:
-            location = response.headers.get("location", "")
-            raise MirrorError(
-                self._scrub(
-                    f"vendor API answered {endpoint} with a redirect (HTTP {status}"
-                    f"{' to ' + location if location else ''}); check api.base_url"
-                )
-            )
-        raise MirrorError(
-            self._scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}")
+        if 200 <= response.status_code < 300:
+            return json_object(response, endpoint, what)
+        raise status_error(
+            response, endpoint, what, retry_after=self._retry_after(response), scrub=self._scrub
         )
+
+    def _retry_after(self, response: httpx.Response) -> float | None:
+        return parse_retry_after(response.headers.get("Retry-After"), self._wall_clock())
 
     def _scrub(self, text: str) -> str:
         return redact(text.replace(self._key, REDACTED))
+
+
+def retryable(status: int, *, start: bool) -> bool:
+    """Whether an answer is worth asking again: 408, 429 and 5xx for a read; for a start only
+    408 and 503, the answers that say the vendor did not take the request."""
+    if start:
+        return status in START_RETRYABLE_STATUSES
+    return status in RETRYABLE_STATUSES or status >= 500
+
+
+def hopeless_error(
+    exc: httpx.TransportError, endpoint: str, what: str, *, start: bool, base_url: str
+) -> MirrorError | None:
+    """The error for a transport failure no retry can help (None: worth retrying).
+
+    An untrusted TLS certificate is a ConfigError; a failure that is no network trouble
+    (an invalid URL, say) a MirrorError; a start whose request may have reached the
+    vendor a TemporaryFailure, since retrying it could start a second job.
+    """
+    detail = redact(one_line(str(exc)) or type(exc).__name__)
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return ConfigError(
+            f"TLS certificate of {base_url} not trusted ({endpoint}): {detail}",
+            hint="set api.ca_bundle to the CA file of your TLS-intercepting proxy",
+        )
+    if not isinstance(exc, RETRYABLE_ERRORS):
+        return MirrorError(
+            f"cannot call vendor API {endpoint} ({what}): {type(exc).__name__}: {detail}; "
+            "check api.base_url"
+        )
+    if start and not isinstance(exc, NOT_SENT_ERRORS):
+        return TemporaryFailure(
+            f"{what}: the connection failed after the request was sent "
+            f"({type(exc).__name__}: {detail}); the vendor may or may not have started a job",
+            hint="not retried to avoid a second job; the next run picks it up",
+        )
+    return None
+
+
+def exhausted_error(
+    failure: type[TemporaryFailure],
+    call: str,
+    *,
+    attempt: int,
+    elapsed: float,
+    last: str,
+    retry_after: float | None,
+    unresolved: socket.gaierror | None,
+    host: str,
+) -> TemporaryFailure:
+    """The error once the retries of `call` are spent (a host that never resolved says so)."""
+    if unresolved is not None:
+        return failure(
+            f"cannot resolve the vendor API host {host!r} ({call}): "
+            f"{unresolved.strerror or unresolved}, tried {_times(attempt)}",
+            hint="check api.base_url and this host's DNS resolver",
+        )
+    return failure(
+        f"vendor API {call} still failing after {attempt} "
+        f"attempt{'s' if attempt != 1 else ''} in {elapsed:.0f}s; last: {last}",
+        hint="the vendor or the network is having trouble; try again later",
+        retry_after=retry_after,
+    )
+
+
+def report_retry(
+    operation: str,
+    attempt: int,
+    wait: float,
+    waited: float,
+    cause: Exception,
+    described: dict[str, str],
+    attempts: int,
+) -> None:
+    """Tell stamina's instrumentation hooks (log line, Prometheus counter) of a retry."""
+    # A fixed name per operation: it is a Prometheus label, so no job ids in it.
+    # `kwargs` describe the call for mirror.logs.log_retry's line.
+    details = RetryDetails(
+        name=f"{__name__}.VendorClient.{operation}",
+        args=(),
+        kwargs={**described, "attempts": attempts},
+        retry_num=attempt,
+        wait_for=wait,
+        waited_so_far=waited,
+        caused_by=cause,
+    )
+    for hook in get_on_retry_hooks():
+        hook(details)
+
+
+def _times(count: int) -> str:
+    return f"{count} time{'s' if count != 1 else ''}"
 
 
 def _read_capped(response: httpx.Response, endpoint: str) -> httpx.Response:
@@ -890,7 +804,7 @@ def _read_capped(response: httpx.Response, endpoint: str) -> httpx.Response:
         headers=headers,
         content=bytes(body[:limit]),
         request=response.request,
-        extensions={**response.extensions, _CUT: cut},
+        extensions={**response.extensions, CUT: cut},
     )
     return capped
 

@@ -30,12 +30,10 @@ Promises:
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import hashlib
 import json
 import logging
 import os
-import random
 import re
 import threading
 import time
@@ -54,12 +52,14 @@ from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, Temp
 from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, disk_full, is_disk_full, iter_file
 from mirror.links import is_expired_answer, s3_error, safe_url
 from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
+from mirror.vendor.retry import Backoff, parse_retry_after
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 CHECKPOINT_SECONDS = 30.0
-_MAX_BACKOFF = 30.0
+# A cut connection is usually back within a second; a busy storage host says Retry-After.
+BACKOFF = Backoff(initial=0.5, maximum=30.0, jitter=0.5, retry_after_cap=300.0)
 _ERROR_BODY_LIMIT = 64 * 1024
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
 MAX_REDIRECTS = 10
@@ -149,22 +149,6 @@ def link_expired(link: BundleLink, now: datetime) -> bool:
     return links.link_expired(link.url, link.expires_at, now)
 
 
-def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
-
-
 def parse_content_range(value: str | None) -> tuple[int | None, int | None]:
     """(first byte, complete length) from `bytes A-B/N` or `bytes */N`; None where unknown."""
     match = _CONTENT_RANGE.match(value or "")
@@ -175,12 +159,6 @@ def parse_content_range(value: str | None) -> tuple[int | None, int | None]:
     return first, total
 
 
-def backoff_delay(failures: int, retry_after: float | None) -> float:
-    """Jittered exponential backoff (0.5 s doubling, capped), or the server's Retry-After."""
-    if retry_after is not None:
-        return min(max(retry_after, 0.0), 300.0)
-    ceiling = min(_MAX_BACKOFF, 0.5 * 2.0 ** min(max(failures - 1, 0), 16))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 (jitter, not crypto)
 
 
 class _Restart(Exception):
@@ -475,7 +453,7 @@ class _Download:
                 f"({reason}); run the export again later to resume",
                 retry_after=retry_after,
             )
-        delay = backoff_delay(self.failures, retry_after)
+        delay = BACKOFF.delay(self.failures, retry_after)
         log.info(
             "download of %s: %s at byte %d; retrying in %.1fs",
             safe_url(self.link.url),
