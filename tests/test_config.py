@@ -70,6 +70,8 @@ def test_exports_validated() -> None:
         settings_from_dict({"exports": [{"domain": "https://docs.example.com/"}]})
     with pytest.raises(ConfigError, match="listed twice"):
         settings_from_dict({"exports": [{"domain": "a.example"}, {"domain": "a.example"}]})
+    with pytest.raises(ConfigError, match=r"exports\.0\.every: Input should be greater than 0"):
+        settings_from_dict({"exports": [{"domain": "a.example", "every": "0s"}]})
 
 
 def test_presign_ttl_capped_at_seven_days() -> None:
