@@ -129,8 +129,9 @@ def test_config_check_redacts_the_key(tmp_path: Path) -> None:
     path = write_config(
         tmp_path / "c.toml",
         {
-            "api": {"key_file": str(key_file)},
+            "api": {"key_file": str(key_file), "base_url": "https://u:apipw@api.example"},
             "store": {"path": str(tmp_path / "s"), "database": "postgresql+psycopg://u:pw@h/db"},
+            "target": {"endpoint_url": "https://minio:s3pw@minio.internal:9000"},
         },
     )
     for env in ({}, {"MIRROR_API_KEY": secret}):
@@ -138,6 +139,7 @@ def test_config_check_redacts_the_key(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         assert secret not in result.stdout + result.stderr
         assert ":pw@" not in result.stdout
+        assert "apipw" not in result.stdout and "s3pw" not in result.stdout
         assert '"valid": true' in result.stdout
 
 
