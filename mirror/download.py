@@ -395,6 +395,7 @@ class _Download:
     def loop(self, handle: BinaryIO) -> None:
         while not self.done:
             self.check_cancel(handle)
+            self.check_restarts()
             if self.expected is not None and self.offset == self.expected and self.offset > 0:
                 break
             if link_expired(self.link, self.now()):
@@ -417,6 +418,19 @@ class _Download:
                 self.count_failure(
                     handle, f"connection problem ({type(exc).__name__})", None, progress_before
                 )
+
+    def check_restarts(self) -> None:
+        """Bytes thrown away by a restart are no progress: a host whose answers keep
+        disagreeing (a lying length, a changing object, ranges ignored and the body cut)
+        would otherwise reset the failure count on every pass and hold the run for ever."""
+        if self.restarts <= self.max_attempts:
+            return
+        raise LinkFailed(
+            f"download of the bundle of job {self.link.job_id} from "
+            f"{urlsplit(self.link.url).netloc} restarted from zero {self.restarts} times (its "
+            "answers keep disagreeing about the object); the link is dropped and the next run "
+            "asks the vendor for a fresh one"
+        )
 
     def check_resolved(self, handle: BinaryIO, exc: httpx.TransportError, before: int) -> None:
         """A host name that does not resolve will not resolve in a minute either."""

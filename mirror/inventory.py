@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from mirror.app import App
+from mirror.download import VALIDATOR_SUFFIX
 from mirror.models import Bundle, ExportRun, Version
 from mirror.store import BlobProblem
 from mirror.versions import label_key
@@ -87,5 +88,9 @@ def verify_store(app: App) -> VerifyReport:
             if name
         }
     problems = app.store.verify(expected)
-    stray = [p for p in app.store.temp_files() if p.name not in live_partials]
+    stray = [
+        p
+        for p in app.store.temp_files()
+        if p.name.removesuffix(VALIDATOR_SUFFIX) not in live_partials
+    ]
     return VerifyReport(checked=len(expected), problems=problems, stray_temp_files=stray)
