@@ -40,6 +40,14 @@ done
 cd "$here"
 command -v sha256sum >/dev/null || fail "sha256sum is needed (coreutils)"
 sha256sum --quiet --strict -c SHA256SUMS || fail "a file does not match SHA256SUMS"
+# pip takes the newest wheel it finds in wheels/, listed or not: a file the signed list does
+# not name (an added wheel, a link) is refused before anything is installed.
+listed=$(mktemp)
+sed 's/^[0-9a-f]\{64\} [ *]//' SHA256SUMS | LC_ALL=C sort >"$listed"
+unlisted=$(find . ! -type d ! -path ./SHA256SUMS ! -path ./SHA256SUMS.sig | sed 's#^\./##' \
+    | LC_ALL=C sort | LC_ALL=C comm -23 - "$listed")
+rm -f "$listed"
+[ -z "$unlisted" ] || fail "not listed in SHA256SUMS, so nothing was installed: $(echo $unlisted)"
 if [ -n "$key" ]; then
     command -v openssl >/dev/null || fail "--key needs openssl (3.0 or newer)"
     signature=$(mktemp)

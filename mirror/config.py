@@ -103,7 +103,7 @@ class ExportSettings(_Section):
     """One domain to export on a schedule."""
 
     domain: str
-    every: Duration = 6 * 3600.0
+    every: Duration = Field(default=6 * 3600.0, gt=0)  # 0 would spend every start on one domain
     version: str | None = None
     paths: list[str] | None = None
 

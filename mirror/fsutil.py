@@ -22,6 +22,7 @@ from mirror.errors import TemporaryFailure
 from mirror.units import format_size
 
 CHUNK_SIZE = 1024 * 1024
+VALIDATOR_SUFFIX = ".validator"  # beside a partial download: what a resume must match
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 

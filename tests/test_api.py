@@ -240,6 +240,8 @@ def test_parse_count_takes_whole_counts() -> None:
     assert parse_count(128.0) == 128
     assert parse_count(-1) is None
     assert parse_count("n/a") is None
+    assert parse_count(10**30) is None and parse_count("1e19") is None  # no BIGINT holds them
+    assert parse_count(2**62) == 2**62
 
 
 def test_parse_timestamp_reads_iso8601_with_z_and_offsets() -> None:

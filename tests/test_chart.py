@@ -217,6 +217,7 @@ def test_values_text_is_chart_yaml_with_expiry_and_sha_comments() -> None:
     lines = text.splitlines()
     assert lines[0] == "# bundleUrl expires 2026-11-29T02:00:00Z (presigned, 7d)"
     assert lines[1] == f"# bundle sha256 {'ab' * 32} (docs.example.com 2026-11-21)"
+    assert lines[2] == "# rendered by: mirror chart values docs.example.com --pin 2026-11-21"
     document = yaml.safe_load(text)
     assert document == {
         "staticExport": {

@@ -88,6 +88,27 @@ def test_read_only_commands_never_create_the_store(tmp_path: Path) -> None:
         assert not (tmp_path / "state").exists(), command
 
 
+def test_read_only_commands_never_create_a_postgresql_index(
+    tmp_path: Path, postgres_database: str
+) -> None:
+    """On PostgreSQL too: `status` and `store list` of an empty database said "nothing yet"
+    with exit 0 after creating every table; now exit 3 like SQLite, and no table is made."""
+    import sqlalchemy
+
+    store = tmp_path / "store"
+    settings = {"store": {"path": str(store), "database": postgres_database}}
+    config = write_config(tmp_path / "c.toml", settings)
+    for command in (("status",), ("store", "list"), ("store", "verify")):
+        result = mirror_cli(*command, "--config", str(config))
+        assert result.returncode == 3, (command, result.stderr)
+        assert result.stderr.startswith("mirror: error: no store yet: "), result.stderr
+    engine = sqlalchemy.create_engine(postgres_database)
+    with engine.connect() as connection:
+        assert sqlalchemy.inspect(connection).get_table_names() == []
+    engine.dispose()
+    assert not store.exists()
+
+
 def test_export_run_of_an_unconfigured_domain_asks_for_adhoc(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "c.toml",

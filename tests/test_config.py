@@ -70,6 +70,8 @@ def test_exports_validated() -> None:
         settings_from_dict({"exports": [{"domain": "https://docs.example.com/"}]})
     with pytest.raises(ConfigError, match="listed twice"):
         settings_from_dict({"exports": [{"domain": "a.example"}, {"domain": "a.example"}]})
+    with pytest.raises(ConfigError, match=r"exports\.0\.every: Input should be greater than 0"):
+        settings_from_dict({"exports": [{"domain": "a.example", "every": "0s"}]})
 
 
 def test_presign_ttl_capped_at_seven_days() -> None:
@@ -127,8 +129,9 @@ def test_config_check_redacts_the_key(tmp_path: Path) -> None:
     path = write_config(
         tmp_path / "c.toml",
         {
-            "api": {"key_file": str(key_file)},
+            "api": {"key_file": str(key_file), "base_url": "https://u:apipw@api.example"},
             "store": {"path": str(tmp_path / "s"), "database": "postgresql+psycopg://u:pw@h/db"},
+            "target": {"endpoint_url": "https://minio:s3pw@minio.internal:9000"},
         },
     )
     for env in ({}, {"MIRROR_API_KEY": secret}):
@@ -136,6 +139,7 @@ def test_config_check_redacts_the_key(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
         assert secret not in result.stdout + result.stderr
         assert ":pw@" not in result.stdout
+        assert "apipw" not in result.stdout and "s3pw" not in result.stdout
         assert '"valid": true' in result.stdout
 
 

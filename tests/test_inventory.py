@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from mirror.errors import Interrupted
 from mirror.export.runner import RunEvent, run_export
@@ -18,8 +18,9 @@ from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.blobs import BlobStore
 from mirror.store.inventory import list_versions, verify_blobs, verify_store
-from mirror.store.models import Version
+from mirror.store.models import ExportRun, Version
 from mirror.vendor.client import VendorClient
+from mirror.vendor.download import Validator, save_validator
 
 
 @pytest.fixture
@@ -98,6 +99,10 @@ def test_stray_temp_files_are_listed_but_live_partials_are_not(
         run_export(app, client, "docs.live.test", cancel=cancel, on_event=stop)
     stray = app.store.temp_path("run-999.part")
     stray.write_bytes(b"left over")
+    with app.db.session() as session:
+        live = session.scalars(select(ExportRun.partial_name).where(ExportRun.active)).one()
+    assert live is not None
+    save_validator(app.store.temp_path(live), Validator('"e1"', None, 10))  # a resumable partial's
     report = verify_store(app)
     assert report.ok
     assert report.stray_temp_files == [stray]

@@ -103,6 +103,27 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     assert signer.key_id == made.key_id
 
 
+def test_install_refuses_a_wheel_the_signed_list_does_not_name(
+    built: tuple[ToolBundle, Path, Path], tmp_path: Path
+) -> None:
+    """sha256sum -c checks only the files listed; pip would take any newer wheel beside them,
+    so an added `mirror-99` wheel (or a link) must stop the install before pip runs."""
+    made, _, public = built
+    with tarfile.open(made.path) as archive:
+        archive.extractall(tmp_path, filter="data")
+    unpacked = tmp_path / f"mirror-tool-{__version__}"
+    planted = unpacked / "wheels" / "mirror-99.0.0-py3-none-any.whl"
+    planted.write_bytes(b"PK\x05\x06" + bytes(18))
+    root = tmp_path / "root"
+    python = getattr(sys, "_base_executable", sys.executable)
+    argv = ["./install.sh", "--key", str(public), "--root", str(root), "--python", python]
+    done = run(argv, offline_env(), cwd=unpacked)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "wheels/mirror-99.0.0-py3-none-any.whl" in done.stderr
+    assert "not listed in SHA256SUMS" in done.stderr
+    assert not root.exists()
+
+
 def test_bundle_never_replaces_an_artefact(built: tuple[ToolBundle, Path, Path]) -> None:
     made, private, _ = built
     with pytest.raises(ConfigError, match="already exists"):

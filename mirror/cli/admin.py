@@ -16,6 +16,14 @@ def config_group() -> None:
     """Settings."""
 
 
+_URL_SETTINGS = (
+    ("api", "base_url"),
+    ("target", "endpoint_url"),
+    ("target", "presign_endpoint_url"),
+    ("target", "public_base_url"),
+)
+
+
 @config_group.command("check")
 @reads_only
 def config_check(cli: CliContext) -> None:
@@ -23,6 +31,8 @@ def config_check(cli: CliContext) -> None:
     settings = cli.settings
     document = settings.redacted()
     document["store"]["database"] = redacted_database_url(settings.store.database_url())
+    for section, key in _URL_SETTINGS:  # a password may ride in any URL's user info
+        document[section][key] = redacted_database_url(document[section][key])
     source = str(settings.source) if settings.source else "(embedded defaults)"
     cli.emit(
         {"source": source, "valid": True, "settings": document},

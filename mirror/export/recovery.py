@@ -25,11 +25,10 @@ from sqlalchemy import select
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.export.lease import pid_alive
-from mirror.fsutil import sha256_file
+from mirror.fsutil import VALIDATOR_SUFFIX, sha256_file
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.models import Bundle, ExportRun
-from mirror.vendor.download import VALIDATOR_SUFFIX
 
 log = logging.getLogger(__name__)
 

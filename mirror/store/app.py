@@ -9,7 +9,7 @@ from mirror.config import Settings
 from mirror.errors import NotFound
 from mirror.store.binding import StoreBinding, bind_store
 from mirror.store.blobs import BlobStore
-from mirror.store.db import Database
+from mirror.store.db import Database, redacted_database_url
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,21 @@ class App:
             else:
                 self.store.ensure()
         database = Database(self.settings.store.database_url())
+        if self._nothing_yet(database):
+            database.dispose()
+            raise self._missing(f"the index at {redacted_database_url(database.url)}")
         if self.auto_upgrade and not database.is_current():
             log.info("upgrading the index schema")
             database.upgrade()
         return database
+
+    def _nothing_yet(self, database: Database) -> bool:
+        """A read-only look at a server index (PostgreSQL) never made and no store directory:
+        nothing to show, and nothing to create (SQLite's file is checked above). A store that
+        exists is left to the binding check, which names the index it belongs to."""
+        if not self.read_only or database.url.startswith("sqlite"):
+            return False
+        return not self.settings.store.path.exists() and not database.exists()
 
     @functools.cached_property
     def binding(self) -> StoreBinding:

@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
@@ -183,6 +183,17 @@ class Database:
                 ).scalar_one_or_none()
         except (OperationalError, ProgrammingError):
             return None
+
+    def exists(self) -> bool:
+        """Whether the index was ever created (its revision table is there). Unlike `current`,
+        a database that cannot be reached is not "empty": TemporaryFailure (exit 75)."""
+        try:
+            with self.engine.connect() as connection:
+                return inspect(connection).has_table("alembic_version")
+        except OperationalError as exc:
+            raise TemporaryFailure(
+                f"cannot reach the index at {redacted_database_url(self.url)}: {exc.orig}"
+            ) from None
 
     def is_current(self) -> bool:
         """True when no upgrade is needed; the cheap check every command makes."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from mirror.fsutil import sha256_file
+from mirror.fsutil import VALIDATOR_SUFFIX, sha256_file
 from mirror.store.app import App
 from mirror.store.blobs import BlobProblem, BlobStore
 from mirror.store.models import Bundle, ExportRun, Version
@@ -92,7 +92,11 @@ def verify_store(app: App) -> VerifyReport:
             if name
         }
     problems = verify_blobs(app.store, expected)
-    stray = [p for p in app.store.temp_files() if p.name not in live_partials]
+    stray = [
+        p
+        for p in app.store.temp_files()
+        if p.name.removesuffix(VALIDATOR_SUFFIX) not in live_partials
+    ]
     return VerifyReport(checked=len(expected), problems=problems, stray_temp_files=stray)
 
 

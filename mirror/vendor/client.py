@@ -198,10 +198,15 @@ def parse_number(value: object) -> float | None:
     return number if math.isfinite(number) else None
 
 
+_MAX_COUNT = float(2**63 - 1024)  # below BIGINT's limit, exactly representable
+
+
 def parse_count(value: object) -> int | None:
-    """A whole count from a number or a numeric string; None when absent or not a count."""
+    """A whole count from a number or a numeric string; None when absent or not a count.
+    A count an SQL BIGINT cannot hold (a vendor's `sizeBytes` of 1e30) is not a count either:
+    stored, it ended the run in an OverflowError."""
     number = parse_number(value)
-    if number is None or number < 0:
+    if number is None or not 0 <= number < _MAX_COUNT:
         return None
     return int(number)
 

@@ -49,7 +49,14 @@ import httpx
 
 from mirror import links
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, atomic_write_bytes, disk_full, is_disk_full, iter_file
+from mirror.fsutil import (
+    CHUNK_SIZE,
+    VALIDATOR_SUFFIX,
+    atomic_write_bytes,
+    disk_full,
+    is_disk_full,
+    iter_file,
+)
 from mirror.links import is_expired_answer, s3_error, safe_url
 from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.vendor.retry import Backoff, parse_retry_after
@@ -65,7 +72,6 @@ _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)\s*$")
 MAX_REDIRECTS = 10
 DEFAULT_MIN_SPEED = 1024
 DEFAULT_STALL_TIME = 30.0
-VALIDATOR_SUFFIX = ".validator"
 FOLLOWED_SCHEMES = frozenset({"http", "https"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
@@ -157,8 +163,6 @@ def parse_content_range(value: str | None) -> tuple[int | None, int | None]:
     first = int(match.group(1)) if match.group(1) is not None else None
     total = int(match.group(3)) if match.group(3) != "*" else None
     return first, total
-
-
 
 
 class _Restart(Exception):
@@ -359,6 +363,7 @@ class _Download:
     def loop(self, handle: BinaryIO) -> None:
         while not self.done:
             self.check_cancel(handle)
+            self.check_restarts()
             if self.expected is not None and self.offset == self.expected and self.offset > 0:
                 break
             if link_expired(self.link, self.now()):
@@ -381,6 +386,19 @@ class _Download:
                 self.count_failure(
                     handle, f"connection problem ({type(exc).__name__})", None, progress_before
                 )
+
+    def check_restarts(self) -> None:
+        """Bytes thrown away by a restart are no progress: a host whose answers keep
+        disagreeing (a lying length, a changing object, ranges ignored and the body cut)
+        would otherwise reset the failure count on every pass and hold the run for ever."""
+        if self.restarts <= self.max_attempts:
+            return
+        raise LinkFailed(
+            f"download of the bundle of job {self.link.job_id} from "
+            f"{urlsplit(self.link.url).netloc} restarted from zero {self.restarts} times (its "
+            "answers keep disagreeing about the object); the link is dropped and the next run "
+            "asks the vendor for a fresh one"
+        )
 
     def check_resolved(self, handle: BinaryIO, exc: httpx.TransportError, before: int) -> None:
         """A host name that does not resolve will not resolve in a minute either."""

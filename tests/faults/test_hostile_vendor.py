@@ -12,6 +12,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,8 @@ from mirror.export.runner import JobTimedOut, RunEvent, run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
-from mirror.vendor.client import VendorClient
-from mirror.vendor.download import LinkFailed
+from mirror.vendor.client import BundleLink, VendorClient
+from mirror.vendor.download import LinkFailed, download_bundle
 from tests.conftest import mirror_cli, write_config
 
 MiB = 1024 * 1024
@@ -413,3 +414,68 @@ def test_daemon_defers_a_timed_out_job_and_counts_it(
     with contextlib.closing(app):
         run = the_run(app)
     assert run.active and run.state == RunState.STARTED
+
+
+# --- 8.1/8.6: a storage host whose answers keep disagreeing ----------------------------------
+
+
+class _LyingLengthHost:
+    """A real loopback server that announces 1000 bytes more than it sends, then closes: the
+    resumed range reveals the true total, the client restarts, and so on round and round."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.requests = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                outer.requests += 1
+                asked = self.headers.get("Range")
+                start = int(asked.removeprefix("bytes=").rstrip("-")) if asked else 0
+                self.send_response(206 if asked else 200)
+                if asked:
+                    last = len(outer.body) - 1
+                    self.send_header("Content-Range", f"bytes {start}-{last}/{len(outer.body)}")
+                self.send_header("Content-Length", str(len(outer.body) - start + 1000))
+                self.end_headers()
+                self.wfile.write(outer.body[start:])
+                self.close_connection = True
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/bundle.tar.gz"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.fault(
+    "8.6 storage host lies about Content-Length (every answer)",
+    "restarts bounded: exit 75 with the link dropped, not a run held for ever",
+)
+def test_host_lying_about_length_does_not_hold_the_run_for_ever(
+    http: httpx.Client, tmp_path: Path, fault_got: list[str]
+) -> None:
+    host = _LyingLengthHost(bytes(range(256)) * 400)
+    link = BundleLink(job_id="se_liar", url=host.url, size_bytes=None, expires_at=None)
+    started = time.monotonic()
+    try:
+        with pytest.raises(LinkFailed) as caught:
+            download_bundle(
+                http, link, tmp_path / "p", refresh_link=lambda: link, sleep=lambda _s: None
+            )
+    finally:
+        host.close()
+    fault_got.append(
+        f"{type(caught.value).__name__} (exit {caught.value.exit_code}) after "
+        f"{host.requests} requests, {time.monotonic() - started:.1f}s"
+    )
+    assert caught.value.exit_code == 75 and "restarted from zero" in str(caught.value)
+    assert host.requests < 40

@@ -58,7 +58,7 @@ class ChartValues:
         header = [
             f"# {self.expiry_note()}",
             f"# bundle sha256 {self.sha256} ({self.domain} {self.version})",
-            f"# rendered by: mirror chart values {self.domain} --version {self.version}",
+            f"# rendered by: mirror chart values {self.domain} --pin {self.version}",
         ]
         body = yaml.safe_dump(self.document(), sort_keys=False, width=1_000_000)
         return "\n".join(header) + "\n" + body
