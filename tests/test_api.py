@@ -726,6 +726,17 @@ def test_start_answer_without_job_id_is_a_clear_error(
         client.start_export(DOMAIN)
 
 
+def test_start_answer_with_a_numeric_job_id_says_so(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted(Scripted(202, b'{"jobId": 12345, "status": "queued"}', JSON))
+    with (
+        make_client(server.url, "mint_test_key_1234") as client,
+        pytest.raises(MirrorError, match=r"sent a jobId that is not text \(12345\)"),
+    ):
+        client.start_export(DOMAIN)
+
+
 def test_non_json_5xx_is_retried_then_temporary(
     scripted: Callable[..., ScriptedServer], fake: FakeTime
 ) -> None:

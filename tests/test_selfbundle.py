@@ -17,7 +17,7 @@ import pytest
 from mirror import __version__
 from mirror.errors import ConfigError
 from mirror.outbound.pack import pack
-from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags
+from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, tool_for_pack
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.s3 import add_version
@@ -209,3 +209,16 @@ def test_manylinux_tags_include_every_older_glibc() -> None:
     assert tags[0] == "manylinux_2_28_x86_64"
     assert "manylinux_2_17_x86_64" in tags and tags[-1] == "manylinux2014_x86_64"
     assert len(tags) == len(set(tags)) == 13
+
+
+def test_with_tool_naming_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    from mirror.transferset.keys import generate_keypair
+
+    generate_keypair(tmp_path / "k")
+    key = load_signing_key(tmp_path / "k.key")
+    missing = str(tmp_path / "mirror-tool-9.tar")
+    with (
+        pytest.raises(ConfigError, match=r"--with-tool .*: no such file"),
+        tool_for_pack(missing, key, tmp_path),
+    ):
+        pass

@@ -116,7 +116,8 @@ def transfer_pack(
     if result.nothing:
         cli.emit(
             {"nothing": True, **result.as_dict()},
-            "nothing to pack: every version was packed or delivered",
+            "nothing to pack: every version was packed or delivered"
+            + ("; the tool is not carried alone (a set needs a version)" if tool else ""),
         )
         return
     lines = [

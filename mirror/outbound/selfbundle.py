@@ -185,6 +185,11 @@ def tool_for_pack(spec: str, signing_key: SigningKey, work_root: Path) -> Iterat
     """The artefact `transfer pack --with-tool SPEC` carries: a file, or `auto` to build one
     now (every default target) in a temporary directory that goes away afterwards."""
     if spec != "auto":
+        if not Path(spec).is_file():
+            raise ConfigError(
+                f"--with-tool {spec}: no such file",
+                hint="name a mirror-tool-VERSION.tar from `mirror bundle-self`, or `auto`",
+            )
         yield Path(spec)
         return
     work = work_root / f".mirror-tool-auto-{secrets.token_hex(4)}"

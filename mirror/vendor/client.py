@@ -423,8 +423,11 @@ class VendorClient:
             )
         job = parse_export_job(data, default_status="queued")
         if job is None:
+            sent = (
+                "no jobId" if answered is None else f"a jobId that is not text ({answered!r:.40})"
+            )
             raise MirrorError(
-                f"the vendor accepted the export start for {domain} but sent no jobId "
+                f"the vendor accepted the export start for {domain} but sent {sent} "
                 f"(POST {path}); check api.base_url and api.export_flow"
             )
         return job
