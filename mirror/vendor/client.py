@@ -331,6 +331,10 @@ class RetryableStatus(Exception):
 # --- the client --------------------------------------------------------------------------------
 
 
+def _no_job_id(answered: object) -> str:
+    return "no jobId" if answered is None else f"a jobId that is not text ({answered!r:.40})"
+
+
 class VendorClient:
     """The vendor's admin API over an injected (and shared) httpx client."""
 
@@ -423,12 +427,9 @@ class VendorClient:
             )
         job = parse_export_job(data, default_status="queued")
         if job is None:
-            sent = (
-                "no jobId" if answered is None else f"a jobId that is not text ({answered!r:.40})"
-            )
             raise MirrorError(
-                f"the vendor accepted the export start for {domain} but sent {sent} "
-                f"(POST {path}); check api.base_url and api.export_flow"
+                f"the vendor accepted the export start for {domain} but sent "
+                f"{_no_job_id(answered)} (POST {path}); check api.base_url and api.export_flow"
             )
         return job
 
