@@ -151,6 +151,13 @@ def test_global_options_move_before_the_command() -> None:
     ]
 
 
+def test_a_global_option_missing_its_value_after_the_command_says_so() -> None:
+    result = mirror_cli("store", "list", "--config")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert "'--config' requires an argument" in result.stderr
+
+
 @pytest.fixture
 def broken_command() -> Iterator[str]:
     """A real command that fails in a way nobody planned for."""

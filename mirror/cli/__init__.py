@@ -115,6 +115,8 @@ class LazyGroup(click.Group):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if ctx.parent is None:
+            if args and args[-1] in _GLOBAL_WITH_VALUE:
+                raise click.UsageError(f"Option '{args[-1]}' requires an argument.", ctx)
             args = hoist_global_options(args)
         return super().parse_args(ctx, args)
 
