@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from mirror.errors import ConfigError, TemporaryFailure
+from mirror.fsutil import disk_full, free_bytes, is_disk_full
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_HEAD = "0002"  # the newest migration in migrations/versions; a test keeps them equal
 _LOCK = 0x6D69_7272_6F72_0001  # "mirror" + 1: the schema-upgrade advisory lock on PostgreSQL
+_NEARLY_FULL = 256 * 1024  # bytes free below which SQLite's "disk I/O error" means a full disk
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -120,6 +122,9 @@ class Database:
                 config.attributes["connection"] = connection
                 command.upgrade(config, "head")
         except OperationalError as exc:
+            full = self._full_disk(exc)
+            if full is not None:
+                raise full from None
             raise TemporaryFailure(
                 f"cannot upgrade the index at {redacted_database_url(self.url)}: {exc.orig}"
             ) from None
@@ -194,6 +199,19 @@ class Database:
             raise TemporaryFailure(
                 f"cannot reach the index at {redacted_database_url(self.url)}: {exc.orig}"
             ) from None
+
+    def _full_disk(self, exc: OperationalError) -> TemporaryFailure | None:
+        """SQLite on a full disk says "database or disk is full" or, when not even its journal
+        fits, "disk I/O error": either way the operator needs the free space and where."""
+        if not self.url.startswith("sqlite:///"):
+            return None
+        where = Path(self.url.removeprefix("sqlite:///")).parent
+        free = free_bytes(where)
+        if is_disk_full(exc) or (
+            "disk I/O error" in str(exc.orig) and free is not None and free < _NEARLY_FULL
+        ):
+            return disk_full(where, None, "the index was not changed")
+        return None
 
     def is_current(self) -> bool:
         """True when no upgrade is needed; the cheap check every command makes."""

@@ -8,6 +8,7 @@ contract checked each time: one `mirror: error:` line, the documented exit code,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -442,3 +443,25 @@ def flip_a_bit(path: Path) -> None:
     data[len(data) // 2] ^= 0x01
     path.write_bytes(bytes(data))
     path.chmod(0o444)
+
+
+@pytest.mark.fault(
+    "8.4 index on a completely full disk", "exit 75 naming free space and where, one line"
+)
+def test_an_index_on_a_full_disk_says_the_disk_is_full(
+    small_filesystem: Callable[[int], Path], tmp_path: Path, fault_got: list[str]
+) -> None:
+    disk = small_filesystem(2 * MiB)
+    store = disk / "store"
+    store.mkdir()
+    with open(disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+        while True:
+            filler.write(b"\0" * 65536)
+            filler.flush()
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    result = mirror_cli("--config", str(config), "db", "upgrade")
+    fault_got.append(f"exit {result.returncode}")
+    assert result.returncode == 75, result.stderr
+    line = one_error_line(result)
+    assert line.startswith(f"mirror: error: no space left on the disk holding {store}: ")
+    assert "the index was not changed" in line
