@@ -91,7 +91,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     rows = sorted(TABLE.rows.values(), key=lambda r: _natural(r.case))
     headers = ("case", "expected", "got", "result")
     table = [(r.case, r.expected, r.got, r.outcome) for r in rows]
-    widths = [min(60, max(len(h), *(len(t[i]) for t in table))) for i, h in enumerate(headers)]
+    caps = (60, 60, 100, 6)
+    widths = [
+        min(cap, max(len(h), *(len(t[i]) for t in table)))
+        for i, (h, cap) in enumerate(zip(headers, caps, strict=True))
+    ]
 
     def line(cells: tuple[str, ...]) -> str:
         return "| " + " | ".join(c[:w].ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
