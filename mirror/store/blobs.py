@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,11 @@ from mirror.fsutil import disk_full, fsync_dir, is_disk_full, sha256_file
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger(__name__)
+
+
+def hash_workers() -> int:
+    """One hashing thread per usable core, at most 8 (the disk is the limit beyond)."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
 @dataclass(frozen=True)
@@ -162,27 +168,34 @@ class BlobStore:
                 if _HEX64.match(entry.name) and entry.name[:2] == shard.name:
                     yield entry.name
 
-    def verify(self, expected: dict[str, int]) -> list[BlobProblem]:
-        """Re-hash every blob: missing (indexed, not on disk), corrupt (bytes differ), extra."""
-        problems: list[BlobProblem] = []
+    def verify(self, expected: dict[str, int], workers: int | None = None) -> list[BlobProblem]:
+        """Re-hash every blob: missing (indexed, not on disk), corrupt (size or bytes differ),
+        extra; sorted by sha256 within kind. The hashing is spread over `workers` threads (one
+        per usable core, at most 8), with the same findings in the same order."""
         on_disk = set(self.iter_blobs())
+        problems: dict[str, BlobProblem] = {}
+        to_hash: list[str] = []
         for sha256, size in sorted(expected.items()):
             if sha256 not in on_disk:
-                problems.append(BlobProblem("missing", sha256, "indexed but not on disk"))
+                problems[sha256] = BlobProblem("missing", sha256, "indexed but not on disk")
                 continue
-            path = self.blob_path(sha256)
-            actual_size = path.stat().st_size
+            actual_size = self.blob_path(sha256).stat().st_size
             if actual_size != size:
-                problems.append(
-                    BlobProblem("corrupt", sha256, f"size {actual_size}, expected {size}")
+                problems[sha256] = BlobProblem(
+                    "corrupt", sha256, f"size {actual_size}, expected {size}"
                 )
                 continue
-            actual = sha256_file(path)
-            if actual != sha256:
-                problems.append(BlobProblem("corrupt", sha256, f"content hashes to {actual}"))
-        for sha256 in sorted(on_disk - expected.keys()):
-            problems.append(BlobProblem("extra", sha256, "on disk but not indexed"))
-        return problems
+            to_hash.append(sha256)
+        with ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="verify") as pool:
+            paths = [self.blob_path(sha256) for sha256 in to_hash]
+            for sha256, actual in zip(to_hash, pool.map(sha256_file, paths), strict=True):
+                if actual != sha256:
+                    problems[sha256] = BlobProblem("corrupt", sha256, f"content hashes to {actual}")
+        extra = [
+            BlobProblem("extra", sha256, "on disk but not indexed")
+            for sha256 in sorted(on_disk - expected.keys())
+        ]
+        return [problems[sha256] for sha256 in sorted(problems)] + extra
 
     def temp_files(self) -> list[Path]:
         if not self.tmp_dir.is_dir():

@@ -9,17 +9,15 @@ problems come in the same order as from `BlobStore.verify`.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import select
 
-from mirror.fsutil import VALIDATOR_SUFFIX, sha256_file
+from mirror.fsutil import VALIDATOR_SUFFIX
 from mirror.store.app import App
-from mirror.store.blobs import BlobProblem, BlobStore
+from mirror.store.blobs import BlobProblem
 from mirror.store.models import Bundle, ExportRun, Version
 from mirror.versions import label_key
 
@@ -91,47 +89,10 @@ def verify_store(app: App) -> VerifyReport:
             )
             if name
         }
-    problems = verify_blobs(app.store, expected)
+    problems = app.store.verify(expected)
     stray = [
         p
         for p in app.store.temp_files()
         if p.name.removesuffix(VALIDATOR_SUFFIX) not in live_partials
     ]
     return VerifyReport(checked=len(expected), problems=problems, stray_temp_files=stray)
-
-
-def hash_workers() -> int:
-    """One hashing thread per usable core, at most 8 (the disk is the limit beyond)."""
-    return max(1, min(8, len(os.sched_getaffinity(0))))
-
-
-def verify_blobs(
-    store: BlobStore, expected: dict[str, int], workers: int | None = None
-) -> list[BlobProblem]:
-    """`BlobStore.verify` with the hashing spread over `workers` threads: the same findings
-    (missing, corrupt by size or by content, extra) in the same order."""
-    on_disk = set(store.iter_blobs())
-    problems: dict[str, BlobProblem] = {}
-    to_hash: list[str] = []
-    for sha256, size in sorted(expected.items()):
-        if sha256 not in on_disk:
-            problems[sha256] = BlobProblem("missing", sha256, "indexed but not on disk")
-            continue
-        actual_size = store.blob_path(sha256).stat().st_size
-        if actual_size != size:
-            problems[sha256] = BlobProblem(
-                "corrupt", sha256, f"size {actual_size}, expected {size}"
-            )
-            continue
-        to_hash.append(sha256)
-    with ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="verify") as pool:
-        paths = [store.blob_path(sha256) for sha256 in to_hash]
-        for sha256, actual in zip(to_hash, pool.map(sha256_file, paths), strict=True):
-            if actual != sha256:
-                problems[sha256] = BlobProblem("corrupt", sha256, f"content hashes to {actual}")
-    found = [problems[sha256] for sha256 in sorted(problems)]
-    extra = [
-        BlobProblem("extra", sha256, "on disk but not indexed")
-        for sha256 in sorted(on_disk - expected.keys())
-    ]
-    return found + extra
