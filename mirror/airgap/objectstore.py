@@ -213,16 +213,22 @@ class ObjectStore:
             "content_type": answer.get("ContentType", ""),
         }
 
-    def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(document, etag), or (None, None) when the object does not exist."""
+    def _get(self, key: str) -> dict[str, Any] | None:
+        """The GET answer (its Body still to read), or None when the object does not exist."""
         try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=key)
+            return dict(self.client.get_object(Bucket=self.bucket, Key=key))
         except botocore.exceptions.ClientError as exc:
             if error_code(exc) in MISSING_KEY_CODES:
-                return None, None
+                return None
             raise self._error(exc, "GET", key) from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "GET", key) from None
+
+    def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(document, etag), or (None, None) when the object does not exist."""
+        answer = self._get(key)
+        if answer is None:
+            return None, None
         body = answer["Body"]
         try:
             with self.call("GET", key):
@@ -241,14 +247,9 @@ class ObjectStore:
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         """The object's bytes in CHUNK_SIZE pieces; NotFound when it does not exist."""
-        try:
-            answer = self.client.get_object(Bucket=self.bucket, Key=key)
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) == "NoSuchKey":
-                raise NotFound(f"{self.bucket}/{key} does not exist") from None
-            raise self._error(exc, "GET", key) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "GET", key) from None
+        answer = self._get(key)
+        if answer is None:
+            raise NotFound(f"{self.bucket}/{key} does not exist")
         body = answer["Body"]
         try:
             with self.call("GET", key):
