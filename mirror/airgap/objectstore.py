@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -59,6 +59,7 @@ from mirror.errors import (
 )
 from mirror.fsutil import CHUNK_SIZE
 from mirror.logs import register_secret
+from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -260,7 +261,7 @@ class ObjectStore:
     def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]:
         """A presigned GET link for `key` valid `ttl` seconds, and when it expires."""
         seconds = max(1, int(ttl))
-        expires_at = datetime.now(UTC) + timedelta(seconds=seconds)
+        expires_at = utcnow() + timedelta(seconds=seconds)
         with self.call("presign", key):
             url = self.presign_client.generate_presigned_url(
                 "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=seconds

@@ -41,6 +41,7 @@ from mirror.export.lease import (
 )
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
+from mirror.timestamps import rfc3339
 from mirror.vendor.client import BundleLink
 
 log = logging.getLogger(__name__)
@@ -391,7 +392,7 @@ def warn_unknown_start(run: RunSnapshot, owner: str) -> None:
         "one-active-job vendor refuses this start until it ends",
         run.id,
         run.domain,
-        run.vendor_started_at.isoformat(),
+        rfc3339(run.vendor_started_at),
         extra={"domain": run.domain, "run_id": run.id, "replica": owner},
     )
 

@@ -82,6 +82,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.logs import REDACTED, redact, register_secret
+from mirror.timestamps import utcnow
 from mirror.vendor.answers import (
     AUTH_HINT,
     CUT,
@@ -373,7 +374,7 @@ class VendorClient:
         self._key = key
         self._sleep = sleep
         self._clock = clock
-        self._wall_clock = wall_clock or (lambda: datetime.now(UTC))
+        self._wall_clock = wall_clock or utcnow
         self._links_in_status: set[str] = set()
 
     @classmethod

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ from mirror import links
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import is_disk_full
 from mirror.links import is_expired_answer, s3_error, safe_url
+from mirror.timestamps import utcnow
 from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
 from mirror.vendor.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
 from mirror.vendor.retry import Backoff, parse_retry_after
@@ -471,10 +472,6 @@ def _read_limited(response: httpx.Response) -> str:
     return data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def download_bundle(
     http: httpx.Client,
     link: BundleLink,
@@ -487,7 +484,7 @@ def download_bundle(
     cancel: threading.Event | None = None,
     max_attempts: int = 8,
     sleep: Callable[[float], None] = time.sleep,
-    now: Callable[[], datetime] = _utcnow,
+    now: Callable[[], datetime] = utcnow,
     min_speed: int = DEFAULT_MIN_SPEED,
     stall_time: float = DEFAULT_STALL_TIME,
 ) -> DownloadResult:
