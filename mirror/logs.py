@@ -219,3 +219,14 @@ def install_retry_log() -> None:
     from stamina.instrumentation import PrometheusOnRetryHook, set_on_retry_hooks
 
     set_on_retry_hooks([PrometheusOnRetryHook, log_retry])
+
+
+def redacted_url(url: str) -> str:
+    """`url` with any password in its user info hidden, for logs, messages and `config check`
+    (a presigned link's query is `mirror.links.safe_url`'s job)."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url

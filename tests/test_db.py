@@ -8,7 +8,8 @@ import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
-from mirror.store.db import SCHEMA_HEAD, Database, redacted_database_url
+from mirror.logs import redacted_url
+from mirror.store.db import SCHEMA_HEAD, Database
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 
 
@@ -62,13 +63,12 @@ def test_postgres_schema_and_one_active_run_per_domain(postgres_url: str) -> Non
     database.dispose()
 
 
-def test_redacted_database_url_hides_password() -> None:
-    assert redacted_database_url("postgresql+psycopg://mirror:hunter2@db:5432/m") == (
+def test_redacted_url_hides_password() -> None:
+    assert redacted_url("postgresql+psycopg://mirror:hunter2@db:5432/m") == (
         "postgresql+psycopg://mirror:***@db:5432/m"
     )
     assert (
-        redacted_database_url("sqlite:////var/lib/mirror/mirror.db")
-        == "sqlite:////var/lib/mirror/mirror.db"
+        redacted_url("sqlite:////var/lib/mirror/mirror.db") == "sqlite:////var/lib/mirror/mirror.db"
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from mirror.cli.common import CliContext, pass_cli, reads_only
-from mirror.store.db import redacted_database_url
+from mirror.logs import redacted_url
 
 
 @click.group("config")
@@ -30,9 +30,9 @@ def config_check(cli: CliContext) -> None:
     """Validate the settings and print them, secrets redacted."""
     settings = cli.settings
     document = settings.redacted()
-    document["store"]["database"] = redacted_database_url(settings.store.database_url())
+    document["store"]["database"] = redacted_url(settings.store.database_url())
     for section, key in _URL_SETTINGS:  # a password may ride in any URL's user info
-        document[section][key] = redacted_database_url(document[section][key])
+        document[section][key] = redacted_url(document[section][key])
     source = str(settings.source) if settings.source else "(embedded defaults)"
     cli.emit(
         {"source": source, "valid": True, "settings": document},
@@ -72,6 +72,6 @@ def db_upgrade(cli: CliContext) -> None:
     before = database.current()
     head = database.upgrade()
     cli.emit(
-        {"database": redacted_database_url(database.url), "from": before, "to": head},
-        f"index at {redacted_database_url(database.url)}: {before or 'empty'} -> {head}",
+        {"database": redacted_url(database.url), "from": before, "to": head},
+        f"index at {redacted_url(database.url)}: {before or 'empty'} -> {head}",
     )

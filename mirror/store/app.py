@@ -7,9 +7,10 @@ import logging
 
 from mirror.config import Settings
 from mirror.errors import NotFound
+from mirror.logs import redacted_url
 from mirror.store.binding import StoreBinding, bind_store
 from mirror.store.blobs import BlobStore
-from mirror.store.db import Database, redacted_database_url
+from mirror.store.db import Database
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class App:
         database = Database(self.settings.store.database_url())
         if self._nothing_yet(database):
             database.dispose()
-            raise self._missing(f"the index at {redacted_database_url(database.url)}")
+            raise self._missing(f"the index at {redacted_url(database.url)}")
         if self.auto_upgrade and not database.is_current():
             log.info("upgrading the index schema")
             database.upgrade()

@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from mirror.errors import ConfigError
 from mirror.fsutil import fsync_dir
-from mirror.store.db import Database, dialect_insert, redacted_database_url
+from mirror.logs import redacted_url
+from mirror.store.db import Database, dialect_insert
 from mirror.store.models import IndexInfo
 
 STORE_ID_FILE = "store-id"
@@ -84,7 +85,7 @@ def bind_store(root: Path, db: Database) -> StoreBinding:
     if document["index_id"] != index_id:
         raise ConfigError(
             f"the store at {root} belongs to another index (index {document['index_id'][:12]}), "
-            f"not to {redacted_database_url(db.url)} (index {index_id[:12]})",
+            f"not to {redacted_url(db.url)} (index {index_id[:12]})",
             hint="give each index its own store.path; one store shared by two indexes "
             "would export every domain twice",
         )

@@ -18,6 +18,7 @@ from sqlalchemy.pool import NullPool
 
 from mirror.errors import ConfigError, TemporaryFailure
 from mirror.fsutil import disk_full, free_bytes, is_disk_full
+from mirror.logs import redacted_url
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -50,9 +51,7 @@ def make_engine(url: str) -> Engine:
     try:
         return create_engine(url, pool_pre_ping=True)
     except Exception as exc:  # the URL itself is malformed or names a missing driver
-        raise ConfigError(
-            f"store.database: cannot use {redacted_database_url(url)}: {exc}"
-        ) from None
+        raise ConfigError(f"store.database: cannot use {redacted_url(url)}: {exc}") from None
 
 
 def dialect_insert(session: Session, table: Any) -> Any:
@@ -60,16 +59,6 @@ def dialect_insert(session: Session, table: Any) -> Any:
     dialect = session.get_bind().dialect.name
     module: Any = postgresql if dialect == "postgresql" else sqlite
     return module.insert(table)
-
-
-def redacted_database_url(url: str) -> str:
-    """The database URL with any password hidden, for logs and messages (not a presigned link)."""
-    if "://" in url and "@" in url:
-        scheme, rest = url.split("://", 1)
-        credentials, host = rest.rsplit("@", 1)
-        user = credentials.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}"
-    return url
 
 
 def alembic_config(url: str) -> AlembicConfig:
@@ -126,14 +115,14 @@ class Database:
             if full is not None:
                 raise full from None
             raise TemporaryFailure(
-                f"cannot upgrade the index at {redacted_database_url(self.url)}: {exc.orig}"
+                f"cannot upgrade the index at {redacted_url(self.url)}: {exc.orig}"
             ) from None
         after = self.current()
         if after != before:
             log.info(
                 "index schema upgraded",
                 extra={
-                    "database": redacted_database_url(self.url),
+                    "database": redacted_url(self.url),
                     "from": before or "empty",
                     "to": after,
                 },
@@ -197,7 +186,7 @@ class Database:
                 return inspect(connection).has_table("alembic_version")
         except OperationalError as exc:
             raise TemporaryFailure(
-                f"cannot reach the index at {redacted_database_url(self.url)}: {exc.orig}"
+                f"cannot reach the index at {redacted_url(self.url)}: {exc.orig}"
             ) from None
 
     def _full_disk(self, exc: OperationalError) -> TemporaryFailure | None:
