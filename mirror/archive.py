@@ -167,6 +167,30 @@ def extract_archive(
     return report
 
 
+def read_archive(
+    path: Path, sink: FileSink, limits: ArchiveLimits = ArchiveLimits()
+) -> ArchiveReport:
+    """Check every rule on `path` while handing each checked member to `sink` in archive
+    order: `sink.directory(path)`, or `sink.open_file(path)` and the file's bytes written to
+    what it returns (closed after the last byte). A refusal can come after some members
+    were handed over: the sink must keep nothing it was given until this returns."""
+    return _scan(path, limits, sink)
+
+
+def check_tree_paths(paths: Iterable[str], limits: ArchiveLimits = ArchiveLimits()) -> None:
+    """Refuse a list of file paths that an archive checked by this module could not hold:
+    not already normalised, unsafe, duplicated, a file below a file, or name twins.
+    IntegrityError (exit 5) names the first bad path."""
+    seen = _Paths(allow_case_twins=limits.allow_case_twins)
+    for count, path in enumerate(paths, start=1):
+        if count > limits.max_files:
+            raise _unsafe(path, f"is past the limit of {limits.max_files} files")
+        if _normalise(path, limits) != path:
+            raise _unsafe(path, "is not a normalised path below the root")
+        seen.claim(path, path, is_dir=False)
+        seen.files[path] = b""
+
+
 def tree_hash(files: Iterable[tuple[str, str]]) -> str:
     """The tree hash (module docstring) of `(normalised_path, file_sha256_hex)` pairs."""
     digest = hashlib.sha256()
@@ -192,7 +216,9 @@ class _Member:
     open: Callable[[], IO[bytes]] | None = None
 
 
-class _Sink(Protocol):
+class FileSink(Protocol):
+    """Where checked members go (see `read_archive`)."""
+
     def directory(self, path: str) -> None: ...
     def open_file(self, path: str) -> IO[bytes]: ...
 
@@ -299,7 +325,7 @@ class _Paths:
             self.directories.add(clean)
 
 
-def _scan(path: Path, limits: ArchiveLimits, sink: _Sink | None) -> ArchiveReport:
+def _scan(path: Path, limits: ArchiveLimits, sink: FileSink | None) -> ArchiveReport:
     fmt = detect_format(path)
     tally = _Tally(archive_size=path.stat().st_size, limits=limits)
     seen = _Paths(allow_case_twins=limits.allow_case_twins)
@@ -314,7 +340,7 @@ def _check_members(
     members: Iterator[_Member],
     tally: _Tally,
     seen: _Paths,
-    sink: _Sink | None,
+    sink: FileSink | None,
 ) -> ArchiveReport:
     limits = tally.limits
     for member in _guarded(path, members):
@@ -345,7 +371,7 @@ def _check_members(
 
 
 def _copy_member(
-    path: Path, member: _Member, clean: str, tally: _Tally, sink: _Sink | None
+    path: Path, member: _Member, clean: str, tally: _Tally, sink: FileSink | None
 ) -> bytes:
     assert member.open is not None
     digest = hashlib.sha256()

@@ -49,6 +49,7 @@ TOOL_DIR = "tool"
 SHA256SUMS = "SHA256SUMS"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 MIN_PART_SIZE = 1024 * 1024
+DELTA_ARCHIVE_FORMAT = "tar.gz"
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 HOSTNAME = re.compile(
@@ -151,8 +152,33 @@ class PartEntry(_Strict):
     sha256: Hex64
 
 
+class DeltaEntry(_Strict):
+    """What makes an item a delta: its blob is a delta blob (`transferset/delta.py`)
+    against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket; the
+    import rebuilds the tree archive, which must hash to `archive_sha256`."""
+
+    base_version: str
+    base_tree_sha256: Hex64
+    archive_sha256: Hex64
+    archive_size: int = Field(ge=0)
+    file_count: int = Field(ge=0)
+    carried_files: int = Field(ge=0)
+
+    @field_validator("base_version")
+    @classmethod
+    def _base_version(cls, value: str) -> str:
+        if not LABEL.match(value) or ".." in value:
+            raise ValueError(f"not a version label: {value!r}")
+        return value
+
+
 class ManifestItem(_Strict):
-    """One version in the set; its path components are checked before any path is built."""
+    """One version in the set; its path components are checked before any path is built.
+
+    A full item carries the bundle: `sha256`, `size` and `parts` are the bundle's, and it is
+    published as it is. A delta item (`delta` set) carries a delta blob: `sha256`, `size` and
+    `parts` are the delta blob's, `archive_format` and `tree_sha256` describe the archive the
+    import rebuilds and publishes (`delta.archive_sha256`, `delta.archive_size`)."""
 
     domain: str
     version: str
@@ -162,6 +188,7 @@ class ManifestItem(_Strict):
     tree_sha256: str
     exported_at: str
     parts: list[PartEntry] = Field(min_length=1)
+    delta: DeltaEntry | None = None
 
     @field_validator("domain")
     @classmethod
@@ -208,11 +235,25 @@ class ManifestItem(_Strict):
             raise ValueError("the part sizes do not add up to the blob's size")
         if len(self.parts) == 1 and self.parts[0].sha256 != self.sha256:
             raise ValueError("a single part must hash to the blob's sha256")
+        if self.delta is not None:
+            if self.delta.base_version == self.version:
+                raise ValueError(f"{self.label} is a delta against itself")
+            if self.archive_format != DELTA_ARCHIVE_FORMAT:
+                raise ValueError(f"a delta rebuilds a {DELTA_ARCHIVE_FORMAT} archive")
         return self
 
     @property
     def label(self) -> str:
         return f"{self.domain} {self.version}"
+
+    @property
+    def published_sha256(self) -> str:
+        """The sha256 of the archive the import publishes for this item."""
+        return self.delta.archive_sha256 if self.delta is not None else self.sha256
+
+    @property
+    def published_size(self) -> int:
+        return self.delta.archive_size if self.delta is not None else self.size
 
 
 class ToolEntry(_Strict):
@@ -282,9 +323,14 @@ class Manifest(_Strict):
         return list(unique.values())
 
     def to_bytes(self) -> bytes:
+        """Optional fields that are unset are left out, so a set with neither a tool nor
+        deltas has the bytes it had before either existed."""
         document = self.model_dump(mode="json")
         if document["tool"] is None:
             del document["tool"]
+        for item in document["items"]:
+            if item["delta"] is None:
+                del item["delta"]
         return canonical_json(document)
 
 

@@ -1,0 +1,379 @@
+"""Delta transfer sets: a version carried as the file contents its base does not hold.
+
+This module alone owns the three formats a delta needs; both sides of the gap use it.
+
+The file list (`files.json`): canonical JSON ``{"format": 1, "files": [{"path", "mode",
+"size", "sha256"}, ...]}`` naming every regular file of the new tree, in the order the tree
+archive holds them. Paths are normalised exactly as `mirror.archive` normalises member
+names, so `archive.tree_hash` over (path, sha256) is the version's `tree_sha256`. The mode
+is the one `archive.extract_archive` gives every file (0644): a site's files carry no other.
+
+The delta blob: a tar.gz holding `content/<sha256>` for each distinct content the base tree
+does not hold (once, however many paths use it: a moved page costs nothing), then
+`files.json` as its last member. Its bytes are whatever the packer's zlib made of it; the
+signed manifest names its sha256 and its parts like any blob.
+
+The tree archive: the one archive both sides build from a file list and the contents,
+byte for byte, so the import can prove its rebuild against the sha256 the connected side
+signed. It is a ustar stream (a pax header carries only a `path` or `size` that ustar
+cannot) with the files in file-list order, each preceded by the parent directories not yet
+written (0755); files 0644; owner and group 0 with no names; every mtime the version's
+export time; two zero blocks and zero padding to a 10240-byte record. It is wrapped in gzip
+made of stored (uncompressed) deflate blocks of 65535 bytes with a zero header time, so no
+zlib version can change a byte; the price is an object as large as the unpacked site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import tarfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, BinaryIO
+
+from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
+from mirror.errors import IntegrityError
+from mirror.fsutil import CHUNK_SIZE
+from mirror.transferset.format import canonical_json, parse_strict_json
+
+FILE_LIST_FORMAT = 1
+FILE_LIST_NAME = "files.json"
+CONTENT_DIR = "content"
+FILE_MODE = 0o644
+DIRECTORY_MODE = 0o755
+MAX_FILE_LIST_BYTES = 256 * 1024 * 1024
+RECORD_SIZE = 10240
+STORED_BLOCK = 65535
+
+_CONTENT_NAME = re.compile(r"^content/([0-9a-f]{64})$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_USTAR_MAX_SIZE = 8**11 - 1
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    path: str
+    size: int
+    sha256: str
+    mode: int = FILE_MODE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "mode": self.mode, "size": self.size, "sha256": self.sha256}
+
+
+def file_list_bytes(files: Iterable[TreeFile]) -> bytes:
+    return canonical_json(
+        {"format": FILE_LIST_FORMAT, "files": [entry.to_json() for entry in files]}
+    )
+
+
+def parse_file_list(
+    data: bytes, *, label: str, limits: ArchiveLimits | None = None
+) -> list[TreeFile]:
+    """The files of a delta's file list; IntegrityError (exit 5) names the first bad entry."""
+    where = f"{label}: {FILE_LIST_NAME}"
+    document = parse_strict_json(data, where)
+    if not isinstance(document, dict) or set(document) != {"format", "files"}:
+        raise IntegrityError(f"{where}: not a file list (expected format and files)")
+    if document["format"] != FILE_LIST_FORMAT:
+        raise IntegrityError(f"{where}: format {document['format']!r} is not supported")
+    if not isinstance(document["files"], list):
+        raise IntegrityError(f"{where}: files is not a list")
+    files = [_tree_file(entry, f"{where}: files.{n}") for n, entry in enumerate(document["files"])]
+    try:
+        check_tree_paths((entry.path for entry in files), limits or ArchiveLimits())
+    except IntegrityError as exc:
+        raise IntegrityError(f"{where}: {exc.message}") from None
+    return files
+
+
+def _tree_file(entry: Any, where: str) -> TreeFile:
+    if not isinstance(entry, dict) or set(entry) != {"path", "mode", "size", "sha256"}:
+        raise IntegrityError(f"{where}: expected exactly path, mode, size and sha256")
+    path, mode, size, sha256 = entry["path"], entry["mode"], entry["size"], entry["sha256"]
+    if not isinstance(path, str):
+        raise IntegrityError(f"{where}: path is not a string")
+    if mode != FILE_MODE or isinstance(mode, bool):
+        raise IntegrityError(f"{where}: mode {mode!r} is not {FILE_MODE:#o}")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise IntegrityError(f"{where}: size {size!r} is not a byte count")
+    if not isinstance(sha256, str) or not _HEX64.match(sha256):
+        raise IntegrityError(f"{where}: sha256 is not 64 lowercase hex digits")
+    return TreeFile(path=path, size=size, sha256=sha256, mode=mode)
+
+
+def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> None:
+    """Refuse a file list whose tree hash is not the signed one."""
+    got = tree_hash((entry.path, entry.sha256) for entry in files)
+    if got != tree_sha256:
+        raise IntegrityError(
+            f"{label}: the delta's file list hashes to tree {got[:12]}, but the signed "
+            f"manifest names tree {tree_sha256[:12]}"
+        )
+
+
+# ---- the tree archive --------------------------------------------------------------------
+
+
+class TreeArchive:
+    """Writes the tree archive (module docstring) to `write`, and knows its sha256 and size.
+
+    `add_file` refuses (IntegrityError) contents whose length is not the size given, so a
+    short or long source can never shift the archive silently."""
+
+    def __init__(self, write: Callable[[bytes], object], *, mtime: int) -> None:
+        self._gzip = _StoredGzip(write)
+        self._mtime = mtime
+        self._directories: set[str] = set()
+        self._tar_bytes = 0
+        self.closed = False
+
+    def add_file(self, path: str, size: int, chunks: Iterable[bytes]) -> None:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory not in self._directories:
+                self._directories.add(directory)
+                self._emit(_member_header(directory + "/", 0, self._mtime, directory=True))
+        self._emit(_member_header(path, size, self._mtime, directory=False))
+        written = 0
+        for chunk in chunks:
+            written += len(chunk)
+            if written > size:
+                break
+            self._emit(chunk)
+        if written != size:
+            raise IntegrityError(
+                f"{path}: the content holds {'more than' if written > size else written} "
+                f"bytes, but the file list says {size}"
+            )
+        self._emit(b"\0" * (-size % 512))
+
+    def close(self) -> None:
+        self._emit(b"\0" * 1024)
+        self._emit(b"\0" * (-self._tar_bytes % RECORD_SIZE))
+        self._gzip.close()
+        self.closed = True
+
+    @property
+    def sha256(self) -> str:
+        return self._gzip.digest.hexdigest()
+
+    @property
+    def size(self) -> int:
+        return self._gzip.size
+
+    def _emit(self, data: bytes) -> None:
+        self._tar_bytes += len(data)
+        self._gzip.write(data)
+
+
+class _StoredGzip:
+    """gzip of stored deflate blocks: the same bytes from any zlib."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self._pending = bytearray()
+        self._crc = 0
+        self._length = 0
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self._out(_GZIP_HEADER)
+
+    def write(self, data: bytes) -> None:
+        self._crc = zlib.crc32(data, self._crc)
+        self._length += len(data)
+        self._pending += data
+        whole = len(self._pending) - len(self._pending) % STORED_BLOCK
+        if whole:
+            out = bytearray()
+            for start in range(0, whole, STORED_BLOCK):
+                out += _stored_block(bytes(self._pending[start : start + STORED_BLOCK]), False)
+            del self._pending[:whole]
+            self._out(bytes(out))
+
+    def close(self) -> None:
+        self._out(_stored_block(bytes(self._pending), True))
+        self._pending.clear()
+        self._out(struct.pack("<II", self._crc & 0xFFFFFFFF, self._length & 0xFFFFFFFF))
+
+    def _out(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.size += len(data)
+        self._write(data)
+
+
+def _stored_block(data: bytes, final: bool) -> bytes:
+    return struct.pack("<BHH", 1 if final else 0, len(data), len(data) ^ 0xFFFF) + data
+
+
+def _member_header(name: str, size: int, mtime: int, *, directory: bool) -> bytes:
+    encoded = name.encode("utf-8")
+    records = b""
+    split = _ustar_split(encoded)
+    if split is None:
+        records += _pax_record("path", name)
+        split = (b"", encoded[:100])
+    if size > _USTAR_MAX_SIZE:
+        records += _pax_record("size", str(size))
+    header = _ustar(
+        split,
+        size=0 if size > _USTAR_MAX_SIZE else size,
+        mtime=mtime,
+        mode=DIRECTORY_MODE if directory else FILE_MODE,
+        typeflag=tarfile.DIRTYPE if directory else tarfile.REGTYPE,
+    )
+    if not records:
+        return header
+    pax = _ustar(
+        (b"", b"././@PaxHeader"),
+        size=len(records),
+        mtime=mtime,
+        mode=FILE_MODE,
+        typeflag=tarfile.XHDTYPE,
+    )
+    return pax + records + b"\0" * (-len(records) % 512) + header
+
+
+def _ustar_split(encoded: bytes) -> tuple[bytes, bytes] | None:
+    """(prefix, name) fields for a ustar header, or None when the path needs pax."""
+    if len(encoded) <= 100:
+        return b"", encoded
+    for cut in range(min(len(encoded) - 1, 155), 0, -1):
+        if encoded[cut : cut + 1] == b"/" and len(encoded) - cut - 1 <= 100:
+            return encoded[:cut], encoded[cut + 1 :]
+    return None
+
+
+def _pax_record(key: str, value: str) -> bytes:
+    body = f" {key}={value}\n".encode()
+    length = len(body) + 1
+    while len(str(length)) + len(body) != length:
+        length += 1
+    return str(length).encode("ascii") + body
+
+
+def _ustar(
+    name: tuple[bytes, bytes], *, size: int, mtime: int, mode: int, typeflag: bytes
+) -> bytes:
+    prefix, short = name
+    fields = [
+        short.ljust(100, b"\0"),
+        _octal(mode, 8),
+        _octal(0, 8),
+        _octal(0, 8),
+        _octal(size, 12),
+        _octal(mtime, 12),
+        b" " * 8,
+        typeflag,
+        b"\0" * 100,
+        b"ustar\x0000",
+        b"\0" * 32,
+        b"\0" * 32,
+        _octal(0, 8),
+        _octal(0, 8),
+        prefix.ljust(155, b"\0"),
+        b"\0" * 12,
+    ]
+    header = bytearray(b"".join(fields))
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header)
+
+
+def _octal(value: int, width: int) -> bytes:
+    return b"%0*o\0" % (width - 1, value)
+
+
+# ---- the delta blob ----------------------------------------------------------------------
+
+
+class DeltaBlobWriter:
+    """Writes a delta blob to `out`: contents first (each once), the file list last."""
+
+    def __init__(self, out: BinaryIO, *, compresslevel: int = 6) -> None:
+        import gzip
+
+        self._gzip = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=compresslevel, mtime=0)
+        self.carried: set[str] = set()
+
+    def add_content(self, sha256: str, size: int, chunks: Iterable[bytes]) -> None:
+        if sha256 in self.carried:
+            return
+        self.carried.add(sha256)
+        self._member(f"{CONTENT_DIR}/{sha256}", size, chunks)
+
+    def finish(self, files: Iterable[TreeFile]) -> None:
+        data = file_list_bytes(files)
+        self._member(FILE_LIST_NAME, len(data), [data])
+        self._gzip.write(b"\0" * 1024)
+        self._gzip.close()
+
+    def _member(self, name: str, size: int, chunks: Iterable[bytes]) -> None:
+        self._gzip.write(_member_header(name, size, 0, directory=False))
+        written = 0
+        for chunk in chunks:
+            written += len(chunk)
+            self._gzip.write(chunk)
+        if written != size:
+            raise IntegrityError(f"{name}: {written} bytes written where {size} were promised")
+        self._gzip.write(b"\0" * (-size % 512))
+
+
+@dataclass(frozen=True)
+class DeltaContent:
+    """One carried content: read `stream` to its end before asking for the next member."""
+
+    sha256: str
+    size: int
+    stream: IO[bytes]
+
+
+def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent | bytes]:
+    """The carried contents in blob order, then the file list's bytes (last). IntegrityError
+    (exit 5) for anything else: another member, a content twice, a missing or early list.
+    The contents' hashes are not checked here: the caller hashes what it reads."""
+    import gzip
+
+    seen: set[str] = set()
+    files: bytes | None = None
+    try:
+        with (
+            gzip.GzipFile(fileobj=stream, mode="rb") as plain,
+            tarfile.open(fileobj=plain, mode="r|", bufsize=64 * 1024) as tar,
+        ):
+            while (info := tar.next()) is not None:
+                tar.members.clear()  # type: ignore[attr-defined]  # stream: keep none
+                if files is not None:
+                    raise IntegrityError(f"{label}: the delta blob goes on after its file list")
+                if not info.isreg():
+                    raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
+                reader = tar.extractfile(info)
+                assert reader is not None
+                if info.name == FILE_LIST_NAME:
+                    if info.size > MAX_FILE_LIST_BYTES:
+                        raise IntegrityError(f"{label}: the delta's file list is too large")
+                    files = reader.read()
+                    continue
+                match = _CONTENT_NAME.match(info.name)
+                if match is None:
+                    raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
+                if match.group(1) in seen:
+                    raise IntegrityError(f"{label}: the delta carries {match.group(1)} twice")
+                seen.add(match.group(1))
+                yield DeltaContent(match.group(1), info.size, reader)
+    except IntegrityError:
+        raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise IntegrityError(f"{label}: the delta blob is not a readable tar.gz ({exc})") from None
+    if files is None:
+        raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
+    yield files
+
+
+def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK_SIZE):
+        yield chunk

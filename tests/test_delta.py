@@ -1,0 +1,244 @@
+"""The delta formats: file list, tree archive, delta blob (mirror/transferset/delta.py)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mirror.archive import inspect_archive, tree_hash
+from mirror.errors import IntegrityError
+from mirror.transferset.delta import (
+    STORED_BLOCK,
+    DeltaBlobWriter,
+    DeltaContent,
+    TreeArchive,
+    TreeFile,
+    check_tree,
+    file_list_bytes,
+    parse_file_list,
+    read_delta_blob,
+)
+from mirror.transferset.format import DeltaEntry, ManifestItem, part_names
+
+LONG_DIR = "/".join(f"section-{n:02d}-with-a-rather-long-name" for n in range(6))
+TREE = {
+    "index.html": b"<html>home</html>\n",
+    "guides/page-001/index.html": b"<p>one</p>\n" * 3000,
+    "guides/page-002/index.html": b"",
+    "assets/logo.png": bytes(range(256)) * 700,
+    f"{LONG_DIR}/index.html": b"deep\n",
+    "x" * 120 + "/" + "y" * 90 + ".html": b"split into prefix and name\n",
+    "z" * 200 + "/" + "w" * 200 + ".html": b"needs a pax path\n",
+    "caf\u00e9/menu.html": b"utf-8 path\n",
+}
+
+
+def _entries(tree: dict[str, bytes]) -> list[TreeFile]:
+    return [
+        TreeFile(path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        for path, data in tree.items()
+    ]
+
+
+def _build(tree: dict[str, bytes], *, mtime: int = 1_700_000_000, chunk: int = 7) -> bytes:
+    out = io.BytesIO()
+    archive = TreeArchive(out.write, mtime=mtime)
+    for path, data in tree.items():
+        archive.add_file(path, len(data), (data[i : i + chunk] for i in range(0, len(data), chunk)))
+    archive.close()
+    assert archive.size == len(out.getvalue())
+    assert archive.sha256 == hashlib.sha256(out.getvalue()).hexdigest()
+    return out.getvalue()
+
+
+def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(tmp_path: Path) -> None:
+    data = _build(TREE)
+    path = tmp_path / "bundle.tar.gz"
+    path.write_bytes(data)
+    with tarfile.open(path, "r:gz") as tar:
+        members = {info.name: info for info in tar.getmembers()}
+        for name, content in TREE.items():
+            info = members[name]
+            assert info.isreg() and info.mode == 0o644 and info.mtime == 1_700_000_000
+            assert info.uid == 0 and info.gid == 0 and info.uname == "" and info.gname == ""
+            extracted = tar.extractfile(info)
+            assert extracted is not None and extracted.read() == content
+        assert members["guides"].isdir() and members["guides"].mode == 0o755
+    subprocess.run(["gzip", "-t", str(path)], check=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run(["tar", "-xzf", str(path), "-C", str(out)], check=True)
+    for name, content in TREE.items():
+        assert (out / name).read_bytes() == content
+    report = inspect_archive(path)
+    assert report.tree_sha256 == tree_hash((e.path, e.sha256) for e in _entries(TREE))
+
+
+def test_the_tree_archive_bytes_depend_only_on_the_list_contents_and_time() -> None:
+    one = _build(TREE, chunk=7)
+    other = _build(TREE, chunk=65536)
+    assert one == other
+    assert _build(TREE, mtime=1) != one
+    reordered = dict(reversed(list(TREE.items())))
+    assert _build(reordered) != one
+    # A golden value: any change to the format changes it, and both sides must agree.
+    small = {"index.html": b"hello\n", "a/b.html": b"b\n"}
+    assert hashlib.sha256(_build(small, mtime=0)).hexdigest() == GOLDEN_SMALL
+
+
+GOLDEN_SMALL = "0ad6cd48494c69c5e75789df0a7772d1ec1d789a5b15aa9612bbe72e580c5618"
+
+
+def test_stored_blocks_are_whole_blocks_then_a_final_one() -> None:
+    data = b"a" * (STORED_BLOCK * 2 + 10)
+    archive_bytes = _build({"big.bin": data}, chunk=1000)
+    assert gzip.decompress(archive_bytes)[512 : 512 + len(data)] == data
+
+
+@pytest.mark.parametrize("given", [3, 5])
+def test_content_of_another_length_than_listed_is_refused(given: int) -> None:
+    archive = TreeArchive(lambda _b: None, mtime=0)
+    with pytest.raises(IntegrityError, match="the file list says 4"):
+        archive.add_file("a.html", 4, [b"x" * given])
+
+
+def _blob(contents: dict[str, bytes], files: list[TreeFile]) -> bytes:
+    out = io.BytesIO()
+    writer = DeltaBlobWriter(out)
+    for data in contents.values():
+        writer.add_content(hashlib.sha256(data).hexdigest(), len(data), [data])
+    writer.finish(files)
+    return out.getvalue()
+
+
+def _read(blob: bytes) -> tuple[dict[str, bytes], bytes]:
+    contents: dict[str, bytes] = {}
+    files = b""
+    for member in read_delta_blob(io.BytesIO(blob), label="docs.example.com v2"):
+        if isinstance(member, DeltaContent):
+            contents[member.sha256] = member.stream.read()
+        else:
+            files = member
+    return contents, files
+
+
+def test_a_delta_blob_round_trips_and_carries_each_content_once() -> None:
+    entries = _entries(TREE)
+    carried = {"a": TREE["index.html"], "b": TREE["assets/logo.png"], "c": TREE["index.html"]}
+    contents, files = _read(_blob(carried, entries))
+    assert contents == {hashlib.sha256(d).hexdigest(): d for d in carried.values()}
+    assert len(contents) == 2
+    assert parse_file_list(files, label="v2") == entries
+
+
+def _tar_gz(members: list[tuple[str, bytes]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+LIST = file_list_bytes(_entries({"a.html": b"a"}))
+SHA_A = hashlib.sha256(b"a").hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        ([(f"content/{SHA_A}", b"a")], "has no files.json"),
+        ([("files.json", LIST), (f"content/{SHA_A}", b"a")], "goes on after its file list"),
+        ([(f"content/{SHA_A}", b"a"), (f"content/{SHA_A}", b"a"), ("files.json", LIST)], "twice"),
+        ([("../escape", b"a"), ("files.json", LIST)], "holds '../escape'"),
+        ([("content/nothex", b"a"), ("files.json", LIST)], "holds 'content/nothex'"),
+    ],
+)
+def test_a_malformed_delta_blob_is_refused(members: list[tuple[str, bytes]], message: str) -> None:
+    with pytest.raises(IntegrityError, match=message):
+        _read(_tar_gz(members))
+
+
+def test_a_delta_blob_that_is_not_gzip_is_refused() -> None:
+    with pytest.raises(IntegrityError, match=r"not a readable tar\.gz"):
+        _read(b"not a blob at all")
+
+
+def _list(entries: list[dict[str, object]]) -> bytes:
+    import json
+
+    return json.dumps({"format": 1, "files": entries}).encode()
+
+
+GOOD = {"path": "a.html", "mode": 0o644, "size": 1, "sha256": SHA_A}
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([{**GOOD, "path": "../etc/passwd"}], "escapes the root"),
+        ([{**GOOD, "path": "/abs.html"}], "absolute path"),
+        ([{**GOOD, "path": "a//b.html"}], "not a normalised path"),
+        ([{**GOOD, "path": "./a.html"}], "not a normalised path"),
+        ([GOOD, GOOD], "duplicates the path"),
+        ([GOOD, {**GOOD, "path": "A.html"}], "when letter case is ignored"),
+        ([GOOD, {**GOOD, "path": "a.html/b.html"}], "lies below 'a.html'"),
+        ([{**GOOD, "mode": 0o755}], "mode 493 is not 0o644"),
+        ([{**GOOD, "size": -1}], "not a byte count"),
+        ([{**GOOD, "sha256": "ABC"}], "not 64 lowercase hex"),
+        ([{**GOOD, "extra": 1}], "exactly path, mode, size and sha256"),
+    ],
+)
+def test_a_bad_file_list_is_refused_naming_the_entry(
+    entries: list[dict[str, object]], message: str
+) -> None:
+    with pytest.raises(IntegrityError, match=message):
+        parse_file_list(_list(entries), label="docs.example.com v2")
+
+
+def test_a_file_list_whose_tree_is_not_the_signed_one_is_refused() -> None:
+    entries = _entries(TREE)
+    check_tree(entries, tree_hash((e.path, e.sha256) for e in entries), label="v2")
+    swapped = [*entries[:2], TreeFile(entries[2].path, entries[3].size, entries[3].sha256)]
+    with pytest.raises(IntegrityError, match="hashes to tree"):
+        check_tree(swapped, tree_hash((e.path, e.sha256) for e in entries[:3]), label="v2")
+
+
+def _item(**delta: object) -> dict[str, object]:
+    sha = "1" * 64
+    return {
+        "domain": "docs.example.com",
+        "version": "2026-11-23",
+        "sha256": sha,
+        "size": 10,
+        "archive_format": "tar.gz",
+        "tree_sha256": "2" * 64,
+        "exported_at": "2026-11-23T00:00:00Z",
+        "parts": [{"name": part_names(sha, 1)[0], "size": 10, "sha256": sha}],
+        "delta": {
+            "base_version": "2026-11-22",
+            "base_tree_sha256": "3" * 64,
+            "archive_sha256": "4" * 64,
+            "archive_size": 100,
+            "file_count": 3,
+            "carried_files": 1,
+        }
+        | delta,
+    }
+
+
+def test_a_delta_item_publishes_the_rebuilt_archive() -> None:
+    item = ManifestItem.model_validate(_item())
+    assert isinstance(item.delta, DeltaEntry)
+    assert item.published_sha256 == "4" * 64 and item.published_size == 100
+    with pytest.raises(ValueError, match="a delta against itself"):
+        ManifestItem.model_validate(_item(base_version="2026-11-23"))
+    with pytest.raises(ValueError, match=r"a delta rebuilds a tar\.gz archive"):
+        ManifestItem.model_validate({**_item(), "archive_format": "zip"})
