@@ -1,7 +1,8 @@
 """Ack: mark what a receipt says arrived as delivered, so the next pack leaves it out.
 
 Promises: only versions of the packed set the receipt names (by manifest hash)
-are marked, and only when the receipt lists them with the same bundle sha256; a
+are marked, and only when the receipt lists them with the same bundle sha256 (or, for a
+version carried as a delta and published as a rebuilt archive, the same tree sha256); a
 receipt signed by a trusted key that does not match its bytes is refused (exit 5);
 acknowledging twice changes nothing.
 """
@@ -77,7 +78,9 @@ def ack(app: App, receipt_path: Path, *, now: Callable[[], datetime] = utcnow) -
         ).scalars()
         complete = True
         for version in versions:
-            if not receipt.lists(version.domain, version.label, version.bundle_sha256):
+            if not receipt.lists(
+                version.domain, version.label, version.bundle_sha256, version.tree_sha256
+            ):
                 complete = False
                 continue
             if version.delivered_at is None:

@@ -35,6 +35,9 @@ class ReceiptItem(BaseModel):
     sha256: str
     object: str
     status: str
+    tree_sha256: str | None = None
+    """The tree the published object holds; a version carried as a delta is published as a
+    rebuilt archive whose sha256 is not the bundle's, and is acknowledged by its tree."""
 
 
 class Receipt(BaseModel):
@@ -54,9 +57,12 @@ class Receipt(BaseModel):
     def to_bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json")) + b"\n"
 
-    def lists(self, domain: str, version: str, sha256: str) -> bool:
+    def lists(self, domain: str, version: str, sha256: str, tree_sha256: str) -> bool:
+        """Whether the receipt says this version was published: the same bundle, or (for a
+        version carried as a delta) an archive of the same tree."""
         return any(
-            (item.domain, item.version, item.sha256) == (domain, version, sha256)
+            (item.domain, item.version) == (domain, version)
+            and (item.sha256 == sha256 or item.tree_sha256 == tree_sha256)
             for item in self.items
         )
 
