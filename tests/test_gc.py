@@ -55,6 +55,7 @@ def assert_index_complete(store: ObjectStore, domain: str = DOMAIN) -> None:
         assert hashlib.sha256(data).hexdigest() == entry.sha256, entry.version
         manifest = layout.read_version_manifest(store, domain, entry.version)
         assert manifest is not None and manifest.sha256 == entry.sha256, entry.version
+        assert manifest.object == entry.object, entry.version
 
 
 def version_keys(store: ObjectStore, version: str, domain: str = DOMAIN) -> set[str]:
