@@ -14,6 +14,7 @@ from mirror.airgap import chart, layout
 from mirror.airgap.chart.gc import (
     CURRENT,
     DELTA_BASE,
+    PROMOTED_MEANWHILE,
     ROLLBACK_TARGET,
     gc,
     gc_domain,
@@ -197,6 +198,33 @@ def test_a_concurrent_import_is_not_lost(object_store: ObjectStore, tmp_path: Pa
     assert added
     assert listed(object_store) == [*versions[-2:], late.version]  # decided before it landed
     assert_index_complete(object_store)
+
+
+def test_a_version_promoted_while_gc_drops_it_is_put_back_whole(
+    object_store: ObjectStore, tmp_path: Path
+) -> None:
+    """An operator promotes a doomed version after gc planned but before its index write:
+    gc puts the version back before deleting anything of it."""
+    versions = labels(4)
+    seed(object_store, tmp_path, versions)
+    promoted: list[str] = []
+
+    def meanwhile_someone_promotes() -> datetime:
+        if not promoted:
+            promoted.append(versions[0])
+            chart.promote(object_store, DOMAIN, versions[0])
+        return datetime.now(UTC)
+
+    report = gc(object_store, 1, now=meanwhile_someone_promotes)
+    (result,) = report.domains
+    assert result.restored == [versions[0]]
+    assert [v.version for v in result.removed] == versions[1:3]
+    assert PROMOTED_MEANWHILE in {r for v in result.kept for r in v.reasons}
+    assert listed(object_store) == [versions[0], versions[-1]]
+    assert_index_complete(object_store)
+    journal = layout.read_gc_journal(object_store, DOMAIN)
+    assert journal is not None and journal.pending == []
+    assert versions[0] not in {record.version for record in journal.removed}
 
 
 def test_values_of_a_removed_version_is_not_found_naming_gc(

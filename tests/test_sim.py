@@ -30,6 +30,7 @@ from mirror.sim.tree import site_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAIN = "docs.example.com"
+MiB = 1024 * 1024
 
 
 @pytest.fixture
@@ -620,6 +621,10 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
             "--run-seconds",
             "50ms",
             "--newer-revision",
+            "--site-size",
+            "2MiB",
+            "--change-share",
+            "0.1",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -650,6 +655,9 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
         assert started.status_code == 202
         assert httpx.get(f"{url}/_sim/stats").json()["starts"][DOMAIN] == [started.json()["jobId"]]
         assert httpx.get(f"{url}/_sim/faults").json()["newer_revision"] is True
+        with httpx.Client(base_url=url, headers=headers) as client:
+            status = wait_done(client, f"/v1/static-export/jobs/{started.json()['jobId']}")
+        assert status["pageCount"] == len(site_plan(0, DOMAIN, 2 * MiB).pages)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=10)
@@ -658,8 +666,6 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
 
 
 # ---- realistic sites: size, share of changes, compression -------------------------------------
-
-MiB = 1024 * 1024
 
 
 def download(url: str, path: Path) -> Path:
