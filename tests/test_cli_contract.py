@@ -160,6 +160,8 @@ def test_every_command_json_document_matches_its_description(
     failed = walk("chart check", str(values_file), "--warn", "30d", exit_code=1)
     assert failed["exit_code"] == 1 and "(warning at 30d)" in failed["error"]
     walk("chart refresh")
+    kept = walk("chart gc", "--keep", "1", "--dry-run")["domains"][0]["kept"]
+    assert {v["version"] for v in kept} == {first["version"], second["version"]}
 
     with_documents = {key for key, contract in CONTRACTS.items() if contract.document}
     assert walk.seen == with_documents

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
+import itertools
+import json
 import os
 import queue
 import signal
@@ -13,6 +16,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +24,13 @@ import httpx
 import pytest
 
 from mirror.sim import SimConfig, Simulator
+from mirror.sim.diff import compare_bundles
+from mirror.sim.site import SiteSpec, build_bundle
+from mirror.sim.tree import site_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DOMAIN = "docs.example.com"
+MiB = 1024 * 1024
 
 
 @pytest.fixture
@@ -613,6 +621,10 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
             "--run-seconds",
             "50ms",
             "--newer-revision",
+            "--site-size",
+            "2MiB",
+            "--change-share",
+            "0.1",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -643,8 +655,132 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
         assert started.status_code == 202
         assert httpx.get(f"{url}/_sim/stats").json()["starts"][DOMAIN] == [started.json()["jobId"]]
         assert httpx.get(f"{url}/_sim/faults").json()["newer_revision"] is True
+        with httpx.Client(base_url=url, headers=headers) as client:
+            status = wait_done(client, f"/v1/static-export/jobs/{started.json()['jobId']}")
+        assert status["pageCount"] == len(site_plan(0, DOMAIN, 2 * MiB).pages)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=10)
     assert code == 0
     assert process.stderr is not None and "mint_sim_cli_test" not in process.stderr.read()
+
+
+# ---- realistic sites: size, share of changes, compression -------------------------------------
+
+
+def download(url: str, path: Path) -> Path:
+    with httpx.stream("GET", url) as response, path.open("wb") as out:
+        for chunk in response.iter_bytes():
+            out.write(chunk)
+    return path
+
+
+def file_contents(path: Path) -> dict[str, bytes]:
+    return members(path.read_bytes())
+
+
+def test_change_share_changes_that_share_of_pages_between_two_exports(
+    sim_factory: Callable[..., Simulator], tmp_path: Path
+) -> None:
+    share = 0.03
+    sim = sim_factory(site_size=12 * MiB, change_share=share)
+    with client_for(sim) as client:
+        bundles = [
+            download(export(client)[1]["bundleUrl"], tmp_path / f"export-{n}.tar.gz")
+            for n in range(3)
+        ]
+    plan = site_plan(0, DOMAIN, 12 * MiB)
+    pages = {page.name for page in plan.pages}
+    steps = [compare_bundles(old, new) for old, new in itertools.pairwise(bundles)]
+    for diff in steps:
+        assert diff.added == diff.removed == ()
+        assert set(diff.changed) <= pages  # only pages change; CSS, JS and images stay
+        assert abs(len(diff.changed) - share * len(plan.pages)) <= 1
+        assert diff.files == len(plan.pages) + len(plan.assets)
+        assert diff.delta_bytes < 0.1 * diff.new_bytes
+    assert set(steps[0].changed).isdisjoint(steps[1].changed)  # round-robin over the pages
+    both = compare_bundles(bundles[0], bundles[2])
+    assert set(both.changed) == set(steps[0].changed) | set(steps[1].changed)
+
+
+def test_default_is_still_changes_per_export(tmp_path: Path) -> None:
+    specs = [SiteSpec(domain=DOMAIN, export_number=n) for n in range(2)]
+    old, new = (build_bundle(spec, tmp_path / f"{n}.tar.gz").path for n, spec in enumerate(specs))
+    assert len(compare_bundles(old, new).changed) == SiteSpec(domain=DOMAIN).changes_per_export
+    shared = [
+        SiteSpec(domain=DOMAIN, export_number=n, pages=200, change_share=0.1) for n in range(2)
+    ]
+    old, new = (build_bundle(s, tmp_path / f"share-{n}.tar.gz").path for n, s in enumerate(shared))
+    assert len(compare_bundles(old, new).changed) == 20
+
+
+def test_realistic_site_size_mix_and_compression(tmp_path: Path) -> None:
+    size = 24 * MiB
+    info = build_bundle(SiteSpec(domain=DOMAIN, site_size=size), tmp_path / "site.tar.gz")
+    files = file_contents(info.path)
+    total = sum(len(data) for data in files.values())
+    assert abs(total - size) <= 0.1 * size
+    html = {name: data for name, data in files.items() if name.endswith(".html")}
+    images = {name: data for name, data in files.items() if name.endswith((".png", ".jpg"))}
+    code = [name for name in files if name.endswith((".css", ".js"))]
+    assert code and len(images) > 10 and len(html) > 300
+    assert 0.2 <= sum(map(len, images.values())) / total <= 0.4
+    sizes = [len(data) for name, data in html.items() if name != "index.html"]
+    assert min(sizes) >= 5 * 1024 and max(sizes) <= 60 * 1024
+    assert len({len(data) // 4096 for data in html.values()}) > 8  # varied sizes
+    sample = b"".join(list(html.values())[:200])
+    assert 4.0 <= len(sample) / len(gzip.compress(sample, 6)) <= 6.5
+    for name, data in list(html.items())[:50]:
+        assert 3.0 <= len(data) / len(gzip.compress(data, 6)) <= 7.0, name
+        assert data.startswith(b"<!doctype html>") and data.endswith(b"</html>\n")
+    image = next(iter(images.values()))
+    assert len(gzip.compress(image, 6)) > 0.99 * len(image)
+    depths = {name.count("/") for name in html}
+    assert depths >= {0, 3}  # index.html and section/topic/page/index.html
+
+
+def test_realistic_site_is_deterministic_per_revision_page_and_generation(
+    tmp_path: Path,
+) -> None:
+    spec = SiteSpec(domain=DOMAIN, site_size=4 * MiB, change_share=0.05, mtime=1_700_000_000)
+    first = build_bundle(spec, tmp_path / "a.tar.gz")
+    again = build_bundle(spec, tmp_path / "b.tar.gz")
+    assert first.sha256 == again.sha256
+    other = build_bundle(replace(spec, domain="other.example.com"), tmp_path / "c.tar.gz")
+    assert other.sha256 != first.sha256
+    republished = compare_bundles(
+        first.path, build_bundle(replace(spec, revision=1), tmp_path / "d.tar.gz").path
+    )
+    assert {name for name in republished.changed} == {
+        name for name in file_contents(first.path) if name.endswith(".html")
+    }
+
+
+def build_and_measure(size: int, path: Path) -> dict[str, float]:
+    """Build a realistic site in a fresh interpreter: seconds and peak RSS (MiB)."""
+    script = (
+        "import json, resource, sys, time\n"
+        "from pathlib import Path\n"
+        "from mirror.sim.site import SiteSpec, build_bundle\n"
+        "from mirror.sim.diff import compare_bundles\n"
+        "started = time.monotonic()\n"
+        f"spec = SiteSpec(domain='x.example', site_size={size})\n"
+        f"info = build_bundle(spec, Path({str(path)!r}))\n"
+        "seconds = time.monotonic() - started\n"
+        "compare_bundles(info.path, info.path)\n"
+        "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+        "print(json.dumps({'seconds': seconds, 'rss': rss}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.slow
+def test_building_is_fast_and_memory_stays_flat(tmp_path: Path) -> None:
+    small = build_and_measure(8 * MiB, tmp_path / "small.tar.gz")
+    large = build_and_measure(96 * MiB, tmp_path / "large.tar.gz")
+    assert large["rss"] - small["rss"] < 16, (small, large)
+    assert 96 / large["seconds"] > 3.0, large  # MiB/s, gzip -6 included, on a shared core

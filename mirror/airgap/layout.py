@@ -4,13 +4,14 @@
     PREFIX/DOMAIN/VERSION/manifest.json   VersionManifest: what the bundle is (written once)
     PREFIX/DOMAIN/index.json              Index: the complete versions of DOMAIN
     PREFIX/DOMAIN/current.json            Current: the promoted version and its history
+    PREFIX/DOMAIN/gc.json                 GcJournal: versions `chart gc` is removing, and removed
     PREFIX/_mirror/import-state.json      ImportState: the newest imported set, a bounded history
 
 Promises:
 - Every document is read through its pydantic model: a document of the wrong
   shape is IntegrityError (exit 5) naming the bucket key, never a KeyError or a
   silently skipped entry. Unknown fields (from a newer tool) are kept on rewrite.
-- The pointer documents (index, current, import state) are changed only through
+- The pointer documents (index, current, gc journal, import state) are changed only through
   `conditional.read_modify_write`: one retry policy, no lost update.
 """
 
@@ -28,6 +29,7 @@ from mirror.transferset.format import canonical_json
 STATE_PARTS = ("_mirror", "import-state.json")
 INDEX = "index.json"
 CURRENT = "current.json"
+GC_JOURNAL = "gc.json"
 VERSION_MANIFEST = "manifest.json"
 FORMAT: Literal[1] = 1
 HISTORY_LIMIT = 200
@@ -49,6 +51,10 @@ def index_key(store: Bucket, domain: str) -> str:
 
 def current_key(store: Bucket, domain: str) -> str:
     return store.key(domain, CURRENT)
+
+
+def gc_journal_key(store: Bucket, domain: str) -> str:
+    return store.key(domain, GC_JOURNAL)
 
 
 def version_manifest_key(store: Bucket, domain: str, version: str) -> str:
@@ -129,6 +135,26 @@ class Current(_Document):
     history: list[HistoryRecord] = Field(default_factory=list)
 
 
+class RemovedRecord(_Document):
+    version: str
+    at: str = ""
+
+
+class GcJournal(_Document):
+    """`DOMAIN/gc.json`: the versions a gc is removing (`pending`: written before the index
+    entry goes, cleared after the objects are deleted) and a bounded record of removed ones."""
+
+    format: Literal[1] = FORMAT
+    domain: str
+    pending: list[IndexEntry] = Field(default_factory=list)
+    removed: list[RemovedRecord] = Field(default_factory=list)
+
+    def removed_at(self, version: str) -> str | None:
+        """When `version` was removed (the newest record), or None."""
+        times = [record.at for record in self.removed if record.version == version]
+        return times[-1] if times else None
+
+
 class ImportRecord(_Document):
     sequence: int
     manifest_sha256: str
@@ -202,6 +228,10 @@ def read_current(store: Bucket, domain: str) -> Current | None:
 
 def read_version_manifest(store: Bucket, domain: str, version: str) -> VersionManifest | None:
     return read_document(store, version_manifest_key(store, domain, version), VersionManifest)
+
+
+def read_gc_journal(store: Bucket, domain: str) -> GcJournal | None:
+    return read_document(store, gc_journal_key(store, domain), GcJournal)
 
 
 def read_import_state(store: Bucket) -> ImportState | None:

@@ -452,3 +452,9 @@ class ObjectStore:
         if used and self.conditional_writes is None:
             with self._lock:
                 self.conditional_writes = True
+
+    def delete(self, key: str) -> None:
+        """Remove `key`. Removing a key that is not there is not an error (as in S3), so a
+        deletion interrupted and run again simply finishes."""
+        with self.call("DELETE", key):
+            self.client.delete_object(Bucket=self.bucket, Key=key)

@@ -1,23 +1,28 @@
-"""`chart values|promote|rollback|history|check|refresh`: the vendor chart's side of the bucket."""
+"""`chart values|promote|rollback|history|check|refresh|gc`: the chart's side of the bucket."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import httpx
 
 from mirror.airgap import chart as charts
 from mirror.airgap import layout
+from mirror.airgap.chart.gc import GcReport, gc
 from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.timestamps import utcnow
-from mirror.units import format_duration
+from mirror.units import format_duration, format_size
+
+if TYPE_CHECKING:
+    from mirror.airgap.objectstore import ObjectStore
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
-def _store(cli: CliContext) -> charts.BucketStore:
+def _store(cli: CliContext) -> ObjectStore:
     from mirror.airgap.objectstore import ObjectStore
 
     return ObjectStore.from_settings(cli.settings.target)
@@ -164,3 +169,50 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
                 f"  link expires {charts.isoformat(result.expires_at)} (in {format_duration(left)})"
             )
     cli.emit({"results": [r.as_dict() for r in results]}, lines)
+
+
+@chart.command("gc")
+@click.option(
+    "--domain",
+    "domains",
+    multiple=True,
+    metavar="D",
+    help="Only this domain (repeatable) [default: every domain in the bucket].",
+)
+@click.option(
+    "--keep",
+    required=True,
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Versions kept per domain, newest first (at least 1).",
+)
+@click.option("--dry-run", is_flag=True, help="Only report what would be removed.")
+@pass_cli
+def gc_command(cli: CliContext, domains: tuple[str, ...], keep: int, dry_run: bool) -> None:
+    """Remove old versions from the bucket; never the current one, the rollback target or
+    the newest (the next delta's base)."""
+    chosen = [domain.lower() for domain in domains]
+    report = gc(_store(cli), keep, chosen, dry_run=dry_run)
+    cli.emit(report.as_dict(), _gc_lines(report))
+
+
+def _gc_lines(report: GcReport) -> list[str]:
+    verb = "would remove" if report.dry_run else "removed"
+    lines: list[str] = []
+    for result in report.domains:
+        if result.finished:
+            finish = "would finish" if report.dry_run else "finished"
+            lines.append(
+                f"{result.domain}: {finish} an interrupted gc of {', '.join(result.finished)}"
+            )
+        for version in result.removed:
+            lines.append(f"{result.domain}: {verb} {version.version} ({format_size(version.size)})")
+        kept = ", ".join(f"{v.version} ({', '.join(v.reasons)})" for v in result.kept)
+        lines.append(f"{result.domain}: keeping {kept or 'nothing'}")
+    count = sum(len(result.removed) for result in report.domains)
+    lines.append(
+        f"{'would free' if report.dry_run else 'freed'} {format_size(report.bytes_freed)} "
+        f"({count} version(s) of {len(report.domains)} domain(s)); keeping the newest "
+        f"{report.keep} per domain, the current version and the rollback target"
+    )
+    return lines

@@ -500,6 +500,55 @@ CONTRACTS: dict[str, Contract] = {
         _BUCKET,
         obj({"results": array(REFRESH_RESULT)}),
     ),
+    "chart gc": Contract(
+        "Per domain: the versions removed (or, with --dry-run, to remove), those kept and why.",
+        "mirror chart gc --domain docs.example.com --keep 5 --dry-run --json",
+        (
+            EXIT_OK,
+            EXIT_FAILED,
+            EXIT_USAGE,
+            EXIT_NOT_FOUND,
+            EXIT_AUTH,
+            EXIT_INTEGRITY,
+            EXIT_TEMPORARY,
+        ),
+        obj(
+            {
+                "keep": INT,
+                "dry_run": BOOL,
+                "domains": array(
+                    obj(
+                        {
+                            "domain": STR,
+                            "removed": array(
+                                obj(
+                                    {
+                                        "version": STR,
+                                        "sha256": SHA256,
+                                        "object": STR,
+                                        "manifest": STR,
+                                        "size": INT,
+                                    }
+                                )
+                            ),
+                            "kept": array(obj({"version": STR, "reasons": array(STR)})),
+                            "finished": array(STR),
+                            "restored": array(STR),
+                            "bytes_freed": INT,
+                        }
+                    )
+                ),
+                "bytes_freed": INT,
+            }
+        ),
+        notes=(
+            "Never removes the current version, the rollback target or the newest version "
+            "(`reasons`: `current`, `rollback target`, `delta base`, `newest N`). `finished`: "
+            "versions of an interrupted gc completed first (with --dry-run: to complete); "
+            "`restored`: versions promoted while gc ran, put back. `size` counts the bundle "
+            "and manifest objects.",
+        ),
+    ),
     "daemon": Contract(
         "Runs until stopped; logs are JSON lines on stderr when not at a terminal.",
         "mirror --config /etc/mirror/config.toml daemon",

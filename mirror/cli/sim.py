@@ -34,6 +34,19 @@ def sim() -> None:
 @click.option("--page-size", type=SIZE, default="2048", show_default=True)
 @click.option("--bundle-size", type=SIZE, default=None, help="Pad archives to about this size.")
 @click.option("--changes-per-export", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option(
+    "--change-share",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    metavar="SHARE",
+    help="Share of the pages each export changes (0.01 = 1%), instead of --changes-per-export.",
+)
+@click.option(
+    "--site-size",
+    type=SIZE,
+    default=None,
+    help="A realistic site of about this size (e.g. 500MiB): HTML pages, CSS, JS, images.",
+)
 @click.option("--max-starts-per-hour", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")
 @click.option(
@@ -55,6 +68,8 @@ def serve(
     page_size: int,
     bundle_size: int | None,
     changes_per_export: int,
+    change_share: float | None,
+    site_size: int | None,
     max_starts_per_hour: int,
     allow_parallel_jobs: bool,
     newer_revision: bool,
@@ -70,6 +85,8 @@ def serve(
         page_size=page_size,
         bundle_size=bundle_size,
         changes_per_export=changes_per_export,
+        change_share=change_share,
+        site_size=site_size,
         one_active_job=not allow_parallel_jobs,
         max_starts_per_hour=max_starts_per_hour,
     )

@@ -24,7 +24,7 @@ from typing import Any
 from mirror.sim.config import AGENT_OUTCOMES, DEFAULT_PROJECT_DOMAIN, Faults, SimConfig
 from mirror.sim.jobs import AgentJob, ExportJob, ExportView, is_hostname, iso
 from mirror.sim.links import LinkIssuer
-from mirror.sim.site import BuildCancelled, SiteSpec, build_bundle, selected_pages
+from mirror.sim.site import BuildCancelled, SiteSpec, build_bundle, page_count
 from mirror.sim.stats import SimStats
 
 log = logging.getLogger("mirror.sim")
@@ -297,6 +297,8 @@ class SimApi:
             pages=max(config.pages, 1),
             page_size=config.page_size,
             changes_per_export=config.changes_per_export,
+            change_share=config.change_share,
+            site_size=config.site_size,
             base_path=base_path or "",
             paths=tuple(paths) if paths is not None else None,
             bundle_size=config.bundle_size,
@@ -315,7 +317,7 @@ class SimApi:
             created_wall=wall,
             queue_seconds=config.queue_seconds,
             run_seconds=config.run_seconds,
-            page_count=len(selected_pages(spec)),
+            page_count=page_count(spec),
             fail_error=(
                 f"Export failed while rendering {domain}: page guides/page-007 timed out "
                 "(simulated failure)"

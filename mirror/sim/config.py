@@ -20,7 +20,13 @@ def _new_key() -> str:
 
 @dataclass
 class SimConfig:
-    """How the simulated vendor behaves; every field has a usable default."""
+    """How the simulated vendor behaves; every field has a usable default.
+
+    The site: `pages` pages of `page_size` bytes, or with `site_size` (bytes) a realistic
+    site of about that size (HTML pages of 5-60 KiB, CSS, JS and images; mirror.sim.tree).
+    Each export changes `changes_per_export` pages, or with `change_share` (0 to 1) that
+    share of the site's pages.
+    """
 
     key: str = field(default_factory=_new_key)
     project_id: str = "proj_sim"
@@ -31,6 +37,8 @@ class SimConfig:
     page_size: int = 2048
     bundle_size: int | None = None
     changes_per_export: int = 2
+    change_share: float | None = None
+    site_size: int | None = None
     one_active_job: bool = True
     max_starts_per_hour: int = 0
     seed: int = 0

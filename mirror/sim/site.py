@@ -2,8 +2,12 @@
 
 The tree content is a pure function of (domain, revision, export number, settings); only the
 member mtimes and the gzip header carry the export time, so two exports with no content change
-give identical files in different archive bytes. Bundles are written streaming (1 MiB at a time)
-so a multi-GiB archive costs no memory.
+give identical files in different archive bytes. Bundles are written streaming (1 MiB at a time,
+one file at a time) so a multi-GiB archive costs no memory.
+
+Two kinds of site: the small one (`pages` pages of `page_size` bytes, two tiny assets) and,
+with `site_size` set, a realistic one of about that many bytes of files (mirror.sim.tree).
+Each export changes `changes_per_export` pages, or the share `change_share` of them.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import os
 import random
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from mirror.sim import tree
 
 CHUNK = 1024 * 1024
 BOMB_SIZE = 200 * 1024 * 1024
@@ -53,6 +59,20 @@ class SiteSpec:
     malicious: str | None = None
     mtime: int = 0
     seed: int = 0
+    change_share: float | None = None
+    site_size: int | None = None
+
+    @property
+    def changes(self) -> int:
+        """Pages each export changes."""
+        return tree.change_count(self.page_total, self.changes_per_export, self.change_share)
+
+    @property
+    def page_total(self) -> int:
+        """Pages of the whole site (before any `paths` selection)."""
+        if self.site_size is not None:
+            return len(tree.site_plan(self.seed, self.domain, self.site_size).pages)
+        return max(self.pages, 1)
 
 
 @dataclass(frozen=True)
@@ -72,9 +92,12 @@ class _Member:
 
 def page_generation(index: int, spec: SiteSpec) -> int:
     """How many exports so far changed page `index` (changes go round-robin over the pages)."""
-    touched = spec.export_number * spec.changes_per_export
-    rounds, rest = divmod(touched, max(spec.pages, 1))
-    return rounds + (1 if index < rest else 0)
+    return tree.generation(index, spec.page_total, spec.export_number, spec.changes)
+
+
+def page_count(spec: SiteSpec) -> int:
+    """Pages in this export (the index page plus the selected ones)."""
+    return len(selected_pages(spec))
 
 
 def page_slug(index: int) -> str:
@@ -87,10 +110,13 @@ def page_member_name(index: int) -> str:
 
 def selected_pages(spec: SiteSpec) -> list[int]:
     """Indices of the pages this export contains: all, or the index page plus `paths`."""
-    all_pages = range(max(spec.pages, 1))
+    all_pages = range(spec.page_total)
     if spec.paths is None:
         return list(all_pages)
     wanted = {p.strip("/").removesuffix("/index.html").removesuffix(".html") for p in spec.paths}
+    if spec.site_size is not None:
+        pages = tree.site_plan(spec.seed, spec.domain, spec.site_size).pages
+        return [i for i in all_pages if i == 0 or tree.page_slug(pages[i]) in wanted]
     return [i for i in all_pages if i == 0 or page_slug(i) in wanted]
 
 
@@ -145,7 +171,38 @@ def site_members(spec: SiteSpec) -> list[_Member]:
     return members
 
 
-def _directories(names: list[str]) -> list[str]:
+def _large_site_files(spec: SiteSpec) -> tuple[list[str], list[int], Iterator[_Member]]:
+    """Names, sizes and (made one at a time) members of a realistic site."""
+    assert spec.site_size is not None
+    plan = tree.site_plan(spec.seed, spec.domain, spec.site_size)
+    pages = [plan.pages[i] for i in selected_pages(spec)]
+    files = [*pages, *plan.assets]
+
+    def members() -> Iterator[_Member]:
+        for page in pages:
+            generation = tree.generation(
+                plan.position[page.number], len(plan.pages), spec.export_number, spec.changes
+            )
+            seed = f"{spec.seed}|{spec.domain}|{spec.revision}|{page.number}|{generation}"
+            version = f"{spec.revision}.{generation}"
+            data = tree.render_page(
+                plan, page, domain=spec.domain, base=spec.base_path, seed=seed, version=version
+            )
+            yield _Member(page.name, data)
+        for asset in plan.assets:
+            yield _Member(asset.name, tree.render_asset(asset, f"{spec.seed}|{spec.domain}"))
+
+    return [f.name for f in files], [f.size for f in files], members()
+
+
+def _site_files(spec: SiteSpec) -> tuple[list[str], list[int], Iterator[_Member]]:
+    if spec.site_size is not None:
+        return _large_site_files(spec)
+    small = site_members(spec)
+    return [m.name for m in small], [len(m.data) for m in small], iter(small)
+
+
+def _directories(names: Iterable[str]) -> list[str]:
     seen: dict[str, None] = {}
     for name in names:
         parts = name.split("/")[:-1]
@@ -248,11 +305,10 @@ def _malicious_members(
 
 def build_bundle(spec: SiteSpec, dest: Path, cancel: threading.Event | None = None) -> BundleInfo:
     """Write the export's .tar.gz to `dest` (atomically) and describe it."""
-    members = site_members(spec)
-    names = [m.name for m in members]
+    names, sizes, members = _site_files(spec)
     big_size = 0
     if spec.bundle_size is not None:
-        small = _tar_size([len(m.data) for m in members] + [0] * (len(_directories(names)) + 2))
+        small = _tar_size(sizes + [0] * (len(_directories(names)) + 2))
         stored_tar = (spec.bundle_size - 18) * 65535 // 65540  # stored deflate: 5 B per 64 KiB
         big_size = max(stored_tar - small - 1024, 0)
         if big_size:
@@ -277,6 +333,8 @@ def build_bundle(spec: SiteSpec, dest: Path, cancel: threading.Event | None = No
                 for directory in _directories(names):
                     tar.addfile(_info(directory, spec.mtime, kind=tarfile.DIRTYPE))
                 for member in members:
+                    if cancel is not None and cancel.is_set():
+                        raise BuildCancelled("simulator stopped")
                     tar.addfile(
                         _info(member.name, spec.mtime, size=len(member.data)),
                         io.BytesIO(member.data),
@@ -298,6 +356,6 @@ def build_bundle(spec: SiteSpec, dest: Path, cancel: threading.Event | None = No
         path=dest,
         size=writer.size,
         sha256=writer.sha256.hexdigest(),
-        page_count=len(selected_pages(spec)),
+        page_count=page_count(spec),
         mtime=spec.mtime,
     )

@@ -36,15 +36,32 @@ class BundleVersion:
     size: int | None
 
 
-def listed_versions(store: layout.Bucket, domain: str) -> list[str]:
-    """The complete versions of `domain` by the index, oldest first; NotFound without an index."""
+def require_index(store: layout.Bucket, domain: str) -> layout.Index:
+    """`domain`'s index.json; NotFound (exit 3) when the bucket has none."""
     index = layout.read_index(store, domain)
     if index is None:
         raise NotFound(
             f"domain {domain} has no versions in the bucket ({layout.index_key(store, domain)} "
             "is missing); check the name, or import a transfer set for it first"
         )
-    return sort_labels(label for label in index.labels() if label)
+    return index
+
+
+def listed_versions(store: layout.Bucket, domain: str) -> list[str]:
+    """The complete versions of `domain` by the index, oldest first; NotFound without an index."""
+    return sort_labels(label for label in require_index(store, domain).labels() if label)
+
+
+def _missing_version(store: layout.Bucket, domain: str, version: str, versions: list[str]) -> str:
+    """Why `version` is not listed: removed by `chart gc` (and when), or never there."""
+    journal = layout.read_gc_journal(store, domain)
+    listed = f"versions: {describe_versions(versions)}"
+    if journal is not None and version in {entry.version for entry in journal.pending}:
+        return f"version {version} of {domain} is being removed by chart gc; {listed}"
+    removed_at = journal.removed_at(version) if journal is not None else None
+    if removed_at is not None:
+        return f"version {version} of {domain} was removed by chart gc at {removed_at}; {listed}"
+    return f"version {version} of {domain} does not exist; {listed}"
 
 
 def describe_versions(versions: list[str]) -> str:
@@ -61,9 +78,7 @@ def complete_version(store: layout.Bucket, domain: str, version: str) -> BundleV
     """`version` of `domain` if the index lists it and its manifest is present; else NotFound."""
     versions = listed_versions(store, domain)
     if version not in versions:
-        raise NotFound(
-            f"version {version} of {domain} does not exist; versions: {describe_versions(versions)}"
-        )
+        raise NotFound(_missing_version(store, domain, version, versions))
     manifest_key = layout.version_manifest_key(store, domain, version)
     manifest = layout.read_version_manifest(store, domain, version)
     if manifest is None:
