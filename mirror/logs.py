@@ -8,7 +8,9 @@ Promises:
 - on a terminal a line keeps the fields that tell runs apart (domain, version, run,
   job, state, replica) in a short `[domain=... run=...]` tail; JSON lines keep every field;
 - every retry scheduled through stamina is one readable warning naming what is
-  retried, the attempt and the wait (`install_retry_log`).
+  retried, the attempt and the wait (`install_retry_log`, called by the one module that
+  retries through stamina when it is imported, so commands that never retry load neither
+  stamina nor tenacity).
 """
 
 from __future__ import annotations
@@ -179,7 +181,6 @@ def setup_logging(
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
-    install_retry_log()
 
 
 retry_log = logging.getLogger("mirror.retry")
