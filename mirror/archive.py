@@ -50,7 +50,7 @@ import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, Self
+from typing import IO, Any, Literal, Protocol, Self, cast
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
 from mirror.fsutil import CHUNK_SIZE
@@ -260,11 +260,16 @@ class ArchiveFeed:
             if fmt == "zip":
                 return
             self._outcome = _inspect(
-                self.path, fmt, self.archive_size, lambda: stream, self.limits, None
+                self.path,
+                fmt,
+                self.archive_size,
+                lambda: cast(IO[bytes], stream),
+                self.limits,
+                None,
             )
         except _Abandoned:
             return
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller of result())
+        except BaseException as exc:
             self._outcome = exc
         with contextlib.suppress(_Abandoned):
             stream.drain()
@@ -316,7 +321,7 @@ class _BlockStream(io.RawIOBase):
         self.current = memoryview(head)
         return head[:size]
 
-    def read(self, size: int | None = -1) -> bytes:
+    def read(self, size: int | None = -1, /) -> bytes:
         if not self._next_block():
             return b""
         if size is None or size < 0:
@@ -463,7 +468,10 @@ class _Paths:
 
 def _scan(path: Path, limits: ArchiveLimits, sink: _Sink | None) -> ArchiveReport:
     fmt = detect_format(path)
-    opener = functools.partial(open, path, "rb")
+
+    def opener() -> IO[bytes]:
+        return open(path, "rb")
+
     return _inspect(path, fmt, path.stat().st_size, opener, limits, sink)
 
 
@@ -479,9 +487,7 @@ def _inspect(
     from the start (a zip is always read from `path`, its directory being at the end)."""
     tally = _Tally(archive_size=archive_size, limits=limits)
     seen = _Paths(allow_case_twins=limits.allow_case_twins)
-    members = (
-        _zip_members(path, limits) if fmt == "zip" else _tar_members(path, fmt, opener, tally)
-    )
+    members = _zip_members(path, limits) if fmt == "zip" else _tar_members(path, fmt, opener, tally)
     with contextlib.closing(members):
         return _check_members(path, fmt, members, tally, seen, sink)
 
@@ -674,7 +680,7 @@ class _DirectorySink:
 # Format readers: yield members in archive order; a member is read before the next.
 
 
-def _decompressed(fmt: Format, raw: IO[bytes]) -> IO[bytes]:
+def _decompressed(fmt: Format, raw: IO[bytes]) -> io.BufferedIOBase | IO[bytes]:
     if fmt == "tar.gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if fmt == "tar.bz2":

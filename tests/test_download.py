@@ -305,9 +305,7 @@ def test_inspected_download_reports_what_inspect_archive_reports(
     job_id = completed_job(sim, http)
     link = vendor(sim, http).export_bundle(job_id)
     dest = tmp_path / "run-1.part"
-    result = download_bundle(
-        http, link, dest, refresh_link=lambda: link, inspect=ArchiveLimits()
-    )
+    result = download_bundle(http, link, dest, refresh_link=lambda: link, inspect=ArchiveLimits())
     assert result.archive is not None and result.archive == inspect_archive(dest)
     assert result.sha256 == sim.bundle_sha256(job_id)
     assert feed_threads() == []

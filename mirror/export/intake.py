@@ -51,7 +51,8 @@ def check_download(
     """The report of the archive at `source` (the partial file when `partial`, else the blob);
     `inspected` is its report from the download itself, when that inspected it."""
     try:
-        report = inspected or inspect_archive(source, app.settings.store.archive_limits())
+        limits = app.settings.store.archive_limits()
+        report = inspected if inspected is not None else inspect_archive(source, limits)
     except IntegrityError:
         if not partial:
             forget_unindexed_blob(app, sha256)
