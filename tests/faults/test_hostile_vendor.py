@@ -290,7 +290,7 @@ def test_trickling_host_is_cut_and_resumed(
 
 @pytest.mark.fault(
     "12.1 unsafe archive whose download is cut and resumed (inspected as it arrives)",
-    "exit 5, the same message as a check of the file, nothing stored",
+    "exit 5 (unsafe archive), run FAILED, nothing stored",
 )
 @pytest.mark.parametrize("kind", ["traversal", "bomb"])
 def test_unsafe_archive_arriving_in_pieces_is_refused_and_nothing_stored(
