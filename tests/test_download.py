@@ -6,6 +6,7 @@ import hashlib
 import logging
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -360,6 +361,25 @@ def test_restart_from_zero_starts_a_new_inspection(
     )
     assert result.restarts == 1
     assert result.archive == inspect_archive(dest)
+
+
+def test_inspected_download_memory_does_not_grow_with_the_bundle(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """Blocks wait for the inspection in a bounded queue (archive.FEED_DEPTH blocks)."""
+    sim = sim_factory(bundle_size=96 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    tracemalloc.start()
+    try:
+        result = download_bundle(
+            http, link, tmp_path / "p", refresh_link=lambda: link, inspect=ArchiveLimits()
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.archive is not None and result.archive.total_bytes > 90 * MiB
+    assert peak < 24 * MiB, peak  # about 12 MiB: 4 queued blocks, buffers, the sim
 
 
 @pytest.mark.parametrize("kind", ["traversal", "symlink", "bomb", "case_twins"])
