@@ -202,9 +202,9 @@ class ArchiveFeed:
       by, as `inspect_archive` divides by the finished file's size; when the finished
       size differs, `result` inspects the finished file instead;
     - a zip cannot be inspected as it streams (its central directory is at the end,
-      and only the directory says which entries exist), nor can an archive too short
-      to name its format: the thread then only takes the blocks, and `result` runs
-      `inspect_archive(path)` on the finished file: the second read of before.
+      and only the directory says which entries exist): the thread then only takes the
+      blocks, and `result` runs `inspect_archive(path)` on the finished file (a second
+      read, as for every format before); so does a `result` after `close`.
     """
 
     def __init__(self, path: Path, archive_size: int, limits: ArchiveLimits = ArchiveLimits()):
