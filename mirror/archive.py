@@ -30,24 +30,27 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import enum
 import functools
 import gzip
 import hashlib
 import io
 import lzma
 import os
+import queue
 import shutil
 import stat
 import struct
 import tarfile
 import tempfile
+import threading
 import unicodedata
 import zipfile
 import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal, Protocol, Self
+from typing import IO, Any, Literal, Protocol, Self, cast
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
 from mirror.fsutil import CHUNK_SIZE
@@ -115,7 +118,10 @@ def file_extension(fmt: Format) -> str:
 
 def detect_format(path: Path) -> Format:
     """The archive format of `path`, from its first bytes (the file name is ignored)."""
-    head = _read_head(path, 512)
+    return _format_of(_read_head(path, 512), path.name)
+
+
+def _format_of(head: bytes, name: str) -> Format:
     if head.startswith(b"\x1f\x8b"):
         return "tar.gz"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -126,13 +132,13 @@ def detect_format(path: Path) -> Format:
         return "tar.bz2"
     if head.startswith(b"\x28\xb5\x2f\xfd"):
         raise IntegrityError(
-            f"{path.name} is a zstd-compressed archive, which mirror cannot read "
+            f"{name} is a zstd-compressed archive, which mirror cannot read "
             "(ask the vendor for tar.gz or zip)"
         )
     if _looks_like_tar_header(head):
         return "tar"
     shown = head[:8].hex(" ") if head else "nothing: the file is empty"
-    raise IntegrityError(f"{path.name} is not a tar.gz, tar or zip archive (starts with {shown})")
+    raise IntegrityError(f"{name} is not a tar.gz, tar or zip archive (starts with {shown})")
 
 
 def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveReport:
@@ -197,6 +203,167 @@ def tree_hash(files: Iterable[tuple[str, str]]) -> str:
     for path_utf8, hex_digest in sorted((p.encode("utf-8"), h) for p, h in files):
         digest.update(path_utf8 + b"\0" + hex_digest.encode("ascii") + b"\n")
     return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Inspecting an archive while its bytes arrive.
+
+
+class ArchiveFeed:
+    """The inspection of `inspect_archive`, run on a second thread over bytes as they arrive.
+
+    A download hands each block to `feed` as it appends it to `path`; a thread runs the
+    very same checks and tree hash over them (gunzip, tar parsing and hashing release
+    the GIL, so they use the second core), and `result` waits for the last block and
+    gives the report or raises the same `IntegrityError` as `inspect_archive(path)`.
+    Promises:
+
+    - memory is bounded: at most `FEED_DEPTH` blocks wait between the two threads;
+      `feed` blocks while they are full (the download never runs further ahead);
+    - `restart()` forgets every byte fed (a download that starts over from zero) and
+      `close()` abandons the inspection; neither leaves a thread behind;
+    - `archive_size` (the announced size) is what the compression-ratio guard divides
+      by, as `inspect_archive` divides by the finished file's size; when the finished
+      size differs, `result` inspects the finished file instead;
+    - a zip cannot be inspected as it streams (its central directory is at the end,
+      and only the directory says which entries exist): the thread then only takes the
+      blocks, and `result` runs `inspect_archive(path)` on the finished file (a second
+      read, as for every format before); so does a `result` after `close`.
+    """
+
+    def __init__(self, path: Path, archive_size: int, limits: ArchiveLimits = ArchiveLimits()):
+        self.path = path
+        self.archive_size = archive_size
+        self.limits = limits
+        self.fed = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.fed = 0
+        self._blocks: queue.Queue[bytes | _Signal] = queue.Queue(maxsize=FEED_DEPTH)
+        self._outcome: ArchiveReport | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._consume, name="mirror-archive-feed", daemon=True
+        )
+        self._thread.start()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Hand over the next bytes of the archive (copied: the caller may reuse its buffer)."""
+        if data:
+            self.fed += len(data)
+            self._blocks.put(bytes(data))
+
+    def restart(self) -> None:
+        """Forget every byte fed so far: the next byte fed is the archive's first."""
+        self.close()
+        self._start()
+
+    def close(self) -> None:
+        """Abandon the inspection and end its thread."""
+        if self._thread.is_alive():
+            self._blocks.put(_Signal.ABANDON)
+            self._thread.join()
+
+    def result(self, size: int) -> ArchiveReport:
+        """The report of the whole archive (`size` bytes fed); raises what the check found."""
+        if self._thread.is_alive():
+            self._blocks.put(_Signal.END)
+            self._thread.join()
+        outcome = self._outcome
+        if size != self.fed or size != self.archive_size or outcome is None:
+            return inspect_archive(self.path, self.limits)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _consume(self) -> None:
+        stream = _BlockStream(self._blocks)
+        try:
+            head = stream.peek(512)
+            fmt = _format_of(head, self.path.name)
+            if fmt == "zip":
+                return
+            self._outcome = _inspect(
+                self.path,
+                fmt,
+                self.archive_size,
+                lambda: cast(IO[bytes], stream),
+                self.limits,
+                None,
+            )
+        except _Abandoned:
+            return
+        except BaseException as exc:
+            self._outcome = exc
+        with contextlib.suppress(_Abandoned):
+            stream.drain()
+
+
+FEED_DEPTH = 4
+
+
+class _Signal(enum.Enum):
+    END = "the last byte was fed"
+    ABANDON = "the inspection is abandoned"
+
+
+class _Abandoned(BaseException):
+    """Unwinds the inspection thread through the readers (never caught by their handlers)."""
+
+
+class _BlockStream(io.RawIOBase):
+    """The inspection thread's end of an ArchiveFeed: the blocks fed, read as one stream."""
+
+    def __init__(self, blocks: queue.Queue[bytes | _Signal]) -> None:
+        super().__init__()
+        self.blocks = blocks
+        self.current = memoryview(b"")
+        self.ended = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _next_block(self) -> bool:
+        while not self.current:
+            if self.ended:
+                return False
+            block = self.blocks.get()
+            if block is _Signal.ABANDON:
+                raise _Abandoned
+            if block is _Signal.END:
+                self.ended = True
+                return False
+            self.current = memoryview(block)
+        return True
+
+    def peek(self, size: int) -> bytes:
+        """The first `size` bytes (fewer at the end), left to be read again."""
+        head = b""
+        while len(head) < size and self._next_block():
+            head += bytes(self.current)
+            self.current = memoryview(b"")
+        self.current = memoryview(head)
+        return head[:size]
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if not self._next_block():
+            return b""
+        if size is None or size < 0:
+            size = len(self.current)
+        piece = self.current[:size]
+        self.current = self.current[len(piece) :]
+        return bytes(piece)
+
+    def readinto(self, buffer: Any) -> int:
+        piece = self.read(len(buffer))
+        buffer[: len(piece)] = piece
+        return len(piece)
+
+    def drain(self) -> None:
+        """Take the remaining blocks unread, so that the feeding thread never waits."""
+        self.current = memoryview(b"")
+        while self._next_block():
+            self.current = memoryview(b"")
 
 
 # ---------------------------------------------------------------------------
@@ -327,11 +494,28 @@ class _Paths:
 
 def _scan(path: Path, limits: ArchiveLimits, sink: FileSink | None) -> ArchiveReport:
     fmt = detect_format(path)
-    tally = _Tally(archive_size=path.stat().st_size, limits=limits)
+
+    def opener() -> IO[bytes]:
+        return open(path, "rb")
+
+    return _inspect(path, fmt, path.stat().st_size, opener, limits, sink)
+
+
+def _inspect(
+    path: Path,
+    fmt: Format,
+    archive_size: int,
+    opener: Callable[[], IO[bytes]],
+    limits: ArchiveLimits,
+    sink: _Sink | None,
+) -> ArchiveReport:
+    """The one inspection of every format and source: `opener` gives the archive's bytes
+    from the start (a zip is always read from `path`, its directory being at the end)."""
+    tally = _Tally(archive_size=archive_size, limits=limits)
     seen = _Paths(allow_case_twins=limits.allow_case_twins)
-    with contextlib.closing(_members(path, fmt, tally)) as members:
-        report = _check_members(path, fmt, members, tally, seen, sink)
-    return report
+    members = _zip_members(path, limits) if fmt == "zip" else _tar_members(path, fmt, opener, tally)
+    with contextlib.closing(members):
+        return _check_members(path, fmt, members, tally, seen, sink)
 
 
 def _check_members(
@@ -522,13 +706,7 @@ class _DirectorySink:
 # Format readers: yield members in archive order; a member is read before the next.
 
 
-def _members(path: Path, fmt: Format, tally: _Tally) -> Generator[_Member, None, None]:
-    if fmt == "zip":
-        return _zip_members(path, tally.limits)
-    return _tar_members(path, fmt, tally)
-
-
-def _decompressed(fmt: Format, raw: io.BufferedReader) -> io.BufferedIOBase:
+def _decompressed(fmt: Format, raw: IO[bytes]) -> io.BufferedIOBase | IO[bytes]:
     if fmt == "tar.gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if fmt == "tar.bz2":
@@ -555,7 +733,9 @@ _TAR_EXTENDED_HEADERS = (
 )
 
 
-def _tar_members(path: Path, fmt: Format, tally: _Tally) -> Generator[_Member, None, None]:
+def _tar_members(
+    path: Path, fmt: Format, opener: Callable[[], IO[bytes]], tally: _Tally
+) -> Generator[_Member, None, None]:
     # The decompressor sits below tarfile so that memory stays bounded whatever the
     # compression ratio (tarfile's own stream decompression is not bounded).
     last_header: list[str] = []
@@ -579,7 +759,7 @@ def _tar_members(path: Path, fmt: Format, tally: _Tally) -> Generator[_Member, N
             return info
 
     with (
-        open(path, "rb") as raw,
+        opener() as raw,
         _decompressed(fmt, raw) as plain,
         tarfile.open(
             fileobj=plain, mode="r|", bufsize=_TAR_BUFSIZE, tarinfo=_CheckedTarInfo

@@ -7,8 +7,10 @@ Promises:
   its syslog priority `<N>` (sd-daemon(3)), so `journalctl -p warning` filters;
 - on a terminal a line keeps the fields that tell runs apart (domain, version, run,
   job, state, replica) in a short `[domain=... run=...]` tail; JSON lines keep every field;
-- every retry scheduled through stamina is one readable warning naming what is
-  retried, the attempt and the wait (`install_retry_log`).
+- once logging is set up, every retry scheduled through stamina is one readable warning
+  naming what is retried, the attempt and the wait (`install_retry_log`); stamina is not
+  imported for it: the hook goes in when the one module that retries through stamina is
+  imported, so commands that never retry load neither stamina nor tenacity.
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ def setup_logging(
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
-    install_retry_log()
+    _want_retry_log()
 
 
 retry_log = logging.getLogger("mirror.retry")
@@ -211,6 +213,23 @@ def log_retry(details: RetryDetails) -> None:
             "waited_seconds": round(details.waited_so_far, 3),
         },
     )
+
+
+_retry_log_wanted = False
+
+
+def _want_retry_log() -> None:
+    global _retry_log_wanted
+    _retry_log_wanted = True
+    if "stamina" in sys.modules:
+        install_retry_log()
+
+
+def install_wanted_retry_log() -> None:
+    """`install_retry_log` if `setup_logging` asked for it (called by the vendor client when
+    it is imported; a library user who set up no logging keeps stamina's own hooks)."""
+    if _retry_log_wanted:
+        install_retry_log()
 
 
 def install_retry_log() -> None:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import threading
 import warnings
 import zipfile
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from mirror.archive import (
+    FEED_DEPTH,
+    ArchiveFeed,
     ArchiveLimits,
     ArchiveReport,
     detect_format,
@@ -28,6 +31,7 @@ from mirror.archive import (
 from mirror.errors import EXIT_INTEGRITY, IntegrityError, NotFound, OperationFailed
 from tests.fixtures.archives import (
     Compression,
+    Content,
     Entry,
     Generated,
     gzip_bytes,
@@ -56,11 +60,30 @@ def expected_tree_hash(files: dict[str, bytes]) -> str:
 DEFAULT_LIMITS = ArchiveLimits()
 
 
+def streamed(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> ArchiveReport:
+    """The report of `path` inspected as a download would: fed in uneven blocks."""
+    data = path.read_bytes()
+    feed = ArchiveFeed(path, len(data), limits)
+    try:
+        at, step = 0, 1
+        while at < len(data):
+            feed.feed(data[at : at + step])
+            at += step
+            step = step * 7 + 1 if step < MiB else 1
+        return feed.result(len(data))
+    finally:
+        feed.close()
+
+
 def refused(path: Path, match: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> IntegrityError:
+    """`path` is refused with one line matching `match`, path-based and streamed alike."""
     with pytest.raises(IntegrityError, match=match) as caught:
         inspect_archive(path, limits)
     assert caught.value.exit_code == EXIT_INTEGRITY
     assert "\n" not in str(caught.value)
+    with pytest.raises(IntegrityError) as streamed_refusal:
+        streamed(path, limits)
+    assert str(streamed_refusal.value) == str(caught.value)
     return caught.value
 
 
@@ -638,6 +661,85 @@ def test_extract_of_a_truncated_archive_leaves_nothing_behind(tmp_path: Path) ->
     assert list((tmp_path / "out").iterdir()) == []
 
 
+# --- inspecting while the bytes arrive (ArchiveFeed) -------------------------------------------
+
+
+def feed_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "mirror-archive-feed"]
+
+
+@pytest.mark.parametrize("compression", ["gz", "", "xz", "bz2"])
+def test_streamed_inspection_equals_the_path_based_one(
+    tmp_path: Path, compression: Compression
+) -> None:
+    path = write_tar(tmp_path / "site", sample_site(), compression=compression)
+    report = streamed(path)
+    assert report == inspect_archive(path)
+    assert report.tree_sha256 == expected_tree_hash(sample_site())
+    assert feed_threads() == []
+
+
+def test_streamed_tar_gz_needs_no_second_read(tmp_path: Path) -> None:
+    path = write_tar(tmp_path / "site.tar.gz", sample_site())
+    data = path.read_bytes()
+    feed = ArchiveFeed(path, len(data))
+    feed.feed(data)
+    path.unlink()  # the report comes from the bytes fed, not from the file
+    assert feed.result(len(data)).tree_sha256 == expected_tree_hash(sample_site())
+
+
+def test_a_zip_is_inspected_from_the_finished_file(tmp_path: Path) -> None:
+    """Its central directory comes last: the feed only takes the blocks, then reads the file."""
+    path = write_zip(tmp_path / "site.zip", sample_site())
+    assert streamed(path) == inspect_archive(path)
+    data = path.read_bytes()
+    feed = ArchiveFeed(path, len(data))
+    feed.feed(data)
+    path.unlink()
+    with pytest.raises(NotFound):
+        feed.result(len(data))
+
+
+def test_a_restart_forgets_the_bytes_fed(tmp_path: Path) -> None:
+    path = write_tar(tmp_path / "site.tar.gz", sample_site())
+    data = path.read_bytes()
+    feed = ArchiveFeed(path, len(data))
+    feed.feed(b"\x1f\x8b" + os.urandom(3 * MiB))  # another object's bytes, past the queue
+    feed.restart()
+    feed.feed(data)
+    assert feed.result(len(data)) == inspect_archive(path)
+    assert feed_threads() == []
+
+
+def test_an_unsafe_archive_fed_is_refused_and_the_feeder_never_waits(tmp_path: Path) -> None:
+    path = write_tar(tmp_path / "evil.tar", [Entry("../escape.txt", b"x")], compression="")
+    data = path.read_bytes() + bytes(FEED_DEPTH * 3 * MiB)  # more than the queue holds
+    feed = ArchiveFeed(path, len(data))
+    for at in range(0, len(data), MiB):
+        feed.feed(data[at : at + MiB])
+    with pytest.raises(IntegrityError, match="escapes the root"):
+        feed.result(len(data))
+    assert feed_threads() == []
+
+
+def test_a_closed_feed_leaves_no_thread(tmp_path: Path) -> None:
+    path = write_tar(tmp_path / "site.tar.gz", sample_site())
+    feed = ArchiveFeed(path, path.stat().st_size)
+    feed.feed(path.read_bytes()[:100])
+    feed.close()
+    assert feed_threads() == []
+
+
+def test_a_size_other_than_announced_is_inspected_from_the_file(tmp_path: Path) -> None:
+    """The ratio guard divides by the archive's size: with another size, the file decides."""
+    bomb = write_generated_tar(tmp_path / "zeros.tar.gz", [("zeros.bin", 70 * MiB, "zeros")])
+    size = bomb.stat().st_size
+    feed = ArchiveFeed(bomb, size * 1000)  # announced big enough for the ratio guard
+    feed.feed(bomb.read_bytes())
+    with pytest.raises(IntegrityError, match="compression bomb"):
+        feed.result(size)
+
+
 # --- memory ------------------------------------------------------------------------------------
 
 # VmHWM, not ru_maxrss: on Linux a child's ru_maxrss starts at the parent's peak.
@@ -645,25 +747,36 @@ MEMORY_PROBE = textwrap.dedent(
     """
     import json, re, sys
     from pathlib import Path
-    from mirror.archive import ArchiveLimits, inspect_archive
+    from mirror.archive import ArchiveFeed, ArchiveLimits, inspect_archive
 
     def peak_kib():
         status = Path("/proc/self/status").read_text()
         return int(re.search(r"VmHWM:\\s+(\\d+) kB", status).group(1))
 
+    def streamed(path, limits):
+        feed = ArchiveFeed(path, path.stat().st_size, limits)
+        with open(path, "rb") as handle:
+            while block := handle.read(1024 * 1024):
+                feed.feed(block)
+        return feed.result(path.stat().st_size)
+
+    inspect = streamed if sys.argv[3] == "streamed" else inspect_archive
     before = peak_kib()
-    report = inspect_archive(Path(sys.argv[1]), ArchiveLimits(max_ratio=float(sys.argv[2])))
+    report = inspect(Path(sys.argv[1]), ArchiveLimits(max_ratio=float(sys.argv[2])))
     print(json.dumps({"growth_kib": peak_kib() - before, "total": report.total_bytes}))
     """
 )
 
 
-def rss_growth_of_inspect(archive: Path, max_ratio: float = 200.0) -> tuple[int, int]:
-    """(peak RSS growth in KiB, total bytes) of inspecting `archive` in a fresh interpreter."""
+def rss_growth_of_inspect(
+    archive: Path, max_ratio: float = 200.0, how: str = "path"
+) -> tuple[int, int]:
+    """(peak RSS growth in KiB, total bytes) of inspecting `archive` in a fresh interpreter,
+    from its path or (`how="streamed"`) fed in 1 MiB blocks as a download does."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs /proc/self/status (Linux)")
     result = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, str(archive), str(max_ratio)],
+        [sys.executable, "-c", MEMORY_PROBE, str(archive), str(max_ratio), how],
         capture_output=True,
         text=True,
         check=True,
@@ -699,4 +812,16 @@ def test_inspect_memory_does_not_grow_with_compression_ratio(tmp_path: Path, fmt
     )
     growth_kib, total = rss_growth_of_inspect(archive, max_ratio=1e9)
     assert total == 100 * MiB
+    assert growth_kib < 30 * 1024
+
+
+@pytest.mark.parametrize(("content", "level"), [("random", 0), ("zeros", 9)])
+def test_streamed_inspection_memory_is_bounded(
+    tmp_path: Path, content: Content, level: int
+) -> None:
+    """Blocks wait in a bounded queue: memory grows neither with size nor with the ratio."""
+    members: list[Generated] = [("big.bin", 150 * MiB, content), ("index.html", 10, "random")]
+    archive = write_generated_tar(tmp_path / "big.tar.gz", members, compresslevel=level)
+    growth_kib, total = rss_growth_of_inspect(archive, max_ratio=1e9, how="streamed")
+    assert total == 150 * MiB + 10
     assert growth_kib < 30 * 1024

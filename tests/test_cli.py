@@ -250,6 +250,10 @@ def test_status_imports_only_the_index_and_settings(tmp_path: Path) -> None:
     assert code == 0
     assert {"sqlalchemy", "pydantic", "mirror.export.status"} <= modules  # it did run
     assert modules & {*HEAVY_FOR_EVERYONE, "prometheus_client"} == set()
+    # a SQLite index needs neither PostgreSQL's dialect (its drivers), Alembic, nor the
+    # retry machinery (stamina, tenacity) of the commands that talk to the vendor
+    unused = ("sqlalchemy.dialects.postgresql", "alembic", "stamina", "tenacity")
+    assert not any(name.startswith(unused) for name in modules)
     assert not any(
         name.startswith(("mirror.vendor", "mirror.airgap", "mirror.transferset", "mirror.outbound"))
         for name in modules

@@ -6,6 +6,7 @@ import hashlib
 import logging
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from mirror.archive import ArchiveLimits, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
 from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, VendorClient
@@ -289,6 +291,111 @@ def test_cancel_stops_checkpoints_and_a_later_call_resumes(
     result = download_bundle(http, link, dest, refresh_link=lambda: link)
     assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
     assert served(sim, job_id) - first_pass == result.size - durable[-1]
+
+
+# --- inspecting the archive as it arrives ---------------------------------------------------
+
+
+def feed_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "mirror-archive-feed"]
+
+
+def test_inspected_download_reports_what_inspect_archive_reports(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    result = download_bundle(http, link, dest, refresh_link=lambda: link, inspect=ArchiveLimits())
+    assert result.archive is not None and result.archive == inspect_archive(dest)
+    assert result.sha256 == sim.bundle_sha256(job_id)
+    assert feed_threads() == []
+
+
+def test_resumed_inspected_download_refeeds_the_prefix(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """Cut twice by the host, then stopped and resumed by a second call: the tree hash is
+    still the whole archive's, so the inspection saw every byte once, in order."""
+    sim = sim_factory(bundle_size=24 * MiB)
+    job_id = completed_job(sim, http)
+    sim.set_faults(cut_after_bytes=3 * MiB, cuts_remaining=2)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "p"
+    cancel = threading.Event()
+
+    def on_progress(done: int, _total: int | None) -> None:
+        if done >= 10 * MiB:
+            cancel.set()
+
+    with pytest.raises(Interrupted):
+        download_bundle(
+            http,
+            link,
+            dest,
+            refresh_link=lambda: link,
+            checkpoint=lambda _n, _lk: None,
+            on_progress=on_progress,
+            cancel=cancel,
+            sleep=no_wait,
+            inspect=ArchiveLimits(),
+        )
+    assert feed_threads() == []
+    result = download_bundle(
+        http, link, dest, refresh_link=lambda: link, sleep=no_wait, inspect=ArchiveLimits()
+    )
+    assert result.resumes >= 1 and result.sha256 == sim.bundle_sha256(job_id)
+    assert result.archive == inspect_archive(dest)
+
+
+def test_restart_from_zero_starts_a_new_inspection(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    sim = sim_factory(bundle_size=6 * MiB)
+    job_id = completed_job(sim, http)
+    sim.set_faults(cut_after_bytes=2 * MiB, cuts_remaining=1, ignore_range=True)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "p"
+    result = download_bundle(
+        http, link, dest, refresh_link=lambda: link, sleep=no_wait, inspect=ArchiveLimits()
+    )
+    assert result.restarts == 1
+    assert result.archive == inspect_archive(dest)
+
+
+def test_inspected_download_memory_does_not_grow_with_the_bundle(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """Blocks wait for the inspection in a bounded queue (archive.FEED_DEPTH blocks)."""
+    sim = sim_factory(bundle_size=96 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    tracemalloc.start()
+    try:
+        result = download_bundle(
+            http, link, tmp_path / "p", refresh_link=lambda: link, inspect=ArchiveLimits()
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.archive is not None and result.archive.total_bytes > 90 * MiB
+    assert peak < 24 * MiB, peak  # about 12 MiB: 4 queued blocks, buffers, the sim
+
+
+@pytest.mark.parametrize("kind", ["traversal", "symlink", "bomb", "case_twins"])
+def test_unsafe_archive_is_refused_as_inspect_archive_refuses_it(
+    sim: Simulator, http: httpx.Client, tmp_path: Path, kind: str
+):
+    sim.set_faults(malicious_domains={"docs.evil.test": kind})
+    job_id = completed_job(sim, http, "docs.evil.test")
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    with pytest.raises(IntegrityError) as caught:
+        download_bundle(http, link, dest, refresh_link=lambda: link, inspect=ArchiveLimits())
+    with pytest.raises(IntegrityError) as from_the_file:
+        inspect_archive(dest)
+    assert str(caught.value) == str(from_the_file.value)
+    assert caught.value.exit_code == 5 and feed_threads() == []
 
 
 def test_gone_bundle_is_not_found(sim: Simulator, http: httpx.Client, tmp_path: Path):

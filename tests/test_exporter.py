@@ -17,6 +17,7 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
+from mirror.archive import inspect_archive
 from mirror.config import settings_from_dict
 from mirror.errors import (
     AuthError,
@@ -315,6 +316,7 @@ def test_cut_download_resumes_to_the_right_bytes(
     assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
     assert served(sim, outcome.job_id) == outcome.size
     assert sim.faults.cuts_remaining == 0
+    assert outcome.tree_sha256 == inspect_archive(outcome.blob_path).tree_sha256
 
 
 def test_range_ignored_restarts_and_is_still_right(

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mirror.logs import (
     JsonFormatter,
     RedactingFormatter,
@@ -162,3 +164,43 @@ def test_terminal_lines_redact_secrets_in_fields_too() -> None:
     register_secret("mint_terminal_secret_42")
     line = _format(TerminalFormatter(), "calling", domain="mint_terminal_secret_42")
     assert "mint_terminal_secret_42" not in line and "domain=***" in line
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+_RETRY_HOOKS = """
+import sys
+from mirror.logs import setup_logging
+{before}
+from stamina.instrumentation import get_on_retry_hooks
+print(sorted(getattr(h, "__name__", type(h).__name__) for h in get_on_retry_hooks()))
+"""
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "setup_logging(); import mirror.vendor.client",  # a command module loaded after
+        "import mirror.vendor.client; setup_logging()",  # the CLI resolves it first
+        "setup_logging()",  # a command that never retries
+    ],
+)
+def test_retries_log_mirrors_line_once_logging_is_set_up(before: str) -> None:
+    code = _RETRY_HOOKS.format(before=before.replace("; ", "\n"))
+    if "client" not in before:  # stamina is only loaded here, to read its hooks
+        code = code.replace(
+            "from stamina",
+            "assert 'stamina' not in sys.modules\nimport mirror.vendor.client\nfrom stamina",
+        )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "log_retry" in result.stdout
+
+
+def test_a_library_user_without_logging_keeps_staminas_hooks() -> None:
+    code = _RETRY_HOOKS.format(before="import mirror.vendor.client")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "log_retry" not in result.stdout

@@ -5,7 +5,8 @@ Promises:
 - `downloaded_file` finds the finished download of blob `sha256`: the partial file
   (re-hashed first unless this process wrote it) or, after a crash between the move and
   the commit, the blob it was already moved to; None when neither holds those bytes.
-- `check_download` passes the archive through `inspect_archive` before anything is kept.
+- `check_download` passes the archive through `inspect_archive` before anything is kept
+  (unless the download was inspected as it arrived: then it takes that report).
   A refused archive that already sits in the blob store with no index row is removed; a
   good download whose blob is damaged in the store repairs it (`repair_from_download`).
 - `forget_unindexed_blob` removes a blob only when no `bundles` row names it.
@@ -39,11 +40,19 @@ def downloaded_file(app: App, partial: Path, sha256: str, *, rehash: bool) -> Pa
 
 
 def check_download(
-    app: App, source: Path, sha256: str, size: int, *, partial: bool
+    app: App,
+    source: Path,
+    sha256: str,
+    size: int,
+    *,
+    partial: bool,
+    inspected: ArchiveReport | None = None,
 ) -> ArchiveReport:
-    """The report of the archive at `source` (the partial file when `partial`, else the blob)."""
+    """The report of the archive at `source` (the partial file when `partial`, else the blob);
+    `inspected` is its report from the download itself, when that inspected it."""
     try:
-        report = inspect_archive(source, app.settings.store.archive_limits())
+        limits = app.settings.store.archive_limits()
+        report = inspected if inspected is not None else inspect_archive(source, limits)
     except IntegrityError:
         if not partial:
             forget_unindexed_blob(app, sha256)

@@ -30,8 +30,11 @@ Promises:
   (exit 75): the run stays active, so a later try polls the same job again. A link
   the download refuses or gives up on (LinkFailed, AuthError, NotFound) is dropped
   from the run, so the next try asks the vendor for a fresh one.
-- Nothing is stored unless the archive passed `inspect_archive`; the Bundle and
-  Version rows are written in one transaction after the blob is in place.
+- Nothing is stored unless the archive passed the inspection of `mirror.archive`; the
+  Bundle and Version rows are written in one transaction after the blob is in place.
+  A download made by this process is inspected as its bytes arrive (one pass over
+  them, on a second thread); a download found finished by a later process is
+  inspected from the file.
 
 The decisions (which step comes next, how long to wait, whether a lease is
 free, how much start budget is left) are small pure functions; the runner
@@ -212,6 +215,7 @@ class _Runner:
         self.job_timeout = api.job_timeout
         self.download_settings = app.settings.download
         self.downloaded_here = False
+        self.inspected: ArchiveReport | None = None
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -418,6 +422,7 @@ class _Runner:
                 now=self.now,
                 min_speed=self.download_settings.min_speed,
                 stall_time=self.download_settings.stall_time,
+                inspect=self.app.settings.store.archive_limits(),
             )
         except (AuthError, NotFound, LinkFailed):
             # This link is refused, unusable or spent: the next try asks for a new one.
@@ -425,6 +430,7 @@ class _Runner:
                 self.save(bundle_url=None, bundle_expires_at=None)
             raise
         self.downloaded_here = True
+        self.inspected = result.archive
         self.transition(
             RunState.DOWNLOADED,
             sha256=result.sha256,
@@ -458,7 +464,10 @@ class _Runner:
             self.drop_partial()
             self.transition(RunState.DOWNLOADING, sha256=None, bytes_done=0)
             return None
-        report = check_download(self.app, source, sha256, size, partial=source == partial)
+        inspected = self.inspected if self.downloaded_here and source == partial else None
+        report = check_download(
+            self.app, source, sha256, size, partial=source == partial, inspected=inspected
+        )
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:

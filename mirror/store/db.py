@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import logging
 from collections.abc import Iterator
 from importlib import resources
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -55,9 +55,10 @@ def make_engine(url: str) -> Engine:
 
 
 def dialect_insert(session: Session, table: Any) -> Any:
-    """An INSERT into `table` that knows ON CONFLICT, for the session's database."""
+    """An INSERT into `table` that knows ON CONFLICT, for the session's database (only that
+    database's dialect is imported: PostgreSQL's brings all its drivers and asyncio)."""
     dialect = session.get_bind().dialect.name
-    module: Any = postgresql if dialect == "postgresql" else sqlite
+    module: Any = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
     return module.insert(table)
 
 

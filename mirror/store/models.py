@@ -84,13 +84,10 @@ class ExportRun(Base):
 
     __tablename__ = "export_runs"
     __table_args__ = (
-        Index(
-            "uq_export_runs_active_domain",
-            "domain",
-            unique=True,
-            sqlite_where=text("active"),
-            postgresql_where=text("active"),
-        ),
+        # Partial (WHERE active) on both databases, as migration 0001 creates it. Only
+        # SQLite's option is named here: naming a dialect's option imports that dialect,
+        # and PostgreSQL's brings all its drivers and asyncio into every start-up.
+        Index("uq_export_runs_active_domain", "domain", unique=True, sqlite_where=text("active")),
         Index("ix_export_runs_domain_id", "domain", "id"),
         Index("ix_export_runs_vendor_started_at", "vendor_started_at"),
     )

@@ -81,7 +81,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.logs import REDACTED, redact, register_secret
+from mirror.logs import REDACTED, install_wanted_retry_log, redact, register_secret
 from mirror.timestamps import utcnow
 from mirror.vendor.answers import (
     AUTH_HINT,
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from mirror.config import Settings
 
 log = logging.getLogger(__name__)
+install_wanted_retry_log()  # every retry below is one readable warning (mirror.logs)
 
 ExportFlow = Literal["global", "project"]
 USER_AGENT = f"mirror/{__version__}"

@@ -24,7 +24,13 @@ Promises:
 - more bytes than the vendor announced is an `IntegrityError` at once;
 - `checkpoint(bytes_durable, link)` is called only after an fsync, at least
   every 8 MiB (and every 30 s) and at the end, so a caller can persist progress;
-- the presigned query string is a credential: it is never logged or put in an error.
+- the presigned query string is a credential: it is never logged or put in an error;
+- with `inspect` (archive limits) and a known size, the archive is inspected as its
+  bytes arrive (`archive.ArchiveFeed`, on a second thread): a resumed download re-feeds
+  the inspection from the partial file's prefix, a restart from zero starts it afresh,
+  and the result carries the same report as `inspect_archive` on the finished file, or
+  the same `IntegrityError` is raised once the last byte is in (the file is left for the
+  caller to drop). A zip is inspected after the download (its directory is at the end).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mirror import links
+from mirror.archive import ArchiveFeed, ArchiveLimits, ArchiveReport, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import is_disk_full
 from mirror.links import is_expired_answer, s3_error, safe_url
@@ -106,7 +113,8 @@ def followable(url: str) -> bool:
 
 @dataclass(frozen=True)
 class DownloadResult:
-    """The whole file is at `path`; `sha256` covers all of its `size` bytes."""
+    """The whole file is at `path`; `sha256` covers all of its `size` bytes; `archive` is
+    its inspection when one was asked for."""
 
     path: Path
     size: int
@@ -114,6 +122,7 @@ class DownloadResult:
     restarts: int
     resumes: int
     refreshes: int
+    archive: ArchiveReport | None = None
 
 
 def link_expired(link: BundleLink, now: datetime) -> bool:
@@ -157,6 +166,7 @@ class _Download:
         now: Callable[[], datetime],
         min_speed: int,
         stall_time: float,
+        inspect: ArchiveLimits | None = None,
     ) -> None:
         self.http = http
         self.link = link
@@ -165,7 +175,15 @@ class _Download:
         announced = link.size_bytes if link.size_bytes is not None else expected_size
         self.guard = ResumeGuard(dest, announced)
         self.checkpoint_cb = checkpoint
-        self.file = PartialFile(dest, self.report_checkpoint if checkpoint is not None else None)
+        self.feed = (
+            ArchiveFeed(dest, announced, inspect)
+            if inspect is not None and announced is not None
+            else None
+        )
+        self.inspect = inspect
+        self.file = PartialFile(
+            dest, self.report_checkpoint if checkpoint is not None else None, self.feed
+        )
         self.speed = SpeedLimit(min_speed, stall_time)
         self.on_progress = on_progress
         self.cancel = cancel
@@ -199,6 +217,21 @@ class _Download:
     # -- the loop ----------------------------------------------------------------------
 
     def run(self) -> DownloadResult:
+        try:
+            return self.download()
+        finally:
+            if self.feed is not None:
+                self.feed.close()
+
+    def inspection(self) -> ArchiveReport | None:
+        """The archive's report: streamed when a feed ran, else read from the finished file."""
+        if self.feed is not None:
+            return self.feed.result(self.offset)
+        if self.inspect is not None:
+            return inspect_archive(self.dest, self.inspect)
+        return None
+
+    def download(self) -> DownloadResult:
         handle, self.guard.validator = self.file.open(self.expected)
         with handle, self.file.syncer:
             try:
@@ -220,6 +253,7 @@ class _Download:
             self.file.make_durable()
         with contextlib.suppress(OSError):
             validator_path(self.dest).unlink()
+        archive = self.inspection()
         if self.on_progress is not None:
             self.on_progress(self.offset, self.expected)
         return DownloadResult(
@@ -229,6 +263,7 @@ class _Download:
             restarts=self.restarts,
             resumes=self.resumes,
             refreshes=self.refreshes,
+            archive=archive,
         )
 
     def loop(self) -> None:
@@ -487,10 +522,13 @@ def download_bundle(
     now: Callable[[], datetime] = utcnow,
     min_speed: int = DEFAULT_MIN_SPEED,
     stall_time: float = DEFAULT_STALL_TIME,
+    inspect: ArchiveLimits | None = None,
 ) -> DownloadResult:
     """Download `link` into `dest`, continuing whatever `dest` already holds.
 
-    Raises IntegrityError (size), Interrupted (cancel; progress checkpointed),
+    With `inspect`, the archive is checked within those limits as it arrives and the
+    result's `archive` holds the report. Raises IntegrityError (size, or the archive
+    check), Interrupted (cancel; progress checkpointed),
     LinkFailed (attempts spent, or not an http(s) link), AuthError/NotFound (link
     refused for good). `min_speed` bytes/s over `stall_time` s is the low-speed limit
     (0 turns it off).
@@ -509,4 +547,5 @@ def download_bundle(
         now=now,
         min_speed=min_speed,
         stall_time=stall_time,
+        inspect=inspect,
     ).run()

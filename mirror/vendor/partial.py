@@ -10,7 +10,10 @@ Promises:
   every 30 s), each finished one is reported, so the network never waits for the disk
   unless the disk falls a whole interval behind;
 - on a full disk the file is cut back to its last fsynced checkpoint (resumable, and the
-  unsynced tail's space freed) and the error says where, how much is free and needed.
+  unsynced tail's space freed) and the error says where, how much is free and needed;
+- a `tap` (the archive inspection) sees every byte of the file once, in order: the prefix
+  a resumed download starts from (read once for the hash and the tap together), then
+  each block as it is appended; when the file is emptied, the tap is restarted.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from mirror.errors import TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, disk_full, iter_file
@@ -35,14 +38,24 @@ CHECKPOINT_BYTES = 8 * 1024 * 1024
 CHECKPOINT_SECONDS = 30.0
 
 
+class Tap(Protocol):
+    """Something that reads the file's bytes as they are written (`archive.ArchiveFeed`)."""
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None: ...
+    def restart(self) -> None: ...
+
+
 class PartialFile:
     """`dest` while it is downloaded; `report(durable)` hears of every checkpoint."""
 
     handle: BinaryIO
 
-    def __init__(self, dest: Path, report: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, dest: Path, report: Callable[[int], None] | None, tap: Tap | None = None
+    ) -> None:
         self.dest = dest
         self.report = report
+        self.tap = tap
         self.digest = hashlib.sha256()
         self.offset = 0
         self.durable = 0
@@ -78,6 +91,8 @@ class PartialFile:
             size = 0
         for chunk in iter_file(self.dest, 0, size):
             self.digest.update(chunk)
+            if self.tap is not None:
+                self.tap.feed(chunk)
         self.offset = self.durable = self.sync_offset = size
         self.handle = handle
         return handle, validator
@@ -97,6 +112,8 @@ class PartialFile:
         os.fsync(self.handle.fileno())
         self.digest = hashlib.sha256()
         self.offset = self.durable = self.sync_offset = 0
+        if self.tap is not None:
+            self.tap.restart()
 
     def write_block(self) -> None:
         """Append the buffered bytes to the file and the hash (one pass over them)."""
@@ -107,6 +124,8 @@ class PartialFile:
         while written < self.fill:
             written += self.handle.write(view[written:]) or 0
         self.digest.update(view)
+        if self.tap is not None:
+            self.tap.feed(view)
         self.offset += self.fill
         self.fill = 0
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from mirror.archive import inspect_archive
 from mirror.config import settings_from_dict
 from mirror.sim import Simulator
 from mirror.store.app import App
@@ -158,6 +159,9 @@ def test_killed_export_run_resumes_the_same_job_and_file(
         assert second <= size - killed.bytes_done  # continued from the checkpoint
         assert second < size
         assert app.store.temp_files() == [] and verify_store(app).ok
+        # the inspection was fed the partial file's prefix, then the rest: the whole archive
+        blob = app.store.blob_path(str(outcome["sha256"]))
+        assert outcome["tree_sha256"] == inspect_archive(blob).tree_sha256
 
 
 @pytest.mark.fault("kill: export run SIGTERMed mid-download", "exit 75, checkpoint, resumes")

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import select
 
 from mirror.config import settings_from_dict
-from mirror.errors import MirrorError, TemporaryFailure
+from mirror.errors import IntegrityError, MirrorError, TemporaryFailure
 from mirror.export.runner import JobTimedOut, RunEvent, run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
@@ -283,6 +283,36 @@ def test_trickling_host_is_cut_and_resumed(
     assert sim.faults.trickles_remaining == 0 and len(downloads) == 2
     assert downloads[1]["status"] == 206
     assert seconds < 10
+
+
+# --- unsafe archive in pieces ------------------------------------------------------------
+
+
+@pytest.mark.fault(
+    "12.1 unsafe archive whose download is cut and resumed (inspected as it arrives)",
+    "exit 5 (unsafe archive), run FAILED, nothing stored",
+)
+@pytest.mark.parametrize("kind", ["traversal", "bomb"])
+def test_unsafe_archive_arriving_in_pieces_is_refused_and_nothing_stored(
+    sim: Simulator,
+    http: httpx.Client,
+    make_app: Callable[..., App],
+    fault_got: list[str],
+    kind: str,
+) -> None:
+    sim.set_faults(
+        malicious_domains={"docs.pieces.test": kind}, cut_after_bytes=700, cuts_remaining=2
+    )
+    app = make_app()
+    with pytest.raises(IntegrityError) as caught:
+        run_export(app, vendor(sim, http), "docs.pieces.test", sleep=lambda _s: None)
+    run = the_run(app)
+    downloads = sim.stats.snapshot()["downloads"]
+    fault_got.append(f"exit {caught.value.exit_code} after {len(downloads)} requests")
+    assert caught.value.exit_code == 5 and "unsafe archive" in str(caught.value)
+    assert sim.faults.cuts_remaining == 0 and len(downloads) == 3  # it did arrive in pieces
+    assert run.state == RunState.FAILED and run.error == str(caught.value)
+    assert list(app.store.iter_blobs()) == [] and app.store.temp_files() == []
 
 
 # --- 8.7 ------------------------------------------------------------------------------------
