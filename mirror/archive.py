@@ -507,7 +507,7 @@ def _inspect(
     archive_size: int,
     opener: Callable[[], IO[bytes]],
     limits: ArchiveLimits,
-    sink: _Sink | None,
+    sink: FileSink | None,
 ) -> ArchiveReport:
     """The one inspection of every format and source: `opener` gives the archive's bytes
     from the start (a zip is always read from `path`, its directory being at the end)."""
