@@ -96,6 +96,12 @@ class DeltaBlob:
             self.file.close()
             self.file = None
 
+    def __enter__(self) -> DeltaBlob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @dataclass
 class Choice:

@@ -18,7 +18,7 @@ byte for byte, so the import can prove its rebuild against the sha256 the connec
 signed. It is a ustar stream (a pax header carries only a `path` or `size` that ustar
 cannot) with the files in file-list order, each preceded by the parent directories not yet
 written (0755); files 0644; owner and group 0 with no names; every mtime the version's
-export time (`archive_mtime`); two zero blocks and zero padding to a 10240-byte record. It is wrapped in gzip
+export time; two zero blocks and zero padding to a 10240-byte record. It is wrapped in gzip
 made of stored (uncompressed) deflate blocks of 65535 bytes with a zero header time, so no
 zlib version can change a byte; the price is an object as large as the unpacked site.
 """
