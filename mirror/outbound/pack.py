@@ -187,11 +187,11 @@ class _Prepared:
 def _prepare(
     app: App,
     stack: contextlib.ExitStack,
-    *,
     domain: str | None,
     include_all: bool,
     part_limit: int,
     full: bool,
+    *,
     keep_deltas: bool,
 ) -> _Prepared:
     """Decide how each version goes and plan the set; kept delta blobs close with `stack`."""
@@ -302,15 +302,7 @@ def pack(
     _check_out(out)
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(
-            app,
-            stack,
-            domain=domain,
-            include_all=include_all,
-            part_limit=part_limit,
-            full=full,
-            keep_deltas=True,
-        )
+        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=True)
         plan = prepared.plan
         if plan is None:
             return PackResult(None, None, None, key.key_id)
@@ -362,15 +354,7 @@ def dry_run(
         out = out.absolute()
         _check_out(out)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(
-            app,
-            stack,
-            domain=domain,
-            include_all=include_all,
-            part_limit=part_limit,
-            full=full,
-            keep_deltas=False,
-        )
+        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=False)
     plan = prepared.plan
     if plan is None:
         return PackResult(None, None, None, None, dry_run=True)
