@@ -135,6 +135,9 @@ class TransferSettings(_Section):
     signing_key: Path | None = None
     source_id: str = Field(default_factory=socket.gethostname)
     max_size: Size = 4 * 1024**3
+    delta_max_ratio: float = Field(default=0.5, ge=0.0, le=1.0)
+    """A version goes as a delta only when its delta blob is at most this share of the
+    bundle (0 never sends deltas; `transfer pack --full` overrides it per pack)."""
 
 
 class TargetSettings(_Section):

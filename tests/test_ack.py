@@ -65,3 +65,49 @@ def test_ack_checks_the_receipt(
     receipt.write_text("{}")
     with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
         ack(target_app, receipt)
+
+
+def test_a_version_carried_as_a_delta_is_acknowledged_by_its_tree(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """The air-gapped side publishes a delta as a rebuilt archive (not the bundle): its
+    receipt names that archive's sha256 and the tree, and the tree is what ack matches."""
+    from mirror.transferset.format import parse_manifest
+    from mirror.transferset.receipt import Receipt, ReceiptItem
+    from tests.fixtures.versions import add_sim_version
+
+    site = {"pages": 60, "page_size": 8192}
+    add_sim_version(transfer_app, DOCS, "2026-11-20", export_number=0, **site)
+    pack(transfer_app, tmp_path / "s1")
+    add_sim_version(transfer_app, DOCS, "2026-11-21", export_number=1, **site)
+    packed = pack(transfer_app, tmp_path / "s2")
+    manifest = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes())
+    (item,) = manifest.items
+    assert item.delta is not None and item.published_sha256 != item.sha256
+
+    def receipt_naming(tree_sha256: str, name: str) -> Path:
+        receipt = Receipt(
+            sequence=manifest.sequence,
+            manifest_sha256=packed.manifest_sha256 or "",
+            items=[
+                ReceiptItem(
+                    domain=DOCS,
+                    version=item.version,
+                    sha256=item.published_sha256,
+                    object=f"static-export/{DOCS}/{item.version}/bundle.tar.gz",
+                    status="published",
+                    tree_sha256=tree_sha256,
+                )
+            ],
+        )
+        path = tmp_path / name
+        path.write_bytes(receipt.to_bytes())
+        return path
+
+    wrong = ack(transfer_app, receipt_naming("e" * 64, "wrong.json"))
+    assert wrong.marked == [] and not wrong.complete
+    right = ack(transfer_app, receipt_naming(item.tree_sha256, "receipt.json"))
+    assert right.marked == [(DOCS, "2026-11-21")] and right.complete
+    with transfer_app.db.session() as session:
+        version = session.execute(select(Version).where(Version.label == "2026-11-21")).scalar_one()
+        assert version.delivered_at is not None

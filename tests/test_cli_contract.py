@@ -147,6 +147,9 @@ def test_every_command_json_document_matches_its_description(
 
     second = walk("export run", DOMAIN)
     assert second["version"] != first["version"]
+    planned = walk("transfer pack", "--dry-run")
+    assert planned["dry_run"] is True and planned["path"] is None
+    assert planned["versions"][0]["base_version"] == first["version"]
     pushed = walk("transfer push", "--promote")
     assert pushed["import"]["receipt"] is None
     assert pushed["receipt"]["sequence"] == pushed["import"]["sequence"]

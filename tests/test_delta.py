@@ -242,3 +242,14 @@ def test_a_delta_item_publishes_the_rebuilt_archive() -> None:
         ManifestItem.model_validate(_item(base_version="2026-11-23"))
     with pytest.raises(ValueError, match=r"a delta rebuilds a tar\.gz archive"):
         ManifestItem.model_validate({**_item(), "archive_format": "zip"})
+
+
+def test_archive_mtime_is_the_signed_export_time_in_utc_seconds() -> None:
+    from mirror.transferset.delta import archive_mtime
+
+    assert archive_mtime("2026-11-20T02:00:00Z") == 1_795_140_000
+    assert archive_mtime("2026-11-20T03:00:00.9+01:00") == 1_795_140_000
+    with pytest.raises(IntegrityError, match="no time zone"):
+        archive_mtime("2026-11-20T02:00:00")
+    with pytest.raises(IntegrityError, match="before 1970"):
+        archive_mtime("1969-12-31T23:59:59Z")

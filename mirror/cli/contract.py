@@ -74,6 +74,31 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Sch
 
 DOMAIN_VERSION = obj({"domain": STR, "version": STR})
 ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
+DELTA = obj(
+    {
+        "base_version": STR,
+        "base_tree_sha256": SHA256,
+        "archive_sha256": SHA256,
+        "archive_size": INT,
+        "file_count": INT,
+        "carried_files": INT,
+    }
+)
+PACK_VERSION = obj(
+    {
+        "domain": STR,
+        "version": STR,
+        "carried": {"enum": ["full", "delta"]},
+        "reason": null(STR),
+        "base_version": null(STR),
+        "full_size": INT,
+        "delta_size": null(INT),
+        "files_changed": null(INT),
+        "files_added": null(INT),
+        "files_removed": null(INT),
+        "saving": INT,
+    }
+)
 BUNDLE: dict[str, Schema] = {
     **ITEM,
     "format": STR,
@@ -359,12 +384,14 @@ CONTRACTS: dict[str, Contract] = {
         obj({"path": STR, "kind": {"enum": ["public", "private"]}, "key_id": STR}),
     ),
     "transfer pack": Contract(
-        "The signed set written (nothing true: nothing to pack).",
+        "The signed set written (nothing true: nothing to pack), or with --dry-run what "
+        "would be written; per version whether it goes whole or as a delta, and why.",
         "mirror transfer pack /media/usb/set --json",
         (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTEGRITY),
         obj(
             {
                 "nothing": BOOL,
+                "dry_run": BOOL,
                 "path": null(STR),
                 "sequence": null(INT),
                 "manifest_sha256": null(SHA256),
@@ -372,15 +399,18 @@ CONTRACTS: dict[str, Contract] = {
                 "total_bytes": INT,
                 "part_count": INT,
                 "tool": null(STR),
-                "items": array(
-                    obj(
-                        {
-                            **ITEM,
-                            "parts": INT,
-                        }
-                    )
-                ),
+                "items": array(obj({**ITEM, "parts": INT, "delta": null(DELTA)})),
+                "versions": array(PACK_VERSION),
             }
+        ),
+        notes=(
+            "`mirror transfer pack --dry-run --json` prints the same document with `dry_run` "
+            "true and `path`, `manifest_sha256`, `key_id` null; `sequence` is the one the set "
+            "would take.",
+            "`versions[].carried` is `full` or `delta`; `reason` says why a version goes whole: "
+            "`no base`, `base blob missing`, `not smaller` (than transfer.delta_max_ratio of "
+            "the bundle) or `--full`. `delta_size` and the `files_*` counts are null when no "
+            "delta was built; `saving` is bytes not carried.",
         ),
     ),
     "transfer verify": Contract(

@@ -21,6 +21,8 @@ from mirror.units import format_size
 
 if TYPE_CHECKING:
     from mirror.airgap.objectstore import ObjectStore
+    from mirror.outbound.delta import Choice
+    from mirror.outbound.pack import PackResult
     from mirror.progress import ByteTask
 
 
@@ -73,10 +75,14 @@ def transfer_group() -> None:
 
 
 @transfer_group.command("pack")
-@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("out", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--domain", default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
+@click.option("--full", is_flag=True, help="Whole bundles only, never deltas.")
+@click.option(
+    "--dry-run", is_flag=True, help="Say what would go and how (deltas, sizes); write nothing."
+)
 @click.option(
     "--with-tool",
     "with_tool",
@@ -87,50 +93,96 @@ def transfer_group() -> None:
 @pass_cli
 def transfer_pack(
     cli: CliContext,
-    out: Path,
+    out: Path | None,
     domain: str | None,
     include_all: bool,
     max_size: int | None,
+    full: bool,
+    dry_run: bool,
     with_tool: str | None,
 ) -> None:
-    """Write a signed transfer set of the versions not yet delivered into OUT."""
-    from mirror.outbound.pack import pack, signing_key_from
+    """Write a signed transfer set of the versions not yet delivered into OUT.
+
+    A version whose base the air-gapped side holds goes as a delta when that is small
+    enough (transfer.delta_max_ratio); OUT may be left out with --dry-run."""
+    from mirror.outbound import pack as packing
     from mirror.outbound.selfbundle import tool_for_pack
 
+    if dry_run:
+        if with_tool is not None:
+            raise ConfigError("--with-tool cannot be combined with --dry-run")
+        planned = packing.dry_run(
+            cli.app, out, domain=domain, include_all=include_all, max_size=max_size, full=full
+        )
+        _emit_pack(cli, planned, with_tool=False)
+        return
+    if out is None:
+        raise ConfigError("missing argument OUT", hint="name the set's directory, or --dry-run")
     with contextlib.ExitStack() as stack:
         tool = None
         if with_tool is not None:
-            key = signing_key_from(cli.app)
+            key = packing.signing_key_from(cli.app)
             tool = stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
         (on_progress,) = stack.enter_context(_progress(cli, "packing"))
-        result = pack(
+        result = packing.pack(
             cli.app,
             out,
             domain=domain,
             include_all=include_all,
             max_size=max_size,
+            full=full,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
             tool=tool,
         )
+    _emit_pack(cli, result, with_tool=tool is not None)
+
+
+def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
+    document = {"nothing": result.nothing, **result.as_dict()}
     if result.nothing:
         cli.emit(
-            {"nothing": True, **result.as_dict()},
+            document,
             "nothing to pack: every version was packed or delivered"
-            + ("; the tool is not carried alone (a set needs a version)" if tool else ""),
+            + ("; the tool is not carried alone (a set needs a version)" if with_tool else ""),
         )
+        return
+    size = f"{format_size(result.total_bytes)} in {result.part_count} part(s)"
+    if result.dry_run:
+        lines = [f"would pack set {result.sequence}: {len(result.items)} version(s), {size}"]
+        lines += [_choice_line(choice) for choice in result.versions]
+        lines.append("nothing was written (--dry-run)")
+        cli.emit(document, lines)
         return
     lines = [
         f"packed set {result.sequence} into {result.path}: {len(result.items)} version(s), "
-        f"{format_size(result.total_bytes)} in {result.part_count} part(s), "
-        f"signed by key {result.key_id}"
+        f"{size}, signed by key {result.key_id}"
     ]
-    lines += [
-        f"  {i.domain} {i.version}  {i.sha256[:12]}  {format_size(i.size)}" for i in result.items
-    ]
+    for item in result.items:
+        how = f"delta against {item.delta.base_version}" if item.delta else "full"
+        lines.append(f"  {item.domain} {item.version}  {how}  {format_size(item.size)}")
     if result.tool:
         lines.append(f"  with the mirror tool {result.tool}")
-    cli.emit({"nothing": False, **result.as_dict()}, lines)
+    cli.emit(document, lines)
+
+
+def _choice_line(choice: Choice) -> str:
+    offered = choice.offered
+    head = f"  {offered.domain} {offered.label}  full {format_size(offered.bundle_size)}"
+    delta = choice.delta
+    if delta is None:
+        return f"{head}  no delta: {choice.reason}"
+    base = choice.base.label if choice.base else "?"
+    changes = (
+        f"against {base}: {delta.changed} changed, {delta.added} added, {delta.removed} removed"
+    )
+    if not choice.as_delta:
+        return f"{head}  delta {format_size(delta.size)} {changes}  goes full: {choice.reason}"
+    share = 100 * choice.saving // max(offered.bundle_size, 1)
+    return (
+        f"{head}  delta {format_size(delta.size)} {changes}  "
+        f"saves {format_size(choice.saving)} ({share}%)"
+    )
 
 
 @transfer_group.command("verify")

@@ -10,11 +10,17 @@ Promises:
 - Each part and the whole blob are hashed in the same pass as the copy; a stored
   blob that does not match its index entry is refused (IntegrityError).
 - Two packs racing for one sequence: the loser removes its set (TemporaryFailure).
+- A version whose base the air-gapped side holds goes as a delta when that is small enough
+  (`outbound.delta`; `full` forces whole bundles); the free-space check counts what is
+  carried. The delta blobs live in nameless temp files that are gone when `pack` returns,
+  whatever happened.
+- `dry_run` decides the same way and reports it, writing nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -23,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
@@ -32,20 +38,24 @@ from sqlalchemy.orm import Session
 from mirror.config import Settings
 from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     BLOBS,
+    DELTA_ARCHIVE_FORMAT,
     MANIFEST,
     SHA256SUMS,
     SIGNATURE,
     TOOL_DIR,
     TOOL_NAME,
+    DeltaEntry,
     Manifest,
     PartEntry,
     Progress,
     ToolEntry,
+    iso_time,
     sha256sums_text,
 )
 from mirror.transferset.hashing import BackgroundSha256, stream_sha256
@@ -71,6 +81,17 @@ class PackedItem:
     sha256: str
     size: int
     parts: int
+    delta: DeltaEntry | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "domain": self.domain,
+            "version": self.version,
+            "sha256": self.sha256,
+            "size": self.size,
+            "parts": self.parts,
+            "delta": self.delta.model_dump() if self.delta is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -83,6 +104,8 @@ class PackResult:
     total_bytes: int = 0
     part_count: int = 0
     tool: str | None = None
+    dry_run: bool = False
+    versions: list[Choice] = field(default_factory=list)
 
     @property
     def nothing(self) -> bool:
@@ -90,6 +113,7 @@ class PackResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "dry_run": self.dry_run,
             "path": str(self.path) if self.path else None,
             "sequence": self.sequence,
             "manifest_sha256": self.manifest_sha256,
@@ -97,7 +121,8 @@ class PackResult:
             "total_bytes": self.total_bytes,
             "part_count": self.part_count,
             "tool": self.tool,
-            "items": [item.__dict__ for item in self.items],
+            "items": [item.as_dict() for item in self.items],
+            "versions": [choice.as_dict() for choice in self.versions],
         }
 
 
@@ -140,10 +165,36 @@ def _check_out(out: Path) -> None:
         raise ConfigError(f"directory {out.parent} does not exist")
 
 
-def _plan_from_index(
-    app: App, *, domain: str | None, include_all: bool, part_limit: int
-) -> tuple[SetPlan | None, dict[tuple[str, str], int]]:
-    """The plan, and the index id of every planned version (to record the set)."""
+@dataclass
+class _Prepared:
+    """The plan, every version's Choice, the index ids to record, the delta blobs by sha256."""
+
+    plan: SetPlan | None
+    choices: list[Choice]
+    version_ids: list[int]
+    delta_blobs: dict[str, IO[bytes]]
+
+    def items(self) -> list[PackedItem]:
+        if self.plan is None:
+            return []
+        parts = {blob.sha256: len(blob.parts) for blob in self.plan.blobs}
+        return [
+            PackedItem(i.domain, i.version, i.sha256, i.size, parts[i.sha256], i.delta)
+            for i in self.plan.items
+        ]
+
+
+def _prepare(
+    app: App,
+    stack: contextlib.ExitStack,
+    domain: str | None,
+    include_all: bool,
+    part_limit: int,
+    full: bool,
+    *,
+    keep_deltas: bool,
+) -> _Prepared:
+    """Decide how each version goes and plan the set; kept delta blobs close with `stack`."""
     with app.db.session() as session:
         rows = select_versions(session, domain=domain, include_all=include_all)
         newest = session.execute(
@@ -152,20 +203,66 @@ def _plan_from_index(
             )
         ).scalar_one_or_none()
         previous = ChainLink(newest.sequence, newest.manifest_sha256) if newest else None
-    candidates = [
-        Candidate(
-            domain=version.domain,
-            version=version.label,
-            tree_sha256=version.tree_sha256,
-            exported_at=version.created_at,
-            sha256=bundle.sha256,
-            size=bundle.size,
-            archive_format=bundle.format,
+        offered = [
+            Offered(
+                version_id=version.id,
+                domain=version.domain,
+                label=version.label,
+                tree_sha256=version.tree_sha256,
+                exported_at=iso_time(version.created_at),
+                bundle_sha256=bundle.sha256,
+                bundle_size=bundle.size,
+            )
+            for version, bundle in rows
+        ]
+        bases = {} if full else choose_bases(session, app.store, offered)
+    choices: list[Choice] = []
+    candidates: list[Candidate] = []
+    delta_blobs: dict[str, IO[bytes]] = {}
+    for (version, bundle), item in zip(rows, offered, strict=True):
+        choice = decide(
+            app.store,
+            item,
+            bases.get(item.version_id, NO_BASE),
+            ratio=app.settings.transfer.delta_max_ratio,
+            full=full,
+            keep=keep_deltas,
+            limits=app.settings.store.archive_limits(),
         )
-        for version, bundle in rows
-    ]
-    ids = {(version.domain, version.label): version.id for version, _ in rows}
-    return plan_set(candidates, previous, part_limit), ids
+        if choice.delta is not None:
+            stack.callback(choice.delta.close)
+        choices.append(choice)
+        candidates.append(_candidate(version, bundle, choice))
+        if choice.as_delta and choice.delta is not None and choice.delta.file is not None:
+            delta_blobs[choice.delta.sha256] = choice.delta.file
+    return _Prepared(
+        plan_set(candidates, previous, part_limit),
+        choices,
+        [item.version_id for item in offered],
+        delta_blobs,
+    )
+
+
+def _candidate(version: Version, bundle: Bundle, choice: Choice) -> Candidate:
+    whole = Candidate(
+        domain=version.domain,
+        version=version.label,
+        tree_sha256=version.tree_sha256,
+        exported_at=version.created_at,
+        sha256=bundle.sha256,
+        size=bundle.size,
+        archive_format=bundle.format,
+    )
+    if not choice.as_delta or choice.delta is None:
+        return whole
+    delta = choice.delta
+    return dataclasses.replace(
+        whole,
+        sha256=delta.sha256,
+        size=delta.size,
+        archive_format=DELTA_ARCHIVE_FORMAT,
+        delta=delta.entry,
+    )
 
 
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
@@ -185,6 +282,7 @@ def pack(
     domain: str | None = None,
     include_all: bool = False,
     max_size: int | None = None,
+    full: bool = False,
     signing_key: SigningKey | None = None,
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
@@ -194,56 +292,104 @@ def pack(
 ) -> PackResult:
     """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
 
-    `on_total` hears the bytes `on_progress` will count, before the first of them. `tool`
-    (a `mirror-tool-VERSION.tar` from `mirror bundle-self`) is carried as `tool/<name>`,
-    listed and signed in the manifest like a blob."""
+    `full` carries every version as its whole bundle. `on_total` hears the bytes
+    `on_progress` will count, before the first of them. `tool` (a `mirror-tool-VERSION.tar`
+    from `mirror bundle-self`) is carried as `tool/<name>`, listed and signed in the
+    manifest like a blob."""
     out = out.absolute()
     part_limit = max_size if max_size is not None else app.settings.transfer.max_size
     check_part_limit(part_limit)
     _check_out(out)
     key = signing_key or signing_key_from(app)
-    plan, version_ids = _plan_from_index(
-        app, domain=domain, include_all=include_all, part_limit=part_limit
-    )
-    if plan is None:
-        return PackResult(None, None, None, key.key_id)
-    needed = plan.total_bytes + (_tool_size(tool) if tool is not None else 0)
-    if on_total is not None:
-        on_total(needed)
-    _check_free_space(out, needed, free_space)
-    writer = _SetWriter(app, plan, key, source_id=app.settings.transfer.source_id)
-    manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
+    with contextlib.ExitStack() as stack:
+        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=True)
+        plan = prepared.plan
+        if plan is None:
+            return PackResult(None, None, None, key.key_id)
+        needed = plan.total_bytes + (_tool_size(tool) if tool is not None else 0)
+        if on_total is not None:
+            on_total(needed)
+        _check_free_space(out, needed, free_space)
+        writer = _SetWriter(
+            app, plan, key, source_id=app.settings.transfer.source_id, sources=prepared.delta_blobs
+        )
+        manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
     manifest_sha256 = hashlib.sha256(data).hexdigest()
     try:
-        _record(app, manifest, manifest_sha256, out, list(version_ids.values()))
+        _record(app, manifest, manifest_sha256, out, prepared.version_ids)
     except SqlIntegrityError:
         shutil.rmtree(out, ignore_errors=True)
         raise TemporaryFailure(
             f"another pack took sequence {plan.sequence} at the same time; run again"
         ) from None
-    parts = {blob.sha256: len(blob.parts) for blob in plan.blobs}
     return PackResult(
         path=out,
         sequence=plan.sequence,
         manifest_sha256=manifest_sha256,
         key_id=key.key_id,
-        items=[
-            PackedItem(i.domain, i.version, i.sha256, i.size, parts[i.sha256]) for i in plan.items
-        ],
+        items=prepared.items(),
         total_bytes=plan.total_bytes,
         part_count=plan.part_count,
         tool=manifest.tool.path if manifest.tool is not None else None,
+        versions=prepared.choices,
+    )
+
+
+def dry_run(
+    app: App,
+    out: Path | None = None,
+    *,
+    domain: str | None = None,
+    include_all: bool = False,
+    max_size: int | None = None,
+    full: bool = False,
+    free_space: Callable[[Path], int] | None = None,
+) -> PackResult:
+    """What `pack` would carry, and how: every version's full size, delta size (or why it
+    goes whole) and changes against its base. Writes nothing: no set, no record, no file
+    (the deltas are only hashed). With `out`, the same checks of OUT and its free space."""
+    part_limit = max_size if max_size is not None else app.settings.transfer.max_size
+    check_part_limit(part_limit)
+    if out is not None:
+        out = out.absolute()
+        _check_out(out)
+    with contextlib.ExitStack() as stack:
+        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=False)
+    plan = prepared.plan
+    if plan is None:
+        return PackResult(None, None, None, None, dry_run=True)
+    if out is not None:
+        _check_free_space(out, plan.total_bytes, free_space)
+    return PackResult(
+        path=None,
+        sequence=plan.sequence,
+        manifest_sha256=None,
+        key_id=None,
+        items=prepared.items(),
+        total_bytes=plan.total_bytes,
+        part_count=plan.part_count,
+        dry_run=True,
+        versions=prepared.choices,
     )
 
 
 class _SetWriter:
     """Writes a planned set into a staging directory and renames it into place."""
 
-    def __init__(self, app: App, plan: SetPlan, key: SigningKey, *, source_id: str) -> None:
+    def __init__(
+        self,
+        app: App,
+        plan: SetPlan,
+        key: SigningKey,
+        *,
+        source_id: str,
+        sources: dict[str, IO[bytes]],
+    ) -> None:
         self.app = app
         self.plan = plan
         self.key = key
         self.source_id = source_id
+        self.sources = sources
 
     def write(
         self, out: Path, *, tool: Path | None, created_at: datetime, on_progress: Progress | None
@@ -270,7 +416,9 @@ class _SetWriter:
         staging.mkdir()
         (staging / BLOBS).mkdir()
         parts = {
-            blob.sha256: _write_blob(self.app, staging, blob, on_progress)
+            blob.sha256: _write_blob(
+                self.app, staging, blob, on_progress, self.sources.get(blob.sha256)
+            )
             for blob in self.plan.blobs
         }
         fsync_dir(staging / BLOBS)
@@ -352,14 +500,22 @@ def _write_new(path: Path, data: bytes) -> None:
 
 
 def _write_blob(
-    app: App, staging: Path, blob: PlannedBlob, on_progress: Progress | None
+    app: App,
+    staging: Path,
+    blob: PlannedBlob,
+    on_progress: Progress | None,
+    source: IO[bytes] | None = None,
 ) -> list[PartEntry]:
-    """Copy one stored blob into its planned parts, hashing each part and the whole."""
-    source = app.store.open(blob.sha256)
+    """Copy one blob (stored, or the open `source` of a delta blob) into its planned parts,
+    hashing each part and the whole."""
     whole = BackgroundSha256() if len(blob.parts) > 1 else None
     entries: list[PartEntry] = []
     try:
-        whole_hex = _copy_parts(source, staging, blob, whole, entries, on_progress)
+        with contextlib.ExitStack() as stack:
+            if source is None:
+                source = stack.enter_context(open(app.store.open(blob.sha256), "rb"))
+            source.seek(0)
+            whole_hex = _copy_parts(source, staging, blob, whole, entries, on_progress)
     finally:
         if whole is not None:
             whole.close()
@@ -373,7 +529,7 @@ def _write_blob(
 
 
 def _copy_parts(
-    source: Path,
+    reader: IO[bytes],
     staging: Path,
     blob: PlannedBlob,
     whole: BackgroundSha256 | None,
@@ -381,11 +537,10 @@ def _copy_parts(
     on_progress: Progress | None,
 ) -> str:
     """Write the parts; returns the whole blob's sha256 (or "" when the source is too long)."""
-    with open(source, "rb") as reader:
-        for part in blob.parts:
-            entries.append(_copy_part(reader, staging, part.name, part.size, whole, on_progress))
-        if reader.read(1):
-            return ""
+    for part in blob.parts:
+        entries.append(_copy_part(reader, staging, part.name, part.size, whole, on_progress))
+    if reader.read(1):
+        return ""
     return whole.hexdigest() if whole is not None else entries[0].sha256
 
 

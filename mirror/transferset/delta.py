@@ -26,12 +26,14 @@ zlib version can change a byte; the price is an object as large as the unpacked 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import struct
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
@@ -117,6 +119,24 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
 
 
 # ---- the tree archive --------------------------------------------------------------------
+
+
+def archive_mtime(exported_at: str) -> int:
+    """The mtime of every member of a version's tree archive: the version's `exported_at`
+    as the signed manifest spells it (RFC 3339), in whole seconds since the Unix epoch
+    (fractions dropped). Both sides derive it from that string alone, never from a local
+    clock or zone, so they write the same headers. IntegrityError for a time without a zone
+    or before 1970 (a ustar header cannot hold it)."""
+    try:
+        moment = datetime.fromisoformat(exported_at.replace("Z", "+00:00"))
+    except ValueError:
+        raise IntegrityError(f"exported_at {exported_at!r} is not an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise IntegrityError(f"exported_at {exported_at!r} has no time zone")
+    seconds = math.floor(moment.timestamp())
+    if seconds < 0:
+        raise IntegrityError(f"exported_at {exported_at!r} is before 1970")
+    return seconds
 
 
 class TreeArchive:

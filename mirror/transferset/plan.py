@@ -8,6 +8,8 @@ Promises:
   by several versions is planned (and later written) once.
 - The sequence is one more than the previous set's (1 for the first), and the
   chain fields name the previous set exactly.
+- A candidate carried as a delta (`delta` set) names its delta blob as `sha256`/`size` and
+  becomes a manifest item with that `delta` entry; a whole one names its bundle.
 - Every blob is cut into ceil(size / part_limit) parts (at least one), each
   no larger than the limit, with the only valid part names of the format.
 """
@@ -21,6 +23,7 @@ from datetime import datetime
 from mirror.errors import ConfigError
 from mirror.transferset.format import (
     MIN_PART_SIZE,
+    DeltaEntry,
     Manifest,
     ManifestItem,
     PartEntry,
@@ -35,7 +38,8 @@ from mirror.versions import label_key
 
 @dataclass(frozen=True)
 class Candidate:
-    """A version offered for the set, with its bundle."""
+    """A version offered for the set, with the blob that carries it: its bundle, or (with
+    `delta`) its delta blob."""
 
     domain: str
     version: str
@@ -44,6 +48,7 @@ class Candidate:
     sha256: str
     size: int
     archive_format: str
+    delta: DeltaEntry | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class SetPlan:
                     tree_sha256=item.tree_sha256,
                     exported_at=iso_time(item.exported_at),
                     parts=parts[item.sha256],
+                    delta=item.delta,
                 )
                 for item in self.items
             ],

@@ -1,0 +1,397 @@
+"""Deltas on the connected side: which version a delta goes against, and the delta itself.
+
+A version V of domain D may travel as a delta (`transferset/delta.py`: the file list and only
+the contents its base lacks) when the air-gapped side already holds an earlier version.
+
+Promises:
+- `choose_bases`: V's base is the newest version of D with an older label (`label_key`)
+  that the air-gapped side is known to hold, delivered (an acknowledged receipt) or,
+  without receipts, packed in an earlier set, and whose bundle is in the store. A version
+  in the set being packed is never a base; nothing is ever assumed delivered. No such
+  version: V goes whole, with the reason (`NO_BASE`, `BASE_BLOB_MISSING`).
+- `build_delta` reads each bundle once, streaming. Memory holds the two file lists (bounded
+  by the archive limits' file count) and files below `SPOOL_IN_MEMORY`; larger files, and
+  the delta blob, go to temp files without a name under the store's tmp dir, so success,
+  refusal and a killed process alike leave none behind.
+- V's file list must hash to V's recorded tree, and the base's to the base's recorded tree,
+  or the delta is refused (IntegrityError: the store is inconsistent with its index).
+- The entry's `archive_sha256`/`archive_size` are those of the tree archive built in file-list
+  order with mtime `archive_mtime(exported_at)`: what the import rebuilds and proves.
+- `decide`: the delta is chosen when its blob is at most `ratio` of the bundle; `full`
+  builds none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from tempfile import SpooledTemporaryFile
+from typing import IO, Any, BinaryIO, cast
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from mirror.archive import ArchiveLimits, read_archive, tree_hash
+from mirror.errors import IntegrityError
+from mirror.fsutil import disk_full, is_disk_full
+from mirror.store.blobs import BlobStore
+from mirror.store.models import TransferItem, Version
+from mirror.transferset.delta import (
+    DeltaBlobWriter,
+    TreeArchive,
+    TreeFile,
+    archive_mtime,
+    read_chunks,
+)
+from mirror.transferset.format import DeltaEntry
+from mirror.versions import label_key
+
+SPOOL_IN_MEMORY = 4 * 1024 * 1024
+
+NO_BASE = "no base"
+BASE_BLOB_MISSING = "base blob missing"
+NOT_SMALLER = "not smaller"
+FULL_ASKED = "--full"
+
+
+@dataclass(frozen=True)
+class Offered:
+    """A version offered for the set, with its bundle; `exported_at` as the manifest spells it."""
+
+    version_id: int
+    domain: str
+    label: str
+    tree_sha256: str
+    exported_at: str
+    bundle_sha256: str
+    bundle_size: int
+
+
+@dataclass(frozen=True)
+class Base:
+    label: str
+    tree_sha256: str
+    bundle_sha256: str
+
+
+@dataclass
+class DeltaBlob:
+    """A built delta: its blob's sha256 and size, the manifest entry, the change counts, and
+    (when kept) the open temp file holding the blob."""
+
+    sha256: str
+    size: int
+    entry: DeltaEntry
+    changed: int
+    added: int
+    removed: int
+    file: IO[bytes] | None = None
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+    def __enter__(self) -> DeltaBlob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Choice:
+    """How one offered version goes: as a delta against `base`, or whole (`reason` says why)."""
+
+    offered: Offered
+    base: Base | None = None
+    delta: DeltaBlob | None = None
+    reason: str | None = None
+
+    @property
+    def as_delta(self) -> bool:
+        return self.delta is not None and self.reason is None
+
+    @property
+    def saving(self) -> int:
+        return self.offered.bundle_size - self.delta.size if self.as_delta and self.delta else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        delta = self.delta
+        return {
+            "domain": self.offered.domain,
+            "version": self.offered.label,
+            "carried": "delta" if self.as_delta else "full",
+            "reason": self.reason,
+            "base_version": self.base.label if self.base else None,
+            "full_size": self.offered.bundle_size,
+            "delta_size": delta.size if delta else None,
+            "files_changed": delta.changed if delta else None,
+            "files_added": delta.added if delta else None,
+            "files_removed": delta.removed if delta else None,
+            "saving": self.saving,
+        }
+
+
+def choose_bases(
+    session: Session, store: BlobStore, offered: Sequence[Offered]
+) -> dict[int, Base | str]:
+    """Per offered version id: its base, or why it has none (module docstring)."""
+    in_set = {item.version_id for item in offered}
+    domains = {item.domain for item in offered}
+    held = session.execute(
+        select(
+            Version.id, Version.domain, Version.label, Version.tree_sha256, Version.bundle_sha256
+        )
+        .where(Version.domain.in_(domains))
+        .where(
+            or_(
+                Version.delivered_at.is_not(None),
+                Version.id.in_(select(TransferItem.version_id)),
+            )
+        )
+    ).all()
+    known: dict[str, list[tuple[Any, Base]]] = {}
+    for version_id, domain, label, tree, bundle in held:
+        if version_id not in in_set:
+            known.setdefault(domain, []).append((label_key(label), Base(label, tree, bundle)))
+    choices: dict[int, Base | str] = {}
+    for item in offered:
+        older = [
+            (key, base) for key, base in known.get(item.domain, []) if key < label_key(item.label)
+        ]
+        present = [(key, base) for key, base in older if store.has(base.bundle_sha256)]
+        if present:
+            choices[item.version_id] = max(present, key=lambda pair: pair[0])[1]
+        else:
+            choices[item.version_id] = BASE_BLOB_MISSING if older else NO_BASE
+    return choices
+
+
+def decide(
+    store: BlobStore,
+    item: Offered,
+    base: Base | str,
+    *,
+    ratio: float,
+    full: bool,
+    keep: bool,
+    limits: ArchiveLimits | None = None,
+) -> Choice:
+    """Build the delta of `item` against `base` and say whether it goes as one. With `keep`,
+    a chosen delta holds its blob in an open temp file (the caller closes the Choice's
+    delta); otherwise only its size and hash are learnt."""
+    if full:
+        return Choice(item, reason=FULL_ASKED)
+    if isinstance(base, str):
+        return Choice(item, reason=base)
+    delta = build_delta(store, item, base, keep=keep, limits=limits)
+    if delta.size <= item.bundle_size * ratio:
+        return Choice(item, base, delta)
+    delta.close()
+    return Choice(item, base, delta, NOT_SMALLER)
+
+
+def build_delta(
+    store: BlobStore,
+    item: Offered,
+    base: Base,
+    *,
+    keep: bool,
+    limits: ArchiveLimits | None = None,
+) -> DeltaBlob:
+    """The delta of `item` against `base` (module docstring); with `keep` the blob is kept
+    in an open, nameless temp file, else only hashed."""
+    limits = limits or ArchiveLimits()
+    store.ensure()
+    base_files = _base_files(store, base, limits)
+    output = tempfile.TemporaryFile(dir=store.tmp_dir) if keep else None  # noqa: SIM115
+    try:
+        return _build(store, item, base, base_files, output, limits)
+    except BaseException as exc:
+        if output is not None:
+            output.close()
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full(store.tmp_dir, None, "nothing was kept") from None
+        raise
+
+
+def _base_files(store: BlobStore, base: Base, limits: ArchiveLimits) -> dict[str, str]:
+    sink = _Hashing()
+    report = read_archive(store.open(base.bundle_sha256), sink, limits)
+    if report.tree_sha256 != base.tree_sha256:
+        raise _inconsistent(base.label, report.tree_sha256, base.tree_sha256)
+    return sink.files
+
+
+def _build(
+    store: BlobStore,
+    item: Offered,
+    base: Base,
+    base_files: dict[str, str],
+    output: IO[bytes] | None,
+    limits: ArchiveLimits,
+) -> DeltaBlob:
+    counted = _Counted(output)
+    blob = DeltaBlobWriter(cast(BinaryIO, counted))
+    tree = TreeArchive(lambda _data: None, mtime=archive_mtime(item.exported_at))
+    sink = _Spooling(store.tmp_dir, base_files, tree, blob)
+    read_archive(store.open(item.bundle_sha256), sink, limits)
+    got = tree_hash((entry.path, entry.sha256) for entry in sink.files)
+    if got != item.tree_sha256:
+        raise _inconsistent(item.label, got, item.tree_sha256)
+    tree.close()
+    blob.finish(sink.files)
+    if output is not None:
+        output.flush()
+        output.seek(0)
+    return DeltaBlob(
+        sha256=counted.digest.hexdigest(),
+        size=counted.size,
+        entry=DeltaEntry(
+            base_version=base.label,
+            base_tree_sha256=base.tree_sha256,
+            archive_sha256=tree.sha256,
+            archive_size=tree.size,
+            file_count=len(sink.files),
+            carried_files=len(blob.carried),
+        ),
+        changed=sink.changed,
+        added=sink.added,
+        removed=len(base_files.keys() - sink.paths),
+        file=output,
+    )
+
+
+def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
+    return IntegrityError(
+        f"version {label}: its stored bundle holds tree {got[:12]}, but the index records "
+        f"{recorded[:12]}; the store is inconsistent",
+        hint="run `mirror store verify`, or pack with --full",
+    )
+
+
+class _Counted:
+    """A write-only file that hashes and counts what passes to `target` (or nowhere)."""
+
+    def __init__(self, target: IO[bytes] | None) -> None:
+        self._target = target
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        if self._target is not None:
+            self._target.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        if self._target is not None:
+            self._target.flush()
+
+
+class _Catcher(io.RawIOBase):
+    """What a sink hands `read_archive` for one file: the bytes go to `on_bytes`; `on_done`
+    runs once the whole member was read (not when reading stopped on an error)."""
+
+    def __init__(
+        self,
+        on_bytes: Callable[[bytes], object],
+        on_done: Callable[[], None],
+        on_close: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._on_bytes = on_bytes
+        self._on_done = on_done
+        self._on_close = on_close
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self._on_bytes(chunk)
+        return len(chunk)
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        try:
+            if exc_type is None:
+                self._on_done()
+        finally:
+            self._on_close()
+            self.close()
+
+
+class _Hashing:
+    """A sink that learns each file's sha256: {path: hex}."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def directory(self, path: str) -> None:
+        pass
+
+    def open_file(self, path: str) -> IO[bytes]:
+        digest = hashlib.sha256()
+
+        def done() -> None:
+            self.files[path] = digest.hexdigest()
+
+        return cast(IO[bytes], _Catcher(digest.update, done))
+
+
+class _Spooling:
+    """A sink that spools each file of the new version to learn its hash, then appends it to
+    the tree archive and, when the base lacks its content, to the delta blob."""
+
+    def __init__(
+        self,
+        spool_dir: Path,
+        base_files: dict[str, str],
+        tree: TreeArchive,
+        blob: DeltaBlobWriter,
+    ) -> None:
+        self._spool_dir = spool_dir
+        self._base_files = base_files
+        self._base_contents = set(base_files.values())
+        self._tree = tree
+        self._blob = blob
+        self.files: list[TreeFile] = []
+        self.paths: set[str] = set()
+        self.changed = 0
+        self.added = 0
+
+    def directory(self, path: str) -> None:
+        pass
+
+    def open_file(self, path: str) -> IO[bytes]:
+        spool = SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=str(self._spool_dir))  # noqa: SIM115
+        digest = hashlib.sha256()
+
+        def take(chunk: bytes) -> None:
+            digest.update(chunk)
+            spool.write(chunk)
+
+        def done() -> None:
+            self._add(path, spool, digest.hexdigest())
+
+        return cast(IO[bytes], _Catcher(take, done, spool.close))
+
+    def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str) -> None:
+        size = spool.tell()
+        self.files.append(TreeFile(path=path, size=size, sha256=sha256))
+        self.paths.add(path)
+        before = self._base_files.get(path)
+        if before is None:
+            self.added += 1
+        elif before != sha256:
+            self.changed += 1
+        spool.seek(0)
+        self._tree.add_file(path, size, read_chunks(spool))
+        if sha256 not in self._base_contents:
+            spool.seek(0)
+            self._blob.add_content(sha256, size, read_chunks(spool))

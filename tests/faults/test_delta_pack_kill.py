@@ -1,0 +1,95 @@
+"""SIGKILL of `mirror transfer pack` while it builds a delta: nothing is left under the
+store's tmp dir (the delta's temp files never have a name), no set carries the name OUT,
+no set is recorded, and the next pack carries the version as a delta."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.config import settings_from_dict
+from mirror.outbound.pack import pack
+from mirror.store.app import App
+from mirror.store.models import Transfer
+from tests.conftest import write_config
+from tests.fixtures.s3 import cli_env, mirror_argv, transfer_config
+from tests.fixtures.versions import add_sim_version
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+DOCS = "docs.example.com"
+SITE: dict[str, Any] = {"pages": 40, "page_size": 4096, "bundle_size": 160 << 20}
+
+
+def open_temp_files(pid: int, tmp_dir: Path) -> list[str]:
+    """What process `pid` has open under `tmp_dir` (nameless files show as `... (deleted)`)."""
+    found = []
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(str(tmp_dir)):
+                found.append(target)
+    except OSError:
+        return []
+    return found
+
+
+@pytest.mark.fault(
+    "13.1 pack killed while building a delta",
+    "no temp file left, no set, nothing recorded; the next pack carries the delta",
+)
+def test_kill_during_delta_build_leaves_nothing(
+    tmp_path: Path, key_pair: tuple[Path, Path], fault_got: list[str]
+) -> None:
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to see the packer's open files")
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    document = transfer_config(store_dir, key_pair)
+    config = write_config(tmp_path / "connected.toml", document)
+    app = App(settings_from_dict(document))
+    try:
+        add_sim_version(app, DOCS, "2026-11-20", export_number=0, **SITE)
+        assert pack(app, tmp_path / "set-1").sequence == 1
+        add_sim_version(app, DOCS, "2026-11-21", export_number=1, **SITE)
+    finally:
+        app.close()
+    tmp_dir = store_dir / "tmp"
+    out = tmp_path / "set-2"
+    process = subprocess.Popen(
+        mirror_argv("--config", str(config), "transfer", "pack", str(out)),
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    seen: list[str] = []
+    deadline = time.monotonic() + 120
+    while not seen and process.poll() is None and time.monotonic() < deadline:
+        seen = open_temp_files(process.pid, tmp_dir)
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert seen, "the pack finished before a temp file was seen"
+    assert all(target.endswith("(deleted)") or "/#" in target for target in seen), seen
+    left = sorted(path.name for path in tmp_dir.iterdir())
+    assert left == []
+    assert not out.exists()
+    fault_got.append(f"killed with {len(seen)} temp file(s) open, none named; tmp left: {left}")
+    app = App(settings_from_dict(document))
+    try:
+        with app.db.session() as session:
+            assert [t.sequence for t in session.query(Transfer)] == [1]
+        again = pack(app, out)
+        assert again.sequence == 2 and again.items[0].delta is not None
+        assert again.items[0].delta.base_version == "2026-11-20"
+        fault_got.append(f"next pack: set 2, delta against {again.items[0].delta.base_version}")
+    finally:
+        app.close()

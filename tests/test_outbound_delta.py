@@ -1,0 +1,408 @@
+"""Deltas on the connected side, against real simulator archives in a real store and index
+(SQLite, and PostgreSQL where the base choice queries the index): which base, what the
+delta carries, that its tree and archive are the version's, when it is chosen, the dry run,
+and that memory does not grow with the bundle."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from mirror.archive import extract_archive, inspect_archive
+from mirror.config import settings_from_dict
+from mirror.errors import IntegrityError, OperationFailed
+from mirror.outbound.delta import (
+    BASE_BLOB_MISSING,
+    FULL_ASKED,
+    NO_BASE,
+    NOT_SMALLER,
+    Base,
+    Offered,
+    build_delta,
+    choose_bases,
+)
+from mirror.outbound.pack import dry_run, pack
+from mirror.store.app import App
+from mirror.store.models import Transfer, TransferItem, Version
+from mirror.timestamps import utcnow
+from mirror.transferset.delta import (
+    DeltaContent,
+    TreeArchive,
+    archive_mtime,
+    parse_file_list,
+    read_chunks,
+    read_delta_blob,
+)
+from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
+from mirror.transferset.reader import verify_set
+from tests.fixtures.s3 import transfer_config
+from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version
+
+DOCS = "docs.example.com"
+SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
+MiB = 1024 * 1024
+
+
+def make_app(
+    store_dir: Path, key_pair: tuple[Path, Path], database: str = "", **transfer: Any
+) -> App:
+    document = transfer_config(store_dir, key_pair, **transfer)
+    if database:
+        document["store"]["database"] = database
+    return App(settings_from_dict(document))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def index_app(
+    request: pytest.FixtureRequest, store_dir: Path, key_pair: tuple[Path, Path]
+) -> Iterator[App]:
+    """A store with its index in SQLite, then in PostgreSQL."""
+    database = request.getfixturevalue("postgres_url") if request.param == "postgresql" else ""
+    application = make_app(store_dir, key_pair, database)
+    yield application
+    application.close()
+
+
+def offered(app: App, *labels: str, domain: str = DOCS) -> list[Offered]:
+    with app.db.session() as session:
+        rows = session.execute(
+            select(Version)
+            .where(Version.domain == domain, Version.label.in_(labels))
+            .order_by(Version.label)
+        ).scalars()
+        return [
+            Offered(
+                v.id, v.domain, v.label, v.tree_sha256, iso_time(v.created_at), v.bundle_sha256, 0
+            )
+            for v in rows
+        ]
+
+
+def bases_of(app: App, *labels: str) -> dict[str, str]:
+    """{label: base label or reason} for the versions `labels` offered as one set."""
+    items = offered(app, *labels)
+    with app.db.session() as session:
+        chosen = choose_bases(session, app.store, items)
+    return {
+        item.label: (found.label if isinstance(found, Base) else found)
+        for item in items
+        for found in [chosen[item.version_id]]
+    }
+
+
+def deliver(app: App, version_id: int) -> None:
+    with app.db.session() as session:
+        version = session.get(Version, version_id)
+        assert version is not None
+        version.delivered_at = utcnow()
+
+
+def mark_packed(app: App, *version_ids: int) -> None:
+    """Record an earlier set holding these versions, as `pack` does."""
+    with app.db.session() as session:
+        count = len(session.execute(select(Transfer)).all())
+        transfer = Transfer(
+            sequence=count + 1,
+            manifest_sha256="0" * 64,
+            path="/media/x",
+            item_count=1,
+            total_bytes=1,
+        )
+        session.add(transfer)
+        session.flush()
+        for version_id in version_ids:
+            session.add(TransferItem(transfer_id=transfer.id, version_id=version_id))
+
+
+# ---- the base ---------------------------------------------------------------------------
+
+
+def test_base_is_the_newest_older_version_the_airgap_holds(index_app: App) -> None:
+    app = index_app
+    v1, _ = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    v2, _ = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    add_sim_version(app, DOCS, "2026-11-20", export_number=2, **SITE)
+    v4, _ = add_sim_version(app, DOCS, "2026-11-21", export_number=3, **SITE)
+    add_sim_version(app, "other.example.com", "2026-11-17", export_number=0, **SITE)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": NO_BASE}
+    deliver(app, v1)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": "2026-11-18"}
+    mark_packed(app, v2)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": "2026-11-19"}
+    deliver(app, v4)  # newer than the version packed: never its base
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": "2026-11-19"}
+    assert bases_of(app, "2026-11-18") == {"2026-11-18": NO_BASE}
+
+
+def test_a_version_in_the_same_set_is_never_a_base(index_app: App) -> None:
+    app = index_app
+    v1, _ = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    assert bases_of(app, "2026-11-18", "2026-11-19") == {
+        "2026-11-18": NO_BASE,
+        "2026-11-19": NO_BASE,
+    }
+    deliver(app, v1)  # delivered, but carried again in this set (--all)
+    assert bases_of(app, "2026-11-18", "2026-11-19")["2026-11-19"] == NO_BASE
+    assert bases_of(app, "2026-11-19") == {"2026-11-19": "2026-11-18"}
+
+
+def test_a_base_whose_blob_is_gone_is_passed_over(index_app: App) -> None:
+    app = index_app
+    v1, sha1 = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    v2, sha2 = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    add_sim_version(app, DOCS, "2026-11-20", export_number=2, **SITE)
+    deliver(app, v1)
+    deliver(app, v2)
+    app.store.remove(sha2)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": "2026-11-18"}
+    app.store.remove(sha1)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": BASE_BLOB_MISSING}
+
+
+def test_pack_goes_full_without_a_base_and_as_delta_against_a_packed_one(
+    transfer_app: App, tmp_path: Path, trusted: dict[str, Any]
+) -> None:
+    add_sim_version(transfer_app, DOCS, "2026-11-18", export_number=0, **SITE)
+    first = pack(transfer_app, tmp_path / "s1")
+    assert [v.as_dict()["carried"] for v in first.versions] == ["full"]
+    assert first.versions[0].reason == NO_BASE and first.items[0].delta is None
+    _, sha2 = add_sim_version(transfer_app, DOCS, "2026-11-19", export_number=1, **SITE)
+    second = pack(transfer_app, tmp_path / "s2")
+    item = parse_manifest((tmp_path / "s2" / MANIFEST).read_bytes()).items[0]
+    assert item.delta is not None and item.delta.base_version == "2026-11-18"
+    assert second.items[0].delta == item.delta and item.sha256 != sha2
+    assert item.archive_format == "tar.gz" and item.size < first.total_bytes / 10
+    assert second.total_bytes == item.size == os.path.getsize(tmp_path / "s2" / item.parts[0].name)
+    verify_set(tmp_path / "s2", trusted)
+    assert list(transfer_app.store.tmp_dir.iterdir()) == []
+
+
+# ---- what a delta holds -----------------------------------------------------------------
+
+
+def build(app: App, label: str, base_label: str, *, domain: str = DOCS, keep: bool = True) -> Any:
+    """(the offered version, its DeltaBlob against `base_label`)."""
+    (item,) = offered(app, label, domain=domain)
+    (base,) = offered(app, base_label, domain=domain)
+    chosen = Base(base.label, base.tree_sha256, base.bundle_sha256)
+    return item, build_delta(app.store, item, chosen, keep=keep)
+
+
+def blob_members(delta: Any) -> tuple[dict[str, bytes], bytes]:
+    """The carried contents {sha256: bytes} and the file list of a kept delta blob."""
+    assert delta.file is not None
+    delta.file.seek(0)
+    data = delta.file.read()
+    assert hashlib.sha256(data).hexdigest() == delta.sha256 and len(data) == delta.size
+    contents: dict[str, bytes] = {}
+    files = b""
+    for member in read_delta_blob(io.BytesIO(data), label="test"):
+        if isinstance(member, DeltaContent):
+            contents[member.sha256] = member.stream.read()
+        else:
+            files = member
+    return contents, files
+
+
+def tree_of(app: App, sha256: str, dest: Path) -> dict[str, bytes]:
+    extract_archive(app.store.open(sha256), dest)
+    return {
+        str(path.relative_to(dest)): path.read_bytes() for path in dest.rglob("*") if path.is_file()
+    }
+
+
+def test_a_delta_carries_only_the_contents_its_base_lacks(app: App, tmp_path: Path) -> None:
+    _, base_sha = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    _item, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        old = tree_of(app, base_sha, tmp_path / "old")
+        new = tree_of(app, new_sha, tmp_path / "new")
+        old_contents = {hashlib.sha256(data).hexdigest() for data in old.values()}
+        lacking = {
+            hashlib.sha256(data).hexdigest(): data
+            for data in new.values()
+            if hashlib.sha256(data).hexdigest() not in old_contents
+        }
+        contents, files = blob_members(delta)
+        assert contents == lacking and len(contents) == 2
+        assert (delta.changed, delta.added, delta.removed) == (2, 0, 0)
+        listed = parse_file_list(files, label="test")
+        assert {f.path: f.sha256 for f in listed} == {
+            p: hashlib.sha256(d).hexdigest() for p, d in new.items()
+        }
+        assert all(f.size == len(new[f.path]) and f.mode == 0o644 for f in listed)
+        assert delta.entry.file_count == len(new) and delta.entry.carried_files == 2
+        assert delta.entry.base_version == "2026-11-18"
+        assert delta.entry.base_tree_sha256 == inspect_archive(app.store.open(base_sha)).tree_sha256
+
+
+def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> None:
+    """Independent check: the tree archive built from V's extracted files, in the file
+    list's order, has the sha256 and size the entry names; the list hashes to V's tree."""
+    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    item, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        _, files = blob_members(delta)
+    listed = parse_file_list(files, label="test")
+    assert inspect_archive(app.store.open(new_sha)).tree_sha256 == item.tree_sha256
+    extract_archive(app.store.open(new_sha), tmp_path / "tree")
+    digest = hashlib.sha256()
+    sizes: list[int] = []
+    archive = TreeArchive(
+        lambda data: (digest.update(data), sizes.append(len(data))),
+        mtime=archive_mtime(iso_time(EXPORTED_AT)),
+    )
+    for entry in listed:
+        with open(tmp_path / "tree" / entry.path, "rb") as handle:
+            archive.add_file(entry.path, entry.size, read_chunks(handle))
+    archive.close()
+    assert delta.entry.archive_sha256 == digest.hexdigest() == archive.sha256
+    assert delta.entry.archive_size == sum(sizes)
+    assert archive_mtime(item.exported_at) == int(EXPORTED_AT.timestamp())
+
+
+def test_a_renamed_page_carries_nothing_and_a_shared_content_goes_once(app: App) -> None:
+    page, other = b"<h1>the page</h1>" * 50, b"<h1>other</h1>" * 50
+    fresh = b"<p>new content used twice</p>" * 40
+    add_tree_version(app, DOCS, "2026-11-18", {"a/index.html": page, "b.html": other})
+    add_tree_version(
+        app,
+        DOCS,
+        "2026-11-19",
+        {"moved/a/index.html": page, "b.html": other, "c.html": fresh, "d/c.html": fresh},
+    )
+    _, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        contents, files = blob_members(delta)
+    assert contents == {hashlib.sha256(fresh).hexdigest(): fresh}
+    assert (delta.changed, delta.added, delta.removed) == (0, 3, 1)
+    assert delta.entry.file_count == 4 and delta.entry.carried_files == 1
+    assert [f.path for f in parse_file_list(files, label="t")] == [
+        "moved/a/index.html",
+        "b.html",
+        "c.html",
+        "d/c.html",
+    ]
+
+
+def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app: App) -> None:
+    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    with app.db.session() as session:
+        version = session.execute(select(Version).where(Version.label == "2026-11-19")).scalar_one()
+        version.tree_sha256 = "e" * 64
+    with pytest.raises(IntegrityError, match="2026-11-19: its stored bundle holds tree"):
+        build(app, "2026-11-19", "2026-11-18")
+    assert list(app.store.tmp_dir.iterdir()) == []
+
+
+def test_the_delta_blob_has_no_name_while_it_is_built(app: App) -> None:
+    """A killed pack cannot leave a delta behind: its temp files never have a name."""
+    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE, bundle_size=12 * MiB)
+    _, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        assert delta.file is not None and delta.size > 10 * MiB
+        assert list(app.store.tmp_dir.iterdir()) == []
+
+
+# ---- choosing, --full, the dry run ------------------------------------------------------
+
+
+def test_the_delta_goes_only_when_small_enough_and_never_with_full(
+    store_dir: Path, key_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    app = make_app(store_dir, key_pair, delta_max_ratio=0.01)
+    try:
+        v1, _ = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+        _, sha2 = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+        deliver(app, v1)
+        whole = dry_run(app)
+        (choice,) = whole.versions
+        assert choice.reason == NOT_SMALLER and choice.delta is not None
+        assert not choice.as_delta and choice.saving == 0
+        assert whole.items[0].sha256 == sha2 and whole.items[0].delta is None
+        forced = pack(app, tmp_path / "full", full=True)
+        assert forced.versions[0].reason == FULL_ASKED and forced.versions[0].delta is None
+        item = parse_manifest((tmp_path / "full" / MANIFEST).read_bytes()).items[0]
+        assert item.delta is None and item.sha256 == sha2
+    finally:
+        app.close()
+
+
+def test_dry_run_reports_each_version_and_writes_nothing(transfer_app: App, tmp_path: Path) -> None:
+    app = transfer_app
+    v1, _ = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    add_sim_version(app, "api.example.com", "2026-11-19", export_number=0, **SITE)
+    deliver(app, v1)
+    files_before = sorted(
+        p for p in store_dir_of(app).rglob("*") if p.is_file() and p.suffix != ".db"
+    )
+    db_before = (store_dir_of(app) / "mirror.db").read_bytes()
+    out = tmp_path / "usb" / "set"
+    out.parent.mkdir()
+    planned = dry_run(app, out)
+    assert planned.dry_run and planned.path is None and planned.sequence == 1
+    by_label = {(c.offered.domain, c.offered.label): c.as_dict() for c in planned.versions}
+    assert by_label[("api.example.com", "2026-11-19")]["reason"] == NO_BASE
+    docs = by_label[(DOCS, "2026-11-19")]
+    assert docs["carried"] == "delta" and docs["base_version"] == "2026-11-18"
+    assert (docs["files_changed"], docs["files_added"], docs["files_removed"]) == (2, 0, 0)
+    assert docs["saving"] == docs["full_size"] - docs["delta_size"] > docs["full_size"] * 0.8
+    real = pack(app, tmp_path / "real")
+    assert [c.as_dict() for c in real.versions] == [c.as_dict() for c in planned.versions]
+    assert real.total_bytes == planned.total_bytes
+    assert [i.as_dict() for i in real.items] == [i.as_dict() for i in planned.items]
+    assert not out.exists() and os.listdir(out.parent) == []
+    files_after = sorted(
+        p for p in store_dir_of(app).rglob("*") if p.is_file() and p.suffix != ".db"
+    )
+    assert files_after == files_before and db_before != b""
+
+
+def store_dir_of(app: App) -> Path:
+    return app.settings.store.path
+
+
+def test_dry_run_checks_out_like_pack(transfer_app: App, tmp_path: Path) -> None:
+    add_sim_version(transfer_app, DOCS, "2026-11-18", export_number=0, **SITE)
+    with pytest.raises(OperationFailed, match="not enough free space"):
+        dry_run(transfer_app, tmp_path / "set", free_space=lambda _path: 1)
+    assert not (tmp_path / "set").exists()
+    with transfer_app.db.session() as session:
+        assert session.execute(select(Transfer)).first() is None
+
+
+# ---- memory -----------------------------------------------------------------------------
+
+
+def test_memory_does_not_grow_with_the_bundle(app: App) -> None:
+    small, large = 8 * MiB, 96 * MiB
+    for domain, size in (("small.example.com", small), ("large.example.com", large)):
+        for number, label in enumerate(("2026-11-18", "2026-11-19")):
+            add_sim_version(app, domain, label, export_number=number, bundle_size=size, **SITE)
+    peaks = {}
+    for domain in ("small.example.com", "large.example.com"):
+        tracemalloc.start()
+        try:
+            _, delta = build(app, "2026-11-19", "2026-11-18", domain=domain)
+            delta.close()
+            peaks[domain] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert delta.entry.carried_files == 2  # the big asset is the same in both exports
+    print(f"tracemalloc peaks: {peaks}")
+    assert peaks["large.example.com"] < peaks["small.example.com"] + 2 * MiB
+    assert peaks["large.example.com"] < 16 * MiB
