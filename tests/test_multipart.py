@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import tracemalloc
 
 import pytest
 
@@ -105,3 +106,21 @@ def test_an_object_already_there_is_not_read_or_uploaded_again(store: ObjectStor
         assert staging.complete() == {key: "exists"}
     assert bucket_listing(store.client, store.bucket) == {key: etag}
     assert open_uploads(store) == []
+
+
+def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
+    """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most three parts
+    (and a read chunk) at once, however large the object."""
+    data, sha = blob(40 * MiB)
+    source = io.BytesIO(data)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        with Staging(store) as staging:
+            staging.stage(store.key("big"), source, sha256=sha, size=len(data))
+            staging.complete()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 3 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
+    assert store.head(store.key("big")) is not None

@@ -62,7 +62,12 @@ else:
 
 log = logging.getLogger(__name__)
 
-PART_SIZE = 8 * 1024 * 1024
+# Upload memory is (UPLOAD_WORKERS + 1) parts: two parts on their way and one being read,
+# 15 MiB in all, which keeps an import within its imports + 32 MiB (the S3 client's models
+# take about 15 MiB of the rest). 5 MiB is S3's smallest part; a blob of more than
+# 10,000 parts (48.8 GiB) gets larger parts. Two parts in flight keep a second core busy
+# (the part being read is hashed while two are sent) without holding more memory.
+PART_SIZE = 5 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 2
 
