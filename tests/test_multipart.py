@@ -78,13 +78,13 @@ def test_leaving_the_block_without_completing_aborts(store: ObjectStore) -> None
 
 
 def test_parts_in_flight_are_bounded_across_the_batch(store: ObjectStore) -> None:
-    """workers=2: at most 3 parts (one read, two sent) in memory, and they do overlap."""
+    """workers=2: at most 2 parts (being read or sent) in memory, and they do overlap."""
     objects = [blob(26 * MiB), blob(16 * MiB)]
     with Staging(store) as staging:
         for number, (data, sha) in enumerate(objects):
             staging.stage(store.key(f"o{number}"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
-    assert 2 <= staging.peak_parts_in_flight <= 3
+    assert staging.peak_parts_in_flight == 2
     for number, (data, _) in enumerate(objects):
         got = store.client.get_object(Bucket=store.bucket, Key=store.key(f"o{number}"))
         assert got["Body"].read() == data
@@ -109,8 +109,8 @@ def test_an_object_already_there_is_not_read_or_uploaded_again(store: ObjectStor
 
 
 def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
-    """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most three parts
-    (and a read chunk) at once, however large the object."""
+    """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most two parts
+    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object."""
     data, sha = blob(40 * MiB)
     source = io.BytesIO(data)
     tracemalloc.start()
@@ -122,5 +122,5 @@ def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak <= 3 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
+    assert peak <= 2 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
     assert store.head(store.key("big")) is not None

@@ -9,8 +9,8 @@ Promises:
 - A key that already holds the same object (sha256 metadata and size) is neither
   read nor uploaded again: the upload is "exists" from the start.
 - `Staging` runs a batch: its uploads share one bounded set of part senders, so at
-  most `in_flight` parts (the one being read and the ones being sent or hashed)
-  are in memory across the whole batch: memory = in_flight x part size. `complete()`
+  most `workers` parts (the one being read and the ones being sent or hashed)
+  are in memory across the whole batch: memory = workers x part size. `complete()`
   completes the uploads only after every one of them has staged and matched;
   leaving the block any other way (a mismatch, an S3 error, Ctrl-C) aborts every
   upload the batch began, after its parts have stopped, so no object and no open
@@ -51,12 +51,12 @@ class Reader(Protocol):
 
 
 class PartSenders:
-    """The batch's part senders: `workers` threads, `workers + 1` parts in memory at most
-    (the one being read and those being sent), one ordered sha256 thread."""
+    """The batch's part senders: `workers` threads and as many parts in memory at most (the
+    one being read counts: it waits for a free slot), and one ordered sha256 thread."""
 
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
-        self.slots = threading.BoundedSemaphore(self.workers + 1)
+        self.slots = threading.BoundedSemaphore(self.workers)
         self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="s3-part")
         self.hasher = ThreadPoolExecutor(1, thread_name_prefix="s3-sha256")
         self._lock = threading.Lock()
@@ -179,6 +179,11 @@ class StagedUpload:
             if future.done():
                 future.result()
 
+    def wait_for_parts(self) -> None:
+        """Wait until every part is on the server; the first failure is raised."""
+        for future in self._parts:
+            future.result()
+
     def complete(self) -> Outcome:
         """Make the staged object visible (create-once); "exists" when it already was."""
         if self.state == "exists":
@@ -221,7 +226,8 @@ class StagedUpload:
                 self.store.client.abort_multipart_upload(
                     Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
                 )
-        self.state = "aborted" if self.state != "completed" else self.state
+        if self.state in ("new", "staged"):
+            self.state = "aborted"
 
 
 class Staging:
@@ -268,10 +274,7 @@ class Staging:
     def complete(self) -> dict[str, Outcome]:
         """Complete every staged upload (all have matched); outcome by key."""
         for upload in self.uploads:
-            upload._raise_failed_parts()
-        for upload in self.uploads:
-            for future in upload._parts:
-                future.result()
+            upload.wait_for_parts()
         outcomes = {upload.key: upload.complete() for upload in self.uploads}
         self._completed = True
         return outcomes

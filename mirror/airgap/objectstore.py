@@ -62,11 +62,11 @@ else:
 
 log = logging.getLogger(__name__)
 
-# Upload memory is (UPLOAD_WORKERS + 1) parts: two parts on their way and one being read,
-# 15 MiB in all, which keeps an import within its imports + 32 MiB (the S3 client's models
-# take about 15 MiB of the rest). 5 MiB is S3's smallest part; a blob of more than
-# 10,000 parts (48.8 GiB) gets larger parts. Two parts in flight keep a second core busy
-# (the part being read is hashed while two are sent) without holding more memory.
+# Upload memory is UPLOAD_WORKERS parts (being read, hashed or sent): 10 MiB, which keeps
+# an import within its imports + 32 MiB (the S3 client's service models and endpoint rules
+# take about 18 MiB of the rest). 5 MiB is S3's smallest part; a blob of more than 10,000
+# parts (48.8 GiB) gets larger parts. Two parts in flight keep both cores busy: one is
+# read and hashed while the other is sent (or both are sent).
 PART_SIZE = 5 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 2
@@ -371,7 +371,7 @@ class ObjectStore:
         One staged upload (mirror.airgap.multipart) completed at once: the bytes
         are hashed as they are read; when they do not hash to `sha256` (or the
         length differs) the upload is aborted and IntegrityError raised, so the
-        object never appears. Memory stays at (workers + 1) parts.
+        object never appears. Memory stays at `workers` parts.
         """
         with Staging(self) as staging:
             staging.stage(
