@@ -103,7 +103,7 @@ class StagedUpload:
         self.upload_id = ""
         self.state: State = "new"
         self._parts: list[Future[dict[str, Any]]] = []
-        self._lock = threading.Lock()
+        self._checked = 0
 
     @property
     def identity(self) -> dict[str, str]:
@@ -175,9 +175,10 @@ class StagedUpload:
             self.senders.give_slot()
 
     def _raise_failed_parts(self) -> None:
-        for future in self._parts:
-            if future.done():
-                future.result()
+        """Raise the failure of a part that has finished (parts finish about in order)."""
+        while self._checked < len(self._parts) and self._parts[self._checked].done():
+            self._parts[self._checked].result()
+            self._checked += 1
 
     def wait_for_parts(self) -> None:
         """Wait until every part is on the server; the first failure is raised."""
