@@ -111,9 +111,13 @@ class StagedUpload:
 
     def stage(self, source: Reader, on_progress: Progress | None = None) -> State:
         """Send `source`'s bytes as parts, hashing them; IntegrityError when they do not match.
-        The parts may still be on their way when this returns; `complete` waits for them."""
+        The parts may still be on their way when this returns; `complete` waits for them.
+        `on_progress` gets each part's size once it is on the server (all `size` bytes at
+        once when the object is already there and the source is not read)."""
         if self.store.existing(self.key, self.identity, size=self.size) is not None:
             self.state = "exists"
+            if on_progress is not None:
+                on_progress(self.size)
             return self.state
         if self.size > 0:
             with self.store.call("create multipart upload", self.key):
@@ -122,6 +126,9 @@ class StagedUpload:
                     Key=self.key,
                     ContentType=self.content_type,
                     Metadata=self.identity,
+                    # S3's default, said out loud: some servers (moto) leave a multipart
+                    # object without an ACL readable by anyone; accepted with ACLs disabled
+                    ACL="bucket-owner-full-control",
                 )["UploadId"]
         digest = hashlib.sha256()
         hashed: Future[None] | None = None
