@@ -126,9 +126,6 @@ class StagedUpload:
                     Key=self.key,
                     ContentType=self.content_type,
                     Metadata=self.identity,
-                    # S3's default, said out loud: some servers (moto) leave a multipart
-                    # object without an ACL readable by anyone; accepted with ACLs disabled
-                    ACL="bucket-owner-full-control",
                 )["UploadId"]
         digest = hashlib.sha256()
         hashed: Future[None] | None = None
