@@ -14,9 +14,10 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from mirror.errors import TemporaryFailure
 from mirror.units import format_size
@@ -24,6 +25,8 @@ from mirror.units import format_size
 CHUNK_SIZE = 1024 * 1024
 VALIDATOR_SUFFIX = ".validator"  # beside a partial download: what a resume must match
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -126,3 +129,26 @@ def sha256_file(path: Path, start: int = 0, length: int | None = None) -> str:
     for chunk in iter_file(path, start, length):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+def hash_workers() -> int:
+    """One hashing thread per usable core, at most 8 (the disk is the limit beyond)."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+def map_on_cores(
+    function: Callable[[T], R], items: Iterable[T], workers: int | None = None
+) -> Iterator[R]:
+    """`function` over `items` on one thread per core (`hash_workers`), results in order.
+
+    For hashing files: hashlib releases the GIL on large updates, so the threads use every
+    core. The first exception is raised when its result is reached; the rest are cancelled.
+    """
+    with ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="hash") as pool:
+        futures = [pool.submit(function, item) for item in items]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()

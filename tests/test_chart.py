@@ -385,6 +385,9 @@ def seed_version(
     key = store.key(domain, version, "bundle.tar.gz")
     with archive.open("rb") as source:
         store.upload_blob(key, source, sha256=sha256, size=size, content_type="application/gzip")
+    # moto leaves an object completed from a multipart upload without an ACL, which it then
+    # serves to anyone; S3, MinIO and Ceph keep it private, as this says out loud
+    store.client.put_object_acl(Bucket=store.bucket, Key=key, ACL="private")
     manifest_key = store.key(domain, version, "manifest.json")
     now = chart.isoformat(datetime.now(UTC))
     if with_manifest:

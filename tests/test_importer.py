@@ -20,6 +20,7 @@ from mirror.outbound.pack import pack
 from mirror.store.app import App
 from mirror.transferset.format import MANIFEST, RECEIPT, SIGNATURE, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
+from mirror.transferset.reader import verify_set
 from mirror.transferset.receipt import read_receipt
 from tests.fixtures.s3 import add_version, bucket_listing
 
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.s3
 
 DOCS = "docs.example.com"
 API = "api.example.com"
+MiB = 1024 * 1024
 
 
 @pytest.fixture
@@ -186,6 +188,61 @@ def test_a_gap_in_the_chain_is_imported_with_a_note(
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21", "2026-11-22"]
     state, _ = object_store.read_json(layout.state_key(object_store))
     assert state is not None and state["last_sequence"] == 3
+
+
+def open_uploads(store: ObjectStore) -> list[str]:
+    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
+    return [upload["Key"] for upload in answer.get("Uploads", [])]
+
+
+def test_a_bad_second_bundle_leaves_nothing_of_the_first(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    """The first bundle was uploaded whole and matched, but is never completed: the second's
+    bad part aborts every upload of the import."""
+    add_version(app, DOCS, "2026-11-20", payload_size=3 * MiB)
+    add_version(app, API, "2026-11-21", payload_size=3 * MiB)
+    pack(app, tmp_path / "set", max_size=MiB)
+    manifest = parse_manifest((tmp_path / "set" / MANIFEST).read_bytes())
+    first, second = manifest.items
+    assert len(first.parts) > 1 and len(second.parts) > 1
+    bad = tmp_path / "set" / second.parts[-1].name
+    data = bytearray(bad.read_bytes())
+    data[100] ^= 1
+    bad.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=f"{second.parts[-1].name}: sha256 differs"):
+        import_set(object_store, tmp_path / "set", trusted)
+    assert listing(object_store) == {}
+    assert open_uploads(object_store) == []
+    assert not (tmp_path / "set" / RECEIPT).exists()
+
+
+def test_parts_that_each_match_but_join_to_another_blob_are_never_published(
+    app: App, object_store: ObjectStore, signing: Any, trusted: Any, tmp_path: Path
+) -> None:
+    """A trusted manifest claiming a sha256 its correct parts do not join to: verify trusts the
+    signed part hashes (it hashes each byte once), the import hashes the whole and refuses."""
+    add_version(app, DOCS, "2026-11-20", payload_size=MiB + MiB // 2)
+    set_dir = tmp_path / "set"
+    pack(app, set_dir, max_size=MiB)
+    (item,) = parse_manifest((set_dir / MANIFEST).read_bytes()).items
+    assert len(item.parts) > 1
+    claimed = "c" * 64
+    document = json.loads((set_dir / MANIFEST).read_bytes())
+    document["items"][0]["sha256"] = claimed
+    for part in document["items"][0]["parts"]:
+        old = part["name"]
+        part["name"] = old.replace(item.sha256, claimed)
+        (set_dir / old).rename(set_dir / part["name"])
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    (set_dir / MANIFEST).write_bytes(data)
+    (set_dir / SIGNATURE).write_bytes(signing.signature_document(data))
+    (set_dir / "SHA256SUMS").unlink(missing_ok=True)
+    verify_set(set_dir, trusted)
+    with pytest.raises(IntegrityError, match="nothing was published"):
+        import_set(object_store, set_dir, trusted)
+    assert listing(object_store) == {}
+    assert open_uploads(object_store) == []
 
 
 def test_a_different_object_under_the_same_key_stops_the_import(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from mirror.errors import ConfigError, IntegrityError
-from mirror.transferset.format import Manifest, ManifestItem, PartEntry
+from mirror.transferset.format import Manifest, ManifestItem, PartEntry, canonical_json
 from mirror.transferset.keys import PublicKey, SigningKey, key_id_of
 from mirror.transferset.trust import ChainLink, TrustedManifest, verify_manifest
 
@@ -131,4 +132,16 @@ def test_a_signed_document_that_is_not_a_manifest_is_refused() -> None:
     key = new_key()
     data = b'{"format":1,"sequence":1.5}'
     with pytest.raises(IntegrityError, match=r"manifest\.json: not valid strict JSON"):
+        verify_manifest(data, key.signature_document(data), trusting(key))
+
+
+def test_a_single_part_that_is_not_the_blob_is_refused() -> None:
+    """Verify hashes parts only (their hashes are signed), so where a part is the whole blob
+    the trust core holds the signed blob sha256 to it; several parts are proved whole by the
+    import, which hashes the joined bytes as it uploads them."""
+    key = new_key()
+    document = json.loads(manifest_bytes(key))
+    document["items"][0]["parts"][0]["sha256"] = hashlib.sha256(b"other").hexdigest()
+    data = canonical_json(document)
+    with pytest.raises(IntegrityError, match="a single part must hash to the blob's sha256"):
         verify_manifest(data, key.signature_document(data), trusting(key))

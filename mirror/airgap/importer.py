@@ -5,8 +5,15 @@ Promises:
   bucket or refused credentials is a one-line error), and nothing is published
   before the whole set has been verified and the sequence checked against the
   bucket's import state (replay and rollback are refused, exit 5).
-- Order: each version's bundle, then its `manifest.json`, then each domain's
-  `index.json`, then the promotions asked for, then the receipt on disk, and
+- The media is read once: the signature, listing, sizes, tool and SHA256SUMS are
+  checked first, then every bundle is staged (mirror.airgap.multipart) straight
+  from the set's parts, each part checked against its signed sha256 as it passes
+  and the whole blob hashed on the way up. No bundle is completed before every
+  bundle of the set has matched; on any mismatch or error every upload of the
+  import is aborted, so nothing of a bad set is ever visible. A bundle already in
+  the bucket (same sha256 and size: a re-run after a kill) is not uploaded again.
+- Order: the bundles (completed together), then each version's `manifest.json`,
+  then each domain's `index.json`, then the promotions asked for, then the receipt on disk, and
   the bucket's import state last. An import killed at any point and run again
   skips what is already there (after checking its hash metadata) and publishes
   every version exactly once; the index only ever lists versions whose bundle
@@ -26,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mirror.airgap import layout
+from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
@@ -110,7 +118,7 @@ def import_set(
             hint="pass --receipt PATH on a writable disk",
         )
     store.check_access()
-    verified = verify_set(set_dir, trusted, on_progress=on_verify_progress)
+    verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
     state = layout.read_import_state(store)
     notes: list[str] = []
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
@@ -146,11 +154,12 @@ def _publish_all(
     imported_at: str,
     on_progress: Callable[[int], None] | None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
+    bundles = stage_bundles(store, verified, on_progress)
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
         published, entry = publish_version(
-            store, verified, item, imported_at=imported_at, on_progress=on_progress
+            store, verified, item, bundles[_bundle(store, item)], imported_at=imported_at
         )
         items.append(published)
         entries.setdefault(item.domain, []).append(entry)
@@ -161,6 +170,29 @@ def _publish_all(
             extra={"domain": item.domain, "version": item.version, "status": published.status},
         )
     return items, entries
+
+
+def stage_bundles(
+    store: ObjectStore, verified: VerifiedSet, on_progress: Callable[[int], None] | None = None
+) -> dict[str, Outcome]:
+    """Upload every version's bundle straight from the set's parts; complete them only once all
+    have matched the signed manifest (else all are aborted); the outcome by object key."""
+    with Staging(store) as staging:
+        for item in verified.manifest.items:
+            with BlobReader(verified.path, item) as reader:
+                staging.stage(
+                    _bundle(store, item),
+                    reader,
+                    sha256=item.sha256,
+                    size=item.size,
+                    content_type=_content_type(item.archive_format),
+                    on_progress=on_progress,
+                )
+        return staging.complete()
+
+
+def _bundle(store: ObjectStore, item: ManifestItem) -> str:
+    return layout.bundle_key(store, item.domain, item.version, item.archive_format)
 
 
 def _promote_newest(
@@ -227,21 +259,13 @@ def publish_version(
     store: ObjectStore,
     verified: VerifiedSet,
     item: ManifestItem,
+    bundle_status: Outcome,
     *,
     imported_at: str,
-    on_progress: Callable[[int], None] | None = None,
 ) -> tuple[ImportedItem, layout.IndexEntry]:
-    """Bundle first, then its manifest; returns the item and its index entry."""
-    bundle = layout.bundle_key(store, item.domain, item.version, item.archive_format)
-    with BlobReader(verified.path, item, check_whole=False) as reader:
-        bundle_status = store.upload_blob(
-            bundle,
-            reader,
-            sha256=item.sha256,
-            size=item.size,
-            content_type=_content_type(item.archive_format),
-            on_progress=on_progress,
-        )
+    """The version's manifest, once its bundle is in place; returns the item and its index
+    entry."""
+    bundle = _bundle(store, item)
     key = layout.version_manifest_key(store, item.domain, item.version)
     document = layout.VersionManifest(
         domain=item.domain,

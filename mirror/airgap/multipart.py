@@ -1,14 +1,26 @@
-"""Multipart upload of one blob: parts in parallel, the whole hashed as it streams.
+"""Staged uploads: objects written from byte streams, visible only once every one of them matched.
 
-Promises: memory stays at (workers + 1) parts; the bytes are hashed on their
-way to the server and an upload whose bytes do not hash to the promised sha256
-(or have another length) is aborted before it becomes visible (IntegrityError);
-the object is completed with the same create-once rule as every immutable object.
+Promises:
+- `StagedUpload.stage(source)` reads its source once: the bytes are hashed (sha256)
+  and sent as multipart-upload parts as they are read; bytes that do not hash to
+  the promised sha256, or have another length, raise IntegrityError. Nothing is
+  visible until `complete()`, which writes the object with the same create-once
+  rule as every immutable object.
+- A key that already holds the same object (sha256 metadata and size) is neither
+  read nor uploaded again: the upload is "exists" from the start.
+- `Staging` runs a batch: its uploads share one bounded set of part senders, so at
+  most `workers` parts (the one being read and the ones being sent or hashed)
+  are in memory across the whole batch: memory = workers x part size. `complete()`
+  completes the uploads only after every one of them has staged and matched;
+  leaving the block any other way (a mismatch, an S3 error, Ctrl-C) aborts every
+  upload the batch began, after its parts have stopped, so no object and no open
+  multipart upload of a refused batch remains. Completion is the commit point:
+  S3 has no transactions, so a failure while completing leaves the uploads
+  completed so far in place (a re-run finds them "already there").
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import threading
@@ -25,151 +37,279 @@ if TYPE_CHECKING:
     from mirror.airgap.objectstore import ObjectStore
 
 SHA256_META = "sha256"
+MAX_PARTS = 10_000
 
 Outcome = Literal["created", "exists"]
 Progress = Callable[[int], None]
+State = Literal["new", "staged", "exists", "completed", "aborted"]
 
 
 class Reader(Protocol):
-    """Anything with `read(n)`; a short read means the end of the stream."""
+    """Anything with `read(n)`; an empty read means the end of the stream."""
 
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-class MultipartUpload:
-    """One multipart upload of `size` bytes to `key` that must hash to `sha256`."""
+class PartSenders:
+    """The batch's part senders: `workers` threads and as many parts in memory at most (the
+    one being read counts: it waits for a free slot), and one ordered sha256 thread."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self.slots = threading.BoundedSemaphore(self.workers)
+        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="s3-part")
+        self.hasher = ThreadPoolExecutor(1, thread_name_prefix="s3-sha256")
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    def take_slot(self) -> None:
+        self.slots.acquire()
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def give_slot(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+        self.slots.release()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.hasher.shutdown(wait=True, cancel_futures=True)
+
+
+class StagedUpload:
+    """One object of `size` bytes at `key` that must hash to `sha256`, staged as a multipart
+    upload and made visible by `complete()` (or dropped by `abort()`)."""
 
     def __init__(
-        self, store: ObjectStore, key: str, *, sha256: str, size: int, part_size: int
+        self,
+        store: ObjectStore,
+        senders: PartSenders,
+        key: str,
+        *,
+        sha256: str,
+        size: int,
+        content_type: str = "application/octet-stream",
     ) -> None:
         self.store = store
-        self.client = store.client
+        self.senders = senders
         self.key = key
         self.sha256 = sha256
         self.size = size
-        self.part_size = part_size
-        self.slots = threading.BoundedSemaphore(store.workers + 1)
+        self.content_type = content_type
+        self.part_size = max(store.part_size, -(-size // MAX_PARTS))
         self.upload_id = ""
+        self.state: State = "new"
+        self._parts: list[Future[dict[str, Any]]] = []
+        self._checked = 0
 
-    def run(self, source: Reader, content_type: str, on_progress: Progress | None) -> Outcome:
-        with self.store.call("create multipart upload", self.key):
-            self.upload_id = self.client.create_multipart_upload(
-                Bucket=self.store.bucket,
-                Key=self.key,
-                ContentType=content_type,
-                Metadata={SHA256_META: self.sha256},
-            )["UploadId"]
-        completed = False
-        try:
-            parts = self._send_all(source, on_progress)
+    @property
+    def identity(self) -> dict[str, str]:
+        return {SHA256_META: self.sha256}
 
-            def complete(extra: dict[str, Any]) -> None:
-                self.client.complete_multipart_upload(
+    def stage(self, source: Reader, on_progress: Progress | None = None) -> State:
+        """Send `source`'s bytes as parts, hashing them; IntegrityError when they do not match.
+        The parts may still be on their way when this returns; `complete` waits for them.
+        `on_progress` gets each part's size once it is on the server (all `size` bytes at
+        once when the object is already there and the source is not read)."""
+        if self.store.existing(self.key, self.identity, size=self.size) is not None:
+            self.state = "exists"
+            if on_progress is not None:
+                on_progress(self.size)
+            return self.state
+        if self.size > 0:
+            with self.store.call("create multipart upload", self.key):
+                self.upload_id = self.store.client.create_multipart_upload(
                     Bucket=self.store.bucket,
                     Key=self.key,
-                    UploadId=self.upload_id,
-                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
-                    **extra,
-                )
+                    ContentType=self.content_type,
+                    Metadata=self.identity,
+                )["UploadId"]
+        digest = hashlib.sha256()
+        hashed: Future[None] | None = None
+        total = 0
+        while total <= self.size:
+            self.senders.take_slot()
+            try:
+                part = read_part(source, min(self.part_size, self.size + 1 - total))
+            except BaseException:
+                self.senders.give_slot()
+                raise
+            if not part:
+                self.senders.give_slot()
+                break
+            total += len(part)
+            if total > self.size:
+                self.senders.give_slot()
+                break
+            hashed = self.senders.hasher.submit(digest.update, part)
+            number = len(self._parts) + 1
+            self._parts.append(
+                self.senders.pool.submit(self._send, number, part, hashed, on_progress)
+            )
+            del part
+            self._raise_failed_parts()
+        if hashed is not None:
+            hashed.result()
+        check_whole(
+            self.key, data_hash=digest.hexdigest(), got=total, sha256=self.sha256, size=self.size
+        )
+        self.state = "staged"
+        return self.state
 
-            identity = {SHA256_META: self.sha256}
-            outcome = self.store.create_once(self.key, identity, complete, size=self.size)
-            completed = outcome == "created"
-            return outcome
-        finally:
-            if not completed:
-                with contextlib.suppress(
-                    botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError
-                ):
-                    self.client.abort_multipart_upload(
-                        Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
-                    )
-
-    def _send(self, number: int, chunk: bytes, on_progress: Progress | None) -> dict[str, Any]:
+    def _send(
+        self, number: int, part: bytearray, hashed: Future[None], on_progress: Progress | None
+    ) -> dict[str, Any]:
         try:
             with self.store.call("upload part", self.key):
-                answer = self.client.upload_part(
+                answer = self.store.client.upload_part(
                     Bucket=self.store.bucket,
                     Key=self.key,
                     UploadId=self.upload_id,
                     PartNumber=number,
-                    Body=chunk,
-                    ContentMD5=md5_base64(chunk),
+                    Body=part,  # type: ignore[arg-type]
                 )
+            hashed.result()
             if on_progress is not None:
-                on_progress(len(chunk))
+                on_progress(len(part))
             return {"ETag": answer["ETag"], "PartNumber": number}
         finally:
-            self.slots.release()
+            self.senders.give_slot()
 
-    def _send_all(self, source: Reader, on_progress: Progress | None) -> list[dict[str, Any]]:
-        """Read parts, hash them on one thread and send them on `workers` threads."""
-        futures: list[Future[dict[str, Any]]] = []
-        with (
-            ThreadPoolExecutor(self.store.workers, thread_name_prefix="s3-part") as pool,
-            ThreadPoolExecutor(1, thread_name_prefix="s3-sha256") as hasher,
-        ):
-            try:
-                digest, total = self._feed(source, pool, hasher, futures, on_progress)
-                check_whole(
-                    self.key, data_hash=digest, got=total, sha256=self.sha256, size=self.size
+    def _raise_failed_parts(self) -> None:
+        """Raise the failure of a part that has finished (parts finish about in order)."""
+        while self._checked < len(self._parts) and self._parts[self._checked].done():
+            self._parts[self._checked].result()
+            self._checked += 1
+
+    def wait_for_parts(self) -> None:
+        """Wait until every part is on the server; the first failure is raised."""
+        for future in self._parts:
+            future.result()
+
+    def complete(self) -> Outcome:
+        """Make the staged object visible (create-once); "exists" when it already was."""
+        if self.state == "exists":
+            return "exists"
+        if self.state != "staged":
+            raise RuntimeError(f"{self.key}: complete() before stage() finished")
+        if self.size == 0:
+            outcome = self.store.put_once(self.key, b"", self.identity, self.content_type, size=0)
+            self.state = "completed"
+            return outcome
+        parts = [future.result() for future in self._parts]
+
+        def complete(extra: dict[str, Any]) -> None:
+            self.store.client.complete_multipart_upload(
+                Bucket=self.store.bucket,
+                Key=self.key,
+                UploadId=self.upload_id,
+                MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+                **extra,
+            )
+
+        outcome = self.store.create_once(self.key, self.identity, complete, size=self.size)
+        if outcome == "created":
+            self.state = "completed"
+        else:
+            self.abort()
+        return outcome
+
+    def abort(self) -> None:
+        """Drop the upload and its parts (after the parts on their way have stopped)."""
+        for future in self._parts:
+            future.cancel()
+        for future in self._parts:
+            with contextlib.suppress(BaseException):
+                future.exception()
+        if self.upload_id and self.state not in ("completed", "aborted"):
+            with contextlib.suppress(
+                botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError
+            ):
+                self.store.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
                 )
-                return [future.result() for future in futures]
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
+        if self.state in ("new", "staged"):
+            self.state = "aborted"
 
-    def _feed(
+
+class Staging:
+    """A batch of staged uploads, completed together or aborted together (context manager).
+
+    `stage(key, source, sha256=..., size=...)` stages one object from any byte stream
+    (a blob joined from a set's parts, a rebuilt archive); `complete()` makes them
+    all visible, in the order staged, once every one has matched.
+    """
+
+    def __init__(self, store: ObjectStore, *, workers: int | None = None) -> None:
+        self.store = store
+        self.senders = PartSenders(workers or store.workers)
+        self.uploads: list[StagedUpload] = []
+        self._completed = False
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if not self._completed:
+                self.abort()
+        finally:
+            self.senders.close()
+
+    def stage(
         self,
+        key: str,
         source: Reader,
-        pool: ThreadPoolExecutor,
-        hasher: ThreadPoolExecutor,
-        futures: list[Future[dict[str, Any]]],
-        on_progress: Progress | None,
-    ) -> tuple[str, int]:
-        digest = hashlib.sha256()
-        total = 0
-        number = 0
-        hashing: Future[None] | None = None
-        while True:
-            self.slots.acquire()
-            chunk = read_exact(source, min(self.part_size, self.size + 1 - total))
-            if not chunk:
-                self.slots.release()
-                break
-            if hashing is not None:
-                hashing.result()
-            hashing = hasher.submit(digest.update, chunk)
-            total += len(chunk)
-            if total > self.size:
-                self.slots.release()
-                break
-            number += 1
-            futures.append(pool.submit(self._send, number, chunk, on_progress))
-            del chunk
-            for done in [f for f in futures if f.done()]:
-                done.result()
-        if hashing is not None:
-            hashing.result()
-        return digest.hexdigest(), total
+        *,
+        sha256: str,
+        size: int,
+        content_type: str = "application/octet-stream",
+        on_progress: Progress | None = None,
+    ) -> StagedUpload:
+        upload = StagedUpload(
+            self.store, self.senders, key, sha256=sha256, size=size, content_type=content_type
+        )
+        self.uploads.append(upload)
+        upload.stage(source, on_progress)
+        return upload
+
+    def complete(self) -> dict[str, Outcome]:
+        """Complete every staged upload (all have matched); outcome by key."""
+        for upload in self.uploads:
+            upload.wait_for_parts()
+        outcomes = {upload.key: upload.complete() for upload in self.uploads}
+        self._completed = True
+        return outcomes
+
+    def abort(self) -> None:
+        """Abort every upload of the batch that is not completed."""
+        for upload in self.uploads:
+            upload.abort()
+
+    @property
+    def peak_parts_in_flight(self) -> int:
+        return self.senders.peak_in_flight
 
 
-def md5_base64(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-
-
-def read_exact(source: Reader, size: int) -> bytes:
-    """Up to `size` bytes, reading until the stream ends (readers may return short reads)."""
-    pieces: list[bytes] = []
-    remaining = size
-    while remaining > 0:
-        piece = source.read(min(remaining, CHUNK_SIZE))
+def read_part(source: Reader, size: int) -> bytearray:
+    """Up to `size` bytes in one buffer, reading until the stream ends (short reads are fine);
+    filled in place, so a part costs its own size in memory and no more."""
+    part = bytearray(size)
+    view = memoryview(part)
+    got = 0
+    while got < size:
+        piece = source.read(min(size - got, CHUNK_SIZE))
         if not piece:
             break
-        pieces.append(piece)
-        remaining -= len(piece)
-    return b"".join(pieces)
+        view[got : got + len(piece)] = piece
+        got += len(piece)
+    view.release()
+    if got < size:
+        del part[got:]
+    return part
 
 
 def check_whole(key: str, *, data_hash: str, got: int, sha256: str, size: int) -> None:

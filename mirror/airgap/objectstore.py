@@ -10,13 +10,15 @@ Promises:
   with `If-Match` on the ETag that was read; losing a race is a WriteConflict
   (a TemporaryFailure, exit 75) and never a lost update. Callers change them
   through `conditional.read_modify_write`, which reads again and retries.
-- Uploads stream in parts with bounded memory (mirror.airgap.multipart); a blob
-  whose bytes do not hash to the promised sha256 is aborted before it becomes visible.
+- Uploads stream in parts with bounded memory (mirror.airgap.multipart: staged
+  uploads, completed only once their bytes matched); a blob whose bytes do not hash
+  to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -31,15 +33,7 @@ import botocore.config
 import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import (
-    SHA256_META,
-    MultipartUpload,
-    Outcome,
-    Reader,
-    check_whole,
-    md5_base64,
-    read_exact,
-)
+from mirror.airgap.multipart import SHA256_META, Outcome, Reader, Staging
 from mirror.airgap.s3errors import (
     CONFLICT_CODES,
     MISSING_BUCKET_CODES,
@@ -68,10 +62,14 @@ else:
 
 log = logging.getLogger(__name__)
 
-PART_SIZE = 8 * 1024 * 1024
-MAX_PARTS = 10_000
+# Upload memory is UPLOAD_WORKERS parts (being read, hashed or sent): 10 MiB, which keeps
+# an import within its imports + 32 MiB (the S3 client's service models and endpoint rules
+# take about 18 MiB of the rest). 5 MiB is S3's smallest part; a blob of more than 10,000
+# parts (48.8 GiB) gets larger parts. Two parts in flight keep both cores busy: one is
+# read and hashed while the other is sent (or both are sent).
+PART_SIZE = 5 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
-UPLOAD_WORKERS = 4
+UPLOAD_WORKERS = 2
 
 
 def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client:
@@ -80,8 +78,9 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
     Credentials come from boto3's usual chain (environment, profile, role); they
     are registered as secrets so no log line can carry them. Request checksums
     are only sent where the API requires them, which keeps MinIO and Ceph
-    releases without the newer trailing-checksum encoding working; uploads
-    carry Content-MD5 instead.
+    releases without the newer trailing-checksum encoding working; small
+    writes carry Content-MD5, upload parts the SigV4 payload sha256 (botocore
+    signs the payload of a request without Content-MD5, and the server checks it).
     """
     config = botocore.config.Config(
         region_name=target.region or None,
@@ -327,20 +326,22 @@ class ObjectStore:
         """Write a small object once; `identity` (metadata) decides "already there" vs conflict."""
         metadata = {**identity}
         metadata.setdefault(SHA256_META, hashlib.sha256(data).hexdigest())
-        if self._existing(key, identity) is not None:
+        if self.existing(key, identity) is not None:
             return "exists"
-        return self._put_once(key, data, identity, metadata, content_type)
+        return self.put_once(key, data, identity, content_type, metadata=metadata)
 
-    def _put_once(
+    def put_once(
         self,
         key: str,
         data: bytes,
         identity: Mapping[str, str],
-        metadata: Mapping[str, str],
         content_type: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
         size: int | None = None,
     ) -> Outcome:
-        """One conditional PutObject of bytes in memory (see `_create_once` for the rules)."""
+        """One conditional PutObject of bytes in memory (see `create_once` for the rules)."""
+        metadata = metadata or identity
 
         def put(extra: dict[str, Any]) -> None:
             self.client.put_object(
@@ -367,31 +368,23 @@ class ObjectStore:
     ) -> Outcome:
         """Stream `size` bytes from `source` to `key` once, with `sha256` in its metadata.
 
-        The bytes are hashed as they are read; when they do not hash to `sha256`
-        (or the length differs) the upload is aborted and IntegrityError raised,
-        so the object never appears. Memory stays at (workers + 1) parts.
+        One staged upload (mirror.airgap.multipart) completed at once: the bytes
+        are hashed as they are read; when they do not hash to `sha256` (or the
+        length differs) the upload is aborted and IntegrityError raised, so the
+        object never appears. Memory stays at `workers` parts.
         """
-        identity = {SHA256_META: sha256}
-        if self._existing(key, identity, size=size) is not None:
-            return "exists"
-        part_size = max(self.part_size, -(-size // MAX_PARTS))
-        if size <= part_size:
-            data = read_exact(source, size + 1)
-            check_whole(
+        with Staging(self) as staging:
+            staging.stage(
                 key,
-                data_hash=hashlib.sha256(data).hexdigest(),
-                got=len(data),
+                source,
                 sha256=sha256,
                 size=size,
+                content_type=content_type,
+                on_progress=on_progress,
             )
-            outcome = self._put_once(key, data, identity, identity, content_type, size=size)
-            if on_progress is not None:
-                on_progress(size)
-            return outcome
-        upload = MultipartUpload(self, key, sha256=sha256, size=size, part_size=part_size)
-        return upload.run(source, content_type, on_progress)
+            return staging.complete()[key]
 
-    def _existing(
+    def existing(
         self, key: str, identity: Mapping[str, str], *, size: int | None = None
     ) -> dict[str, Any] | None:
         """The object at `key` when it is the same one; IntegrityError when it is another."""
@@ -421,13 +414,13 @@ class ObjectStore:
             write(extra)
         except botocore.exceptions.ClientError as exc:
             if error_code(exc) in CONFLICT_CODES or http_status(exc) == 412:
-                if self._existing(key, identity, size=size) is not None:
+                if self.existing(key, identity, size=size) is not None:
                     return "exists"
                 raise TemporaryFailure(
                     f"{self.bucket}/{key} is being written by someone else; run again"
                 ) from None
             if extra and self._unsupported(exc):
-                if self._existing(key, identity, size=size) is not None:
+                if self.existing(key, identity, size=size) is not None:
                     return "exists"
                 return self.create_once(key, identity, write, size=size)
             raise self._error(exc, "PUT", key) from None
@@ -458,3 +451,7 @@ class ObjectStore:
         deletion interrupted and run again simply finishes."""
         with self.call("DELETE", key):
             self.client.delete_object(Bucket=self.bucket, Key=key)
+
+
+def md5_base64(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()

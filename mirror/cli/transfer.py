@@ -256,8 +256,7 @@ def transfer_import(
     hook = chart.promote if promote else None
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
-    phases = _progress(cli, "verifying", "importing", total=set_bytes(set_dir))
-    with phases as (on_verify_progress, on_progress):
+    with _progress(cli, "importing", total=set_bytes(set_dir)) as (on_progress,):
         result = import_set(
             store,
             set_dir,
@@ -267,7 +266,7 @@ def transfer_import(
             receipt_key=receipt_key_from(settings.transfer.signing_key),
             receipt_path=receipt_path,
             on_progress=on_progress,
-            on_verify_progress=on_verify_progress,
+            on_verify_progress=on_progress,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
     lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]

@@ -15,20 +15,14 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.fsutil import disk_full, fsync_dir, is_disk_full, sha256_file
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full, map_on_cores, sha256_file
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger(__name__)
-
-
-def hash_workers() -> int:
-    """One hashing thread per usable core, at most 8 (the disk is the limit beyond)."""
-    return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
 @dataclass(frozen=True)
@@ -186,11 +180,10 @@ class BlobStore:
                 )
                 continue
             to_hash.append(sha256)
-        with ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="verify") as pool:
-            paths = [self.blob_path(sha256) for sha256 in to_hash]
-            for sha256, actual in zip(to_hash, pool.map(sha256_file, paths), strict=True):
-                if actual != sha256:
-                    problems[sha256] = BlobProblem("corrupt", sha256, f"content hashes to {actual}")
+        paths = [self.blob_path(sha256) for sha256 in to_hash]
+        for sha256, actual in zip(to_hash, map_on_cores(sha256_file, paths, workers), strict=True):
+            if actual != sha256:
+                problems[sha256] = BlobProblem("corrupt", sha256, f"content hashes to {actual}")
         extra = [
             BlobProblem("extra", sha256, "on disk but not indexed")
             for sha256 in sorted(on_disk - expected.keys())

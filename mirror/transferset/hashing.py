@@ -18,12 +18,17 @@ from mirror.fsutil import CHUNK_SIZE
 
 
 def stream_sha256(
-    reader: Any, on_progress: Callable[[int], None] | None, writer: Any = None
+    reader: Any,
+    on_progress: Callable[[int], None] | None,
+    writer: Any = None,
+    *,
+    limit: int | None = None,
 ) -> tuple[str, int]:
-    """(sha256, size) of everything `reader` yields, copied to `writer` when given."""
+    """(sha256, size) of everything `reader` yields (at most `limit` bytes when given), copied
+    to `writer` when given."""
     digest = hashlib.sha256()
     size = 0
-    while chunk := reader.read(CHUNK_SIZE):
+    while chunk := reader.read(CHUNK_SIZE if limit is None else min(CHUNK_SIZE, limit - size)):
         if writer is not None:
             writer.write(chunk)
         digest.update(chunk)

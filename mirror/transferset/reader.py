@@ -3,11 +3,17 @@
 Promises:
 - `verify_set` trusts nothing in the directory before the signature has been
   checked against a trusted key (by the trust core, on the bytes); it then checks
-  every path, every part's size and sha256, every blob's whole sha256 and the
-  tool's, and that SHA256SUMS (when present) says exactly what the signed manifest
-  implies; it names the first bad file (IntegrityError, exit 5).
-- Memory does not grow with blob size: everything is streamed in CHUNK_SIZE
-  pieces and hashed in the same pass.
+  every path, every part's size and sha256 and the tool's, and that SHA256SUMS
+  (when present) says exactly what the signed manifest implies; it names the first
+  bad file in manifest order (IntegrityError, exit 5).
+- Each byte is read and hashed once, the files spread over one thread per core:
+  the part hashes are signed, so parts that match them are the bytes the source
+  packed. A blob's whole sha256 is the source's own claim (a single part must
+  equal it, `parse_manifest` checks that); the import hashes every blob whole as
+  it uploads it and publishes nothing whose bytes do not match it.
+- Memory does not grow with blob size: everything is streamed in CHUNK_SIZE pieces.
+- `BlobReader` joins a blob's parts for a consumer, checking each part's size and
+  sha256 as it passes.
 """
 
 from __future__ import annotations
@@ -17,10 +23,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
-from mirror.fsutil import CHUNK_SIZE
+from mirror.fsutil import CHUNK_SIZE, map_on_cores
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
@@ -37,7 +43,7 @@ from mirror.transferset.format import (
     ToolEntry,
     sha256sums_text,
 )
-from mirror.transferset.hashing import BackgroundSha256, stream_sha256
+from mirror.transferset.hashing import stream_sha256
 from mirror.transferset.keys import PublicKey, read_signature_bytes
 from mirror.transferset.trust import require_trusted, verify_manifest
 from mirror.units import format_size
@@ -92,15 +98,50 @@ def verify_set(
     manifest = checked.manifest
     _check_listing(set_dir, manifest)
     if check_blobs:
-        for item in manifest.blobs():
-            with BlobReader(set_dir, item) as reader:
-                while chunk := reader.read(CHUNK_SIZE):
-                    if on_progress is not None:
-                        on_progress(len(chunk))
-        if manifest.tool is not None:
-            _check_tool(set_dir, manifest.tool, on_progress)
+        files = [
+            (part.name, part.size, part.sha256) for item in manifest.blobs() for part in item.parts
+        ]
+        check_files(set_dir, files, on_progress)
+    verify_tool(set_dir, manifest, on_progress)
     _check_sha256sums(set_dir, manifest, data)
     return VerifiedSet(set_dir, manifest, data, checked.manifest_sha256, checked.key_id)
+
+
+def verify_tool(set_dir: Path, manifest: Manifest, on_progress: Progress | None = None) -> None:
+    """Hash the carried tool (when the manifest lists one) against the signed manifest."""
+    if manifest.tool is not None:
+        tool = manifest.tool
+        check_files(set_dir, [(tool.path, tool.size, tool.sha256)], on_progress)
+
+
+def check_files(
+    set_dir: Path, files: list[tuple[str, int, str]], on_progress: Progress | None = None
+) -> None:
+    """Hash each (name, size, sha256) file of the set once, one thread per core; IntegrityError
+    names the first bad one in the order given."""
+
+    def check(file: tuple[str, int, str]) -> None:
+        name, size, sha256 = file
+        with _open_member(set_dir, name) as handle:
+            got, length = stream_sha256(handle, on_progress, limit=size + 1)
+        if length != size:
+            raise IntegrityError(f"{name}: {length} bytes, the manifest says {size}")
+        if got != sha256:
+            raise IntegrityError(f"{name}: sha256 differs from the manifest (corrupt)")
+
+    for _ in map_on_cores(check, files):
+        pass
+
+
+def _open_member(set_dir: Path, name: str) -> BinaryIO:
+    """A file of the set, opened without following a link; IntegrityError names it."""
+    try:
+        fd = os.open(set_dir / name, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise IntegrityError(f"{name} is missing from the transfer set") from None
+    except OSError:
+        raise IntegrityError(f"{name} is missing or not a regular file") from None
+    return os.fdopen(fd, "rb", buffering=0)
 
 
 def set_bytes(set_dir: Path) -> int | None:
@@ -116,17 +157,6 @@ def set_bytes(set_dir: Path) -> int | None:
         )
     except OSError:
         return None
-
-
-def _check_tool(set_dir: Path, tool: ToolEntry, on_progress: Progress | None) -> None:
-    try:
-        fd = os.open(set_dir / tool.path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        raise IntegrityError(f"{tool.path} is missing or not a regular file") from None
-    with os.fdopen(fd, "rb", buffering=0) as handle:
-        sha256, size = stream_sha256(handle, on_progress)
-    if size != tool.size or sha256 != tool.sha256:
-        raise IntegrityError(f"{tool.path}: size or sha256 differs from the manifest (corrupt)")
 
 
 def _check_sha256sums(set_dir: Path, manifest: Manifest, manifest_bytes: bytes) -> None:
@@ -198,25 +228,21 @@ def _check_tool_listing(set_dir: Path, tool: ToolEntry) -> None:
 
 
 class BlobReader:
-    """Reads one blob by joining its parts, checking each part and the whole as it goes.
+    """Reads one blob by joining its parts, checking each part as it passes.
 
     Raises IntegrityError naming the part as soon as a part ends with the wrong
-    size or hash, and at the end when the joined bytes do not match the item.
-    `check_whole=False` leaves the joined hash to a consumer that checks it anyway
-    (the object store's upload does), saving one sha256 pass.
+    size or sha256, or is longer than the manifest says. The joined bytes' own
+    sha256 is the consumer's to check (the import's staged upload hashes them).
     """
 
-    def __init__(self, set_dir: Path, item: ManifestItem, *, check_whole: bool = True) -> None:
+    def __init__(self, set_dir: Path, item: ManifestItem) -> None:
         self.set_dir = set_dir
         self.item = item
         self._parts = list(item.parts)
         self._index = -1
-        self._handle: Any = None
+        self._handle: BinaryIO | None = None
         self._part_digest = hashlib.sha256()
         self._part_bytes = 0
-        self._check_whole = check_whole
-        self._whole = BackgroundSha256() if check_whole and len(self._parts) > 1 else None
-        self._total = 0
         self._done = False
 
     def __enter__(self) -> BlobReader:
@@ -226,32 +252,20 @@ class BlobReader:
         self.close()
 
     def close(self) -> None:
-        self._close_part()
-        if self._whole is not None:
-            self._whole.close()
-
-    def _close_part(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
 
-    def _next_part(self) -> bool:
-        self._close_part()
+    def _next_part(self) -> BinaryIO | None:
+        self.close()
         self._index += 1
         if self._index >= len(self._parts):
-            return False
-        part = self._parts[self._index]
-        path = self.set_dir / part.name
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise IntegrityError(f"{part.name} is missing from the transfer set") from None
-        except OSError:
-            raise IntegrityError(f"{part.name} is not a regular file") from None
-        self._handle = os.fdopen(fd, "rb", buffering=0)
+            self._done = True
+            return None
+        self._handle = _open_member(self.set_dir, self._parts[self._index].name)
         self._part_digest = hashlib.sha256()
         self._part_bytes = 0
-        return True
+        return self._handle
 
     def _finish_part(self) -> None:
         part = self._parts[self._index]
@@ -262,30 +276,16 @@ class BlobReader:
         if self._part_digest.hexdigest() != part.sha256:
             raise IntegrityError(f"{part.name}: sha256 differs from the manifest (corrupt part)")
 
-    def _finish_blob(self) -> None:
-        name = f"{BLOBS}/{self.item.sha256}"
-        if self._total != self.item.size:
-            raise IntegrityError(f"{name}: joined parts hold {self._total} bytes, expected size")
-        if not self._check_whole:
-            return
-        whole = (
-            self._whole.hexdigest() if self._whole is not None else self._part_digest.hexdigest()
-        )
-        if whole != self.item.sha256:
-            raise IntegrityError(f"{name}: the joined parts do not hash to the blob's sha256")
-
     def read(self, size: int = -1, /) -> bytes:
-        if self._done:
-            return b""
         want = CHUNK_SIZE if size is None or size < 0 else size
-        if self._handle is None and not self._next_part():
-            self._done = True
-            self._finish_blob()
-            return b""
-        while True:
+        handle = self._handle
+        while not self._done:
+            if handle is None:
+                handle = self._next_part()
+                continue
             part = self._parts[self._index]
             limit = min(want, part.size + 1 - self._part_bytes)
-            chunk = self._handle.read(limit) if limit > 0 else b""
+            chunk = handle.read(limit) if limit > 0 else b""
             if chunk:
                 self._part_bytes += len(chunk)
                 if self._part_bytes > part.size:
@@ -293,12 +293,7 @@ class BlobReader:
                         f"{part.name}: longer than the {part.size} bytes the manifest says"
                     )
                 self._part_digest.update(chunk)
-                if self._whole is not None:
-                    self._whole.update(chunk)
-                self._total += len(chunk)
                 return chunk
             self._finish_part()
-            if not self._next_part():
-                self._done = True
-                self._finish_blob()
-                return b""
+            handle = self._next_part()
+        return b""

@@ -185,6 +185,8 @@ def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert bucket_listing(object_store.client, object_store.bucket) == before
+    uploads = object_store.client.list_multipart_uploads(Bucket=object_store.bucket)
+    assert uploads.get("Uploads", []) == []
     assert not (victim / "receipt.json").exists()
 
 

@@ -1,0 +1,126 @@
+"""Staged uploads against a real S3 API server (moto): invisible until the whole batch matched,
+aborted together, bounded parts in flight, an existing object never read again."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tracemalloc
+
+import pytest
+
+from mirror.airgap.multipart import Staging
+from mirror.airgap.objectstore import ObjectStore
+from mirror.errors import IntegrityError
+from tests.fixtures.s3 import bucket_listing
+
+pytestmark = pytest.mark.s3
+
+MiB = 1024 * 1024
+
+
+def blob(size: int) -> tuple[bytes, str]:
+    data = os.urandom(size)
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def open_uploads(store: ObjectStore) -> list[str]:
+    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
+    return sorted(upload["Key"] for upload in answer.get("Uploads", []))
+
+
+@pytest.fixture
+def store(object_store: ObjectStore) -> ObjectStore:
+    return ObjectStore(object_store.client, object_store.bucket, part_size=5 * MiB, workers=2)
+
+
+def test_staged_objects_appear_only_when_the_batch_completes(store: ObjectStore) -> None:
+    first, first_sha = blob(11 * MiB)
+    second, second_sha = blob(3000)
+    a, b, empty = store.key("a", "bundle.zip"), store.key("b", "bundle.zip"), store.key("e")
+    with Staging(store) as staging:
+        staging.stage(a, io.BytesIO(first), sha256=first_sha, size=len(first))
+        staging.stage(b, io.BytesIO(second), sha256=second_sha, size=len(second))
+        staging.stage(empty, io.BytesIO(b""), sha256=hashlib.sha256().hexdigest(), size=0)
+        assert bucket_listing(store.client, store.bucket) == {}
+        assert open_uploads(store) == [a, b]
+        assert staging.complete() == {a: "created", b: "created", empty: "created"}
+    assert sorted(bucket_listing(store.client, store.bucket)) == sorted([a, b, empty])
+    assert open_uploads(store) == []
+    body = store.client.get_object(Bucket=store.bucket, Key=a)["Body"].read()
+    assert body == first
+    head = store.head(a)
+    assert head is not None and head["sha256"] == first_sha
+
+
+@pytest.mark.parametrize("size", [3000, 11 * MiB], ids=["small", "multipart"])
+def test_a_mismatch_in_the_second_object_aborts_the_first(store: ObjectStore, size: int) -> None:
+    good, good_sha = blob(11 * MiB)
+    bad, bad_sha = blob(size)
+    tampered = bad[:-1] + bytes([bad[-1] ^ 1])
+    with pytest.raises(IntegrityError, match="nothing was published"), Staging(store) as staging:
+        staging.stage(store.key("good"), io.BytesIO(good), sha256=good_sha, size=len(good))
+        staging.stage(store.key("bad"), io.BytesIO(tampered), sha256=bad_sha, size=size)
+        staging.complete()
+    assert bucket_listing(store.client, store.bucket) == {}
+    assert open_uploads(store) == []
+    assert [u.state for u in staging.uploads] == ["aborted", "aborted"]
+
+
+def test_leaving_the_block_without_completing_aborts(store: ObjectStore) -> None:
+    data, sha = blob(6 * MiB)
+    with Staging(store) as staging:
+        staging.stage(store.key("x"), io.BytesIO(data), sha256=sha, size=len(data))
+        assert open_uploads(store) == [store.key("x")]
+    assert open_uploads(store) == []
+    assert bucket_listing(store.client, store.bucket) == {}
+
+
+def test_parts_in_flight_are_bounded_across_the_batch(store: ObjectStore) -> None:
+    """workers=2: at most 2 parts (being read or sent) in memory, and they do overlap."""
+    objects = [blob(26 * MiB), blob(16 * MiB)]
+    with Staging(store) as staging:
+        for number, (data, sha) in enumerate(objects):
+            staging.stage(store.key(f"o{number}"), io.BytesIO(data), sha256=sha, size=len(data))
+        staging.complete()
+    assert staging.peak_parts_in_flight == 2
+    for number, (data, _) in enumerate(objects):
+        got = store.client.get_object(Bucket=store.bucket, Key=store.key(f"o{number}"))
+        assert got["Body"].read() == data
+
+
+class Unreadable:
+    def read(self, size: int = -1, /) -> bytes:
+        raise AssertionError("an object already in the bucket must not be read again")
+
+
+def test_an_object_already_there_is_not_read_or_uploaded_again(store: ObjectStore) -> None:
+    data, sha = blob(6 * MiB)
+    key = store.key("x")
+    assert store.upload_blob(key, io.BytesIO(data), sha256=sha, size=len(data)) == "created"
+    etag = bucket_listing(store.client, store.bucket)[key]
+    with Staging(store) as staging:
+        upload = staging.stage(key, Unreadable(), sha256=sha, size=len(data))
+        assert upload.state == "exists"
+        assert staging.complete() == {key: "exists"}
+    assert bucket_listing(store.client, store.bucket) == {key: etag}
+    assert open_uploads(store) == []
+
+
+def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
+    """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most two parts
+    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object."""
+    data, sha = blob(40 * MiB)
+    source = io.BytesIO(data)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        with Staging(store) as staging:
+            staging.stage(store.key("big"), source, sha256=sha, size=len(data))
+            staging.complete()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 2 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
+    assert store.head(store.key("big")) is not None
