@@ -118,6 +118,7 @@ IMPORT = obj(
                     "object": STR,
                     "manifest": STR,
                     "status": STR,
+                    "tree_sha256": SHA256,
                 }
             )
         ),

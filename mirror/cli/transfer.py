@@ -216,6 +216,7 @@ def transfer_import(
             receipt_path=receipt_path,
             on_progress=on_progress,
             on_verify_progress=on_verify_progress,
+            work_dir=settings.target.work_dir,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
     lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]

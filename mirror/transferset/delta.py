@@ -32,6 +32,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
@@ -117,6 +118,11 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
 
 
 # ---- the tree archive --------------------------------------------------------------------
+
+
+def archive_mtime(exported_at: str) -> int:
+    """The tree archive's mtime for a version: its export time in UTC epoch seconds."""
+    return int(datetime.fromisoformat(exported_at.replace("Z", "+00:00")).timestamp())
 
 
 class TreeArchive:

@@ -1,0 +1,416 @@
+"""Rebuild a version carried as a delta into the tree archive the connected side signed.
+
+A delta item carries the file list of the new tree and the contents its base does not hold
+(`mirror.transferset.delta`). The import publishes the tree archive of that list: the base
+version's object in the bucket gives the contents the delta did not carry.
+
+Promises:
+- `check_deltas` runs before anything is uploaded: every delta's base version is complete
+  in the bucket (its per-version manifest exists) with the tree the signed manifest names,
+  and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
+  base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
+  directory without room for the largest rebuild.
+- `RebuiltArchive` is a readable stream of the rebuilt archive for the ordinary upload:
+  nothing is read or fetched before its first `read` (a re-run whose object is already
+  there costs nothing), then every carried content and every base content it keeps is
+  checked against its sha256, the file list against the signed tree hash, and the archive
+  against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
+  the upload aborts and nothing is published. Memory does not grow with the site: contents
+  are spooled to the work directory, the archive is generated as it is read. Disk holds
+  the new tree's distinct contents and, while it is scanned, the base's archive; the work
+  directory is removed on every path out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import queue
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, Protocol, cast
+
+from mirror.airgap import layout
+from mirror.archive import ArchiveLimits, read_archive
+from mirror.errors import IntegrityError, TemporaryFailure
+from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
+from mirror.transferset.delta import (
+    DeltaContent,
+    TreeArchive,
+    TreeFile,
+    archive_mtime,
+    check_tree,
+    parse_file_list,
+    read_chunks,
+    read_delta_blob,
+)
+from mirror.transferset.format import Manifest, ManifestItem
+from mirror.transferset.reader import BlobReader
+from mirror.units import format_size
+
+WORK_PREFIX = "mirror-rebuild-"
+PIPE_DEPTH = 4
+
+FreeSpace = Callable[[Path], int | None]
+
+
+class Store(layout.Bucket, Protocol):
+    """What a rebuild needs of mirror.airgap.objectstore.ObjectStore."""
+
+    @property
+    def prefix(self) -> str: ...
+
+    def open_stream(self, key: str) -> Iterator[bytes]: ...
+
+
+def work_root(work_dir: Path | None) -> Path:
+    return Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+
+
+# ---- before anything is uploaded ---------------------------------------------------------------
+
+
+def check_deltas(
+    store: Store,
+    manifest: Manifest,
+    *,
+    work_dir: Path | None = None,
+    free_space: FreeSpace = free_bytes,
+) -> None:
+    """Refuse a set whose deltas cannot be rebuilt here (module docstring)."""
+    in_set = {(item.domain, item.version) for item in manifest.items}
+    needed = 0
+    for item in manifest.items:
+        if item.delta is None:
+            continue
+        base = base_manifest(store, item, in_set)
+        needed = max(needed, item.delta.archive_size + base.size)
+    if needed:
+        check_space(work_root(work_dir), needed, free_space)
+
+
+def base_manifest(
+    store: Store, item: ManifestItem, in_set: set[tuple[str, str]] | None = None
+) -> layout.VersionManifest:
+    """The per-version manifest of the delta item's base, proven to be the signed base."""
+    assert item.delta is not None
+    base_version = item.delta.base_version
+    remedy = f"run `mirror transfer pack --full --domain {item.domain}` on the connected side"
+    if in_set is not None and (item.domain, base_version) in in_set:
+        raise IntegrityError(
+            f"{item.label} is a delta against {item.domain} {base_version} of the same set; "
+            "refused (a delta's base must already be in the bucket)",
+            hint=remedy,
+        )
+    base = layout.read_version_manifest(store, item.domain, base_version)
+    where = f"{store.bucket}/{store.prefix}" if store.prefix else store.bucket
+    if base is None:
+        raise IntegrityError(
+            f"{item.label} is a delta against {item.domain} {base_version}, which is not in "
+            f"{where}; nothing was published",
+            hint=f"{remedy} and import that set",
+        )
+    if base.tree_sha256 != item.delta.base_tree_sha256:
+        raise IntegrityError(
+            f"{item.label}: wrong base: {item.domain} {base_version} in {where} holds tree "
+            f"{base.tree_sha256[:12]}, the delta was made against tree "
+            f"{item.delta.base_tree_sha256[:12]}; nothing was published",
+            hint=remedy,
+        )
+    return base
+
+
+def check_space(where: Path, needed: int, free_space: FreeSpace = free_bytes) -> None:
+    free = free_space(where)
+    if free is not None and free < needed:
+        raise TemporaryFailure(
+            f"not enough space in {where} to rebuild a delta: {format_size(needed)} needed, "
+            f"{format_size(free)} free; nothing was published",
+            hint="free space there or set target.work_dir to a larger disk, then run again",
+        )
+
+
+# ---- the upload's source -----------------------------------------------------------------------
+
+
+def open_published(
+    set_dir: Path, item: ManifestItem, store: Store, *, work_dir: Path | None = None
+) -> BlobReader | RebuiltArchive:
+    """What the import uploads for `item`: its blob, or (a delta) the rebuilt archive."""
+    if item.delta is None:
+        return BlobReader(set_dir, item, check_whole=False)
+    return RebuiltArchive(set_dir, item, store, work_dir=work_dir)
+
+
+def manifest_fields(item: ManifestItem) -> dict[str, Any]:
+    """The extra fields of a per-version manifest for a version carried as a delta."""
+    if item.delta is None:
+        return {}
+    return {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
+
+
+class RebuiltArchive:
+    """The tree archive of a delta item as a readable stream (module docstring)."""
+
+    def __init__(
+        self,
+        set_dir: Path,
+        item: ManifestItem,
+        store: Store,
+        *,
+        work_dir: Path | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> None:
+        assert item.delta is not None
+        self.set_dir = set_dir
+        self.item = item
+        self.store = store
+        self.root = work_root(work_dir)
+        self.limits = limits or ArchiveLimits()
+        self.work: Path | None = None
+        self._pipe: _Pipe | None = None
+        self._buffer = b""
+        self._done = False
+
+    def __enter__(self) -> RebuiltArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        if self.work is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.work = None
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = CHUNK_SIZE if size is None or size < 0 else size
+        if self._pipe is None and not self._done:
+            files = self._prepare()
+            self._pipe = _Pipe(lambda put: self._generate(files, put))
+        while len(self._buffer) < want and self._pipe is not None:
+            piece = self._pipe.get()
+            if piece is None:
+                self._pipe.close()
+                self._pipe = None
+                self._done = True
+                break
+            self._buffer += piece
+        data, self._buffer = self._buffer[:want], self._buffer[want:]
+        return data
+
+    # -- preparation: every content the archive needs, checked, in the work directory --------
+
+    def _prepare(self) -> list[TreeFile]:
+        self.work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=self.root))
+        try:
+            carried, files = self._spool_delta()
+            needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
+            if needed:
+                self._take_from_base(needed)
+            for entry in files:
+                if not (self.work / entry.sha256).exists():
+                    raise IntegrityError(
+                        f"{self.item.label}: {entry.path}: its content {entry.sha256[:12]} is "
+                        f"neither in the delta nor in the base {self._base_label}; "
+                        "nothing was published"
+                    )
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(self.root, None, "nothing was published") from None
+            raise
+        return files
+
+    @property
+    def _base_label(self) -> str:
+        assert self.item.delta is not None
+        return f"{self.item.domain} {self.item.delta.base_version}"
+
+    def _spool_delta(self) -> tuple[set[str], list[TreeFile]]:
+        assert self.work is not None
+        label = self.item.label
+        carried: dict[str, int] = {}
+        listing = b""
+        with BlobReader(self.set_dir, self.item) as blob:
+            for member in read_delta_blob(cast(IO[bytes], blob), label=label):
+                if isinstance(member, DeltaContent):
+                    self._spool(member.sha256, member.size, member.stream, "the delta")
+                    carried[member.sha256] = member.size
+                else:
+                    listing = member
+            while blob.read(CHUNK_SIZE):
+                pass  # the blob's last part and its whole sha256 are checked at its end
+        files = parse_file_list(listing, label=label, limits=self.limits)
+        check_tree(files, self.item.tree_sha256, label=label)
+        sizes = {entry.sha256: entry.size for entry in files}
+        for sha256, size in carried.items():
+            if sha256 not in sizes:
+                raise IntegrityError(
+                    f"{label}: the delta carries content {sha256[:12]}, which no file uses"
+                )
+            if sizes[sha256] != size:
+                raise IntegrityError(
+                    f"{label}: content {sha256[:12]} holds {size} bytes, the file list says "
+                    f"{sizes[sha256]}"
+                )
+        return set(carried), files
+
+    def _spool(self, sha256: str, size: int, stream: IO[bytes], source: str) -> None:
+        assert self.work is not None
+        target = self.work / sha256
+        partial = self.work / f"{sha256}.part"
+        digest = hashlib.sha256()
+        written = 0
+        with open(partial, "wb") as out:
+            for chunk in read_chunks(stream):
+                digest.update(chunk)
+                written += len(chunk)
+                out.write(chunk)
+        if written != size or digest.hexdigest() != sha256:
+            partial.unlink()
+            raise IntegrityError(
+                f"{self.item.label}: content {sha256[:12]} from {source} holds "
+                f"{written} bytes hashing to {digest.hexdigest()[:12]}; nothing was published"
+            )
+        os.replace(partial, target)
+
+    def _take_from_base(self, needed: Mapping[str, int]) -> None:
+        assert self.work is not None and self.item.delta is not None
+        base = base_manifest(self.store, self.item)
+        path = self.work / "base-archive"
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "wb") as out:
+            for chunk in self.store.open_stream(base.object):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        if size != base.size or digest.hexdigest() != base.sha256:
+            raise IntegrityError(
+                f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
+                f"match its manifest (damaged or replaced); nothing was published"
+            )
+        sink = _NeededContents(self.work, needed)
+        try:
+            report = read_archive(path, sink, self.limits)
+        except IntegrityError as exc:
+            raise IntegrityError(
+                f"the base {self._base_label} ({self.store.bucket}/{base.object}): {exc.message}"
+            ) from None
+        finally:
+            path.unlink(missing_ok=True)
+        if report.tree_sha256 != self.item.delta.base_tree_sha256:
+            raise IntegrityError(
+                f"{self.store.bucket}/{base.object} holds tree {report.tree_sha256[:12]}, not "
+                f"the base tree {self.item.delta.base_tree_sha256[:12]}; nothing was published"
+            )
+
+    # -- generation: the archive in file-list order, as it is read ----------------------------
+
+    def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
+        assert self.work is not None and self.item.delta is not None
+        archive = TreeArchive(put, mtime=archive_mtime(self.item.exported_at))
+        for entry in files:
+            with open(self.work / entry.sha256, "rb") as content:
+                archive.add_file(entry.path, entry.size, read_chunks(content))
+        archive.close()
+        if archive.sha256 != self.item.delta.archive_sha256:
+            raise IntegrityError(
+                f"{self.item.label}: the rebuilt archive hashes to {archive.sha256[:12]}, the "
+                f"signed manifest names {self.item.delta.archive_sha256[:12]}; "
+                "nothing was published"
+            )
+
+
+class _NeededContents:
+    """An archive sink keeping, once each, the contents a rebuild still needs (by sha256)."""
+
+    def __init__(self, work: Path, needed: Mapping[str, int]) -> None:
+        self.work = work
+        self.needed = needed
+
+    def directory(self, path: str) -> None:
+        return None
+
+    def open_file(self, path: str) -> IO[bytes]:
+        return cast(IO[bytes], _ContentFile(self.work, self.needed))
+
+
+class _ContentFile:
+    """Hashes what is written; at close keeps it as work/<sha256> when it is needed."""
+
+    def __init__(self, work: Path, needed: Mapping[str, int]) -> None:
+        self.work = work
+        self.needed = needed
+        self.partial = work / "base-content.part"
+        self.handle = open(self.partial, "wb")  # noqa: SIM115 (closed in close)
+        self.digest = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        return self.handle.write(data)
+
+    def __enter__(self) -> _ContentFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handle.close()
+        sha256 = self.digest.hexdigest()
+        target = self.work / sha256
+        if exc[0] is None and sha256 in self.needed and not target.exists():
+            os.replace(self.partial, target)
+        else:
+            self.partial.unlink(missing_ok=True)
+
+
+class _Pipe:
+    """Runs `produce(put)` on a thread; `get` returns what it put, then None at its end.
+    An exception in the producer is raised by `get`; `close` stops the producer."""
+
+    def __init__(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(PIPE_DEPTH)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(produce,), name="rebuild", daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.1)
+                return
+        raise _Stopped
+
+    def _run(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
+        try:
+            produce(self._put)
+        except _Stopped:
+            return
+        except BaseException as exc:  # handed to the reader, which raises it
+            with contextlib.suppress(_Stopped):
+                self._put(exc)
+            return
+        with contextlib.suppress(_Stopped):
+            self._put(None)
+
+    def get(self) -> bytes | None:
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _Stopped(Exception):
+    """The reader closed the pipe: the producer stops."""
