@@ -18,7 +18,8 @@ Promises:
   the upload aborts and nothing is published. Memory does not grow with the site: contents
   are spooled to the work directory, the archive is generated as it is read. Disk holds
   the new tree's distinct contents and, while it is scanned, the base's archive; the work
-  directory is removed on every path out.
+  directory is removed on every path out; one left by a killed import (its process is
+  gone) is removed by the next import that rebuilds into the same place.
 """
 
 from __future__ import annotations
@@ -90,7 +91,28 @@ def check_deltas(
         base = base_manifest(store, item, in_set)
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
+        remove_abandoned(work_root(work_dir))
         check_space(work_root(work_dir), needed, free_space)
+
+
+def remove_abandoned(root: Path) -> None:
+    """Remove the work directories of rebuilds whose process is gone (killed mid-way)."""
+    if not root.is_dir():
+        return
+    for entry in root.glob(f"{WORK_PREFIX}*"):
+        pid = entry.name.removeprefix(WORK_PREFIX).split("-")[0]
+        if pid.isdigit() and entry.is_dir() and not _running(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def base_manifest(
@@ -209,7 +231,7 @@ class RebuiltArchive:
     # -- preparation: every content the archive needs, checked, in the work directory --------
 
     def _prepare(self) -> list[TreeFile]:
-        self.work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=self.root))
+        self.work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=self.root))
         try:
             carried, files = self._spool_delta()
             needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
