@@ -25,6 +25,7 @@ Promises:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import queue
@@ -37,7 +38,7 @@ from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
 from mirror.archive import ArchiveLimits, read_archive
-from mirror.errors import IntegrityError, TemporaryFailure
+from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
 from mirror.transferset.delta import (
     DeltaContent,
@@ -54,6 +55,7 @@ from mirror.transferset.reader import BlobReader
 from mirror.units import format_size
 
 WORK_PREFIX = "mirror-rebuild-"
+LOCK_NAME = ".lock"
 PIPE_DEPTH = 4
 
 FreeSpace = Callable[[Path], int | None]
@@ -91,28 +93,40 @@ def check_deltas(
         base = base_manifest(store, item, in_set)
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
-        remove_abandoned(work_root(work_dir))
-        check_space(work_root(work_dir), needed, free_space)
+        root = work_root(work_dir)
+        if not root.is_dir():
+            raise ConfigError(
+                f"target.work_dir {root} is not a directory",
+                hint="create it or point target.work_dir at a disk with room for rebuilds",
+            )
+        remove_abandoned(root)
+        check_space(root, needed, free_space)
 
 
 def remove_abandoned(root: Path) -> None:
-    """Remove the work directories of rebuilds whose process is gone (killed mid-way)."""
+    """Remove the work directories of rebuilds whose process is gone (killed mid-way): a
+    live rebuild holds the lock in its directory, which the kernel releases at its death."""
     if not root.is_dir():
         return
     for entry in root.glob(f"{WORK_PREFIX}*"):
-        pid = entry.name.removeprefix(WORK_PREFIX).split("-")[0]
-        if pid.isdigit() and entry.is_dir() and not _running(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
+        try:
+            fd = os.open(entry / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live rebuild
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry, ignore_errors=True)
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _locked_work_dir(root: Path) -> tuple[Path, int]:
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
+    fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return work, fd
 
 
 def base_manifest(
@@ -194,8 +208,9 @@ class RebuiltArchive:
         self.root = work_root(work_dir)
         self.limits = limits or ArchiveLimits()
         self.work: Path | None = None
+        self._lock: int | None = None
         self._pipe: _Pipe | None = None
-        self._buffer = b""
+        self._buffer = bytearray()
         self._done = False
 
     def __enter__(self) -> RebuiltArchive:
@@ -211,6 +226,9 @@ class RebuiltArchive:
         if self.work is not None:
             shutil.rmtree(self.work, ignore_errors=True)
             self.work = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def read(self, size: int = -1, /) -> bytes:
         want = CHUNK_SIZE if size is None or size < 0 else size
@@ -224,15 +242,19 @@ class RebuiltArchive:
                 self._pipe = None
                 self._done = True
                 break
+            if not self._buffer and len(piece) <= want:
+                return piece
             self._buffer += piece
-        data, self._buffer = self._buffer[:want], self._buffer[want:]
+        with memoryview(self._buffer) as view:
+            data = bytes(view[:want])
+        del self._buffer[:want]
         return data
 
     # -- preparation: every content the archive needs, checked, in the work directory --------
 
     def _prepare(self) -> list[TreeFile]:
-        self.work = Path(tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-", dir=self.root))
         try:
+            self.work, self._lock = _locked_work_dir(self.root)
             carried, files = self._spool_delta()
             needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
             if needed:
@@ -247,7 +269,9 @@ class RebuiltArchive:
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full(self.root, None, "nothing was published") from None
-            raise
+            raise OperationFailed(
+                f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
+            ) from None
         return files
 
     @property
