@@ -16,7 +16,7 @@ Promises:
   checked against its sha256, the file list against the signed tree hash, and the archive
   against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
   the upload aborts and nothing is published. Memory does not grow with the site: contents
-  are spooled to the work directory, the archive is generated as it is read. Disk holds
+  are spooled to one file in the work directory, the archive is generated as it is read. Disk holds
   the new tree's distinct contents and, while it is scanned, the base's archive; the work
   directory is removed on every path out; one left by a killed import (its process is
   gone) is removed by the next import that rebuilds into the same place.
@@ -32,7 +32,7 @@ import queue
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
@@ -209,6 +209,7 @@ class RebuiltArchive:
         self.limits = limits or ArchiveLimits()
         self.work: Path | None = None
         self._lock: int | None = None
+        self._contents: _Contents | None = None
         self._pipe: _Pipe | None = None
         self._buffer = bytearray()
         self._done = False
@@ -223,6 +224,9 @@ class RebuiltArchive:
         if self._pipe is not None:
             self._pipe.close()
             self._pipe = None
+        if self._contents is not None:
+            self._contents.close()
+            self._contents = None
         if self.work is not None:
             shutil.rmtree(self.work, ignore_errors=True)
             self.work = None
@@ -255,12 +259,13 @@ class RebuiltArchive:
     def _prepare(self) -> list[TreeFile]:
         try:
             self.work, self._lock = _locked_work_dir(self.root)
+            self._contents = _Contents(self.work / "contents")
             carried, files = self._spool_delta()
             needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
             if needed:
                 self._take_from_base(needed)
             for entry in files:
-                if not (self.work / entry.sha256).exists():
+                if entry.sha256 not in self._contents:
                     raise IntegrityError(
                         f"{self.item.label}: {entry.path}: its content {entry.sha256[:12]} is "
                         f"neither in the delta nor in the base {self._base_label}; "
@@ -309,23 +314,16 @@ class RebuiltArchive:
         return set(carried), files
 
     def _spool(self, sha256: str, size: int, stream: IO[bytes], source: str) -> None:
-        assert self.work is not None
-        target = self.work / sha256
-        partial = self.work / f"{sha256}.part"
-        digest = hashlib.sha256()
-        written = 0
-        with open(partial, "wb") as out:
+        assert self._contents is not None
+        with self._contents.adding() as content:
             for chunk in read_chunks(stream):
-                digest.update(chunk)
-                written += len(chunk)
-                out.write(chunk)
-        if written != size or digest.hexdigest() != sha256:
-            partial.unlink()
+                content.write(chunk)
+            got = content.finish({sha256})
+        if got != sha256 or content.size != size:
             raise IntegrityError(
                 f"{self.item.label}: content {sha256[:12]} from {source} holds "
-                f"{written} bytes hashing to {digest.hexdigest()[:12]}; nothing was published"
+                f"{content.size} bytes hashing to {got[:12]}; nothing was published"
             )
-        os.replace(partial, target)
 
     def _take_from_base(self, needed: Mapping[str, int]) -> None:
         assert self.work is not None and self.item.delta is not None
@@ -343,7 +341,8 @@ class RebuiltArchive:
                 f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
                 f"match its manifest (damaged or replaced); nothing was published"
             )
-        sink = _NeededContents(self.work, needed)
+        assert self._contents is not None
+        sink = _NeededContents(self._contents, needed)
         try:
             report = read_archive(path, sink, self.limits)
         except IntegrityError as exc:
@@ -361,11 +360,11 @@ class RebuiltArchive:
     # -- generation: the archive in file-list order, as it is read ----------------------------
 
     def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
-        assert self.work is not None and self.item.delta is not None
+        assert self._contents is not None and self.item.delta is not None
         archive = TreeArchive(put, mtime=archive_mtime(self.item.exported_at))
+        self._contents.flush()
         for entry in files:
-            with open(self.work / entry.sha256, "rb") as content:
-                archive.add_file(entry.path, entry.size, read_chunks(content))
+            archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
         archive.close()
         if archive.sha256 != self.item.delta.archive_sha256:
             raise IntegrityError(
@@ -375,45 +374,102 @@ class RebuiltArchive:
             )
 
 
+class _Contents:
+    """The contents a rebuild keeps, once each, appended to one file of the work directory
+    (one file, not one per content: a site's thousands of pages cost no inodes or renames).
+    A content that is not kept is cut off again at once, so the file holds only kept ones."""
+
+    def __init__(self, path: Path) -> None:
+        self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
+        self.where: dict[str, tuple[int, int]] = {}
+
+    def __contains__(self, sha256: str) -> bool:
+        return sha256 in self.where
+
+    def adding(self) -> _Adding:
+        return _Adding(self)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def chunks(self, sha256: str) -> Iterator[bytes]:
+        offset, remaining = self.where[sha256]
+        fd = self.handle.fileno()
+        while remaining > 0:
+            chunk = os.pread(fd, min(CHUNK_SIZE, remaining), offset)
+            if not chunk:
+                raise OperationFailed(f"the rebuild's work file {self.handle.name} was truncated")
+            offset += len(chunk)
+            remaining -= len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class _Adding:
+    """One content being appended: hashed as written; `finish(wanted)` keeps it when its
+    sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
+
+    def __init__(self, contents: _Contents) -> None:
+        self.contents = contents
+        self.start = contents.handle.seek(0, os.SEEK_END)
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.kept = False
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.contents.handle.write(data)
+
+    def finish(self, wanted: Container[str]) -> str:
+        sha256 = self.digest.hexdigest()
+        if sha256 in wanted and sha256 not in self.contents:
+            self.contents.where[sha256] = (self.start, self.size)
+            self.kept = True
+        return sha256
+
+    def __enter__(self) -> _Adding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.kept:
+            self.contents.handle.seek(self.start)
+            self.contents.handle.truncate()
+
+
 class _NeededContents:
     """An archive sink keeping, once each, the contents a rebuild still needs (by sha256)."""
 
-    def __init__(self, work: Path, needed: Mapping[str, int]) -> None:
-        self.work = work
+    def __init__(self, contents: _Contents, needed: Container[str]) -> None:
+        self.contents = contents
         self.needed = needed
 
     def directory(self, path: str) -> None:
         return None
 
     def open_file(self, path: str) -> IO[bytes]:
-        return cast(IO[bytes], _ContentFile(self.work, self.needed))
+        return cast(IO[bytes], _BaseFile(self.contents.adding(), self.needed))
 
 
-class _ContentFile:
-    """Hashes what is written; at close keeps it as work/<sha256> when it is needed."""
+class _BaseFile:
+    """A base archive's file as the sink sees it: kept at its end when it is needed."""
 
-    def __init__(self, work: Path, needed: Mapping[str, int]) -> None:
-        self.work = work
+    def __init__(self, adding: _Adding, needed: Container[str]) -> None:
+        self.adding = adding
         self.needed = needed
-        self.partial = work / "base-content.part"
-        self.handle = open(self.partial, "wb")  # noqa: SIM115 (closed in close)
-        self.digest = hashlib.sha256()
 
     def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        return self.handle.write(data)
+        return self.adding.write(data)
 
-    def __enter__(self) -> _ContentFile:
+    def __enter__(self) -> _BaseFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.handle.close()
-        sha256 = self.digest.hexdigest()
-        target = self.work / sha256
-        if exc[0] is None and sha256 in self.needed and not target.exists():
-            os.replace(self.partial, target)
-        else:
-            self.partial.unlink(missing_ok=True)
+        if exc[0] is None:
+            self.adding.finish(self.needed)
+        self.adding.__exit__(*exc)
 
 
 class _Pipe:
