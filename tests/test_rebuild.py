@@ -18,7 +18,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import check_deltas
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
-from mirror.errors import IntegrityError, TemporaryFailure
+from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
@@ -211,6 +211,8 @@ def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where
         refused.value.message
     )
     assert "target.work_dir" in str(refused.value)
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_deltas(object_store, manifest, work_dir=tmp_path / "absent")
 
 
 @pytest.mark.parametrize("case", ["unused content", "base in the same set"])

@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,33 +85,49 @@ def kill_at_a_random_point(
     landed_goal = rng.randint(1, 4)
     in_multipart = rng.random() < 0.5
     delay = rng.uniform(0.0, 0.3)
+
+    def reached() -> str | None:
+        if len(bucket_listing(client, bucket)) - before >= landed_goal:
+            return "after keys"
+        if in_multipart and uploads_in_progress(client, bucket) - stale:
+            time.sleep(delay)
+            return "in multipart"
+        return None
+
+    where = import_killed_when(set_dir, config, reached, poll=0.01)
+    if where is None:
+        return True
+    seen.append(where)
+    return False
+
+
+def import_killed_when(
+    set_dir: Path, config: Path, reached: Callable[[], str | None], *, poll: float
+) -> str | None:
+    """Run the import and SIGKILL it as soon as `reached()` names a point; that point, or
+    None when the import finished first."""
     process = subprocess.Popen(
         mirror_argv("--config", str(config), "transfer", "import", str(set_dir)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=cli_env(),
     )
-    where = "end"
+    where: str | None = "end"
     deadline = time.monotonic() + 120
     try:
         while process.poll() is None and time.monotonic() < deadline:
-            if len(bucket_listing(client, bucket)) - before >= landed_goal:
-                where = "after keys"
+            where = reached() or "end"
+            if where != "end":
                 break
-            if in_multipart and uploads_in_progress(client, bucket) - stale:
-                time.sleep(delay)
-                where = "in multipart"
-                break
-            time.sleep(0.01)
+            time.sleep(poll)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         _, stderr = process.communicate(timeout=30)
     if process.returncode == 0:
-        return True
+        return None
     assert process.returncode == -signal.SIGKILL, stderr
-    seen.append(where)
-    return False
+    return where
 
 
 @pytest.mark.fault(
@@ -214,34 +231,17 @@ def kill_delta_import(
     client, bucket = store.client, store.bucket
     stale_uploads = uploads_in_progress(client, bucket)
     stale_work = set(work.iterdir())
-    process = subprocess.Popen(
-        mirror_argv("--config", str(config), "transfer", "import", str(set_dir)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
-    )
-    where = "end"
-    deadline = time.monotonic() + 120
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            if point == "rebuilding" and set(work.iterdir()) - stale_work:
-                where = point
-                break
-            if point == "in multipart" and uploads_in_progress(client, bucket) - stale_uploads:
-                where = point
-                break
-            if point == "after the bundle" and store.head(bundle) is not None:
-                where = point
-                break
-            time.sleep(0.005)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        _, stderr = process.communicate(timeout=30)
-    if process.returncode == 0:
-        return "end"
-    assert process.returncode == -signal.SIGKILL, stderr
-    return where
+
+    def reached() -> str | None:
+        if point == "rebuilding" and set(work.iterdir()) - stale_work:
+            return point
+        if point == "in multipart" and uploads_in_progress(client, bucket) - stale_uploads:
+            return point
+        if point == "after the bundle" and store.head(bundle) is not None:
+            return point
+        return None
+
+    return import_killed_when(set_dir, config, reached, poll=0.005) or "end"
 
 
 @pytest.mark.fault(
