@@ -16,10 +16,10 @@ Promises:
   checked against its sha256, the file list against the signed tree hash, and the archive
   against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
   the upload aborts and nothing is published. Memory does not grow with the site: contents
-  are spooled to one file in the work directory, the archive is generated as it is read. Disk holds
-  the new tree's distinct contents and, while it is scanned, the base's archive; the work
-  directory is removed on every path out; one left by a killed import (its process is
-  gone) is removed by the next import that rebuilds into the same place.
+  are spooled to one file in the work directory, the archive is generated as it is read.
+  Disk holds the new tree's distinct contents and, while it is scanned, the base's archive.
+  The work directory is removed on every path out; one left by a killed import (its
+  process is gone) is removed by the next import of a delta into the same place.
 """
 
 from __future__ import annotations
@@ -123,9 +123,12 @@ def remove_abandoned(root: Path) -> None:
 
 
 def _locked_work_dir(root: Path) -> tuple[Path, int]:
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
-    fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    """A new work directory, locked before it gets the name `remove_abandoned` looks at."""
+    unnamed = Path(tempfile.mkdtemp(prefix=f".{WORK_PREFIX}", dir=root))
+    fd = os.open(unnamed / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    work = root / unnamed.name.removeprefix(".")
+    os.rename(unnamed, work)
     return work, fd
 
 
