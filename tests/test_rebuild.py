@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,13 @@ import pytest
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
-from mirror.airgap.rebuild import check_deltas
+from mirror.airgap.rebuild import (
+    LOCK_NAME,
+    WORK_PREFIX,
+    check_deltas,
+    locked_work_dir,
+    remove_abandoned,
+)
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
@@ -242,3 +249,25 @@ def test_a_delta_the_importer_cannot_trust_publishes_nothing(
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert not object_store.client.list_multipart_uploads(Bucket=object_store.bucket).get("Uploads")
+
+
+def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> None:
+    live, lock = locked_work_dir(tmp_path)
+    dead = tmp_path / f"{WORK_PREFIX}dead"
+    dead.mkdir()
+    (dead / LOCK_NAME).touch()  # a lock file nobody holds: its process is gone
+    unlocked = tmp_path / f"{WORK_PREFIX}young"
+    unlocked.mkdir()  # no lock yet: being made, or killed before its lock
+    other = tmp_path / "something-else"
+    other.mkdir()
+    try:
+        remove_abandoned(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [live.name, unlocked.name, other.name]
+        )
+        remove_abandoned(tmp_path, now=lambda: time.time() + 2 * 3600)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+    finally:
+        os.close(lock)
+    remove_abandoned(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]

@@ -32,6 +32,7 @@ import queue
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
@@ -56,6 +57,7 @@ from mirror.units import format_size
 
 WORK_PREFIX = "mirror-rebuild-"
 LOCK_NAME = ".lock"
+UNLOCKED_GRACE = 3600.0
 PIPE_DEPTH = 4
 
 FreeSpace = Callable[[Path], int | None]
@@ -103,32 +105,41 @@ def check_deltas(
         check_space(root, needed, free_space)
 
 
-def remove_abandoned(root: Path) -> None:
+def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
     """Remove the work directories of rebuilds whose process is gone (killed mid-way): a
     live rebuild holds the lock in its directory, which the kernel releases at its death."""
     if not root.is_dir():
         return
     for entry in root.glob(f"{WORK_PREFIX}*"):
-        try:
-            fd = os.open(entry / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            continue  # a live rebuild
-        finally:
-            os.close(fd)
-        shutil.rmtree(entry, ignore_errors=True)
+        if entry.is_dir() and _abandoned(entry, now()):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
-def _locked_work_dir(root: Path) -> tuple[Path, int]:
-    """A new work directory, locked before it gets the name `remove_abandoned` looks at."""
-    unnamed = Path(tempfile.mkdtemp(prefix=f".{WORK_PREFIX}", dir=root))
-    fd = os.open(unnamed / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+def _abandoned(work: Path, now: float) -> bool:
+    try:
+        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        # Killed before its lock was in place (it is empty), or being made right now.
+        with contextlib.suppress(OSError):
+            return now - work.stat().st_mtime > UNLOCKED_GRACE
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live rebuild
+    finally:
+        os.close(fd)
+    return True
+
+
+def locked_work_dir(root: Path) -> tuple[Path, int]:
+    """A new work directory whose lock is held before it has the name others test."""
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
+    fd = os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    work = root / unnamed.name.removeprefix(".")
-    os.rename(unnamed, work)
+    os.rename(work / f"{LOCK_NAME}.new", work / LOCK_NAME)
     return work, fd
 
 
@@ -261,7 +272,7 @@ class RebuiltArchive:
 
     def _prepare(self) -> list[TreeFile]:
         try:
-            self.work, self._lock = _locked_work_dir(self.root)
+            self.work, self._lock = locked_work_dir(self.root)
             self._contents = _Contents(self.work / "contents")
             carried, files = self._spool_delta()
             needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}

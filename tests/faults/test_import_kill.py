@@ -230,10 +230,9 @@ def kill_delta_import(
     finished first)."""
     client, bucket = store.client, store.bucket
     stale_uploads = uploads_in_progress(client, bucket)
-    stale_work = set(work.iterdir())
 
     def reached() -> str | None:
-        if point == "rebuilding" and set(work.iterdir()) - stale_work:
+        if point == "rebuilding" and any((d / ".lock").exists() for d in work.iterdir()):
             return point
         if point == "in multipart" and uploads_in_progress(client, bucket) - stale_uploads:
             return point
