@@ -21,6 +21,7 @@ from mirror.airgap.rebuild import (
     WORK_PREFIX,
     check_deltas,
     locked_work_dir,
+    published_bytes,
     remove_abandoned,
 )
 from mirror.archive import inspect_archive
@@ -114,6 +115,7 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     assert receipt["items"][0]["sha256"] == expected.sha256
     assert receipt["items"][0]["tree_sha256"] == item.tree_sha256
     assert list(work.iterdir()) == []
+    assert published_bytes(tmp_path / "s2") == expected.size  # the import's progress total
 
     values = tmp_path / "values.yaml"
     chart.write_values(chart.render_values(object_store, target_settings, DOCS, V2), values)

@@ -39,7 +39,13 @@ from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
 from mirror.archive import ArchiveLimits, read_archive
-from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
+from mirror.errors import (
+    ConfigError,
+    IntegrityError,
+    MirrorError,
+    OperationFailed,
+    TemporaryFailure,
+)
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
 from mirror.transferset.delta import (
     DeltaContent,
@@ -51,8 +57,8 @@ from mirror.transferset.delta import (
     read_chunks,
     read_delta_blob,
 )
-from mirror.transferset.format import Manifest, ManifestItem
-from mirror.transferset.reader import BlobReader
+from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
+from mirror.transferset.reader import BlobReader, read_manifest_bytes
 from mirror.units import format_size
 
 WORK_PREFIX = "mirror-rebuild-"
@@ -185,6 +191,16 @@ def check_space(where: Path, needed: int, free_space: FreeSpace = free_bytes) ->
 
 
 # ---- the upload's source -----------------------------------------------------------------------
+
+
+def published_bytes(set_dir: Path) -> int | None:
+    """The bytes an import of `set_dir` uploads (a delta's rebuilt archive, not its blob),
+    for a progress total only: the manifest is not verified here. None when unreadable."""
+    try:
+        manifest = parse_manifest(read_manifest_bytes(set_dir))
+    except MirrorError:
+        return None
+    return sum(item.published_size for item in manifest.items)
 
 
 def open_published(

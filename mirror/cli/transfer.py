@@ -198,6 +198,7 @@ def transfer_import(
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set, receipt_key_from
+    from mirror.airgap.rebuild import published_bytes
     from mirror.transferset.reader import set_bytes
 
     settings = cli.settings
@@ -206,6 +207,9 @@ def transfer_import(
     store = _object_store(settings)
     phases = _progress(cli, "verifying", "importing", total=set_bytes(set_dir))
     with phases as (on_verify_progress, on_progress):
+        uploading = published_bytes(set_dir) if on_progress is not None else None
+        if on_progress is not None and uploading is not None:
+            on_progress.set_total(uploading)  # a delta uploads its rebuilt archive
         result = import_set(
             store,
             set_dir,
