@@ -19,6 +19,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import (
     LOCK_NAME,
     WORK_PREFIX,
+    RebuiltArchive,
     check_deltas,
     locked_work_dir,
     published_bytes,
@@ -251,6 +252,26 @@ def test_a_delta_the_importer_cannot_trust_publishes_nothing(
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert not object_store.client.list_multipart_uploads(Bucket=object_store.bucket).get("Uploads")
+
+
+def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    spec = DeltaSpec(delta={"archive_sha256": "0" * 64})
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    (entry,) = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes()).items
+    with RebuiltArchive(tmp_path / "s2", entry, object_store, work_dir=tmp_path) as archive:
+        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+            while archive.read(1000):
+                pass
+        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+            archive.read(1000)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(WORK_PREFIX)]
 
 
 def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> None:

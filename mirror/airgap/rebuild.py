@@ -243,6 +243,7 @@ class RebuiltArchive:
         self._pipe: _Pipe | None = None
         self._buffer = bytearray()
         self._done = False
+        self._failed: BaseException | None = None
 
     def __enter__(self) -> RebuiltArchive:
         return self
@@ -265,7 +266,17 @@ class RebuiltArchive:
             self._lock = None
 
     def read(self, size: int = -1, /) -> bytes:
-        want = CHUNK_SIZE if size is None or size < 0 else size
+        """Up to `size` bytes of the archive (b"" at its end); a refusal is raised again by
+        every later call, so no reader can take what follows it for the end."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return self._read(CHUNK_SIZE if size is None or size < 0 else size)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def _read(self, want: int) -> bytes:
         if self._pipe is None and not self._done:
             files = self._prepare()
             self._pipe = _Pipe(lambda put: self._generate(files, put))
