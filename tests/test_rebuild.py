@@ -283,6 +283,8 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
     unlocked.mkdir()  # no lock yet: being made, or killed before its lock
     other = tmp_path / "something-else"
     other.mkdir()
+    cut_short = tmp_path / f".{WORK_PREFIX}removing-{WORK_PREFIX}x"
+    cut_short.mkdir()  # a removal killed half-way
     try:
         remove_abandoned(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(

@@ -63,6 +63,7 @@ from mirror.units import format_size
 
 WORK_PREFIX = "mirror-rebuild-"
 LOCK_NAME = ".lock"
+REMOVING_PREFIX = f".{WORK_PREFIX}removing-"
 UNLOCKED_GRACE = 3600.0
 PIPE_DEPTH = 4
 
@@ -119,6 +120,19 @@ def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> Non
     for entry in root.glob(f"{WORK_PREFIX}*"):
         if entry.is_dir() and _abandoned(entry, now()):
             shutil.rmtree(entry, ignore_errors=True)
+    for entry in root.glob(f"{REMOVING_PREFIX}*"):
+        shutil.rmtree(entry, ignore_errors=True)  # its removal was cut short
+
+
+def remove_work_dir(work: Path) -> None:
+    """Remove a work directory: renamed out of the way first (with its lock still held), so
+    a kill half-way through leaves something every later import removes at once."""
+    doomed = work.with_name(f"{REMOVING_PREFIX}{work.name}")
+    try:
+        os.rename(work, doomed)
+    except OSError:
+        doomed = work
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _abandoned(work: Path, now: float) -> bool:
@@ -259,7 +273,7 @@ class RebuiltArchive:
             self._contents.close()
             self._contents = None
         if self.work is not None:
-            shutil.rmtree(self.work, ignore_errors=True)
+            remove_work_dir(self.work)
             self.work = None
         if self._lock is not None:
             os.close(self._lock)
