@@ -1,6 +1,6 @@
 """`python -m bench [NAME ...]`: every comparison (or the named ones), then one table.
 
-NAME is a module bench_NAME.py: startup, download, export, store, transfer (the
+NAME is a module bench_NAME.py: startup, download, export, store, transfer, delta (the
 comparisons, each with `run(setting) -> list[Row]`), or daemon_idle (its own
 measurement and table, run only when named).
 """
@@ -14,7 +14,7 @@ import time
 from bench.common import Row, machine, print_table
 from bench.setting import setting
 
-COMPARISONS = ("startup", "download", "export", "store", "transfer")
+COMPARISONS = ("startup", "download", "export", "store", "transfer", "delta")
 ON_THEIR_OWN = ("daemon_idle",)
 
 

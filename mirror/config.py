@@ -154,6 +154,9 @@ class TargetSettings(_Section):
     presign_ttl: Duration = 7 * 86400.0
     presign_endpoint_url: str = ""
     public_base_url: str = ""
+    work_dir: Path | None = None
+    """Where `transfer import` rebuilds versions carried as deltas (None: the system's
+    temporary directory); it needs room for the version's files plus its base's archive."""
 
     @field_validator("presign_ttl")
     @classmethod

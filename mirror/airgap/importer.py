@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mirror.airgap import layout
+from mirror.airgap import layout, rebuild
 from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import ConfigError, IntegrityError
@@ -40,7 +40,7 @@ from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
-from mirror.transferset.reader import BlobReader, VerifiedSet, verify_set
+from mirror.transferset.reader import VerifiedSet, verify_set
 from mirror.transferset.receipt import Receipt, ReceiptItem
 from mirror.versions import label_key
 
@@ -61,6 +61,7 @@ class ImportedItem:
     object: str
     manifest: str
     status: Status
+    tree_sha256: str
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def import_set(
     now: Callable[[], datetime] = utcnow,
     on_progress: Callable[[int], None] | None = None,
     on_verify_progress: Callable[[int], None] | None = None,
+    work_dir: Path | None = None,
 ) -> ImportResult:
     """Verify `set_dir`, then publish it into `store` and write its receipt."""
     receipt = receipt_path or set_dir / RECEIPT
@@ -122,13 +124,14 @@ def import_set(
     state = layout.read_import_state(store)
     notes: list[str] = []
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
+    rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
     manifest = verified.manifest
     if manifest.tool is not None:
         notes.append(
             f"{manifest.tool.path} (the mirror tool) stays beside the set; it is not published"
         )
     imported_at = iso_time(now())
-    items, entries = _publish_all(store, verified, imported_at, on_progress)
+    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
@@ -153,8 +156,9 @@ def _publish_all(
     verified: VerifiedSet,
     imported_at: str,
     on_progress: Callable[[int], None] | None,
+    work_dir: Path | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
-    bundles = stage_bundles(store, verified, on_progress)
+    bundles = stage_bundles(store, verified, on_progress, work_dir=work_dir)
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
@@ -173,18 +177,23 @@ def _publish_all(
 
 
 def stage_bundles(
-    store: ObjectStore, verified: VerifiedSet, on_progress: Callable[[int], None] | None = None
+    store: ObjectStore,
+    verified: VerifiedSet,
+    on_progress: Callable[[int], None] | None = None,
+    *,
+    work_dir: Path | None = None,
 ) -> dict[str, Outcome]:
-    """Upload every version's bundle straight from the set's parts; complete them only once all
-    have matched the signed manifest (else all are aborted); the outcome by object key."""
+    """Upload every version's bundle straight from the set's parts (a delta's: the archive
+    rebuilt from its base, mirror.airgap.rebuild); complete them only once all have matched
+    the signed manifest (else all are aborted); the outcome by object key."""
     with Staging(store) as staging:
         for item in verified.manifest.items:
-            with BlobReader(verified.path, item) as reader:
+            with rebuild.open_published(verified.path, item, store, work_dir=work_dir) as reader:
                 staging.stage(
                     _bundle(store, item),
                     reader,
-                    sha256=item.sha256,
-                    size=item.size,
+                    sha256=item.published_sha256,
+                    size=item.published_size,
                     content_type=_content_type(item.archive_format),
                     on_progress=on_progress,
                 )
@@ -266,26 +275,28 @@ def publish_version(
     """The version's manifest, once its bundle is in place; returns the item and its index
     entry."""
     bundle = _bundle(store, item)
+    sha256, size = item.published_sha256, item.published_size
     key = layout.version_manifest_key(store, item.domain, item.version)
     document = layout.VersionManifest(
         domain=item.domain,
         version=item.version,
         object=bundle,
-        sha256=item.sha256,
-        size=item.size,
+        sha256=sha256,
+        size=size,
         archive_format=item.archive_format,
         tree_sha256=item.tree_sha256,
         exported_at=item.exported_at,
         imported_at=imported_at,
         transfer_sequence=verified.manifest.sequence,
         source_id=verified.manifest.source_id,
+        **rebuild.manifest_fields(item),
     )
     manifest_status = store.put_immutable(
-        key, document.to_bytes(), identity={BUNDLE_SHA256_META: item.sha256}
+        key, document.to_bytes(), identity={BUNDLE_SHA256_META: sha256}
     )
     if manifest_status == "exists":
         stored = layout.read_version_manifest(store, item.domain, item.version)
-        if stored is None or stored.sha256 != item.sha256 or stored.object != bundle:
+        if stored is None or stored.sha256 != sha256 or stored.object != bundle:
             raise IntegrityError(
                 f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
             )
@@ -295,13 +306,15 @@ def publish_version(
     )
     entry = layout.IndexEntry(
         version=item.version,
-        sha256=item.sha256,
-        size=item.size,
+        sha256=sha256,
+        size=size,
         object=bundle,
         manifest=key,
         imported_at=document.imported_at,
     )
-    published = ImportedItem(item.domain, item.version, item.sha256, item.size, bundle, key, status)
+    published = ImportedItem(
+        item.domain, item.version, sha256, size, bundle, key, status, item.tree_sha256
+    )
     return published, entry
 
 
@@ -408,6 +421,7 @@ def write_receipt(
                 sha256=item.sha256,
                 object=item.object,
                 status=item.status,
+                tree_sha256=item.tree_sha256,
             )
             for item in result.items
         ],

@@ -143,6 +143,7 @@ IMPORT = obj(
                     "object": STR,
                     "manifest": STR,
                     "status": STR,
+                    "tree_sha256": SHA256,
                 }
             )
         ),

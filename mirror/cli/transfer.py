@@ -250,13 +250,13 @@ def transfer_import(
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set, receipt_key_from
-    from mirror.transferset.reader import set_bytes
+    from mirror.airgap.rebuild import import_bytes
 
     settings = cli.settings
     hook = chart.promote if promote else None
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
-    with _progress(cli, "importing", total=set_bytes(set_dir)) as (on_progress,):
+    with _progress(cli, "importing", total=import_bytes(set_dir)) as (on_progress,):
         result = import_set(
             store,
             set_dir,
@@ -267,6 +267,7 @@ def transfer_import(
             receipt_path=receipt_path,
             on_progress=on_progress,
             on_verify_progress=on_progress,
+            work_dir=settings.target.work_dir,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
     lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]

@@ -10,11 +10,13 @@ at random points until an import runs through.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,12 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from tests.conftest import write_config
+from tests.fixtures.deltasets import delta_item, full_item, tree_files, write_set
 from tests.fixtures.s3 import (
     add_version,
     bucket_listing,
     cli_env,
+    make_tar_gz,
     mirror_argv,
     run_mirror,
     transfer_config,
@@ -81,33 +85,49 @@ def kill_at_a_random_point(
     landed_goal = rng.randint(1, 4)
     in_multipart = rng.random() < 0.5
     delay = rng.uniform(0.0, 0.3)
+
+    def reached() -> str | None:
+        if len(bucket_listing(client, bucket)) - before >= landed_goal:
+            return "after keys"
+        if in_multipart and uploads_in_progress(client, bucket) - stale:
+            time.sleep(delay)
+            return "in multipart"
+        return None
+
+    where = import_killed_when(set_dir, config, reached, poll=0.01)
+    if where is None:
+        return True
+    seen.append(where)
+    return False
+
+
+def import_killed_when(
+    set_dir: Path, config: Path, reached: Callable[[], str | None], *, poll: float
+) -> str | None:
+    """Run the import and SIGKILL it as soon as `reached()` names a point; that point, or
+    None when the import finished first."""
     process = subprocess.Popen(
         mirror_argv("--config", str(config), "transfer", "import", str(set_dir)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=cli_env(),
     )
-    where = "end"
+    where: str | None = "end"
     deadline = time.monotonic() + 120
     try:
         while process.poll() is None and time.monotonic() < deadline:
-            if len(bucket_listing(client, bucket)) - before >= landed_goal:
-                where = "after keys"
+            where = reached() or "end"
+            if where != "end":
                 break
-            if in_multipart and uploads_in_progress(client, bucket) - stale:
-                time.sleep(delay)
-                where = "in multipart"
-                break
-            time.sleep(0.01)
+            time.sleep(poll)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
         _, stderr = process.communicate(timeout=30)
     if process.returncode == 0:
-        return True
+        return None
     assert process.returncode == -signal.SIGKILL, stderr
-    seen.append(where)
-    return False
+    return where
 
 
 @pytest.mark.fault(
@@ -181,3 +201,128 @@ def test_kills_during_import_publish_every_version_exactly_once(
     assert kills == KILLS
     if KILLS >= 4:
         assert "in multipart" in where, where
+
+
+# ---- a version carried as a delta (issue 13) --------------------------------------------------
+
+DELTA_DOMAIN = "docs.example.com"
+DELTA_POINTS = ("rebuilding", "in multipart", "after the bundle")
+ATTEMPTS = 4
+
+
+def delta_tree(root: Path, big: bytes, round_number: int) -> Path:
+    """A site: one large unchanged asset and 120 pages, 12 of them changed every round."""
+    root.mkdir(parents=True)
+    (root / "assets").mkdir()
+    (root / "assets" / "big.bin").write_bytes(big)
+    for page in range(120):
+        folder = root / "guides" / f"page-{page:03d}"
+        folder.mkdir(parents=True)
+        generation = round_number if page % 10 == 0 else 0
+        text = f"<p>page {page}, generation {generation}</p>\n" * 200
+        (folder / "index.html").write_text(text)
+    return root
+
+
+def kill_delta_import(
+    set_dir: Path, config: Path, work: Path, store: ObjectStore, point: str, bundle: str
+) -> str:
+    """Start the import and SIGKILL it at `point`; returns where it was killed ("end": it
+    finished first)."""
+    client, bucket = store.client, store.bucket
+    stale_uploads = uploads_in_progress(client, bucket)
+
+    def reached() -> str | None:
+        if point == "rebuilding" and any((d / ".lock").exists() for d in work.iterdir()):
+            return point
+        if point == "in multipart" and uploads_in_progress(client, bucket) - stale_uploads:
+            return point
+        if point == "after the bundle" and store.head(bundle) is not None:
+            return point
+        return None
+
+    return import_killed_when(set_dir, config, reached, poll=0.005) or "end"
+
+
+@pytest.mark.fault(
+    "13 delta: SIGKILL while rebuilding, in its multipart upload, after its bundle",
+    "the second import publishes the version exactly once, hashing right",
+)
+def test_a_killed_delta_import_publishes_the_version_exactly_once(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    signing: Any,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    client, bucket = object_store.client, object_store.bucket
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    big = os.urandom(20 * MiB)
+    base_root = delta_tree(tmp_path / "v1", big, 0)
+    base_bundle = tmp_path / "v1.tar.gz"
+    make_tar_gz(
+        base_bundle, {f.path: (base_root / f.path).read_bytes() for f in tree_files(base_root)}
+    )
+    previous = write_set(
+        tmp_path / "set-1",
+        [full_item(DELTA_DOMAIN, "2026-11-01", base_bundle, "2026-11-01T03:00:00Z")],
+        signing,
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    airgap = transfer_config(tmp_path / "airgap-store", key_pair, target_settings)
+    del airgap["transfer"]
+    airgap["target"]["work_dir"] = str(work)
+    config = write_config(tmp_path / "airgap.toml", airgap)
+    first = run_mirror("--config", str(config), "transfer", "import", str(tmp_path / "set-1"))
+    assert first.returncode == 0, first.stderr
+    where: list[str] = []
+    published: dict[str, str] = {}
+    number = 1
+    for point in DELTA_POINTS:
+        for _ in range(ATTEMPTS):  # a new version each time, until the kill lands at `point`
+            number += 1
+            version = f"2026-11-{number:02d}"
+            new_root = delta_tree(tmp_path / f"v{number}", big, number)
+            exported = f"2026-11-{number:02d}T03:00:00Z"
+            item = delta_item(
+                DELTA_DOMAIN, version, "2026-11-01", base_root, new_root, exported, tmp_path / "b"
+            )
+            set_dir = tmp_path / f"set-{number}"
+            previous = write_set(
+                set_dir, [item], signing, sequence=number, previous=(number - 1, previous)
+            )
+            bundle = object_store.key(DELTA_DOMAIN, version, "bundle.tar.gz")
+            killed = kill_delta_import(set_dir, config, work, object_store, point, bundle)
+            check_index_lists_only_complete_versions(object_store, {DELTA_DOMAIN})
+            if number not in imported_sequences(object_store):
+                again = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+                assert again.returncode == 0, again.stderr
+            assert item.delta is not None
+            published[version] = item.delta.archive_sha256
+            if killed != "end":
+                where.append(killed)
+                break
+
+    fault_got.append(f"killed: {', '.join(where) or 'never'}")
+    # The next import of a delta removes what the killed ones left in the work directory.
+    replay = run_mirror(
+        "--config", str(config), "transfer", "import", "--allow-replay", str(set_dir)
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert list(work.iterdir()) == []
+    counts = object_versions(client, bucket)
+    for version, sha256 in published.items():
+        bundle = object_store.key(DELTA_DOMAIN, version, "bundle.tar.gz")
+        manifest = object_store.key(DELTA_DOMAIN, version, "manifest.json")
+        assert counts.get(bundle) == 1, f"{bundle} written {counts.get(bundle)} times"
+        assert counts.get(manifest) == 1, f"{manifest} written {counts.get(manifest)} times"
+        digest = hashlib.sha256()
+        for chunk in object_store.open_stream(bundle):
+            digest.update(chunk)
+        assert digest.hexdigest() == sha256
+    index, _ = object_store.read_json(object_store.key(DELTA_DOMAIN, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == ["2026-11-01", *published]
+    assert "rebuilding" in where and "in multipart" in where, where

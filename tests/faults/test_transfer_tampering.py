@@ -7,10 +7,12 @@ s2, damages it, and runs the real `mirror transfer import` against moto.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,29 @@ import pytest
 
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
+from mirror.archive import tree_hash
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
+from mirror.transferset.delta import TreeFile
 from mirror.transferset.format import MANIFEST, SIGNATURE, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from tests.conftest import write_config
-from tests.fixtures.s3 import add_version, bucket_listing, run_mirror, transfer_config
+from tests.fixtures.deltasets import (
+    DeltaSpec,
+    delta_item,
+    full_item,
+    tree_files,
+    unpack,
+    write_set,
+)
+from tests.fixtures.s3 import (
+    add_version,
+    bucket_listing,
+    make_tar_gz,
+    run_mirror,
+    transfer_config,
+)
 
 pytestmark = pytest.mark.s3
 
@@ -247,3 +265,208 @@ def baseline(
     document = transfer_config(tmp_path / "airgap-store", sets.key_pair, target_settings)
     del document["transfer"]
     return write_config(tmp_path / "airgap.toml", document)
+
+
+# ---- deltas (issue 13): a correctly signed set around a wrong delta ---------------------------
+
+DELTA_BIG = os.urandom(9 * MiB)  # unchanged, so never carried; the rebuild is a multipart upload
+DELTA_BASE = {
+    "index.html": b"<h1>home</h1>\n",
+    "guides/a.html": b"<p>a</p>\n" * 50,
+    "guides/b.html": b"<p>b</p>\n" * 50,
+    "assets/big.bin": DELTA_BIG,
+}
+DELTA_NEW = {
+    **DELTA_BASE,
+    "index.html": b"<h1>home, changed</h1>\n",
+    "guides/b.html": b"<p>b, changed</p>\n" * 50,
+}
+DELTA_OTHER_BASE = {**DELTA_BASE, "guides/a.html": b"<p>another a</p>\n"}
+BASE_VERSION, NEW_VERSION = "2026-11-20", "2026-11-21"
+NEW_EXPORTED = "2026-11-21T03:00:00Z"
+
+
+@dataclass(frozen=True)
+class DeltaTrees:
+    root: Path
+    key_pair: tuple[Path, Path]
+    base_set: Path
+    base_manifest_sha256: str
+    base: Path
+    new: Path
+    other_base: Path
+
+
+@pytest.fixture(scope="module")
+def delta_trees(tmp_path_factory: pytest.TempPathFactory) -> DeltaTrees:
+    root = tmp_path_factory.mktemp("delta-tampering")
+    (root / "keys").mkdir()
+    made = generate_keypair(root / "keys" / "transfer")
+    trees = {}
+    for name, files in (("base", DELTA_BASE), ("new", DELTA_NEW), ("other", DELTA_OTHER_BASE)):
+        bundle = make_tar_gz(root / f"{name}.tar.gz", files)
+        trees[name] = unpack(bundle, root / name)
+    full = full_item(DOCS, BASE_VERSION, root / "base.tar.gz", "2026-11-20T03:00:00Z")
+    digest = write_set(root / "base-set", [full], load_signing_key(made.private_path))
+    return DeltaTrees(
+        root,
+        (made.private_path, made.public_path),
+        root / "base-set",
+        digest,
+        trees["base"],
+        trees["new"],
+        trees["other"],
+    )
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _honest(trees: DeltaTrees) -> list[TreeFile]:
+    return tree_files(trees.new)
+
+
+def wrong_base(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    return DeltaSpec(), "other", ["wrong base", BASE_VERSION]
+
+
+def base_missing(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    spec = DeltaSpec(delta={"base_version": "2026-11-19"})
+    remedy = f"mirror transfer pack --full --domain {DOCS}"
+    return spec, None, [f"{DOCS} 2026-11-19", "is not in", remedy]
+
+
+def missing_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    spec = DeltaSpec(carried=[_sha(DELTA_NEW["guides/b.html"])])
+    return spec, None, ["index.html", "neither in the delta nor in the base"]
+
+
+def swapped_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    index, page = DELTA_NEW["index.html"], DELTA_NEW["guides/b.html"]
+    spec = DeltaSpec(content={_sha(index): page, _sha(page): index})
+    return spec, None, ["from the delta holds", "nothing was published"]
+
+
+def file_list_not_the_signed_tree(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    files = _honest(trees)
+    files = [f if f.path != "guides/a.html" else replace(f, path="guides/aa.html") for f in files]
+    return DeltaSpec(files=files), None, ["hashes to tree", "signed manifest names tree"]
+
+
+def path_escaping_the_root(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    escape = TreeFile("../../etc/cron.d/evil", 4, _sha(b"evil"))
+    files = [*_honest(trees), escape]
+    signed = tree_hash((f.path, f.sha256) for f in files)
+    spec = DeltaSpec(files=files, carried=[*honest_carried(trees), escape.sha256])
+    spec.content[escape.sha256] = b"evil"
+    spec.tree_sha256 = signed
+    return spec, None, ["escapes the root"]
+
+
+def honest_carried(trees: DeltaTrees) -> list[str]:
+    base = {f.sha256 for f in tree_files(trees.base)}
+    return list(dict.fromkeys(f.sha256 for f in _honest(trees) if f.sha256 not in base))
+
+
+def wrong_archive_sha256(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    return DeltaSpec(delta={"archive_sha256": "0" * 64}), None, ["the rebuilt archive hashes to"]
+
+
+DeltaDamage = Callable[[DeltaTrees], tuple[DeltaSpec, "str | None", list[str]]]
+
+
+def delta_tampering(damage: DeltaDamage) -> Any:
+    case = f"13 delta: {damage.__name__.replace('_', ' ')}"
+    fault = pytest.mark.fault(case, "exit 5, bucket unchanged")
+    return pytest.param(damage, marks=fault, id=damage.__name__)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        delta_tampering(damage)
+        for damage in (
+            wrong_base,
+            base_missing,
+            missing_content,
+            swapped_content,
+            file_list_not_the_signed_tree,
+            path_escaping_the_root,
+            wrong_archive_sha256,
+        )
+    ],
+)
+def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
+    damage: DeltaDamage,
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    trees = delta_trees
+    first = tmp_path / "base-set"
+    shutil.copytree(trees.base_set, first)
+    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
+    spec, base_tree, named = damage(trees)
+    base_root = trees.other_base if base_tree == "other" else trees.base
+    item = delta_item(
+        DOCS, NEW_VERSION, BASE_VERSION, base_root, trees.new, NEW_EXPORTED, tmp_path / "b", spec
+    )
+    victim = tmp_path / "victim"
+    previous = (1, trees.base_manifest_sha256)
+    write_set(victim, [item], load_signing_key(trees.key_pair[0]), sequence=2, previous=previous)
+    work = tmp_path / "work"
+    work.mkdir()
+    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
+    del document["transfer"]
+    document["target"]["work_dir"] = str(work)
+    config = write_config(tmp_path / "airgap.toml", document)
+    client, bucket = object_store.client, object_store.bucket
+    before = bucket_listing(client, bucket)
+
+    result = run_mirror("--config", str(config), "transfer", "import", str(victim))
+
+    fault_got.append(f"exit {result.returncode}: {result.stderr.strip()[:90]}")
+    assert result.returncode == 5, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    for words in named:
+        assert words in result.stderr, result.stderr
+    assert bucket_listing(client, bucket) == before
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert not (victim / "receipt.json").exists()
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.fault("13 delta: none (control)", "exit 0, the rebuilt version in the index")
+def test_the_untouched_delta_imports(
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """The control: the same steps with an honest delta succeed, so the battery can fail."""
+    trees = delta_trees
+    first = tmp_path / "base-set"
+    shutil.copytree(trees.base_set, first)
+    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
+    item = delta_item(
+        DOCS, NEW_VERSION, BASE_VERSION, trees.base, trees.new, NEW_EXPORTED, tmp_path / "b"
+    )
+    good = tmp_path / "good"
+    write_set(
+        good,
+        [item],
+        load_signing_key(trees.key_pair[0]),
+        sequence=2,
+        previous=(1, trees.base_manifest_sha256),
+    )
+    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
+    del document["transfer"]
+    config = write_config(tmp_path / "airgap.toml", document)
+    result = run_mirror("--config", str(config), "transfer", "import", str(good))
+    assert result.returncode == 0, result.stderr
+    index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
+    assert index is not None
+    assert [v["version"] for v in index["versions"]] == [BASE_VERSION, NEW_VERSION]

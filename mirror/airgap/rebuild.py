@@ -1,0 +1,577 @@
+"""Rebuild a version carried as a delta into the tree archive the connected side signed.
+
+A delta item carries the file list of the new tree and the contents its base does not hold
+(`mirror.transferset.delta`). The import publishes the tree archive of that list: the base
+version's object in the bucket gives the contents the delta did not carry.
+
+Promises:
+- `check_deltas` runs before anything is uploaded: every delta's base version is complete
+  in the bucket (its per-version manifest exists) with the tree the signed manifest names,
+  and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
+  base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
+  directory without room for the largest rebuild.
+- `RebuiltArchive` is a readable stream of the rebuilt archive for the ordinary upload:
+  nothing is read or fetched before its first `read` (a re-run whose object is already
+  there costs nothing), then every carried content and every base content it keeps is
+  checked against its sha256, the file list against the signed tree hash, and the archive
+  against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
+  the upload aborts and nothing is published. Memory does not grow with the site: contents
+  are spooled to one file in the work directory, the archive is generated as it is read.
+  Disk holds the new tree's distinct contents and, while it is scanned, the base's archive.
+  The work directory is removed on every path out; one left by a killed import (its
+  process is gone) is removed by the next import of a delta into the same place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Container, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, Protocol, cast
+
+from mirror.airgap import layout
+from mirror.archive import ArchiveLimits, read_archive
+from mirror.errors import (
+    ConfigError,
+    IntegrityError,
+    MirrorError,
+    OperationFailed,
+    TemporaryFailure,
+)
+from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
+from mirror.transferset.delta import (
+    DeltaContent,
+    TreeArchive,
+    TreeFile,
+    archive_mtime,
+    check_tree,
+    parse_file_list,
+    read_chunks,
+    read_delta_blob,
+)
+from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
+from mirror.transferset.reader import BlobReader, read_manifest_bytes, set_bytes
+from mirror.units import format_size
+
+WORK_PREFIX = "mirror-rebuild-"
+LOCK_NAME = ".lock"
+REMOVING_PREFIX = f".{WORK_PREFIX}removing-"
+UNLOCKED_GRACE = 3600.0
+PIPE_DEPTH = 4
+
+FreeSpace = Callable[[Path], int | None]
+
+
+class Store(layout.Bucket, Protocol):
+    """What a rebuild needs of mirror.airgap.objectstore.ObjectStore."""
+
+    @property
+    def prefix(self) -> str: ...
+
+    def open_stream(self, key: str) -> Iterator[bytes]: ...
+
+
+def work_root(work_dir: Path | None) -> Path:
+    return Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+
+
+# ---- before anything is uploaded ---------------------------------------------------------------
+
+
+def check_deltas(
+    store: Store,
+    manifest: Manifest,
+    *,
+    work_dir: Path | None = None,
+    free_space: FreeSpace = free_bytes,
+) -> None:
+    """Refuse a set whose deltas cannot be rebuilt here (module docstring)."""
+    in_set = {(item.domain, item.version) for item in manifest.items}
+    needed = 0
+    for item in manifest.items:
+        if item.delta is None:
+            continue
+        base = base_manifest(store, item, in_set)
+        needed = max(needed, item.delta.archive_size + base.size)
+    if needed:
+        root = work_root(work_dir)
+        if not root.is_dir():
+            raise ConfigError(
+                f"target.work_dir {root} is not a directory",
+                hint="create it or point target.work_dir at a disk with room for rebuilds",
+            )
+        remove_abandoned(root)
+        check_space(root, needed, free_space)
+
+
+def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
+    """Remove the work directories of rebuilds whose process is gone (killed mid-way): a
+    live rebuild holds the lock in its directory, which the kernel releases at its death."""
+    if not root.is_dir():
+        return
+    for entry in root.glob(f"{WORK_PREFIX}*"):
+        if entry.is_dir() and _abandoned(entry, now()):
+            shutil.rmtree(entry, ignore_errors=True)
+    for entry in root.glob(f"{REMOVING_PREFIX}*"):
+        shutil.rmtree(entry, ignore_errors=True)  # its removal was cut short
+
+
+def remove_work_dir(work: Path) -> None:
+    """Remove a work directory: renamed out of the way first (with its lock still held), so
+    a kill half-way through leaves something every later import removes at once."""
+    doomed = work.with_name(f"{REMOVING_PREFIX}{work.name}")
+    try:
+        os.rename(work, doomed)
+    except OSError:
+        doomed = work
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _abandoned(work: Path, now: float) -> bool:
+    try:
+        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        # Killed before its lock was in place (it is empty), or being made right now.
+        with contextlib.suppress(OSError):
+            return now - work.stat().st_mtime > UNLOCKED_GRACE
+        return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # a live rebuild
+    finally:
+        os.close(fd)
+    return True
+
+
+def locked_work_dir(root: Path) -> tuple[Path, int]:
+    """A new work directory whose lock is held before it has the name others test."""
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
+    fd = os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(work / f"{LOCK_NAME}.new", work / LOCK_NAME)
+    return work, fd
+
+
+def base_manifest(
+    store: Store, item: ManifestItem, in_set: set[tuple[str, str]] | None = None
+) -> layout.VersionManifest:
+    """The per-version manifest of the delta item's base, proven to be the signed base."""
+    assert item.delta is not None
+    base_version = item.delta.base_version
+    remedy = f"run `mirror transfer pack --full --domain {item.domain}` on the connected side"
+    if in_set is not None and (item.domain, base_version) in in_set:
+        raise IntegrityError(
+            f"{item.label} is a delta against {item.domain} {base_version} of the same set; "
+            "refused (a delta's base must already be in the bucket)",
+            hint=remedy,
+        )
+    base = layout.read_version_manifest(store, item.domain, base_version)
+    where = f"{store.bucket}/{store.prefix}" if store.prefix else store.bucket
+    if base is None:
+        raise IntegrityError(
+            f"{item.label} is a delta against {item.domain} {base_version}, which is not in "
+            f"{where}; nothing was published",
+            hint=f"{remedy} and import that set",
+        )
+    if base.tree_sha256 != item.delta.base_tree_sha256:
+        raise IntegrityError(
+            f"{item.label}: wrong base: {item.domain} {base_version} in {where} holds tree "
+            f"{base.tree_sha256[:12]}, the delta was made against tree "
+            f"{item.delta.base_tree_sha256[:12]}; nothing was published",
+            hint=remedy,
+        )
+    return base
+
+
+def check_space(where: Path, needed: int, free_space: FreeSpace = free_bytes) -> None:
+    free = free_space(where)
+    if free is not None and free < needed:
+        raise TemporaryFailure(
+            f"not enough space in {where} to rebuild a delta: {format_size(needed)} needed, "
+            f"{format_size(free)} free; nothing was published",
+            hint="free space there or set target.work_dir to a larger disk, then run again",
+        )
+
+
+# ---- the upload's source -----------------------------------------------------------------------
+
+
+def import_bytes(set_dir: Path) -> int | None:
+    """The bytes an import of `set_dir` counts, for a progress total only (the manifest is
+    not verified here): the set's files, each delta blob counted as the archive rebuilt
+    from it. None when unreadable."""
+    total = set_bytes(set_dir)
+    if total is None:
+        return None
+    try:
+        manifest = parse_manifest(read_manifest_bytes(set_dir))
+    except MirrorError:
+        return total
+    return total + sum(i.published_size - i.size for i in manifest.items if i.delta is not None)
+
+
+def open_published(
+    set_dir: Path, item: ManifestItem, store: Store, *, work_dir: Path | None = None
+) -> BlobReader | RebuiltArchive:
+    """What the import uploads for `item`: its blob, or (a delta) the rebuilt archive."""
+    if item.delta is None:
+        return BlobReader(set_dir, item)
+    return RebuiltArchive(set_dir, item, store, work_dir=work_dir)
+
+
+def manifest_fields(item: ManifestItem) -> dict[str, Any]:
+    """The extra fields of a per-version manifest for a version carried as a delta."""
+    if item.delta is None:
+        return {}
+    return {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
+
+
+class RebuiltArchive:
+    """The tree archive of a delta item as a readable stream (module docstring)."""
+
+    def __init__(
+        self,
+        set_dir: Path,
+        item: ManifestItem,
+        store: Store,
+        *,
+        work_dir: Path | None = None,
+        limits: ArchiveLimits | None = None,
+    ) -> None:
+        assert item.delta is not None
+        self.set_dir = set_dir
+        self.item = item
+        self.store = store
+        self.root = work_root(work_dir)
+        self.limits = limits or ArchiveLimits()
+        self.work: Path | None = None
+        self._lock: int | None = None
+        self._contents: _Contents | None = None
+        self._pipe: _Pipe | None = None
+        self._buffer = bytearray()
+        self._done = False
+        self._failed: BaseException | None = None
+
+    def __enter__(self) -> RebuiltArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        if self._contents is not None:
+            self._contents.close()
+            self._contents = None
+        if self.work is not None:
+            remove_work_dir(self.work)
+            self.work = None
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to `size` bytes of the archive (b"" at its end); a refusal is raised again by
+        every later call, so no reader can take what follows it for the end."""
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return self._read(CHUNK_SIZE if size is None or size < 0 else size)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+
+    def _read(self, want: int) -> bytes:
+        if self._pipe is None and not self._done:
+            files = self._prepare()
+            self._pipe = _Pipe(lambda put: self._generate(files, put))
+        while len(self._buffer) < want and self._pipe is not None:
+            piece = self._pipe.get()
+            if piece is None:
+                self._pipe.close()
+                self._pipe = None
+                self._done = True
+                break
+            if not self._buffer and len(piece) <= want:
+                return piece
+            self._buffer += piece
+        with memoryview(self._buffer) as view:
+            data = bytes(view[:want])
+        del self._buffer[:want]
+        return data
+
+    # -- preparation: every content the archive needs, checked, in the work directory --------
+
+    def _prepare(self) -> list[TreeFile]:
+        try:
+            self.work, self._lock = locked_work_dir(self.root)
+            self._contents = _Contents(self.work / "contents")
+            carried, files = self._spool_delta()
+            needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
+            if needed:
+                self._take_from_base(needed)
+            for entry in files:
+                if entry.sha256 not in self._contents:
+                    raise IntegrityError(
+                        f"{self.item.label}: {entry.path}: its content {entry.sha256[:12]} is "
+                        f"neither in the delta nor in the base {self._base_label}; "
+                        "nothing was published"
+                    )
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full(self.root, None, "nothing was published") from None
+            raise OperationFailed(
+                f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
+            ) from None
+        return files
+
+    @property
+    def _base_label(self) -> str:
+        assert self.item.delta is not None
+        return f"{self.item.domain} {self.item.delta.base_version}"
+
+    def _spool_delta(self) -> tuple[set[str], list[TreeFile]]:
+        assert self.work is not None
+        label = self.item.label
+        carried: dict[str, int] = {}
+        listing = b""
+        with BlobReader(self.set_dir, self.item) as blob:
+            for member in read_delta_blob(cast(IO[bytes], blob), label=label):
+                if isinstance(member, DeltaContent):
+                    self._spool(member.sha256, member.size, member.stream, "the delta")
+                    carried[member.sha256] = member.size
+                else:
+                    listing = member
+            while blob.read(CHUNK_SIZE):
+                pass  # the blob's last part and its whole sha256 are checked at its end
+        files = parse_file_list(listing, label=label, limits=self.limits)
+        check_tree(files, self.item.tree_sha256, label=label)
+        sizes = {entry.sha256: entry.size for entry in files}
+        for sha256, size in carried.items():
+            if sha256 not in sizes:
+                raise IntegrityError(
+                    f"{label}: the delta carries content {sha256[:12]}, which no file uses"
+                )
+            if sizes[sha256] != size:
+                raise IntegrityError(
+                    f"{label}: content {sha256[:12]} holds {size} bytes, the file list says "
+                    f"{sizes[sha256]}"
+                )
+        return set(carried), files
+
+    def _spool(self, sha256: str, size: int, stream: IO[bytes], source: str) -> None:
+        assert self._contents is not None
+        with self._contents.adding() as content:
+            for chunk in read_chunks(stream):
+                content.write(chunk)
+            got = content.finish({sha256})
+        if got != sha256 or content.size != size:
+            raise IntegrityError(
+                f"{self.item.label}: content {sha256[:12]} from {source} holds "
+                f"{content.size} bytes hashing to {got[:12]}; nothing was published"
+            )
+
+    def _take_from_base(self, needed: Mapping[str, int]) -> None:
+        assert self.work is not None and self.item.delta is not None
+        base = base_manifest(self.store, self.item)
+        path = self.work / "base-archive"
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "wb") as out:
+            for chunk in self.store.open_stream(base.object):
+                digest.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        if size != base.size or digest.hexdigest() != base.sha256:
+            raise IntegrityError(
+                f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
+                f"match its manifest (damaged or replaced); nothing was published"
+            )
+        assert self._contents is not None
+        sink = _NeededContents(self._contents, needed)
+        try:
+            report = read_archive(path, sink, self.limits)
+        except IntegrityError as exc:
+            raise IntegrityError(
+                f"the base {self._base_label} ({self.store.bucket}/{base.object}): {exc.message}"
+            ) from None
+        finally:
+            path.unlink(missing_ok=True)
+        if report.tree_sha256 != self.item.delta.base_tree_sha256:
+            raise IntegrityError(
+                f"{self.store.bucket}/{base.object} holds tree {report.tree_sha256[:12]}, not "
+                f"the base tree {self.item.delta.base_tree_sha256[:12]}; nothing was published"
+            )
+
+    # -- generation: the archive in file-list order, as it is read ----------------------------
+
+    def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
+        assert self._contents is not None and self.item.delta is not None
+        archive = TreeArchive(put, mtime=archive_mtime(self.item.exported_at))
+        self._contents.flush()
+        for entry in files:
+            archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
+        archive.close()
+        if archive.sha256 != self.item.delta.archive_sha256:
+            raise IntegrityError(
+                f"{self.item.label}: the rebuilt archive hashes to {archive.sha256[:12]}, the "
+                f"signed manifest names {self.item.delta.archive_sha256[:12]}; "
+                "nothing was published"
+            )
+
+
+class _Contents:
+    """The contents a rebuild keeps, once each, appended to one file of the work directory
+    (one file, not one per content: a site's thousands of pages cost no inodes or renames).
+    A content that is not kept is cut off again at once, so the file holds only kept ones."""
+
+    def __init__(self, path: Path) -> None:
+        self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
+        self.where: dict[str, tuple[int, int]] = {}
+
+    def __contains__(self, sha256: str) -> bool:
+        return sha256 in self.where
+
+    def adding(self) -> _Adding:
+        return _Adding(self)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def chunks(self, sha256: str) -> Iterator[bytes]:
+        offset, remaining = self.where[sha256]
+        fd = self.handle.fileno()
+        while remaining > 0:
+            chunk = os.pread(fd, min(CHUNK_SIZE, remaining), offset)
+            if not chunk:
+                raise OperationFailed(f"the rebuild's work file {self.handle.name} was truncated")
+            offset += len(chunk)
+            remaining -= len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class _Adding:
+    """One content being appended: hashed as written; `finish(wanted)` keeps it when its
+    sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
+
+    def __init__(self, contents: _Contents) -> None:
+        self.contents = contents
+        self.start = contents.handle.seek(0, os.SEEK_END)
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.kept = False
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.contents.handle.write(data)
+
+    def finish(self, wanted: Container[str]) -> str:
+        sha256 = self.digest.hexdigest()
+        if sha256 in wanted and sha256 not in self.contents:
+            self.contents.where[sha256] = (self.start, self.size)
+            self.kept = True
+        return sha256
+
+    def __enter__(self) -> _Adding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.kept:
+            self.contents.handle.seek(self.start)
+            self.contents.handle.truncate()
+
+
+class _NeededContents:
+    """An archive sink keeping, once each, the contents a rebuild still needs (by sha256)."""
+
+    def __init__(self, contents: _Contents, needed: Container[str]) -> None:
+        self.contents = contents
+        self.needed = needed
+
+    def directory(self, path: str) -> None:
+        return None
+
+    def open_file(self, path: str) -> IO[bytes]:
+        return cast(IO[bytes], _BaseFile(self.contents.adding(), self.needed))
+
+
+class _BaseFile:
+    """A base archive's file as the sink sees it: kept at its end when it is needed."""
+
+    def __init__(self, adding: _Adding, needed: Container[str]) -> None:
+        self.adding = adding
+        self.needed = needed
+
+    def write(self, data: bytes) -> int:
+        return self.adding.write(data)
+
+    def __enter__(self) -> _BaseFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.adding.finish(self.needed)
+        self.adding.__exit__(*exc)
+
+
+class _Pipe:
+    """Runs `produce(put)` on a thread; `get` returns what it put, then None at its end.
+    An exception in the producer is raised by `get`; `close` stops the producer."""
+
+    def __init__(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
+        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(PIPE_DEPTH)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(produce,), name="rebuild", daemon=True
+        )
+        self._thread.start()
+
+    def _put(self, item: bytes | BaseException | None) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put(item, timeout=0.1)
+                return
+        raise _Stopped
+
+    def _run(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
+        try:
+            produce(self._put)
+        except _Stopped:
+            return
+        except BaseException as exc:  # handed to the reader, which raises it
+            with contextlib.suppress(_Stopped):
+                self._put(exc)
+            return
+        with contextlib.suppress(_Stopped):
+            self._put(None)
+
+    def get(self) -> bytes | None:
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _Stopped(Exception):
+    """The reader closed the pipe: the producer stops."""

@@ -1,0 +1,298 @@
+"""Rebuilding versions carried as deltas (mirror/airgap/rebuild.py), against moto's real
+server with real archives: simulator sites and hand-made trees, real signed sets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mirror.airgap import chart, layout
+from mirror.airgap.importer import import_set
+from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.rebuild import (
+    LOCK_NAME,
+    WORK_PREFIX,
+    RebuiltArchive,
+    check_deltas,
+    import_bytes,
+    locked_work_dir,
+    remove_abandoned,
+)
+from mirror.archive import inspect_archive
+from mirror.config import TargetSettings
+from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
+from mirror.sim.site import SiteSpec, build_bundle
+from mirror.transferset.delta import archive_mtime
+from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
+from mirror.transferset.keys import SigningKey
+from mirror.units import format_size
+from tests.fixtures.deltasets import (
+    DeltaSpec,
+    SetItem,
+    delta_item,
+    full_item,
+    tree_files,
+    unpack,
+    write_set,
+    write_tree_archive,
+)
+from tests.fixtures.s3 import bucket_listing, make_tar_gz
+
+pytestmark = pytest.mark.s3
+
+DOCS = "docs.example.com"
+V1, V2, V3 = "2026-11-21", "2026-11-22", "2026-11-23"
+T1, T2, T3 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z", "2026-11-23T03:00:00Z"
+MiB = 1024 * 1024
+
+
+def sim_bundle(tmp_path: Path, export_number: int) -> Path:
+    spec = SiteSpec(DOCS, export_number=export_number, pages=80, page_size=4096)
+    return build_bundle(spec, tmp_path / f"sim-{export_number}.tar.gz").path
+
+
+def assert_delta(item: SetItem) -> DeltaEntry:
+    assert item.delta is not None
+    return item.delta
+
+
+def download(store: ObjectStore, key: str) -> bytes:
+    return b"".join(store.open_stream(key))
+
+
+def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_passes(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    signing: SigningKey,
+    trusted: Any,
+) -> None:
+    old, new = sim_bundle(tmp_path, 0), sim_bundle(tmp_path, 1)
+    old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs")
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    assert item.delta is not None and item.blob.size < item.delta.archive_size / 5
+    work = tmp_path / "work"
+    work.mkdir()
+
+    result = import_set(object_store, tmp_path / "s2", trusted, work_dir=work)
+
+    expected = write_tree_archive(
+        new_tree, tree_files(new_tree), archive_mtime(T2), tmp_path / "independent.tar.gz"
+    )
+    key = object_store.key(DOCS, V2, "bundle.tar.gz")
+    published = download(object_store, key)
+    assert published == expected.path.read_bytes()
+    assert hashlib.sha256(published).hexdigest() == item.delta.archive_sha256 == expected.sha256
+    (tmp_path / "published.tar.gz").write_bytes(published)
+    assert inspect_archive(tmp_path / "published.tar.gz").tree_sha256 == (
+        inspect_archive(new).tree_sha256
+    )
+    (imported,) = result.items
+    assert (imported.status, imported.sha256, imported.size) == (
+        "published",
+        expected.sha256,
+        expected.size,
+    )
+    manifest = layout.read_version_manifest(object_store, DOCS, V2)
+    assert manifest is not None
+    assert (manifest.sha256, manifest.size, manifest.tree_sha256) == (
+        expected.sha256,
+        expected.size,
+        item.tree_sha256,
+    )
+    extra = manifest.model_extra or {}
+    assert extra == {"delta_base": V1, "delta_sha256": item.blob.sha256}
+    receipt = json.loads((tmp_path / "s2" / RECEIPT).read_bytes())
+    assert receipt["items"][0]["sha256"] == expected.sha256
+    assert receipt["items"][0]["tree_sha256"] == item.tree_sha256
+    assert list(work.iterdir()) == []
+    assert import_bytes(tmp_path / "s2") == expected.size  # the import's progress total
+
+    values = tmp_path / "values.yaml"
+    chart.write_values(chart.render_values(object_store, target_settings, DOCS, V2), values)
+    with httpx.Client(timeout=30) as http:
+        report = chart.check_values_file(values, object_store, http, warn=60)
+    assert report.error is None, report.error
+    assert report.actual_sha256 == report.expected_sha256 == expected.sha256
+
+
+def hand_made(tmp_path: Path, name: str, files: dict[str, bytes]) -> tuple[Path, Path]:
+    bundle = make_tar_gz(tmp_path / f"{name}.tar.gz", files)
+    return bundle, unpack(bundle, tmp_path / name)
+
+
+BIG = os.urandom(9 * MiB)  # the rebuilt archives pass the 8 MiB part size: multipart uploads
+BASE = {
+    "index.html": b"<h1>home</h1>\n",
+    "guides/a.html": b"<p>a</p>\n" * 100,
+    "guides/c.html": b"<p>c</p>\n" * 100,
+    "assets/big.bin": BIG,
+}
+NEW = {
+    "index.html": b"<h1>home, changed</h1>\n",
+    "moved/a.html": BASE["guides/a.html"],
+    "guides/c.html": BASE["guides/c.html"],
+    "guides/copy-of-c.html": BASE["guides/c.html"],
+    "assets/big.bin": BIG,
+}
+THIRD = {**NEW, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": BIG[::-1]}
+
+
+def test_moved_and_copied_files_cost_nothing_and_a_delta_can_stand_on_a_rebuilt_version(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    _, third_tree = hand_made(tmp_path, "v3", THIRD)
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    second = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b2")
+    assert second.delta is not None and second.delta.carried_files == 1  # only index.html
+    chain = write_set(tmp_path / "s2", [second], signing, sequence=2, previous=(1, first))
+    import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    third = delta_item(DOCS, V3, V2, new_tree, third_tree, T3, tmp_path / "b3")
+    write_set(tmp_path / "s3", [third], signing, sequence=3, previous=(2, chain))
+    import_set(object_store, tmp_path / "s3", trusted, work_dir=tmp_path)
+
+    for version, item, tree in ((V2, second, new_tree), (V3, third, third_tree)):
+        assert item.delta is not None
+        published = download(object_store, object_store.key(DOCS, version, "bundle.tar.gz"))
+        expected = write_tree_archive(
+            tree, tree_files(tree), archive_mtime(item.exported_at), tmp_path / "e.tar.gz"
+        )
+        assert published == expected.path.read_bytes()
+        facts = object_store.head(object_store.key(DOCS, version, "bundle.tar.gz"))
+        assert facts is not None and facts["sha256"] == item.delta.archive_sha256
+    index = layout.read_index(object_store, DOCS)
+    assert index is not None and index.labels() == [V1, V2, V3]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("mirror-rebuild-")]
+
+
+def test_importing_the_same_delta_again_is_already_there_without_rebuilding(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    import_set(object_store, tmp_path / "s2", trusted)
+    # Without the base's object any rebuild would fail: none happens.
+    object_store.client.delete_object(
+        Bucket=object_store.bucket, Key=object_store.key(DOCS, V1, "bundle.tar.gz")
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    again = import_set(object_store, tmp_path / "s2", trusted, allow_replay=True)
+    assert [i.status for i in again.items] == ["already there"]
+    after = bucket_listing(object_store.client, object_store.bucket)
+    assert {k: v for k, v in after.items() if "_mirror" not in k and "index" not in k} == {
+        k: v for k, v in before.items() if "_mirror" not in k and "index" not in k
+    }
+
+
+def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
+    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    manifest = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes())
+    check_deltas(object_store, manifest, work_dir=tmp_path)
+    with pytest.raises(TemporaryFailure) as refused:
+        check_deltas(object_store, manifest, work_dir=tmp_path, free_space=lambda _: 5 * MiB)
+    assert refused.value.exit_code == 75
+    assert f"not enough space in {tmp_path}" in refused.value.message
+    assert f"{format_size(5 * MiB)} free" in refused.value.message
+    assert f"{format_size(assert_delta(item).archive_size + old.stat().st_size)} needed" in (
+        refused.value.message
+    )
+    assert "target.work_dir" in str(refused.value)
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_deltas(object_store, manifest, work_dir=tmp_path / "absent")
+
+
+@pytest.mark.parametrize("case", ["unused content", "base in the same set"])
+def test_a_delta_the_importer_cannot_trust_publishes_nothing(
+    case: str, tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    stray = b"carried but used by no file\n"
+    full = full_item(DOCS, V1, old, T1)
+    if case == "unused content":
+        first = write_set(tmp_path / "s1", [full], signing)
+        import_set(object_store, tmp_path / "s1", trusted)
+        honest = tree_files(new_tree)
+        extra = hashlib.sha256(stray).hexdigest()
+        carried = [e.sha256 for e in honest if e.path == "index.html"] + [extra]
+        spec = DeltaSpec(carried=carried, content={extra: stray})
+        item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+        write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+        message = "which no file uses"
+    else:
+        item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
+        write_set(tmp_path / "s2", [full, item], signing)
+        message = "of the same set"
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=message):
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert not object_store.client.list_multipart_uploads(Bucket=object_store.bucket).get("Uploads")
+
+
+def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    spec = DeltaSpec(delta={"archive_sha256": "0" * 64})
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    (entry,) = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes()).items
+    with RebuiltArchive(tmp_path / "s2", entry, object_store, work_dir=tmp_path) as archive:
+        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+            while archive.read(1000):
+                pass
+        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+            archive.read(1000)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(WORK_PREFIX)]
+
+
+def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> None:
+    live, lock = locked_work_dir(tmp_path)
+    dead = tmp_path / f"{WORK_PREFIX}dead"
+    dead.mkdir()
+    (dead / LOCK_NAME).touch()  # a lock file nobody holds: its process is gone
+    unlocked = tmp_path / f"{WORK_PREFIX}young"
+    unlocked.mkdir()  # no lock yet: being made, or killed before its lock
+    other = tmp_path / "something-else"
+    other.mkdir()
+    cut_short = tmp_path / f".{WORK_PREFIX}removing-{WORK_PREFIX}x"
+    cut_short.mkdir()  # a removal killed half-way
+    try:
+        remove_abandoned(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            [live.name, unlocked.name, other.name]
+        )
+        remove_abandoned(tmp_path, now=lambda: time.time() + 2 * 3600)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+    finally:
+        os.close(lock)
+    remove_abandoned(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]
