@@ -1,10 +1,11 @@
 """Versions carried as deltas (issue 13): `mirror transfer import` of a version as a delta
 vs the same version as its full bundle, each into a fresh bucket already holding the base.
 
-The site is the simulator's: half pages (8 KiB of prose each), half one large asset, stored
-(MIRROR_BENCH_MIB in all); 1% of the pages change between the two exports. Also prints
-the sizes (full bundle, delta blob, ratio) and the rebuild's own throughput (in process:
-the rebuilt archive read to its end, nothing uploaded).
+The site is the simulator's realistic one (HTML pages of 5-60 KiB, CSS/JS, incompressible
+images; MIRROR_BENCH_MIB unpacked in all); 1% of the pages change between the two exports,
+and the sets are made by `transfer pack`. Also prints the sizes (full bundle, delta blob,
+ratio), the delta pack's time and the rebuild's own throughput (in process: the rebuilt
+archive read to its end, nothing uploaded).
 """
 
 from __future__ import annotations
@@ -17,56 +18,51 @@ from pathlib import Path
 
 from bench.common import RSS_HEADROOM_MIB, SIZE_MIB, MiB, Row, Side, compare, imports_rss_mib
 from bench.setting import CREDENTIALS, Setting, mirror
-from mirror.sim.site import SiteSpec, build_bundle
-from tests.fixtures.deltasets import SetItem, delta_item, full_item, unpack, write_set
+from mirror.transferset.format import ManifestItem
+from tests.fixtures.versions import add_sim_version
 
 DOMAIN = "docs.bench.test"
-PAGE = 8192
 V1, V2 = "2026-11-21", "2026-11-22"
-T1, T2 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z"
 
 
-def _site(work: Path, export_number: int) -> Path:
-    pages = max(SIZE_MIB * MiB // 2 // PAGE, 100)
-    spec = SiteSpec(
-        DOMAIN,
-        export_number=export_number,
-        pages=pages,
-        page_size=PAGE,
-        changes_per_export=max(pages // 100, 1),
-        bundle_size=SIZE_MIB * MiB,
-    )
-    return build_bundle(spec, work / f"site-{export_number}.tar.gz").path
+def _sets(s: Setting) -> tuple[Path, Path, Path, ManifestItem]:
+    """Two exports of a realistic simulator site (HTML, CSS/JS, images; SIZE_MIB in all) with
+    1% of the pages changed between them, packed by `transfer pack` itself: the first whole,
+    the second once whole (--full) and once as a delta, both following the first set."""
+    from mirror.config import settings_from_dict
+    from mirror.outbound.pack import forget_transfer, pack
+    from mirror.store.app import App
+    from mirror.transferset.format import parse_manifest
 
-
-def _sets(s: Setting) -> tuple[Path, Path, Path, SetItem]:
-    from mirror.transferset.keys import load_signing_key
-
-    key = load_signing_key(s.keys)
     work = s.work / "delta"
     work.mkdir()
-    old, new = _site(work, 0), _site(work, 1)
-    old_tree, new_tree = unpack(old, work / "old"), unpack(new, work / "new")
-    base = work / "set-1"
-    first = write_set(base, [full_item(DOMAIN, V1, old, T1)], key, part_limit=64 * MiB)
-    full = work / "set-full"
-    write_set(
-        full,
-        [full_item(DOMAIN, V2, new, T2)],
-        key,
-        sequence=2,
-        previous=(1, first),
-        part_limit=64 * MiB,
+    settings = settings_from_dict(
+        {
+            "store": {"path": str(work / "store")},
+            "transfer": {"signing_key": str(s.keys), "max_size": "64MiB"},
+        }
     )
-    item = delta_item(DOMAIN, V2, V1, old_tree, new_tree, T2, work / "blobs")
-    delta = work / "set-delta"
-    write_set(delta, [item], key, sequence=2, previous=(1, first), part_limit=64 * MiB)
-    shutil.rmtree(old_tree)
-    shutil.rmtree(new_tree)
+    app = App(settings)
+    try:
+        site = {"site_size": SIZE_MIB * MiB, "change_share": 0.01}
+        add_sim_version(app, DOMAIN, V1, export_number=0, **site)
+        base = work / "set-1"
+        pack(app, base)
+        add_sim_version(app, DOMAIN, V2, export_number=1, **site)
+        full = work / "set-full"
+        pack(app, full, full=True)
+        forget_transfer(app, 2)
+        delta = work / "set-delta"
+        started = time.monotonic()
+        pack(app, delta)
+        print(f"  delta pack took {time.monotonic() - started:.1f} s", flush=True)
+    finally:
+        app.close()
+    (item,) = parse_manifest((delta / "manifest.json").read_bytes()).items
     return base, full, delta, item
 
 
-def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: SetItem) -> float:
+def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: ManifestItem) -> float:
     """MiB/s of the rebuild alone: the base imported, the archive read to its end."""
     from mirror.airgap.importer import import_set
     from mirror.airgap.objectstore import ObjectStore, make_s3_client
@@ -101,8 +97,8 @@ def run(s: Setting) -> list[Row]:
     assert item.delta is not None
     full_size = sum(p.stat().st_size for p in (full / "blobs").iterdir())
     print(
-        f"  sizes: full bundle {full_size / MiB:.1f} MiB, delta blob {item.blob.size / MiB:.2f} "
-        f"MiB ({100 * item.blob.size / full_size:.2f}% of the bundle), rebuilt archive "
+        f"  sizes: full bundle {full_size / MiB:.1f} MiB, delta blob {item.size / MiB:.2f} "
+        f"MiB ({100 * item.size / full_size:.2f}% of the bundle), rebuilt archive "
         f"{item.delta.archive_size / MiB:.1f} MiB, {item.delta.carried_files} of "
         f"{item.delta.file_count} files carried",
         flush=True,
