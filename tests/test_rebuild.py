@@ -17,14 +17,11 @@ from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import (
-    LOCK_NAME,
-    WORK_PREFIX,
     RebuiltArchive,
     check_deltas,
     import_bytes,
-    locked_work_dir,
-    remove_abandoned,
 )
+from mirror.airgap.workdir import LOCK_NAME, WORK_PREFIX, locked_work_dir, remove_abandoned
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure

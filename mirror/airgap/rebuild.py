@@ -25,26 +25,29 @@ Promises:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import queue
-import shutil
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
+from mirror.airgap.workdir import (
+    FreeSpace,
+    check_space,
+    locked_work_dir,
+    remove_abandoned,
+    remove_work_dir,
+    work_root,
+)
 from mirror.archive import ArchiveLimits, read_archive
 from mirror.errors import (
     ConfigError,
     IntegrityError,
     MirrorError,
     OperationFailed,
-    TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
 from mirror.transferset.delta import (
@@ -59,15 +62,8 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, read_manifest_bytes, set_bytes
-from mirror.units import format_size
 
-WORK_PREFIX = "mirror-rebuild-"
-LOCK_NAME = ".lock"
-REMOVING_PREFIX = f".{WORK_PREFIX}removing-"
-UNLOCKED_GRACE = 3600.0
 PIPE_DEPTH = 4
-
-FreeSpace = Callable[[Path], int | None]
 
 
 class Store(layout.Bucket, Protocol):
@@ -77,10 +73,6 @@ class Store(layout.Bucket, Protocol):
     def prefix(self) -> str: ...
 
     def open_stream(self, key: str) -> Iterator[bytes]: ...
-
-
-def work_root(work_dir: Path | None) -> Path:
-    return Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
 
 
 # ---- before anything is uploaded ---------------------------------------------------------------
@@ -112,57 +104,6 @@ def check_deltas(
         check_space(root, needed, free_space)
 
 
-def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
-    """Remove the work directories of rebuilds whose process is gone (killed mid-way): a
-    live rebuild holds the lock in its directory, which the kernel releases at its death."""
-    if not root.is_dir():
-        return
-    for entry in root.glob(f"{WORK_PREFIX}*"):
-        if entry.is_dir() and _abandoned(entry, now()):
-            shutil.rmtree(entry, ignore_errors=True)
-    for entry in root.glob(f"{REMOVING_PREFIX}*"):
-        shutil.rmtree(entry, ignore_errors=True)  # its removal was cut short
-
-
-def remove_work_dir(work: Path) -> None:
-    """Remove a work directory: renamed out of the way first (with its lock still held), so
-    a kill half-way through leaves something every later import removes at once."""
-    doomed = work.with_name(f"{REMOVING_PREFIX}{work.name}")
-    try:
-        os.rename(work, doomed)
-    except OSError:
-        doomed = work
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _abandoned(work: Path, now: float) -> bool:
-    try:
-        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        # Killed before its lock was in place (it is empty), or being made right now.
-        with contextlib.suppress(OSError):
-            return now - work.stat().st_mtime > UNLOCKED_GRACE
-        return False
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False  # a live rebuild
-    finally:
-        os.close(fd)
-    return True
-
-
-def locked_work_dir(root: Path) -> tuple[Path, int]:
-    """A new work directory whose lock is held before it has the name others test."""
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
-    fd = os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.rename(work / f"{LOCK_NAME}.new", work / LOCK_NAME)
-    return work, fd
-
-
 def base_manifest(
     store: Store, item: ManifestItem, in_set: set[tuple[str, str]] | None = None
 ) -> layout.VersionManifest:
@@ -192,16 +133,6 @@ def base_manifest(
             hint=remedy,
         )
     return base
-
-
-def check_space(where: Path, needed: int, free_space: FreeSpace = free_bytes) -> None:
-    free = free_space(where)
-    if free is not None and free < needed:
-        raise TemporaryFailure(
-            f"not enough space in {where} to rebuild a delta: {format_size(needed)} needed, "
-            f"{format_size(free)} free; nothing was published",
-            hint="free space there or set target.work_dir to a larger disk, then run again",
-        )
 
 
 # ---- the upload's source -----------------------------------------------------------------------
