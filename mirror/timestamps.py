@@ -22,3 +22,15 @@ def rfc3339(moment: datetime) -> str:
 
 def rfc3339_or_none(moment: datetime | None) -> str | None:
     return rfc3339(moment) if moment is not None else None
+
+
+def parse_zoned(text: str) -> datetime:
+    """The moment RFC 3339 text names; ValueError (saying why) for text that is not a time
+    or names no zone: in a signed document a time without a zone means nothing."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"time without a zone: {text!r}")
+    return moment

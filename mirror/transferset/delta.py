@@ -33,12 +33,12 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
 from mirror.fsutil import CHUNK_SIZE
+from mirror.timestamps import parse_zoned
 from mirror.transferset.format import canonical_json, parse_strict_json
 
 FILE_LIST_FORMAT = 1
@@ -128,11 +128,9 @@ def archive_mtime(exported_at: str) -> int:
     clock or zone, so they write the same headers. IntegrityError for a time without a zone
     or before 1970 (a ustar header cannot hold it)."""
     try:
-        moment = datetime.fromisoformat(exported_at.replace("Z", "+00:00"))
-    except ValueError:
-        raise IntegrityError(f"exported_at {exported_at!r} is not an RFC 3339 time") from None
-    if moment.tzinfo is None:
-        raise IntegrityError(f"exported_at {exported_at!r} has no time zone")
+        moment = parse_zoned(exported_at)
+    except ValueError as exc:
+        raise IntegrityError(f"exported_at: {exc}") from None
     seconds = math.floor(moment.timestamp())
     if seconds < 0:
         raise IntegrityError(f"exported_at {exported_at!r} is before 1970")

@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from mirror.errors import IntegrityError
-from mirror.timestamps import rfc3339
+from mirror.timestamps import parse_zoned, rfc3339
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -120,12 +120,7 @@ def part_names(sha256: str, count: int) -> list[str]:
 
 
 def _iso(value: str) -> str:
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"not an ISO 8601 time: {value!r}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"time without a zone: {value!r}")
+    parse_zoned(value)
     return value
 
 
