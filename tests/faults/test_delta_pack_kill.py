@@ -5,9 +5,6 @@ no set is recorded, and the next pack carries the version as a delta."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,8 @@ from mirror.outbound.pack import pack
 from mirror.store.app import App
 from mirror.store.models import Transfer
 from tests.conftest import write_config
-from tests.fixtures.s3 import cli_env, mirror_argv, transfer_config
+from tests.fixtures.kills import killed_when
+from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import add_sim_version
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -64,19 +62,14 @@ def test_kill_during_delta_build_leaves_nothing(
         app.close()
     tmp_dir = store_dir / "tmp"
     out = tmp_path / "set-2"
-    process = subprocess.Popen(
-        mirror_argv("--config", str(config), "transfer", "pack", str(out)),
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     seen: list[str] = []
-    deadline = time.monotonic() + 120
-    while not seen and process.poll() is None and time.monotonic() < deadline:
-        seen = open_temp_files(process.pid, tmp_dir)
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+
+    def temp_files_open(pid: int) -> str | None:
+        seen[:] = open_temp_files(pid, tmp_dir)
+        return "temp files open" if seen else None
+
+    where = killed_when(temp_files_open, "--config", str(config), "transfer", "pack", str(out))
+    assert where is not None, "the pack finished before a temp file was seen"
     assert seen, "the pack finished before a temp file was seen"
     assert all(target.endswith("(deleted)") or "/#" in target for target in seen), seen
     left = sorted(path.name for path in tmp_dir.iterdir())

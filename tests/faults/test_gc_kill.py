@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -21,7 +19,8 @@ from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, cli_env, mirror_argv, run_mirror
+from tests.fixtures.kills import killed_when
+from tests.fixtures.s3 import bucket_listing, run_mirror
 from tests.test_chart import seed_version
 from tests.test_gc import assert_index_complete
 
@@ -49,28 +48,12 @@ def kill_gc_at(
     """Run gc and SIGKILL it once `point` is reached; True when it finished first."""
     keys_before = len(bucket_listing(store.client, store.bucket))
     goal = rng.randint(1, 2 * (VERSIONS - KEEP) - 1)
-    process = subprocess.Popen(
-        mirror_argv(
-            "--config", str(config), "chart", "gc", "--domain", domain, "--keep", str(KEEP)
-        ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
+    finished = killed_when(
+        lambda _pid: point if reached(point, store, domain, keys_before, goal) else None,
+        *("--config", str(config), "chart", "gc", "--domain", domain, "--keep", str(KEEP)),
+        timeout=60,
     )
-    deadline = time.monotonic() + 60
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            if reached(point, store, domain, keys_before, goal):
-                break
-            time.sleep(0.005)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        _, stderr = process.communicate(timeout=30)
-    if process.returncode == 0:
-        return True
-    assert process.returncode == -signal.SIGKILL, stderr
-    return False
+    return finished is None
 
 
 @pytest.mark.fault(

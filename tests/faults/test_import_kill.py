@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import signal
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,12 +27,11 @@ from mirror.outbound.pack import pack
 from mirror.store.app import App
 from tests.conftest import write_config
 from tests.fixtures.deltasets import delta_item, full_item, tree_files, write_set
+from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import (
     add_version,
     bucket_listing,
-    cli_env,
     make_tar_gz,
-    mirror_argv,
     run_mirror,
     transfer_config,
 )
@@ -106,28 +103,15 @@ def import_killed_when(
 ) -> str | None:
     """Run the import and SIGKILL it as soon as `reached()` names a point; that point, or
     None when the import finished first."""
-    process = subprocess.Popen(
-        mirror_argv("--config", str(config), "transfer", "import", str(set_dir)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cli_env(),
+    return killed_when(
+        lambda _pid: reached(),
+        "--config",
+        str(config),
+        "transfer",
+        "import",
+        str(set_dir),
+        poll=poll,
     )
-    where: str | None = "end"
-    deadline = time.monotonic() + 120
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            where = reached() or "end"
-            if where != "end":
-                break
-            time.sleep(poll)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        _, stderr = process.communicate(timeout=30)
-    if process.returncode == 0:
-        return None
-    assert process.returncode == -signal.SIGKILL, stderr
-    return where
 
 
 @pytest.mark.fault(
