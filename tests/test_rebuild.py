@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -293,3 +295,56 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
         os.close(lock)
     remove_abandoned(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [other.name]
+
+
+def _read_only_mount(where: Path) -> None:
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,ro", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+
+
+def test_a_read_only_work_directory_is_a_config_error_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
+    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    read_only = tmp_path / "ro"
+    _read_only_mount(read_only)
+    try:
+        before = bucket_listing(object_store.client, object_store.bucket)
+        with pytest.raises(ConfigError, match=f"target.work_dir {read_only} is not writable"):
+            import_set(object_store, tmp_path / "s2", trusted, work_dir=read_only)
+        assert bucket_listing(object_store.client, object_store.bucket) == before
+    finally:
+        subprocess.run(["umount", str(read_only)], check=False)
+
+
+def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Path) -> None:
+    """work_dir unset in a pod whose root file system is read-only: /tmp and its fallbacks
+    are not writable, so there is no temp dir to rebuild in."""
+    probe = (
+        "from mirror.airgap.workdir import work_root\n"
+        "from mirror.errors import ConfigError\n"
+        "try:\n    work_root(None)\n"
+        "except ConfigError as exc:\n    print(exc.exit_code, exc)\n"
+    )
+    script = (
+        "mount -t tmpfs -o ro tmpfs /tmp && mount -t tmpfs -o ro tmpfs /var/tmp && cd /proc "
+        f'&& TMPDIR=/nonexistent exec {sys.executable} -c "$0"'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, probe], capture_output=True, text=True, check=False
+    )
+    if "unshare failed" in done.stderr or "mount:" in done.stderr:
+        pytest.skip("cannot make the temp directories read-only here (needs root)")
+    assert done.stdout.startswith("2 no writable temporary directory"), done.stderr
+    assert "target.work_dir" in done.stdout

@@ -37,6 +37,7 @@ from mirror.airgap import layout
 from mirror.airgap.workdir import (
     FreeSpace,
     check_space,
+    check_writable,
     locked_work_dir,
     remove_abandoned,
     remove_work_dir,
@@ -44,7 +45,6 @@ from mirror.airgap.workdir import (
 )
 from mirror.archive import ArchiveLimits, read_archive
 from mirror.errors import (
-    ConfigError,
     IntegrityError,
     MirrorError,
     OperationFailed,
@@ -95,11 +95,7 @@ def check_deltas(
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
         root = work_root(work_dir)
-        if not root.is_dir():
-            raise ConfigError(
-                f"target.work_dir {root} is not a directory",
-                hint="create it or point target.work_dir at a disk with room for rebuilds",
-            )
+        check_writable(root)
         remove_abandoned(root)
         check_space(root, needed, free_space)
 

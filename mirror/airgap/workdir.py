@@ -3,7 +3,8 @@ killed half-way leaves something the next one recognises and removes.
 
 Promises: `locked_work_dir` holds the lock before the directory has the name others test;
 `remove_abandoned` removes only directories whose lock no process holds (or, lockless,
-older than an hour), and any removal that was cut short; `check_space` refuses
+older than an hour), and any removal that was cut short; `check_writable` refuses (exit 2)
+a work root that is no writable directory; `check_space` refuses
 (TemporaryFailure, exit 75) a rebuild without room, naming needed, free and where.
 """
 
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mirror.errors import TemporaryFailure
+from mirror.errors import ConfigError, TemporaryFailure
 from mirror.fsutil import free_bytes
 from mirror.units import format_size
 
@@ -31,7 +32,32 @@ FreeSpace = Callable[[Path], int | None]
 
 
 def work_root(work_dir: Path | None) -> Path:
-    return Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+    """`work_dir`, else the system temp dir; ConfigError (exit 2) when there is none (a
+    read-only root file system, as pods run)."""
+    if work_dir is not None:
+        return Path(work_dir)
+    try:
+        return Path(tempfile.gettempdir())
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"no writable temporary directory to rebuild deltas in ({exc.strerror})",
+            hint="set target.work_dir to a writable directory with room for rebuilds",
+        ) from None
+
+
+def check_writable(root: Path) -> None:
+    """ConfigError (exit 2) unless `root` is a directory this process can create in."""
+    if not root.is_dir():
+        raise ConfigError(
+            f"target.work_dir {root} is not a directory",
+            hint="create it or point target.work_dir at a disk with room for rebuilds",
+        )
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"target.work_dir {root} is not writable (read-only or not permitted); "
+            "nothing was published",
+            hint="point target.work_dir at a writable disk with room for rebuilds",
+        )
 
 
 def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
