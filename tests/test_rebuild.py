@@ -348,3 +348,26 @@ def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Pa
         pytest.skip("cannot make the temp directories read-only here (needs root)")
     assert done.stdout.startswith("2 no writable temporary directory"), done.stderr
     assert "target.work_dir" in done.stdout
+
+
+def test_a_base_whose_object_is_gone_is_refused_before_any_upload_naming_the_remedy(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """The base's manifest is there, its bundle is not (deleted by hand or a lifecycle
+    rule): refused like a missing base (exit 5, `pack --full`), not a bare 'does not exist'
+    (exit 3) from the middle of the upload."""
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
+    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    object_store.client.delete_object(
+        Bucket=object_store.bucket, Key=object_store.key(DOCS, V1, "bundle.tar.gz")
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert refused.value.exit_code == 5
+    assert "transfer pack --full --domain docs.example.com" in str(refused.value)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
