@@ -317,6 +317,22 @@ def test_a_damaged_index_is_refused_before_anything_is_uploaded(
     assert open_uploads(object_store) == []
 
 
+def test_a_damaged_current_with_promote_is_refused_before_anything_is_uploaded(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    import_set(object_store, tmp_path / "s1", trusted, promote=chart.promote)
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    current_key = object_store.key(DOCS, "current.json")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=current_key, Body=b"[]")
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match=r"current\.json"):
+        import_set(object_store, tmp_path / "s2", trusted, promote=chart.promote)
+    assert listing(object_store) == before
+
+
 def test_promote_hook_gets_each_domains_newest_version(
     app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:
