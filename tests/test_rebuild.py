@@ -200,15 +200,24 @@ def test_importing_the_same_delta_again_is_already_there_without_rebuilding(
     }
 
 
-def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
+def base_imported_and_delta_set(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
-) -> None:
+) -> tuple[Path, SetItem]:
+    """V1 (BASE) imported whole; set s2 carrying V2 (NEW) as a delta against it, not imported.
+    Returns V1's bundle and the delta item."""
     old, old_tree = hand_made(tmp_path, "v1", BASE)
     _, new_tree = hand_made(tmp_path, "v2", NEW)
     write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
     write_set(tmp_path / "s2", [item], signing, sequence=2)
+    return old, item
+
+
+def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, item = base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
     manifest = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes())
     check_deltas(object_store, manifest, work_dir=tmp_path)
     with pytest.raises(TemporaryFailure) as refused:
@@ -311,12 +320,7 @@ def _read_only_mount(where: Path) -> None:
 def test_a_read_only_work_directory_is_a_config_error_before_any_upload(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
 ) -> None:
-    old, old_tree = hand_made(tmp_path, "v1", BASE)
-    _, new_tree = hand_made(tmp_path, "v2", NEW)
-    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
-    import_set(object_store, tmp_path / "s1", trusted)
-    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
-    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
     read_only = tmp_path / "ro"
     _read_only_mount(read_only)
     try:
@@ -356,12 +360,7 @@ def test_a_base_whose_object_is_gone_is_refused_before_any_upload_naming_the_rem
     """The base's manifest is there, its bundle is not (deleted by hand or a lifecycle
     rule): refused like a missing base (exit 5, `pack --full`), not a bare 'does not exist'
     (exit 3) from the middle of the upload."""
-    old, old_tree = hand_made(tmp_path, "v1", BASE)
-    _, new_tree = hand_made(tmp_path, "v2", NEW)
-    write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
-    import_set(object_store, tmp_path / "s1", trusted)
-    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
-    write_set(tmp_path / "s2", [item], signing, sequence=2)
+    base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
     object_store.client.delete_object(
         Bucket=object_store.bucket, Key=object_store.key(DOCS, V1, "bundle.tar.gz")
     )
