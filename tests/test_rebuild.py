@@ -293,10 +293,17 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
     other.mkdir()
     cut_short = tmp_path / f".{WORK_PREFIX}removing-{WORK_PREFIX}x"
     cut_short.mkdir()  # a removal killed half-way
+    half_locked = tmp_path / f"{WORK_PREFIX}half"
+    half_locked.mkdir()
+    (half_locked / f"{LOCK_NAME}.new").touch()  # killed before its lock got its name
+    os.utime(half_locked / f"{LOCK_NAME}.new", (time.time() - 60, time.time() - 60))
+    being_made = tmp_path / f"{WORK_PREFIX}being-made"
+    being_made.mkdir()
+    (being_made / f"{LOCK_NAME}.new").touch()  # its maker may take the lock any moment
     try:
         remove_abandoned(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            [live.name, unlocked.name, other.name]
+            [live.name, unlocked.name, being_made.name, other.name]
         )
         remove_abandoned(tmp_path, now=lambda: time.time() + 2 * 3600)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
