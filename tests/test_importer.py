@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -295,6 +296,35 @@ def test_index_keeps_versions_from_earlier_sets(
     assert first is not None and index is not None
     assert index["versions"][0] == first["versions"][0]
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-21"]
+
+
+@pytest.mark.parametrize(
+    ("document", "damage"),
+    [
+        ("index.json", b"[]"),
+        ("index.json", b"{not json"),
+        ("index.json", b'{"versions": 7}'),
+        ("current.json", b"[]"),
+    ],
+)
+def test_a_damaged_document_is_refused_before_anything_is_uploaded(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, document: str, damage: bytes
+) -> None:
+    """The index (and, promoting, `current.json`) is read before the bundles are staged: an
+    import refused for it leaves the bucket as it was (it used to leave the new version's
+    bundle and manifest behind)."""
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    import_set(object_store, tmp_path / "s1", trusted, promote=chart.promote)
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    key = object_store.key(DOCS, document)
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=damage)
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match=re.escape(document)):
+        import_set(object_store, tmp_path / "s2", trusted, promote=chart.promote)
+    assert listing(object_store) == before
+    assert open_uploads(object_store) == []
 
 
 def test_promote_hook_gets_each_domains_newest_version(

@@ -7,10 +7,11 @@ import hashlib
 import io
 import os
 import tracemalloc
+from datetime import datetime, timedelta
 
 import pytest
 
-from mirror.airgap.multipart import Staging
+from mirror.airgap.multipart import ORPHAN_GRACE, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import IntegrityError
 from tests.fixtures.s3 import bucket_listing
@@ -124,3 +125,45 @@ def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
         tracemalloc.stop()
     assert peak <= 2 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
     assert store.head(store.key("big")) is not None
+
+
+def _orphan(store: ObjectStore, key: str) -> tuple[str, datetime]:
+    """A multipart upload left open, as an import SIGKILLed while staging leaves it; its id
+    and when the server says it began (moto answers one fixed time, so the tests' clocks
+    are set from it)."""
+    upload_id = store.client.create_multipart_upload(Bucket=store.bucket, Key=key)["UploadId"]
+    store.client.upload_part(
+        Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"half" * 1000
+    )
+    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
+    (initiated,) = [u["Initiated"] for u in answer["Uploads"] if u["UploadId"] == upload_id]
+    return upload_id, initiated
+
+
+@pytest.mark.parametrize("already_there", [False, True], ids=["new", "exists"])
+def test_an_upload_orphaned_by_a_killed_import_is_aborted_once_stale(
+    store: ObjectStore, already_there: bool
+) -> None:
+    data, sha = blob(6 * MiB)
+    key, other = store.key("x"), store.key("y")
+    if already_there:
+        store.upload_blob(key, io.BytesIO(data), sha256=sha, size=len(data))
+    _, initiated = _orphan(store, key)
+    _orphan(store, other)
+    later = initiated + ORPHAN_GRACE + timedelta(minutes=1)
+    with Staging(store, now=lambda: later) as staging:
+        staging.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+        staging.complete()
+    assert open_uploads(store) == [other]  # only the batch's own keys are swept
+
+
+def test_a_fresh_upload_of_the_same_key_is_left_alone(store: ObjectStore) -> None:
+    """A concurrent import of the same set may be staging it right now."""
+    data, sha = blob(6 * MiB)
+    key = store.key("x")
+    live, initiated = _orphan(store, key)
+    with Staging(store, now=lambda: initiated + timedelta(minutes=5)) as staging:
+        staging.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+        staging.complete()
+    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
+    assert [upload["UploadId"] for upload in answer.get("Uploads", [])] == [live]

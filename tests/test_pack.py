@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
-from mirror.outbound.pack import pack
+from mirror.outbound.pack import FREE_SPACE_MARGIN, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
@@ -25,6 +25,7 @@ from mirror.transferset.format import (
     part_names,
 )
 from mirror.transferset.reader import verify_set
+from mirror.units import format_size
 from tests.fixtures.s3 import add_version
 
 MiB = 1024 * 1024
@@ -186,3 +187,16 @@ def test_a_missing_store_blob_is_not_found(transfer_app: App, tmp_path: Path) ->
     transfer_app.store.remove(sha)
     with pytest.raises(NotFound):
         pack(transfer_app, tmp_path / "s1")
+
+
+def test_a_refusal_for_space_names_the_margin_so_it_never_reads_as_enough(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """A small set on a medium with more free than the set's size, less than size + margin:
+    '6.9 KiB needed, 200 KiB free' alone reads as a contradiction at 2 a.m."""
+    add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=4 * 1024)
+    with pytest.raises(OperationFailed) as refused:
+        pack(transfer_app, tmp_path / "s1", free_space=lambda _path: 200 * 1024)
+    message = refused.value.message
+    assert f"{format_size(FREE_SPACE_MARGIN)} kept free" in message, message
+    assert "200.0 KiB is free" in message

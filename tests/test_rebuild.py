@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -198,15 +200,24 @@ def test_importing_the_same_delta_again_is_already_there_without_rebuilding(
     }
 
 
-def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
+def base_imported_and_delta_set(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
-) -> None:
+) -> tuple[Path, SetItem]:
+    """V1 (BASE) imported whole; set s2 carrying V2 (NEW) as a delta against it, not imported.
+    Returns V1's bundle and the delta item."""
     old, old_tree = hand_made(tmp_path, "v1", BASE)
     _, new_tree = hand_made(tmp_path, "v2", NEW)
     write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
     write_set(tmp_path / "s2", [item], signing, sequence=2)
+    return old, item
+
+
+def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, item = base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
     manifest = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes())
     check_deltas(object_store, manifest, work_dir=tmp_path)
     with pytest.raises(TemporaryFailure) as refused:
@@ -282,10 +293,17 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
     other.mkdir()
     cut_short = tmp_path / f".{WORK_PREFIX}removing-{WORK_PREFIX}x"
     cut_short.mkdir()  # a removal killed half-way
+    half_locked = tmp_path / f"{WORK_PREFIX}half"
+    half_locked.mkdir()
+    (half_locked / f"{LOCK_NAME}.new").touch()  # killed before its lock got its name
+    os.utime(half_locked / f"{LOCK_NAME}.new", (time.time() - 60, time.time() - 60))
+    being_made = tmp_path / f"{WORK_PREFIX}being-made"
+    being_made.mkdir()
+    (being_made / f"{LOCK_NAME}.new").touch()  # its maker may take the lock any moment
     try:
         remove_abandoned(tmp_path)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            [live.name, unlocked.name, other.name]
+            [live.name, unlocked.name, being_made.name, other.name]
         )
         remove_abandoned(tmp_path, now=lambda: time.time() + 2 * 3600)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
@@ -293,3 +311,69 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
         os.close(lock)
     remove_abandoned(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [other.name]
+
+
+def _read_only_mount(where: Path) -> None:
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,ro", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+
+
+def test_a_read_only_work_directory_is_a_config_error_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
+    read_only = tmp_path / "ro"
+    _read_only_mount(read_only)
+    try:
+        before = bucket_listing(object_store.client, object_store.bucket)
+        with pytest.raises(ConfigError, match=f"target.work_dir {read_only} is not writable"):
+            import_set(object_store, tmp_path / "s2", trusted, work_dir=read_only)
+        assert bucket_listing(object_store.client, object_store.bucket) == before
+    finally:
+        subprocess.run(["umount", str(read_only)], check=False)
+
+
+def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Path) -> None:
+    """work_dir unset in a pod whose root file system is read-only: /tmp and its fallbacks
+    are not writable, so there is no temp dir to rebuild in."""
+    probe = (
+        "from mirror.airgap.workdir import work_root\n"
+        "from mirror.errors import ConfigError\n"
+        "try:\n    work_root(None)\n"
+        "except ConfigError as exc:\n    print(exc.exit_code, exc)\n"
+    )
+    script = (
+        "mount -t tmpfs -o ro tmpfs /tmp && mount -t tmpfs -o ro tmpfs /var/tmp && cd /proc "
+        f'&& TMPDIR=/nonexistent exec {sys.executable} -c "$0"'
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, probe], capture_output=True, text=True, check=False
+    )
+    if "unshare failed" in done.stderr or "mount:" in done.stderr:
+        pytest.skip("cannot make the temp directories read-only here (needs root)")
+    assert done.stdout.startswith("2 no writable temporary directory"), done.stderr
+    assert "target.work_dir" in done.stdout
+
+
+def test_a_base_whose_object_is_gone_is_refused_before_any_upload_naming_the_remedy(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """The base's manifest is there, its bundle is not (deleted by hand or a lifecycle
+    rule): refused like a missing base (exit 5, `pack --full`), not a bare 'does not exist'
+    (exit 3) from the middle of the upload."""
+    base_imported_and_delta_set(tmp_path, object_store, signing, trusted)
+    object_store.client.delete_object(
+        Bucket=object_store.bucket, Key=object_store.key(DOCS, V1, "bundle.tar.gz")
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert refused.value.exit_code == 5
+    assert "transfer pack --full --domain docs.example.com" in str(refused.value)
+    assert bucket_listing(object_store.client, object_store.bucket) == before

@@ -14,7 +14,9 @@ Promises:
   the bucket (same sha256 and size: a re-run after a kill) is not uploaded again.
 - Order: the bundles (completed together), then each version's `manifest.json`,
   then each domain's `index.json`, then the promotions asked for, then the receipt on disk, and
-  the bucket's import state last. An import killed at any point and run again
+  the bucket's import state last. Every index (and, promoting, `current.json`) is read
+  before any upload, so a damaged one (exit 5) refuses the set with the bucket unchanged. An import
+  killed at any point and run again
   skips what is already there (after checking its hash metadata) and publishes
   every version exactly once; the index only ever lists versions whose bundle
   and manifest are complete; once the state records a set, its receipt exists.
@@ -126,6 +128,10 @@ def import_set(
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
     rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
     manifest = verified.manifest
+    for domain in dict.fromkeys(item.domain for item in manifest.items):
+        layout.read_index(store, domain)  # a damaged document refuses the set before any upload
+        if promote is not None:
+            layout.read_current(store, domain)
     if manifest.tool is not None:
         notes.append(
             f"{manifest.tool.path} (the mirror tool) stays beside the set; it is not published"

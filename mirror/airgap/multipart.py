@@ -17,27 +17,36 @@ Promises:
   multipart upload of a refused batch remains. Completion is the commit point:
   S3 has no transactions, so a failure while completing leaves the uploads
   completed so far in place (a re-run finds them "already there").
+- A multipart upload a killed import left open (SIGKILL, power loss: no abort ran) is
+  aborted by a later import staging the same key, once it is older than ORPHAN_GRACE;
+  a younger one may be a concurrent import's and is left alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import botocore.exceptions
 
 from mirror.errors import IntegrityError
 from mirror.fsutil import CHUNK_SIZE
+from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:
     from mirror.airgap.objectstore import ObjectStore
 
+log = logging.getLogger(__name__)
+
 SHA256_META = "sha256"
 MAX_PARTS = 10_000
+ORPHAN_GRACE = timedelta(hours=1)
 
 Outcome = Literal["created", "exists"]
 Progress = Callable[[int], None]
@@ -92,9 +101,11 @@ class StagedUpload:
         sha256: str,
         size: int,
         content_type: str = "application/octet-stream",
+        now: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
         self.senders = senders
+        self.now = now
         self.key = key
         self.sha256 = sha256
         self.size = size
@@ -114,6 +125,7 @@ class StagedUpload:
         The parts may still be on their way when this returns; `complete` waits for them.
         `on_progress` gets each part's size once it is on the server (all `size` bytes at
         once when the object is already there and the source is not read)."""
+        abort_orphans(self.store, self.key, self.now() - ORPHAN_GRACE)
         if self.store.existing(self.key, self.identity, size=self.size) is not None:
             self.state = "exists"
             if on_progress is not None:
@@ -243,8 +255,15 @@ class Staging:
     all visible, in the order staged, once every one has matched.
     """
 
-    def __init__(self, store: ObjectStore, *, workers: int | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        workers: int | None = None,
+        now: Callable[[], datetime] = utcnow,
+    ) -> None:
         self.store = store
+        self.now = now
         self.senders = PartSenders(workers or store.workers)
         self.uploads: list[StagedUpload] = []
         self._completed = False
@@ -270,7 +289,13 @@ class Staging:
         on_progress: Progress | None = None,
     ) -> StagedUpload:
         upload = StagedUpload(
-            self.store, self.senders, key, sha256=sha256, size=size, content_type=content_type
+            self.store,
+            self.senders,
+            key,
+            sha256=sha256,
+            size=size,
+            content_type=content_type,
+            now=self.now,
         )
         self.uploads.append(upload)
         upload.stage(source, on_progress)
@@ -292,6 +317,29 @@ class Staging:
     @property
     def peak_parts_in_flight(self) -> int:
         return self.senders.peak_in_flight
+
+
+def abort_orphans(store: ObjectStore, key: str, started_before: datetime) -> None:
+    """Abort the open multipart uploads of exactly `key` begun before `started_before` (left
+    by a killed import). Best effort: a server that refuses the listing keeps them."""
+    errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+    try:
+        paginator = store.client.get_paginator("list_multipart_uploads")
+        uploads = [
+            upload
+            for page in paginator.paginate(Bucket=store.bucket, Prefix=key)
+            for upload in page.get("Uploads", [])
+            if upload.get("Key") == key and upload["Initiated"] < started_before
+        ]
+    except errors as exc:
+        log.debug("cannot list the open uploads of %s: %s", key, exc)
+        return
+    for upload in uploads:
+        with contextlib.suppress(*errors):
+            store.client.abort_multipart_upload(
+                Bucket=store.bucket, Key=key, UploadId=upload["UploadId"]
+            )
+            log.info("aborted an upload of %s left open since %s", key, upload["Initiated"])
 
 
 def read_part(source: Reader, size: int) -> bytearray:

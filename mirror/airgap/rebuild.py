@@ -6,7 +6,8 @@ version's object in the bucket gives the contents the delta did not carry.
 
 Promises:
 - `check_deltas` runs before anything is uploaded: every delta's base version is complete
-  in the bucket (its per-version manifest exists) with the tree the signed manifest names,
+  in the bucket (its per-version manifest and its object exist; unless the delta's own
+  version is already there) with the tree the signed manifest names,
   and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
   base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
   directory without room for the largest rebuild.
@@ -37,6 +38,7 @@ from mirror.airgap import layout
 from mirror.airgap.workdir import (
     FreeSpace,
     check_space,
+    check_writable,
     locked_work_dir,
     remove_abandoned,
     remove_work_dir,
@@ -44,7 +46,6 @@ from mirror.airgap.workdir import (
 )
 from mirror.archive import ArchiveLimits, read_archive
 from mirror.errors import (
-    ConfigError,
     IntegrityError,
     MirrorError,
     OperationFailed,
@@ -74,6 +75,8 @@ class Store(layout.Bucket, Protocol):
 
     def open_stream(self, key: str) -> Iterator[bytes]: ...
 
+    def head(self, key: str) -> dict[str, Any] | None: ...
+
 
 # ---- before anything is uploaded ---------------------------------------------------------------
 
@@ -92,14 +95,12 @@ def check_deltas(
         if item.delta is None:
             continue
         base = base_manifest(store, item, in_set)
+        if layout.read_version_manifest(store, item.domain, item.version) is None:
+            _require_base_object(store, item, base)
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
         root = work_root(work_dir)
-        if not root.is_dir():
-            raise ConfigError(
-                f"target.work_dir {root} is not a directory",
-                hint="create it or point target.work_dir at a disk with room for rebuilds",
-            )
+        check_writable(root)
         remove_abandoned(root)
         check_space(root, needed, free_space)
 
@@ -133,6 +134,18 @@ def base_manifest(
             hint=remedy,
         )
     return base
+
+
+def _require_base_object(store: Store, item: ManifestItem, base: layout.VersionManifest) -> None:
+    """The base's bundle object is there (its manifest alone does not make a base)."""
+    assert item.delta is not None
+    if store.head(base.object) is None:
+        raise IntegrityError(
+            f"{item.label} is a delta against {item.domain} {item.delta.base_version}, whose "
+            f"object {store.bucket}/{base.object} is missing; nothing was published",
+            hint=f"run `mirror transfer pack --full --domain {item.domain}` on the connected "
+            "side and import that set",
+        )
 
 
 # ---- the upload's source -----------------------------------------------------------------------

@@ -2,9 +2,11 @@
 killed half-way leaves something the next one recognises and removes.
 
 Promises: `locked_work_dir` holds the lock before the directory has the name others test;
-`remove_abandoned` removes only directories whose lock no process holds (or, lockless,
-older than an hour), and any removal that was cut short; `check_space` refuses
-(TemporaryFailure, exit 75) a rebuild without room, naming needed, free and where.
+`remove_abandoned` removes only directories whose lock no process holds (a lock not yet
+renamed: once 5 s old; lockless: once older than an hour), and any removal that was cut
+short; `check_writable` refuses (exit 2) a work root that is no writable directory;
+`check_space` refuses (TemporaryFailure, exit 75) a rebuild without room, naming needed,
+free and where.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mirror.errors import TemporaryFailure
+from mirror.errors import ConfigError, TemporaryFailure
 from mirror.fsutil import free_bytes
 from mirror.units import format_size
 
@@ -26,12 +28,38 @@ WORK_PREFIX = "mirror-rebuild-"
 LOCK_NAME = ".lock"
 REMOVING_PREFIX = f".{WORK_PREFIX}removing-"
 UNLOCKED_GRACE = 3600.0
+UNNAMED_LOCK_GRACE = 5.0
 
 FreeSpace = Callable[[Path], int | None]
 
 
 def work_root(work_dir: Path | None) -> Path:
-    return Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+    """`work_dir`, else the system temp dir; ConfigError (exit 2) when there is none (a
+    read-only root file system, as pods run)."""
+    if work_dir is not None:
+        return Path(work_dir)
+    try:
+        return Path(tempfile.gettempdir())
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"no writable temporary directory to rebuild deltas in ({exc.strerror})",
+            hint="set target.work_dir to a writable directory with room for rebuilds",
+        ) from None
+
+
+def check_writable(root: Path) -> None:
+    """ConfigError (exit 2) unless `root` is a directory this process can create in."""
+    if not root.is_dir():
+        raise ConfigError(
+            f"target.work_dir {root} is not a directory",
+            hint="create it or point target.work_dir at a disk with room for rebuilds",
+        )
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"target.work_dir {root} is not writable (read-only or not permitted); "
+            "nothing was published",
+            hint="point target.work_dir at a writable disk with room for rebuilds",
+        )
 
 
 def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
@@ -59,21 +87,32 @@ def remove_work_dir(work: Path) -> None:
 
 def _abandoned(work: Path, now: float) -> bool:
     try:
-        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
+        fd, named = _open_lock(work)
     except FileNotFoundError:
-        # Killed before its lock was in place (it is empty), or being made right now.
+        # Killed before its lock was made (it is empty), or being made right now.
         with contextlib.suppress(OSError):
             return now - work.stat().st_mtime > UNLOCKED_GRACE
         return False
     except OSError:
         return False
     try:
+        if not named and now - os.fstat(fd).st_mtime <= UNNAMED_LOCK_GRACE:
+            return False  # its maker may be between creating the lock and taking it
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return False  # a live rebuild
     finally:
         os.close(fd)
     return True
+
+
+def _open_lock(work: Path) -> tuple[int, bool]:
+    """The lock and True, or the one not yet renamed and False (killed between the two:
+    `locked_work_dir` takes it right after creating it)."""
+    try:
+        return os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW), True
+    except FileNotFoundError:
+        return os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_NOFOLLOW), False
 
 
 def locked_work_dir(root: Path) -> tuple[Path, int]:

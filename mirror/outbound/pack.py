@@ -269,8 +269,8 @@ def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] 
     free = (free_space or disk_free)(out.parent)
     if free < needed + FREE_SPACE_MARGIN:
         raise OperationFailed(
-            f"not enough free space in {out.parent}: the set needs {format_size(needed)}, "
-            f"{format_size(free)} is free",
+            f"not enough free space in {out.parent}: the set needs {format_size(needed)} "
+            f"and {format_size(FREE_SPACE_MARGIN)} kept free, {format_size(free)} is free",
             hint="use a larger medium, or --domain to pack less",
         )
 
