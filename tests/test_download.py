@@ -754,3 +754,41 @@ def test_a_host_that_always_trickles_ends_as_a_spent_link(
     with pytest.raises(LinkFailed, match="below 102400 bytes/s"):
         download(max_attempts=3, min_speed=100 * 1024, stall_time=0.2)
     assert 0 < (tmp_path / "p").stat().st_size < MiB
+
+
+def test_a_partial_damaged_on_disk_is_downloaded_again_from_zero_in_the_same_call(
+    sim_factory: Callable[..., Simulator], http: httpx.Client, tmp_path: Path
+):
+    """The bytes before a resume are not re-sent by the host: when the finished archive
+    fails its check, those bytes may be what is wrong, so one download from zero decides."""
+    sim = sim_factory(bundle_size=8 * MiB)
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "p"
+    cancel = threading.Event()
+
+    def on_progress(done: int, _total: int | None) -> None:
+        if done >= 4 * MiB:
+            cancel.set()
+
+    with pytest.raises(Interrupted):
+        download_bundle(
+            http,
+            link,
+            dest,
+            refresh_link=lambda: link,
+            checkpoint=lambda _n, _lk: None,
+            on_progress=on_progress,
+            cancel=cancel,
+            sleep=no_wait,
+            inspect=ArchiveLimits(),
+        )
+    with open(dest, "r+b") as partial:
+        partial.seek(1 * MiB)
+        partial.write(b"\0" * 4096)  # damage the prefix a resume would keep
+    result = download_bundle(
+        http, link, dest, refresh_link=lambda: link, sleep=no_wait, inspect=ArchiveLimits()
+    )
+    assert result.sha256 == sim.bundle_sha256(job_id)
+    assert result.archive == inspect_archive(dest)
+    assert feed_threads() == []

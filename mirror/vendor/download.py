@@ -192,6 +192,7 @@ class _Download:
         self.now = now
         self.restarts = 0
         self.resumes = 0
+        self.started_at = 0
         self.refreshes = 0
         self.failures = 0
         self.refreshes_in_a_row = 0
@@ -231,8 +232,14 @@ class _Download:
             return inspect_archive(self.dest, self.inspect)
         return None
 
+    @property
+    def continued(self) -> bool:
+        """Whether bytes written before this call, or before a resume, are in the file."""
+        return self.started_at > 0 or self.resumes > 0
+
     def download(self) -> DownloadResult:
         handle, self.guard.validator = self.file.open(self.expected)
+        self.started_at = self.offset
         with handle, self.file.syncer:
             try:
                 self.loop()
@@ -527,25 +534,47 @@ def download_bundle(
     """Download `link` into `dest`, continuing whatever `dest` already holds.
 
     With `inspect`, the archive is checked within those limits as it arrives and the
-    result's `archive` holds the report. Raises IntegrityError (size, or the archive
-    check), Interrupted (cancel; progress checkpointed),
-    LinkFailed (attempts spent, or not an http(s) link), AuthError/NotFound (link
-    refused for good). `min_speed` bytes/s over `stall_time` s is the low-speed limit
-    (0 turns it off).
+    result's `archive` holds the report. A download that continued earlier bytes (a resume,
+    or a partial file from before) and then fails its size or archive check is downloaded
+    once more from zero, since the earlier bytes may be what is damaged. Raises
+    IntegrityError (size, or the archive check, of a download from zero), Interrupted
+    (cancel; progress checkpointed), LinkFailed (attempts spent, or not an http(s) link),
+    AuthError/NotFound (link refused for good). `min_speed` bytes/s over `stall_time` s is
+    the low-speed limit (0 turns it off).
     """
-    return _Download(
-        http,
-        link,
-        dest,
-        refresh_link=refresh_link,
-        expected_size=expected_size,
-        checkpoint=checkpoint,
-        on_progress=on_progress,
-        cancel=cancel,
-        max_attempts=max_attempts,
-        sleep=sleep,
-        now=now,
-        min_speed=min_speed,
-        stall_time=stall_time,
-        inspect=inspect,
-    ).run()
+
+    def attempt() -> _Download:
+        return _Download(
+            http,
+            link,
+            dest,
+            refresh_link=refresh_link,
+            expected_size=expected_size,
+            checkpoint=checkpoint,
+            on_progress=on_progress,
+            cancel=cancel,
+            max_attempts=max_attempts,
+            sleep=sleep,
+            now=now,
+            min_speed=min_speed,
+            stall_time=stall_time,
+            inspect=inspect,
+        )
+
+    first = attempt()
+    try:
+        return first.run()
+    except IntegrityError as exc:
+        if not first.continued:
+            raise
+        # Bytes from before a resume may be damaged on disk: one download from zero decides.
+        log.warning(
+            "bundle of job %s failed its check after a resume (%s); downloading it again "
+            "from the start",
+            link.job_id,
+            exc.message,
+        )
+        for stale in (dest, validator_path(dest)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    return attempt().run()
