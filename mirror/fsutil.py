@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import os
 import shutil
@@ -100,6 +101,17 @@ def atomic_writer(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
         with contextlib.suppress(FileNotFoundError):
             temp_path.unlink()
         raise
+
+
+def remove_interrupted_writes(path: Path) -> list[Path]:
+    """Remove the temporary files an `atomic_writer` of `path` left when its process was
+    killed mid-write; only the one process that writes `path` may call this."""
+    removed: list[Path] = []
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+            removed.append(stale)
+    return removed
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:

@@ -792,3 +792,19 @@ def test_a_partial_damaged_on_disk_is_downloaded_again_from_zero_in_the_same_cal
     assert result.sha256 == sim.bundle_sha256(job_id)
     assert result.archive == inspect_archive(dest)
     assert feed_threads() == []
+
+
+def test_a_validator_write_cut_by_a_kill_leaves_nothing_once_the_partial_is_opened_again(
+    sim: Simulator, http: httpx.Client, tmp_path: Path
+):
+    """A kill between the validator's temporary file and its rename leaves
+    `.NAME.validator.XXXX.tmp`; the next download of that partial removes it."""
+    job_id = completed_job(sim, http)
+    link = vendor(sim, http).export_bundle(job_id)
+    dest = tmp_path / "run-1.part"
+    stray = tmp_path / f".{validator_path(dest).name}.k1ll3d.tmp"
+    stray.write_text('{"etag": "half')
+    other = tmp_path / ".run-2.part.validator.x.tmp"
+    other.write_text("another partial's")
+    download_bundle(http, link, dest, refresh_link=lambda: link, sleep=no_wait)
+    assert not stray.exists() and other.exists()

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from mirror.errors import TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, disk_full, iter_file
-from mirror.vendor.validators import Validator, load_validator
+from mirror.fsutil import CHUNK_SIZE, disk_full, iter_file, remove_interrupted_writes
+from mirror.vendor.validators import Validator, load_validator, validator_path
 
 log = logging.getLogger("mirror.vendor.download")  # one logger for the whole download
 
@@ -69,6 +69,7 @@ class PartialFile:
     def open(self, expected: int | None) -> tuple[BinaryIO, Validator | None]:
         """Open (or create) the file for appending, hash what it holds; its validator too."""
         self.dest.parent.mkdir(parents=True, exist_ok=True)
+        remove_interrupted_writes(validator_path(self.dest))
         handle = open(self.dest, "ab", buffering=0)  # noqa: SIM115 (closed by the caller)
         size = handle.seek(0, os.SEEK_END)
         if expected is not None and size > expected:
