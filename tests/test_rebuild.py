@@ -348,14 +348,29 @@ def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Pa
         "try:\n    work_root(None)\n"
         "except ConfigError as exc:\n    print(exc.exit_code, exc)\n"
     )
+    # The checkout and its venv may live under /tmp (CI, a fresh clone): they stay reachable
+    # through bind mounts made before /tmp and /var/tmp are hidden.
+    kept = {"/tmp/": "/run/mirror-test-tmp/", "/var/tmp/": "/run/mirror-test-var-tmp/"}
+
+    def reachable(path: str) -> str:
+        for hidden, there in kept.items():
+            if path.startswith(hidden):
+                return there + path[len(hidden) :]
+        return path
+
+    repo = str(Path(__file__).resolve().parent.parent)
     script = (
-        "mount -t tmpfs -o ro tmpfs /tmp && mount -t tmpfs -o ro tmpfs /var/tmp && cd /proc "
-        f'&& TMPDIR=/nonexistent exec {sys.executable} -c "$0"'
+        "mkdir -p /run/mirror-test-tmp /run/mirror-test-var-tmp "
+        "&& mount --rbind /tmp /run/mirror-test-tmp "
+        "&& mount --rbind /var/tmp /run/mirror-test-var-tmp "
+        "&& mount -t tmpfs -o ro tmpfs /tmp && mount -t tmpfs -o ro tmpfs /var/tmp && cd /proc "
+        f"&& TMPDIR=/nonexistent PYTHONPATH={reachable(repo + '/')} "
+        f'exec {reachable(sys.executable)} -c "$0"'
     )
     done = subprocess.run(
         ["unshare", "-m", "sh", "-c", script, probe], capture_output=True, text=True, check=False
     )
-    if "unshare failed" in done.stderr or "mount:" in done.stderr:
+    if any(word in done.stderr for word in ("unshare failed", "mount:", "mkdir:")):
         pytest.skip("cannot make the temp directories read-only here (needs root)")
     assert done.stdout.startswith("2 no writable temporary directory"), done.stderr
     assert "target.work_dir" in done.stdout

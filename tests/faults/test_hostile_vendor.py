@@ -310,7 +310,8 @@ def test_unsafe_archive_arriving_in_pieces_is_refused_and_nothing_stored(
     downloads = sim.stats.snapshot()["downloads"]
     fault_got.append(f"exit {caught.value.exit_code} after {len(downloads)} requests")
     assert caught.value.exit_code == 5 and "unsafe archive" in str(caught.value)
-    assert sim.faults.cuts_remaining == 0 and len(downloads) == 3  # it did arrive in pieces
+    assert sim.faults.cuts_remaining == 0 and len(downloads) == 4  # it did arrive in pieces
+    assert downloads[-1]["range"] is None  # then once more from zero, in case a piece was bad
     assert run.state == RunState.FAILED and run.error == str(caught.value)
     assert list(app.store.iter_blobs()) == [] and app.store.temp_files() == []
 
