@@ -92,6 +92,7 @@ presign_ttl = "7d"
 
 def demo_steps(workdir: Path) -> list[DemoStep]:
     transfer_set = str(workdir / "usb" / "set-0001")
+    next_set = str(workdir / "usb" / "set-0002")
     first = DOMAINS[0]
     return [
         *[
@@ -120,6 +121,20 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
         DemoStep(
             "Acknowledge the receipt on the connected side",
             ["transfer", "ack", str(Path(transfer_set) / "receipt.json")],
+        ),
+        DemoStep(
+            f"Export {first} again: the vendor has changed a few pages since",
+            ["export", "run", first],
+        ),
+        DemoStep(
+            "What the next set would carry: only the files the air-gapped side lacks",
+            ["transfer", "pack", "--dry-run"],
+        ),
+        DemoStep("Pack it (a delta against the delivered version)", ["transfer", "pack", next_set]),
+        DemoStep(
+            "Import it: the version is rebuilt from the one in the bucket, proven, promoted",
+            ["transfer", "import", next_set, "--promote"],
+            list_bucket=True,
         ),
         DemoStep(
             f"Render the vendor chart's values for {first}",

@@ -18,6 +18,7 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
             rf"{re.escape(domain)}: stored new version \d{{4}}-\d{{2}}-\d{{2}}", output
         )
     assert "all 2 blob(s) match the index" in output
+    assert "delta against" in output  # the second export of docs.acme.test travels as a delta
     assert "sha256 matches the manifest" in output
     assert re.search(r"static-export/docs\.acme\.test/[0-9.-]+/bundle\.tar\.gz +3\.0 MiB", output)
     assert "static-export/docs.acme.test/index.json" in output
