@@ -322,24 +322,7 @@ def test_resumed_inspected_download_refeeds_the_prefix(
     sim.set_faults(cut_after_bytes=3 * MiB, cuts_remaining=2)
     link = vendor(sim, http).export_bundle(job_id)
     dest = tmp_path / "p"
-    cancel = threading.Event()
-
-    def on_progress(done: int, _total: int | None) -> None:
-        if done >= 10 * MiB:
-            cancel.set()
-
-    with pytest.raises(Interrupted):
-        download_bundle(
-            http,
-            link,
-            dest,
-            refresh_link=lambda: link,
-            checkpoint=lambda _n, _lk: None,
-            on_progress=on_progress,
-            cancel=cancel,
-            sleep=no_wait,
-            inspect=ArchiveLimits(),
-        )
+    stop_inspected_download(http, link, dest, after=10 * MiB)
     assert feed_threads() == []
     result = download_bundle(
         http, link, dest, refresh_link=lambda: link, sleep=no_wait, inspect=ArchiveLimits()
@@ -765,24 +748,7 @@ def test_a_partial_damaged_on_disk_is_downloaded_again_from_zero_in_the_same_cal
     job_id = completed_job(sim, http)
     link = vendor(sim, http).export_bundle(job_id)
     dest = tmp_path / "p"
-    cancel = threading.Event()
-
-    def on_progress(done: int, _total: int | None) -> None:
-        if done >= 4 * MiB:
-            cancel.set()
-
-    with pytest.raises(Interrupted):
-        download_bundle(
-            http,
-            link,
-            dest,
-            refresh_link=lambda: link,
-            checkpoint=lambda _n, _lk: None,
-            on_progress=on_progress,
-            cancel=cancel,
-            sleep=no_wait,
-            inspect=ArchiveLimits(),
-        )
+    stop_inspected_download(http, link, dest, after=4 * MiB)
     with open(dest, "r+b") as partial:
         partial.seek(1 * MiB)
         partial.write(b"\0" * 4096)  # damage the prefix a resume would keep
@@ -808,3 +774,28 @@ def test_a_validator_write_cut_by_a_kill_leaves_nothing_once_the_partial_is_open
     other.write_text("another partial's")
     download_bundle(http, link, dest, refresh_link=lambda: link, sleep=no_wait)
     assert not stray.exists() and other.exists()
+
+
+def stop_inspected_download(
+    http: httpx.Client, link: BundleLink, dest: Path, *, after: int
+) -> None:
+    """Run an inspected download into `dest` and stop it (Interrupted) once `after` bytes
+    are in: the partial file and its validator stay for a later call to resume."""
+    cancel = threading.Event()
+
+    def on_progress(done: int, _total: int | None) -> None:
+        if done >= after:
+            cancel.set()
+
+    with pytest.raises(Interrupted):
+        download_bundle(
+            http,
+            link,
+            dest,
+            refresh_link=lambda: link,
+            checkpoint=lambda _n, _lk: None,
+            on_progress=on_progress,
+            cancel=cancel,
+            sleep=no_wait,
+            inspect=ArchiveLimits(),
+        )
