@@ -3,12 +3,13 @@ server with real archives: simulator sites and hand-made trees, real signed sets
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -287,30 +288,40 @@ def test_only_work_directories_of_dead_rebuilds_are_removed(tmp_path: Path) -> N
     dead = tmp_path / f"{WORK_PREFIX}dead"
     dead.mkdir()
     (dead / LOCK_NAME).touch()  # a lock file nobody holds: its process is gone
-    unlocked = tmp_path / f"{WORK_PREFIX}young"
-    unlocked.mkdir()  # no lock yet: being made, or killed before its lock
+    lockless = tmp_path / f"{WORK_PREFIX}lockless"
+    lockless.mkdir()  # killed between making the directory and its lock
     other = tmp_path / "something-else"
     other.mkdir()
     cut_short = tmp_path / f".{WORK_PREFIX}removing-{WORK_PREFIX}x"
     cut_short.mkdir()  # a removal killed half-way
-    half_locked = tmp_path / f"{WORK_PREFIX}half"
-    half_locked.mkdir()
-    (half_locked / f"{LOCK_NAME}.new").touch()  # killed before its lock got its name
-    os.utime(half_locked / f"{LOCK_NAME}.new", (time.time() - 60, time.time() - 60))
-    being_made = tmp_path / f"{WORK_PREFIX}being-made"
-    being_made.mkdir()
-    (being_made / f"{LOCK_NAME}.new").touch()  # its maker may take the lock any moment
     try:
         remove_abandoned(tmp_path)
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-            [live.name, unlocked.name, being_made.name, other.name]
-        )
-        remove_abandoned(tmp_path, now=lambda: time.time() + 2 * 3600)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
     finally:
         os.close(lock)
     remove_abandoned(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == [other.name]
+
+
+def test_a_work_directory_being_made_is_never_judged(tmp_path: Path) -> None:
+    """While one import holds the work root's lock (making its directory), another's sweep
+    waits for it instead of finding a directory without its lock yet."""
+    root_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(root_fd, fcntl.LOCK_EX)
+    half_made = tmp_path / f"{WORK_PREFIX}half-made"
+    half_made.mkdir()
+    sweep = threading.Thread(target=remove_abandoned, args=(tmp_path,))
+    sweep.start()
+    sweep.join(0.3)
+    assert sweep.is_alive() and half_made.exists()
+    lock = os.open(half_made / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.close(root_fd)
+    sweep.join(10)
+    try:
+        assert not sweep.is_alive() and half_made.exists()
+    finally:
+        os.close(lock)
 
 
 def _read_only_mount(where: Path) -> None:

@@ -1,10 +1,11 @@
 """Work directories of delta rebuilds: one per rebuild, locked while it lives, so a rebuild
 killed half-way leaves something the next one recognises and removes.
 
-Promises: `locked_work_dir` holds the lock before the directory has the name others test;
-`remove_abandoned` removes only directories whose lock no process holds (a lock not yet
-renamed: once 5 s old; lockless: once older than an hour), and any removal that was cut
-short; `check_writable` refuses (exit 2) a work root that is no writable directory;
+Promises: `locked_work_dir` makes a directory and takes its lock while holding a lock on
+the work root, which `remove_abandoned` takes too, so no directory is judged half-made;
+`remove_abandoned` removes exactly the directories whose lock no process holds (or that
+have none: their maker was killed before it), and any removal that was cut short;
+`check_writable` refuses (exit 2) a work root that is no writable directory;
 `check_space` refuses (TemporaryFailure, exit 75) a rebuild without room, naming needed,
 free and where.
 """
@@ -16,8 +17,7 @@ import fcntl
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mirror.errors import ConfigError, TemporaryFailure
@@ -27,8 +27,6 @@ from mirror.units import format_size
 WORK_PREFIX = "mirror-rebuild-"
 LOCK_NAME = ".lock"
 REMOVING_PREFIX = f".{WORK_PREFIX}removing-"
-UNLOCKED_GRACE = 3600.0
-UNNAMED_LOCK_GRACE = 5.0
 
 FreeSpace = Callable[[Path], int | None]
 
@@ -62,16 +60,20 @@ def check_writable(root: Path) -> None:
         )
 
 
-def remove_abandoned(root: Path, *, now: Callable[[], float] = time.time) -> None:
+def remove_abandoned(root: Path) -> None:
     """Remove the work directories of rebuilds whose process is gone (killed mid-way): a
-    live rebuild holds the lock in its directory, which the kernel releases at its death."""
+    live rebuild holds the lock in its directory, which the kernel releases at its death.
+    Creating a work directory and judging one both hold a lock on `root` itself, so a
+    directory is never judged half-made: one without a held lock is abandoned, at once."""
     if not root.is_dir():
         return
-    for entry in root.glob(f"{WORK_PREFIX}*"):
-        if entry.is_dir() and _abandoned(entry, now()):
-            shutil.rmtree(entry, ignore_errors=True)
+    with _holding(root):
+        for entry in root.glob(f"{WORK_PREFIX}*"):
+            if entry.is_dir() and _abandoned(entry):
+                with contextlib.suppress(OSError):
+                    os.rename(entry, entry.with_name(f"{REMOVING_PREFIX}{entry.name}"))
     for entry in root.glob(f"{REMOVING_PREFIX}*"):
-        shutil.rmtree(entry, ignore_errors=True)  # its removal was cut short
+        shutil.rmtree(entry, ignore_errors=True)
 
 
 def remove_work_dir(work: Path) -> None:
@@ -85,19 +87,14 @@ def remove_work_dir(work: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _abandoned(work: Path, now: float) -> bool:
+def _abandoned(work: Path) -> bool:
     try:
-        fd, named = _open_lock(work)
+        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
-        # Killed before its lock was made (it is empty), or being made right now.
-        with contextlib.suppress(OSError):
-            return now - work.stat().st_mtime > UNLOCKED_GRACE
-        return False
+        return True  # its maker was killed before the lock was in place
     except OSError:
         return False
     try:
-        if not named and now - os.fstat(fd).st_mtime <= UNNAMED_LOCK_GRACE:
-            return False  # its maker may be between creating the lock and taking it
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return False  # a live rebuild
@@ -106,21 +103,22 @@ def _abandoned(work: Path, now: float) -> bool:
     return True
 
 
-def _open_lock(work: Path) -> tuple[int, bool]:
-    """The lock and True, or the one not yet renamed and False (killed between the two:
-    `locked_work_dir` takes it right after creating it)."""
+@contextlib.contextmanager
+def _holding(root: Path) -> Iterator[None]:
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        return os.open(work / LOCK_NAME, os.O_RDWR | os.O_NOFOLLOW), True
-    except FileNotFoundError:
-        return os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_NOFOLLOW), False
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def locked_work_dir(root: Path) -> tuple[Path, int]:
-    """A new work directory whose lock is held before it has the name others test."""
-    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
-    fd = os.open(work / f"{LOCK_NAME}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.rename(work / f"{LOCK_NAME}.new", work / LOCK_NAME)
+    """A new work directory whose lock is held before any other import may judge it."""
+    with _holding(root):
+        work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=root))
+        fd = os.open(work / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
     return work, fd
 
 
