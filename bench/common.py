@@ -177,7 +177,7 @@ def bench_env(**extra: str) -> dict[str, str]:
 
 
 def tool(name: str) -> str:
-    """A command from the venv (aws, moto_server) or PATH; stops the bench if missing."""
+    """A command from the venv (aws) or PATH; stops the bench if missing."""
     beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)

