@@ -647,6 +647,31 @@ def test_concurrent_first_promotions_do_not_overwrite_each_other(
     assert chart.current_version(object_store, DOMAIN) == newest.version
 
 
+def test_a_concurrent_promotion_of_the_same_version_is_not_a_conflict(
+    object_store: ObjectStore,
+    s3_client: Any,
+    target_settings: TargetSettings,
+    two_versions: tuple[Seeded, Seeded],
+) -> None:
+    """Two imports of one set with --promote: the slower finds its version already current
+    and succeeds without writing (it used to exit 75, and running it again exit 5)."""
+    older, newest = two_versions
+    chart.promote(object_store, DOMAIN, older.version)
+    other = ObjectStore(s3_client, target_settings.bucket, target_settings.prefix)
+
+    def meanwhile_the_other_import_promotes() -> datetime:
+        chart.promote(other, DOMAIN, newest.version)
+        return T0
+
+    updated = chart.promote(
+        object_store, DOMAIN, newest.version, now=meanwhile_the_other_import_promotes
+    )
+    assert updated.current == newest.version
+    document, _ = object_store.read_json(object_store.key(DOMAIN, "current.json"))
+    assert document is not None
+    assert [entry["version"] for entry in document["history"]] == [older.version, newest.version]
+
+
 # --- chart check -----------------------------------------------------------------------------
 
 
