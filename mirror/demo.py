@@ -175,7 +175,7 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
         env = _demo_env(config)
         bucket = _create_bucket(s3_url, env)
         echo(f"Working in {workdir}")
-        echo(f"Vendor API simulator on {sim.url}; S3 API server on {s3_url}")
+        echo(f"Vendor API simulator on {sim.url}; S3 server (SeaweedFS) on {s3_url}")
         echo(
             f"Settings in {config} (see them, key redacted: mirror --config {config} config check)"
         )

@@ -1,4 +1,4 @@
-"""The air-gap workflow through the real command line, against moto on loopback.
+"""The air-gap workflow through the real command line, against SeaweedFS on loopback.
 
 keys generate -> pack -> verify -> import (two sides, two configs) -> ack -> pack has nothing
 left; push in one step; exit codes and JSON for scripts; no secret in any output.
