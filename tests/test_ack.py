@@ -1,4 +1,4 @@
-"""Ack against a real index and a receipt from a real import (moto on loopback)."""
+"""Ack against a real index and a receipt from a real import (SeaweedFS on loopback)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Read-modify-write on bucket JSON against a real S3 API (moto) and real concurrent writers."""
+"""Read-modify-write on bucket JSON on a real S3 server (SeaweedFS), real concurrent writers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Import into a real S3 API server (moto on loopback): order, idempotence, sequence checks,
+"""Import into a real S3 API server (SeaweedFS on loopback): order, idempotence, sequence checks,
 receipts, and the air-gapped side loading no database code."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Transfer progress for a person at a terminal: bytes of a known total, in MiB.
 
-Real packs of real bundles; the import runs against moto's S3 server; the command line
-runs in a real pseudo-terminal (progress is drawn only for one)."""
+Real packs of real bundles; the import runs against a real S3 server (SeaweedFS); the command
+line runs in a real pseudo-terminal (progress is drawn only for one)."""
 
 from __future__ import annotations
 

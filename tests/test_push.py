@@ -1,4 +1,4 @@
-"""Push: pack, import into a real S3 API server (moto), acknowledge; nothing left behind."""
+"""Push: pack, import into a real S3 server (SeaweedFS), acknowledge; nothing left behind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rebuilding versions carried as deltas (mirror/airgap/rebuild.py), against moto's real
+"""Rebuilding versions carried as deltas (mirror/airgap/rebuild.py), against SeaweedFS
 server with real archives: simulator sites and hand-made trees, real signed sets."""
 
 from __future__ import annotations

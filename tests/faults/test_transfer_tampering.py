@@ -2,7 +2,7 @@
 
 Three sets are packed once (s1 imported into each test's fresh bucket as the
 baseline, s2 the victim, s3 a newer set and a donor of parts); each case copies
-s2, damages it, and runs the real `mirror transfer import` against moto.
+s2, damages it, and runs the real `mirror transfer import` against SeaweedFS.
 """
 
 from __future__ import annotations
