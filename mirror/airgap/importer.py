@@ -2,7 +2,8 @@
 
 Promises:
 - Nothing is read from the set before the bucket has answered (a missing
-  bucket or refused credentials is a one-line error), and nothing is published
+  bucket or refused credentials is a one-line error) and has shown that it verifies
+  checksums and honours conditional writes (mirror.airgap.probe), and nothing is published
   before the whole set has been verified and the sequence checked against the
   bucket's import state (replay and rollback are refused, exit 5).
 - The media is read once: the signature, listing, sizes, tool and SHA256SUMS are
@@ -37,6 +38,7 @@ from typing import Any, Literal
 from mirror.airgap import layout, rebuild
 from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
@@ -122,6 +124,7 @@ def import_set(
             hint="pass --receipt PATH on a writable disk",
         )
     store.check_access()
+    require_safe_writes(store)
     verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
     state = layout.read_import_state(store)
     notes: list[str] = []

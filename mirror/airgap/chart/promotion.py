@@ -118,16 +118,21 @@ def _change_current(
     change: Callable[[layout.Current | None], layout.Current | None],
 ) -> layout.Current:
     """Apply `change` to current.json; refuse (WriteConflict) when, between the first read
-    and the write, someone else made another version current."""
+    and the write, someone else made another version current. When someone else already
+    made it what `change` would (two imports promoting the same version), there is
+    nothing to write and both succeed."""
     key = layout.current_key(store, domain)
     seen: list[str | None] = []
 
     def guarded(document: layout.Current | None) -> layout.Current | None:
         live = document.current if document else None
+        updated = change(document)
+        if updated is None:
+            return None
         if seen and seen[0] != live:
             raise WriteConflict(f"{store.bucket}/{key} was changed by someone else; run again")
         seen.append(live)
-        return change(document)
+        return updated
 
     updated = layout.update_document(store, key, layout.Current, guarded)
     assert updated is not None  # every change below makes a version current
