@@ -31,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import SHA256_META, Outcome, PartChecksum, Reader, Staging
+from mirror.airgap.multipart import (
+    SHA256_META,
+    Outcome,
+    PartChecksum,
+    Reader,
+    Staging,
+    check_part_answer,
+)
 from mirror.airgap.s3client import make_s3_client
 from mirror.airgap.s3errors import (
     CONFLICT_CODES,
@@ -151,9 +158,17 @@ class ObjectStore:
                 raise NotFound(
                     f"{self.where} does not exist", hint="create it or fix target.bucket"
                 ) from None
+            if http_status(exc) == 403:
+                self._explain_refusal()
             raise self._error(exc, "access check") from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "access check") from None
+
+    def _explain_refusal(self) -> None:
+        """A HEAD refusal has no body to say why; a one-key listing does (a skewed clock
+        and refused credentials both answer 403)."""
+        with self.call("access check"):
+            self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
 
     def head(self, key: str) -> dict[str, Any] | None:
         """The object's facts, or None when it does not exist.
@@ -313,15 +328,21 @@ class ObjectStore:
         metadata = metadata or identity
 
         def put(extra: dict[str, Any]) -> None:
-            self.client.put_object(
+            checksum = md5_base64(data)
+            answer = self.client.put_object(
                 Bucket=self.bucket,
                 Key=key,
                 Body=data,
                 ContentType=content_type,
-                ContentMD5=md5_base64(data),
+                ContentMD5=checksum,
                 Metadata=dict(metadata),
                 **extra,
             )
+            try:
+                check_part_answer(key, 1, {"ContentMD5": checksum}, dict(answer))
+            except IntegrityError:
+                self.delete(key)
+                raise
 
         return self.create_once(key, identity, put, size=size)
 

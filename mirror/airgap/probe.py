@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from mirror.errors import ConfigError, MirrorError
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 Conditional = Literal["honoured", "unsupported", "ignored"]
+Protection = Literal["enforced", "read back", "none"]
 PROBE_DIR = ".mirror-probe"
 SKEW_WARN = 60.0
 SKEW_FAIL = 15 * 60.0  # S3's limit for a request's signed time
@@ -81,18 +83,22 @@ class Probe:
                     Bucket=self.store.bucket, Key=self.key, UploadId=upload["UploadId"]
                 )
 
-    def checksums_enforced(self) -> bool:
-        """PUT with a checksum of other bytes: True when the server refuses it."""
+    def checksum_protection(self) -> Protection:
+        """PUT with a checksum of other bytes: `enforced` when the server refuses it; else,
+        with MD5, `read back` when the ETag it reports is the MD5 of what it stored (the
+        upload then checks every part's ETag itself); else `none`."""
         kind = self.store.part_checksum
-        wrong = part_checksum(kind, BODY + b"x")
         try:
-            self._put(BODY, **wrong)
+            self._put(BODY, **part_checksum(kind, BODY + b"x"))
         except botocore.exceptions.ClientError as exc:
             if error_code(exc) in DIGEST_CODES or http_status(exc) == 400:
-                return True
+                return "enforced"
             raise
-        self.client.delete_object(Bucket=self.store.bucket, Key=self.key)
-        return False
+        if kind == "md5":
+            etag = str(self._put(BODY, **part_checksum("md5", BODY))["ETag"]).strip('"')
+            if etag == hashlib.md5(BODY, usedforsecurity=False).hexdigest():
+                return "read back"
+        return "none"
 
     def conditional_writes(self) -> Conditional:
         """Write the key, then write it again with If-None-Match: * and a wrong If-Match."""
@@ -196,8 +202,12 @@ def _conditional(probe: Probe) -> Check:
 
 def _checksums(probe: Probe) -> Check:
     kind = probe.store.part_checksum
-    if probe.checksums_enforced():
+    found = probe.checksum_protection()
+    if found == "enforced":
         return Check("checksums enforced", "ok", f"a {kind} of other bytes is refused")
+    if found == "read back":
+        detail = "a wrong md5 is accepted, but ETags are the md5 of what is stored: checked"
+        return Check("checksums enforced", "warn", detail + " by the tool after each part")
     return Check(
         "checksums enforced", "fail", f"a wrong {kind} was accepted", checksums_ignored(probe.store)
     )
@@ -242,11 +252,11 @@ def require_safe_writes(store: ObjectStore) -> None:
     probe = Probe(store)
     try:
         with store.call("probe", probe.key):
-            enforced = probe.checksums_enforced()
+            protection = probe.checksum_protection()
             found = probe.conditional_writes()
     finally:
         probe.clean()
-    if not enforced:
+    if protection == "none":
         raise checksums_ignored(store)
     if found == "honoured":
         store.conditional_writes = True

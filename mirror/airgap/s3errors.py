@@ -51,6 +51,7 @@ CAPACITY_CODES = frozenset(
 )
 # Servers that report a full disk as InternalError say so only in the message.
 CAPACITY_MESSAGES = ("no writable volumes", "no space left", "storage full", "disk full")
+WRITES = frozenset({"PUT", "upload part", "create multipart upload", "complete"})
 TEMPORARY_CODES = frozenset(
     {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "503"}
 )
@@ -78,6 +79,13 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
                 f"S3 refused the credentials for {where} ({code or status})",
                 hint="check the S3 credentials (environment, profile or role) "
                 "and the bucket policy",
+            )
+        if (code in TEMPORARY_CODES or status >= 500) and action in WRITES:
+            return TemporaryFailure(
+                f"S3 {action} of {thing} failed with {code or status}: the server could not "
+                "store it (after retries)",
+                hint="if it recurs, the server is likely out of space or volumes (SeaweedFS "
+                "logs 'No writable volumes'): free space or add volumes, then run again",
             )
         if code in TEMPORARY_CODES or status >= 500:
             return TemporaryFailure(
@@ -120,7 +128,7 @@ def _named_refusal(
         return ConfigError(
             f"the object store ({where}) refused the request: this host's clock differs "
             "from the server's by more than it allows (RequestTimeTooSkewed)",
-            hint="set the clock (chronyc makestep, or timedatectl set-ntp true), then run again",
+            hint="set the clock by NTP (chronyc makestep or timedatectl set-ntp true); run again",
         )
     if code in CAPACITY_CODES or status == 507 or any(m in message for m in CAPACITY_MESSAGES):
         return TemporaryFailure(
