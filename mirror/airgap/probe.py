@@ -241,8 +241,8 @@ def checksums_ignored(store: ObjectStore) -> ConfigError:
     return ConfigError(
         f"the object store ({store.where}) accepted bytes with a wrong {store.part_checksum} "
         "checksum: it does not verify what it stores, so damage on the way would be published",
-        hint=f'try target.part_checksum = "{other}" (mirror target check shows the result), '
-        "or use a server that verifies checksums",
+        hint=f'set target.part_checksum = "{other}" and run mirror target check to see if '
+        "the server verifies that; or use a server that verifies checksums",
     )
 
 
