@@ -44,7 +44,7 @@ from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
-from mirror.transferset.reader import VerifiedSet, verify_set
+from mirror.transferset.reader import VerifiedSet, find_damaged_part, verify_set
 from mirror.transferset.receipt import Receipt, ReceiptItem
 from mirror.versions import label_key
 
@@ -198,14 +198,18 @@ def stage_bundles(
     with Staging(store) as staging:
         for item in verified.manifest.items:
             with rebuild.open_published(verified.path, item, store, work_dir=work_dir) as reader:
-                staging.stage(
-                    _bundle(store, item),
-                    reader,
-                    sha256=item.published_sha256,
-                    size=item.published_size,
-                    content_type=_content_type(item.archive_format),
-                    on_progress=on_progress,
-                )
+                try:
+                    staging.stage(
+                        _bundle(store, item),
+                        reader,
+                        sha256=item.published_sha256,
+                        size=item.published_size,
+                        content_type=_content_type(item.archive_format),
+                        on_progress=on_progress,
+                    )
+                except IntegrityError as exc:
+                    named = find_damaged_part(verified.path, item) if item.delta is None else None
+                    raise (named or exc) from None
         return staging.complete()
 
 
