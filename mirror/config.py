@@ -157,6 +157,17 @@ class TargetSettings(_Section):
     work_dir: Path | None = None
     """Where `transfer import` rebuilds versions carried as deltas (None: the system's
     temporary directory); it needs room for the version's files plus its base's archive."""
+    deadline: Duration = 60.0
+    """The longest one S3 request may take, its retries included: a hanging or dead
+    endpoint ends the command (exit 75) after about this long plus one read timeout."""
+    read_timeout: Duration = 20.0
+    part_checksum: Literal["crc32", "md5"] = "crc32"
+    """The checksum each uploaded part and object carries for the server to verify
+    (`x-amz-checksum-crc32`, or `Content-MD5` for servers without the newer headers)."""
+    conditional_writes: Literal["require", "emulate"] = "require"
+    """`require`: refuse a server that ignores `If-None-Match`/`If-Match`; `emulate`: use
+    it anyway, checking with HEAD before each write (safe against re-runs, not against
+    two imports writing the same bucket at the same moment)."""
 
     @field_validator("presign_ttl")
     @classmethod

@@ -137,6 +137,7 @@ def test_every_command_json_document_matches_its_description(
     blob.write_bytes(original)
     walk("store gc", "--dry-run")
 
+    assert walk("target check")["ok"] is True
     set_dir = tmp_path / "usb" / "set1"
     set_dir.parent.mkdir()
     assert walk("transfer pack", str(set_dir))["nothing"] is False

@@ -1,4 +1,4 @@
-"""Staged uploads against a real S3 API server (moto): invisible until the whole batch matched,
+"""Staged uploads against a real S3 API server: invisible until the whole batch matched,
 aborted together, bounded parts in flight, an existing object never read again."""
 
 from __future__ import annotations
@@ -140,30 +140,55 @@ def _orphan(store: ObjectStore, key: str) -> tuple[str, datetime]:
     return upload_id, initiated
 
 
-@pytest.mark.parametrize("already_there", [False, True], ids=["new", "exists"])
-def test_an_upload_orphaned_by_a_killed_import_is_aborted_once_stale(
-    store: ObjectStore, already_there: bool
-) -> None:
+def test_stale_uploads_under_the_prefix_are_swept_whatever_their_key(store: ObjectStore) -> None:
+    """An import killed while staging leaves uploads of keys no later set may carry."""
     data, sha = blob(6 * MiB)
-    key, other = store.key("x"), store.key("y")
-    if already_there:
-        store.upload_blob(key, io.BytesIO(data), sha256=sha, size=len(data))
-    _, initiated = _orphan(store, key)
-    _orphan(store, other)
+    _, initiated = _orphan(store, store.key("old-a"))
+    _orphan(store, store.key("old-b"))
+    outside = "not-ours/x"
+    store.client.create_multipart_upload(Bucket=store.bucket, Key=outside)
     later = initiated + ORPHAN_GRACE + timedelta(minutes=1)
     with Staging(store, now=lambda: later) as staging:
-        staging.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+        staging.stage(store.key("new"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
-    assert open_uploads(store) == [other]  # only the batch's own keys are swept
+    assert open_uploads(store) == [outside]  # only what lies under the prefix is ours
 
 
-def test_a_fresh_upload_of_the_same_key_is_left_alone(store: ObjectStore) -> None:
-    """A concurrent import of the same set may be staging it right now."""
+def test_a_young_upload_of_a_published_key_is_swept_at_once(store: ObjectStore) -> None:
+    """The usual case: the import was killed, the operator ran it again at once and it
+    published the key; the killed run's upload can never be completed."""
     data, sha = blob(6 * MiB)
     key = store.key("x")
-    live, initiated = _orphan(store, key)
-    with Staging(store, now=lambda: initiated + timedelta(minutes=5)) as staging:
+    _, initiated = _orphan(store, key)
+    with Staging(store, now=lambda: initiated + timedelta(seconds=5)) as staging:
         staging.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+        staging.complete()
+    assert open_uploads(store) == []
+    _orphan(store, key)
+    with Staging(store, now=lambda: initiated + timedelta(seconds=5)):
+        pass
+    assert open_uploads(store) == []
+
+
+def test_a_young_upload_of_an_unpublished_key_is_left_alone(store: ObjectStore) -> None:
+    """A concurrent import may be staging it right now."""
+    data, sha = blob(6 * MiB)
+    live, initiated = _orphan(store, store.key("x"))
+    with Staging(store, now=lambda: initiated + timedelta(minutes=5)) as staging:
+        staging.stage(store.key("y"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
     answer = store.client.list_multipart_uploads(Bucket=store.bucket)
     assert [upload["UploadId"] for upload in answer.get("Uploads", [])] == [live]
+
+
+def test_two_imports_of_the_same_key_both_succeed(store: ObjectStore) -> None:
+    """The second to finish finds its upload swept by the first: the object is there."""
+    data, sha = blob(6 * MiB)
+    key = store.key("x")
+    with Staging(store) as slow:
+        slow.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+        with Staging(store) as fast:
+            fast.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+            assert fast.complete() == {key: "created"}
+        assert slow.complete() == {key: "exists"}
+    assert open_uploads(store) == []

@@ -2,7 +2,8 @@
 
 Promises:
 - Nothing is read from the set before the bucket has answered (a missing
-  bucket or refused credentials is a one-line error), and nothing is published
+  bucket or refused credentials is a one-line error) and has shown that it verifies
+  checksums and honours conditional writes (mirror.airgap.probe), and nothing is published
   before the whole set has been verified and the sequence checked against the
   bucket's import state (replay and rollback are refused, exit 5).
 - The media is read once: the signature, listing, sizes, tool and SHA256SUMS are
@@ -37,12 +38,13 @@ from typing import Any, Literal
 from mirror.airgap import layout, rebuild
 from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
-from mirror.transferset.reader import VerifiedSet, verify_set
+from mirror.transferset.reader import VerifiedSet, find_damaged_part, verify_set
 from mirror.transferset.receipt import Receipt, ReceiptItem
 from mirror.versions import label_key
 
@@ -122,6 +124,7 @@ def import_set(
             hint="pass --receipt PATH on a writable disk",
         )
     store.check_access()
+    require_safe_writes(store)
     verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
     state = layout.read_import_state(store)
     notes: list[str] = []
@@ -195,14 +198,18 @@ def stage_bundles(
     with Staging(store) as staging:
         for item in verified.manifest.items:
             with rebuild.open_published(verified.path, item, store, work_dir=work_dir) as reader:
-                staging.stage(
-                    _bundle(store, item),
-                    reader,
-                    sha256=item.published_sha256,
-                    size=item.published_size,
-                    content_type=_content_type(item.archive_format),
-                    on_progress=on_progress,
-                )
+                try:
+                    staging.stage(
+                        _bundle(store, item),
+                        reader,
+                        sha256=item.published_sha256,
+                        size=item.published_size,
+                        content_type=_content_type(item.archive_format),
+                        on_progress=on_progress,
+                    )
+                except IntegrityError as exc:
+                    named = find_damaged_part(verified.path, item) if item.delta is None else None
+                    raise (named or exc) from None
         return staging.complete()
 
 

@@ -17,17 +17,27 @@ Promises:
   multipart upload of a refused batch remains. Completion is the commit point:
   S3 has no transactions, so a failure while completing leaves the uploads
   completed so far in place (a re-run finds them "already there").
-- A multipart upload a killed import left open (SIGKILL, power loss: no abort ran) is
-  aborted by a later import staging the same key, once it is older than ORPHAN_GRACE;
-  a younger one may be a concurrent import's and is left alone.
+- Every part carries a checksum the server verifies (`target.part_checksum`: CRC32 or
+  MD5), so a part damaged on the wire is refused by the server (IntegrityError), and
+  what the server reports back is checked too: each part's echoed checksum, and after
+  completion the object's size and its composite checksum (or multipart ETag). An
+  object the server reports otherwise than it was sent is removed and refused: nothing
+  is called published that was not stored as sent.
+- Multipart uploads a killed import left open (SIGKILL, power loss: no abort ran) are
+  swept at every batch, before staging and after completing: under the prefix, an open
+  upload whose key is already published can never be completed and is aborted, and so
+  is any upload older than ORPHAN_GRACE. A younger one of an unpublished key may be a
+  concurrent import's and is left alone (a lifecycle rule on the bucket ends those too).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import logging
 import threading
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -35,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import botocore.exceptions
 
+from mirror.airgap.s3errors import error_code
 from mirror.errors import IntegrityError
 from mirror.fsutil import CHUNK_SIZE
 from mirror.timestamps import utcnow
@@ -49,8 +60,13 @@ MAX_PARTS = 10_000
 ORPHAN_GRACE = timedelta(hours=1)
 
 Outcome = Literal["created", "exists"]
+PartChecksum = Literal["crc32", "md5"]
 Progress = Callable[[int], None]
 State = Literal["new", "staged", "exists", "completed", "aborted"]
+
+
+class _PublishedMeanwhile(Exception):
+    """Another import completed the key and swept this upload: the object is there."""
 
 
 class Reader(Protocol):
@@ -125,7 +141,6 @@ class StagedUpload:
         The parts may still be on their way when this returns; `complete` waits for them.
         `on_progress` gets each part's size once it is on the server (all `size` bytes at
         once when the object is already there and the source is not read)."""
-        abort_orphans(self.store, self.key, self.now() - ORPHAN_GRACE)
         if self.store.existing(self.key, self.identity, size=self.size) is not None:
             self.state = "exists"
             if on_progress is not None:
@@ -138,6 +153,7 @@ class StagedUpload:
                     Key=self.key,
                     ContentType=self.content_type,
                     Metadata=self.identity,
+                    **algorithm_args(self.store.part_checksum),
                 )["UploadId"]
         digest = hashlib.sha256()
         hashed: Future[None] | None = None
@@ -175,6 +191,7 @@ class StagedUpload:
         self, number: int, part: bytearray, hashed: Future[None], on_progress: Progress | None
     ) -> dict[str, Any]:
         try:
+            checksum = part_checksum(self.store.part_checksum, part)
             with self.store.call("upload part", self.key):
                 answer = self.store.client.upload_part(
                     Bucket=self.store.bucket,
@@ -182,11 +199,13 @@ class StagedUpload:
                     UploadId=self.upload_id,
                     PartNumber=number,
                     Body=part,  # type: ignore[arg-type]
+                    **checksum,  # type: ignore[arg-type]
                 )
+            check_part_answer(self.key, number, checksum, dict(answer))
             hashed.result()
             if on_progress is not None:
                 on_progress(len(part))
-            return {"ETag": answer["ETag"], "PartNumber": number}
+            return {"ETag": answer["ETag"], "PartNumber": number, **checksum}
         finally:
             self.senders.give_slot()
 
@@ -211,23 +230,52 @@ class StagedUpload:
             outcome = self.store.put_once(self.key, b"", self.identity, self.content_type, size=0)
             self.state = "completed"
             return outcome
-        parts = [future.result() for future in self._parts]
+        sent = [future.result() for future in self._parts]
+        parts = [{k: v for k, v in part.items() if k != "ContentMD5"} for part in sent]
 
         def complete(extra: dict[str, Any]) -> None:
-            self.store.client.complete_multipart_upload(
-                Bucket=self.store.bucket,
-                Key=self.key,
-                UploadId=self.upload_id,
-                MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
-                **extra,
-            )
+            try:
+                self.store.client.complete_multipart_upload(
+                    Bucket=self.store.bucket,
+                    Key=self.key,
+                    UploadId=self.upload_id,
+                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+                    **extra,
+                )
+            except botocore.exceptions.ClientError as exc:
+                swept = error_code(exc) == "NoSuchUpload"
+                if swept and self.store.existing(self.key, self.identity, size=self.size):
+                    raise _PublishedMeanwhile from None
+                raise
 
-        outcome = self.store.create_once(self.key, self.identity, complete, size=self.size)
+        try:
+            outcome = self.store.create_once(self.key, self.identity, complete, size=self.size)
+        except _PublishedMeanwhile:
+            outcome = "exists"
         if outcome == "created":
             self.state = "completed"
+            self._check_stored(sent)
         else:
             self.abort()
         return outcome
+
+    def _check_stored(self, sent: list[dict[str, Any]]) -> None:
+        """Read back what the server says it stored; remove and refuse an object that differs."""
+        with self.store.call("HEAD", self.key):
+            answer = dict(
+                self.store.client.head_object(
+                    Bucket=self.store.bucket, Key=self.key, ChecksumMode="ENABLED"
+                )
+            )
+        problem = stored_object_problem(answer, size=self.size, sent=sent)
+        if problem is None:
+            return
+        self.store.delete(self.key)
+        raise IntegrityError(
+            f"{self.store.bucket}/{self.key}: the server stored {problem}; "
+            "the object was removed and nothing was published",
+            hint="run again; if it recurs, the S3 server is damaging what it stores",
+        )
 
     def abort(self) -> None:
         """Drop the upload and its parts (after the parts on their way have stopped)."""
@@ -269,6 +317,7 @@ class Staging:
         self._completed = False
 
     def __enter__(self) -> Staging:
+        sweep_orphans(self.store, self.now() - ORPHAN_GRACE)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -307,6 +356,7 @@ class Staging:
             upload.wait_for_parts()
         outcomes = {upload.key: upload.complete() for upload in self.uploads}
         self._completed = True
+        sweep_orphans(self.store, self.now() - ORPHAN_GRACE)
         return outcomes
 
     def abort(self) -> None:
@@ -319,27 +369,102 @@ class Staging:
         return self.senders.peak_in_flight
 
 
-def abort_orphans(store: ObjectStore, key: str, started_before: datetime) -> None:
-    """Abort the open multipart uploads of exactly `key` begun before `started_before` (left
-    by a killed import). Best effort: a server that refuses the listing keeps them."""
+def sweep_orphans(store: ObjectStore, started_before: datetime) -> int:
+    """Abort the open multipart uploads under the store's prefix that no import can still
+    complete: those of a key already published, and those begun before `started_before`.
+    Returns how many were aborted. Best effort: a server that refuses the listing keeps them."""
     errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+    prefix = f"{store.prefix}/" if store.prefix else ""
     try:
         paginator = store.client.get_paginator("list_multipart_uploads")
         uploads = [
             upload
-            for page in paginator.paginate(Bucket=store.bucket, Prefix=key)
+            for page in paginator.paginate(Bucket=store.bucket, Prefix=prefix)
             for upload in page.get("Uploads", [])
-            if upload.get("Key") == key and upload["Initiated"] < started_before
         ]
     except errors as exc:
-        log.debug("cannot list the open uploads of %s: %s", key, exc)
-        return
+        log.debug("cannot list the open uploads under %s: %s", prefix or "the bucket", exc)
+        return 0
+    aborted = 0
     for upload in uploads:
+        key = upload["Key"]
+        if upload["Initiated"] >= started_before and store.head(key) is None:
+            continue
         with contextlib.suppress(*errors):
             store.client.abort_multipart_upload(
                 Bucket=store.bucket, Key=key, UploadId=upload["UploadId"]
             )
+            aborted += 1
             log.info("aborted an upload of %s left open since %s", key, upload["Initiated"])
+    return aborted
+
+
+def algorithm_args(kind: PartChecksum) -> dict[str, Any]:
+    """CreateMultipartUpload's argument that makes every part carry a CRC32."""
+    return {"ChecksumAlgorithm": "CRC32"} if kind == "crc32" else {}
+
+
+def part_checksum(kind: PartChecksum, part: bytes | bytearray) -> dict[str, str]:
+    """The UploadPart/PutObject argument the server verifies the bytes by."""
+    if kind == "crc32":
+        return {"ChecksumCRC32": crc32_base64(part)}
+    digest = hashlib.md5(part, usedforsecurity=False).digest()
+    return {"ContentMD5": base64.b64encode(digest).decode()}
+
+
+def crc32_base64(data: bytes | bytearray) -> str:
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def check_part_answer(key: str, number: int, sent: dict[str, str], answer: dict[str, Any]) -> None:
+    """Refuse a part the server reports back with another checksum than the one sent."""
+    if "ChecksumCRC32" in sent:
+        echoed = answer.get("ChecksumCRC32")
+        if echoed is None or echoed == sent["ChecksumCRC32"]:
+            return
+        what = f"CRC32 {echoed}, sent {sent['ChecksumCRC32']}"
+    else:
+        etag = str(answer.get("ETag", "")).strip('"')
+        md5_hex = base64.b64decode(sent["ContentMD5"]).hex()
+        if not is_plain_md5(etag) or answer.get("ServerSideEncryption") or etag == md5_hex:
+            return
+        what = f"ETag {etag}, sent MD5 {md5_hex}"
+    raise IntegrityError(
+        f"{key}: the server reports part {number} stored with {what}; nothing was published",
+        hint="run again; if it recurs, the S3 server is damaging what it stores",
+    )
+
+
+def stored_object_problem(
+    answer: dict[str, Any], *, size: int, sent: list[dict[str, Any]]
+) -> str | None:
+    """What differs between a completed object (its HEAD) and the parts sent, or None."""
+    stored = int(answer.get("ContentLength", -1))
+    if stored != size:
+        return f"{stored} bytes, not the {size} sent"
+    etag = str(answer.get("ETag", "")).strip('"')
+    if "-" in etag and etag.rsplit("-", 1)[1] != str(len(sent)):
+        return f"an object of {etag.rsplit('-', 1)[1]} parts, not the {len(sent)} sent"
+    reported = str(answer.get("ChecksumCRC32") or "")
+    if (
+        sent
+        and "ChecksumCRC32" in sent[0]
+        and reported
+        and answer.get("ChecksumType") != "FULL_OBJECT"
+    ):
+        joined = b"".join(base64.b64decode(part["ChecksumCRC32"]) for part in sent)
+        if reported.split("-")[0] != crc32_base64(joined):
+            return f"an object whose CRC32 of parts is {reported}, not the one sent"
+    if sent and "ContentMD5" in sent[0] and "-" in etag and not answer.get("ServerSideEncryption"):
+        joined = b"".join(base64.b64decode(part["ContentMD5"]) for part in sent)
+        expected = hashlib.md5(joined, usedforsecurity=False).hexdigest()
+        if etag.split("-")[0] != expected:
+            return f"an object whose ETag is {etag}, not the {expected}-{len(sent)} sent"
+    return None
+
+
+def is_plain_md5(etag: str) -> bool:
+    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag.lower())
 
 
 def read_part(source: Reader, size: int) -> bytearray:

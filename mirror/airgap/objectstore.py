@@ -28,12 +28,18 @@ from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-import boto3
-import botocore.config
 import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import SHA256_META, Outcome, Reader, Staging
+from mirror.airgap.multipart import (
+    SHA256_META,
+    Outcome,
+    PartChecksum,
+    Reader,
+    Staging,
+    check_part_answer,
+)
+from mirror.airgap.s3client import make_s3_client
 from mirror.airgap.s3errors import (
     CONFLICT_CODES,
     MISSING_BUCKET_CODES,
@@ -52,7 +58,6 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE
-from mirror.logs import register_secret
 from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:
@@ -72,41 +77,6 @@ MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 2
 
 
-def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client:
-    """A boto3 S3 client for `target`: endpoint, region, addressing style, CA bundle, retries.
-
-    Credentials come from boto3's usual chain (environment, profile, role); they
-    are registered as secrets so no log line can carry them. Request checksums
-    are only sent where the API requires them, which keeps MinIO and Ceph
-    releases without the newer trailing-checksum encoding working; small
-    writes carry Content-MD5, upload parts the SigV4 payload sha256 (botocore
-    signs the payload of a request without Content-MD5, and the server checks it).
-    """
-    config = botocore.config.Config(
-        region_name=target.region or None,
-        signature_version="s3v4",
-        s3={"addressing_style": target.addressing_style},
-        retries={"max_attempts": max_attempts, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=120,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
-    session = boto3.session.Session()
-    credentials = session.get_credentials()
-    if credentials is not None:
-        frozen = credentials.get_frozen_credentials()
-        for secret in (frozen.access_key, frozen.secret_key, frozen.token):
-            register_secret(secret)
-    verify: str | bool = target.ca_bundle or True
-    return session.client(
-        "s3",
-        endpoint_url=target.endpoint_url or None,
-        verify=verify,
-        config=config,
-    )
-
-
 class ObjectStore:
     """One bucket under one prefix; every key the tool writes goes through `key()`."""
 
@@ -119,6 +89,8 @@ class ObjectStore:
         part_size: int = PART_SIZE,
         workers: int = UPLOAD_WORKERS,
         presign_client: S3Client | None = None,
+        part_checksum: PartChecksum = "crc32",
+        emulate_conditional: bool = False,
     ) -> None:
         if not bucket:
             raise ConfigError("target.bucket is not set", hint="name the object store's bucket")
@@ -128,6 +100,8 @@ class ObjectStore:
         self.prefix = prefix.strip("/")
         self.part_size = max(5 * 1024 * 1024, part_size)
         self.workers = max(1, workers)
+        self.part_checksum: PartChecksum = part_checksum
+        self.emulate_conditional = emulate_conditional
         self.conditional_writes: bool | None = None
         self._lock = threading.Lock()
 
@@ -144,6 +118,8 @@ class ObjectStore:
             target.bucket,
             target.prefix,
             presign_client=presign_client,
+            part_checksum=target.part_checksum,
+            emulate_conditional=target.conditional_writes == "emulate",
         )
 
     def key(self, *parts: str) -> str:
@@ -182,9 +158,17 @@ class ObjectStore:
                 raise NotFound(
                     f"{self.where} does not exist", hint="create it or fix target.bucket"
                 ) from None
+            if http_status(exc) == 403:
+                self._explain_refusal()
             raise self._error(exc, "access check") from None
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, "access check") from None
+
+    def _explain_refusal(self) -> None:
+        """A HEAD refusal has no body to say why; a one-key listing does (a skewed clock
+        and refused credentials both answer 403)."""
+        with self.call("access check"):
+            self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
 
     def head(self, key: str) -> dict[str, Any] | None:
         """The object's facts, or None when it does not exist.
@@ -344,15 +328,21 @@ class ObjectStore:
         metadata = metadata or identity
 
         def put(extra: dict[str, Any]) -> None:
-            self.client.put_object(
+            checksum = md5_base64(data)
+            answer = self.client.put_object(
                 Bucket=self.bucket,
                 Key=key,
                 Body=data,
                 ContentType=content_type,
-                ContentMD5=md5_base64(data),
+                ContentMD5=checksum,
                 Metadata=dict(metadata),
                 **extra,
             )
+            try:
+                check_part_answer(key, 1, {"ContentMD5": checksum}, dict(answer))
+            except IntegrityError:
+                self.delete(key)
+                raise
 
         return self.create_once(key, identity, put, size=size)
 
@@ -430,8 +420,11 @@ class ObjectStore:
         return "created"
 
     def _unsupported(self, exc: botocore.exceptions.ClientError) -> bool:
-        """True (and remembered) when the server refuses conditional headers as unsupported."""
+        """True (and remembered) when the server refuses conditional headers as unsupported
+        and `target.conditional_writes = "emulate"` allows HEAD before PUT instead."""
         if error_code(exc) in UNSUPPORTED_CODES or http_status(exc) == 501:
+            if not self.emulate_conditional:
+                raise without_conditional_writes(self.where, "refuses") from None
             with self._lock:
                 self.conditional_writes = False
             log.warning(
@@ -451,6 +444,16 @@ class ObjectStore:
         deletion interrupted and run again simply finishes."""
         with self.call("DELETE", key):
             self.client.delete_object(Bucket=self.bucket, Key=key)
+
+
+def without_conditional_writes(where: str, how: str) -> ConfigError:
+    """The refusal of a server that does not honour If-None-Match / If-Match."""
+    return ConfigError(
+        f"the object store ({where}) {how} conditional writes (If-None-Match, If-Match), "
+        "so two writers could overwrite each other",
+        hint='set target.conditional_writes = "emulate" to check with HEAD before each '
+        "write instead (safe against re-runs, not against two imports at the same moment)",
+    )
 
 
 def md5_base64(data: bytes) -> str:

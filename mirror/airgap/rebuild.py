@@ -170,7 +170,7 @@ def open_published(
 ) -> BlobReader | RebuiltArchive:
     """What the import uploads for `item`: its blob, or (a delta) the rebuilt archive."""
     if item.delta is None:
-        return BlobReader(set_dir, item)
+        return BlobReader(set_dir, item, check_parts=False)  # the upload hashes the whole
     return RebuiltArchive(set_dir, item, store, work_dir=work_dir)
 
 

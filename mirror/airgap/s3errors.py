@@ -3,7 +3,11 @@
 Promises: the message names the bucket (and key) and the error code, never a
 credential and never the server's prose; a refused credential is AuthError
 (exit 4), a missing bucket NotFound (3), throttling, 5xx and unreachable
-servers TemporaryFailure (75), a TLS failure ConfigError (2).
+servers TemporaryFailure (75), a TLS failure ConfigError (2). Three refusals are
+named for what they are, with their remedy: a clock the server finds too far off
+(ConfigError: retrying cannot help), a server out of space (TemporaryFailure, named
+as such), and bytes that failed the server's checksum (IntegrityError: damaged on
+the way; nothing of them is kept).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import botocore.exceptions
 from mirror.errors import (
     AuthError,
     ConfigError,
+    IntegrityError,
     MirrorError,
     NotFound,
     OperationFailed,
@@ -37,6 +42,16 @@ MISSING_BUCKET_CODES = frozenset({"NoSuchBucket"})
 MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 CONFLICT_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 UNSUPPORTED_CODES = frozenset({"NotImplemented", "501"})
+SKEW_CODES = frozenset({"RequestTimeTooSkewed"})
+DIGEST_CODES = frozenset(
+    {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
+)
+CAPACITY_CODES = frozenset(
+    {"XMinioStorageFull", "InsufficientStorage", "StorageFull", "EntityTooLarge", "507"}
+)
+# Servers that report a full disk as InternalError say so only in the message.
+CAPACITY_MESSAGES = ("no writable volumes", "no space left", "storage full", "disk full")
+WRITES = frozenset({"PUT", "upload part", "create multipart upload", "complete"})
 TEMPORARY_CODES = frozenset(
     {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "503"}
 )
@@ -56,11 +71,21 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
         code, status = error_code(exc), http_status(exc)
         if code in MISSING_BUCKET_CODES:
             return NotFound(f"{where} does not exist", hint="create it or fix target.bucket")
+        named = _named_refusal(exc, action, thing=thing, where=where)
+        if named is not None:
+            return named
         if code in AUTH_CODES or status == 403:
             return AuthError(
                 f"S3 refused the credentials for {where} ({code or status})",
                 hint="check the S3 credentials (environment, profile or role) "
                 "and the bucket policy",
+            )
+        if (code in TEMPORARY_CODES or status >= 500) and action in WRITES:
+            return TemporaryFailure(
+                f"S3 {action} of {thing} failed with {code or status}: the server could not "
+                "store it (after retries)",
+                hint="if it recurs, the server is likely out of space or volumes (SeaweedFS "
+                "logs 'No writable volumes'): free space or add volumes, then run again",
             )
         if code in TEMPORARY_CODES or status >= 500:
             return TemporaryFailure(
@@ -91,3 +116,30 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return OperationFailed(f"S3 {action} of {thing} failed: {type(exc).__name__}")
     raise exc
+
+
+def _named_refusal(
+    exc: botocore.exceptions.ClientError, action: str, *, thing: str, where: str
+) -> MirrorError | None:
+    """Clock skew, a full server and a failed checksum, each by its name and remedy."""
+    code, status = error_code(exc), http_status(exc)
+    message = str(exc.response.get("Error", {}).get("Message", "") or "").lower()
+    if code in SKEW_CODES:
+        return ConfigError(
+            f"the object store ({where}) refused the request: this host's clock differs "
+            "from the server's by more than it allows (RequestTimeTooSkewed)",
+            hint="set the clock by NTP (chronyc makestep or timedatectl set-ntp true); run again",
+        )
+    if code in CAPACITY_CODES or status == 507 or any(m in message for m in CAPACITY_MESSAGES):
+        return TemporaryFailure(
+            f"the object store ({where}) is out of space: S3 {action} of {thing} "
+            f"failed with {code or status}",
+            hint="free space or add volumes on the S3 server, then run again",
+        )
+    if code in DIGEST_CODES:
+        return IntegrityError(
+            f"S3 {action} of {thing}: the server found the bytes damaged on the way "
+            f"({code}); nothing of them was kept",
+            hint="run again; if it recurs, check the network path to the object store",
+        )
+    return None

@@ -199,6 +199,10 @@ COMMANDS: dict[str, tuple[Target, str]] = {
         "mirror.cli.chart:chart",
         "Values for the vendor's Helm chart, and which version of each domain is live.",
     ),
+    "target": (
+        "mirror.cli.target:target_group",
+        "The air-gapped side's object store: probe what it really does.",
+    ),
     "sim": ("mirror.cli.sim:sim", "The vendor API simulator (for tests, demos and benchmarks)."),
     "demo": (
         "mirror.cli.demo:demo",

@@ -476,6 +476,20 @@ CONTRACTS: dict[str, Contract] = {
             }
         ),
     ),
+    "target check": Contract(
+        "One row per probe of the object store; `ok` false and `error` set when one failed.",
+        "mirror target check --json",
+        _BUCKET,
+        obj(
+            {
+                "target": STR,
+                "ok": BOOL,
+                "checks": array(
+                    obj({"name": STR, "status": STR, "detail": STR, "exit_code": null(INT)})
+                ),
+            }
+        ),
+    ),
     "chart values": Contract(
         "The values for a version; `values` (the YAML text) unless --out wrote them to `out`.",
         "mirror chart values docs.example.com --pin 2026-11-21 --json",

@@ -1,0 +1,266 @@
+"""What the configured S3 server really does, found by trying it: `mirror target check`.
+
+Promises:
+- Every probe writes only under `PREFIX/.mirror-probe/`, one fresh key per run, and
+  removes what it wrote (open uploads included), whatever the outcome.
+- Each check is one row: name, status (`ok`, `warn`, `fail`, `skipped`), a detail line,
+  and for a failure the MirrorError an operation would meet (its exit code).
+- `require_safe_writes` is what `transfer import` runs first: a server that stores
+  bytes with a wrong checksum is refused by name (exit 2), and so is one that ignores
+  conditional writes unless `target.conditional_writes = "emulate"` says to go on
+  with HEAD before each write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+
+import botocore.exceptions
+import httpx
+
+from mirror.airgap.multipart import part_checksum
+from mirror.airgap.objectstore import ObjectStore, without_conditional_writes
+from mirror.airgap.s3errors import DIGEST_CODES, UNSUPPORTED_CODES, error_code, http_status
+from mirror.errors import ConfigError, MirrorError
+
+Status = Literal["ok", "warn", "fail", "skipped"]
+Conditional = Literal["honoured", "unsupported", "ignored"]
+Protection = Literal["enforced", "read back", "none"]
+PROBE_DIR = ".mirror-probe"
+SKEW_WARN = 60.0
+SKEW_FAIL = 15 * 60.0  # S3's limit for a request's signed time
+BODY = b"mirror target check\n"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    error: MirrorError | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        exit_code = self.error.exit_code if self.error is not None else None
+        return {
+            "name": self.name,
+            "status": self.status,
+            "detail": self.detail,
+            "exit_code": exit_code,
+        }
+
+
+class Probe:
+    """Probes against one store, on one key under PREFIX/.mirror-probe/."""
+
+    def __init__(self, store: ObjectStore, *, verify: str | bool = True) -> None:
+        self.store = store
+        self.verify = verify
+        self.key = store.key(PROBE_DIR, uuid.uuid4().hex)
+        self.client = store.client
+
+    def _put(self, data: bytes, **extra: Any) -> dict[str, Any]:
+        return dict(
+            self.client.put_object(Bucket=self.store.bucket, Key=self.key, Body=data, **extra)
+        )
+
+    def clean(self) -> None:
+        errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+        with contextlib.suppress(*errors):
+            self.client.delete_object(Bucket=self.store.bucket, Key=self.key)
+        with contextlib.suppress(*errors):
+            uploads = self.client.list_multipart_uploads(Bucket=self.store.bucket, Prefix=self.key)
+            for upload in uploads.get("Uploads", []):
+                self.client.abort_multipart_upload(
+                    Bucket=self.store.bucket, Key=self.key, UploadId=upload["UploadId"]
+                )
+
+    def checksum_protection(self) -> Protection:
+        """PUT with a checksum of other bytes: `enforced` when the server refuses it; else,
+        with MD5, `read back` when the ETag it reports is the MD5 of what it stored (the
+        upload then checks every part's ETag itself); else `none`."""
+        kind = self.store.part_checksum
+        try:
+            self._put(BODY, **part_checksum(kind, BODY + b"x"))
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) in DIGEST_CODES or http_status(exc) == 400:
+                return "enforced"
+            raise
+        if kind == "md5":
+            etag = str(self._put(BODY, **part_checksum("md5", BODY))["ETag"]).strip('"')
+            if etag == hashlib.md5(BODY, usedforsecurity=False).hexdigest():
+                return "read back"
+        return "none"
+
+    def conditional_writes(self) -> Conditional:
+        """Write the key, then write it again with If-None-Match: * and a wrong If-Match."""
+        with contextlib.suppress(botocore.exceptions.ClientError):
+            self.client.delete_object(Bucket=self.store.bucket, Key=self.key)
+        etag = self._put(BODY, **part_checksum("md5", BODY))["ETag"]
+        for condition in ({"IfNoneMatch": "*"}, {"IfMatch": '"0000000000000000"'}):
+            try:
+                self._put(BODY, **condition)
+            except botocore.exceptions.ClientError as exc:
+                if error_code(exc) in UNSUPPORTED_CODES or http_status(exc) == 501:
+                    return "unsupported"
+                if http_status(exc) != 412:
+                    raise
+                continue
+            return "ignored"
+        self._put(BODY, IfMatch=etag)
+        return "honoured"
+
+    def clock_skew(self) -> float:
+        """Seconds this host's clock is ahead of the server's (negative: behind)."""
+        answer = self.client.head_bucket(Bucket=self.store.bucket)
+        date = answer["ResponseMetadata"]["HTTPHeaders"].get("date", "")
+        server = parsedate_to_datetime(date) if date else None
+        if server is None:
+            raise ValueError("the server sent no Date header")
+        return (datetime.now(UTC) - server).total_seconds()
+
+    def multipart(self) -> None:
+        """Begin an upload, find it in the listing, abort it."""
+        upload_id = self.client.create_multipart_upload(Bucket=self.store.bucket, Key=self.key)[
+            "UploadId"
+        ]
+        listed = self.client.list_multipart_uploads(Bucket=self.store.bucket, Prefix=self.key)
+        self.client.abort_multipart_upload(
+            Bucket=self.store.bucket, Key=self.key, UploadId=upload_id
+        )
+        if not any(u.get("UploadId") == upload_id for u in listed.get("Uploads", [])):
+            raise ValueError("an upload just begun is not in the listing")
+
+    def presigned_get(self) -> str:
+        """Fetch the probe object through a presigned link, as the chart's pods will."""
+        self._put(BODY, **part_checksum("md5", BODY))
+        url, _ = self.store.presign_get(self.key, 300)
+        response = httpx.get(url, timeout=15.0, verify=self.verify)
+        if response.status_code != 200 or response.content != BODY:
+            raise ValueError(f"the link answered {response.status_code}")
+        parts = urllib.parse.urlsplit(url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+
+def run_checks(store: ObjectStore, *, ca_bundle: str = "") -> list[Check]:
+    """Every check, in order; later checks are skipped when the bucket is out of reach."""
+    try:
+        store.check_access()
+    except MirrorError as exc:
+        return [Check("credentials and bucket", "fail", str(exc), exc)]
+    probe = Probe(store, verify=ca_bundle or True)
+    checks = [Check("credentials and bucket", "ok", f"{store.where} answers")]
+    try:
+        for name, run in _CHECKS:
+            checks.append(_attempt(name, functools.partial(run, probe)))
+    finally:
+        probe.clean()
+    return checks
+
+
+def _attempt(name: str, run: Callable[[], Check]) -> Check:
+    try:
+        return run()
+    except MirrorError as exc:
+        return Check(name, "fail", str(exc), exc)
+    except (
+        botocore.exceptions.BotoCoreError,
+        botocore.exceptions.ClientError,
+        ValueError,
+        httpx.HTTPError,
+    ) as exc:
+        detail = error_code(exc) if isinstance(exc, botocore.exceptions.ClientError) else str(exc)
+        error = ConfigError(f"{name}: {detail or type(exc).__name__}")
+        return Check(name, "fail", detail or type(exc).__name__, error)
+
+
+def _skew(probe: Probe) -> Check:
+    skew = probe.clock_skew()
+    detail = f"this host is {abs(skew):.0f} s {'ahead of' if skew >= 0 else 'behind'} the server"
+    if abs(skew) >= SKEW_FAIL:
+        return Check("clock skew", "fail", detail, ConfigError(detail, hint="set the clock (NTP)"))
+    return Check("clock skew", "warn" if abs(skew) >= SKEW_WARN else "ok", detail)
+
+
+def _conditional(probe: Probe) -> Check:
+    found = probe.conditional_writes()
+    if found == "honoured":
+        return Check("conditional writes", "ok", "If-None-Match: * and If-Match are honoured")
+    error = without_conditional_writes(probe.store.where, found)
+    if probe.store.emulate_conditional:
+        return Check("conditional writes", "warn", f"{found}; emulated with HEAD before each write")
+    return Check("conditional writes", "fail", f"{found} by the server", error)
+
+
+def _checksums(probe: Probe) -> Check:
+    kind = probe.store.part_checksum
+    found = probe.checksum_protection()
+    if found == "enforced":
+        return Check("checksums enforced", "ok", f"a {kind} of other bytes is refused")
+    if found == "read back":
+        detail = "a wrong md5 is accepted, but ETags are the md5 of what is stored: checked"
+        return Check("checksums enforced", "warn", detail + " by the tool after each part")
+    return Check(
+        "checksums enforced", "fail", f"a wrong {kind} was accepted", checksums_ignored(probe.store)
+    )
+
+
+def _multipart(probe: Probe) -> Check:
+    probe.multipart()
+    return Check("multipart list and abort", "ok", "an upload was begun, listed and aborted")
+
+
+def _presign(probe: Probe) -> Check:
+    try:
+        base = probe.presigned_get()
+    except httpx.TransportError as exc:
+        detail = f"the presigned host is not reachable from here ({type(exc).__name__})"
+        return Check("presigned GET", "warn", detail + "; check from a pod")
+    return Check("presigned GET", "ok", f"fetched through {base}")
+
+
+_CHECKS: list[tuple[str, Callable[[Probe], Check]]] = [
+    ("clock skew", _skew),
+    ("conditional writes", _conditional),
+    ("checksums enforced", _checksums),
+    ("multipart list and abort", _multipart),
+    ("presigned GET", _presign),
+]
+
+
+def checksums_ignored(store: ObjectStore) -> ConfigError:
+    other = "md5" if store.part_checksum == "crc32" else "crc32"
+    return ConfigError(
+        f"the object store ({store.where}) accepted bytes with a wrong {store.part_checksum} "
+        "checksum: it does not verify what it stores, so damage on the way would be published",
+        hint=f'set target.part_checksum = "{other}" and run mirror target check to see if '
+        "the server verifies that; or use a server that verifies checksums",
+    )
+
+
+def require_safe_writes(store: ObjectStore) -> None:
+    """Refuse a server that ignores checksums, or conditional writes unless emulation is
+    allowed (then the store checks with HEAD before each write); cleans up after itself."""
+    probe = Probe(store)
+    try:
+        with store.call("probe", probe.key):
+            protection = probe.checksum_protection()
+            found = probe.conditional_writes()
+    finally:
+        probe.clean()
+    if protection == "none":
+        raise checksums_ignored(store)
+    if found == "honoured":
+        store.conditional_writes = True
+        return
+    if not store.emulate_conditional:
+        raise without_conditional_writes(store.where, found)
+    store.conditional_writes = False

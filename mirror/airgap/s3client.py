@@ -1,0 +1,95 @@
+"""The boto3 S3 client the air-gapped side uses: timeouts, a deadline, how bytes are signed.
+
+Promises:
+- One S3 request, its retries included, ends within `target.deadline` plus one
+  `target.read_timeout`: a hanging or dead endpoint is a TemporaryFailure (exit 75)
+  naming the endpoint, not a command that waits twelve minutes.
+- Payloads are not hashed for SigV4 (UNSIGNED-PAYLOAD): every body that is written
+  carries its own checksum for the server to verify instead (Content-MD5 on small
+  objects; a CRC32 or MD5 on each upload part, mirror.airgap.multipart), so each byte
+  is hashed once for sha256 and once by a cheap checksum, not twice by sha256.
+  Headers, the method and the key stay signed.
+- Credentials come from boto3's usual chain and are registered as secrets, so no log
+  line can carry them; a profile that does not exist is a ConfigError (exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from mirror.config import TargetSettings
+from mirror.errors import ConfigError, TemporaryFailure
+from mirror.logs import register_secret
+from mirror.units import format_duration
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+else:
+    S3Client = Any
+
+CONNECT_TIMEOUT = 10.0
+DEADLINE_KEY = "mirror_deadline"
+
+
+class DeadlineExceeded(TemporaryFailure):
+    """The object store did not answer one request (and its retries) within the deadline."""
+
+
+def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client:
+    """A boto3 S3 client for `target`: endpoint, region, addressing style, CA bundle,
+    retries bounded by `target.deadline`."""
+    config = botocore.config.Config(
+        region_name=target.region or None,
+        signature_version="s3v4",
+        s3={"addressing_style": target.addressing_style, "payload_signing_enabled": False},
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=min(CONNECT_TIMEOUT, target.read_timeout),
+        read_timeout=target.read_timeout,
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    try:
+        session = boto3.session.Session()
+        credentials = session.get_credentials()
+    except botocore.exceptions.ProfileNotFound as exc:
+        raise ConfigError(
+            f"the S3 credentials name a profile that does not exist ({exc.kwargs.get('profile')})",
+            hint="fix or unset AWS_PROFILE, or add the profile to the AWS config files",
+        ) from None
+    if credentials is not None:
+        frozen = credentials.get_frozen_credentials()
+        for secret in (frozen.access_key, frozen.secret_key, frozen.token):
+            register_secret(secret)
+    verify: str | bool = target.ca_bundle or True
+    client = session.client(
+        "s3", endpoint_url=target.endpoint_url or None, verify=verify, config=config
+    )
+    bound_by_deadline(client, target.deadline)
+    return client
+
+
+def bound_by_deadline(client: S3Client, deadline: float) -> None:
+    """Make every request of `client` give up once `deadline` seconds have passed since
+    its first attempt: a retry that would start later raises DeadlineExceeded instead."""
+    endpoint = client.meta.endpoint_url
+
+    def start(context: dict[str, Any], **_: Any) -> None:
+        context.setdefault(DEADLINE_KEY, time.monotonic() + deadline)
+
+    def check(request: Any, operation_name: str = "", **_: Any) -> None:
+        ends = getattr(request, "context", {}).get(DEADLINE_KEY)
+        if ends is not None and time.monotonic() > ends:
+            raise DeadlineExceeded(
+                f"the object store at {endpoint} did not answer {operation_name or 'a request'} "
+                f"within {format_duration(deadline)}",
+                hint="check that the S3 server is up and reachable (target.endpoint_url); "
+                "target.deadline sets how long to wait",
+            )
+
+    client.meta.events.register("before-call.s3", start)
+    client.meta.events.register("request-created.s3", check)

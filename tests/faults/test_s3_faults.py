@@ -1,0 +1,175 @@
+"""A real S3 server behind a hostile network or clock: damage on the wire, a hung endpoint,
+a skewed clock, a full server, two imports promoting the same version.
+
+Each case runs the real `mirror transfer import` (or the module it calls) against the
+S3 server `make test` starts, and checks that nothing is published that was not stored
+as sent, and that the operator reads one line naming the cause, with its exit code.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+import botocore.auth
+import pytest
+
+from mirror.airgap import layout
+from mirror.airgap.chart.promotion import promote
+from mirror.airgap.objectstore import ObjectStore
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.errors import ConfigError
+from mirror.outbound.pack import pack
+from mirror.store.app import App
+from tests.conftest import write_config
+from tests.fixtures.s3 import add_version, bucket_listing, run_mirror, transfer_config
+from tests.fixtures.wire import flipping_proxy, silent_server
+
+pytestmark = pytest.mark.s3
+
+MiB = 1024 * 1024
+DOCS = "docs.example.com"
+
+
+def packed_set(tmp_path: Path, key_pair: tuple[Path, Path], payload: int = 6 * MiB) -> Path:
+    """One set holding a version big enough to be sent in several upload parts."""
+    app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
+    try:
+        add_version(app, DOCS, "2026-11-21", payload_size=payload)
+        add_version(app, "api.example.com", "2026-11-21")
+        pack(app, tmp_path / "set")
+    finally:
+        app.close()
+    return tmp_path / "set"
+
+
+def import_config(
+    tmp_path: Path, key_pair: tuple[Path, Path], target: TargetSettings, **extra: Any
+) -> Path:
+    document = transfer_config(tmp_path / "store", key_pair, target)
+    document["target"].update(extra)
+    return write_config(tmp_path / f"import-{len(extra)}.toml", document)
+
+
+def open_uploads(store: ObjectStore) -> list[Any]:
+    return list(store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", []))
+
+
+@pytest.mark.fault(
+    "s3: one byte of an upload part flipped on the wire", "exit 5, nothing published"
+)
+def test_a_part_damaged_on_the_wire_is_refused_before_anything_is_published(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    object_store: ObjectStore,
+    fault_got: list[str],
+) -> None:
+    set_dir = packed_set(tmp_path, key_pair)
+    with flipping_proxy(target_settings.endpoint_url) as proxy:
+        config = import_config(tmp_path, key_pair, target_settings, endpoint_url=proxy.url)
+        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+    fault_got.append(f"exit {result.returncode}, flipped {proxy.flipped}")
+    assert proxy.flipped == 1
+    assert result.returncode == 5, result.stderr
+    assert "damaged on the way" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert bucket_listing(object_store.client, object_store.bucket) == {}
+    assert open_uploads(object_store) == []
+    again = run_mirror(
+        "--config", str(import_config(tmp_path, key_pair, target_settings)),
+        "transfer", "import", str(set_dir),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert layout.read_index(object_store, DOCS) is not None
+
+
+@pytest.mark.fault("s3: endpoint accepts connections and never answers", "exit 75 within deadline")
+def test_a_hanging_endpoint_ends_the_import_within_the_deadline(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    set_dir = packed_set(tmp_path, key_pair, payload=4096)
+    with silent_server() as server:
+        config = import_config(
+            tmp_path,
+            key_pair,
+            target_settings,
+            endpoint_url=server.url,
+            deadline="4s",
+            read_timeout="2s",
+        )
+        started = time.monotonic()
+        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+        took = time.monotonic() - started
+    fault_got.append(f"exit {result.returncode} after {took:.1f} s")
+    assert result.returncode == 75, result.stderr
+    assert server.url in result.stderr and "did not answer" in result.stderr
+    assert took < 4 + 2 + 5  # the deadline, one read timeout, start-up
+
+
+@pytest.mark.fault("s3: this host's clock 20 minutes off", "exit 2 naming the clock")
+def test_a_skewed_clock_is_named_with_its_remedy(
+    object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, fault_got: list[str]
+) -> None:
+    """The clock is the injected fault: SigV4 signs with a time 20 minutes ahead."""
+    real = dt.datetime
+
+    class Skewed(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Any:
+            return real.now(tz) + dt.timedelta(minutes=20)
+
+        @classmethod
+        def utcnow(cls) -> Any:
+            return real.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(minutes=20)
+
+    monkeypatch.setattr(botocore.auth.datetime, "datetime", Skewed)
+    with pytest.raises(ConfigError) as refused:
+        object_store.check_access()
+    fault_got.append(str(refused.value)[:60])
+    assert "clock" in str(refused.value) and "NTP" in str(refused.value)
+
+
+class RacedBucket:
+    """The bucket as one import sees it, where the other import's promotion lands between
+    this one's read of current.json and its conditional write."""
+
+    def __init__(self, store: ObjectStore, other: Any) -> None:
+        self.store, self.other, self.raced = store, other, False
+        self.bucket = store.bucket
+
+    def key(self, *parts: str) -> str:
+        return self.store.key(*parts)
+
+    def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        return self.store.read_json(key)
+
+    def write_json(self, key: str, document: dict[str, Any], *, if_match: str | None) -> str:
+        if not self.raced:
+            self.raced = True
+            self.other()
+        return self.store.write_json(key, document, if_match=if_match)
+
+
+@pytest.mark.fault("s3: two imports promote the same version at once", "both succeed")
+def test_two_imports_promoting_the_same_version_both_succeed(
+    object_store: ObjectStore, monkeypatch: pytest.MonkeyPatch, fault_got: list[str]
+) -> None:
+    """The second writer's If-Match fails after the first made the same version current;
+    reading again shows nothing left to do, which is success, not 'run again'."""
+    from mirror.airgap.chart import promotion
+
+    monkeypatch.setattr(promotion, "complete_version", lambda *a, **k: None)
+    promote(object_store, DOCS, "v1")
+    raced = RacedBucket(object_store, lambda: promote(object_store, DOCS, "v2"))
+    document = promote(raced, DOCS, "v2")  # type: ignore[arg-type]
+    fault_got.append(f"both promoted, current {document.current}")
+    assert raced.raced and document.current == "v2"
+    current = layout.read_current(object_store, DOCS)
+    assert current is not None and current.current == "v2"
+    assert [entry.version for entry in current.history] == ["v1", "v2"]  # promoted once
