@@ -51,7 +51,7 @@ CAPACITY_CODES = frozenset(
 )
 # Servers that report a full disk as InternalError say so only in the message.
 CAPACITY_MESSAGES = ("no writable volumes", "no space left", "storage full", "disk full")
-WRITES = frozenset({"PUT", "upload part", "create multipart upload", "complete"})
+WRITES = frozenset({"PUT", "upload part", "create multipart upload", "probe"})
 TEMPORARY_CODES = frozenset(
     {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "503"}
 )

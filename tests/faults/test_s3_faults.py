@@ -22,9 +22,19 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.errors import ConfigError
 from mirror.outbound.pack import pack
+from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
 from mirror.store.app import App
 from tests.conftest import write_config
-from tests.fixtures.s3 import add_version, bucket_listing, run_mirror, transfer_config
+from tests.fixtures.s3 import (
+    ADMIN_CREDENTIALS,
+    TEST_CREDENTIALS,
+    add_version,
+    bucket_listing,
+    client_as,
+    identity,
+    run_mirror,
+    transfer_config,
+)
 from tests.fixtures.wire import flipping_proxy, silent_server
 
 pytestmark = pytest.mark.s3
@@ -173,3 +183,33 @@ def test_two_imports_promoting_the_same_version_both_succeed(
     current = layout.read_current(object_store, DOCS)
     assert current is not None and current.current == "v2"
     assert [entry.version for entry in current.history] == ["v1", "v2"]  # promoted once
+
+
+@pytest.mark.fault(
+    "s3: server out of volumes (No writable volumes)", "exit 75 naming space, bounded"
+)
+def test_a_full_server_is_named_and_bounded(
+    tmp_path: Path, key_pair: tuple[Path, Path], fault_got: list[str]
+) -> None:
+    """A SeaweedFS with one volume, taken by a first bucket: every write to another bucket
+    fails with a bare InternalError (its log says 'No writable volumes')."""
+    identities = [
+        identity("admin", ADMIN_CREDENTIALS, ADMIN),
+        identity("import", TEST_CREDENTIALS, READ_WRITE),
+    ]
+    with SeaweedServer(tmp_path / "full", identities, volume_max=1) as server:
+        target = TargetSettings(endpoint_url=server.url, bucket="full-bucket", region="us-east-1")
+        admin = client_as(server.url, ADMIN_CREDENTIALS)
+        admin.create_bucket(Bucket="first-bucket")  # takes the one volume there is
+        admin.put_object(Bucket="first-bucket", Key="k", Body=b"x")
+        admin.create_bucket(Bucket=target.bucket)
+        set_dir = packed_set(tmp_path, key_pair, payload=4096)
+        config = import_config(tmp_path, key_pair, target, deadline="20s")
+        started = time.monotonic()
+        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+        took = time.monotonic() - started
+    fault_got.append(f"exit {result.returncode} after {took:.0f} s")
+    assert result.returncode == 75, result.stderr
+    assert "could not store it" in result.stderr and "out of space" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert took < 20 + 20 + 10
