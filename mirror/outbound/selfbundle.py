@@ -219,7 +219,7 @@ def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("mirror", "migrations"):
         shutil.copytree(sources.project / name, tree / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(sources.project / name, tree / name)
     _run(
         [
