@@ -84,6 +84,7 @@ mkdir -p "$share/systemd" "$share/wheels"
 cp -p wheels/*.whl "$share/wheels/"
 cp -p install.sh config.example.toml SHA256SUMS SHA256SUMS.sig "$share/"
 [ ! -f INSTALL.md ] || cp -p INSTALL.md "$share/"
+[ ! -f requirements.lock ] || cp -p requirements.lock "$share/"
 cp -p systemd/* "$share/systemd/"
 
 mkdir -p "$root$bindir"
