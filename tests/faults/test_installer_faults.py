@@ -20,9 +20,8 @@ import pytest
 from mirror import __version__
 from mirror.outbound.selfbundle import ToolBundle
 from mirror.transferset.keys import generate_keypair, load_signing_key
-from tests.test_selfbundle import built, offline_env
+from tests.fixtures.artefact import offline_env
 
-__all__ = ["built"]  # the module-scoped artefact fixture, built once here too
 DOCUMENTED_KEY = "/etc/mirror/transfer.pub"
 
 

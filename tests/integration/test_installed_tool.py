@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from mirror import __version__
+from mirror.outbound.selfbundle import ToolBundle
 from tests.conftest import REPO
+from tests.fixtures.artefact import offline_env
 from tests.fixtures.s3 import TEST_CREDENTIALS
-from tests.test_selfbundle import offline_env
 
 DOMAIN = "docs.acme.test"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -39,29 +40,19 @@ class Installed:
     unpacked: Path
 
 
-def built_artefact(work: Path) -> Path:
-    """`mirror bundle-self --local`, run from the source tree as a release build is."""
-    keys = work / "keys"
-    keygen = [sys.executable, "-m", "mirror", "keys", "generate", "--out", str(keys / "dist")]
-    subprocess.run(keygen, check=True, capture_output=True, env=offline_env())
-    command = [sys.executable, "-m", "mirror", "--json", "bundle-self", "--local"]
-    command += ["--key", str(keys / "dist.key"), str(work / "dist")]
-    done = subprocess.run(command, capture_output=True, text=True, env=offline_env(), check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return Path(json.loads(done.stdout)["path"])
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """Built and installed once for the module (about half a minute)."""
+def installed(
+    built: tuple[ToolBundle, Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Installed:
+    """Installed once for the module, from the run's artefact (tests/fixtures/artefact.py)."""
+    made, _, public = built
     work = tmp_path_factory.mktemp("installed")
-    artefact = built_artefact(work)
-    with tarfile.open(artefact) as archive:
+    with tarfile.open(made.path) as archive:
         archive.extractall(work, filter="data")
     unpacked = work / f"mirror-tool-{__version__}"
     root = work / "root"
     python = getattr(sys, "_base_executable", sys.executable)
-    argv = ["./install.sh", "--key", str(work / "keys" / "dist.pub"), "--root", str(root)]
+    argv = ["./install.sh", "--key", str(public), "--root", str(root)]
     argv += ["--python", python, "--no-systemd"]
     done = subprocess.run(
         argv, cwd=unpacked, env=offline_env(), capture_output=True, text=True, check=False
