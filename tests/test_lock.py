@@ -36,6 +36,22 @@ def test_every_declared_dependency_is_pinned_with_hashes() -> None:
     assert all(pin.hashes for pins in runtime.values() for pin in pins)
 
 
+def test_every_locked_version_is_in_the_declared_range() -> None:
+    """A range raised in pyproject.toml without `make lock` would leave the lock behind it."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for lock, specs in (
+        (LOCK, project["dependencies"]),
+        (DEV_LOCK, project["optional-dependencies"]["dev"]),
+    ):
+        pins = read_lock(lock)
+        for spec in specs:
+            requirement = Requirement(spec)
+            for pin in pins[canonical_name(requirement.name)]:
+                assert requirement.specifier.contains(pin.version, prereleases=True), (spec, pin)
+
+
 def test_the_dev_lock_runs_the_runtime_versions_and_the_s3_server_the_tests_use() -> None:
     runtime, dev = read_lock(LOCK), read_lock(DEV_LOCK)
     for name, pins in runtime.items():
