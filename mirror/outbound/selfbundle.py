@@ -162,15 +162,7 @@ def bundle_self(
                 wheel_from_installed(dist, wheels)
             targets = ["local"]
         else:
-            for architecture in architectures:
-                for python in pythons:
-                    _pip_download(lock, wheels, architecture, python)
-                    _resolve_offline(mirror_wheel, wheels, architecture, python)
-            targets = [
-                f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
-                for p in pythons
-                for a in architectures
-            ]
+            targets = _download_locked(lock, mirror_wheel, architectures, pythons)
         _check_locked(wheels, mirror_wheel, lock, check_hashes=not local)
         _copy_files(sources, root)
         shutil.copy2(lock, root / LOCK_NAME)
@@ -282,6 +274,21 @@ def manylinux_tags(architecture: str, glibc_minor: int = GLIBC_MINOR) -> list[st
     each tag literally, so naming only the newest would miss wheels built for older glibc."""
     tags = [f"manylinux_2_{minor}_{architecture}" for minor in range(glibc_minor, 16, -1)]
     return [*tags, f"manylinux2014_{architecture}"]
+
+
+def _download_locked(
+    lock: Path, mirror_wheel: Path, architectures: tuple[str, ...], pythons: tuple[str, ...]
+) -> list[str]:
+    """The locked wheels for every target, beside the mirror wheel; the targets' names."""
+    for architecture in architectures:
+        for python in pythons:
+            _pip_download(lock, mirror_wheel.parent, architecture, python)
+            _resolve_offline(mirror_wheel, mirror_wheel.parent, architecture, python)
+    return [
+        f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
+        for p in pythons
+        for a in architectures
+    ]
 
 
 def _target(architecture: str, python: str) -> list[str]:
