@@ -6,17 +6,31 @@ STAMP := $(VENV)/.installed-stamp
 TEST_WORKERS ?= 3
 export VENV
 
-.PHONY: all venv lint typecheck test faults demo bench dist image clean docs
+.PHONY: all venv lock lint typecheck test faults demo bench dist image clean docs
 
 all: test
 
-$(STAMP): pyproject.toml
+# The venv holds exactly the locked versions (requirements-dev.lock, every file's sha256
+# checked), then the project itself without dependencies: what make test runs is what the lock
+# names, and make dist ships the runtime part of it (requirements.lock).
+LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
+$(STAMP): pyproject.toml setup.py $(LOCK) $(DEV_LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --require-hashes -r $(DEV_LOCK)
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+## make lock: pin the dependency ranges of pyproject.toml again, newest versions that fit, with
+## the sha256 of every file for every platform (uv pip compile --universal); docs/install.md
+UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 \
+	--generate-hashes $(LOCK_ARGS)
+lock: venv
+	$(UV_COMPILE) -o $(LOCK)
+	$(UV_COMPILE) --extra dev -c $(LOCK) -o $(DEV_LOCK)
 
 lint: venv
 	$(VENV)/bin/ruff check mirror tests bench migrations
@@ -47,7 +61,8 @@ bench: venv
 	scripts/with-test-servers $(PY) -m bench
 
 ## make dist: the offline installer dist/mirror-tool-VERSION.tar, every wheel for manylinux
-## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, signed with DIST_KEY (docs/install.md)
+## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, exactly the versions and files of
+## requirements.lock, signed with DIST_KEY (docs/install.md)
 DIST_KEY ?= /etc/mirror/transfer.key
 dist: venv
 	$(VENV)/bin/mirror bundle-self --key $(DIST_KEY) dist

@@ -7,10 +7,12 @@
 #   - the systemd units in /etc/systemd/system (not enabled) and
 #     /etc/mirror/config.example.toml; an existing /etc/mirror/config.toml is left alone
 # Needs Python 3.11 or 3.12 (python3-venv on Debian/Ubuntu), sha256sum, and openssl
-# for --key. Run again to upgrade in place.
+# for --key. Run again to upgrade in place. Without --key the signature is NOT checked
+# (anyone could have rebuilt and re-signed the artefact): it installs, and says so on stderr.
 #
 # Usage: ./install.sh [--key transfer.pub] [--prefix /opt/mirror] [--bindir /usr/local/bin]
 #                     [--python python3.11] [--no-systemd] [--root DIR]
+#        ./install.sh --check-only --key transfer.pub   (check files and signature, install nothing)
 # --root installs under DIR (paths inside stay as given; for tests and image builds).
 set -eu
 
@@ -21,8 +23,16 @@ bindir=/usr/local/bin
 python=""
 key=""
 systemd=yes
+check_only=no
 
 fail() { echo "install.sh: error: $*" >&2; exit 1; }
+# Said before installing and again as the last words: an unchecked signature is never quiet.
+unchecked() {
+    echo "install.sh: WARNING: the signature of SHA256SUMS was NOT checked (no --key): a" \
+        "rebuilt or re-signed artefact installs just the same." >&2
+    echo "install.sh: check it with the connected side's transfer.pub:" \
+        "$here/install.sh --check-only --key /etc/mirror/transfer.pub" >&2
+}
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -32,11 +42,16 @@ while [ $# -gt 0 ]; do
         --python) python=$2; shift 2 ;;
         --key) key=$2; shift 2 ;;
         --no-systemd) systemd=no; shift ;;
+        --check-only) check_only=yes; shift ;;
         -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 
+if [ "$check_only" = yes ] && [ -z "$key" ]; then
+    echo "install.sh: --check-only needs --key transfer.pub (see --help)" >&2
+    exit 2
+fi
 cd "$here"
 command -v sha256sum >/dev/null || fail "sha256sum is needed (coreutils)"
 sha256sum --quiet --strict -c SHA256SUMS || fail "a file does not match SHA256SUMS"
@@ -57,6 +72,11 @@ if [ -n "$key" ]; then
         >/dev/null || fail "SHA256SUMS.sig is not a signature by $key"
     echo "signature of SHA256SUMS checked with $key"
 fi
+if [ "$check_only" = yes ]; then
+    echo "checked: every file matches SHA256SUMS, signed by $key; nothing was installed"
+    exit 0
+fi
+[ -n "$key" ] || unchecked
 
 if [ -z "$python" ]; then
     for candidate in python3.12 python3.11 python3; do
@@ -84,6 +104,7 @@ mkdir -p "$share/systemd" "$share/wheels"
 cp -p wheels/*.whl "$share/wheels/"
 cp -p install.sh config.example.toml SHA256SUMS SHA256SUMS.sig "$share/"
 [ ! -f INSTALL.md ] || cp -p INSTALL.md "$share/"
+[ ! -f requirements.lock ] || cp -p requirements.lock "$share/"
 cp -p systemd/* "$share/systemd/"
 
 mkdir -p "$root$bindir"
@@ -99,3 +120,4 @@ fi
 "$root$bindir/mirror" --version
 echo "installed: $venv, link $bindir/mirror"
 echo "next: /etc/mirror/config.toml (mode 0644, no secrets), keys, then see INSTALL.md"
+[ -n "$key" ] || unchecked

@@ -22,7 +22,12 @@ import pytest
 from mirror.config import Settings, settings_from_dict
 from mirror.store.app import App
 
-pytest_plugins = ["tests.fixtures.sim", "tests.fixtures.s3", "tests.fixtures.archives"]
+pytest_plugins = [
+    "tests.fixtures.sim",
+    "tests.fixtures.s3",
+    "tests.fixtures.archives",
+    "tests.fixtures.artefact",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 REQUIRE_SERVERS = os.environ.get("MIRROR_REQUIRE_SERVERS") == "1"

@@ -1,7 +1,9 @@
 """deploy/kubernetes/: every manifest validates against the Kubernetes schemas (offline, with
 kubernetes-validate), every pod runs as non-root on a read-only root file system with
 limits, the image is named by the kustomize setting, and what the pods run is real: the
-config in the ConfigMap loads, its public key reads, the container args parse."""
+config in the ConfigMap loads, its public key reads, the container args parse as the real
+command line parses them. tests/faults/test_deploy_faults.py holds the hostile checks
+(environment names, tokens, network, credentials, room for rebuilds)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import click
 import kubernetes_validate
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from mirror.cli import cli
 from mirror.config import settings_from_dict
@@ -80,7 +82,6 @@ def test_pods_are_non_root_read_only_limited_and_use_the_image_setting() -> None
             assert context["capabilities"]["drop"] == ["ALL"], name
             assert {"cpu", "memory"} <= set(container["resources"]["limits"]), name
             assert container["image"] in images, name
-            assert {"secretRef": {"name": "mirror-s3"}} in container["envFrom"], name
 
 
 def test_the_configmap_config_loads_and_its_public_key_reads(tmp_path: Path) -> None:
@@ -94,8 +95,46 @@ def test_the_configmap_config_loads_and_its_public_key_reads(tmp_path: Path) -> 
     assert len(load_public_key(public).key_id) == 16
 
 
-def test_the_container_commands_exist() -> None:
+def parse_for_real(args: list[str]) -> list[click.Context]:
+    """Parse a command line as click does before it runs it (each group, then the command:
+    every option and argument converted, an unknown one refused), invoking nothing."""
+    contexts: list[click.Context] = []
+    command: click.Command = cli
+    name, rest, parent = "mirror", list(args), None
+    while True:
+        context = command.make_context(name, rest, parent=parent)
+        contexts.append(context)
+        if not isinstance(command, click.Group):
+            return contexts
+        # what the group leaves for its subcommand, read as Group.invoke reads it
+        rest = [*context._protected_args, *context.args]
+        found, command, rest = command.resolve_command(context, rest)
+        assert found is not None and command is not None
+        name, parent = found, context
+
+
+def test_the_container_args_parse_as_the_real_command_line() -> None:
+    """The pods' args, not `args + --help`: a misspelt option or a missing argument fails."""
+    parsed = {}
     for name, spec in pod_specs():
-        args = spec["containers"][0]["args"]
-        result = CliRunner().invoke(cli, [*args, "--help"])
-        assert result.exit_code == 0, (name, result.output)
+        (container,) = spec["containers"]
+        contexts = parse_for_real(container["args"])
+        parsed[name] = (contexts[-1].command_path, contexts[-1].params)
+    assert parsed["mirror-transfer-import"][0] == "mirror transfer import"
+    params = parsed["mirror-transfer-import"][1]
+    assert params["set_dir"] == Path("/transfer/set") and params["promote"] is True
+    assert parsed["mirror-chart-refresh"][0] == "mirror chart refresh"
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["transfer", "import", "/transfer/set", "--promtoe"], click.NoSuchOption),
+        (["transfer", "import"], click.MissingParameter),
+        (["chart", "refresh", "--keep", "1"], click.NoSuchOption),
+        (["chart", "refersh"], click.UsageError),
+    ],
+)
+def test_wrong_container_args_are_caught(args: list[str], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        parse_for_real(args)

@@ -20,10 +20,10 @@ from mirror.outbound.pack import pack
 from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, tool_for_pack
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
+from tests.fixtures.artefact import offline_env
 from tests.fixtures.s3 import add_version
 
 ROOT = Path(__file__).resolve().parent.parent
-UNREACHABLE = "http://127.0.0.1:9"
 
 
 def documented(block: str, page: str = "README.md") -> str:
@@ -35,46 +35,12 @@ def documented(block: str, page: str = "README.md") -> str:
     return match.group(1)
 
 
-def offline_env() -> dict[str, str]:
-    """No index, no find-links but the ones given, no pip config, and proxies that refuse:
-    anything that tried the network would fail."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "MIRROR_"))}
-    env.update(
-        PIP_NO_INDEX="1",
-        PIP_CONFIG_FILE=os.devnull,
-        HTTP_PROXY=UNREACHABLE,
-        HTTPS_PROXY=UNREACHABLE,
-        http_proxy=UNREACHABLE,
-        https_proxy=UNREACHABLE,
-        NO_PROXY="",
-    )
-    return env
-
-
 def run(
     argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=600, check=False
     )
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ToolBundle, Path, Path]:
-    """(the artefact, transfer.key, transfer.pub), built once for this machine's platform."""
-    from mirror.transferset.keys import generate_keypair
-
-    work = tmp_path_factory.mktemp("bundle")
-    keys = generate_keypair(work / "keys" / "transfer")
-    command = ["bundle-self", "--local", "--key", str(keys.private_path), str(work / "dist")]
-    done = run([sys.executable, "-m", "mirror", "--json", *command], offline_env())
-    assert done.returncode == 0, done.stdout + done.stderr
-    document = json.loads(done.stdout)
-    fields = ("path", "version", "sha256", "size", "key_id", "targets", "wheels")
-    made = ToolBundle(**{name: document[name] for name in fields})
-    made = ToolBundle(**{**made.__dict__, "path": Path(made.path)})
-    assert made.path == work / "dist" / f"mirror-tool-{__version__}.tar"
-    return made, keys.private_path, keys.public_path
 
 
 def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(

@@ -3,17 +3,24 @@
 `mirror-tool-VERSION.tar` holds one directory `mirror-tool-VERSION/` with the
 mirror wheel and a wheelhouse of every dependency, `install.sh` (a venv in
 /opt/mirror, a link /usr/local/bin/mirror, the systemd units), the units, the
-example config, INSTALL.md, and `SHA256SUMS` over all of them signed by the
-transfer key (`SHA256SUMS.sig`, the same signature format as a transfer set).
+example config, INSTALL.md, the lock file `requirements.lock`, and `SHA256SUMS`
+over all of them signed by the transfer key (`SHA256SUMS.sig`, the same signature
+format as a transfer set).
 
 Promises:
 - The wheelhouse is complete for the targets it names: by default manylinux
   (glibc 2.28+) x86_64 and aarch64 for CPython 3.11 and 3.12, binary wheels only
   (`pip download --only-binary=:all:`), so `pip install --no-index` on the
   far side never needs a compiler or a network.
+- What ships is what was tested: the dependencies are exactly the versions and files of
+  `requirements.lock` (the lock `make venv` installs from): downloaded with the lock's
+  hashes required, then every wheel held against the lock (name, version, sha256), and the
+  mirror wheel's dependencies resolved from the wheelhouse alone for each target, so a
+  lock that misses a dependency fails here, not on the far side.
 - `local=True` builds for this machine's platform only, offline: the
   dependencies are re-packed as wheels from the distributions installed in the
-  running Python (for tests and quick trials).
+  running Python (for tests and quick trials); their versions must be the locked ones
+  (their bytes are re-packed, so only name and version are held against the lock).
 - The artefact is written under a temporary name and renamed when complete; an
   existing artefact is never replaced.
 """
@@ -40,6 +47,7 @@ from typing import Any
 from mirror import __version__
 from mirror.errors import ConfigError, OperationFailed
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.outbound.lock import LOCK_NAME, read_lock, unlocked_wheels
 from mirror.transferset.keys import SigningKey
 
 ARCHITECTURES = ("x86_64", "aarch64")
@@ -60,6 +68,7 @@ class ToolSources:
     config_example: Path
     units: list[Path]
     install_doc: Path | None
+    lock: Path | None = None
     project: Path | None = None
     prebuilt_wheel: Path | None = None
 
@@ -73,6 +82,7 @@ class ToolSources:
                 config_example=root / "config.example.toml",
                 units=_units(root / "systemd"),
                 install_doc=doc if doc.is_file() else None,
+                lock=root / LOCK_NAME,
                 project=root,
             )
         if source is not None:
@@ -90,6 +100,7 @@ class ToolSources:
             config_example=share / "config.example.toml",
             units=_units(share / "systemd"),
             install_doc=doc if doc.is_file() else None,
+            lock=share / LOCK_NAME if (share / LOCK_NAME).is_file() else None,
             prebuilt_wheel=wheels[-1],
         )
 
@@ -144,21 +155,17 @@ def bundle_self(
         root = work / f"mirror-tool-{__version__}"
         wheels = root / "wheels"
         wheels.mkdir(parents=True)
+        lock = _lock(sources)
         mirror_wheel = _mirror_wheel(sources, wheels, work)
         if local:
             for dist in requirement_closure("mirror"):
                 wheel_from_installed(dist, wheels)
             targets = ["local"]
         else:
-            for architecture in architectures:
-                for python in pythons:
-                    _pip_download(mirror_wheel, wheels, architecture, python)
-            targets = [
-                f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
-                for p in pythons
-                for a in architectures
-            ]
+            targets = _download_locked(lock, mirror_wheel, architectures, pythons)
+        _check_locked(wheels, mirror_wheel, lock, check_hashes=not local)
         _copy_files(sources, root)
+        shutil.copy2(lock, root / LOCK_NAME)
         sums = _sha256sums(root)
         (root / SUMS).write_bytes(sums)
         (root / SUMS_SIGNATURE).write_bytes(signing_key.signature_document(sums))
@@ -209,6 +216,25 @@ def _run(command: list[str], what: str) -> None:
         raise OperationFailed(f"{what} failed: {' / '.join(tail) or 'no output'}")
 
 
+def _lock(sources: ToolSources) -> Path:
+    if sources.lock is None or not sources.lock.is_file():
+        raise ConfigError(
+            f"no {LOCK_NAME} found beside the sources: the artefact carries only locked versions",
+            hint="run from a source checkout (make lock writes it), or pass --source DIR",
+        )
+    return sources.lock
+
+
+def _check_locked(wheels: Path, mirror_wheel: Path, lock: Path, *, check_hashes: bool) -> None:
+    dependencies = [p for p in wheels.glob("*.whl") if p != mirror_wheel]
+    problems = unlocked_wheels(dependencies, read_lock(lock), check_hashes=check_hashes)
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} wheel(s) not as {lock} pins them: {'; '.join(problems[:5])}",
+            hint="run make venv (it installs the lock) and build again, or make lock",
+        )
+
+
 def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
     if sources.prebuilt_wheel is not None:
         shutil.copy2(sources.prebuilt_wheel, wheels / sources.prebuilt_wheel.name)
@@ -219,7 +245,7 @@ def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("mirror", "migrations"):
         shutil.copytree(sources.project / name, tree / name, ignore=ignore)
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(sources.project / name, tree / name)
     _run(
         [
@@ -250,26 +276,49 @@ def manylinux_tags(architecture: str, glibc_minor: int = GLIBC_MINOR) -> list[st
     return [*tags, f"manylinux2014_{architecture}"]
 
 
-def _pip_download(mirror_wheel: Path, wheels: Path, architecture: str, python: str) -> None:
+def _download_locked(
+    lock: Path, mirror_wheel: Path, architectures: tuple[str, ...], pythons: tuple[str, ...]
+) -> list[str]:
+    """The locked wheels for every target, beside the mirror wheel; the targets' names."""
+    for architecture in architectures:
+        for python in pythons:
+            _pip_download(lock, mirror_wheel.parent, architecture, python)
+            _resolve_offline(mirror_wheel, mirror_wheel.parent, architecture, python)
+    return [
+        f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
+        for p in pythons
+        for a in architectures
+    ]
+
+
+def _target(architecture: str, python: str) -> list[str]:
     platforms = [option for tag in manylinux_tags(architecture) for option in ("--platform", tag)]
+    return ["--only-binary=:all:", *platforms, "--python-version", python, "--implementation", "cp"]
+
+
+def _pip_download(lock: Path, wheels: Path, architecture: str, python: str) -> None:
+    """Exactly the locked files: every requirement pinned, every download's sha256 checked."""
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
+    _run(
+        [*pip, *_target(architecture, python), "--dest", str(wheels), "-r", str(lock)],
+        f"downloading the locked wheels for CPython {python} on manylinux {architecture}",
+    )
+
+
+def _resolve_offline(mirror_wheel: Path, wheels: Path, architecture: str, python: str) -> None:
+    """The mirror wheel's dependencies, resolved from the wheelhouse alone: a dependency the
+    lock misses for this target fails here, not in install.sh on the far side."""
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--isolated", "--no-index"]
     _run(
         [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--only-binary=:all:",
-            *platforms,
-            "--python-version",
-            python,
-            "--implementation",
-            "cp",
-            "--dest",
-            str(wheels),
+            *pip,
+            *("--find-links", str(wheels)),
+            *_target(architecture, python),
+            *("--dest", str(wheels)),
             str(mirror_wheel),
         ],
-        f"downloading the wheels for CPython {python} on manylinux {architecture}",
+        f"resolving mirror's dependencies for CPython {python} on manylinux {architecture} "
+        f"from the locked wheels only ({LOCK_NAME} misses one?)",
     )
 
 

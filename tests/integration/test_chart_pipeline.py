@@ -17,6 +17,7 @@ import yaml
 
 from mirror.airgap import chart
 from mirror.airgap.objectstore import ObjectStore
+from mirror.archive import extract_archive
 from mirror.config import TargetSettings
 from tests.conftest import REPO, write_config
 from tests.test_chart import DOMAIN, Seeded, seed_version
@@ -244,7 +245,6 @@ def test_the_chart_can_deploy_from_the_values_file_alone(
     tmp_path: Path,
 ) -> None:
     """Plays the vendor chart at pod start: values file in, site out, no S3 credentials."""
-    archive = pytest.importorskip("mirror.archive")
     values_file = tmp_path / "values.yaml"
     chart.write_values(chart.render_values(object_store, target_settings, DOMAIN), values_file)
 
@@ -258,7 +258,7 @@ def test_the_chart_can_deploy_from_the_values_file_alone(
             for chunk in response.iter_bytes(1024 * 1024):
                 handle.write(chunk)
     site = tmp_path / "pod" / "site"
-    report = archive.extract_archive(download, site)
+    report = extract_archive(download, site)
     assert report.has_index_html
     assert (site / "index.html").read_bytes().startswith(b"<html>")
     assert (site / "version.txt").read_text() == f"{DOMAIN} {values['version']}\n"
@@ -271,7 +271,6 @@ def test_import_promote_values_check(
     tmp_path: Path,
 ) -> None:
     """Connected side packs; `transfer import --promote` publishes; the chart values follow."""
-    pytest.importorskip("mirror.cli.transfer", reason="`mirror transfer import` not built yet")
     from mirror.outbound.pack import pack
     from tests.fixtures.s3 import add_version, transfer_config
 
@@ -296,11 +295,10 @@ def test_import_promote_values_check(
     assert done.returncode == 0, done.stderr
 
     url = yaml.safe_load((tmp_path / "values.yaml").read_text())["staticExport"]["bundleUrl"]
-    archive = pytest.importorskip("mirror.archive")
     bundle = tmp_path / "fetched.tar.gz"
     with httpx.Client(timeout=30) as http:
         bundle.write_bytes(http.get(url).raise_for_status().content)
-    archive.extract_archive(bundle, tmp_path / "site")
+    extract_archive(bundle, tmp_path / "site")
     assert (tmp_path / "site" / "index.html").read_text() == f"<h1>{DOMAIN} 2026-11-21</h1>"
 
 
