@@ -282,12 +282,20 @@ def transfer_import(
 
 @transfer_group.command("ack")
 @click.argument("receipt", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--accept-unsigned",
+    is_flag=True,
+    help="Believe a receipt that no trusted key signed (logged, and recorded on the set).",
+)
 @pass_cli
-def transfer_ack(cli: CliContext, receipt: Path) -> None:
-    """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
+def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
+    """Mark the versions a signed receipt lists as delivered, so the next pack leaves them out.
+
+    The receipt must be signed by a key in target.trusted_keys (the air-gapped side's
+    receipt.pub)."""
     from mirror.outbound.ack import ack
 
-    result = ack(cli.app, receipt)
+    result = ack(cli.app, receipt, accept_unsigned=accept_unsigned)
     lines = [f"set {result.sequence}: receipt {result.signature}"]
     lines += [f"  delivered {d} {v}" for d, v in result.marked]
     lines += [f"  already delivered {d} {v}" for d, v in result.already]
