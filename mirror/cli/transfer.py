@@ -81,6 +81,13 @@ def transfer_group() -> None:
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--full", is_flag=True, help="Whole bundles only, never deltas.")
 @click.option(
+    "--from-set",
+    type=click.IntRange(min=1),
+    metavar="N",
+    default=None,
+    help="The versions set N carried, again (with --full: what an import refusing a delta says).",
+)
+@click.option(
     "--dry-run", is_flag=True, help="Say what would go and how (deltas, sizes); write nothing."
 )
 @click.option(
@@ -98,6 +105,7 @@ def transfer_pack(
     include_all: bool,
     max_size: int | None,
     full: bool,
+    from_set: int | None,
     dry_run: bool,
     with_tool: str | None,
 ) -> None:
@@ -112,7 +120,13 @@ def transfer_pack(
         if with_tool is not None:
             raise ConfigError("--with-tool cannot be combined with --dry-run")
         planned = packing.dry_run(
-            cli.app, out, domain=domain, include_all=include_all, max_size=max_size, full=full
+            cli.app,
+            out,
+            domain=domain,
+            include_all=include_all,
+            max_size=max_size,
+            full=full,
+            from_set=from_set,
         )
         _emit_pack(cli, planned, with_tool=False)
         return
@@ -131,6 +145,7 @@ def transfer_pack(
             include_all=include_all,
             max_size=max_size,
             full=full,
+            from_set=from_set,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
             tool=tool,

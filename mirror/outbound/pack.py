@@ -15,6 +15,9 @@ Promises:
   carried. The delta blobs live in nameless temp files that are gone when `pack` returns,
   whatever happened.
 - `dry_run` decides the same way and reports it, writing nothing.
+- `from_set` packs again the versions an earlier set carried, packed or delivered since or
+  not: with `full`, the remedy the import prints for a delta it cannot rebuild. The new set
+  takes the next sequence, like any other.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
 from mirror.config import Settings
-from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
+from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, fsync_dir
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
@@ -141,17 +144,37 @@ def signing_key_from_settings(settings: Settings) -> SigningKey:
 
 
 def select_versions(
-    session: Session, *, domain: str | None, include_all: bool
+    session: Session, *, domain: str | None, include_all: bool, from_set: int | None = None
 ) -> list[tuple[Version, Bundle]]:
-    """Versions to pack: not delivered and never packed (or every one with include_all)."""
+    """Versions to pack: not delivered and never packed (or every one with include_all, or
+    those set `from_set` carried)."""
     query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
     if domain:
         query = query.where(Version.domain == domain.lower())
-    if not include_all:
+    if from_set is not None:
+        query = query.where(Version.id.in_(_carried_by(session, from_set)))
+    elif not include_all:
         packed = select(TransferItem.version_id)
         query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
     rows = [(version, bundle) for version, bundle in session.execute(query).all()]
     return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
+
+
+def _carried_by(session: Session, sequence: int) -> list[int]:
+    """The version ids set `sequence` carried; NotFound when no such set was packed here."""
+    transfer = session.execute(
+        select(Transfer).where(Transfer.sequence == sequence)
+    ).scalar_one_or_none()
+    if transfer is None:
+        raise NotFound(
+            f"no transfer set {sequence} was packed here",
+            hint="run it on the host that packed the set (`mirror status` there)",
+        )
+    return list(
+        session.execute(
+            select(TransferItem.version_id).where(TransferItem.transfer_id == transfer.id)
+        ).scalars()
+    )
 
 
 def disk_free(path: Path) -> int:
@@ -184,19 +207,33 @@ class _Prepared:
         ]
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which versions a pack carries (`select_versions`) and how (`full`: never deltas)."""
+
+    domain: str | None = None
+    include_all: bool = False
+    full: bool = False
+    from_set: int | None = None
+
+
 def _prepare(
     app: App,
     stack: contextlib.ExitStack,
-    domain: str | None,
-    include_all: bool,
+    chosen: Selection,
     part_limit: int,
-    full: bool,
     *,
     keep_deltas: bool,
 ) -> _Prepared:
     """Decide how each version goes and plan the set; kept delta blobs close with `stack`."""
+    full = chosen.full
     with app.db.session() as session:
-        rows = select_versions(session, domain=domain, include_all=include_all)
+        rows = select_versions(
+            session,
+            domain=chosen.domain,
+            include_all=chosen.include_all,
+            from_set=chosen.from_set,
+        )
         newest = session.execute(
             select(Transfer).where(
                 Transfer.sequence == select(func.max(Transfer.sequence)).scalar_subquery()
@@ -283,6 +320,7 @@ def pack(
     include_all: bool = False,
     max_size: int | None = None,
     full: bool = False,
+    from_set: int | None = None,
     signing_key: SigningKey | None = None,
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
@@ -292,7 +330,8 @@ def pack(
 ) -> PackResult:
     """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
 
-    `full` carries every version as its whole bundle. `on_total` hears the bytes
+    `full` carries every version as its whole bundle; `from_set` the versions that set
+    carried, again (module docstring). `on_total` hears the bytes
     `on_progress` will count, before the first of them. `tool` (a `mirror-tool-VERSION.tar`
     from `mirror bundle-self`) is carried as `tool/<name>`, listed and signed in the
     manifest like a blob."""
@@ -302,7 +341,8 @@ def pack(
     _check_out(out)
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=True)
+        chosen = Selection(domain, include_all, full, from_set)
+        prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=True)
         plan = prepared.plan
         if plan is None:
             return PackResult(None, None, None, key.key_id)
@@ -344,6 +384,7 @@ def dry_run(
     max_size: int | None = None,
     full: bool = False,
     free_space: Callable[[Path], int] | None = None,
+    from_set: int | None = None,
 ) -> PackResult:
     """What `pack` would carry, and how: every version's full size, delta size (or why it
     goes whole) and changes against its base. Writes nothing: no set, no record, no file
@@ -354,7 +395,8 @@ def dry_run(
         out = out.absolute()
         _check_out(out)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=False)
+        chosen = Selection(domain, include_all, full, from_set)
+        prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=False)
     plan = prepared.plan
     if plan is None:
         return PackResult(None, None, None, None, dry_run=True)
