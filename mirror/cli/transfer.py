@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mirror.cli.common import SIZE, CliContext, pass_cli
+from mirror.cli.common import DOMAIN, SIZE, CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
 from mirror.transferset.keys import PublicKey, load_trusted_keys
@@ -51,13 +51,9 @@ def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]
 
 
 def _object_store(settings: Settings) -> ObjectStore:
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.credentials import open_object_store
 
-    if not settings.target.bucket:
-        raise ConfigError(
-            "target.bucket is not set", hint="name the internal object store's bucket"
-        )
-    return ObjectStore.from_settings(settings.target)
+    return open_object_store(settings.target)
 
 
 _KEY_OPTION = click.option(
@@ -76,7 +72,7 @@ def transfer_group() -> None:
 
 @transfer_group.command("pack")
 @click.argument("out", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--domain", type=DOMAIN, default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--full", is_flag=True, help="Whole bundles only, never deltas.")
@@ -320,7 +316,7 @@ def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
 
 
 @transfer_group.command("push")
-@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--domain", type=DOMAIN, default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--allow-replay", is_flag=True, help="Accept a set the target already imported.")

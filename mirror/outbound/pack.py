@@ -7,6 +7,9 @@ Promises:
 - `pack` builds the set under `OUT.partial-<nonce>` and renames it to OUT only
   when every byte is written and fsynced (blobs, manifest, signature, then
   SHA256SUMS): a set cut short by a full disk or a crash never carries the name OUT.
+- A medium without room for the set, found before writing or when it fills up half-way,
+  is TemporaryFailure (exit 75) naming where, what is free and what the set needs; the
+  half-written set is removed and nothing is recorded.
 - Each part and the whole blob are hashed in the same pass as the copy; a stored
   blob that does not match its index entry is refused (IntegrityError).
 - Two packs racing for one sequence: the loser removes its set (TemporaryFailure).
@@ -40,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from mirror.config import Settings
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.fsutil import CHUNK_SIZE, free_bytes, fsync_dir, is_disk_full
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
@@ -305,11 +308,18 @@ def _candidate(version: Version, bundle: Bundle, choice: Choice) -> Candidate:
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
     free = (free_space or disk_free)(out.parent)
     if free < needed + FREE_SPACE_MARGIN:
-        raise OperationFailed(
-            f"not enough free space in {out.parent}: the set needs {format_size(needed)} "
-            f"and {format_size(FREE_SPACE_MARGIN)} kept free, {format_size(free)} is free",
-            hint="use a larger medium, or --domain to pack less",
-        )
+        raise _no_room(f"not enough free space in {out.parent}", needed, free)
+
+
+def _no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
+    """The medium cannot hold the set (exit 75): where, what is free, what the set needs."""
+    free_text = format_size(free) if free is not None else "an unknown amount"
+    return TemporaryFailure(
+        f"{what}: the set needs {format_size(needed)} and {format_size(FREE_SPACE_MARGIN)} "
+        f"kept free, {free_text} is free; nothing was left behind",
+        hint="free space there or use a larger medium (or --domain, --max-size to pack less), "
+        "then run the same command again",
+    )
 
 
 def pack(
@@ -443,6 +453,12 @@ class _SetWriter:
             fsync_dir(out.parent)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            if is_disk_full(exc):
+                raise _no_room(
+                    f"the disk holding {out.parent} filled up while the set was written",
+                    self.plan.total_bytes + (tool.stat().st_size if tool is not None else 0),
+                    free_bytes(out.parent),
+                ) from None
             raise OperationFailed(
                 f"writing the transfer set in {out.parent} failed: {exc.strerror or exc}; "
                 "nothing was left behind"
