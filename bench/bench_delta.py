@@ -78,10 +78,13 @@ def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: ManifestItem)
         copy = s.work / "base-copy"
         shutil.copytree(base, copy)
         import_set(store, copy, load_trusted_keys([s.pub]))
-        (manifest_item,) = parse_manifest((delta / "manifest.json").read_bytes()).items
+        delta_manifest = parse_manifest((delta / "manifest.json").read_bytes())
+        (manifest_item,) = delta_manifest.items
         started = time.monotonic()
         total = 0
-        with RebuiltArchive(delta, manifest_item, store, work_dir=s.work) as archive:
+        with RebuiltArchive(
+            delta, manifest_item, store, sequence=delta_manifest.sequence, work_dir=s.work
+        ) as archive:
             while chunk := archive.read(8 * MiB):
                 total += len(chunk)
         seconds = time.monotonic() - started

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from mirror.errors import AuthError, ConfigError
+from mirror.hostnames import normalize_domain
 from mirror.logs import register_secret
 from mirror.units import parse_duration, parse_size
 
@@ -40,9 +41,6 @@ CONFIG_ENV = "MIRROR_CONFIG"
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
-)
 
 
 class _Section(BaseModel):
@@ -110,10 +108,7 @@ class ExportSettings(_Section):
     @field_validator("domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        value = value.strip().lower()
-        if not _HOSTNAME.match(value):
-            raise ValueError(f"must be a hostname like docs.example.com, got {value!r}")
-        return value
+        return normalize_domain(value)
 
 
 class DaemonSettings(_Section):
@@ -168,6 +163,15 @@ class TargetSettings(_Section):
     """`require`: refuse a server that ignores `If-None-Match`/`If-Match`; `emulate`: use
     it anyway, checking with HEAD before each write (safe against re-runs, not against
     two imports writing the same bucket at the same moment)."""
+
+    @field_validator("endpoint_url", "presign_endpoint_url", "public_base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        """Empty (AWS's own endpoint; no other name for the pods), or an http(s) URL: boto3
+        would take `minio:9000` for a bare path and fail on the first request."""
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http(s) URL like https://s3.internal:9000, got {value!r}")
+        return value
 
     @field_validator("presign_ttl")
     @classmethod

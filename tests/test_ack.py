@@ -27,18 +27,20 @@ API = "api.example.com"
 
 
 def test_ack_marks_the_listed_versions_delivered(
-    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+    target_app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
 ) -> None:
     add_version(target_app, DOCS, "2026-11-20")
     add_version(target_app, API, "2026-11-20")
     pack(target_app, tmp_path / "set")
-    import_set(object_store, tmp_path / "set", trusted)
+    import_set(object_store, tmp_path / "set", trusted, receipt_key=load_signing_key(key_pair[0]))
     result = ack(target_app, tmp_path / "set" / RECEIPT)
     assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
-    assert result.complete and result.signature == "unsigned"
+    assert result.complete and result.signature.startswith("verified")
     with target_app.db.session() as session:
         assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
-        assert session.execute(select(Transfer)).scalar_one().acknowledged_at is not None
+        transfer = session.execute(select(Transfer)).scalar_one()
+        assert transfer.acknowledged_at is not None
+        assert transfer.receipt_signature == result.signature
     again = ack(target_app, tmp_path / "set" / RECEIPT)
     assert again.marked == [] and len(again.already) == 2
     assert pack(target_app, tmp_path / "next", include_all=False).nothing
@@ -61,10 +63,10 @@ def test_ack_checks_the_receipt(
     receipt.write_text(json.dumps(document))
     (tmp_path / "set" / "receipt.json.sig").unlink()
     with pytest.raises(NotFound, match="no transfer set packed here"):
-        ack(target_app, receipt)
+        ack(target_app, receipt, accept_unsigned=True)
     receipt.write_text("{}")
     with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):
-        ack(target_app, receipt)
+        ack(target_app, receipt, accept_unsigned=True)
 
 
 def test_a_version_carried_as_a_delta_is_acknowledged_by_its_tree(
@@ -104,9 +106,11 @@ def test_a_version_carried_as_a_delta_is_acknowledged_by_its_tree(
         path.write_bytes(receipt.to_bytes())
         return path
 
-    wrong = ack(transfer_app, receipt_naming("e" * 64, "wrong.json"))
+    wrong = ack(transfer_app, receipt_naming("e" * 64, "wrong.json"), accept_unsigned=True)
     assert wrong.marked == [] and not wrong.complete
-    right = ack(transfer_app, receipt_naming(item.tree_sha256, "receipt.json"))
+    right = ack(
+        transfer_app, receipt_naming(item.tree_sha256, "receipt.json"), accept_unsigned=True
+    )
     assert right.marked == [(DOCS, "2026-11-21")] and right.complete
     with transfer_app.db.session() as session:
         version = session.execute(select(Version).where(Version.label == "2026-11-21")).scalar_one()

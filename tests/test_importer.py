@@ -108,8 +108,10 @@ def test_receipt_is_signed_with_a_key_on_the_import_side(
         tmp_path / "set" / RECEIPT, load_trusted_keys([made.public_path])
     )
     assert status.startswith("verified") and document.sequence == 1
-    _, untrusted = read_receipt(tmp_path / "set" / RECEIPT, trusted)
-    assert "untrusted" in untrusted
+    with pytest.raises(IntegrityError, match=f"signed by key {made.key_id}, which is not trusted"):
+        read_receipt(tmp_path / "set" / RECEIPT, trusted)
+    _, untrusted = read_receipt(tmp_path / "set" / RECEIPT, trusted, accept_unsigned=True)
+    assert untrusted == f"signed by untrusted key {made.key_id} (not checked)"
 
 
 def test_unsigned_receipt_says_so(

@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from mirror.archive import extract_archive, inspect_archive
 from mirror.config import settings_from_dict
-from mirror.errors import IntegrityError, OperationFailed
+from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.outbound.delta import (
     BASE_BLOB_MISSING,
     FULL_ASKED,
@@ -378,7 +378,7 @@ def store_dir_of(app: App) -> Path:
 
 def test_dry_run_checks_out_like_pack(transfer_app: App, tmp_path: Path) -> None:
     add_sim_version(transfer_app, DOCS, "2026-11-18", export_number=0, **SITE)
-    with pytest.raises(OperationFailed, match="not enough free space"):
+    with pytest.raises(TemporaryFailure, match="not enough free space"):
         dry_run(transfer_app, tmp_path / "set", free_space=lambda _path: 1)
     assert not (tmp_path / "set").exists()
     with transfer_app.db.session() as session:

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed
+from mirror.errors import (
+    ConfigError,
+    IntegrityError,
+    NotFound,
+    TemporaryFailure,
+)
 from mirror.outbound.pack import FREE_SPACE_MARGIN, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
@@ -149,7 +154,7 @@ def test_pack_without_a_signing_key_is_a_config_error(store_dir: Path, tmp_path:
 
 def test_not_enough_free_space_is_refused_before_writing(transfer_app: App, tmp_path: Path) -> None:
     add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=64 * 1024)
-    with pytest.raises(OperationFailed, match="not enough free space"):
+    with pytest.raises(TemporaryFailure, match="not enough free space"):
         pack(transfer_app, tmp_path / "s1", free_space=lambda _path: 1000)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s1")) == []
     with transfer_app.db.session() as session:
@@ -195,7 +200,7 @@ def test_a_refusal_for_space_names_the_margin_so_it_never_reads_as_enough(
     """A small set on a medium with more free than the set's size, less than size + margin:
     '6.9 KiB needed, 200 KiB free' alone reads as a contradiction at 2 a.m."""
     add_version(transfer_app, "docs.example.com", "2026-11-20", payload_size=4 * 1024)
-    with pytest.raises(OperationFailed) as refused:
+    with pytest.raises(TemporaryFailure) as refused:
         pack(transfer_app, tmp_path / "s1", free_space=lambda _path: 200 * 1024)
     message = refused.value.message
     assert f"{format_size(FREE_SPACE_MARGIN)} kept free" in message, message

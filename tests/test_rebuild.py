@@ -274,7 +274,9 @@ def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2)
     (entry,) = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes()).items
-    with RebuiltArchive(tmp_path / "s2", entry, object_store, work_dir=tmp_path) as archive:
+    with RebuiltArchive(
+        tmp_path / "s2", entry, object_store, sequence=2, work_dir=tmp_path
+    ) as archive:
         with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
             while archive.read(1000):
                 pass
@@ -401,5 +403,5 @@ def test_a_base_whose_object_is_gone_is_refused_before_any_upload_naming_the_rem
     with pytest.raises(IntegrityError) as refused:
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert refused.value.exit_code == 5
-    assert "transfer pack --full --domain docs.example.com" in str(refused.value)
+    assert "transfer pack --full --from-set 2 OUT" in str(refused.value)
     assert bucket_listing(object_store.client, object_store.bucket) == before

@@ -13,6 +13,10 @@ Promises:
   bundle of the set has matched; on any mismatch or error every upload of the
   import is aborted, so nothing of a bad set is ever visible. A bundle already in
   the bucket (same sha256 and size: a re-run after a kill) is not uploaded again.
+- A version the bucket already holds with the same tree in other bytes (published
+  from a delta as a rebuilt archive, and now carried whole, or the other way round:
+  the remedy for a refused delta, `pack --full --from-set N`, or `pack --all`) is
+  "already there": nothing is uploaded and its manifest is kept, never refused.
 - Order: the bundles (completed together), then each version's `manifest.json`,
   then each domain's `index.json`, then the promotions asked for, then the receipt on disk, and
   the bucket's import state last. Every index (and, promoting, `current.json`) is read
@@ -167,12 +171,18 @@ def _publish_all(
     on_progress: Callable[[int], None] | None,
     work_dir: Path | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
-    bundles = stage_bundles(store, verified, on_progress, work_dir=work_dir)
+    there = {
+        _bundle(store, item): stored
+        for item in verified.manifest.items
+        if (stored := same_tree_there(store, item)) is not None
+    }
+    bundles = stage_bundles(store, verified, on_progress, work_dir=work_dir, there=there)
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
+        key = _bundle(store, item)
         published, entry = publish_version(
-            store, verified, item, bundles[_bundle(store, item)], imported_at=imported_at
+            store, verified, item, bundles[key], imported_at=imported_at, there=there.get(key)
         )
         items.append(published)
         entries.setdefault(item.domain, []).append(entry)
@@ -191,13 +201,24 @@ def stage_bundles(
     on_progress: Callable[[int], None] | None = None,
     *,
     work_dir: Path | None = None,
+    there: Mapping[str, layout.VersionManifest] | None = None,
 ) -> dict[str, Outcome]:
     """Upload every version's bundle straight from the set's parts (a delta's: the archive
     rebuilt from its base, mirror.airgap.rebuild); complete them only once all have matched
-    the signed manifest (else all are aborted); the outcome by object key."""
+    the signed manifest (else all are aborted); the outcome by object key. Objects in
+    `there` (by key: versions there with the same tree, `same_tree_there`) are not sent."""
+    sequence = verified.manifest.sequence
+    skipped: dict[str, Outcome] = {}
     with Staging(store) as staging:
         for item in verified.manifest.items:
-            with rebuild.open_published(verified.path, item, store, work_dir=work_dir) as reader:
+            if there and _bundle(store, item) in there:
+                skipped[_bundle(store, item)] = "exists"
+                if on_progress is not None:
+                    on_progress(item.published_size)
+                continue
+            with rebuild.open_published(
+                verified.path, item, store, sequence=sequence, work_dir=work_dir
+            ) as reader:
                 try:
                     staging.stage(
                         _bundle(store, item),
@@ -210,7 +231,21 @@ def stage_bundles(
                 except IntegrityError as exc:
                     named = find_damaged_part(verified.path, item) if item.delta is None else None
                     raise (named or exc) from None
-        return staging.complete()
+        return {**staging.complete(), **skipped}
+
+
+def same_tree_there(store: ObjectStore, item: ManifestItem) -> layout.VersionManifest | None:
+    """The version's manifest when the bucket holds `item`'s version, complete, with the same
+    tree in other bytes (module docstring); None otherwise (the ordinary path decides)."""
+    stored = layout.read_version_manifest(store, item.domain, item.version)
+    if stored is None or stored.sha256 == item.published_sha256:
+        return None
+    if stored.tree_sha256 != item.tree_sha256 or stored.object != _bundle(store, item):
+        return None
+    head = store.head(stored.object)
+    if head is None or head["size"] != stored.size or head["sha256"] not in (None, stored.sha256):
+        return None
+    return stored
 
 
 def _bundle(store: ObjectStore, item: ManifestItem) -> str:
@@ -284,12 +319,15 @@ def publish_version(
     bundle_status: Outcome,
     *,
     imported_at: str,
+    there: layout.VersionManifest | None = None,
 ) -> tuple[ImportedItem, layout.IndexEntry]:
-    """The version's manifest, once its bundle is in place; returns the item and its index
-    entry."""
+    """The version's manifest, once its bundle is in place (or `there`: the version's
+    manifest, the same tree in other bytes, kept); returns the item and its index entry."""
     bundle = _bundle(store, item)
-    sha256, size = item.published_sha256, item.published_size
     key = layout.version_manifest_key(store, item.domain, item.version)
+    if there is not None:
+        return _published(store, item, there, key, "already there")
+    sha256, size = item.published_sha256, item.published_size
     document = layout.VersionManifest(
         domain=item.domain,
         version=item.version,
@@ -317,16 +355,34 @@ def publish_version(
     status: Status = (
         "published" if "created" in (bundle_status, manifest_status) else "already there"
     )
+    return _published(store, item, document, key, status)
+
+
+def _published(
+    store: ObjectStore,
+    item: ManifestItem,
+    document: layout.VersionManifest,
+    key: str,
+    status: Status,
+) -> tuple[ImportedItem, layout.IndexEntry]:
+    """The imported item and its index entry, as the version's manifest `document` says."""
     entry = layout.IndexEntry(
         version=item.version,
-        sha256=sha256,
-        size=size,
-        object=bundle,
+        sha256=document.sha256,
+        size=document.size,
+        object=document.object,
         manifest=key,
         imported_at=document.imported_at,
     )
     published = ImportedItem(
-        item.domain, item.version, sha256, size, bundle, key, status, item.tree_sha256
+        item.domain,
+        item.version,
+        document.sha256,
+        document.size,
+        document.object,
+        key,
+        status,
+        item.tree_sha256,
     )
     return published, entry
 

@@ -11,6 +11,14 @@ Promises:
   and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
   base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
   directory without room for the largest rebuild.
+- Every refusal of a delta this side cannot rebuild (its base missing, another version,
+  damaged or holding another tree; a content neither carried nor in the base; a delta
+  that does not rebuild to the signed archive) names one remedy, `carry_whole`: pack the
+  refused set's versions again, whole (`mirror transfer pack --full --from-set N OUT`),
+  and import that set. The import accepts it in its new sequence, whatever was published
+  before (mirror.airgap.importer: a version already there with the same tree is there).
+- A delta blob's parts are each checked against their signed sha256 before anything
+  inside the blob is read, so a damaged part is named as such, not as a broken archive.
 - `RebuiltArchive` is a readable stream of the rebuilt archive for the ordinary upload:
   nothing is read or fetched before its first `read` (a re-run whose object is already
   there costs nothing), then every carried content and every base content it keeps is
@@ -62,7 +70,7 @@ from mirror.transferset.delta import (
     read_delta_blob,
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
-from mirror.transferset.reader import BlobReader, read_manifest_bytes, set_bytes
+from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
 
 PIPE_DEPTH = 4
 
@@ -81,6 +89,15 @@ class Store(layout.Bucket, Protocol):
 # ---- before anything is uploaded ---------------------------------------------------------------
 
 
+def carry_whole(sequence: int) -> str:
+    """The remedy for a delta set this side cannot rebuild: its versions again, whole, in a
+    new set (the connected side knows which versions set `sequence` carried)."""
+    return (
+        f"run `mirror transfer pack --full --from-set {sequence} OUT` on the connected side "
+        "and import that set"
+    )
+
+
 def check_deltas(
     store: Store,
     manifest: Manifest,
@@ -94,9 +111,9 @@ def check_deltas(
     for item in manifest.items:
         if item.delta is None:
             continue
-        base = base_manifest(store, item, in_set)
+        base = base_manifest(store, item, manifest.sequence, in_set)
         if layout.read_version_manifest(store, item.domain, item.version) is None:
-            _require_base_object(store, item, base)
+            _require_base_object(store, item, base, manifest.sequence)
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
         root = work_root(work_dir)
@@ -106,12 +123,13 @@ def check_deltas(
 
 
 def base_manifest(
-    store: Store, item: ManifestItem, in_set: set[tuple[str, str]] | None = None
+    store: Store, item: ManifestItem, sequence: int, in_set: set[tuple[str, str]] | None = None
 ) -> layout.VersionManifest:
-    """The per-version manifest of the delta item's base, proven to be the signed base."""
+    """The per-version manifest of the delta item (of set `sequence`)'s base, proven to be
+    the signed base."""
     assert item.delta is not None
     base_version = item.delta.base_version
-    remedy = f"run `mirror transfer pack --full --domain {item.domain}` on the connected side"
+    remedy = carry_whole(sequence)
     if in_set is not None and (item.domain, base_version) in in_set:
         raise IntegrityError(
             f"{item.label} is a delta against {item.domain} {base_version} of the same set; "
@@ -124,7 +142,7 @@ def base_manifest(
         raise IntegrityError(
             f"{item.label} is a delta against {item.domain} {base_version}, which is not in "
             f"{where}; nothing was published",
-            hint=f"{remedy} and import that set",
+            hint=remedy,
         )
     if base.tree_sha256 != item.delta.base_tree_sha256:
         raise IntegrityError(
@@ -136,15 +154,16 @@ def base_manifest(
     return base
 
 
-def _require_base_object(store: Store, item: ManifestItem, base: layout.VersionManifest) -> None:
+def _require_base_object(
+    store: Store, item: ManifestItem, base: layout.VersionManifest, sequence: int
+) -> None:
     """The base's bundle object is there (its manifest alone does not make a base)."""
     assert item.delta is not None
     if store.head(base.object) is None:
         raise IntegrityError(
             f"{item.label} is a delta against {item.domain} {item.delta.base_version}, whose "
             f"object {store.bucket}/{base.object} is missing; nothing was published",
-            hint=f"run `mirror transfer pack --full --domain {item.domain}` on the connected "
-            "side and import that set",
+            hint=carry_whole(sequence),
         )
 
 
@@ -166,12 +185,13 @@ def import_bytes(set_dir: Path) -> int | None:
 
 
 def open_published(
-    set_dir: Path, item: ManifestItem, store: Store, *, work_dir: Path | None = None
+    set_dir: Path, item: ManifestItem, store: Store, *, sequence: int, work_dir: Path | None = None
 ) -> BlobReader | RebuiltArchive:
-    """What the import uploads for `item`: its blob, or (a delta) the rebuilt archive."""
+    """What the import uploads for `item` (of set `sequence`): its blob, or (a delta) the
+    rebuilt archive."""
     if item.delta is None:
         return BlobReader(set_dir, item, check_parts=False)  # the upload hashes the whole
-    return RebuiltArchive(set_dir, item, store, work_dir=work_dir)
+    return RebuiltArchive(set_dir, item, store, sequence=sequence, work_dir=work_dir)
 
 
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
@@ -182,7 +202,8 @@ def manifest_fields(item: ManifestItem) -> dict[str, Any]:
 
 
 class RebuiltArchive:
-    """The tree archive of a delta item as a readable stream (module docstring)."""
+    """The tree archive of a delta item of set `sequence` as a readable stream (module
+    docstring)."""
 
     def __init__(
         self,
@@ -190,6 +211,7 @@ class RebuiltArchive:
         item: ManifestItem,
         store: Store,
         *,
+        sequence: int,
         work_dir: Path | None = None,
         limits: ArchiveLimits | None = None,
     ) -> None:
@@ -197,6 +219,7 @@ class RebuiltArchive:
         self.set_dir = set_dir
         self.item = item
         self.store = store
+        self.sequence = sequence
         self.root = work_root(work_dir)
         self.limits = limits or ArchiveLimits()
         self.work: Path | None = None
@@ -269,10 +292,9 @@ class RebuiltArchive:
                 self._take_from_base(needed)
             for entry in files:
                 if entry.sha256 not in self._contents:
-                    raise IntegrityError(
-                        f"{self.item.label}: {entry.path}: its content {entry.sha256[:12]} is "
-                        f"neither in the delta nor in the base {self._base_label}; "
-                        "nothing was published"
+                    raise self._refused(
+                        f"{entry.path}: its content {entry.sha256[:12]} is neither in the "
+                        f"delta nor in the base {self._base_label}"
                     )
         except OSError as exc:
             if is_disk_full(exc):
@@ -281,6 +303,12 @@ class RebuiltArchive:
                 f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
             ) from None
         return files
+
+    def _refused(self, what: str) -> IntegrityError:
+        """A refusal of this delta (not of the medium): carrying the version whole mends it."""
+        return IntegrityError(
+            f"{self.item.label}: {what}; nothing was published", hint=carry_whole(self.sequence)
+        )
 
     @property
     def _base_label(self) -> str:
@@ -292,6 +320,7 @@ class RebuiltArchive:
         label = self.item.label
         carried: dict[str, int] = {}
         listing = b""
+        check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
         with BlobReader(self.set_dir, self.item) as blob:
             for member in read_delta_blob(cast(IO[bytes], blob), label=label):
                 if isinstance(member, DeltaContent):
@@ -306,13 +335,10 @@ class RebuiltArchive:
         sizes = {entry.sha256: entry.size for entry in files}
         for sha256, size in carried.items():
             if sha256 not in sizes:
-                raise IntegrityError(
-                    f"{label}: the delta carries content {sha256[:12]}, which no file uses"
-                )
+                raise self._refused(f"the delta carries content {sha256[:12]}, which no file uses")
             if sizes[sha256] != size:
-                raise IntegrityError(
-                    f"{label}: content {sha256[:12]} holds {size} bytes, the file list says "
-                    f"{sizes[sha256]}"
+                raise self._refused(
+                    f"content {sha256[:12]} holds {size} bytes, the file list says {sizes[sha256]}"
                 )
         return set(carried), files
 
@@ -323,14 +349,14 @@ class RebuiltArchive:
                 content.write(chunk)
             got = content.finish({sha256})
         if got != sha256 or content.size != size:
-            raise IntegrityError(
-                f"{self.item.label}: content {sha256[:12]} from {source} holds "
-                f"{content.size} bytes hashing to {got[:12]}; nothing was published"
+            raise self._refused(
+                f"content {sha256[:12]} from {source} holds {content.size} bytes hashing to "
+                f"{got[:12]}"
             )
 
     def _take_from_base(self, needed: Mapping[str, int]) -> None:
         assert self.work is not None and self.item.delta is not None
-        base = base_manifest(self.store, self.item)
+        base = base_manifest(self.store, self.item, self.sequence)
         path = self.work / "base-archive"
         digest = hashlib.sha256()
         size = 0
@@ -340,24 +366,25 @@ class RebuiltArchive:
                 size += len(chunk)
                 out.write(chunk)
         if size != base.size or digest.hexdigest() != base.sha256:
-            raise IntegrityError(
+            raise self._refused(
                 f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
-                f"match its manifest (damaged or replaced); nothing was published"
+                "match its manifest (damaged or replaced; `mirror chart check` finds such "
+                "versions)"
             )
         assert self._contents is not None
         sink = _NeededContents(self._contents, needed)
         try:
             report = read_archive(path, sink, self.limits)
         except IntegrityError as exc:
-            raise IntegrityError(
+            raise self._refused(
                 f"the base {self._base_label} ({self.store.bucket}/{base.object}): {exc.message}"
             ) from None
         finally:
             path.unlink(missing_ok=True)
         if report.tree_sha256 != self.item.delta.base_tree_sha256:
-            raise IntegrityError(
+            raise self._refused(
                 f"{self.store.bucket}/{base.object} holds tree {report.tree_sha256[:12]}, not "
-                f"the base tree {self.item.delta.base_tree_sha256[:12]}; nothing was published"
+                f"the base tree {self.item.delta.base_tree_sha256[:12]}"
             )
 
     # -- generation: the archive in file-list order, as it is read ----------------------------
@@ -370,10 +397,9 @@ class RebuiltArchive:
             archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
         archive.close()
         if archive.sha256 != self.item.delta.archive_sha256:
-            raise IntegrityError(
-                f"{self.item.label}: the rebuilt archive hashes to {archive.sha256[:12]}, the "
-                f"signed manifest names {self.item.delta.archive_sha256[:12]}; "
-                "nothing was published"
+            raise self._refused(
+                f"the rebuilt archive hashes to {archive.sha256[:12]}, the signed manifest "
+                f"names {self.item.delta.archive_sha256[:12]}"
             )
 
 

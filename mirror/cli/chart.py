@@ -12,7 +12,7 @@ import httpx
 from mirror.airgap import chart as charts
 from mirror.airgap import layout
 from mirror.airgap.chart.gc import GcReport, gc
-from mirror.cli.common import DURATION, CliContext, pass_cli
+from mirror.cli.common import DOMAIN, DURATION, CliContext, pass_cli
 from mirror.timestamps import utcnow
 from mirror.units import format_duration, format_size
 
@@ -23,9 +23,9 @@ CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
 def _store(cli: CliContext) -> ObjectStore:
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.credentials import open_object_store
 
-    return ObjectStore.from_settings(cli.settings.target)
+    return open_object_store(cli.settings.target)
 
 
 @click.group("chart")
@@ -34,7 +34,7 @@ def chart() -> None:
 
 
 @chart.command("values")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @click.option(
     "--pin", "version", metavar="V", help="This stored version instead of the current one."
 )
@@ -47,7 +47,7 @@ def chart() -> None:
 @pass_cli
 def values_command(cli: CliContext, domain: str, version: str | None, out: Path | None) -> None:
     """Render staticExport values for DOMAIN's current (or pinned) version."""
-    values = charts.render_values(_store(cli), cli.settings.target, domain.lower(), version)
+    values = charts.render_values(_store(cli), cli.settings.target, domain, version)
     data = values.summary()
     if out is not None:
         charts.write_values(values, out)
@@ -63,12 +63,11 @@ def values_command(cli: CliContext, domain: str, version: str | None, out: Path 
 
 
 @chart.command("promote")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @click.argument("version")
 @pass_cli
 def promote_command(cli: CliContext, domain: str, version: str) -> None:
     """Make VERSION the current version of DOMAIN (recorded in DOMAIN/current.json)."""
-    domain = domain.lower()
     store = _store(cli)
     before = layout.read_current(store, domain)
     previous = before.current if before else None
@@ -82,11 +81,10 @@ def promote_command(cli: CliContext, domain: str, version: str) -> None:
 
 
 @chart.command("rollback")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @pass_cli
 def rollback_command(cli: CliContext, domain: str) -> None:
     """Make the version promoted before the current one current again."""
-    domain = domain.lower()
     store = _store(cli)
     before = layout.read_current(store, domain)
     previous = before.current if before else None
@@ -99,12 +97,11 @@ def rollback_command(cli: CliContext, domain: str) -> None:
 
 
 @chart.command("history")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @pass_cli
 def history_command(cli: CliContext, domain: str) -> None:
     """List DOMAIN's promotions and rollbacks, newest first."""
-    domain = domain.lower()
-    document = layout.read_current(_store(cli), domain)
+    document = charts.read_history(_store(cli), domain)
     entries = charts.history_view(document)
     current = document.current if document else None
     lines = [
@@ -147,6 +144,7 @@ def check_command(cli: CliContext, file: Path, warn: float) -> None:
     "--domain",
     "domains",
     multiple=True,
+    type=DOMAIN,
     metavar="D",
     help="Refresh this domain (repeatable) [default: every [[exports]] domain].",
 )
@@ -154,7 +152,7 @@ def check_command(cli: CliContext, file: Path, warn: float) -> None:
 def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     """Render chart.values_path again where its link expires soon or its version changed."""
     settings = cli.settings
-    chosen = [d.lower() for d in domains] or [export.domain for export in settings.exports]
+    chosen = list(domains) or [export.domain for export in settings.exports]
     try:
         results = charts.refresh_values(_store(cli), settings.target, settings.chart, chosen)
     except charts.RefreshFailed as exc:
@@ -176,6 +174,7 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     "--domain",
     "domains",
     multiple=True,
+    type=DOMAIN,
     metavar="D",
     help="Only this domain (repeatable) [default: every domain in the bucket].",
 )
@@ -191,7 +190,7 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
 def gc_command(cli: CliContext, domains: tuple[str, ...], keep: int, dry_run: bool) -> None:
     """Remove old versions from the bucket; never the current one, the rollback target or
     the newest (the next delta's base)."""
-    chosen = [domain.lower() for domain in domains]
+    chosen = list(domains)
     report = gc(_store(cli), keep, chosen, dry_run=dry_run)
     cli.emit(report.as_dict(), _gc_lines(report))
 

@@ -174,5 +174,23 @@ class SizeType(click.ParamType[int]):
             self.fail(str(exc), param, ctx)
 
 
+class DomainType(click.ParamType[str]):
+    """A documentation domain (mirror.hostnames): every command's domain argument or option is
+    checked here, once, and arrives lower-cased; anything else is a usage error (exit 2)."""
+
+    name = "domain"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        from mirror.hostnames import normalize_domain
+
+        try:
+            return normalize_domain(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 DURATION = DurationType()
 SIZE = SizeType()
+DOMAIN = DomainType()

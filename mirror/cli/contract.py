@@ -457,7 +457,9 @@ CONTRACTS: dict[str, Contract] = {
         IMPORT,
     ),
     "transfer ack": Contract(
-        "The versions a receipt marked delivered.",
+        "The versions a receipt marked delivered. `signature`: `verified (key ID)`, or, "
+        "with --accept-unsigned, how the unproven receipt was signed and that it was "
+        "accepted anyway.",
         "mirror transfer ack /media/usb/set/receipt.json --json",
         (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY),
         ACK,

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import DOMAIN, CliContext, pass_cli
 from mirror.errors import ConfigError
 from mirror.export.runner import ExportOutcome, RunEvent, run_export
 from mirror.timestamps import rfc3339, rfc3339_or_none
@@ -35,7 +35,7 @@ def export() -> None:
 
 
 @export.command("run")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @_VENDOR_VERSION
 @_VENDOR_VERSION_ALIAS
 @click.option(
@@ -56,7 +56,7 @@ def export_run(
     75 busy or deferred (run again later; an interrupted run resumes where it stopped).
     """
     configured = {export.domain for export in cli.settings.exports}
-    if domain.strip().lower() not in configured and not adhoc:
+    if domain not in configured and not adhoc:
         source = cli.settings.source or "the embedded defaults"
         raise ConfigError(
             f"{domain} is not an [[exports]] domain in {source}",
@@ -81,7 +81,7 @@ def export_run(
 
 
 @export.command("start")
-@click.argument("domain")
+@click.argument("domain", type=DOMAIN)
 @_VENDOR_VERSION
 @_VENDOR_VERSION_ALIAS
 @click.option(

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mirror.cli.common import CliContext, reads_only
+from mirror.cli.common import DOMAIN, CliContext, reads_only
 from mirror.errors import IntegrityError
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.timestamps import rfc3339, rfc3339_or_none
@@ -22,7 +22,7 @@ def store() -> None:
 
 
 @store.command("list")
-@click.option("--domain", metavar="D", help="Only this domain.")
+@click.option("--domain", type=DOMAIN, metavar="D", help="Only this domain.")
 @reads_only
 def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mirror.cli.common import SIZE, CliContext, pass_cli
+from mirror.cli.common import DOMAIN, SIZE, CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
 from mirror.transferset.keys import PublicKey, load_trusted_keys
@@ -51,13 +51,9 @@ def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]
 
 
 def _object_store(settings: Settings) -> ObjectStore:
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.credentials import open_object_store
 
-    if not settings.target.bucket:
-        raise ConfigError(
-            "target.bucket is not set", hint="name the internal object store's bucket"
-        )
-    return ObjectStore.from_settings(settings.target)
+    return open_object_store(settings.target)
 
 
 _KEY_OPTION = click.option(
@@ -76,10 +72,17 @@ def transfer_group() -> None:
 
 @transfer_group.command("pack")
 @click.argument("out", required=False, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--domain", type=DOMAIN, default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--full", is_flag=True, help="Whole bundles only, never deltas.")
+@click.option(
+    "--from-set",
+    type=click.IntRange(min=1),
+    metavar="N",
+    default=None,
+    help="The versions set N carried, again (with --full: what an import refusing a delta says).",
+)
 @click.option(
     "--dry-run", is_flag=True, help="Say what would go and how (deltas, sizes); write nothing."
 )
@@ -98,6 +101,7 @@ def transfer_pack(
     include_all: bool,
     max_size: int | None,
     full: bool,
+    from_set: int | None,
     dry_run: bool,
     with_tool: str | None,
 ) -> None:
@@ -112,7 +116,13 @@ def transfer_pack(
         if with_tool is not None:
             raise ConfigError("--with-tool cannot be combined with --dry-run")
         planned = packing.dry_run(
-            cli.app, out, domain=domain, include_all=include_all, max_size=max_size, full=full
+            cli.app,
+            out,
+            domain=domain,
+            include_all=include_all,
+            max_size=max_size,
+            full=full,
+            from_set=from_set,
         )
         _emit_pack(cli, planned, with_tool=False)
         return
@@ -131,6 +141,7 @@ def transfer_pack(
             include_all=include_all,
             max_size=max_size,
             full=full,
+            from_set=from_set,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
             tool=tool,
@@ -282,12 +293,20 @@ def transfer_import(
 
 @transfer_group.command("ack")
 @click.argument("receipt", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--accept-unsigned",
+    is_flag=True,
+    help="Believe a receipt that no trusted key signed (logged, and recorded on the set).",
+)
 @pass_cli
-def transfer_ack(cli: CliContext, receipt: Path) -> None:
-    """Mark the versions a receipt lists as delivered, so the next pack leaves them out."""
+def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
+    """Mark the versions a signed receipt lists as delivered, so the next pack leaves them out.
+
+    The receipt must be signed by a key in target.trusted_keys (the air-gapped side's
+    receipt.pub)."""
     from mirror.outbound.ack import ack
 
-    result = ack(cli.app, receipt)
+    result = ack(cli.app, receipt, accept_unsigned=accept_unsigned)
     lines = [f"set {result.sequence}: receipt {result.signature}"]
     lines += [f"  delivered {d} {v}" for d, v in result.marked]
     lines += [f"  already delivered {d} {v}" for d, v in result.already]
@@ -297,7 +316,7 @@ def transfer_ack(cli: CliContext, receipt: Path) -> None:
 
 
 @transfer_group.command("push")
-@click.option("--domain", default=None, help="Only this domain.")
+@click.option("--domain", type=DOMAIN, default=None, help="Only this domain.")
 @click.option("--all", "include_all", is_flag=True, help="Every version, delivered or not.")
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--allow-replay", is_flag=True, help="Accept a set the target already imported.")

@@ -2,14 +2,21 @@
 
 Promises: only versions of the packed set the receipt names (by manifest hash)
 are marked, and only when the receipt lists them with the same bundle sha256 (or, for a
-version carried as a delta and published as a rebuilt archive, the same tree sha256); a
-receipt signed by a trusted key that does not match its bytes is refused (exit 5);
+version carried as a delta and published as a rebuilt archive, the same tree sha256);
 acknowledging twice changes nothing.
+
+A receipt is believed only when a trusted receipt key (`target.trusted_keys`) signed it:
+an unsigned receipt, or one signed by a key nobody trusts, is refused (exit 5, naming the
+key) and marks nothing, since anyone who can write a file beside a set could otherwise
+stop versions from ever being carried again. `accept_unsigned` is the operator's explicit
+choice to believe it anyway: it logs a warning and records, on the set, how the receipt
+was signed (`Transfer.receipt_signature`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -18,12 +25,14 @@ from typing import Any
 from sqlalchemy import select
 
 from mirror.errors import IntegrityError, NotFound
-from mirror.outbound.pack import signing_key_from
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
 from mirror.transferset.keys import PublicKey, load_trusted_keys
 from mirror.transferset.receipt import read_receipt
+
+log = logging.getLogger(__name__)
+ACCEPTED_UNSIGNED = "accepted by --accept-unsigned"
 
 
 @dataclass(frozen=True)
@@ -46,13 +55,28 @@ class AckResult:
         }
 
 
-def ack(app: App, receipt_path: Path, *, now: Callable[[], datetime] = utcnow) -> AckResult:
-    """Mark the versions a receipt lists (and its transfer lists) as delivered."""
-    trusted: dict[str, PublicKey] = dict(load_trusted_keys(app.settings.target.trusted_keys))
-    if app.settings.transfer.signing_key:
-        own = signing_key_from(app).public
-        trusted[own.key_id] = own
-    receipt, signature = read_receipt(receipt_path, trusted)
+def ack(
+    app: App,
+    receipt_path: Path,
+    *,
+    now: Callable[[], datetime] = utcnow,
+    trusted: Mapping[str, PublicKey] | None = None,
+    accept_unsigned: bool = False,
+) -> AckResult:
+    """Mark the versions a receipt lists (and its transfer lists) as delivered. The receipt
+    must be signed by one of `trusted` (default: `target.trusted_keys`), unless
+    `accept_unsigned` (module docstring)."""
+    if trusted is None:
+        trusted = load_trusted_keys(app.settings.target.trusted_keys)
+    receipt, signature = read_receipt(receipt_path, trusted, accept_unsigned=accept_unsigned)
+    if not signature.startswith("verified"):
+        signature = f"{signature}, {ACCEPTED_UNSIGNED}"
+        log.warning(
+            "believing receipt %s although it is %s: its versions are marked delivered "
+            "without proof",
+            receipt_path,
+            signature,
+        )
     digest = receipt.manifest_sha256
     moment = now()
     marked: list[tuple[str, str]] = []
@@ -90,5 +114,7 @@ def ack(app: App, receipt_path: Path, *, now: Callable[[], datetime] = utcnow) -
                 already.append((version.domain, version.label))
         if complete and transfer.acknowledged_at is None:
             transfer.acknowledged_at = moment
+        if marked or transfer.receipt_signature is None:
+            transfer.receipt_signature = signature
         sequence = transfer.sequence
     return AckResult(sequence, digest, marked, already, signature, complete)

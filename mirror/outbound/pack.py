@@ -7,6 +7,9 @@ Promises:
 - `pack` builds the set under `OUT.partial-<nonce>` and renames it to OUT only
   when every byte is written and fsynced (blobs, manifest, signature, then
   SHA256SUMS): a set cut short by a full disk or a crash never carries the name OUT.
+- A medium without room for the set, found before writing or when it fills up half-way,
+  is TemporaryFailure (exit 75) naming where, what is free and what the set needs; the
+  half-written set is removed and nothing is recorded.
 - Each part and the whole blob are hashed in the same pass as the copy; a stored
   blob that does not match its index entry is refused (IntegrityError).
 - Two packs racing for one sequence: the loser removes its set (TemporaryFailure).
@@ -15,6 +18,9 @@ Promises:
   carried. The delta blobs live in nameless temp files that are gone when `pack` returns,
   whatever happened.
 - `dry_run` decides the same way and reports it, writing nothing.
+- `from_set` packs again the versions an earlier set carried, packed or delivered since or
+  not: with `full`, the remedy the import prints for a delta it cannot rebuild. The new set
+  takes the next sequence, like any other.
 """
 
 from __future__ import annotations
@@ -36,8 +42,8 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
 from mirror.config import Settings
-from mirror.errors import ConfigError, IntegrityError, OperationFailed, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
+from mirror.fsutil import CHUNK_SIZE, free_bytes, fsync_dir, is_disk_full
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
@@ -141,17 +147,37 @@ def signing_key_from_settings(settings: Settings) -> SigningKey:
 
 
 def select_versions(
-    session: Session, *, domain: str | None, include_all: bool
+    session: Session, *, domain: str | None, include_all: bool, from_set: int | None = None
 ) -> list[tuple[Version, Bundle]]:
-    """Versions to pack: not delivered and never packed (or every one with include_all)."""
+    """Versions to pack: not delivered and never packed (or every one with include_all, or
+    those set `from_set` carried)."""
     query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
     if domain:
         query = query.where(Version.domain == domain.lower())
-    if not include_all:
+    if from_set is not None:
+        query = query.where(Version.id.in_(_carried_by(session, from_set)))
+    elif not include_all:
         packed = select(TransferItem.version_id)
         query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
     rows = [(version, bundle) for version, bundle in session.execute(query).all()]
     return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
+
+
+def _carried_by(session: Session, sequence: int) -> list[int]:
+    """The version ids set `sequence` carried; NotFound when no such set was packed here."""
+    transfer = session.execute(
+        select(Transfer).where(Transfer.sequence == sequence)
+    ).scalar_one_or_none()
+    if transfer is None:
+        raise NotFound(
+            f"no transfer set {sequence} was packed here",
+            hint="run it on the host that packed the set (`mirror status` there)",
+        )
+    return list(
+        session.execute(
+            select(TransferItem.version_id).where(TransferItem.transfer_id == transfer.id)
+        ).scalars()
+    )
 
 
 def disk_free(path: Path) -> int:
@@ -184,19 +210,33 @@ class _Prepared:
         ]
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which versions a pack carries (`select_versions`) and how (`full`: never deltas)."""
+
+    domain: str | None = None
+    include_all: bool = False
+    full: bool = False
+    from_set: int | None = None
+
+
 def _prepare(
     app: App,
     stack: contextlib.ExitStack,
-    domain: str | None,
-    include_all: bool,
+    chosen: Selection,
     part_limit: int,
-    full: bool,
     *,
     keep_deltas: bool,
 ) -> _Prepared:
     """Decide how each version goes and plan the set; kept delta blobs close with `stack`."""
+    full = chosen.full
     with app.db.session() as session:
-        rows = select_versions(session, domain=domain, include_all=include_all)
+        rows = select_versions(
+            session,
+            domain=chosen.domain,
+            include_all=chosen.include_all,
+            from_set=chosen.from_set,
+        )
         newest = session.execute(
             select(Transfer).where(
                 Transfer.sequence == select(func.max(Transfer.sequence)).scalar_subquery()
@@ -268,11 +308,18 @@ def _candidate(version: Version, bundle: Bundle, choice: Choice) -> Candidate:
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
     free = (free_space or disk_free)(out.parent)
     if free < needed + FREE_SPACE_MARGIN:
-        raise OperationFailed(
-            f"not enough free space in {out.parent}: the set needs {format_size(needed)} "
-            f"and {format_size(FREE_SPACE_MARGIN)} kept free, {format_size(free)} is free",
-            hint="use a larger medium, or --domain to pack less",
-        )
+        raise _no_room(f"not enough free space in {out.parent}", needed, free)
+
+
+def _no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
+    """The medium cannot hold the set (exit 75): where, what is free, what the set needs."""
+    free_text = format_size(free) if free is not None else "an unknown amount"
+    return TemporaryFailure(
+        f"{what}: the set needs {format_size(needed)} and {format_size(FREE_SPACE_MARGIN)} "
+        f"kept free, {free_text} is free; nothing was left behind",
+        hint="free space there or use a larger medium (or --domain, --max-size to pack less), "
+        "then run the same command again",
+    )
 
 
 def pack(
@@ -283,6 +330,7 @@ def pack(
     include_all: bool = False,
     max_size: int | None = None,
     full: bool = False,
+    from_set: int | None = None,
     signing_key: SigningKey | None = None,
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
@@ -292,7 +340,8 @@ def pack(
 ) -> PackResult:
     """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
 
-    `full` carries every version as its whole bundle. `on_total` hears the bytes
+    `full` carries every version as its whole bundle; `from_set` the versions that set
+    carried, again (module docstring). `on_total` hears the bytes
     `on_progress` will count, before the first of them. `tool` (a `mirror-tool-VERSION.tar`
     from `mirror bundle-self`) is carried as `tool/<name>`, listed and signed in the
     manifest like a blob."""
@@ -302,7 +351,8 @@ def pack(
     _check_out(out)
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=True)
+        chosen = Selection(domain, include_all, full, from_set)
+        prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=True)
         plan = prepared.plan
         if plan is None:
             return PackResult(None, None, None, key.key_id)
@@ -344,6 +394,7 @@ def dry_run(
     max_size: int | None = None,
     full: bool = False,
     free_space: Callable[[Path], int] | None = None,
+    from_set: int | None = None,
 ) -> PackResult:
     """What `pack` would carry, and how: every version's full size, delta size (or why it
     goes whole) and changes against its base. Writes nothing: no set, no record, no file
@@ -354,7 +405,8 @@ def dry_run(
         out = out.absolute()
         _check_out(out)
     with contextlib.ExitStack() as stack:
-        prepared = _prepare(app, stack, domain, include_all, part_limit, full, keep_deltas=False)
+        chosen = Selection(domain, include_all, full, from_set)
+        prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=False)
     plan = prepared.plan
     if plan is None:
         return PackResult(None, None, None, None, dry_run=True)
@@ -401,6 +453,12 @@ class _SetWriter:
             fsync_dir(out.parent)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
+            if is_disk_full(exc):
+                raise _no_room(
+                    f"the disk holding {out.parent} filled up while the set was written",
+                    self.plan.total_bytes + (tool.stat().st_size if tool is not None else 0),
+                    free_bytes(out.parent),
+                ) from None
             raise OperationFailed(
                 f"writing the transfer set in {out.parent} failed: {exc.strerror or exc}; "
                 "nothing was left behind"

@@ -4,6 +4,11 @@ Promises: the same checks as a carried set (the set is packed into the store's
 tmp directory, verified and imported by the air-gapped code, then acknowledged);
 no copy is left behind; a push that fails before the bucket recorded the set
 forgets the packed set, so its versions are packed again next time.
+
+Keys: push signs the set with this side's `transfer.signing_key` and imports it at once,
+so the one key its import trusts is that key's own public half (derived from it, whatever
+`target.trusted_keys` holds: there, on the connected host, it lists the air-gapped side's
+receipt keys). The receipt is signed by the same key and acknowledged against it alone.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from mirror.outbound.pack import forget_transfer, pack, signing_key_from, tempor
 from mirror.store.app import App
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT
-from mirror.transferset.keys import load_trusted_keys
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ def push(
 ) -> PushResult:
     """Pack into STORE/tmp, import with the same checks, acknowledge; no copy is left behind."""
     key = signing_key_from(app)
-    trusted = dict(load_trusted_keys(app.settings.target.trusted_keys)) or {key.key_id: key.public}
+    own = {key.key_id: key.public}
     store.check_access()
     with temporary_set_dir(app.store.tmp_dir, "push") as set_dir:
         packed = pack(
@@ -76,7 +80,7 @@ def push(
             imported = import_set(
                 store,
                 set_dir,
-                trusted,
+                own,
                 allow_replay=allow_replay,
                 promote=promote,
                 receipt_key=key,
@@ -87,7 +91,7 @@ def push(
             if not _target_has(store, packed.sequence, packed.manifest_sha256):
                 forget_transfer(app, packed.sequence)
             raise
-        acknowledged = ack(app, set_dir / RECEIPT, now=now)
+        acknowledged = ack(app, set_dir / RECEIPT, now=now, trusted=own)
         receipt = json.loads((set_dir / RECEIPT).read_bytes())
     return PushResult(dataclasses.replace(imported, receipt=None), acknowledged, receipt)
 

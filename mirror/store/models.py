@@ -146,6 +146,9 @@ class Transfer(Base):
     total_bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     acknowledged_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    receipt_signature: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """How the receipt that acknowledged the set was signed ("verified (key …)", or the
+    operator's explicit --accept-unsigned: "unsigned, accepted by --accept-unsigned")."""
 
 
 class TransferItem(Base):

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from mirror.errors import IntegrityError
+from mirror.hostnames import is_domain
 from mirror.timestamps import parse_zoned, rfc3339
 
 FORMAT = 1
@@ -52,9 +53,6 @@ MIN_PART_SIZE = 1024 * 1024
 DELTA_ARCHIVE_FORMAT = "tar.gz"
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
-)
 LABEL = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$")
 ARCHIVE_FORMAT = re.compile(r"^[a-z0-9]{1,8}(\.[a-z0-9]{1,8}){0,2}$")
 TOOL_NAME = re.compile(r"^mirror-tool-[0-9A-Za-z][0-9A-Za-z._+-]{0,63}\.tar$")
@@ -188,7 +186,7 @@ class ManifestItem(_Strict):
     @field_validator("domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        if not HOSTNAME.match(value):
+        if not is_domain(value):
             raise ValueError(f"not a hostname: {value!r}")
         return value
 

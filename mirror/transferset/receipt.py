@@ -7,9 +7,11 @@ Promises:
 - `Receipt` is the one typed form of the document; `receipt_bytes` writes it
   canonically and `read_receipt` accepts only a document of that form
   (IntegrityError "not a mirror transfer receipt" otherwise).
-- `read_receipt` never trusts a signature by an unknown key: it says so
-  ("signed by untrusted key …") and a signature by a trusted key that does not
-  match the bytes is IntegrityError (exit 5).
+- `read_receipt` believes a receipt only when it is signed by a trusted key and the
+  signature matches its bytes. An unsigned receipt, or one signed by a key nobody
+  trusts, is IntegrityError (exit 5) naming the key id, unless the caller explicitly
+  accepts unproven receipts (`accept_unsigned`); the returned status then says
+  "unsigned" or "signed by untrusted key …", never "verified".
 """
 
 from __future__ import annotations
@@ -75,8 +77,11 @@ def parse_receipt(data: bytes, name: str) -> Receipt:
         raise IntegrityError(f"{name}: not a mirror transfer receipt") from None
 
 
-def read_receipt(path: Path, trusted: Mapping[str, PublicKey]) -> tuple[Receipt, str]:
-    """The receipt and how its signature stands: "verified by KEY", "unsigned" or "untrusted"."""
+def read_receipt(
+    path: Path, trusted: Mapping[str, PublicKey], *, accept_unsigned: bool = False
+) -> tuple[Receipt, str]:
+    """The receipt and how its signature stands: "verified (key KEY)", or (only with
+    `accept_unsigned`) "unsigned" or "signed by untrusted key KEY (not checked)"."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -86,11 +91,25 @@ def read_receipt(path: Path, trusted: Mapping[str, PublicKey]) -> tuple[Receipt,
     receipt = parse_receipt(data, path.name)
     signature_path = path.with_name(path.name + ".sig")
     if not signature_path.exists():
-        return receipt, "unsigned"
+        if accept_unsigned:
+            return receipt, "unsigned"
+        raise IntegrityError(
+            f"receipt {path} is not signed ({signature_path.name} is missing); an unsigned "
+            "receipt proves nothing, so nothing was marked delivered",
+            hint="sign receipts on the air-gapped side (its transfer.signing_key) and trust "
+            "its receipt.pub here in target.trusted_keys, or pass --accept-unsigned",
+        )
     key_id, signature = read_signature_file(signature_path)
     key = trusted.get(key_id)
     if key is None:
-        return receipt, f"signed by untrusted key {key_id[:16]} (not checked)"
+        if accept_unsigned:
+            return receipt, f"signed by untrusted key {key_id} (not checked)"
+        raise IntegrityError(
+            f"receipt {path} is signed by key {key_id}, which is not trusted here; "
+            "nothing was marked delivered",
+            hint="if it is the air-gapped side's receipt key, compare its id with "
+            "`mirror keys show receipt.pub` there and add receipt.pub to target.trusted_keys",
+        )
     if not key.verify(signature, data):
         raise IntegrityError(f"{signature_path.name}: the signature does not match {path.name}")
     return receipt, f"verified (key {key_id})"

@@ -333,7 +333,7 @@ def wrong_base(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
 
 def base_missing(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
     spec = DeltaSpec(delta={"base_version": "2026-11-19"})
-    remedy = f"mirror transfer pack --full --domain {DOCS}"
+    remedy = "mirror transfer pack --full --from-set 2 OUT"
     return spec, None, [f"{DOCS} 2026-11-19", "is not in", remedy]
 
 

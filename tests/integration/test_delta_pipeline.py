@@ -43,6 +43,7 @@ def test_a_delta_crosses_the_gap_and_rebuilds_the_connected_sides_archive(
     store_dir = tmp_path / "store"
     store_dir.mkdir()
     document = transfer_config(store_dir, key_pair)
+    document["target"] = {"trusted_keys": [str(key_pair[1])]}  # receipts' key, for ack
     connected = write_config(tmp_path / "connected.toml", document)
     airgap_document = transfer_config(tmp_path / "unused", key_pair, target=target_settings)
     airgap_document["target"]["presign_ttl"] = "2d"

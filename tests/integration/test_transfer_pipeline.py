@@ -44,12 +44,17 @@ def sides(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
     assert "key id" in made.stdout
     no_secret(made.stdout, made.stderr)
     key_pair = (keys / "transfer.key", keys / "transfer.pub")
+    receipt = run_mirror("keys", "generate", "--out", str(keys / "receipt"))
+    assert receipt.returncode == 0, receipt.stderr
     store_dir = tmp_path / "store"
     store_dir.mkdir()
+    # The README's layout: each side signs with its own key and trusts the other's.
     connected = transfer_config(store_dir, key_pair, max_size="1MiB")
+    connected["target"] = {"trusted_keys": [str(keys / "receipt.pub")]}
     airgap = {
         "target": transfer_config(store_dir, key_pair, target_settings)["target"],
         "store": {"path": str(tmp_path / "unused-airgap-store")},
+        "transfer": {"signing_key": str(keys / "receipt.key")},
     }
     full = transfer_config(store_dir, key_pair, target_settings, max_size="1MiB")
     return {

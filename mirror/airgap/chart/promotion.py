@@ -9,6 +9,9 @@ Promises:
   decided on a state that no longer holds.
 - Promoting the version that is already current changes nothing; the history
   is bounded to HISTORY_LIMIT entries.
+- `read_history` of a domain the bucket does not hold (no current.json, no index) is
+  NotFound (exit 3), like `chart values`; a domain with versions and no promotion yet
+  has an empty history.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from datetime import datetime
 from typing import Literal
 
 from mirror.airgap import layout
-from mirror.airgap.chart.bucket import complete_version
+from mirror.airgap.chart.bucket import complete_version, require_index
 from mirror.airgap.conditional import WriteConflict
 from mirror.errors import OperationFailed
 from mirror.timestamps import rfc3339, utcnow
@@ -94,6 +97,15 @@ class HistoryEntry:
     action: str
     at: str
     current: bool
+
+
+def read_history(store: layout.Bucket, domain: str) -> layout.Current | None:
+    """`domain`'s current.json; None when nothing was promoted yet; NotFound when the bucket
+    does not hold the domain at all."""
+    document = layout.read_current(store, domain)
+    if document is None:
+        require_index(store, domain)
+    return document
 
 
 def history_view(document: layout.Current | None) -> list[HistoryEntry]:

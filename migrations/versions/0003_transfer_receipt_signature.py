@@ -1,0 +1,26 @@
+"""how each acknowledged receipt was signed
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-24 06:30:00.000000
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("transfers", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("receipt_signature", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("transfers", schema=None) as batch_op:
+        batch_op.drop_column("receipt_signature")
