@@ -10,7 +10,7 @@ Promises:
   is hashed once for sha256 and once by a cheap checksum, not twice by sha256.
   Headers, the method and the key stay signed.
 - Credentials come from boto3's usual chain and are registered as secrets, so no log
-  line can carry them; a profile that does not exist is a ConfigError (exit 2).
+  line can carry them.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import botocore.config
-import botocore.exceptions
 
 from mirror.config import TargetSettings
-from mirror.errors import ConfigError, TemporaryFailure
+from mirror.errors import TemporaryFailure
 from mirror.logs import register_secret
 from mirror.units import format_duration
 
@@ -53,14 +52,8 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    try:
-        session = boto3.session.Session()
-        credentials = session.get_credentials()
-    except botocore.exceptions.ProfileNotFound as exc:
-        raise ConfigError(
-            f"the S3 credentials name a profile that does not exist ({exc.kwargs.get('profile')})",
-            hint="fix or unset AWS_PROFILE, or add the profile to the AWS config files",
-        ) from None
+    session = boto3.session.Session()
+    credentials = session.get_credentials()  # mistakes in its source: mirror.airgap.credentials
     if credentials is not None:
         frozen = credentials.get_frozen_credentials()
         for secret in (frozen.access_key, frozen.secret_key, frozen.token):

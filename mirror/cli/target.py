@@ -24,11 +24,11 @@ def check_command(cli: CliContext) -> None:
     Writes only under PREFIX/.mirror-probe/ and removes what it wrote. Exits with the
     code of the first failed check (0 when none failed; warnings do not fail).
     """
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.credentials import open_object_store
     from mirror.airgap.probe import run_checks
 
     target = cli.settings.target
-    store = ObjectStore.from_settings(target)
+    store = open_object_store(target)
     checks = run_checks(store, ca_bundle=target.ca_bundle)
     width = max(len(check.name) for check in checks)
     lines = [f"{check.name:<{width}}  {MARKS[check.status]:<4}  {check.detail}" for check in checks]
