@@ -12,7 +12,7 @@ MARKS = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skipped": "-"}
 
 @click.group("target")
 def target_group() -> None:
-    """The air-gapped side's object store (target.*)."""
+    """The air-gapped side's object store: probe what it really does."""
 
 
 @target_group.command("check")
