@@ -68,14 +68,15 @@ def test_a_domain_that_is_not_a_hostname_is_a_usage_error_for_every_command(
         },
     )
     wrong: list[str] = []
-    for command in DOMAIN_COMMANDS:
-        for domain in ("../x", "docs/../../etc", "two words"):
-            argv = [part.replace("{d}", domain) for part in command]
-            result = mirror_cli("--config", str(config), *argv, env=cli_env())
-            line = one_error_line(result.stderr)
-            if result.returncode != 2 or "must be a hostname like docs.example.com" not in line:
-                wrong.append(f"{' '.join(argv)}: exit {result.returncode}: {line}")
-    fault_got.append(f"{len(wrong)} of {len(DOMAIN_COMMANDS) * 3} wrong")
+    tried = [(command, "../x") for command in DOMAIN_COMMANDS]
+    tried += [(DOMAIN_COMMANDS[0], domain) for domain in ("docs/../../etc", "two words", "")]
+    for command, domain in tried:
+        argv = [part.replace("{d}", domain) for part in command]
+        result = mirror_cli("--config", str(config), *argv, env=cli_env())
+        line = one_error_line(result.stderr)
+        if result.returncode != 2 or "must be a hostname like docs.example.com" not in line:
+            wrong.append(f"{' '.join(argv)}: exit {result.returncode}: {line}")
+    fault_got.append(f"{len(wrong)} of {len(tried)} wrong")
     assert wrong == []
     assert not (tmp_path / "store").exists()  # refused before anything was made
 
