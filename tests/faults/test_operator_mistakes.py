@@ -156,7 +156,6 @@ def test_a_credential_source_set_up_wrong_is_one_line_naming_it(
 # ---- class 4: wrong exit codes or names --------------------------------------------------------
 
 
-@pytest.mark.s3
 @pytest.mark.fault(
     "18.4 the medium fills up half-way through transfer pack (real 8 MiB tmpfs)",
     "exit 75 naming where, free and needed; nothing left or recorded",
@@ -201,7 +200,6 @@ def test_a_medium_that_fills_up_half_way_is_exit_75_naming_where_free_and_needed
         assert session.execute(select(Transfer)).first() is None
 
 
-@pytest.mark.s3
 @pytest.mark.fault(
     "18.4 transfer pack onto a medium too small for the set (real 2 MiB tmpfs)",
     "exit 75 naming where, free and needed",
