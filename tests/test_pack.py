@@ -205,3 +205,29 @@ def test_a_refusal_for_space_names_the_margin_so_it_never_reads_as_enough(
     message = refused.value.message
     assert f"{format_size(FREE_SPACE_MARGIN)} kept free" in message, message
     assert "200.0 KiB is free" in message
+
+
+def test_from_set_packs_that_sets_versions_again_in_a_new_sequence(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """The remedy a refused delta names: the versions set N carried, whatever happened to
+    them since (packed, delivered), and nothing else; an unknown set is NotFound."""
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    add_version(transfer_app, "api.example.com", "2026-11-20")
+    first = pack(transfer_app, tmp_path / "s1")
+    add_version(transfer_app, "docs.example.com", "2026-11-21")
+    pack(transfer_app, tmp_path / "s2")
+    with transfer_app.db.session() as session:
+        for version in session.execute(select(Version)).scalars():
+            version.delivered_at = utcnow()
+    assert pack(transfer_app, tmp_path / "none").nothing
+    again = pack(transfer_app, tmp_path / "s3", from_set=1, full=True)
+    assert again.sequence == 3
+    assert sorted((i.domain, i.version) for i in again.items) == sorted(
+        (i.domain, i.version) for i in first.items
+    )
+    only = pack(transfer_app, tmp_path / "s4", from_set=1, domain="api.example.com")
+    assert [(i.domain, i.version) for i in only.items] == [("api.example.com", "2026-11-20")]
+    with pytest.raises(NotFound, match="no transfer set 9 was packed here"):
+        pack(transfer_app, tmp_path / "s9", from_set=9)
+    assert not (tmp_path / "s9").exists()

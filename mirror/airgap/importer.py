@@ -159,7 +159,10 @@ def import_set(
     )
     signed_by = write_receipt(receipt, result, store, receipt_key, at=imported_at)
     if signed_by is None:
-        notes.append("receipt written unsigned (no transfer.signing_key on this side)")
+        notes.append(
+            "receipt written unsigned (no transfer.signing_key on this side): `transfer ack` "
+            "refuses it unless told --accept-unsigned"
+        )
     record_import(store, verified, at=imported_at)
     return ImportResult(**{**result.__dict__, "receipt": receipt, "receipt_signed_by": signed_by})
 

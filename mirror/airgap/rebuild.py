@@ -13,7 +13,8 @@ Promises:
   directory without room for the largest rebuild.
 - Every refusal of a delta this side cannot rebuild (its base missing, another version,
   damaged or holding another tree; a content neither carried nor in the base; a delta
-  that does not rebuild to the signed archive) names one remedy, `carry_whole`: pack the
+  whose blob, file list or contents are wrong, or that does not rebuild to the signed
+  archive) names one remedy, `carry_whole`: pack the
   refused set's versions again, whole (`mirror transfer pack --full --from-set N OUT`),
   and import that set. The import accepts it in its new sequence, whatever was published
   before (mirror.airgap.importer: a version already there with the same tree is there).
@@ -316,11 +317,29 @@ class RebuiltArchive:
         return f"{self.item.domain} {self.item.delta.base_version}"
 
     def _spool_delta(self) -> tuple[set[str], list[TreeFile]]:
-        assert self.work is not None
+        """The carried contents, spooled and checked, and the file list, checked against the
+        signed tree. Parts first: a part the medium damaged is named as such."""
+        check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
+        try:
+            carried, files = self._read_delta()
+        except IntegrityError as exc:
+            if exc.hint is not None:
+                raise
+            raise IntegrityError(exc.message, hint=carry_whole(self.sequence)) from None
+        sizes = {entry.sha256: entry.size for entry in files}
+        for sha256, size in carried.items():
+            if sha256 not in sizes:
+                raise self._refused(f"the delta carries content {sha256[:12]}, which no file uses")
+            if sizes[sha256] != size:
+                raise self._refused(
+                    f"content {sha256[:12]} holds {size} bytes, the file list says {sizes[sha256]}"
+                )
+        return set(carried), files
+
+    def _read_delta(self) -> tuple[dict[str, int], list[TreeFile]]:
         label = self.item.label
         carried: dict[str, int] = {}
         listing = b""
-        check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
         with BlobReader(self.set_dir, self.item) as blob:
             for member in read_delta_blob(cast(IO[bytes], blob), label=label):
                 if isinstance(member, DeltaContent):
@@ -332,15 +351,7 @@ class RebuiltArchive:
                 pass  # the blob's last part and its whole sha256 are checked at its end
         files = parse_file_list(listing, label=label, limits=self.limits)
         check_tree(files, self.item.tree_sha256, label=label)
-        sizes = {entry.sha256: entry.size for entry in files}
-        for sha256, size in carried.items():
-            if sha256 not in sizes:
-                raise self._refused(f"the delta carries content {sha256[:12]}, which no file uses")
-            if sizes[sha256] != size:
-                raise self._refused(
-                    f"content {sha256[:12]} holds {size} bytes, the file list says {sizes[sha256]}"
-                )
-        return set(carried), files
+        return carried, files
 
     def _spool(self, sha256: str, size: int, stream: IO[bytes], source: str) -> None:
         assert self._contents is not None

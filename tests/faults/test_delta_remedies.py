@@ -10,6 +10,7 @@ bucket with the connected side's tree."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -35,6 +36,7 @@ from tests.fixtures.deltasets import (
     DeltaSpec,
     delta_item,
     full_item,
+    tree_files,
     unpack,
     write_set,
 )
@@ -162,7 +164,10 @@ def base_object_holds_another_tree(gap: Gap) -> None:
     _rewrite_manifest(gap.store, sha256=sha256, size=len(body))
 
 
-def _forged(gap: Gap, spec: DeltaSpec | None, *, with_base: bool = False) -> None:
+Spec = Callable[[Path, Path], DeltaSpec | None]
+
+
+def _forged(gap: Gap, spec: Spec, *, with_base: bool = False) -> None:
     """Set 2 written again by a broken packer: the same key, sequence and chain, the same
     versions, a delta that cannot be rebuilt."""
     set_1, set_2 = gap.usb / "set-1", gap.usb / "set-2"
@@ -173,7 +178,14 @@ def _forged(gap: Gap, spec: DeltaSpec | None, *, with_base: bool = False) -> Non
     base_root = unpack(base_bundle, gap.tmp / "forge-base")
     new_root = unpack(new_bundle, gap.tmp / "forge-new")
     forged = delta_item(
-        DOCS, V2, V1, base_root, new_root, item.exported_at, gap.tmp / "forge", spec
+        DOCS,
+        V2,
+        V1,
+        base_root,
+        new_root,
+        item.exported_at,
+        gap.tmp / "forge",
+        spec(base_root, new_root),
     )
     items = [forged]
     if with_base:
@@ -185,15 +197,35 @@ def _forged(gap: Gap, spec: DeltaSpec | None, *, with_base: bool = False) -> Non
 
 
 def base_in_the_same_set(gap: Gap) -> None:
-    _forged(gap, None, with_base=True)
+    _forged(gap, lambda _base, _new: None, with_base=True)
 
 
 def contents_neither_carried_nor_in_the_base(gap: Gap) -> None:
-    _forged(gap, DeltaSpec(carried=[]))
+    _forged(gap, lambda _base, _new: DeltaSpec(carried=[]))
 
 
 def delta_rebuilds_another_archive(gap: Gap) -> None:
-    _forged(gap, DeltaSpec(delta={"archive_sha256": "0" * 64}))
+    _forged(gap, lambda _base, _new: DeltaSpec(delta={"archive_sha256": "0" * 64}))
+
+
+def file_list_not_the_signed_tree(gap: Gap) -> None:
+    def renamed(_base: Path, new: Path) -> DeltaSpec:
+        files = tree_files(new)
+        files[0] = dataclasses.replace(files[0], path=files[0].path + ".renamed")
+        return DeltaSpec(files=files)
+
+    _forged(gap, renamed)
+
+
+def carried_contents_swapped(gap: Gap) -> None:
+    def swapped(base: Path, new: Path) -> DeltaSpec:
+        held = {entry.sha256 for entry in tree_files(base)}
+        fresh = [entry for entry in tree_files(new) if entry.sha256 not in held]
+        one, two = fresh[0], next(e for e in fresh if e.sha256 != fresh[0].sha256)
+        data = {e.sha256: (new / e.path).read_bytes() for e in (one, two)}
+        return DeltaSpec(content={one.sha256: data[two.sha256], two.sha256: data[one.sha256]})
+
+    _forged(gap, swapped)
 
 
 Refusal = Callable[[Gap], None]
@@ -216,6 +248,8 @@ def refusal(damage: Refusal, refused: str) -> Any:
         refusal(base_in_the_same_set, "of the same set"),
         refusal(contents_neither_carried_nor_in_the_base, "neither in the delta nor in the base"),
         refusal(delta_rebuilds_another_archive, "the rebuilt archive hashes to"),
+        refusal(file_list_not_the_signed_tree, "signed manifest names tree"),
+        refusal(carried_contents_swapped, "from the delta holds"),
     ],
 )
 def test_a_refused_delta_names_a_remedy_that_ends_with_the_version_in_the_bucket(
