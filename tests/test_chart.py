@@ -25,6 +25,7 @@ from mirror.airgap import chart, layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import (
+    AuthError,
     ConfigError,
     IntegrityError,
     NotFound,
@@ -678,6 +679,28 @@ def test_a_concurrent_promotion_of_the_same_version_is_not_a_conflict(
 def check(path: Path, store: ObjectStore, warn: float = 60.0) -> chart.CheckReport:
     with httpx.Client(timeout=30) as http:
         return chart.check_values_file(path, store, http, warn=warn)
+
+
+def test_the_read_only_identity_renders_and_checks_but_cannot_promote(
+    s3_read_only_client: Any,
+    target_settings: TargetSettings,
+    two_versions: tuple[Seeded, Seeded],
+    tmp_path: Path,
+) -> None:
+    """The cluster's keys (Read and List only, as the README sets SeaweedFS up) are enough
+    to render values and check their link; changing the bucket is refused, exit 4."""
+    _, newest = two_versions
+    reader = ObjectStore(s3_read_only_client, target_settings.bucket, target_settings.prefix)
+    path = tmp_path / "values.yaml"
+    values = write_for(reader, target_settings, path)
+    assert values.version == newest.version
+    assert fetch(values.bundle_url) == newest.archive.read_bytes()
+    report = check(path, reader)
+    assert report.error is None and report.exit_code == 0, report.error
+    with pytest.raises(AuthError) as refused:
+        chart.promote(reader, DOMAIN, newest.version)
+    assert refused.value.exit_code == 4
+    assert reader.read_json(reader.key(DOMAIN, "current.json")) == (None, None)
 
 
 def test_check_passes_on_a_fresh_file(

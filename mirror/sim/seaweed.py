@@ -48,11 +48,16 @@ PORT_FLAGS = (
     "s3.port.grpc",
 )
 START_TIMEOUT = 60.0
+START_ATTEMPTS = 3
 STOP_TIMEOUT = 1.0
 
 
 class SeaweedError(RuntimeError):
     """The server could not be started (binary missing, or it never answered)."""
+
+
+class ServerExited(SeaweedError):
+    """`weed server` exited while starting (most often: one of its ports was taken)."""
 
 
 @dataclass(frozen=True)
@@ -157,10 +162,8 @@ class SeaweedServer:
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
             *(f"-{flag}={port}" for flag, port in self.ports.items()),
-            f"-filer.localSocket={self.workdir / 'filer.sock'}",
             "-s3",
             f"-s3.config={self.workdir / 'identities.json'}",
-            f"-s3.localSocket={self.workdir / 's3.sock'}",
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-volume.max={self.volume_max}",
@@ -170,29 +173,41 @@ class SeaweedServer:
         ]
 
     def start(self) -> str:
-        """Start the server and wait until it takes a signed write; returns its URL."""
+        """Start the server and wait until it takes a signed write; returns its URL. One
+        that exits at once (a port taken meanwhile by another process) is started again on
+        other ports, up to START_ATTEMPTS times."""
         weed = find_weed()
         if weed is None:
             raise SeaweedError("the S3 server binary `weed` is not installed")
-        (self.workdir / "data").mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
         identities = self.workdir / "identities.json"
+        identities.touch(mode=0o600)
         identities.write_text(json.dumps(identities_document(self.identities)))
-        identities.chmod(0o600)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._launch(weed)
+                self._wait_until_writable()
+                return self.url
+            except ServerExited:
+                self.stop()
+                if attempt == START_ATTEMPTS:
+                    raise
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")
+
+    def _launch(self, weed: str) -> None:
+        shutil.rmtree(self.workdir / "data", ignore_errors=True)
+        (self.workdir / "data").mkdir()
         self.ports = dict(zip(PORT_FLAGS, free_ports(len(PORT_FLAGS)), strict=True))
         self.url = f"http://127.0.0.1:{self.ports['s3.port']}"
-        log = (self.workdir / "weed.log").open("wb")
         # one volume per bucket (collection) instead of seven, so many test buckets fit
         env = {**os.environ, "WEED_MASTER_VOLUME_GROWTH_COPY_1": "1"}
-        self.process = subprocess.Popen(
-            self.command(weed), stdout=log, stderr=log, env=env, cwd=self.workdir
-        )
-        log.close()
-        try:
-            self._wait_until_writable()
-        except BaseException:
-            self.stop()
-            raise
-        return self.url
+        with (self.workdir / "weed.log").open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command(weed), stdout=log, stderr=log, env=env, cwd=self.workdir
+            )
 
     def _wait_until_writable(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
@@ -201,7 +216,7 @@ class SeaweedServer:
         while True:
             assert self.process is not None
             if self.process.poll() is not None:
-                raise SeaweedError(
+                raise ServerExited(
                     f"weed server exited with {self.process.returncode}; "
                     f"see {self.workdir / 'weed.log'}"
                 )
@@ -243,7 +258,7 @@ class SeaweedServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        # gRPC's Unix sockets are always made in /tmp, named by port
+        # its Unix sockets (gRPC, filer, S3) are made in /tmp, named by port
         for port in self.ports.values():
             for leftover in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
                 leftover.unlink(missing_ok=True)
