@@ -1,4 +1,4 @@
-"""ObjectStore against a real S3 API server (moto) on loopback."""
+"""ObjectStore against a real S3 API server (SeaweedFS) on loopback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from mirror.airgap.objectstore import ObjectStore, make_s3_client
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, IntegrityError, NotFound, TemporaryFailure
-from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, start_moto
+from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, client_as
 
 pytestmark = pytest.mark.s3
 
@@ -39,25 +39,33 @@ def test_check_access_names_a_missing_bucket(s3_client: Any) -> None:
     assert info.value.exit_code == 3
 
 
-@pytest.fixture(scope="module")
-def auth_endpoint() -> str:
-    """A second moto server that checks credentials (it knows no user)."""
-    return start_moto("auth", env={"INITIAL_NO_AUTH_ACTION_COUNT": "0"})
-
-
-def test_refused_credentials_are_one_line_without_the_secret(auth_endpoint: str) -> None:
-    client = make_s3_client(TargetSettings(endpoint_url=auth_endpoint))
-    store = ObjectStore(client, "some-bucket")
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {**TEST_CREDENTIALS, "AWS_ACCESS_KEY_ID": "nobody-knows-me"},
+        {**TEST_CREDENTIALS, "AWS_SECRET_ACCESS_KEY": "a-wrong-secret"},
+    ],
+    ids=["unknown key", "wrong secret"],
+)
+def test_refused_credentials_are_one_line_without_the_secret(
+    s3_endpoint: str, bucket: str, credentials: dict[str, str]
+) -> None:
+    store = ObjectStore(client_as(s3_endpoint, credentials), bucket)
     with pytest.raises(AuthError) as info:
         store.check_access()
     message = str(info.value)
     assert info.value.exit_code == 4
     assert "S3 refused the credentials" in message and "\n" not in message
-    for secret in TEST_CREDENTIALS.values():
-        if "secret" in secret:
-            assert secret not in message
+    assert "a-wrong-secret" not in message and credentials["AWS_SECRET_ACCESS_KEY"] not in message
     with pytest.raises(AuthError):
         store.read_json(store.key("x.json"))
+
+
+def test_the_read_only_identity_cannot_write(s3_read_only_client: Any, bucket: str) -> None:
+    data, digest = blob(1000)
+    store = ObjectStore(s3_read_only_client, bucket)
+    with pytest.raises(AuthError, match="AccessDenied"):
+        store.upload_blob(store.key("x"), io.BytesIO(data), sha256=digest, size=1000)
 
 
 def test_unreachable_endpoint_is_temporary() -> None:
