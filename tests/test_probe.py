@@ -16,19 +16,15 @@ from mirror.airgap.probe import require_safe_writes, run_checks
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
 from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, cli_env, mirror_argv, run_mirror, start_moto
+from tests.fixtures.s3 import bucket_listing, cli_env, mirror_argv, run_mirror
 
 pytestmark = pytest.mark.s3
 
 
-@pytest.fixture(scope="module")
-def moto_url() -> str:
-    return start_moto("probe")
-
-
 @pytest.fixture
-def moto_target(moto_url: str) -> TargetSettings:
-    target = TargetSettings(endpoint_url=moto_url, bucket=f"probe-{uuid.uuid4().hex[:8]}")
+def moto_target(moto_s3_endpoint: str) -> TargetSettings:
+    """A bucket on moto: the fault here is a server that verifies no checksum."""
+    target = TargetSettings(endpoint_url=moto_s3_endpoint, bucket=f"probe-{uuid.uuid4().hex[:8]}")
     make_s3_client(target).create_bucket(Bucket=target.bucket)
     return target
 
