@@ -1,0 +1,84 @@
+"""Trial of the real-S3 import as an operator at 2 a.m. and an attacker would try it:
+a document damaged on its way back from the server, then written back by the import.
+
+Each case runs the real `mirror transfer import` against the S3 server `make test` starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.airgap import layout
+from mirror.airgap.objectstore import ObjectStore
+from mirror.config import TargetSettings, settings_from_dict
+from mirror.outbound.pack import pack
+from mirror.store.app import App
+from tests.conftest import write_config
+from tests.fixtures.s3 import add_version, run_mirror, transfer_config
+from tests.fixtures.wire import damaging_response_proxy
+
+pytestmark = pytest.mark.s3
+
+DOCS = "docs.example.com"
+
+
+def pack_version(tmp_path: Path, key_pair: tuple[Path, Path], label: str) -> Path:
+    """A set holding `label` of DOCS (the store is shared, so each set carries one more)."""
+    app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
+    try:
+        add_version(app, DOCS, label)
+        pack(app, tmp_path / f"set-{label}")
+    finally:
+        app.close()
+    return tmp_path / f"set-{label}"
+
+
+def import_config(
+    tmp_path: Path, key_pair: tuple[Path, Path], target: TargetSettings, **extra: Any
+) -> Path:
+    document = transfer_config(tmp_path / "store", key_pair, target)
+    document["target"].update(extra)
+    return write_config(tmp_path / f"import-{len(extra)}.toml", document)
+
+
+@pytest.mark.fault(
+    "s3: index.json damaged on its way back to the import (one bit, still valid JSON)",
+    "refused, the stored index keeps every entry as it was",
+)
+def test_an_index_damaged_on_the_way_back_is_not_written_back(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    object_store: ObjectStore,
+    fault_got: list[str],
+) -> None:
+    """The import reads index.json, adds its entry and writes the whole document back with
+    If-Match: a bit flipped in what it read must not become what is stored."""
+    first = pack_version(tmp_path, key_pair, "2026-11-21")
+    plain = import_config(tmp_path, key_pair, target_settings)
+    assert run_mirror("--config", str(plain), "transfer", "import", str(first)).returncode == 0
+    before = layout.read_index(object_store, DOCS)
+    assert before is not None
+    second = pack_version(tmp_path, key_pair, "2026-11-22")
+    index_path = f"GET /{object_store.bucket}/{layout.index_key(object_store, DOCS)}".encode()
+    # the import reads the index twice: the check before any upload, then the update
+    with damaging_response_proxy(
+        target_settings.endpoint_url, index_path, b'"sha256": "', nth=2
+    ) as proxy:
+        config = import_config(tmp_path, key_pair, target_settings, endpoint_url=proxy.url)
+        result = run_mirror("--config", str(config), "transfer", "import", str(second))
+    after = layout.read_index(object_store, DOCS)
+    assert after is not None
+    kept = {e.version: e.sha256 for e in after.versions}
+    fault_got.append(
+        f"flipped {proxy.flipped}, exit {result.returncode}, "
+        f"first entry {'kept' if kept.get('2026-11-21') == before.versions[0].sha256 else 'DAMAGED'}"
+    )
+    assert proxy.flipped == 1
+    assert kept["2026-11-21"] == before.versions[0].sha256, result.stderr
+    if result.returncode != 0:
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert result.returncode in (5, 75), result.stderr
