@@ -6,6 +6,7 @@ Each case runs the real `mirror transfer import` against the S3 server `make tes
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,15 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from tests.conftest import write_config
-from tests.fixtures.s3 import add_version, run_mirror, transfer_config
+from tests.fixtures.s3 import (
+    READ_ONLY_CREDENTIALS,
+    add_version,
+    bucket_listing,
+    cli_env,
+    mirror_argv,
+    run_mirror,
+    transfer_config,
+)
 from tests.fixtures.wire import damaging_response_proxy
 
 pytestmark = pytest.mark.s3
@@ -88,3 +97,47 @@ def test_an_index_damaged_on_the_way_back_is_not_written_back(
     index = layout.read_index(object_store, DOCS)
     assert index is not None and index.labels() == ["2026-11-21", "2026-11-22"]
     assert index.versions[0].sha256 == before.versions[0].sha256
+
+
+@pytest.mark.fault(
+    "s3: the import given the cluster's read-only identity (target check, then import)",
+    "both exit 4 naming a refused write, one line, no secret",
+)
+def test_a_read_only_identity_is_named_alike_by_target_check_and_import(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    object_store: ObjectStore,
+    fault_got: list[str],
+) -> None:
+    """An operator at 2 a.m. pastes the cluster's keys (read and list only) into the import
+    host. `target check` is what the README says to run first: it must say what import will
+    say (exit 4, the credentials may not write), not exit 2 with a bare AccessDenied."""
+    read_only = {
+        "AWS_ACCESS_KEY_ID": READ_ONLY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": READ_ONLY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+    config = import_config(tmp_path, key_pair, target_settings)
+    set_dir = pack_version(tmp_path, key_pair, "2026-11-21")
+    check = run_with(read_only, "--config", str(config), "target", "check")
+    imported = run_with(read_only, "--config", str(config), "transfer", "import", str(set_dir))
+    fault_got.append(f"check exit {check.returncode}, import exit {imported.returncode}")
+    secret = read_only["AWS_SECRET_ACCESS_KEY"]
+    for result in (check, imported):
+        assert result.returncode == 4, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "may not write" in result.stderr, result.stderr
+        assert secret not in result.stdout + result.stderr
+    assert "AccessDenied" in check.stdout
+    assert bucket_listing(object_store.client, object_store.bucket) == {}
+
+
+def run_with(credentials: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        mirror_argv(*args),
+        capture_output=True,
+        text=True,
+        env=cli_env(credentials),
+        timeout=120,
+        check=False,
+    )
