@@ -7,6 +7,7 @@ Each case runs the real `mirror transfer import` against the S3 server `make tes
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from tests.fixtures.s3 import (
     run_mirror,
     transfer_config,
 )
-from tests.fixtures.wire import damaging_response_proxy
+from tests.fixtures.wire import damaging_response_proxy, trickling_server
 
 pytestmark = pytest.mark.s3
 
@@ -141,3 +142,44 @@ def run_with(credentials: dict[str, str], *args: str) -> subprocess.CompletedPro
         timeout=120,
         check=False,
     )
+
+
+@pytest.mark.fault(
+    "s3: endpoint answers one byte a second for ever (trickle)", "exit 75 within deadline"
+)
+def test_a_trickling_endpoint_ends_within_the_deadline(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    """target.deadline promises that one request, retries included, ends within the deadline
+    plus one read timeout; a server that sends a byte within every read timeout must not hold
+    the operator's terminal for ever."""
+    with trickling_server() as server:
+        config = import_config(
+            tmp_path,
+            key_pair,
+            target_settings,
+            endpoint_url=server.url,
+            deadline="4s",
+            read_timeout="2s",
+        )
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                mirror_argv("--config", str(config), "target", "check"),
+                capture_output=True,
+                text=True,
+                env=cli_env(),
+                timeout=40,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            fault_got.append("still waiting after 40 s")
+            pytest.fail("target check still waited for the trickling endpoint after 40 s")
+        took = time.monotonic() - started
+    fault_got.append(f"exit {result.returncode} after {took:.1f} s")
+    assert result.returncode == 75, result.stderr
+    assert server.url in result.stderr
+    assert took < 4 + 2 + 5
