@@ -6,16 +6,22 @@ Each case runs the real `mirror transfer import` against the S3 server `make tes
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mirror.airgap import layout
+from mirror.airgap.multipart import Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
+from mirror.errors import MirrorError
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from tests.conftest import write_config
@@ -33,6 +39,7 @@ from tests.fixtures.wire import damaging_response_proxy, trickling_server
 pytestmark = pytest.mark.s3
 
 DOCS = "docs.example.com"
+MiB = 1024 * 1024
 
 
 def pack_version(tmp_path: Path, key_pair: tuple[Path, Path], label: str) -> Path:
@@ -183,3 +190,52 @@ def test_a_trickling_endpoint_ends_within_the_deadline(
     assert result.returncode == 75, result.stderr
     assert server.url in result.stderr
     assert took < 4 + 2 + 5
+
+
+class ThenOther(io.BytesIO):
+    """A part source that, once its first part has been read, lets `other` run to the end:
+    another import of the same key finishes (and sweeps this upload) while this one still
+    has parts to send."""
+
+    def __init__(self, data: bytes, after: int, other: Callable[[], None]) -> None:
+        super().__init__(data)
+        self.after, self.other, self.ran = after, other, False
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if not self.ran and self.tell() >= self.after:
+            self.ran = True
+            self.other()
+        return super().read(size)
+
+
+@pytest.mark.fault(
+    "s3: two imports of one set at once; the faster completes while the slower sends parts",
+    "both succeed (the slower finds the object there)",
+)
+def test_an_upload_swept_while_its_parts_are_sent_finds_the_object_there(
+    object_store: ObjectStore, fault_got: list[str]
+) -> None:
+    """Double-launched imports of one set (a timer and an operator): the faster one's sweep
+    aborts the slower one's upload of a key it has just published. The slower one's next
+    part meets NoSuchUpload: the object is there, with the same sha256, so that is success,
+    not exit 1 "upload part failed with NoSuchUpload"."""
+    store = ObjectStore(object_store.client, object_store.bucket, part_size=5 * MiB, workers=2)
+    data = os.urandom(12 * MiB)
+    sha = hashlib.sha256(data).hexdigest()
+    key = store.key(DOCS, "v1", "bundle.tar.gz")
+
+    def faster() -> None:
+        with Staging(store) as other:
+            other.stage(key, io.BytesIO(data), sha256=sha, size=len(data))
+            assert other.complete() == {key: "created"}
+
+    try:
+        with Staging(store) as slower:
+            slower.stage(key, ThenOther(data, 5 * MiB, faster), sha256=sha, size=len(data))
+            outcome: object = slower.complete()
+    except MirrorError as exc:
+        outcome = f"exit {exc.exit_code}: {exc}"
+    fault_got.append(str(outcome)[:70])
+    assert outcome == {key: "exists"}
+    assert object_store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", []) == []
+    assert object_store.head(key) is not None
