@@ -23,13 +23,18 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.errors import MirrorError
 from mirror.outbound.pack import pack
+from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
 from mirror.store.app import App
 from tests.conftest import write_config
 from tests.fixtures.s3 import (
+    ADMIN_CREDENTIALS,
     READ_ONLY_CREDENTIALS,
+    TEST_CREDENTIALS,
     add_version,
     bucket_listing,
     cli_env,
+    client_as,
+    identity,
     mirror_argv,
     run_mirror,
     transfer_config,
@@ -239,3 +244,40 @@ def test_an_upload_swept_while_its_parts_are_sent_finds_the_object_there(
     assert outcome == {key: "exists"}
     assert object_store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", []) == []
     assert object_store.head(key) is not None
+
+
+@pytest.mark.fault(
+    "s3: SeaweedFS fills up half-way through a blob's parts",
+    "exit 75 naming space, one line, nothing published, no upload left open",
+)
+def test_a_server_that_fills_up_mid_import_publishes_nothing(
+    tmp_path: Path, key_pair: tuple[Path, Path], fault_got: list[str]
+) -> None:
+    """One 16 MiB volume for the bucket: the probe and the first parts fit, a later part
+    meets 'No writable volumes'."""
+    identities = [
+        identity("admin", ADMIN_CREDENTIALS, ADMIN),
+        identity("import", TEST_CREDENTIALS, READ_WRITE),
+    ]
+    with SeaweedServer(tmp_path / "full", identities, volume_max=1, volume_size_mb=16) as server:
+        target = TargetSettings(endpoint_url=server.url, bucket="fills-up", region="us-east-1")
+        admin = client_as(server.url, ADMIN_CREDENTIALS)
+        admin.create_bucket(Bucket=target.bucket)
+        app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
+        try:
+            add_version(app, DOCS, "2026-11-21", payload_size=48 * MiB)
+            pack(app, tmp_path / "set")
+        finally:
+            app.close()
+        config = import_config(tmp_path, key_pair, target, deadline="20s")
+        started = time.monotonic()
+        result = run_mirror("--config", str(config), "transfer", "import", str(tmp_path / "set"))
+        took = time.monotonic() - started
+        listing = bucket_listing(admin, target.bucket)
+        uploads = admin.list_multipart_uploads(Bucket=target.bucket).get("Uploads", [])
+    fault_got.append(f"exit {result.returncode} after {took:.0f} s, {len(uploads)} open uploads")
+    assert result.returncode == 75, result.stderr
+    assert "out of space" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert listing == {}
+    assert uploads == []
