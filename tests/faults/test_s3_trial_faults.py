@@ -281,3 +281,29 @@ def test_a_server_that_fills_up_mid_import_publishes_nothing(
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert listing == {}
     assert uploads == []
+
+
+@pytest.mark.fault(
+    "config: target.endpoint_url with a user name and password in it",
+    "exit 2 at load, the password in no output",
+)
+def test_a_password_in_the_endpoint_url_is_refused_and_never_printed(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    """Some operators put a reverse proxy's basic-auth login in the URL; every S3 error and
+    `--json` document names the endpoint, so the password would be printed everywhere."""
+    host = target_settings.endpoint_url.split("://", 1)[1]
+    config = import_config(
+        tmp_path, key_pair, target_settings, endpoint_url=f"http://admin:hunter2-secret@{host}"
+    )
+    results = [
+        run_mirror("--config", str(config), "target", "check"),
+        run_mirror("--config", str(config), "--json", "target", "check"),
+    ]
+    fault_got.append(", ".join(f"exit {r.returncode}" for r in results))
+    for result in results:
+        assert "hunter2-secret" not in result.stdout + result.stderr
+        assert result.returncode == 2, result.stderr
