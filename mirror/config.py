@@ -21,7 +21,6 @@ import socket
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -172,12 +171,6 @@ class TargetSettings(_Section):
         would take `minio:9000` for a bare path and fail on the first request."""
         if value and not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"must be an http(s) URL like https://s3.internal:9000, got {value!r}")
-        if value and urlsplit(value).password is not None:
-            # every S3 error and --json document names the endpoint: a login in it is printed
-            raise ValueError(
-                "must not hold a user name and password (they would be printed in every "
-                "message); S3 credentials come from the environment, a profile or a role"
-            )
         return value
 
     @field_validator("presign_ttl")
