@@ -59,6 +59,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE
+from mirror.logs import redacted_url
 from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class ObjectStore:
     @property
     def where(self) -> str:
         endpoint = getattr(getattr(self.client, "meta", None), "endpoint_url", "") or ""
-        return f"bucket {self.bucket}" + (f" at {endpoint}" if endpoint else "")
+        return f"bucket {self.bucket}" + (f" at {redacted_url(endpoint)}" if endpoint else "")
 
     def _error(self, exc: Exception, action: str, key: str | None = None) -> MirrorError:
         """The one-line MirrorError for a failed S3 call (no credential, no server prose)."""

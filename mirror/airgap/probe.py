@@ -37,6 +37,7 @@ from mirror.airgap.s3errors import (
     s3_failure,
 )
 from mirror.errors import ConfigError, MirrorError
+from mirror.logs import redacted_url
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 Conditional = Literal["honoured", "unsupported", "ignored"]
@@ -153,7 +154,7 @@ class Probe:
         if response.status_code != 200 or response.content != BODY:
             raise ValueError(f"the link answered {response.status_code}")
         parts = urllib.parse.urlsplit(url)
-        return f"{parts.scheme}://{parts.netloc}"
+        return redacted_url(f"{parts.scheme}://{parts.netloc}")
 
 
 def run_checks(store: ObjectStore, *, ca_bundle: str = "") -> list[Check]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import boto3
 import botocore.config
 
 from mirror.config import TargetSettings
 from mirror.errors import TemporaryFailure
-from mirror.logs import register_secret
+from mirror.logs import redacted_url, register_secret
 from mirror.units import format_duration
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
         frozen = credentials.get_frozen_credentials()
         for secret in (frozen.access_key, frozen.secret_key, frozen.token):
             register_secret(secret)
+    # a login in the endpoint's URL (a proxy's basic auth) is a secret too
+    register_secret(urlsplit(target.endpoint_url).password)
     verify: str | bool = target.ca_bundle or True
     client = session.client(
         "s3", endpoint_url=target.endpoint_url or None, verify=verify, config=config
@@ -69,7 +72,7 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
 def bound_by_deadline(client: S3Client, deadline: float) -> None:
     """Make every request of `client` give up once `deadline` seconds have passed since
     its first attempt: a retry that would start later raises DeadlineExceeded instead."""
-    endpoint = client.meta.endpoint_url
+    endpoint = redacted_url(client.meta.endpoint_url)
 
     def start(context: dict[str, Any], **_: Any) -> None:
         context.setdefault(DEADLINE_KEY, time.monotonic() + deadline)
