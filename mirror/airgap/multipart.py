@@ -28,6 +28,8 @@ Promises:
   upload whose key is already published can never be completed and is aborted, and so
   is any upload older than ORPHAN_GRACE. A younger one of an unpublished key may be a
   concurrent import's and is left alone (a lifecycle rule on the bucket ends those too).
+  An upload that meets NoSuchUpload (a part or its completion) because another import of
+  the same object published it and swept this one is "exists", not a failure.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import hashlib
 import logging
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -155,6 +157,13 @@ class StagedUpload:
                     Metadata=self.identity,
                     **algorithm_args(self.store.part_checksum),
                 )["UploadId"]
+        try:
+            return self._send_all(source, on_progress)
+        except _PublishedMeanwhile:
+            return self._published_meanwhile()
+
+    def _send_all(self, source: Reader, on_progress: Progress | None) -> State:
+        """Read, hash and hand out the parts; check the whole once the source is read."""
         digest = hashlib.sha256()
         hashed: Future[None] | None = None
         total = 0
@@ -192,7 +201,7 @@ class StagedUpload:
     ) -> dict[str, Any]:
         try:
             checksum = part_checksum(self.store.part_checksum, part)
-            with self.store.call("upload part", self.key):
+            with self.store.call("upload part", self.key), self._unless_swept():
                 answer = self.store.client.upload_part(
                     Bucket=self.store.bucket,
                     Key=self.key,
@@ -217,8 +226,29 @@ class StagedUpload:
 
     def wait_for_parts(self) -> None:
         """Wait until every part is on the server; the first failure is raised."""
-        for future in self._parts:
-            future.result()
+        try:
+            for future in self._parts:
+                future.result()
+        except _PublishedMeanwhile:
+            self._published_meanwhile()
+
+    @contextlib.contextmanager
+    def _unless_swept(self) -> Iterator[None]:
+        """NoSuchUpload for a key another import has published meanwhile (its sweep aborted
+        this upload) means the object is there: _PublishedMeanwhile, not a failure."""
+        try:
+            yield
+        except botocore.exceptions.ClientError as exc:
+            swept = error_code(exc) == "NoSuchUpload"
+            if swept and self.store.existing(self.key, self.identity, size=self.size):
+                raise _PublishedMeanwhile from None
+            raise
+
+    def _published_meanwhile(self) -> State:
+        """Stop the parts still on their way; the object is there ("exists")."""
+        self.abort()
+        self.state = "exists"
+        return self.state
 
     def complete(self) -> Outcome:
         """Make the staged object visible (create-once); "exists" when it already was."""
@@ -234,7 +264,7 @@ class StagedUpload:
         parts = [{k: v for k, v in part.items() if k != "ContentMD5"} for part in sent]
 
         def complete(extra: dict[str, Any]) -> None:
-            try:
+            with self._unless_swept():
                 self.store.client.complete_multipart_upload(
                     Bucket=self.store.bucket,
                     Key=self.key,
@@ -242,11 +272,6 @@ class StagedUpload:
                     MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
                     **extra,
                 )
-            except botocore.exceptions.ClientError as exc:
-                swept = error_code(exc) == "NoSuchUpload"
-                if swept and self.store.existing(self.key, self.identity, size=self.size):
-                    raise _PublishedMeanwhile from None
-                raise
 
         try:
             outcome = self.store.create_once(self.key, self.identity, complete, size=self.size)

@@ -38,6 +38,7 @@ from mirror.airgap.multipart import (
     Reader,
     Staging,
     check_part_answer,
+    is_plain_md5,
 )
 from mirror.airgap.s3client import make_s3_client
 from mirror.airgap.s3errors import (
@@ -58,6 +59,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE
+from mirror.logs import redacted_url
 from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:
@@ -135,7 +137,7 @@ class ObjectStore:
     @property
     def where(self) -> str:
         endpoint = getattr(getattr(self.client, "meta", None), "endpoint_url", "") or ""
-        return f"bucket {self.bucket}" + (f" at {endpoint}" if endpoint else "")
+        return f"bucket {self.bucket}" + (f" at {redacted_url(endpoint)}" if endpoint else "")
 
     def _error(self, exc: Exception, action: str, key: str | None = None) -> MirrorError:
         """The one-line MirrorError for a failed S3 call (no credential, no server prose)."""
@@ -221,6 +223,7 @@ class ObjectStore:
             body.close()
         if len(data) > MAX_JSON_BYTES:
             raise IntegrityError(f"{self.bucket}/{key} is larger than {MAX_JSON_BYTES} bytes")
+        self._check_read_back(key, data, answer)
         try:
             document = json.loads(data)
         except (ValueError, RecursionError):
@@ -228,6 +231,21 @@ class ObjectStore:
         if not isinstance(document, dict):
             raise IntegrityError(f"{self.bucket}/{key} is not a JSON object")
         return document, str(answer.get("ETag", "")) or None
+
+    def _check_read_back(self, key: str, data: bytes, answer: dict[str, Any]) -> None:
+        """Refuse a document whose bytes are not the ones the server reports storing: every
+        JSON document is written in one PutObject, so its ETag is the MD5 of its bytes (unless
+        encrypted). A bit flipped on the way back would otherwise be parsed, changed and
+        written back whole with If-Match, making the damage permanent."""
+        etag = str(answer.get("ETag", "")).strip('"')
+        if not is_plain_md5(etag) or answer.get("ServerSideEncryption"):
+            return
+        if hashlib.md5(data, usedforsecurity=False).hexdigest() != etag:
+            raise IntegrityError(
+                f"{self.bucket}/{key} was damaged on the way from the server (its bytes do not "
+                "match the MD5 ETag the server reports); nothing was written",
+                hint="run again; if it recurs, check the network path to the object store",
+            )
 
     def open_stream(self, key: str) -> Iterator[bytes]:
         """The object's bytes in CHUNK_SIZE pieces; NotFound when it does not exist."""

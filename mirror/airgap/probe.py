@@ -29,8 +29,15 @@ import httpx
 
 from mirror.airgap.multipart import part_checksum
 from mirror.airgap.objectstore import ObjectStore, without_conditional_writes
-from mirror.airgap.s3errors import DIGEST_CODES, UNSUPPORTED_CODES, error_code, http_status
+from mirror.airgap.s3errors import (
+    DIGEST_CODES,
+    UNSUPPORTED_CODES,
+    error_code,
+    http_status,
+    s3_failure,
+)
 from mirror.errors import ConfigError, MirrorError
+from mirror.logs import redacted_url
 
 Status = Literal["ok", "warn", "fail", "skipped"]
 Conditional = Literal["honoured", "unsupported", "ignored"]
@@ -147,7 +154,7 @@ class Probe:
         if response.status_code != 200 or response.content != BODY:
             raise ValueError(f"the link answered {response.status_code}")
         parts = urllib.parse.urlsplit(url)
-        return f"{parts.scheme}://{parts.netloc}"
+        return redacted_url(f"{parts.scheme}://{parts.netloc}")
 
 
 def run_checks(store: ObjectStore, *, ca_bundle: str = "") -> list[Check]:
@@ -160,24 +167,24 @@ def run_checks(store: ObjectStore, *, ca_bundle: str = "") -> list[Check]:
     checks = [Check("credentials and bucket", "ok", f"{store.where} answers")]
     try:
         for name, run in _CHECKS:
-            checks.append(_attempt(name, functools.partial(run, probe)))
+            checks.append(_attempt(name, functools.partial(run, probe), probe))
     finally:
         probe.clean()
     return checks
 
 
-def _attempt(name: str, run: Callable[[], Check]) -> Check:
+def _attempt(name: str, run: Callable[[], Check], probe: Probe) -> Check:
+    """One check's row; an S3 refusal is the MirrorError an import would meet (its exit code)."""
     try:
         return run()
     except MirrorError as exc:
         return Check(name, "fail", str(exc), exc)
-    except (
-        botocore.exceptions.BotoCoreError,
-        botocore.exceptions.ClientError,
-        ValueError,
-        httpx.HTTPError,
-    ) as exc:
-        detail = error_code(exc) if isinstance(exc, botocore.exceptions.ClientError) else str(exc)
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        thing = f"{probe.store.bucket}/{probe.key}"
+        error = s3_failure(exc, "probe", thing=thing, where=probe.store.where)
+        return Check(name, "fail", str(error), error)
+    except (ValueError, httpx.HTTPError) as exc:
+        detail = str(exc)
         error = ConfigError(f"{name}: {detail or type(exc).__name__}")
         return Check(name, "fail", detail or type(exc).__name__, error)
 

@@ -74,6 +74,13 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
         named = _named_refusal(exc, action, thing=thing, where=where)
         if named is not None:
             return named
+        if code == "AccessDenied" and action in WRITES:
+            return AuthError(
+                f"S3 refused {action} of {thing} (AccessDenied): these credentials may not "
+                f"write to {where}",
+                hint="use the import's identity (read, write, list), not the cluster's "
+                "read-only one, or allow writes under target.prefix in the bucket policy",
+            )
         if code in AUTH_CODES or status == 403:
             return AuthError(
                 f"S3 refused the credentials for {where} ({code or status})",
