@@ -45,7 +45,7 @@ test: lint typecheck
 
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv
-	MIRROR_FAULT_KILLS=100 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
+	MIRROR_FAULT_KILLS=100 MIRROR_FAULT_ALL=1 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
 
 ## make demo: the whole pipeline on embedded defaults, in a temporary directory
 ## make docs: docs/json.md from the command contract (mirror/cli/contract.py)

@@ -393,11 +393,11 @@ def test_ignore_range_answers_the_full_body(sim: Simulator, api: httpx.Client) -
 def test_expired_links_answer_s3_access_denied(
     sim_factory: Callable[..., Simulator],
 ) -> None:
-    sim = sim_factory(link_ttl=0.3)
+    sim = sim_factory(link_ttl=2.0)  # a fresh link must outlive a loaded machine's next call
     with client_for(sim) as client:
         job_id, bundle = export(client)
         assert httpx.head(bundle["bundleUrl"]).status_code == 200
-        time.sleep(0.4)
+        time.sleep(2.2)
         expired = httpx.get(bundle["bundleUrl"])
         fresh = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
         assert httpx.head(fresh).status_code == 200
