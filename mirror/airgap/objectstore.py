@@ -69,12 +69,12 @@ else:
 
 log = logging.getLogger(__name__)
 
-# Upload memory is UPLOAD_WORKERS parts (being read, hashed or sent): 10 MiB, which keeps
-# an import within its imports + 32 MiB (the S3 client's service models and endpoint rules
-# take about 18 MiB of the rest). 5 MiB is S3's smallest part; a blob of more than 10,000
-# parts (48.8 GiB) gets larger parts. Two parts in flight keep both cores busy: one is
-# read and hashed while the other is sent (or both are sent).
-PART_SIZE = 5 * 1024 * 1024
+# Upload memory is UPLOAD_WORKERS parts (being read, hashed or sent): 16 MiB. 8 MiB parts
+# (aws-cli's size) cost an import about 3 MiB of peak RSS more than S3's smallest, 5 MiB, and
+# make it about a quarter faster against SeaweedFS (fewer requests for the server to
+# assemble; bench/RESULTS.md). A blob of more than 10,000 parts (78 GiB) gets larger parts.
+# Two parts in flight keep both cores busy: one is read and hashed while the other is sent.
+PART_SIZE = 8 * 1024 * 1024
 MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 2
 
