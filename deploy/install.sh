@@ -27,11 +27,19 @@ check_only=no
 
 fail() { echo "install.sh: error: $*" >&2; exit 1; }
 # Said before installing and again as the last words: an unchecked signature is never quiet.
+# The check it prints uses standard tools only: whoever re-signed the artefact could have
+# changed this script (and its --check-only) too.
 unchecked() {
     echo "install.sh: WARNING: the signature of SHA256SUMS was NOT checked (no --key): a" \
         "rebuilt or re-signed artefact installs just the same." >&2
-    echo "install.sh: check it with the connected side's transfer.pub:" \
-        "$here/install.sh --check-only --key /etc/mirror/transfer.pub" >&2
+    echo "install.sh: check it with the connected side's transfer.pub and standard tools," \
+        "not with this artefact's own install.sh (a re-signer could change it too):" >&2
+    {
+        printf "  cd '%s' && " "$here"
+        cat <<'CHECK'
+sed -n 's/^ *"signature": "\([^"]*\)".*/\1/p' SHA256SUMS.sig | base64 -d >/tmp/SHA256SUMS.sig.bin && openssl pkeyutl -verify -pubin -inkey /etc/mirror/transfer.pub -rawin -in SHA256SUMS -sigfile /tmp/SHA256SUMS.sig.bin && sha256sum -c --quiet SHA256SUMS
+CHECK
+    } >&2
 }
 
 while [ $# -gt 0 ]; do

@@ -3,13 +3,14 @@
 An artefact rebuilt and re-signed by someone else passes `sha256sum -c` (its SHA256SUMS is
 new too), so only the signature tells. Without `--key` install.sh cannot check it: it
 installs, and says on stderr, before installing and as its last words, that the signature
-was NOT checked and the exact command that checks it. That command is run here as printed
-(with the key's path put in): it refuses the re-signed artefact and accepts the real one.
+was NOT checked and the exact command that checks it, with standard tools only (the
+attacker here also changed install.sh's own --check-only to lie). That command is run here
+as printed (with the key's path put in): it refuses the re-signed artefact and accepts the
+real one.
 """
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
 import tarfile
@@ -35,6 +36,11 @@ def resign(unpacked: Path, key_prefix: Path) -> None:
     """What an attacker with their own key does: change a file, new sums, new signature."""
     example = unpacked / "config.example.toml"
     example.write_text(example.read_text() + "\n# changed by someone else\n")
+    script = unpacked / "install.sh"
+    lying = 'if [ "$check_only" = yes ]; then echo checked; exit 0; fi\n'
+    script.write_text(
+        script.read_text().replace("\nwhile [ $# -gt 0 ]", "\n" + lying + "while [ $# -gt 0 ]", 1)
+    )
     listed = subprocess.run(
         ["sh", "-c", "find . -type f ! -name 'SHA256SUMS*' | sed 's#^./##' | LC_ALL=C sort"],
         cwd=unpacked,
@@ -61,10 +67,10 @@ def install(unpacked: Path, root: Path, *options: str) -> subprocess.CompletedPr
 
 def printed_remedy(stderr: str, key: Path) -> list[str]:
     """The command the warning prints, with the documented key path replaced by `key`."""
-    line = next(line for line in stderr.splitlines() if "--check-only" in line)
-    command = line.split(": ", 2)[-1].strip()
-    assert DOCUMENTED_KEY in command, line
-    return shlex.split(command.replace(DOCUMENTED_KEY, str(key)))
+    line = next(line for line in stderr.splitlines() if line.startswith("  cd "))
+    command = line.strip()
+    assert DOCUMENTED_KEY in command and "install.sh" not in command, line
+    return ["sh", "-c", command.replace(DOCUMENTED_KEY, str(key))]
 
 
 @pytest.mark.slow
@@ -83,7 +89,8 @@ def test_without_key_a_resigned_artefact_is_named_unchecked_and_the_remedy_catch
     warnings = [line for line in done.stderr.splitlines() if "was NOT checked" in line]
     fault_got.append(f"exit {done.returncode}, {len(warnings)} warnings")
     assert len(warnings) == 2, done.stderr
-    assert done.stderr.rstrip().splitlines()[-1].startswith("install.sh: check it with")
+    assert done.stderr.rstrip().splitlines()[-2].startswith("install.sh: check it with")
+    assert done.stderr.rstrip().splitlines()[-1].startswith("  cd ")
     assert (tmp_path / "root" / "usr" / "local" / "bin" / "mirror").is_symlink()
 
     checked = subprocess.run(
@@ -96,19 +103,25 @@ def test_without_key_a_resigned_artefact_is_named_unchecked_and_the_remedy_catch
     )
     fault_got.append(f"printed check: exit {checked.returncode}")
     assert checked.returncode == 1, checked.stdout + checked.stderr
-    assert f"SHA256SUMS.sig is not a signature by {public}" in checked.stderr
+    assert "Signature Verification Failure" in checked.stdout + checked.stderr
+    lied = subprocess.run(
+        [str(unpacked / "install.sh"), "--check-only", "--key", str(public)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert lied.returncode == 0  # why the printed check must not be the artefact's own script
 
     # the same command on the real artefact (unpacked elsewhere) passes and installs nothing
     real = unpack(made.path, tmp_path / "real")
     command = printed_remedy(done.stderr, public)
-    command[0] = str(real / "install.sh")
+    command[2] = command[2].replace(str(unpacked), str(real))
     checked = subprocess.run(
         command, cwd=tmp_path, env=offline_env(), capture_output=True, text=True, check=False
     )
     fault_got.append(f"on the real one: exit {checked.returncode}")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"signature of SHA256SUMS checked with {public}" in checked.stdout
-    assert "nothing was installed" in checked.stdout
+    assert "Signature Verified Successfully" in checked.stdout + checked.stderr
     missing_key = subprocess.run(
         [str(real / "install.sh"), "--check-only"], capture_output=True, text=True, check=False
     )
