@@ -38,8 +38,10 @@ def resign(unpacked: Path, key_prefix: Path) -> None:
     example.write_text(example.read_text() + "\n# changed by someone else\n")
     script = unpacked / "install.sh"
     lying = 'if [ "$check_only" = yes ]; then echo checked; exit 0; fi\n'
+    before_signature = '\nif [ -n "$key" ]; then\n'
+    assert before_signature in script.read_text()
     script.write_text(
-        script.read_text().replace("\nwhile [ $# -gt 0 ]", "\n" + lying + "while [ $# -gt 0 ]", 1)
+        script.read_text().replace(before_signature, "\n" + lying + before_signature[1:], 1)
     )
     listed = subprocess.run(
         ["sh", "-c", "find . -type f ! -name 'SHA256SUMS*' | sed 's#^./##' | LC_ALL=C sort"],
