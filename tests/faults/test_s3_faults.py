@@ -24,7 +24,6 @@ from mirror.errors import ConfigError
 from mirror.outbound.pack import pack
 from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
 from mirror.store.app import App
-from tests.conftest import write_config
 from tests.fixtures.s3 import (
     ADMIN_CREDENTIALS,
     TEST_CREDENTIALS,
@@ -32,6 +31,7 @@ from tests.fixtures.s3 import (
     bucket_listing,
     client_as,
     identity,
+    import_config,
     run_mirror,
     transfer_config,
 )
@@ -53,14 +53,6 @@ def packed_set(tmp_path: Path, key_pair: tuple[Path, Path], payload: int = 6 * M
     finally:
         app.close()
     return tmp_path / "set"
-
-
-def import_config(
-    tmp_path: Path, key_pair: tuple[Path, Path], target: TargetSettings, **extra: Any
-) -> Path:
-    document = transfer_config(tmp_path / "store", key_pair, target)
-    document["target"].update(extra)
-    return write_config(tmp_path / f"import-{len(extra)}.toml", document)
 
 
 def open_uploads(store: ObjectStore) -> list[Any]:

@@ -13,7 +13,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,7 +24,6 @@ from mirror.errors import MirrorError
 from mirror.outbound.pack import pack
 from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
 from mirror.store.app import App
-from tests.conftest import write_config
 from tests.fixtures.s3 import (
     ADMIN_CREDENTIALS,
     READ_ONLY_CREDENTIALS,
@@ -35,6 +33,7 @@ from tests.fixtures.s3 import (
     cli_env,
     client_as,
     identity,
+    import_config,
     mirror_argv,
     run_mirror,
     transfer_config,
@@ -56,14 +55,6 @@ def pack_version(tmp_path: Path, key_pair: tuple[Path, Path], label: str) -> Pat
     finally:
         app.close()
     return tmp_path / f"set-{label}"
-
-
-def import_config(
-    tmp_path: Path, key_pair: tuple[Path, Path], target: TargetSettings, **extra: Any
-) -> Path:
-    document = transfer_config(tmp_path / "store", key_pair, target)
-    document["target"].update(extra)
-    return write_config(tmp_path / f"import-{len(extra)}.toml", document)
 
 
 @pytest.mark.fault(
