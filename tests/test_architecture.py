@@ -27,6 +27,7 @@ FOUNDATIONS = {
     "mirror.logs",
     "mirror.archive",
     "mirror.versions",
+    "mirror.integrity",
     "mirror.hostnames",
     "mirror.links",
     "mirror.progress",

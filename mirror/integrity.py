@@ -1,0 +1,134 @@
+"""Integrity: the one streaming hash, the one hashing writer, the one digest check.
+
+Every place that checks bytes uses these, so a digest is computed one way (sha256, in
+CHUNK_SIZE pieces, memory flat in the bytes hashed) and a mismatch reads the same
+everywhere: `WHAT hashes to ABC…, expected DEF…` (IntegrityError, exit 5).
+
+Promises:
+- `hash_stream` reads at most `limit` bytes when given and copies to `writer` in the
+  same pass; nothing is held beyond one chunk.
+- `HashingWriter` hashes exactly what reaches the file it wraps.
+- `require_digest` raises one IntegrityError naming what was checked, both digests
+  abbreviated, and never the bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from mirror.errors import IntegrityError
+
+CHUNK_SIZE = 1024 * 1024
+SHORT = 12
+
+
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Digest:
+    """What a stream hashed to: its sha256 (hex) and its size in bytes."""
+
+    sha256: str
+    size: int
+
+
+def hash_stream(
+    reader: Readable,
+    *,
+    writer: Any = None,
+    limit: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Digest:
+    """sha256 and size of everything `reader` yields (at most `limit` bytes), copied to
+    `writer` when given."""
+    digest = hashlib.sha256()
+    size = 0
+    while chunk := reader.read(CHUNK_SIZE if limit is None else min(CHUNK_SIZE, limit - size)):
+        if writer is not None:
+            writer.write(chunk)
+        digest.update(chunk)
+        size += len(chunk)
+        if on_progress is not None:
+            on_progress(len(chunk))
+    return Digest(digest.hexdigest(), size)
+
+
+def iter_file(path: Path, start: int = 0, length: int | None = None) -> Iterator[bytes]:
+    """A file (or a byte range of it) in CHUNK_SIZE pieces."""
+    with path.open("rb") as handle:
+        handle.seek(start)
+        remaining = length
+        while remaining is None or remaining > 0:
+            want = CHUNK_SIZE if remaining is None else min(CHUNK_SIZE, remaining)
+            chunk = handle.read(want)
+            if not chunk:
+                return
+            if remaining is not None:
+                remaining -= len(chunk)
+            yield chunk
+
+
+def hash_file(path: Path, start: int = 0, length: int | None = None) -> Digest:
+    """sha256 and size of a file (or a byte range of it), streamed."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in iter_file(path, start, length):
+        digest.update(chunk)
+        size += len(chunk)
+    return Digest(digest.hexdigest(), size)
+
+
+def hash_bytes(data: bytes) -> str:
+    """Hex sha256 of bytes already in memory (a manifest, a signature, a small document)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class HashingWriter:
+    """Wraps a binary file: every byte written reaches the file and the hash, in order."""
+
+    def __init__(self, target: IO[bytes]) -> None:
+        self._target = target
+        self._digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self._target.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._target.flush()
+
+    @property
+    def result(self) -> Digest:
+        return Digest(self._digest.hexdigest(), self.size)
+
+
+def mismatch(what: str, actual: str, expected: str, *, hint: str | None = None) -> IntegrityError:
+    """The one wording of a digest that is not the one expected."""
+    return IntegrityError(
+        f"{what} hashes to {actual[:SHORT]}…, expected {expected[:SHORT]}…", hint=hint
+    )
+
+
+def require_digest(
+    what: str,
+    actual: Digest | str,
+    expected_sha256: str,
+    expected_size: int | None = None,
+    *,
+    hint: str | None = None,
+) -> None:
+    """Raise IntegrityError (exit 5) unless `actual` has the expected sha256 (and size)."""
+    sha256 = actual.sha256 if isinstance(actual, Digest) else actual
+    if expected_size is not None and isinstance(actual, Digest) and actual.size != expected_size:
+        raise IntegrityError(f"{what} is {actual.size} bytes, expected {expected_size}", hint=hint)
+    if sha256 != expected_sha256:
+        raise mismatch(what, sha256, expected_sha256, hint=hint)
