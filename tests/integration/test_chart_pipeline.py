@@ -20,7 +20,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.archive import extract_archive
 from mirror.config import TargetSettings
 from tests.conftest import REPO, write_config
-from tests.test_chart import DOMAIN, Seeded, seed_version
+from tests.airgap.chart.test_values import DOMAIN, Seeded, seed_version
 
 
 def run_mirror(

@@ -25,7 +25,7 @@ from mirror.config import TargetSettings
 from mirror.errors import ConfigError, NotFound
 from tests.conftest import write_config
 from tests.fixtures.s3 import bucket_listing, run_mirror
-from tests.test_chart import DOMAIN, seed_version
+from tests.airgap.chart.test_values import DOMAIN, seed_version
 
 pytestmark = pytest.mark.s3
 

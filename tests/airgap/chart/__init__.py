@@ -1,0 +1,1 @@
+"""Tests of mirror.airgap.chart, one file per module."""
