@@ -30,41 +30,90 @@ Promises:
   concurrent import's and is left alone (a lifecycle rule on the bucket ends those too).
   An upload that meets NoSuchUpload (a part or its completion) because another import of
   the same object published it and swept this one is "exists", not a failure.
+- Staging meets the object store only through `MultipartTarget` (what the S3 object store,
+  mirror.airgap.objectstore, and the tests' in-memory bucket implement): no S3 library,
+  no request of its own.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import logging
+import os
 import threading
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
-import botocore.exceptions
-
-from mirror.airgap.s3errors import error_code
-from mirror.errors import IntegrityError
+from mirror.errors import IntegrityError, MirrorError, OperationFailed
 from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import Digest, HashingWriter, require_digest
 from mirror.timestamps import utcnow
-
-if TYPE_CHECKING:
-    from mirror.airgap.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
 
 SHA256_META = "sha256"
 MAX_PARTS = 10_000
 ORPHAN_GRACE = timedelta(hours=1)
+OCTET_STREAM = "application/octet-stream"
 
 Outcome = Literal["created", "exists"]
-PartChecksum = Literal["crc32", "md5"]
+Part = dict[str, Any]
 Progress = Callable[[int], None]
 State = Literal["new", "staged", "exists", "completed", "aborted"]
+
+
+class UploadGone(OperationFailed):
+    """The server no longer knows the upload (NoSuchUpload): aborted by another import's
+    sweep, usually because that import published the same object."""
+
+
+@dataclass(frozen=True)
+class OpenUpload:
+    """A multipart upload the server still holds open."""
+
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+class MultipartTarget(Protocol):
+    """What staging needs of an object store: uploads in parts, completed create-once.
+
+    `existing` is the object at `key` when it is the same one (`identity` metadata and
+    `size`), None when there is none, IntegrityError when it is another. `upload_part`
+    sends one part with a checksum the server verifies and checks what it reports back;
+    its record goes to `complete_upload`, which makes the object visible once (If-None-Match),
+    checks what the server stored (removing and refusing an object that differs) and says
+    "exists" when the same object was there. `abort_upload` is best effort (False when the
+    server refused). `open_uploads` lists the uploads open under the prefix.
+    NoSuchUpload from `upload_part` or `complete_upload` is UploadGone.
+    """
+
+    part_size: int
+    workers: int
+
+    def existing(
+        self, key: str, identity: Mapping[str, str], *, size: int | None = None
+    ) -> dict[str, Any] | None: ...
+
+    def put_immutable(
+        self, key: str, data: bytes, *, identity: Mapping[str, str], content_type: str = ...
+    ) -> Outcome: ...
+
+    def start_upload(self, key: str, *, identity: Mapping[str, str], content_type: str) -> str: ...
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytearray) -> Part: ...
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: list[Part], *, identity: Mapping[str, str], size: int
+    ) -> Outcome: ...
+
+    def abort_upload(self, key: str, upload_id: str) -> bool: ...
+
+    def open_uploads(self) -> list[OpenUpload]: ...
 
 
 class _PublishedMeanwhile(Exception):
@@ -112,26 +161,24 @@ class StagedUpload:
 
     def __init__(
         self,
-        store: ObjectStore,
+        target: MultipartTarget,
         senders: PartSenders,
         key: str,
         *,
         sha256: str,
         size: int,
-        content_type: str = "application/octet-stream",
-        now: Callable[[], datetime] = utcnow,
+        content_type: str = OCTET_STREAM,
     ) -> None:
-        self.store = store
+        self.target = target
         self.senders = senders
-        self.now = now
         self.key = key
         self.sha256 = sha256
         self.size = size
         self.content_type = content_type
-        self.part_size = max(store.part_size, -(-size // MAX_PARTS))
+        self.part_size = max(target.part_size, -(-size // MAX_PARTS))
         self.upload_id = ""
         self.state: State = "new"
-        self._parts: list[Future[dict[str, Any]]] = []
+        self._parts: list[Future[Part]] = []
         self._checked = 0
 
     @property
@@ -143,78 +190,62 @@ class StagedUpload:
         The parts may still be on their way when this returns; `complete` waits for them.
         `on_progress` gets each part's size once it is on the server (all `size` bytes at
         once when the object is already there and the source is not read)."""
-        if self.store.existing(self.key, self.identity, size=self.size) is not None:
+        if self.target.existing(self.key, self.identity, size=self.size) is not None:
             self.state = "exists"
             if on_progress is not None:
                 on_progress(self.size)
             return self.state
         if self.size > 0:
-            with self.store.call("create multipart upload", self.key):
-                self.upload_id = self.store.client.create_multipart_upload(
-                    Bucket=self.store.bucket,
-                    Key=self.key,
-                    ContentType=self.content_type,
-                    Metadata=self.identity,
-                    **algorithm_args(self.store.part_checksum),
-                )["UploadId"]
+            self.upload_id = self.target.start_upload(
+                self.key, identity=self.identity, content_type=self.content_type
+            )
         try:
             return self._send_all(source, on_progress)
         except _PublishedMeanwhile:
             return self._published_meanwhile()
 
     def _send_all(self, source: Reader, on_progress: Progress | None) -> State:
-        """Read, hash and hand out the parts; check the whole once the source is read."""
-        digest = hashlib.sha256()
-        hashed: Future[None] | None = None
-        total = 0
-        while total <= self.size:
-            self.senders.take_slot()
-            try:
-                part = read_part(source, min(self.part_size, self.size + 1 - total))
-            except BaseException:
-                self.senders.give_slot()
-                raise
-            if not part:
-                self.senders.give_slot()
-                break
-            total += len(part)
-            if total > self.size:
-                self.senders.give_slot()
-                break
-            hashed = self.senders.hasher.submit(digest.update, part)
-            number = len(self._parts) + 1
-            self._parts.append(
-                self.senders.pool.submit(self._send, number, part, hashed, on_progress)
-            )
-            del part
-            self._raise_failed_parts()
-        if hashed is not None:
-            hashed.result()
-        check_whole(
-            self.key, data_hash=digest.hexdigest(), got=total, sha256=self.sha256, size=self.size
-        )
+        """Read, hash and hand out the parts; check the whole once the source is read. The
+        hash runs on its own thread, in order, while the next part is read."""
+        with open(os.devnull, "wb", buffering=0) as nowhere:
+            hashing = HashingWriter(nowhere)
+            hashed: Future[int] | None = None
+            total = 0
+            while total <= self.size:
+                self.senders.take_slot()
+                try:
+                    part = read_part(source, min(self.part_size, self.size + 1 - total))
+                except BaseException:
+                    self.senders.give_slot()
+                    raise
+                total += len(part)
+                if not part or total > self.size:
+                    self.senders.give_slot()
+                    break
+                hashed = self.senders.hasher.submit(hashing.write, part)  # type: ignore[arg-type]
+                number = len(self._parts) + 1
+                self._parts.append(
+                    self.senders.pool.submit(self._send, number, part, hashed, on_progress)
+                )
+                del part
+                self._raise_failed_parts()
+            if hashed is not None:
+                hashed.result()
+        read = Digest(hashing.result.sha256, total)
+        check_whole(self.key, read, sha256=self.sha256, size=self.size)
         self.state = "staged"
         return self.state
 
     def _send(
-        self, number: int, part: bytearray, hashed: Future[None], on_progress: Progress | None
-    ) -> dict[str, Any]:
+        self, number: int, part: bytearray, hashed: Future[int], on_progress: Progress | None
+    ) -> Part:
         try:
-            checksum = part_checksum(self.store.part_checksum, part)
-            with self.store.call("upload part", self.key), self._unless_swept():
-                answer = self.store.client.upload_part(
-                    Bucket=self.store.bucket,
-                    Key=self.key,
-                    UploadId=self.upload_id,
-                    PartNumber=number,
-                    Body=part,  # type: ignore[arg-type]
-                    **checksum,  # type: ignore[arg-type]
-                )
-            check_part_answer(self.key, number, checksum, dict(answer))
+            with self._unless_swept():
+                sent = self.target.upload_part(self.key, self.upload_id, number, part)
             hashed.result()
             if on_progress is not None:
                 on_progress(len(part))
-            return {"ETag": answer["ETag"], "PartNumber": number, **checksum}
+            return sent
         finally:
             self.senders.give_slot()
 
@@ -238,9 +269,8 @@ class StagedUpload:
         this upload) means the object is there: _PublishedMeanwhile, not a failure."""
         try:
             yield
-        except botocore.exceptions.ClientError as exc:
-            swept = error_code(exc) == "NoSuchUpload"
-            if swept and self.store.existing(self.key, self.identity, size=self.size):
+        except UploadGone:
+            if self.target.existing(self.key, self.identity, size=self.size):
                 raise _PublishedMeanwhile from None
             raise
 
@@ -257,50 +287,24 @@ class StagedUpload:
         if self.state != "staged":
             raise RuntimeError(f"{self.key}: complete() before stage() finished")
         if self.size == 0:
-            outcome = self.store.put_once(self.key, b"", self.identity, self.content_type, size=0)
+            outcome = self.target.put_immutable(
+                self.key, b"", identity=self.identity, content_type=self.content_type
+            )
             self.state = "completed"
             return outcome
         sent = [future.result() for future in self._parts]
-        parts = [{k: v for k, v in part.items() if k != "ContentMD5"} for part in sent]
-
-        def complete(extra: dict[str, Any]) -> None:
-            with self._unless_swept():
-                self.store.client.complete_multipart_upload(
-                    Bucket=self.store.bucket,
-                    Key=self.key,
-                    UploadId=self.upload_id,
-                    MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
-                    **extra,
-                )
-
         try:
-            outcome = self.store.create_once(self.key, self.identity, complete, size=self.size)
+            with self._unless_swept():
+                outcome = self.target.complete_upload(
+                    self.key, self.upload_id, sent, identity=self.identity, size=self.size
+                )
         except _PublishedMeanwhile:
             outcome = "exists"
         if outcome == "created":
             self.state = "completed"
-            self._check_stored(sent)
         else:
             self.abort()
         return outcome
-
-    def _check_stored(self, sent: list[dict[str, Any]]) -> None:
-        """Read back what the server says it stored; remove and refuse an object that differs."""
-        with self.store.call("HEAD", self.key):
-            answer = dict(
-                self.store.client.head_object(
-                    Bucket=self.store.bucket, Key=self.key, ChecksumMode="ENABLED"
-                )
-            )
-        problem = stored_object_problem(answer, size=self.size, sent=sent)
-        if problem is None:
-            return
-        self.store.delete(self.key)
-        raise IntegrityError(
-            f"{self.store.bucket}/{self.key}: the server stored {problem}; "
-            "the object was removed and nothing was published",
-            hint="run again; if it recurs, the S3 server is damaging what it stores",
-        )
 
     def abort(self) -> None:
         """Drop the upload and its parts (after the parts on their way have stopped)."""
@@ -310,12 +314,7 @@ class StagedUpload:
             with contextlib.suppress(BaseException):
                 future.exception()
         if self.upload_id and self.state not in ("completed", "aborted"):
-            with contextlib.suppress(
-                botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError
-            ):
-                self.store.client.abort_multipart_upload(
-                    Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
-                )
+            self.target.abort_upload(self.key, self.upload_id)
         if self.state in ("new", "staged"):
             self.state = "aborted"
 
@@ -330,19 +329,19 @@ class Staging:
 
     def __init__(
         self,
-        store: ObjectStore,
+        target: MultipartTarget,
         *,
         workers: int | None = None,
         now: Callable[[], datetime] = utcnow,
     ) -> None:
-        self.store = store
+        self.target = target
         self.now = now
-        self.senders = PartSenders(workers or store.workers)
+        self.senders = PartSenders(workers or target.workers)
         self.uploads: list[StagedUpload] = []
         self._completed = False
 
     def __enter__(self) -> Staging:
-        sweep_orphans(self.store, self.now() - ORPHAN_GRACE)
+        sweep_orphans(self.target, self.now() - ORPHAN_GRACE)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -359,17 +358,11 @@ class Staging:
         *,
         sha256: str,
         size: int,
-        content_type: str = "application/octet-stream",
+        content_type: str = OCTET_STREAM,
         on_progress: Progress | None = None,
     ) -> StagedUpload:
         upload = StagedUpload(
-            self.store,
-            self.senders,
-            key,
-            sha256=sha256,
-            size=size,
-            content_type=content_type,
-            now=self.now,
+            self.target, self.senders, key, sha256=sha256, size=size, content_type=content_type
         )
         self.uploads.append(upload)
         upload.stage(source, on_progress)
@@ -381,7 +374,7 @@ class Staging:
             upload.wait_for_parts()
         outcomes = {upload.key: upload.complete() for upload in self.uploads}
         self._completed = True
-        sweep_orphans(self.store, self.now() - ORPHAN_GRACE)
+        sweep_orphans(self.target, self.now() - ORPHAN_GRACE)
         return outcomes
 
     def abort(self) -> None:
@@ -394,102 +387,33 @@ class Staging:
         return self.senders.peak_in_flight
 
 
-def sweep_orphans(store: ObjectStore, started_before: datetime) -> int:
-    """Abort the open multipart uploads under the store's prefix that no import can still
+def upload_blob(
+    target: MultipartTarget, key: str, source: Reader, *, sha256: str, size: int, **how: Any
+) -> Outcome:
+    """One object from `source`, staged and completed alone (a batch of one); `how` is
+    `stage`'s `content_type` and `on_progress`."""
+    with Staging(target) as staging:
+        staging.stage(key, source, sha256=sha256, size=size, **how)
+        return staging.complete()[key]
+
+
+def sweep_orphans(target: MultipartTarget, started_before: datetime) -> int:
+    """Abort the open multipart uploads under the target's prefix that no import can still
     complete: those of a key already published, and those begun before `started_before`.
     Returns how many were aborted. Best effort: a server that refuses the listing keeps them."""
-    errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
-    prefix = f"{store.prefix}/" if store.prefix else ""
     try:
-        paginator = store.client.get_paginator("list_multipart_uploads")
-        uploads = [
-            upload
-            for page in paginator.paginate(Bucket=store.bucket, Prefix=prefix)
-            for upload in page.get("Uploads", [])
-        ]
-    except errors as exc:
-        log.debug("cannot list the open uploads under %s: %s", prefix or "the bucket", exc)
+        uploads = target.open_uploads()
+    except MirrorError as exc:
+        log.debug("cannot list the open uploads: %s", exc)
         return 0
     aborted = 0
     for upload in uploads:
-        key = upload["Key"]
-        if upload["Initiated"] >= started_before and store.head(key) is None:
+        if upload.initiated >= started_before and target.existing(upload.key, {}) is None:
             continue
-        with contextlib.suppress(*errors):
-            store.client.abort_multipart_upload(
-                Bucket=store.bucket, Key=key, UploadId=upload["UploadId"]
-            )
+        if target.abort_upload(upload.key, upload.upload_id):
             aborted += 1
-            log.info("aborted an upload of %s left open since %s", key, upload["Initiated"])
+            log.info("aborted an upload of %s left open since %s", upload.key, upload.initiated)
     return aborted
-
-
-def algorithm_args(kind: PartChecksum) -> dict[str, Any]:
-    """CreateMultipartUpload's argument that makes every part carry a CRC32."""
-    return {"ChecksumAlgorithm": "CRC32"} if kind == "crc32" else {}
-
-
-def part_checksum(kind: PartChecksum, part: bytes | bytearray) -> dict[str, str]:
-    """The UploadPart/PutObject argument the server verifies the bytes by."""
-    if kind == "crc32":
-        return {"ChecksumCRC32": crc32_base64(part)}
-    digest = hashlib.md5(part, usedforsecurity=False).digest()
-    return {"ContentMD5": base64.b64encode(digest).decode()}
-
-
-def crc32_base64(data: bytes | bytearray) -> str:
-    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
-
-
-def check_part_answer(key: str, number: int, sent: dict[str, str], answer: dict[str, Any]) -> None:
-    """Refuse a part the server reports back with another checksum than the one sent."""
-    if "ChecksumCRC32" in sent:
-        echoed = answer.get("ChecksumCRC32")
-        if echoed is None or echoed == sent["ChecksumCRC32"]:
-            return
-        what = f"CRC32 {echoed}, sent {sent['ChecksumCRC32']}"
-    else:
-        etag = str(answer.get("ETag", "")).strip('"')
-        md5_hex = base64.b64decode(sent["ContentMD5"]).hex()
-        if not is_plain_md5(etag) or answer.get("ServerSideEncryption") or etag == md5_hex:
-            return
-        what = f"ETag {etag}, sent MD5 {md5_hex}"
-    raise IntegrityError(
-        f"{key}: the server reports part {number} stored with {what}; nothing was published",
-        hint="run again; if it recurs, the S3 server is damaging what it stores",
-    )
-
-
-def stored_object_problem(
-    answer: dict[str, Any], *, size: int, sent: list[dict[str, Any]]
-) -> str | None:
-    """What differs between a completed object (its HEAD) and the parts sent, or None."""
-    stored = int(answer.get("ContentLength", -1))
-    if stored != size:
-        return f"{stored} bytes, not the {size} sent"
-    etag = str(answer.get("ETag", "")).strip('"')
-    if "-" in etag and etag.rsplit("-", 1)[1] != str(len(sent)):
-        return f"an object of {etag.rsplit('-', 1)[1]} parts, not the {len(sent)} sent"
-    reported = str(answer.get("ChecksumCRC32") or "")
-    if (
-        sent
-        and "ChecksumCRC32" in sent[0]
-        and reported
-        and answer.get("ChecksumType") != "FULL_OBJECT"
-    ):
-        joined = b"".join(base64.b64decode(part["ChecksumCRC32"]) for part in sent)
-        if reported.split("-")[0] != crc32_base64(joined):
-            return f"an object whose CRC32 of parts is {reported}, not the one sent"
-    if sent and "ContentMD5" in sent[0] and "-" in etag and not answer.get("ServerSideEncryption"):
-        joined = b"".join(base64.b64decode(part["ContentMD5"]) for part in sent)
-        expected = hashlib.md5(joined, usedforsecurity=False).hexdigest()
-        if etag.split("-")[0] != expected:
-            return f"an object whose ETag is {etag}, not the {expected}-{len(sent)} sent"
-    return None
-
-
-def is_plain_md5(etag: str) -> bool:
-    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag.lower())
 
 
 def read_part(source: Reader, size: int) -> bytearray:
@@ -510,17 +434,12 @@ def read_part(source: Reader, size: int) -> bytearray:
     return part
 
 
-def check_whole(key: str, *, data_hash: str, got: int, sha256: str, size: int) -> None:
-    if got > size:
+def check_whole(key: str, read: Digest, *, sha256: str, size: int) -> None:
+    """The source held exactly `size` bytes hashing to `sha256` (IntegrityError otherwise;
+    `read.size` past `size` means the source held more)."""
+    unpublished = "nothing was published"
+    if read.size > size:
         raise IntegrityError(
-            f"{key}: the source holds more than the expected {size} bytes; nothing was published"
+            f"{key}: the source holds more than the expected {size} bytes; {unpublished}"
         )
-    if got < size:
-        raise IntegrityError(
-            f"{key}: the source holds {got} bytes, expected {size}; nothing was published"
-        )
-    if data_hash != sha256:
-        raise IntegrityError(
-            f"{key}: the source hashes to {data_hash[:16]}…, expected {sha256[:16]}…; "
-            "nothing was published"
-        )
+    require_digest(f"{key}: the source", read, sha256, size, hint=unpublished)

@@ -14,58 +14,53 @@ Promises:
   uploads, completed only once their bytes matched); a blob whose bytes do not hash
   to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
+
+Reads, links, listing and removal are mirror.airgap.s3bucket's (`S3Bucket`, which this
+extends with every write); the checksums the server verifies are mirror.airgap.s3checksums'.
+`ObjectStore` is the S3 `MultipartTarget` of mirror.airgap.multipart's staging.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import (
-    SHA256_META,
-    Outcome,
+from mirror.airgap.multipart import SHA256_META, OpenUpload, Outcome, Part, UploadGone
+from mirror.airgap.s3bucket import S3_ERRORS, S3Bucket
+from mirror.airgap.s3checksums import (
+    DAMAGED_HINT,
     PartChecksum,
-    Reader,
-    Staging,
+    algorithm_args,
     check_part_answer,
-    is_plain_md5,
+    md5_base64,
+    part_checksum,
+    stored_object_problem,
 )
 from mirror.airgap.s3client import make_s3_client
 from mirror.airgap.s3errors import (
     CONFLICT_CODES,
-    MISSING_BUCKET_CODES,
     MISSING_KEY_CODES,
     UNSUPPORTED_CODES,
     error_code,
     http_status,
-    s3_failure,
 )
 from mirror.config import TargetSettings
-from mirror.errors import (
-    ConfigError,
-    IntegrityError,
-    MirrorError,
-    NotFound,
-    TemporaryFailure,
-)
-from mirror.fsutil import CHUNK_SIZE
-from mirror.logs import redacted_url
-from mirror.timestamps import utcnow
+from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
+from mirror.integrity import hash_bytes
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
+
+__all__ = ["ObjectStore", "make_s3_client", "without_conditional_writes"]
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +70,13 @@ log = logging.getLogger(__name__)
 # assemble; bench/RESULTS.md). A blob of more than 10,000 parts (78 GiB) gets larger parts.
 # Two parts in flight keep both cores busy: one is read and hashed while the other is sent.
 PART_SIZE = 8 * 1024 * 1024
-MAX_JSON_BYTES = 16 * 1024 * 1024
 UPLOAD_WORKERS = 2
 
+Write = Callable[[dict[str, Any]], None]
 
-class ObjectStore:
-    """One bucket under one prefix; every key the tool writes goes through `key()`."""
+
+class ObjectStore(S3Bucket):
+    """One bucket under one prefix, read and written; every key goes through `key()`."""
 
     def __init__(
         self,
@@ -94,12 +90,7 @@ class ObjectStore:
         part_checksum: PartChecksum = "crc32",
         emulate_conditional: bool = False,
     ) -> None:
-        if not bucket:
-            raise ConfigError("target.bucket is not set", hint="name the object store's bucket")
-        self.client = client
-        self.presign_client = presign_client or client
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        super().__init__(client, bucket, prefix, presign_client=presign_client)
         self.part_size = max(5 * 1024 * 1024, part_size)
         self.workers = max(1, workers)
         self.part_checksum: PartChecksum = part_checksum
@@ -124,165 +115,13 @@ class ObjectStore:
             emulate_conditional=target.conditional_writes == "emulate",
         )
 
-    def key(self, *parts: str) -> str:
-        """`prefix/part1/part2...`; refuses empty, `.` and `..` segments."""
-        segments: list[str] = []
-        for part in parts:
-            for segment in part.split("/"):
-                if segment in ("", ".", ".."):
-                    raise ValueError(f"unsafe object key segment in {part!r}")
-                segments.append(segment)
-        return "/".join([self.prefix, *segments] if self.prefix else segments)
-
-    @property
-    def where(self) -> str:
-        endpoint = getattr(getattr(self.client, "meta", None), "endpoint_url", "") or ""
-        return f"bucket {self.bucket}" + (f" at {redacted_url(endpoint)}" if endpoint else "")
-
-    def _error(self, exc: Exception, action: str, key: str | None = None) -> MirrorError:
-        """The one-line MirrorError for a failed S3 call (no credential, no server prose)."""
-        thing = f"{self.bucket}/{key}" if key else f"bucket {self.bucket}"
-        return s3_failure(exc, action, thing=thing, where=self.where)
-
-    @contextlib.contextmanager
-    def call(self, action: str, key: str | None = None) -> Iterator[None]:
-        try:
-            yield
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            raise self._error(exc, action, key) from None
-
-    def check_access(self) -> None:
-        """Prove the bucket exists and the credentials are accepted, before any other work."""
-        try:
-            self.client.head_bucket(Bucket=self.bucket)
-        except botocore.exceptions.ClientError as exc:
-            if http_status(exc) == 404 or error_code(exc) in MISSING_BUCKET_CODES:
-                raise NotFound(
-                    f"{self.where} does not exist", hint="create it or fix target.bucket"
-                ) from None
-            if http_status(exc) == 403:
-                self._explain_refusal()
-            raise self._error(exc, "access check") from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "access check") from None
-
-    def _explain_refusal(self) -> None:
-        """A HEAD refusal has no body to say why; a one-key listing does (a skewed clock
-        and refused credentials both answer 403)."""
-        with self.call("access check"):
-            self.client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
-
-    def head(self, key: str) -> dict[str, Any] | None:
-        """The object's facts, or None when it does not exist.
-
-        Keys: `size` (int), `etag` (str, quoted as the server sent it), `sha256`
-        (from metadata, or None), `metadata` (dict), `last_modified` (datetime),
-        `content_type` (str).
-        """
-        try:
-            answer = self.client.head_object(Bucket=self.bucket, Key=key)
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) in MISSING_KEY_CODES or http_status(exc) == 404:
-                if error_code(exc) in MISSING_BUCKET_CODES:
-                    raise self._error(exc, "HEAD", key) from None
-                return None
-            raise self._error(exc, "HEAD", key) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "HEAD", key) from None
-        metadata = {k.lower(): v for k, v in (answer.get("Metadata") or {}).items()}
-        return {
-            "size": int(answer.get("ContentLength", 0)),
-            "etag": answer.get("ETag", ""),
-            "sha256": metadata.get(SHA256_META),
-            "metadata": metadata,
-            "last_modified": answer.get("LastModified"),
-            "content_type": answer.get("ContentType", ""),
-        }
-
-    def _get(self, key: str) -> dict[str, Any] | None:
-        """The GET answer (its Body still to read), or None when the object does not exist."""
-        try:
-            return dict(self.client.get_object(Bucket=self.bucket, Key=key))
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) in MISSING_KEY_CODES:
-                return None
-            raise self._error(exc, "GET", key) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "GET", key) from None
-
-    def read_json(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(document, etag), or (None, None) when the object does not exist."""
-        answer = self._get(key)
-        if answer is None:
-            return None, None
-        body = answer["Body"]
-        try:
-            with self.call("GET", key):
-                data = body.read(MAX_JSON_BYTES + 1)
-        finally:
-            body.close()
-        if len(data) > MAX_JSON_BYTES:
-            raise IntegrityError(f"{self.bucket}/{key} is larger than {MAX_JSON_BYTES} bytes")
-        self._check_read_back(key, data, answer)
-        try:
-            document = json.loads(data)
-        except (ValueError, RecursionError):
-            raise IntegrityError(f"{self.bucket}/{key} is not valid JSON") from None
-        if not isinstance(document, dict):
-            raise IntegrityError(f"{self.bucket}/{key} is not a JSON object")
-        return document, str(answer.get("ETag", "")) or None
-
-    def _check_read_back(self, key: str, data: bytes, answer: dict[str, Any]) -> None:
-        """Refuse a document whose bytes are not the ones the server reports storing: every
-        JSON document is written in one PutObject, so its ETag is the MD5 of its bytes (unless
-        encrypted). A bit flipped on the way back would otherwise be parsed, changed and
-        written back whole with If-Match, making the damage permanent."""
-        etag = str(answer.get("ETag", "")).strip('"')
-        if not is_plain_md5(etag) or answer.get("ServerSideEncryption"):
-            return
-        if hashlib.md5(data, usedforsecurity=False).hexdigest() != etag:
-            raise IntegrityError(
-                f"{self.bucket}/{key} was damaged on the way from the server (its bytes do not "
-                "match the MD5 ETag the server reports); nothing was written",
-                hint="run again; if it recurs, check the network path to the object store",
-            )
-
-    def open_stream(self, key: str) -> Iterator[bytes]:
-        """The object's bytes in CHUNK_SIZE pieces; NotFound when it does not exist."""
-        answer = self._get(key)
-        if answer is None:
-            raise NotFound(f"{self.bucket}/{key} does not exist")
-        body = answer["Body"]
-        try:
-            with self.call("GET", key):
-                yield from body.iter_chunks(CHUNK_SIZE)
-        finally:
-            body.close()
-
-    def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]:
-        """A presigned GET link for `key` valid `ttl` seconds, and when it expires."""
-        seconds = max(1, int(ttl))
-        expires_at = utcnow() + timedelta(seconds=seconds)
-        with self.call("presign", key):
-            url = self.presign_client.generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=seconds
-            )
-        return url, expires_at
-
-    def list_keys(self, prefix: str = "") -> list[str]:
-        """Every key under `prefix` (a full key prefix), sorted."""
-        keys: list[str] = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        with self.call("LIST", prefix or None):
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
-                keys.extend(item["Key"] for item in page.get("Contents", []))
-        return sorted(keys)
+    # ---- pointers: replaced whole, conditionally -------------------------------------------
 
     def write_json(self, key: str, document: dict[str, Any], *, if_match: str | None) -> str:
         """Replace `key` with `document` only if it still has ETag `if_match`; returns the new ETag.
 
         `if_match=None` means the key must not exist yet. Losing the race raises
-        TemporaryFailure "... changed by someone else; run again".
+        WriteConflict "... changed by someone else; run again".
         """
         body = (json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
         conflict = WriteConflict(f"{self.bucket}/{key} was changed by someone else; run again")
@@ -311,11 +150,13 @@ class ObjectStore:
                 raise conflict from None
             if extra and self._unsupported(exc):
                 return self.write_json(key, document, if_match=if_match)
-            raise self._error(exc, "PUT", key) from None
+            raise self.error(exc, "PUT", key) from None
         except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "PUT", key) from None
+            raise self.error(exc, "PUT", key) from None
         self._note_conditional(bool(extra))
         return str(answer.get("ETag", ""))
+
+    # ---- immutable objects: written once ---------------------------------------------------
 
     def put_immutable(
         self,
@@ -326,24 +167,9 @@ class ObjectStore:
         content_type: str = "application/json",
     ) -> Outcome:
         """Write a small object once; `identity` (metadata) decides "already there" vs conflict."""
-        metadata = {**identity}
-        metadata.setdefault(SHA256_META, hashlib.sha256(data).hexdigest())
+        metadata = {SHA256_META: hash_bytes(data), **identity}
         if self.existing(key, identity) is not None:
             return "exists"
-        return self.put_once(key, data, identity, content_type, metadata=metadata)
-
-    def put_once(
-        self,
-        key: str,
-        data: bytes,
-        identity: Mapping[str, str],
-        content_type: str,
-        *,
-        metadata: Mapping[str, str] | None = None,
-        size: int | None = None,
-    ) -> Outcome:
-        """One conditional PutObject of bytes in memory (see `create_once` for the rules)."""
-        metadata = metadata or identity
 
         def put(extra: dict[str, Any]) -> None:
             checksum = md5_base64(data)
@@ -353,7 +179,7 @@ class ObjectStore:
                 Body=data,
                 ContentType=content_type,
                 ContentMD5=checksum,
-                Metadata=dict(metadata),
+                Metadata=metadata,
                 **extra,
             )
             try:
@@ -362,35 +188,7 @@ class ObjectStore:
                 self.delete(key)
                 raise
 
-        return self.create_once(key, identity, put, size=size)
-
-    def upload_blob(
-        self,
-        key: str,
-        source: Reader,
-        *,
-        sha256: str,
-        size: int,
-        content_type: str = "application/octet-stream",
-        on_progress: Callable[[int], None] | None = None,
-    ) -> Outcome:
-        """Stream `size` bytes from `source` to `key` once, with `sha256` in its metadata.
-
-        One staged upload (mirror.airgap.multipart) completed at once: the bytes
-        are hashed as they are read; when they do not hash to `sha256` (or the
-        length differs) the upload is aborted and IntegrityError raised, so the
-        object never appears. Memory stays at `workers` parts.
-        """
-        with Staging(self) as staging:
-            staging.stage(
-                key,
-                source,
-                sha256=sha256,
-                size=size,
-                content_type=content_type,
-                on_progress=on_progress,
-            )
-            return staging.complete()[key]
+        return self.create_once(key, identity, put)
 
     def existing(
         self, key: str, identity: Mapping[str, str], *, size: int | None = None
@@ -410,13 +208,10 @@ class ObjectStore:
         return facts
 
     def create_once(
-        self,
-        key: str,
-        identity: Mapping[str, str],
-        write: Callable[[dict[str, Any]], None],
-        *,
-        size: int | None = None,
+        self, key: str, identity: Mapping[str, str], write: Write, *, size: int | None = None
     ) -> Outcome:
+        """Run `write` (a PutObject or a completion) with If-None-Match: * (or, emulating,
+        after a HEAD); the same object already there is "exists", another one IntegrityError."""
         extra: dict[str, Any] = {} if self.conditional_writes is False else {"IfNoneMatch": "*"}
         try:
             write(extra)
@@ -431,9 +226,9 @@ class ObjectStore:
                 if self.existing(key, identity, size=size) is not None:
                     return "exists"
                 return self.create_once(key, identity, write, size=size)
-            raise self._error(exc, "PUT", key) from None
+            raise self.error(exc, "PUT", key) from None
         except botocore.exceptions.BotoCoreError as exc:
-            raise self._error(exc, "PUT", key) from None
+            raise self.error(exc, "PUT", key) from None
         self._note_conditional(bool(extra))
         return "created"
 
@@ -457,11 +252,101 @@ class ObjectStore:
             with self._lock:
                 self.conditional_writes = True
 
-    def delete(self, key: str) -> None:
-        """Remove `key`. Removing a key that is not there is not an error (as in S3), so a
-        deletion interrupted and run again simply finishes."""
-        with self.call("DELETE", key):
-            self.client.delete_object(Bucket=self.bucket, Key=key)
+    # ---- the MultipartTarget of mirror.airgap.multipart ------------------------------------
+
+    def start_upload(self, key: str, *, identity: Mapping[str, str], content_type: str) -> str:
+        with self.call("create multipart upload", key):
+            return self.client.create_multipart_upload(
+                Bucket=self.bucket,
+                Key=key,
+                ContentType=content_type,
+                Metadata=dict(identity),
+                **algorithm_args(self.part_checksum),
+            )["UploadId"]
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytearray) -> Part:
+        checksum = part_checksum(self.part_checksum, data)
+        with self._uploading("upload part", key):
+            answer = self.client.upload_part(
+                Bucket=self.bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,  # type: ignore[arg-type]
+                **checksum,  # type: ignore[arg-type]
+            )
+        check_part_answer(key, number, checksum, dict(answer))
+        return {"ETag": answer["ETag"], "PartNumber": number, **checksum}
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: list[Part], *, identity: Mapping[str, str], size: int
+    ) -> Outcome:
+        listed = [{k: v for k, v in part.items() if k != "ContentMD5"} for part in parts]
+
+        def complete(extra: dict[str, Any]) -> None:
+            with self._uploading("PUT", key, only_gone=True):
+                self.client.complete_multipart_upload(
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": listed},  # type: ignore[typeddict-item]
+                    **extra,
+                )
+
+        outcome = self.create_once(key, identity, complete, size=size)
+        if outcome == "created":
+            self._check_stored(key, size, parts)
+        return outcome
+
+    def _check_stored(self, key: str, size: int, sent: list[Part]) -> None:
+        """Read back what the server says it stored; remove and refuse an object that differs."""
+        with self.call("HEAD", key):
+            answer = dict(
+                self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+            )
+        problem = stored_object_problem(answer, size=size, sent=sent)
+        if problem is None:
+            return
+        self.delete(key)
+        raise IntegrityError(
+            f"{self.bucket}/{key}: the server stored {problem}; "
+            "the object was removed and nothing was published",
+            hint=DAMAGED_HINT,
+        )
+
+    @contextlib.contextmanager
+    def _uploading(self, action: str, key: str, *, only_gone: bool = False) -> Iterator[None]:
+        """NoSuchUpload as UploadGone; with `only_gone`, other S3 errors pass unchanged (to
+        create_once), else they are the one-line MirrorError."""
+        try:
+            yield
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) == "NoSuchUpload":
+                raise UploadGone(self.error(exc, action, key).message) from None
+            if only_gone:
+                raise
+            raise self.error(exc, action, key) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            if only_gone:
+                raise
+            raise self.error(exc, action, key) from None
+
+    def abort_upload(self, key: str, upload_id: str) -> bool:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except S3_ERRORS:
+            return False
+        return True
+
+    def open_uploads(self) -> list[OpenUpload]:
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        with self.call("LIST", prefix or None):
+            return [
+                OpenUpload(upload["Key"], upload["UploadId"], upload["Initiated"])
+                for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
+                for upload in page.get("Uploads", [])
+            ]
 
 
 def without_conditional_writes(where: str, how: str) -> ConfigError:
@@ -472,7 +357,3 @@ def without_conditional_writes(where: str, how: str) -> ConfigError:
         hint='set target.conditional_writes = "emulate" to check with HEAD before each '
         "write instead (safe against re-runs, not against two imports at the same moment)",
     )
-
-
-def md5_base64(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()

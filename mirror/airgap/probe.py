@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import urllib.parse
 import uuid
 from collections.abc import Callable
@@ -27,8 +26,8 @@ from typing import Any, Literal
 import botocore.exceptions
 import httpx
 
-from mirror.airgap.multipart import part_checksum
 from mirror.airgap.objectstore import ObjectStore, without_conditional_writes
+from mirror.airgap.s3checksums import md5_hex, part_checksum
 from mirror.airgap.s3errors import (
     DIGEST_CODES,
     UNSUPPORTED_CODES,
@@ -103,7 +102,7 @@ class Probe:
             raise
         if kind == "md5":
             etag = str(self._put(BODY, **part_checksum("md5", BODY))["ETag"]).strip('"')
-            if etag == hashlib.md5(BODY, usedforsecurity=False).hexdigest():
+            if etag == md5_hex(BODY):
                 return "read back"
         return "none"
 

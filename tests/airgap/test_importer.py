@@ -15,6 +15,7 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
+from mirror.airgap.multipart import upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.outbound.pack import pack
@@ -274,7 +275,7 @@ def test_an_interrupted_import_resumes(
     item = next(i for i in manifest.items if i.sha256 == sha)
     key = object_store.key(DOCS, "2026-11-21", "bundle.tar.gz")
     data = app.store.open(sha).read_bytes()
-    object_store.upload_blob(key, io.BytesIO(data), sha256=sha, size=item.size)
+    upload_blob(object_store, key, io.BytesIO(data), sha256=sha, size=item.size)
     etag = listing(object_store)[key]
     result = import_set(object_store, tmp_path / "set", trusted)
     assert [i.status for i in result.items] == ["published", "published"]

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mirror.airgap.multipart import ORPHAN_GRACE, Staging
+from mirror.airgap.multipart import ORPHAN_GRACE, Staging, upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import IntegrityError
 from tests.fixtures.s3 import bucket_listing
@@ -99,7 +99,7 @@ class Unreadable:
 def test_an_object_already_there_is_not_read_or_uploaded_again(store: ObjectStore) -> None:
     data, sha = blob(6 * MiB)
     key = store.key("x")
-    assert store.upload_blob(key, io.BytesIO(data), sha256=sha, size=len(data)) == "created"
+    assert upload_blob(store, key, io.BytesIO(data), sha256=sha, size=len(data)) == "created"
     etag = bucket_listing(store.client, store.bucket)[key]
     with Staging(store) as staging:
         upload = staging.stage(key, Unreadable(), sha256=sha, size=len(data))

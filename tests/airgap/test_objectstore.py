@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mirror.airgap.multipart import upload_blob
 from mirror.airgap.objectstore import ObjectStore, make_s3_client
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, IntegrityError, NotFound, TemporaryFailure
@@ -65,7 +66,7 @@ def test_the_read_only_identity_cannot_write(s3_read_only_client: Any, bucket: s
     data, digest = blob(1000)
     store = ObjectStore(s3_read_only_client, bucket)
     with pytest.raises(AuthError, match="AccessDenied"):
-        store.upload_blob(store.key("x"), io.BytesIO(data), sha256=digest, size=1000)
+        upload_blob(store, store.key("x"), io.BytesIO(data), sha256=digest, size=1000)
 
 
 def test_unreachable_endpoint_is_temporary() -> None:
@@ -77,14 +78,14 @@ def test_unreachable_endpoint_is_temporary() -> None:
 def test_small_blob_is_written_once_with_sha256_metadata(object_store: ObjectStore) -> None:
     data, digest = blob(1000)
     key = object_store.key("d.example.com", "v1", "bundle.zip")
-    assert object_store.upload_blob(key, io.BytesIO(data), sha256=digest, size=1000) == "created"
+    assert upload_blob(object_store, key, io.BytesIO(data), sha256=digest, size=1000) == "created"
     facts = object_store.head(key)
     assert facts is not None and facts["sha256"] == digest and facts["size"] == 1000
     assert b"".join(object_store.open_stream(key)) == data
-    assert object_store.upload_blob(key, io.BytesIO(data), sha256=digest, size=1000) == "exists"
+    assert upload_blob(object_store, key, io.BytesIO(data), sha256=digest, size=1000) == "exists"
     other, other_digest = blob(1000)
     with pytest.raises(IntegrityError, match="already exists with different content"):
-        object_store.upload_blob(key, io.BytesIO(other), sha256=other_digest, size=1000)
+        upload_blob(object_store, key, io.BytesIO(other), sha256=other_digest, size=1000)
     assert b"".join(object_store.open_stream(key)) == data
 
 
@@ -93,8 +94,8 @@ def test_multipart_blob_streams_in_parts(object_store: ObjectStore) -> None:
     data, digest = blob(12 * 1024**2 + 7)
     key = store.key("d.example.com", "v1", "bundle.tar.gz")
     seen: list[int] = []
-    outcome = store.upload_blob(
-        key, io.BytesIO(data), sha256=digest, size=len(data), on_progress=seen.append
+    outcome = upload_blob(
+        store, key, io.BytesIO(data), sha256=digest, size=len(data), on_progress=seen.append
     )
     assert outcome == "created"
     assert sum(seen) == len(data) and len(seen) == 3
@@ -119,7 +120,7 @@ def test_wrong_bytes_never_become_visible(
     data, digest = blob(size)
     key = store.key("d.example.com", "v1", "bundle.zip")
     with pytest.raises(IntegrityError, match="nothing was published"):
-        store.upload_blob(key, io.BytesIO(mangle(data)), sha256=digest, size=size)
+        upload_blob(store, key, io.BytesIO(mangle(data)), sha256=digest, size=size)
     assert store.head(key) is None
     assert bucket_listing(s3_client, store.bucket) == {}
     uploads = s3_client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", [])
@@ -146,7 +147,7 @@ def test_a_failing_source_aborts_the_multipart_upload(
     data, digest = blob(11 * 1024**2)
     key = store.key("d.example.com", "v1", "bundle.zip")
     with pytest.raises(OSError):
-        store.upload_blob(key, FailingReader(data, 6 * 1024**2), sha256=digest, size=len(data))
+        upload_blob(store, key, FailingReader(data, 6 * 1024**2), sha256=digest, size=len(data))
     assert store.head(key) is None
     assert s3_client.list_multipart_uploads(Bucket=store.bucket).get("Uploads", []) == []
 
@@ -188,8 +189,8 @@ def test_write_json_without_server_support_falls_back_to_head(object_store: Obje
     object_store.write_json(key, {"n": 2}, if_match=etag)
     data, digest = blob(100)
     bkey = object_store.key("d.example.com", "v", "bundle.zip")
-    assert object_store.upload_blob(bkey, io.BytesIO(data), sha256=digest, size=100) == "created"
-    assert object_store.upload_blob(bkey, io.BytesIO(data), sha256=digest, size=100) == "exists"
+    assert upload_blob(object_store, bkey, io.BytesIO(data), sha256=digest, size=100) == "created"
+    assert upload_blob(object_store, bkey, io.BytesIO(data), sha256=digest, size=100) == "exists"
 
 
 def test_read_json_refuses_non_json(object_store: ObjectStore, s3_client: Any) -> None:
@@ -204,7 +205,7 @@ def test_presign_get_serves_the_object(object_store: ObjectStore) -> None:
 
     key = object_store.key("d.example.com", "v1", "bundle.zip")
     data, digest = blob(500)
-    object_store.upload_blob(key, io.BytesIO(data), sha256=digest, size=500)
+    upload_blob(object_store, key, io.BytesIO(data), sha256=digest, size=500)
     url, expires_at = object_store.presign_get(key, 600)
     with urllib.request.urlopen(url) as answer:
         assert answer.read() == data
@@ -226,7 +227,7 @@ def test_presign_endpoint_url_signs_for_the_pods_host_name(
     store = ObjectStore.from_settings(target)
     key = store.key("d.example.com", "v1", "bundle.zip")
     data, digest = blob(700)
-    store.upload_blob(key, io.BytesIO(data), sha256=digest, size=700)
+    upload_blob(store, key, io.BytesIO(data), sha256=digest, size=700)
     url, _ = store.presign_get(key, 600)
     assert url.startswith(f"{pods_name}/{target.bucket}/")
     with urllib.request.urlopen(url) as answer:

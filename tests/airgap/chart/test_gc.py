@@ -23,9 +23,9 @@ from mirror.airgap.chart.gc import (
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, NotFound
+from tests.airgap.chart.test_values import DOMAIN, seed_version
 from tests.conftest import write_config
 from tests.fixtures.s3 import bucket_listing, run_mirror
-from tests.airgap.chart.test_values import DOMAIN, seed_version
 
 pytestmark = pytest.mark.s3
 

@@ -22,6 +22,7 @@ import yaml
 from botocore.config import Config
 
 from mirror.airgap import chart, layout
+from mirror.airgap.multipart import upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import (
@@ -385,7 +386,7 @@ def seed_version(
     sha256, size = sha256_file(archive), archive.stat().st_size
     key = store.key(domain, version, "bundle.tar.gz")
     with archive.open("rb") as source:
-        store.upload_blob(key, source, sha256=sha256, size=size, content_type="application/gzip")
+        upload_blob(store, key, source, sha256=sha256, size=size, content_type="application/gzip")
     manifest_key = store.key(domain, version, "manifest.json")
     now = chart.isoformat(datetime.now(UTC))
     if with_manifest:
