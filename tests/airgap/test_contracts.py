@@ -1,0 +1,227 @@
+"""Contract tests: each storage Protocol of mirror.airgap, against the in-memory fake AND the
+real server (SeaweedFS), so the fake the unit tests use behaves as the server was seen to.
+
+One class per Protocol; every test runs twice (`memory`, `seaweedfs`). A test that fails
+only on `memory` is a fake that lies; only on `seaweedfs`, a contract the code must not
+rely on.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mirror.airgap import layout
+from mirror.airgap.chart.values import link_target
+from mirror.airgap.conditional import WriteConflict, read_modify_write
+from mirror.airgap.multipart import SHA256_META, Staging, UploadGone, upload_blob
+from mirror.errors import IntegrityError, NotFound
+from mirror.integrity import hash_bytes
+from mirror.links import link_expiry
+from mirror.timestamps import utcnow
+from tests.airgap.memory import MemoryBucket
+
+
+@pytest.fixture(params=["memory", pytest.param("seaweedfs", marks=pytest.mark.s3)])
+def store(request: pytest.FixtureRequest) -> Any:
+    """The fake, or an ObjectStore on a fresh bucket of the real server."""
+    if request.param == "memory":
+        return MemoryBucket()
+    return request.getfixturevalue("object_store")
+
+
+class TestJsonStore:
+    """conditional.JsonStore: documents replaced whole, only on the ETag that was read."""
+
+    def test_a_missing_document_reads_as_nothing(self, store: Any) -> None:
+        assert store.read_json(store.key("d", "index.json")) == (None, None)
+
+    def test_a_new_document_reads_back_with_its_etag(self, store: Any) -> None:
+        key = store.key("d", "index.json")
+        etag = store.write_json(key, {"a": [1, "é"]}, if_match=None)
+        assert store.read_json(key) == ({"a": [1, "é"]}, etag)
+
+    def test_creating_what_exists_is_a_conflict(self, store: Any) -> None:
+        key = store.key("d", "index.json")
+        store.write_json(key, {"a": 1}, if_match=None)
+        with pytest.raises(WriteConflict, match="changed by someone else"):
+            store.write_json(key, {"a": 2}, if_match=None)
+        assert store.read_json(key)[0] == {"a": 1}
+
+    def test_only_the_etag_read_replaces(self, store: Any) -> None:
+        key = store.key("d", "index.json")
+        first = store.write_json(key, {"a": 1}, if_match=None)
+        second = store.write_json(key, {"a": 2}, if_match=first)
+        assert second != first
+        with pytest.raises(WriteConflict):
+            store.write_json(key, {"a": 3}, if_match=first)
+        assert store.read_json(key) == ({"a": 2}, second)
+
+    def test_replacing_what_is_missing_is_a_conflict(self, store: Any) -> None:
+        with pytest.raises(WriteConflict):
+            store.write_json(store.key("d", "gone.json"), {"a": 1}, if_match='"0123"')
+
+    def test_read_modify_write_keeps_both_changes(self, store: Any) -> None:
+        key = store.key("d", "counter.json")
+        for _ in range(3):
+            read_modify_write(store, key, lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+        assert store.read_json(key)[0] == {"n": 3}
+
+
+class TestBucket:
+    """layout.Bucket: key names under the prefix, typed documents."""
+
+    def test_keys_live_under_the_prefix(self, store: Any) -> None:
+        assert store.key("d.example", "2026-01-01/manifest.json") == (
+            f"{store.prefix}/d.example/2026-01-01/manifest.json"
+        )
+        for unsafe in ("..", "a//b", ".", ""):
+            with pytest.raises(ValueError, match="unsafe"):
+                store.key("d", unsafe)
+
+    def test_a_typed_document_round_trips(self, store: Any) -> None:
+        def create(current: layout.Current | None) -> layout.Current:
+            assert current is None
+            return layout.Current(domain="d", current="2026-01-01")
+
+        layout.update_document(store, layout.current_key(store, "d"), layout.Current, create)
+        assert layout.read_current(store, "d") == layout.Current(domain="d", current="2026-01-01")
+        assert layout.read_index(store, "d") is None
+
+
+class TestReads:
+    """rebuild.Store, chart.bucket.BucketStore, chart.gc.GcStore: HEAD, GET, links, LIST,
+    DELETE."""
+
+    def test_head_of_a_missing_object_is_none(self, store: Any) -> None:
+        assert store.head(store.key("nothing")) is None
+
+    def test_head_reports_size_sha256_and_metadata(self, store: Any) -> None:
+        key = store.key("d", "v", "manifest.json")
+        store.put_immutable(key, b'{"x": 1}', identity={"bundle-sha256": "ab" * 32})
+        facts = store.head(key)
+        assert facts["size"] == 8
+        assert facts["sha256"] == hash_bytes(b'{"x": 1}')
+        assert facts["metadata"]["bundle-sha256"] == "ab" * 32
+        assert facts["etag"].startswith('"')
+
+    def test_a_stream_gives_the_bytes_and_a_missing_one_is_not_found(self, store: Any) -> None:
+        key = store.key("blob")
+        data = os.urandom(200_000)
+        upload_blob(store, key, io.BytesIO(data), sha256=hash_bytes(data), size=len(data))
+        assert b"".join(store.open_stream(key)) == data
+        with pytest.raises(NotFound, match="does not exist"):
+            b"".join(store.open_stream(store.key("missing")))
+
+    def test_listing_is_sorted_and_bounded_by_the_prefix(self, store: Any) -> None:
+        for name in ("b/2", "a/1", "b/1", "c"):
+            store.put_immutable(store.key(name), b"{}", identity={})
+        assert store.list_keys(store.key("b") + "/") == [store.key("b/1"), store.key("b/2")]
+        assert store.list_keys() == sorted(store.key(n) for n in ("a/1", "b/1", "b/2", "c"))
+
+    def test_deleting_is_idempotent(self, store: Any) -> None:
+        key = store.key("x")
+        store.put_immutable(key, b"{}", identity={})
+        store.delete(key)
+        store.delete(key)
+        assert store.head(key) is None
+
+    def test_a_presigned_link_names_the_version_and_its_expiry(self, store: Any) -> None:
+        key = store.key("d.example", "2026-01-01.2", "bundle.zip")
+        url, expires_at = store.presign_get(key, 600)
+        target = link_target(url)
+        assert (target.domain, target.version, target.filename) == (
+            "d.example",
+            "2026-01-01.2",
+            "bundle.zip",
+        )
+        found = link_expiry(url)
+        assert found is not None and abs((found - expires_at).total_seconds()) <= 2
+        assert timedelta(seconds=590) < expires_at - utcnow() <= timedelta(seconds=601)
+
+
+class TestMultipartTarget:
+    """multipart.MultipartTarget: parts, create-once completion, aborts, open uploads."""
+
+    def _identity(self, data: bytes) -> dict[str, str]:
+        return {SHA256_META: hash_bytes(data)}
+
+    def _two_parts(self, store: Any) -> tuple[bytes, bytes]:
+        return os.urandom(store.part_size), os.urandom(1000)
+
+    def test_parts_complete_into_one_object(self, store: Any) -> None:
+        key = store.key("d", "v", "bundle.zip")
+        first, last = self._two_parts(store)
+        identity = self._identity(first + last)
+        upload = store.start_upload(key, identity=identity, content_type="application/zip")
+        parts = [
+            store.upload_part(key, upload, 1, bytearray(first)),
+            store.upload_part(key, upload, 2, bytearray(last)),
+        ]
+        size = len(first) + len(last)
+        outcome = store.complete_upload(key, upload, parts, identity=identity, size=size)
+        assert outcome == "created"
+        facts = store.existing(key, identity, size=size)
+        assert facts is not None and facts["content_type"] == "application/zip"
+        assert b"".join(store.open_stream(key)) == first + last
+        assert [u.key for u in store.open_uploads()] == []
+
+    def test_completing_onto_the_same_object_is_exists_and_another_is_refused(
+        self, store: Any
+    ) -> None:
+        key = store.key("o")
+        data = b"same bytes"
+        upload_blob(store, key, io.BytesIO(data), sha256=hash_bytes(data), size=len(data))
+        same, other = self._identity(data), {SHA256_META: "0" * 64}
+        for identity in (same, other):
+            upload = store.start_upload(key, identity=identity, content_type="x/y")
+            parts = [store.upload_part(key, upload, 1, bytearray(data))]
+            size = len(data)
+            if identity == same:
+                outcome = store.complete_upload(key, upload, parts, identity=same, size=size)
+                assert outcome == "exists"
+            else:
+                with pytest.raises(IntegrityError, match="never overwritten"):
+                    store.complete_upload(key, upload, parts, identity=other, size=size)
+            store.abort_upload(key, upload)
+        assert b"".join(store.open_stream(key)) == data
+
+    def test_an_aborted_upload_is_gone(self, store: Any) -> None:
+        key = store.key("aborted")
+        identity = self._identity(b"abc")
+        upload = store.start_upload(key, identity=identity, content_type="x/y")
+        part = store.upload_part(key, upload, 1, bytearray(b"abc"))
+        listed = store.open_uploads()
+        assert [(u.key, u.upload_id) for u in listed] == [(key, upload)]
+        assert abs((listed[0].initiated - utcnow()).total_seconds()) < 120
+        assert store.abort_upload(key, upload) is True
+        assert store.open_uploads() == []
+        with pytest.raises(UploadGone):
+            store.upload_part(key, upload, 2, bytearray(b"def"))
+        with pytest.raises(UploadGone):
+            store.complete_upload(key, upload, [part], identity=identity, size=3)
+        assert store.head(key) is None
+
+    def test_existing_compares_identity_and_size(self, store: Any) -> None:
+        key = store.key("m")
+        assert store.existing(key, {"bundle-sha256": "ab"}) is None
+        assert store.put_immutable(key, b"{}", identity={"bundle-sha256": "ab"}) == "created"
+        assert store.put_immutable(key, b"{ }", identity={"bundle-sha256": "ab"}) == "exists"
+        assert store.existing(key, {"bundle-sha256": "ab"}, size=2) is not None
+        with pytest.raises(IntegrityError, match="bundle-sha256 differs"):
+            store.existing(key, {"bundle-sha256": "cd"})
+        with pytest.raises(IntegrityError, match="size differs"):
+            store.existing(key, {"bundle-sha256": "ab"}, size=3)
+
+    def test_staging_a_mismatch_leaves_no_object_and_no_upload(self, store: Any) -> None:
+        good, bad = os.urandom(3000), os.urandom(3000)
+        with pytest.raises(IntegrityError, match="hashes to"), Staging(store) as staging:
+            staging.stage(store.key("good"), io.BytesIO(good), sha256=hash_bytes(good), size=3000)
+            staging.stage(store.key("bad"), io.BytesIO(bad), sha256=hash_bytes(good), size=3000)
+            staging.complete()
+        assert store.head(store.key("good")) is None and store.head(store.key("bad")) is None
+        assert store.open_uploads() == []
