@@ -35,7 +35,6 @@ Promises:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import queue
 import threading
@@ -60,6 +59,7 @@ from mirror.errors import (
     OperationFailed,
 )
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
+from mirror.integrity import Digest, HashingWriter, require_digest
 from mirror.transferset.delta import (
     DeltaContent,
     TreeArchive,
@@ -358,25 +358,27 @@ class RebuiltArchive:
         with self._contents.adding() as content:
             for chunk in read_chunks(stream):
                 content.write(chunk)
-            got = content.finish({sha256})
-        if got != sha256 or content.size != size:
-            raise self._refused(
-                f"content {sha256[:12]} from {source} holds {content.size} bytes hashing to "
-                f"{got[:12]}"
-            )
+            content.finish({sha256})
+        self._require(f"content {sha256[:12]} from {source}", content.result, sha256, size)
+
+    def _require(
+        self, what: str, actual: Digest | str, sha256: str, size: int | None = None
+    ) -> None:
+        """mirror.integrity's one digest check, refused as this delta (carry it whole)."""
+        try:
+            require_digest(what, actual, sha256, size)
+        except IntegrityError as exc:
+            raise self._refused(exc.message) from None
 
     def _take_from_base(self, needed: Mapping[str, int]) -> None:
         assert self.work is not None and self.item.delta is not None
         base = base_manifest(self.store, self.item, self.sequence)
         path = self.work / "base-archive"
-        digest = hashlib.sha256()
-        size = 0
         with open(path, "wb") as out:
+            written = HashingWriter(out)
             for chunk in self.store.open_stream(base.object):
-                digest.update(chunk)
-                size += len(chunk)
-                out.write(chunk)
-        if size != base.size or digest.hexdigest() != base.sha256:
+                written.write(chunk)
+        if written.result != Digest(base.sha256, base.size):
             raise self._refused(
                 f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
                 "match its manifest (damaged or replaced; `mirror chart check` finds such "
@@ -407,11 +409,7 @@ class RebuiltArchive:
         for entry in files:
             archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
         archive.close()
-        if archive.sha256 != self.item.delta.archive_sha256:
-            raise self._refused(
-                f"the rebuilt archive hashes to {archive.sha256[:12]}, the signed manifest "
-                f"names {self.item.delta.archive_sha256[:12]}"
-            )
+        self._require("the rebuilt archive", archive.sha256, self.item.delta.archive_sha256)
 
 
 class _Contents:
@@ -454,21 +452,21 @@ class _Adding:
     def __init__(self, contents: _Contents) -> None:
         self.contents = contents
         self.start = contents.handle.seek(0, os.SEEK_END)
-        self.digest = hashlib.sha256()
-        self.size = 0
+        self.written = HashingWriter(contents.handle)
         self.kept = False
 
     def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        return self.contents.handle.write(data)
+        return self.written.write(data)
 
-    def finish(self, wanted: Container[str]) -> str:
-        sha256 = self.digest.hexdigest()
+    @property
+    def result(self) -> Digest:
+        return self.written.result
+
+    def finish(self, wanted: Container[str]) -> None:
+        sha256, size = self.written.result.sha256, self.written.size
         if sha256 in wanted and sha256 not in self.contents:
-            self.contents.where[sha256] = (self.start, self.size)
+            self.contents.where[sha256] = (self.start, size)
             self.kept = True
-        return sha256
 
     def __enter__(self) -> _Adding:
         return self

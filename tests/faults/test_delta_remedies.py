@@ -261,7 +261,7 @@ def refusal(damage: Refusal, refused: str) -> Any:
         refusal(contents_neither_carried_nor_in_the_base, "neither in the delta nor in the base"),
         refusal(delta_rebuilds_another_archive, "the rebuilt archive hashes to"),
         refusal(file_list_not_the_signed_tree, "signed manifest names tree"),
-        refusal(carried_contents_swapped, "from the delta holds"),
+        refusal(carried_contents_swapped, "from the delta"),
     ],
 )
 def test_a_refused_delta_names_a_remedy_that_ends_with_the_version_in_the_bucket(

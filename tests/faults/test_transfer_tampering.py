@@ -345,7 +345,7 @@ def missing_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]
 def swapped_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
     index, page = DELTA_NEW["index.html"], DELTA_NEW["guides/b.html"]
     spec = DeltaSpec(content={_sha(index): page, _sha(page): index})
-    return spec, None, ["from the delta holds", "nothing was published"]
+    return spec, None, ["from the delta", "nothing was published"]
 
 
 def file_list_not_the_signed_tree(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:

@@ -7,7 +7,7 @@ manifest; every failure becomes one MirrorError in the report with its exit code
 
 from __future__ import annotations
 
-import hashlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +27,7 @@ from mirror.errors import (
     TemporaryFailure,
 )
 from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import HashingWriter, mismatch
 from mirror.links import is_expired_answer, link_expiry, s3_error
 from mirror.timestamps import utcnow
 from mirror.units import format_duration
@@ -188,10 +189,12 @@ def _fetch_and_compare(
     report.actual_sha256 = fetched.sha256
     report.size = fetched.size
     if fetched.sha256 != bundle.sha256:
-        return "mismatch", IntegrityError(
-            f"the bundle behind {path} ({target.domain} {target.version}) has sha256 "
-            f"{fetched.sha256[:16]}..., its manifest says {bundle.sha256[:16]}...: "
-            "the object was replaced or damaged; do not deploy it"
+        return "mismatch", mismatch(
+            f"the bundle behind {path} ({target.domain} {target.version})",
+            fetched.sha256,
+            bundle.sha256,
+            hint="the object was replaced or damaged since its manifest was written; "
+            "do not deploy it",
         )
     return None
 
@@ -256,9 +259,8 @@ def _fetch_sha256(http: httpx.Client, url: str) -> _Fetched:
                 code=s3_error(text).code,
                 expired=is_expired_answer(response.status_code, text),
             )
-        digest = hashlib.sha256()
-        size = 0
-        for chunk in response.iter_bytes(CHUNK_SIZE):
-            digest.update(chunk)
-            size += len(chunk)
-        return _Fetched(status=200, sha256=digest.hexdigest(), size=size)
+        with open(os.devnull, "wb", buffering=0) as nowhere:
+            hashing = HashingWriter(nowhere)
+            for chunk in response.iter_bytes(CHUNK_SIZE):
+                hashing.write(chunk)
+        return _Fetched(status=200, sha256=hashing.result.sha256, size=hashing.size)
