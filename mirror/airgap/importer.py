@@ -122,27 +122,17 @@ def import_set(
 ) -> ImportResult:
     """Verify `set_dir`, then publish it into `store` and write its receipt."""
     receipt = receipt_path or set_dir / RECEIPT
-    if set_dir.is_dir() and not os.access(receipt.parent, os.W_OK):
-        raise ConfigError(
-            f"cannot write the receipt to {receipt.parent} (read-only?)",
-            hint="pass --receipt PATH on a writable disk",
-        )
-    store.check_access()
-    require_safe_writes(store)
-    verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
-    state = layout.read_import_state(store)
-    notes: list[str] = []
-    replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
-    rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
+    verified, replayed, notes = _admit(
+        store,
+        set_dir,
+        trusted,
+        receipt,
+        allow_replay=allow_replay,
+        promoting=promote is not None,
+        on_verify_progress=on_verify_progress,
+        work_dir=work_dir,
+    )
     manifest = verified.manifest
-    for domain in dict.fromkeys(item.domain for item in manifest.items):
-        layout.read_index(store, domain)  # a damaged document refuses the set before any upload
-        if promote is not None:
-            layout.read_current(store, domain)
-    if manifest.tool is not None:
-        notes.append(
-            f"{manifest.tool.path} (the mirror tool) stays beside the set; it is not published"
-        )
     imported_at = iso_time(now())
     items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir)
     for domain, domain_entries in entries.items():
@@ -165,6 +155,44 @@ def import_set(
         )
     record_import(store, verified, at=imported_at)
     return ImportResult(**{**result.__dict__, "receipt": receipt, "receipt_signed_by": signed_by})
+
+
+def _admit(
+    store: ObjectStore,
+    set_dir: Path,
+    trusted: Mapping[str, PublicKey],
+    receipt: Path,
+    *,
+    allow_replay: bool,
+    promoting: bool,
+    on_verify_progress: Callable[[int], None] | None,
+    work_dir: Path | None,
+) -> tuple[VerifiedSet, bool, list[str]]:
+    """Every refusal that comes before a byte is published (module docstring): the receipt's
+    place, the bucket and its writes, the set, its sequence, its deltas, the documents it
+    will change. Returns the verified set, whether it is a replay, and notes."""
+    if set_dir.is_dir() and not os.access(receipt.parent, os.W_OK):
+        raise ConfigError(
+            f"cannot write the receipt to {receipt.parent} (read-only?)",
+            hint="pass --receipt PATH on a writable disk",
+        )
+    store.check_access()
+    require_safe_writes(store)
+    verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
+    notes: list[str] = []
+    state = layout.read_import_state(store)
+    replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
+    rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
+    for domain in dict.fromkeys(item.domain for item in verified.manifest.items):
+        layout.read_index(store, domain)  # a damaged document refuses the set before any upload
+        if promoting:
+            layout.read_current(store, domain)
+    if verified.manifest.tool is not None:
+        notes.append(
+            f"{verified.manifest.tool.path} (the mirror tool) stays beside the set; "
+            "it is not published"
+        )
+    return verified, replayed, notes
 
 
 def _publish_all(

@@ -68,37 +68,7 @@ def http_status(exc: botocore.exceptions.ClientError) -> int:
 def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> MirrorError:
     """The MirrorError for a failed S3 `action` on `thing` (at `where`)."""
     if isinstance(exc, botocore.exceptions.ClientError):
-        code, status = error_code(exc), http_status(exc)
-        if code in MISSING_BUCKET_CODES:
-            return NotFound(f"{where} does not exist", hint="create it or fix target.bucket")
-        named = _named_refusal(exc, action, thing=thing, where=where)
-        if named is not None:
-            return named
-        if code == "AccessDenied" and action in WRITES:
-            return AuthError(
-                f"S3 refused {action} of {thing} (AccessDenied): these credentials may not "
-                f"write to {where}",
-                hint="use the import's identity (read, write, list), not the cluster's "
-                "read-only one, or allow writes under target.prefix in the bucket policy",
-            )
-        if code in AUTH_CODES or status == 403:
-            return AuthError(
-                f"S3 refused the credentials for {where} ({code or status})",
-                hint="check the S3 credentials (environment, profile or role) "
-                "and the bucket policy",
-            )
-        if (code in TEMPORARY_CODES or status >= 500) and action in WRITES:
-            return TemporaryFailure(
-                f"S3 {action} of {thing} failed with {code or status}: the server could not "
-                "store it (after retries)",
-                hint="if it recurs, the server is likely out of space or volumes (SeaweedFS "
-                "logs 'No writable volumes'): free space or add volumes, then run again",
-            )
-        if code in TEMPORARY_CODES or status >= 500:
-            return TemporaryFailure(
-                f"S3 {action} of {thing} failed with {code or status}; try again later"
-            )
-        return OperationFailed(f"S3 {action} of {thing} failed with {code or status}")
+        return _refusal(exc, action, thing=thing, where=where)
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
         return AuthError(
             "no S3 credentials found",
@@ -123,6 +93,42 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return OperationFailed(f"S3 {action} of {thing} failed: {type(exc).__name__}")
     raise exc
+
+
+def _refusal(
+    exc: botocore.exceptions.ClientError, action: str, *, thing: str, where: str
+) -> MirrorError:
+    """What the server's answer (an error code, an HTTP status) means."""
+    code, status = error_code(exc), http_status(exc)
+    if code in MISSING_BUCKET_CODES:
+        return NotFound(f"{where} does not exist", hint="create it or fix target.bucket")
+    named = _named_refusal(exc, action, thing=thing, where=where)
+    if named is not None:
+        return named
+    if code == "AccessDenied" and action in WRITES:
+        return AuthError(
+            f"S3 refused {action} of {thing} (AccessDenied): these credentials may not "
+            f"write to {where}",
+            hint="use the import's identity (read, write, list), not the cluster's "
+            "read-only one, or allow writes under target.prefix in the bucket policy",
+        )
+    if code in AUTH_CODES or status == 403:
+        return AuthError(
+            f"S3 refused the credentials for {where} ({code or status})",
+            hint="check the S3 credentials (environment, profile or role) and the bucket policy",
+        )
+    if (code in TEMPORARY_CODES or status >= 500) and action in WRITES:
+        return TemporaryFailure(
+            f"S3 {action} of {thing} failed with {code or status}: the server could not "
+            "store it (after retries)",
+            hint="if it recurs, the server is likely out of space or volumes (SeaweedFS "
+            "logs 'No writable volumes'): free space or add volumes, then run again",
+        )
+    if code in TEMPORARY_CODES or status >= 500:
+        return TemporaryFailure(
+            f"S3 {action} of {thing} failed with {code or status}; try again later"
+        )
+    return OperationFailed(f"S3 {action} of {thing} failed with {code or status}")
 
 
 def _named_refusal(

@@ -8,6 +8,7 @@ hook fails, and then RefreshFailed names the first failure.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shlex
@@ -133,42 +134,40 @@ def refresh_values(
         version = current_version(store, domain)
         reason = refresh_reason(path, domain, version, target, chart.refresh_before, now())
         if reason is None:
-            results.append(
-                RefreshResult(
-                    domain=domain,
-                    path=path,
-                    version=version,
-                    action="fresh",
-                    reason="still valid",
-                    expires_at=_existing_expiry(path),
-                )
-            )
+            expires_at = _existing_expiry(path)
+            results.append(RefreshResult(domain, path, version, "fresh", "still valid", expires_at))
             continue
-        values = render_values(store, target, domain, version)
-        write_values(values, path)
-        log.info("values rendered", extra={"domain": domain, "version": version, "path": str(path)})
-        hook_exit: int | None = None
-        if hook:
-            hook_exit, detail = run_hook(hook, path, domain, version)
-            if hook_exit != 0:
-                failures.append(
-                    f"chart.on_change ({hook[0]}) exited with {hook_exit} for {domain} "
-                    f"({path} was written){detail}"
-                )
-        results.append(
-            RefreshResult(
-                domain=domain,
-                path=path,
-                version=version,
-                action="rendered",
-                reason=reason,
-                expires_at=values.expires_at,
-                hook_exit=hook_exit,
-            )
+        result, failure = _render(
+            store, target, hook, RefreshResult(domain, path, version, "rendered", reason, None)
         )
+        results.append(result)
+        if failure is not None:
+            failures.append(failure)
     if failures:
         raise RefreshFailed(failures[0], results=results)
     return results
+
+
+def _render(
+    store: BucketStore, target: TargetSettings, hook: list[str], planned: RefreshResult
+) -> tuple[RefreshResult, str | None]:
+    """Write the `planned` values file and run the hook on it; the result and the hook's
+    failure, if any."""
+    domain, path, version = planned.domain, planned.path, planned.version
+    values = render_values(store, target, domain, version)
+    write_values(values, path)
+    log.info("values rendered", extra={"domain": domain, "version": version, "path": str(path)})
+    hook_exit: int | None = None
+    failure: str | None = None
+    if hook:
+        hook_exit, detail = run_hook(hook, path, domain, version)
+        if hook_exit != 0:
+            failure = (
+                f"chart.on_change ({hook[0]}) exited with {hook_exit} for {domain} "
+                f"({path} was written){detail}"
+            )
+    result = dataclasses.replace(planned, expires_at=values.expires_at, hook_exit=hook_exit)
+    return result, failure
 
 
 class RefreshFailed(OperationFailed):
