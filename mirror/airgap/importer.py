@@ -50,7 +50,7 @@ from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
 from mirror.transferset.reader import VerifiedSet, find_damaged_part, verify_set
 from mirror.transferset.receipt import Receipt, ReceiptItem
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef, newest
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +62,24 @@ Status = Literal["published", "already there"]
 
 @dataclass(frozen=True)
 class ImportedItem:
-    domain: str
-    version: str
-    sha256: str
-    size: int
+    """A version of the set as the bucket holds it after the import: its bundle (`ref`), the
+    bundle and manifest objects, whether this import published it, and its tree."""
+
+    ref: VersionRef
     object: str
     manifest: str
     status: Status
     tree_sha256: str
+
+    def as_dict(self) -> dict[str, Any]:
+        reference = {name: value for name, value in self.ref.as_dict().items() if name != "format"}
+        return {
+            **reference,
+            "object": self.object,
+            "manifest": self.manifest,
+            "status": self.status,
+            "tree_sha256": self.tree_sha256,
+        }
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ class ImportResult:
             "manifest_sha256": self.manifest_sha256,
             "source_id": self.source_id,
             "replayed": self.replayed,
-            "items": [item.__dict__ for item in self.items],
+            "items": [item.as_dict() for item in self.items],
             "notes": self.notes,
             "receipt": str(self.receipt) if self.receipt else None,
             "receipt_signed_by": self.receipt_signed_by,
@@ -290,10 +300,10 @@ def _promote_newest(
     if promote is None:
         return promoted
     for domain in domains:
-        labels = (i.version for i in verified.manifest.items if i.domain == domain)
-        newest = max(labels, key=label_key)
-        promote(store, domain, newest)
-        promoted.append((domain, newest))
+        label = newest(i.version for i in verified.manifest.items if i.domain == domain)
+        assert label is not None  # every domain given has an item in the set
+        promote(store, domain, str(label))
+        promoted.append((domain, str(label)))
     return promoted
 
 
@@ -405,16 +415,14 @@ def _published(
         manifest=key,
         imported_at=document.imported_at,
     )
-    published = ImportedItem(
+    ref = VersionRef(
         item.domain,
-        item.version,
+        VersionLabel(item.version),
         document.sha256,
         document.size,
-        document.object,
-        key,
-        status,
-        item.tree_sha256,
+        document.archive_format,
     )
+    published = ImportedItem(ref, document.object, key, status, item.tree_sha256)
     return published, entry
 
 
@@ -455,7 +463,7 @@ def update_index(
         fields = {
             "domain": domain,
             "updated_at": iso_time(now()),
-            "versions": [versions[label] for label in sorted(versions, key=label_key)],
+            "versions": [versions[label] for label in sorted(map(VersionLabel, versions))],
         }
         if current is None:
             return layout.Index.model_validate(fields)
@@ -516,9 +524,9 @@ def write_receipt(
         signed_by=key.key_id if key else None,
         items=[
             ReceiptItem(
-                domain=item.domain,
-                version=item.version,
-                sha256=item.sha256,
+                domain=item.ref.domain,
+                version=str(item.ref.label),
+                sha256=item.ref.sha256,
                 object=item.object,
                 status=item.status,
                 tree_sha256=item.tree_sha256,

@@ -69,17 +69,22 @@ def state_key(store: Bucket) -> str:
     return store.key(*STATE_PARTS)
 
 
+def format_of(entry: IndexEntry) -> str:
+    """The archive format of an index entry's bundle, from its object key (`bundle.EXT`)."""
+    return entry.object.rsplit("/", 1)[-1].removeprefix("bundle.")
+
+
 # ---- documents ------------------------------------------------------------------------------
 
 
 class _Document(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
     def to_bytes(self) -> bytes:
-        return canonical_json(self.to_json()) + b"\n"
+        return canonical_json(self.as_dict()) + b"\n"
 
 
 class VersionManifest(_Document):
@@ -212,7 +217,7 @@ def update_document(
     def apply(raw: dict[str, Any] | None) -> dict[str, Any] | None:
         current = None if raw is None else parse_document(model, raw, where)
         updated = change(current)
-        return None if updated is None else updated.to_json()
+        return None if updated is None else updated.as_dict()
 
     result = read_modify_write(store, key, apply)
     return None if result is None else parse_document(model, result, where)

@@ -48,7 +48,7 @@ def chart() -> None:
 def values_command(cli: CliContext, domain: str, version: str | None, out: Path | None) -> None:
     """Render staticExport values for DOMAIN's current (or pinned) version."""
     values = charts.render_values(_store(cli), cli.settings.target, domain, version)
-    data = values.summary()
+    data = values.as_dict()
     if out is not None:
         charts.write_values(values, out)
         data["out"] = str(out)
@@ -205,8 +205,9 @@ def _gc_lines(report: GcReport) -> list[str]:
                 f"{result.domain}: {finish} an interrupted gc of {', '.join(result.finished)}"
             )
         for version in result.removed:
-            lines.append(f"{result.domain}: {verb} {version.version} ({format_size(version.size)})")
-        kept = ", ".join(f"{v.version} ({', '.join(v.reasons)})" for v in result.kept)
+            freed = format_size(version.freed)
+            lines.append(f"{result.domain}: {verb} {version.ref.label} ({freed})")
+        kept = ", ".join(f"{v.label} ({', '.join(v.reasons)})" for v in result.kept)
         lines.append(f"{result.domain}: keeping {kept or 'nothing'}")
     count = sum(len(result.removed) for result in report.domains)
     lines.append(

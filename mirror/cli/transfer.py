@@ -281,7 +281,7 @@ def transfer_import(
             work_dir=settings.target.work_dir,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
-    lines += [f"  {i.domain} {i.version}  {i.status}  {i.object}" for i in result.items]
+    lines += [f"  {i.ref.domain} {i.ref.label}  {i.status}  {i.object}" for i in result.items]
     lines += [f"  promoted {d} {v}" for d, v in result.promoted]
     lines += [f"note: {note}" for note in result.notes]
     signed = f"signed by key {result.receipt_signed_by}" if result.receipt_signed_by else "unsigned"
@@ -352,7 +352,7 @@ def transfer_push(
         return
     imported = result.imported
     lines = [f"pushed set {imported.sequence} into bucket {store.bucket}:"]
-    lines += [f"  {i.domain} {i.version}  {i.status}" for i in imported.items]
+    lines += [f"  {i.ref.domain} {i.ref.label}  {i.status}" for i in imported.items]
     lines += [f"  promoted {d} {v}" for d, v in imported.promoted]
     lines += [f"note: {note}" for note in imported.notes]
     cli.emit(result.as_dict(), lines)

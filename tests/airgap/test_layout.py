@@ -68,14 +68,14 @@ DOCUMENTS: list[tuple[type[Any], dict[str, Any]]] = [
 @pytest.mark.parametrize(("model", "document"), DOCUMENTS)
 def test_documents_round_trip_exactly(model: type[Any], document: dict[str, Any]) -> None:
     parsed = layout.parse_document(model, document, "bucket/key")
-    assert parsed.to_json() == document
+    assert parsed.as_dict() == document
     assert json.loads(parsed.to_bytes()) == document
     assert parsed.to_bytes().endswith(b"\n")
 
 
 def test_fields_of_a_newer_tool_are_kept_on_rewrite() -> None:
     newer = {**CURRENT, "channel": "stable"}
-    assert layout.parse_document(layout.Current, newer, "k").to_json()["channel"] == "stable"
+    assert layout.parse_document(layout.Current, newer, "k").as_dict()["channel"] == "stable"
 
 
 @pytest.mark.parametrize(

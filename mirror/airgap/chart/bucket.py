@@ -7,13 +7,14 @@ one, or (nothing promoted yet) the newest complete one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
 from mirror.airgap import layout
 from mirror.errors import NotFound
-from mirror.versions import label_key, sort_labels
+from mirror.versions import VersionLabel, VersionRef, newest
 
 SHOWN_VERSIONS = 12
 
@@ -26,14 +27,12 @@ class BucketStore(layout.Bucket, Protocol):
 
 @dataclass(frozen=True)
 class BundleVersion:
-    """A complete version: its bundle object and the sha256 its manifest promises."""
+    """A complete version: its bundle as its manifest promises it (`ref`), and the keys of
+    its bundle object and its manifest."""
 
-    domain: str
-    version: str
+    ref: VersionRef
     key: str
     manifest_key: str
-    sha256: str
-    size: int | None
 
 
 def require_index(store: layout.Bucket, domain: str) -> layout.Index:
@@ -47,12 +46,14 @@ def require_index(store: layout.Bucket, domain: str) -> layout.Index:
     return index
 
 
-def listed_versions(store: layout.Bucket, domain: str) -> list[str]:
+def listed_versions(store: layout.Bucket, domain: str) -> list[VersionLabel]:
     """The complete versions of `domain` by the index, oldest first; NotFound without an index."""
-    return sort_labels(label for label in require_index(store, domain).labels() if label)
+    return sorted(VersionLabel(label) for label in require_index(store, domain).labels() if label)
 
 
-def _missing_version(store: layout.Bucket, domain: str, version: str, versions: list[str]) -> str:
+def _missing_version(
+    store: layout.Bucket, domain: str, version: str, versions: Sequence[str]
+) -> str:
     """Why `version` is not listed: removed by `chart gc` (and when), or never there."""
     journal = layout.read_gc_journal(store, domain)
     listed = f"versions: {describe_versions(versions)}"
@@ -64,7 +65,7 @@ def _missing_version(store: layout.Bucket, domain: str, version: str, versions: 
     return f"version {version} of {domain} does not exist; {listed}"
 
 
-def describe_versions(versions: list[str]) -> str:
+def describe_versions(versions: Sequence[str]) -> str:
     """`a, b, c` (newest last), shortened to the newest few."""
     if not versions:
         return "none"
@@ -86,14 +87,14 @@ def complete_version(store: layout.Bucket, domain: str, version: str) -> BundleV
             f"version {version} of {domain} is incomplete ({manifest_key} is missing); "
             "import its transfer set again"
         )
-    return BundleVersion(
-        domain=domain,
-        version=version,
-        key=manifest.object,
-        manifest_key=manifest_key,
-        sha256=manifest.sha256.lower(),
-        size=manifest.size,
+    ref = VersionRef(
+        domain,
+        VersionLabel(version),
+        manifest.sha256.lower(),
+        manifest.size,
+        manifest.archive_format,
     )
+    return BundleVersion(ref, key=manifest.object, manifest_key=manifest_key)
 
 
 def current_version(store: layout.Bucket, domain: str) -> str:
@@ -101,7 +102,7 @@ def current_version(store: layout.Bucket, domain: str) -> str:
     document = layout.read_current(store, domain)
     if document is not None and document.current:
         return document.current
-    versions = listed_versions(store, domain)
-    if not versions:
+    label = newest(listed_versions(store, domain))
+    if label is None:
         raise NotFound(f"domain {domain} has no complete version in the bucket yet")
-    return max(versions, key=label_key)
+    return str(label)

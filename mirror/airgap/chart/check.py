@@ -146,7 +146,7 @@ def check_values_file(
         bundle = complete_version(store, target.domain, target.version)
     except NotFound as exc:
         return _fail(report, "missing", exc)
-    report.expected_sha256 = bundle.sha256
+    report.expected_sha256 = bundle.ref.sha256
     finding = (
         _before_fetch(path, values.version, target, report, moment)
         or _fetch_and_compare(path, http, values.bundle_url, target, bundle, report, moment)
@@ -188,11 +188,11 @@ def _fetch_and_compare(
         return refused
     report.actual_sha256 = fetched.sha256
     report.size = fetched.size
-    if fetched.sha256 != bundle.sha256:
+    if fetched.sha256 != bundle.ref.sha256:
         return "mismatch", mismatch(
             f"the bundle behind {path} ({target.domain} {target.version})",
             fetched.sha256,
-            bundle.sha256,
+            bundle.ref.sha256,
             hint="the object was replaced or damaged since its manifest was written; "
             "do not deploy it",
         )

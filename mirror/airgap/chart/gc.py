@@ -36,7 +36,7 @@ from mirror.airgap.chart.bucket import require_index
 from mirror.airgap.chart.promotion import rollback_target
 from mirror.errors import ConfigError, OperationFailed
 from mirror.timestamps import rfc3339, utcnow
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
 
@@ -64,23 +64,33 @@ class GcStore(layout.Bucket, Protocol):
 
 @dataclass(frozen=True)
 class RemovedVersion:
-    version: str
-    sha256: str
+    """A version gc removes: its bundle (`ref`), its objects, and the bytes its removal frees
+    (`freed`: the bundle and the manifest object)."""
+
+    ref: VersionRef
     object: str
     manifest: str
-    size: int
+    freed: int
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {
+            "version": str(self.ref.label),
+            "sha256": self.ref.sha256,
+            "object": self.object,
+            "manifest": self.manifest,
+            "size": self.freed,
+        }
 
 
 @dataclass(frozen=True)
 class KeptVersion:
-    version: str
+    """A version gc keeps, and why."""
+
+    label: VersionLabel
     reasons: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "reasons": list(self.reasons)}
+        return {"version": str(self.label), "reasons": list(self.reasons)}
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,7 @@ class DomainGc:
 
     @property
     def bytes_freed(self) -> int:
-        return sum(version.size for version in self.removed)
+        return sum(version.freed for version in self.removed)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -141,7 +151,7 @@ def protected_versions(
     labels: Iterable[str], current: layout.Current | None, domain: str, keep: int
 ) -> dict[str, tuple[str, ...]]:
     """{version: why it stays} for the listed `labels`; every other label may go."""
-    ordered = sorted(labels, key=label_key)
+    ordered = sorted(map(VersionLabel, labels))
     reasons: dict[str, list[str]] = {}
 
     def protect(version: str | None, why: str) -> None:
@@ -273,24 +283,22 @@ def _finish(
 # ---- one domain, every domain -------------------------------------------------------------------
 
 
-def _entry_order(entry: layout.IndexEntry) -> tuple[str, int]:
-    return label_key(entry.version)
+def _entry_order(entry: layout.IndexEntry) -> VersionLabel:
+    return VersionLabel(entry.version)
 
 
 def _labels(entries: Iterable[layout.IndexEntry]) -> list[str]:
     return [entry.version for entry in entries]
 
 
-def _measured(store: GcStore, entry: layout.IndexEntry) -> RemovedVersion:
+def _measured(store: GcStore, domain: str, entry: layout.IndexEntry) -> RemovedVersion:
     """The version with the bytes its removal frees: the bundle and the manifest object."""
     manifest = store.head(entry.manifest)
-    return RemovedVersion(
-        version=entry.version,
-        sha256=entry.sha256,
-        object=entry.object,
-        manifest=entry.manifest,
-        size=entry.size + (manifest["size"] if manifest is not None else 0),
+    ref = VersionRef(
+        domain, VersionLabel(entry.version), entry.sha256, entry.size, layout.format_of(entry)
     )
+    freed = entry.size + (manifest["size"] if manifest is not None else 0)
+    return RemovedVersion(ref, object=entry.object, manifest=entry.manifest, freed=freed)
 
 
 def gc_domain(
@@ -309,20 +317,20 @@ def gc_domain(
     current = layout.read_current(store, domain)
     reasons = protected_versions(_labels(listed), current, domain, keep)
     doomed = [entry for entry in listed if entry.version not in reasons]
-    removed = [_measured(store, entry) for entry in doomed]
+    removed = [_measured(store, domain, entry) for entry in doomed]
     if doomed and not dry_run:
         _write_journal(store, domain, doomed)
         gone, put_back = _finish(store, domain, doomed, now)
         restored += put_back
-        removed = [version for version in removed if version.version in _labels(gone)]
+        removed = [version for version in removed if version.ref.label in _labels(gone)]
         reasons.update({label: (PROMOTED_MEANWHILE,) for label in put_back})
     kept = [
-        KeptVersion(version, reasons[version])
-        for version in sorted(reasons, key=label_key, reverse=True)
+        KeptVersion(label, reasons[label])
+        for label in sorted(map(VersionLabel, reasons), reverse=True)
     ]
     return DomainGc(
         domain=domain,
-        removed=sorted(removed, key=lambda version: label_key(version.version)),
+        removed=sorted(removed, key=lambda version: version.ref.label),
         kept=kept,
         finished=[label for label in _labels(pending) if label not in restored],
         restored=restored,

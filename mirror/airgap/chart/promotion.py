@@ -27,7 +27,7 @@ from mirror.airgap.chart.bucket import complete_version, require_index
 from mirror.airgap.conditional import WriteConflict
 from mirror.errors import OperationFailed
 from mirror.timestamps import rfc3339, utcnow
-from mirror.versions import label_key
+from mirror.versions import VersionLabel
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ def rollback_target(document: layout.Current | None, domain: str) -> str:
     while stack and stack[-1] == current:
         stack.pop()
     if not stack:
-        others = sorted({entry.version for entry in document.history} - {current}, key=label_key)
+        labels = {entry.version for entry in document.history} - {current}
+        others = sorted(map(VersionLabel, labels))
         if not others:
             raise OperationFailed(
                 f"nothing to roll back to: {current} is the only version of {domain} ever promoted"

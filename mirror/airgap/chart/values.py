@@ -39,7 +39,8 @@ class ChartValues:
     expires_at: datetime | None
     ttl: float | None
 
-    def document(self) -> dict[str, Any]:
+    def helm_values(self) -> dict[str, Any]:
+        """The `staticExport` section of the chart's values."""
         return {
             "staticExport": {
                 "enabled": True,
@@ -60,10 +61,10 @@ class ChartValues:
             f"# bundle sha256 {self.sha256} ({self.domain} {self.version})",
             f"# rendered by: mirror chart values {self.domain} --pin {self.version}",
         ]
-        body = yaml.safe_dump(self.document(), sort_keys=False, width=1_000_000)
+        body = yaml.safe_dump(self.helm_values(), sort_keys=False, width=1_000_000)
         return "\n".join(header) + "\n" + body
 
-    def summary(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "domain": self.domain,
             "version": self.version,
@@ -98,7 +99,7 @@ def render_values(
             domain=domain,
             version=chosen,
             key=bundle.key,
-            sha256=bundle.sha256,
+            sha256=bundle.ref.sha256,
             bundle_url=plain_url(target, bundle.key),
             url_mode="plain",
             expires_at=None,
@@ -110,7 +111,7 @@ def render_values(
         domain=domain,
         version=chosen,
         key=bundle.key,
-        sha256=bundle.sha256,
+        sha256=bundle.ref.sha256,
         bundle_url=url,
         url_mode="presigned",
         expires_at=expires_at,
