@@ -1,9 +1,15 @@
-"""The chart on the air-gapped side: versions in the bucket, promotion, values, check, refresh.
+"""The chart on the air-gapped side: versions in the bucket, promotion, values, check, refresh, gc.
 
-The bucket is the air-gapped side's source of truth (its layout is
-mirror.airgap.layout). `bucket` reads the complete versions, `promotion` moves
-`current.json`, `values` renders and reads Helm values, `check` fetches a
-values file's link as the chart would, `refresh` renders again what expires.
+What it holds: the bucket is the air-gapped side's source of truth (its layout is
+mirror.airgap.layout). `bucket` reads the complete versions (`BundleVersion`, holding
+the version's `VersionRef`), `promotion` moves `current.json`, `values` renders and reads
+Helm values, `check` fetches a values file's link as the chart would, `refresh` renders
+again what expires, `gc` removes old versions through a journal.
+
+What it may import: the foundations and mirror.airgap's `layout` and `conditional`, and
+it meets the bucket only through its Protocols (`BucketStore`, `GcStore`, `layout.Bucket`),
+never through the S3 object store itself; the CLI hands it an ObjectStore, tests an
+in-memory bucket (tests/airgap/memory.py).
 """
 
 from mirror.airgap.chart.bucket import (
