@@ -18,11 +18,11 @@ import pytest
 from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
+from tests.airgap.chart.seeding import seed_version
+from tests.airgap.chart.test_gc import assert_index_complete
 from tests.conftest import write_config
 from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import bucket_listing, run_mirror
-from tests.airgap.chart.test_values import seed_version
-from tests.airgap.chart.test_gc import assert_index_complete
 
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
 VERSIONS = 24

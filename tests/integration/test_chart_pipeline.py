@@ -19,8 +19,8 @@ from mirror.airgap import chart
 from mirror.airgap.objectstore import ObjectStore
 from mirror.archive import extract_archive
 from mirror.config import TargetSettings
+from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.conftest import REPO, write_config
-from tests.airgap.chart.test_values import DOMAIN, Seeded, seed_version
 
 
 def run_mirror(
