@@ -1,5 +1,8 @@
-"""Staged uploads against a real S3 API server: invisible until the whole batch matched,
-aborted together, bounded parts in flight, an existing object never read again."""
+"""Staged uploads: invisible until the whole batch matched, aborted together, bounded parts in
+flight, an existing object never read again, open uploads swept. The rules run on the
+in-memory MultipartTarget (held to the server by tests/airgap/test_contracts.py); what
+only a server shows (objects appearing, memory and parts in flight over real HTTP) runs on
+SeaweedFS."""
 
 from __future__ import annotations
 
@@ -11,12 +14,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mirror.airgap.multipart import ORPHAN_GRACE, Staging, upload_blob
+from mirror.airgap.multipart import ORPHAN_GRACE, MultipartTarget, Staging, upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.errors import IntegrityError
-from tests.fixtures.s3 import bucket_listing
-
-pytestmark = pytest.mark.s3
+from tests.airgap.memory import MemoryBucket
 
 MiB = 1024 * 1024
 
@@ -26,37 +27,48 @@ def blob(size: int) -> tuple[bytes, str]:
     return data, hashlib.sha256(data).hexdigest()
 
 
-def open_uploads(store: ObjectStore) -> list[str]:
-    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
-    return sorted(upload["Key"] for upload in answer.get("Uploads", []))
+def open_uploads(store: MultipartTarget) -> list[str]:
+    return sorted(upload.key for upload in store.open_uploads())
+
+
+def bucket_listing(store: MemoryBucket | MemoryBucket) -> dict[str, str]:
+    """{key: etag} of every object under the prefix, for "nothing changed" checks."""
+    listing = {key: store.head(key) for key in store.list_keys()}
+    return {key: facts["etag"] for key, facts in listing.items() if facts is not None}
 
 
 @pytest.fixture
-def store(object_store: ObjectStore) -> ObjectStore:
+def server(object_store: MemoryBucket) -> ObjectStore:
     return ObjectStore(object_store.client, object_store.bucket, part_size=5 * MiB, workers=2)
 
 
-def test_staged_objects_appear_only_when_the_batch_completes(store: ObjectStore) -> None:
+@pytest.fixture
+def store() -> MemoryBucket:
+    return MemoryBucket(part_size=5 * MiB)
+
+
+@pytest.mark.s3
+def test_staged_objects_appear_only_when_the_batch_completes(server: ObjectStore) -> None:
     first, first_sha = blob(11 * MiB)
     second, second_sha = blob(3000)
-    a, b, empty = store.key("a", "bundle.zip"), store.key("b", "bundle.zip"), store.key("e")
-    with Staging(store) as staging:
+    a, b, empty = server.key("a", "bundle.zip"), server.key("b", "bundle.zip"), server.key("e")
+    with Staging(server) as staging:
         staging.stage(a, io.BytesIO(first), sha256=first_sha, size=len(first))
         staging.stage(b, io.BytesIO(second), sha256=second_sha, size=len(second))
         staging.stage(empty, io.BytesIO(b""), sha256=hashlib.sha256().hexdigest(), size=0)
-        assert bucket_listing(store.client, store.bucket) == {}
-        assert open_uploads(store) == [a, b]
+        assert bucket_listing(server) == {}
+        assert open_uploads(server) == [a, b]
         assert staging.complete() == {a: "created", b: "created", empty: "created"}
-    assert sorted(bucket_listing(store.client, store.bucket)) == sorted([a, b, empty])
-    assert open_uploads(store) == []
-    body = store.client.get_object(Bucket=store.bucket, Key=a)["Body"].read()
+    assert sorted(bucket_listing(server)) == sorted([a, b, empty])
+    assert open_uploads(server) == []
+    body = server.client.get_object(Bucket=server.bucket, Key=a)["Body"].read()
     assert body == first
-    head = store.head(a)
+    head = server.head(a)
     assert head is not None and head["sha256"] == first_sha
 
 
 @pytest.mark.parametrize("size", [3000, 11 * MiB], ids=["small", "multipart"])
-def test_a_mismatch_in_the_second_object_aborts_the_first(store: ObjectStore, size: int) -> None:
+def test_a_mismatch_in_the_second_object_aborts_the_first(store: MemoryBucket, size: int) -> None:
     good, good_sha = blob(11 * MiB)
     bad, bad_sha = blob(size)
     tampered = bad[:-1] + bytes([bad[-1] ^ 1])
@@ -64,30 +76,31 @@ def test_a_mismatch_in_the_second_object_aborts_the_first(store: ObjectStore, si
         staging.stage(store.key("good"), io.BytesIO(good), sha256=good_sha, size=len(good))
         staging.stage(store.key("bad"), io.BytesIO(tampered), sha256=bad_sha, size=size)
         staging.complete()
-    assert bucket_listing(store.client, store.bucket) == {}
+    assert bucket_listing(store) == {}
     assert open_uploads(store) == []
     assert [u.state for u in staging.uploads] == ["aborted", "aborted"]
 
 
-def test_leaving_the_block_without_completing_aborts(store: ObjectStore) -> None:
+def test_leaving_the_block_without_completing_aborts(store: MemoryBucket) -> None:
     data, sha = blob(6 * MiB)
     with Staging(store) as staging:
         staging.stage(store.key("x"), io.BytesIO(data), sha256=sha, size=len(data))
         assert open_uploads(store) == [store.key("x")]
     assert open_uploads(store) == []
-    assert bucket_listing(store.client, store.bucket) == {}
+    assert bucket_listing(store) == {}
 
 
-def test_parts_in_flight_are_bounded_across_the_batch(store: ObjectStore) -> None:
+@pytest.mark.s3
+def test_parts_in_flight_are_bounded_across_the_batch(server: ObjectStore) -> None:
     """workers=2: at most 2 parts (being read or sent) in memory, and they do overlap."""
     objects = [blob(26 * MiB), blob(16 * MiB)]
-    with Staging(store) as staging:
+    with Staging(server) as staging:
         for number, (data, sha) in enumerate(objects):
-            staging.stage(store.key(f"o{number}"), io.BytesIO(data), sha256=sha, size=len(data))
+            staging.stage(server.key(f"o{number}"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
     assert staging.peak_parts_in_flight == 2
     for number, (data, _) in enumerate(objects):
-        got = store.client.get_object(Bucket=store.bucket, Key=store.key(f"o{number}"))
+        got = server.client.get_object(Bucket=server.bucket, Key=server.key(f"o{number}"))
         assert got["Body"].read() == data
 
 
@@ -96,20 +109,21 @@ class Unreadable:
         raise AssertionError("an object already in the bucket must not be read again")
 
 
-def test_an_object_already_there_is_not_read_or_uploaded_again(store: ObjectStore) -> None:
+def test_an_object_already_there_is_not_read_or_uploaded_again(store: MemoryBucket) -> None:
     data, sha = blob(6 * MiB)
     key = store.key("x")
     assert upload_blob(store, key, io.BytesIO(data), sha256=sha, size=len(data)) == "created"
-    etag = bucket_listing(store.client, store.bucket)[key]
+    etag = bucket_listing(store)[key]
     with Staging(store) as staging:
         upload = staging.stage(key, Unreadable(), sha256=sha, size=len(data))
         assert upload.state == "exists"
         assert staging.complete() == {key: "exists"}
-    assert bucket_listing(store.client, store.bucket) == {key: etag}
+    assert bucket_listing(store) == {key: etag}
     assert open_uploads(store) == []
 
 
-def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
+@pytest.mark.s3
+def test_memory_is_parts_in_flight_times_part_size(server: ObjectStore) -> None:
     """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most two parts
     (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object."""
     data, sha = blob(40 * MiB)
@@ -117,44 +131,41 @@ def test_memory_is_parts_in_flight_times_part_size(store: ObjectStore) -> None:
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
-        with Staging(store) as staging:
-            staging.stage(store.key("big"), source, sha256=sha, size=len(data))
+        with Staging(server) as staging:
+            staging.stage(server.key("big"), source, sha256=sha, size=len(data))
             staging.complete()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak <= 2 * 5 * MiB + 3 * MiB, f"peak {peak / MiB:.1f} MiB"
-    assert store.head(store.key("big")) is not None
+    assert server.head(server.key("big")) is not None
 
 
-def _orphan(store: ObjectStore, key: str) -> tuple[str, datetime]:
+def _orphan(store: MemoryBucket, key: str) -> tuple[str, datetime]:
     """A multipart upload left open, as an import SIGKILLed while staging leaves it; its id
-    and when the server says it began (moto answers one fixed time, so the tests' clocks
-    are set from it)."""
-    upload_id = store.client.create_multipart_upload(Bucket=store.bucket, Key=key)["UploadId"]
-    store.client.upload_part(
-        Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"half" * 1000
-    )
-    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
-    (initiated,) = [u["Initiated"] for u in answer["Uploads"] if u["UploadId"] == upload_id]
+    and when the store says it began (the tests' clocks are set from it)."""
+    upload_id = store.start_upload(key, identity={}, content_type="x/y")
+    store.upload_part(key, upload_id, 1, bytearray(b"half" * 1000))
+    (initiated,) = [u.initiated for u in store.open_uploads() if u.upload_id == upload_id]
     return upload_id, initiated
 
 
-def test_stale_uploads_under_the_prefix_are_swept_whatever_their_key(store: ObjectStore) -> None:
+def test_stale_uploads_under_the_prefix_are_swept_whatever_their_key(store: MemoryBucket) -> None:
     """An import killed while staging leaves uploads of keys no later set may carry."""
     data, sha = blob(6 * MiB)
     _, initiated = _orphan(store, store.key("old-a"))
     _orphan(store, store.key("old-b"))
     outside = "not-ours/x"
-    store.client.create_multipart_upload(Bucket=store.bucket, Key=outside)
+    store.start_upload(outside, identity={}, content_type="x/y")
     later = initiated + ORPHAN_GRACE + timedelta(minutes=1)
     with Staging(store, now=lambda: later) as staging:
         staging.stage(store.key("new"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
-    assert open_uploads(store) == [outside]  # only what lies under the prefix is ours
+    assert open_uploads(store) == []
+    assert [u.key for u in store.uploads.values()] == [outside]  # only the prefix is ours
 
 
-def test_a_young_upload_of_a_published_key_is_swept_at_once(store: ObjectStore) -> None:
+def test_a_young_upload_of_a_published_key_is_swept_at_once(store: MemoryBucket) -> None:
     """The usual case: the import was killed, the operator ran it again at once and it
     published the key; the killed run's upload can never be completed."""
     data, sha = blob(6 * MiB)
@@ -170,18 +181,17 @@ def test_a_young_upload_of_a_published_key_is_swept_at_once(store: ObjectStore) 
     assert open_uploads(store) == []
 
 
-def test_a_young_upload_of_an_unpublished_key_is_left_alone(store: ObjectStore) -> None:
+def test_a_young_upload_of_an_unpublished_key_is_left_alone(store: MemoryBucket) -> None:
     """A concurrent import may be staging it right now."""
     data, sha = blob(6 * MiB)
     live, initiated = _orphan(store, store.key("x"))
     with Staging(store, now=lambda: initiated + timedelta(minutes=5)) as staging:
         staging.stage(store.key("y"), io.BytesIO(data), sha256=sha, size=len(data))
         staging.complete()
-    answer = store.client.list_multipart_uploads(Bucket=store.bucket)
-    assert [upload["UploadId"] for upload in answer.get("Uploads", [])] == [live]
+    assert [upload.upload_id for upload in store.open_uploads()] == [live]
 
 
-def test_two_imports_of_the_same_key_both_succeed(store: ObjectStore) -> None:
+def test_two_imports_of_the_same_key_both_succeed(store: MemoryBucket) -> None:
     """The second to finish finds its upload swept by the first: the object is there."""
     data, sha = blob(6 * MiB)
     key = store.key("x")
