@@ -408,8 +408,9 @@ def sweep_orphans(target: MultipartTarget, started_before: datetime) -> int:
         return 0
     aborted = 0
     for upload in uploads:
-        if upload.initiated >= started_before and target.existing(upload.key, {}) is None:
-            continue
+        young = upload.initiated >= started_before
+        if young and target.existing(upload.key, {}) is None:  # no identity: any object there
+            continue  # perhaps a concurrent import's
         if target.abort_upload(upload.key, upload.upload_id):
             aborted += 1
             log.info("aborted an upload of %s left open since %s", upload.key, upload.initiated)
