@@ -11,14 +11,24 @@ from __future__ import annotations
 import io
 import os
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from mirror.airgap import layout
+from mirror.airgap.chart.bucket import BucketStore
+from mirror.airgap.chart.gc import GcStore
 from mirror.airgap.chart.values import link_target
-from mirror.airgap.conditional import WriteConflict, read_modify_write
-from mirror.airgap.multipart import SHA256_META, Staging, UploadGone, upload_blob
+from mirror.airgap.conditional import JsonStore, WriteConflict, read_modify_write
+from mirror.airgap.multipart import (
+    SHA256_META,
+    MultipartTarget,
+    Staging,
+    UploadGone,
+    upload_blob,
+)
+from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.rebuild import Store
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.links import link_expiry
@@ -225,3 +235,20 @@ class TestMultipartTarget:
             staging.complete()
         assert store.head(store.key("good")) is None and store.head(store.key("bad")) is None
         assert store.open_uploads() == []
+
+
+def test_the_fake_and_the_store_implement_every_protocol() -> None:
+    """mypy checks the assignment (`mypy --strict tests/airgap/test_contracts.py`): the fake
+    and the S3 store are each every storage Protocol of mirror.airgap. Here, at run time,
+    every Protocol member exists on both."""
+    stores: list[MemoryBucket | ObjectStore] = [MemoryBucket(), ObjectStore(cast(Any, None), "b")]
+    as_protocols: list[
+        tuple[JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget]
+    ] = [(store, store, store, store, store, store) for store in stores]
+    for protocol in (JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget):
+        names = [name for name in vars(protocol) if not name.startswith("_")]
+        names += list(getattr(protocol, "__annotations__", {}))
+        for store in stores:
+            missing = [name for name in names if not hasattr(store, name)]
+            assert missing == [], f"{type(store).__name__} lacks {protocol.__name__}: {missing}"
+    assert len(as_protocols) == 2
