@@ -116,6 +116,25 @@ class MultipartTarget(Protocol):
     def open_uploads(self) -> list[OpenUpload]: ...
 
 
+def same_object(
+    facts: dict[str, Any] | None, identity: Mapping[str, str], size: int | None, *, where: str
+) -> dict[str, Any] | None:
+    """`facts` (a HEAD: `metadata`, `size`) when they are of the object `identity` and `size`
+    name, None when there is no object; IntegrityError when it is another: the one rule of
+    `MultipartTarget.existing`."""
+    if facts is None:
+        return None
+    metadata = facts["metadata"]
+    differs = [name for name, value in identity.items() if metadata.get(name) != value]
+    if differs or (size is not None and facts["size"] != size):
+        raise IntegrityError(
+            f"{where} already exists with different content "
+            f"({', '.join(differs) or 'size'} differs); objects are never overwritten",
+            hint="remove it by hand only if you are sure it is wrong",
+        )
+    return facts
+
+
 class _PublishedMeanwhile(Exception):
     """Another import completed the key and swept this upload: the object is there."""
 

@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import SHA256_META, OpenUpload, Outcome, Part, UploadGone
+from mirror.airgap.multipart import (
+    SHA256_META,
+    OpenUpload,
+    Outcome,
+    Part,
+    UploadGone,
+    same_object,
+)
 from mirror.airgap.s3bucket import S3_ERRORS, S3Bucket
 from mirror.airgap.s3checksums import (
     DAMAGED_HINT,
@@ -194,18 +201,7 @@ class ObjectStore(S3Bucket):
         self, key: str, identity: Mapping[str, str], *, size: int | None = None
     ) -> dict[str, Any] | None:
         """The object at `key` when it is the same one; IntegrityError when it is another."""
-        facts = self.head(key)
-        if facts is None:
-            return None
-        metadata = facts["metadata"]
-        differs = [name for name, value in identity.items() if metadata.get(name) != value]
-        if differs or (size is not None and facts["size"] != size):
-            raise IntegrityError(
-                f"{self.bucket}/{key} already exists with different content "
-                f"({', '.join(differs) or 'size'} differs); objects are never overwritten",
-                hint="remove it by hand only if you are sure it is wrong",
-            )
-        return facts
+        return same_object(self.head(key), identity, size, where=f"{self.bucket}/{key}")
 
     def create_once(
         self, key: str, identity: Mapping[str, str], write: Write, *, size: int | None = None

@@ -27,7 +27,14 @@ from typing import Any
 from urllib.parse import quote
 
 from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import SHA256_META, OpenUpload, Outcome, Part, UploadGone
+from mirror.airgap.multipart import (
+    SHA256_META,
+    OpenUpload,
+    Outcome,
+    Part,
+    UploadGone,
+    same_object,
+)
 from mirror.airgap.s3checksums import md5_hex
 from mirror.errors import IntegrityError, NotFound, OperationFailed
 from mirror.integrity import hash_bytes
@@ -149,16 +156,7 @@ class MemoryBucket:
     def existing(
         self, key: str, identity: Mapping[str, str], *, size: int | None = None
     ) -> dict[str, Any] | None:
-        facts = self.head(key)
-        if facts is None:
-            return None
-        differs = [name for name, value in identity.items() if facts["metadata"].get(name) != value]
-        if differs or (size is not None and facts["size"] != size):
-            raise IntegrityError(
-                f"{self.bucket}/{key} already exists with different content "
-                f"({', '.join(differs) or 'size'} differs); objects are never overwritten"
-            )
-        return facts
+        return same_object(self.head(key), identity, size, where=f"{self.bucket}/{key}")
 
     def put_immutable(
         self,
