@@ -98,7 +98,7 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
         inspect_archive(new).tree_sha256
     )
     (imported,) = result.items
-    assert (imported.status, imported.sha256, imported.size) == (
+    assert (imported.status, imported.ref.sha256, imported.ref.size) == (
         "published",
         expected.sha256,
         expected.size,
