@@ -60,6 +60,7 @@ from mirror.errors import (
     OperationFailed,
 )
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
+from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
     DeltaContent,
     TreeArchive,
@@ -112,6 +113,7 @@ def check_deltas(
     for item in manifest.items:
         if item.delta is None:
             continue
+        require_reproducible(item.delta.compression)
         base = base_manifest(store, item, manifest.sequence, in_set)
         if layout.read_version_manifest(store, item.domain, item.version) is None:
             _require_base_object(store, item, base, manifest.sequence)
@@ -402,7 +404,11 @@ class RebuiltArchive:
 
     def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
-        archive = TreeArchive(put, mtime=archive_mtime(self.item.exported_at))
+        archive = TreeArchive(
+            put,
+            mtime=archive_mtime(self.item.exported_at),
+            compression=self.item.delta.compression,
+        )
         self._contents.flush()
         for entry in files:
             archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
