@@ -102,7 +102,8 @@ def run(s: Setting) -> list[Row]:
     print(
         f"  sizes: full bundle {full_size / MiB:.1f} MiB, delta blob {item.size / MiB:.2f} "
         f"MiB ({100 * item.size / full_size:.2f}% of the bundle), rebuilt archive "
-        f"{item.delta.archive_size / MiB:.1f} MiB, {item.delta.carried_files} of "
+        f"{item.delta.archive_size / MiB:.1f} MiB ({item.delta.archive_size / full_size:.2f}x "
+        f"the vendor's bundle), {item.delta.carried_files} of "
         f"{item.delta.file_count} files carried",
         flush=True,
     )

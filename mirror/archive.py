@@ -183,6 +183,37 @@ def read_archive(
     return _scan(path, limits, sink)
 
 
+def read_archive_stream(
+    stream: IO[bytes],
+    fmt: Format,
+    size: int,
+    sink: FileSink,
+    limits: ArchiveLimits = ArchiveLimits(),
+    *,
+    name: str,
+) -> ArchiveReport:
+    """`read_archive` over a tar archive's bytes as they are read from `stream` (one pass:
+    nothing is written to disk); `size` is the archive's announced size, for the ratio
+    guard; `name` stands for the archive in messages. A zip needs its file (its directory
+    is at its end): ValueError."""
+    if fmt == "zip":
+        raise ValueError("a zip archive cannot be read as a stream")
+    return _inspect(Path(name), fmt, size, lambda: cast(IO[bytes], _Borrowed(stream)), limits, sink)
+
+
+class _Borrowed:
+    """A caller's stream, read through; leaving it as a context leaves the stream open."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.read = stream.read
+
+    def __enter__(self) -> _Borrowed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def check_tree_paths(paths: Iterable[str], limits: ArchiveLimits = ArchiveLimits()) -> None:
     """Refuse a list of file paths that an archive checked by this module could not hold:
     not already normalised, unsafe, duplicated, a file below a file, or name twins.

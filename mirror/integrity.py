@@ -90,21 +90,25 @@ def hash_bytes(data: bytes) -> str:
 
 
 class HashingWriter:
-    """Wraps a binary file: every byte written reaches the file and the hash, in order."""
+    """Wraps a binary file: every byte written reaches the file (when there is one) and the
+    hash, in order. Without a target it only hashes and counts (chunks from a network
+    stream, say)."""
 
-    def __init__(self, target: IO[bytes]) -> None:
+    def __init__(self, target: IO[bytes] | None = None) -> None:
         self._target = target
         self._digest = hashlib.sha256()
         self.size = 0
 
     def write(self, data: bytes) -> int:
-        self._target.write(data)
+        if self._target is not None:
+            self._target.write(data)
         self._digest.update(data)
         self.size += len(data)
         return len(data)
 
     def flush(self) -> None:
-        self._target.flush()
+        if self._target is not None:
+            self._target.flush()
 
     @property
     def result(self) -> Digest:

@@ -13,8 +13,8 @@ import pytest
 
 from mirror.archive import inspect_archive, tree_hash
 from mirror.errors import IntegrityError
+from mirror.transferset.compression import STORED_BLOCK, Compression, current
 from mirror.transferset.delta import (
-    STORED_BLOCK,
     DeltaBlobWriter,
     DeltaContent,
     TreeArchive,
@@ -46,9 +46,19 @@ def _entries(tree: dict[str, bytes]) -> list[TreeFile]:
     ]
 
 
-def _build(tree: dict[str, bytes], *, mtime: int = 1_700_000_000, chunk: int = 7) -> bytes:
+STORED = None
+SMALL_PIECES = current().model_copy(update={"chunk_size": 65536})
+
+
+def _build(
+    tree: dict[str, bytes],
+    *,
+    mtime: int = 1_700_000_000,
+    chunk: int = 7,
+    compression: Compression | None = STORED,
+) -> bytes:
     out = io.BytesIO()
-    archive = TreeArchive(out.write, mtime=mtime)
+    archive = TreeArchive(out.write, mtime=mtime, compression=compression)
     for path, data in tree.items():
         archive.add_file(path, len(data), (data[i : i + chunk] for i in range(0, len(data), chunk)))
     archive.close()
@@ -57,8 +67,11 @@ def _build(tree: dict[str, bytes], *, mtime: int = 1_700_000_000, chunk: int = 7
     return out.getvalue()
 
 
-def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(tmp_path: Path) -> None:
-    data = _build(TREE)
+@pytest.mark.parametrize("compression", [STORED, current(), SMALL_PIECES], ids=str)
+def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(
+    tmp_path: Path, compression: Compression | None
+) -> None:
+    data = _build(TREE, compression=compression)
     path = tmp_path / "bundle.tar.gz"
     path.write_bytes(data)
     with tarfile.open(path, "r:gz") as tar:
@@ -80,19 +93,49 @@ def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(tmp_path:
     assert report.tree_sha256 == tree_hash((e.path, e.sha256) for e in _entries(TREE))
 
 
-def test_the_tree_archive_bytes_depend_only_on_the_list_contents_and_time() -> None:
-    one = _build(TREE, chunk=7)
-    other = _build(TREE, chunk=65536)
+@pytest.mark.parametrize("compression", [STORED, current(), SMALL_PIECES], ids=str)
+def test_the_tree_archive_bytes_depend_only_on_the_list_contents_and_time(
+    compression: Compression | None,
+) -> None:
+    one = _build(TREE, chunk=7, compression=compression)
+    other = _build(TREE, chunk=65536, compression=compression)
     assert one == other
-    assert _build(TREE, mtime=1) != one
+    assert _build(TREE, mtime=1, compression=compression) != one
     reordered = dict(reversed(list(TREE.items())))
-    assert _build(reordered) != one
-    # A golden value: any change to the format changes it, and both sides must agree.
-    small = {"index.html": b"hello\n", "a/b.html": b"b\n"}
-    assert hashlib.sha256(_build(small, mtime=0)).hexdigest() == GOLDEN_SMALL
+    assert _build(reordered, compression=compression) != one
 
 
-GOLDEN_SMALL = "0ad6cd48494c69c5e75789df0a7772d1ec1d789a5b15aa9612bbe72e580c5618"
+# Golden values: any change to a format (or to the pinned compressor) changes them, and
+# both sides of the gap must agree on every byte.
+GOLDEN = {
+    "stored": "0ad6cd48494c69c5e75789df0a7772d1ec1d789a5b15aa9612bbe72e580c5618",
+    "libdeflate": "a0662c90d5806ff48ed3ad995106c27a5b7438c7f01b778195434e97faf99fd9",
+    "libdeflate-pieces": "8051963bdef8e1e3951692ee5575da7177e75c32329ece1d3eddcc5b47564446",
+}
+
+
+def _golden_tree() -> dict[str, bytes]:
+    """Small, but over several 64 KiB pieces and compressible like a site."""
+    pages = {f"guide/{n:03d}.html": b"<p>page %d of the guide</p>\n" % n * 300 for n in range(40)}
+    return {"index.html": b"hello\n", "a/b.html": b"b\n", **pages}
+
+
+@pytest.mark.parametrize(
+    ("name", "compression"),
+    [("stored", STORED), ("libdeflate", current()), ("libdeflate-pieces", SMALL_PIECES)],
+)
+def test_the_tree_archive_bytes_are_pinned(name: str, compression: Compression | None) -> None:
+    tree = {"index.html": b"hello\n", "a/b.html": b"b\n"} if name == "stored" else _golden_tree()
+    data = _build(tree, mtime=0, compression=compression)
+    assert hashlib.sha256(data).hexdigest() == GOLDEN[name]
+
+
+def test_compressed_tree_archives_are_near_the_vendor_ratio() -> None:
+    tree = _golden_tree()
+    plain = sum(len(data) for data in tree.values())
+    compressed = _build(tree, compression=current())
+    assert len(compressed) < plain / 20
+    assert len(_build(tree, compression=SMALL_PIECES)) > len(compressed)
 
 
 def test_stored_blocks_are_whole_blocks_then_a_final_one() -> None:
@@ -103,7 +146,7 @@ def test_stored_blocks_are_whole_blocks_then_a_final_one() -> None:
 
 @pytest.mark.parametrize("given", [3, 5])
 def test_content_of_another_length_than_listed_is_refused(given: int) -> None:
-    archive = TreeArchive(lambda _b: None, mtime=0)
+    archive = TreeArchive(lambda _b: None, mtime=0, compression=STORED)
     with pytest.raises(IntegrityError, match="the file list says 4"):
         archive.add_file("a.html", 4, [b"x" * given])
 

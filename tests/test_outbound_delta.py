@@ -262,6 +262,7 @@ def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> No
     archive = TreeArchive(
         lambda data: (digest.update(data), sizes.append(len(data))),
         mtime=archive_mtime(iso_time(EXPORTED_AT)),
+        compression=delta.entry.compression,
     )
     for entry in listed:
         with open(tmp_path / "tree" / entry.path, "rb") as handle:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -226,30 +225,29 @@ class StagedUpload:
     def _send_all(self, source: Reader, on_progress: Progress | None) -> State:
         """Read, hash and hand out the parts; check the whole once the source is read. The
         hash runs on its own thread, in order, while the next part is read."""
-        with open(os.devnull, "wb", buffering=0) as nowhere:
-            hashing = HashingWriter(nowhere)
-            hashed: Future[int] | None = None
-            total = 0
-            while total <= self.size:
-                self.senders.take_slot()
-                try:
-                    part = read_part(source, min(self.part_size, self.size + 1 - total))
-                except BaseException:
-                    self.senders.give_slot()
-                    raise
-                total += len(part)
-                if not part or total > self.size:
-                    self.senders.give_slot()
-                    break
-                hashed = self.senders.hasher.submit(hashing.write, part)  # type: ignore[arg-type]
-                number = len(self._parts) + 1
-                self._parts.append(
-                    self.senders.pool.submit(self._send, number, part, hashed, on_progress)
-                )
-                del part
-                self._raise_failed_parts()
-            if hashed is not None:
-                hashed.result()
+        hashing = HashingWriter()
+        hashed: Future[int] | None = None
+        total = 0
+        while total <= self.size:
+            self.senders.take_slot()
+            try:
+                part = read_part(source, min(self.part_size, self.size + 1 - total))
+            except BaseException:
+                self.senders.give_slot()
+                raise
+            total += len(part)
+            if not part or total > self.size:
+                self.senders.give_slot()
+                break
+            hashed = self.senders.hasher.submit(hashing.write, part)  # type: ignore[arg-type]
+            number = len(self._parts) + 1
+            self._parts.append(
+                self.senders.pool.submit(self._send, number, part, hashed, on_progress)
+            )
+            del part
+            self._raise_failed_parts()
+        if hashed is not None:
+            hashed.result()
         read = Digest(hashing.result.sha256, total)
         check_whole(self.key, read, sha256=self.sha256, size=self.size)
         self.state = "staged"

@@ -27,7 +27,8 @@ Promises:
   against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
   the upload aborts and nothing is published. Memory does not grow with the site: contents
   are spooled to one file in the work directory, the archive is generated as it is read.
-  Disk holds the new tree's distinct contents and, while it is scanned, the base's archive.
+  Disk holds the new tree's distinct contents; the base's object is read once, as it
+  streams from the bucket (a zip base, whose directory is at its end, is fetched first).
   The work directory is removed on every path out; one left by a killed import (its
   process is gone) is removed by the next import of a delta into the same place.
 """
@@ -52,7 +53,7 @@ from mirror.airgap.workdir import (
     remove_work_dir,
     work_root,
 )
-from mirror.archive import ArchiveLimits, read_archive
+from mirror.archive import ArchiveLimits, Format, read_archive, read_archive_stream
 from mirror.errors import (
     IntegrityError,
     MirrorError,
@@ -60,6 +61,7 @@ from mirror.errors import (
 )
 from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
 from mirror.integrity import Digest, HashingWriter, require_digest
+from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
     DeltaContent,
     TreeArchive,
@@ -112,6 +114,7 @@ def check_deltas(
     for item in manifest.items:
         if item.delta is None:
             continue
+        require_reproducible(item.delta.compression)
         base = base_manifest(store, item, manifest.sequence, in_set)
         if layout.read_version_manifest(store, item.domain, item.version) is None:
             _require_base_object(store, item, base, manifest.sequence)
@@ -371,32 +374,44 @@ class RebuiltArchive:
             raise self._refused(exc.message) from None
 
     def _take_from_base(self, needed: Mapping[str, int]) -> None:
+        """The contents the delta did not carry, from the base's object: a tar archive is
+        read once, as it streams from the bucket (each kept content is checked against its
+        sha256, the tree against the signed one, the whole against the base's manifest); a
+        zip (its directory is at its end) is fetched to the work directory first."""
         assert self.work is not None and self.item.delta is not None
         base = base_manifest(self.store, self.item, self.sequence)
-        path = self.work / "base-archive"
-        with open(path, "wb") as out:
-            written = HashingWriter(out)
-            for chunk in self.store.open_stream(base.object):
-                written.write(chunk)
-        if written.result != Digest(base.sha256, base.size):
-            raise self._refused(
-                f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
-                "match its manifest (damaged or replaced; `mirror chart check` finds such "
-                "versions)"
-            )
         assert self._contents is not None
         sink = _NeededContents(self._contents, needed)
+        source = _HashingStream(self.store.open_stream(base.object))
+        where = f"{self.store.bucket}/{base.object}"
         try:
-            report = read_archive(path, sink, self.limits)
+            if base.archive_format == "zip":
+                path = self.work / "base-archive"
+                with open(path, "wb") as out:
+                    source.copy_to(out)
+                report = read_archive(path, sink, self.limits)
+                path.unlink()
+            else:
+                fmt = cast(Format, base.archive_format)
+                stream = cast(IO[bytes], source)
+                report = read_archive_stream(stream, fmt, base.size, sink, self.limits, name=where)
+                source.drain()
         except IntegrityError as exc:
+            source.drain()
+            if source.matches(base.sha256, base.size):
+                raise self._refused(
+                    f"the base {self._base_label} ({where}): {exc.message}"
+                ) from None
+            report = None
+        if not source.matches(base.sha256, base.size):
             raise self._refused(
-                f"the base {self._base_label} ({self.store.bucket}/{base.object}): {exc.message}"
-            ) from None
-        finally:
-            path.unlink(missing_ok=True)
+                f"{where} (the base {self._base_label}) does not match its manifest (damaged "
+                "or replaced; `mirror chart check` finds such versions)"
+            )
+        assert report is not None
         if report.tree_sha256 != self.item.delta.base_tree_sha256:
             raise self._refused(
-                f"{self.store.bucket}/{base.object} holds tree {report.tree_sha256[:12]}, not "
+                f"{where} holds tree {report.tree_sha256[:12]}, not "
                 f"the base tree {self.item.delta.base_tree_sha256[:12]}"
             )
 
@@ -404,12 +419,49 @@ class RebuiltArchive:
 
     def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
-        archive = TreeArchive(put, mtime=archive_mtime(self.item.exported_at))
+        archive = TreeArchive(
+            put,
+            mtime=archive_mtime(self.item.exported_at),
+            compression=self.item.delta.compression,
+        )
         self._contents.flush()
         for entry in files:
             archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
         archive.close()
         self._require("the rebuilt archive", archive.sha256, self.item.delta.archive_sha256)
+
+
+class _HashingStream:
+    """A readable stream over an object's chunks that hashes and counts what passes."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = b""
+        self._hashing = HashingWriter()
+
+    def read(self, size: int = -1, /) -> bytes:
+        while not self._buffer:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return b""
+            self._hashing.write(chunk)
+            self._buffer = chunk
+        if size is None or size < 0 or size >= len(self._buffer):
+            data, self._buffer = self._buffer, b""
+        else:
+            data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return data
+
+    def copy_to(self, out: IO[bytes]) -> None:
+        while chunk := self.read(CHUNK_SIZE):
+            out.write(chunk)
+
+    def drain(self) -> None:
+        while self.read(CHUNK_SIZE):
+            pass
+
+    def matches(self, sha256: str, size: int) -> bool:
+        return self._hashing.result == Digest(sha256, size)
 
 
 class _Contents:

@@ -40,6 +40,7 @@ from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.store.blobs import BlobStore
 from mirror.store.models import TransferItem, Version
+from mirror.transferset.compression import current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
     TreeArchive,
@@ -238,7 +239,10 @@ def _build(
 ) -> DeltaBlob:
     counted = _Counted(output)
     blob = DeltaBlobWriter(cast(BinaryIO, counted))
-    tree = TreeArchive(lambda _data: None, mtime=archive_mtime(item.exported_at))
+    compression = current()
+    tree = TreeArchive(
+        lambda _data: None, mtime=archive_mtime(item.exported_at), compression=compression
+    )
     sink = _Spooling(store.tmp_dir, base_files, tree, blob)
     read_archive(store.open(item.bundle_sha256), sink, limits)
     got = tree_hash((entry.path, entry.sha256) for entry in sink.files)
@@ -258,6 +262,7 @@ def _build(
             archive_sha256=tree.sha256,
             archive_size=tree.size,
             file_count=len(sink.files),
+            compression=compression,
             carried_files=len(blob.carried),
         ),
         changed=sink.changed,

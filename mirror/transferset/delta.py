@@ -18,17 +18,16 @@ byte for byte, so the import can prove its rebuild against the sha256 the connec
 signed. It is a ustar stream (a pax header carries only a `path` or `size` that ustar
 cannot) with the files in file-list order, each preceded by the parent directories not yet
 written (0755); files 0644; owner and group 0 with no names; every mtime the version's
-export time; two zero blocks and zero padding to a 10240-byte record. It is wrapped in gzip
-made of stored (uncompressed) deflate blocks of 65535 bytes with a zero header time, so no
-zlib version can change a byte; the price is an object as large as the unpacked site.
+export time; two zero blocks and zero padding to a 10240-byte record. It is compressed
+as `transferset/compression.py` says (the one owner of those bytes): by a pinned libdeflate
+in fixed-size pieces, each its own gzip member, at about the vendor's ratio; or, for sets
+whose manifest names no compression, as stored deflate blocks.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-import struct
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +38,7 @@ from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
 from mirror.fsutil import CHUNK_SIZE
 from mirror.timestamps import parse_zoned
+from mirror.transferset.compression import Compression, gzip_sink
 from mirror.transferset.format import canonical_json, parse_strict_json
 
 FILE_LIST_FORMAT = 1
@@ -48,12 +48,10 @@ FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
 MAX_FILE_LIST_BYTES = 256 * 1024 * 1024
 RECORD_SIZE = 10240
-STORED_BLOCK = 65535
 
 _CONTENT_NAME = re.compile(r"^content/([0-9a-f]{64})$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _USTAR_MAX_SIZE = 8**11 - 1
-_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 @dataclass(frozen=True)
@@ -143,8 +141,14 @@ class TreeArchive:
     `add_file` refuses (IntegrityError) contents whose length is not the size given, so a
     short or long source can never shift the archive silently."""
 
-    def __init__(self, write: Callable[[bytes], object], *, mtime: int) -> None:
-        self._gzip = _StoredGzip(write)
+    def __init__(
+        self,
+        write: Callable[[bytes], object],
+        *,
+        mtime: int,
+        compression: Compression | None,
+    ) -> None:
+        self._gzip = gzip_sink(compression, write)
         self._mtime = mtime
         self._directories: set[str] = set()
         self._tar_bytes = 0
@@ -188,45 +192,6 @@ class TreeArchive:
     def _emit(self, data: bytes) -> None:
         self._tar_bytes += len(data)
         self._gzip.write(data)
-
-
-class _StoredGzip:
-    """gzip of stored deflate blocks: the same bytes from any zlib."""
-
-    def __init__(self, write: Callable[[bytes], object]) -> None:
-        self._write = write
-        self._pending = bytearray()
-        self._crc = 0
-        self._length = 0
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self._out(_GZIP_HEADER)
-
-    def write(self, data: bytes) -> None:
-        self._crc = zlib.crc32(data, self._crc)
-        self._length += len(data)
-        self._pending += data
-        whole = len(self._pending) - len(self._pending) % STORED_BLOCK
-        if whole:
-            out = bytearray()
-            for start in range(0, whole, STORED_BLOCK):
-                out += _stored_block(bytes(self._pending[start : start + STORED_BLOCK]), False)
-            del self._pending[:whole]
-            self._out(bytes(out))
-
-    def close(self) -> None:
-        self._out(_stored_block(bytes(self._pending), True))
-        self._pending.clear()
-        self._out(struct.pack("<II", self._crc & 0xFFFFFFFF, self._length & 0xFFFFFFFF))
-
-    def _out(self, data: bytes) -> None:
-        self.digest.update(data)
-        self.size += len(data)
-        self._write(data)
-
-
-def _stored_block(data: bytes, final: bool) -> bytes:
-    return struct.pack("<BHH", 1 if final else 0, len(data), len(data) ^ 0xFFFF) + data
 
 
 def _member_header(name: str, size: int, mtime: int, *, directory: bool) -> bytes:

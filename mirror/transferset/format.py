@@ -39,6 +39,7 @@ from pydantic import (
 from mirror.errors import IntegrityError
 from mirror.hostnames import is_domain
 from mirror.timestamps import parse_zoned, rfc3339
+from mirror.transferset.compression import Compression
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -156,6 +157,7 @@ class DeltaEntry(_Strict):
     archive_size: int = Field(ge=0)
     file_count: int = Field(ge=0)
     carried_files: int = Field(ge=0)
+    compression: Compression | None = None
 
     @field_validator("base_version")
     @classmethod
@@ -324,6 +326,8 @@ class Manifest(_Strict):
         for item in document["items"]:
             if item["delta"] is None:
                 del item["delta"]
+            elif item["delta"]["compression"] is None:
+                del item["delta"]["compression"]
         return canonical_json(document)
 
 

@@ -29,6 +29,7 @@ from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.sim.site import SiteSpec, build_bundle
+from mirror.transferset.compression import Compression, current, installed_version
 from mirror.transferset.delta import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
@@ -67,7 +68,9 @@ def download(store: ObjectStore, key: str) -> bytes:
     return b"".join(store.open_stream(key))
 
 
+@pytest.mark.parametrize("compression", [current(), None], ids=["libdeflate", "earlier-stored"])
 def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_passes(
+    compression: Compression | None,
     tmp_path: Path,
     object_store: ObjectStore,
     target_settings: TargetSettings,
@@ -78,7 +81,8 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
-    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs")
+    spec = DeltaSpec(delta={"compression": compression})
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
     assert item.delta is not None and item.blob.size < item.delta.archive_size / 5
     work = tmp_path / "work"
@@ -87,8 +91,14 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     result = import_set(object_store, tmp_path / "s2", trusted, work_dir=work)
 
     expected = write_tree_archive(
-        new_tree, tree_files(new_tree), archive_mtime(T2), tmp_path / "independent.tar.gz"
+        new_tree,
+        tree_files(new_tree),
+        archive_mtime(T2),
+        tmp_path / "independent.tar.gz",
+        compression,
     )
+    if compression is not None:  # at the vendor's ratio, not the unpacked site's size
+        assert expected.size <= 1.10 * new.stat().st_size
     key = object_store.key(DOCS, V2, "bundle.tar.gz")
     published = download(object_store, key)
     assert published == expected.path.read_bytes()
@@ -168,7 +178,11 @@ def test_moved_and_copied_files_cost_nothing_and_a_delta_can_stand_on_a_rebuilt_
         assert item.delta is not None
         published = download(object_store, object_store.key(DOCS, version, "bundle.tar.gz"))
         expected = write_tree_archive(
-            tree, tree_files(tree), archive_mtime(item.exported_at), tmp_path / "e.tar.gz"
+            tree,
+            tree_files(tree),
+            archive_mtime(item.exported_at),
+            tmp_path / "e.tar.gz",
+            item.delta.compression,
         )
         assert published == expected.path.read_bytes()
         facts = object_store.head(object_store.key(DOCS, version, "bundle.tar.gz"))
@@ -213,6 +227,27 @@ def base_imported_and_delta_set(
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b")
     write_set(tmp_path / "s2", [item], signing, sequence=2)
     return old, item
+
+
+def test_a_delta_this_installation_cannot_reproduce_is_refused_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    other = current().model_copy(update={"version": "0.0.1"})
+    spec = DeltaSpec(delta={"compression": other})
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(ConfigError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert "deflate==0.0.1" in str(refused.value)
+    assert f"deflate=={installed_version()}" in str(refused.value)
+    assert "transfer pack --full" in str(refused.value)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
 
 
 def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(

@@ -22,6 +22,7 @@ from mirror.archive import extract_archive, inspect_archive
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App
 from mirror.store.models import Bundle, Version
+from mirror.transferset.compression import current
 from mirror.transferset.delta import TreeArchive, archive_mtime, read_chunks
 from mirror.transferset.format import MANIFEST, parse_manifest
 from tests.conftest import write_config
@@ -159,7 +160,7 @@ def _tree_archive_of(document: dict[str, Any], label: str, exported_at: str, whe
         app.close()
     extract_archive(bundle, where)
     out = io.BytesIO()
-    archive = TreeArchive(out.write, mtime=archive_mtime(exported_at))
+    archive = TreeArchive(out.write, mtime=archive_mtime(exported_at), compression=current())
     with tarfile.open(bundle, "r:gz") as tar:
         for info in tar:
             if info.isreg():
