@@ -132,7 +132,7 @@ def import_set(
 ) -> ImportResult:
     """Verify `set_dir`, then publish it into `store` and write its receipt."""
     receipt = receipt_path or set_dir / RECEIPT
-    verified, replayed, notes = _admit(
+    verified, replayed, notes, bases = _admit(
         store,
         set_dir,
         trusted,
@@ -144,7 +144,7 @@ def import_set(
     )
     manifest = verified.manifest
     imported_at = iso_time(now())
-    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir)
+    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir, bases)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
@@ -177,10 +177,11 @@ def _admit(
     promoting: bool,
     on_verify_progress: Callable[[int], None] | None,
     work_dir: Path | None,
-) -> tuple[VerifiedSet, bool, list[str]]:
+) -> tuple[VerifiedSet, bool, list[str], rebuild.Bases]:
     """Every refusal that comes before a byte is published (module docstring): the receipt's
     place, the bucket and its writes, the set, its sequence, its deltas, the documents it
-    will change. Returns the verified set, whether it is a replay, and notes."""
+    will change. Returns the verified set, whether it is a replay, notes, and the deltas'
+    base manifests."""
     if set_dir.is_dir() and not os.access(receipt.parent, os.W_OK):
         raise ConfigError(
             f"cannot write the receipt to {receipt.parent} (read-only?)",
@@ -192,7 +193,7 @@ def _admit(
     notes: list[str] = []
     state = layout.read_import_state(store)
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
-    rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
+    bases = rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
     for domain in dict.fromkeys(item.domain for item in verified.manifest.items):
         layout.read_index(store, domain)  # a damaged document refuses the set before any upload
         if promoting:
@@ -202,7 +203,7 @@ def _admit(
             f"{verified.manifest.tool.path} (the mirror tool) stays beside the set; "
             "it is not published"
         )
-    return verified, replayed, notes
+    return verified, replayed, notes, bases
 
 
 def _publish_all(
@@ -211,13 +212,16 @@ def _publish_all(
     imported_at: str,
     on_progress: Callable[[int], None] | None,
     work_dir: Path | None = None,
+    bases: rebuild.Bases | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
     there = {
         _bundle(store, item): stored
         for item in verified.manifest.items
         if (stored := same_tree_there(store, item)) is not None
     }
-    bundles = stage_bundles(store, verified, on_progress, work_dir=work_dir, there=there)
+    bundles = stage_bundles(
+        store, verified, on_progress, work_dir=work_dir, there=there, bases=bases
+    )
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
@@ -243,6 +247,7 @@ def stage_bundles(
     *,
     work_dir: Path | None = None,
     there: Mapping[str, layout.VersionManifest] | None = None,
+    bases: rebuild.Bases | None = None,
 ) -> dict[str, Outcome]:
     """Upload every version's bundle straight from the set's parts (a delta's: the archive
     rebuilt from its base, mirror.airgap.rebuild); complete them only once all have matched
@@ -258,7 +263,7 @@ def stage_bundles(
                     on_progress(item.published_size)
                 continue
             with rebuild.open_published(
-                verified.path, item, store, sequence=sequence, work_dir=work_dir
+                verified.path, item, store, sequence=sequence, work_dir=work_dir, bases=bases
             ) as reader:
                 try:
                     staging.stage(

@@ -78,6 +78,10 @@ from mirror.transferset.reader import BlobReader, check_files, read_manifest_byt
 PIPE_DEPTH = 4
 
 
+Bases = Mapping[tuple[str, str], layout.VersionManifest]
+"""Base manifests by (domain, version), as `check_deltas` proved them."""
+
+
 class Store(layout.Bucket, Protocol):
     """What a rebuild needs of mirror.airgap.objectstore.ObjectStore."""
 
@@ -107,15 +111,18 @@ def check_deltas(
     *,
     work_dir: Path | None = None,
     free_space: FreeSpace = free_bytes,
-) -> None:
-    """Refuse a set whose deltas cannot be rebuilt here (module docstring)."""
+) -> Bases:
+    """Refuse a set whose deltas cannot be rebuilt here (module docstring). Returns each
+    delta's base manifest by (domain, base version), for the rebuild: fetched once."""
     in_set = {(item.domain, item.version) for item in manifest.items}
     needed = 0
+    bases: dict[tuple[str, str], layout.VersionManifest] = {}
     for item in manifest.items:
         if item.delta is None:
             continue
         require_reproducible(item.delta.compression)
         base = base_manifest(store, item, manifest.sequence, in_set)
+        bases[item.domain, item.delta.base_version] = base
         if layout.read_version_manifest(store, item.domain, item.version) is None:
             _require_base_object(store, item, base, manifest.sequence)
         needed = max(needed, item.delta.archive_size + base.size)
@@ -124,6 +131,7 @@ def check_deltas(
         check_writable(root)
         remove_abandoned(root)
         check_space(root, needed, free_space)
+    return bases
 
 
 def base_manifest(
@@ -189,13 +197,20 @@ def import_bytes(set_dir: Path) -> int | None:
 
 
 def open_published(
-    set_dir: Path, item: ManifestItem, store: Store, *, sequence: int, work_dir: Path | None = None
+    set_dir: Path,
+    item: ManifestItem,
+    store: Store,
+    *,
+    sequence: int,
+    work_dir: Path | None = None,
+    bases: Bases | None = None,
 ) -> BlobReader | RebuiltArchive:
     """What the import uploads for `item` (of set `sequence`): its blob, or (a delta) the
     rebuilt archive."""
     if item.delta is None:
         return BlobReader(set_dir, item, check_parts=False)  # the upload hashes the whole
-    return RebuiltArchive(set_dir, item, store, sequence=sequence, work_dir=work_dir)
+    base = (bases or {}).get((item.domain, item.delta.base_version))
+    return RebuiltArchive(set_dir, item, store, sequence=sequence, work_dir=work_dir, base=base)
 
 
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
@@ -218,8 +233,10 @@ class RebuiltArchive:
         sequence: int,
         work_dir: Path | None = None,
         limits: ArchiveLimits | None = None,
+        base: layout.VersionManifest | None = None,
     ) -> None:
         assert item.delta is not None
+        self._base = base
         self.set_dir = set_dir
         self.item = item
         self.store = store
@@ -379,7 +396,7 @@ class RebuiltArchive:
         sha256, the tree against the signed one, the whole against the base's manifest); a
         zip (its directory is at its end) is fetched to the work directory first."""
         assert self.work is not None and self.item.delta is not None
-        base = base_manifest(self.store, self.item, self.sequence)
+        base = self._base or base_manifest(self.store, self.item, self.sequence)
         assert self._contents is not None
         sink = _NeededContents(self._contents, needed)
         source = _HashingStream(self.store.open_stream(base.object))
