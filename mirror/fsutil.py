@@ -143,6 +143,20 @@ def sha256_file(path: Path, start: int = 0, length: int | None = None) -> str:
     return digest.hexdigest()
 
 
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host (a lease's owner, or the writer
+    whose pid a temp file's name carries)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def hash_workers() -> int:
     """One hashing thread per usable core, at most 8 (the disk is the limit beyond)."""
     return max(1, min(8, len(os.sched_getaffinity(0))))

@@ -13,7 +13,7 @@ from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.export.repair import RepairReport
+    from mirror.store.maintenance.repair import RepairReport
 
 
 @click.group("store")
@@ -43,7 +43,8 @@ def store_verify(cli: CliContext, repair: bool) -> None:
     cli.read_only = not repair
     repairs: RepairReport | None = None
     if repair:
-        from mirror.export.repair import repair_store  # only --repair needs the archive checks
+        # only --repair needs the archive checks
+        from mirror.store.maintenance.repair import repair_store
 
         repairs = repair_store(cli.app)
     report = repairs.after if repairs is not None else verify_store(cli.app)

@@ -37,8 +37,8 @@ from mirror.export.lease import (
     NotDue,
     lease_held_by_other,
     owner_host,
-    pid_alive,
 )
+from mirror.fsutil import pid_alive
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import rfc3339

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mirror.archive import ArchiveReport, inspect_archive
 from mirror.errors import IntegrityError
-from mirror.export.repair import repair_from_download
 from mirror.fsutil import sha256_file
 from mirror.store.app import App
+from mirror.store.maintenance.repair import repair_from_download
 from mirror.store.models import Bundle
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from mirror.fsutil import sha256_file
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import VerifyReport, verify_store
+from mirror.store.maintenance.recovery import reconcile_orphan_blobs
 from mirror.store.models import Bundle, ExportRun, Version
 
 log = logging.getLogger(__name__)
@@ -157,8 +158,6 @@ def repair_store(app: App) -> RepairReport:
     download or re-pointed to an intact blob of the same site; the rest are reported
     with the remedy: export the domain again (the export repairs them) or restore the file.
     """
-    from mirror.export.recovery import reconcile_orphan_blobs
-
     adopted, removed = reconcile_orphan_blobs(app)
     repairs: list[Repair] = []
     for problem in verify_store(app).problems:
