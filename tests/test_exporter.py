@@ -37,7 +37,7 @@ from mirror.export.runner import (
     run_export,
     unfinished_runs,
 )
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file
 from mirror.sim import MALICIOUS_KINDS, Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
@@ -212,7 +212,7 @@ def test_two_domains_are_stored_with_versions(
     assert first.version == "2026-11-21" and second.domain == "docs.b.test"
     for outcome in (first, second):
         assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
-        assert sha256_file(outcome.blob_path) == outcome.sha256
+        assert hash_file(outcome.blob_path).sha256 == outcome.sha256
         assert outcome.blob_path == app.store.blob_path(outcome.sha256)
         assert outcome.format == "tar.gz" and outcome.file_count > 0
         assert not outcome.resumed

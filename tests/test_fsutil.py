@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy.exc
 
-from mirror.fsutil import (
-    atomic_write_bytes,
-    atomic_writer,
-    disk_full,
-    is_disk_full,
-    iter_file,
-    sha256_file,
-)
+from mirror.fsutil import atomic_write_bytes, atomic_writer, disk_full, is_disk_full
+from mirror.integrity import hash_file, iter_file
 
 
 def test_atomic_write_replaces_whole(tmp_path: Path) -> None:
@@ -41,8 +35,8 @@ def test_ranges_and_hash(tmp_path: Path) -> None:
     path = tmp_path / "blob"
     data = bytes(range(256)) * 10000
     path.write_bytes(data)
-    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
-    assert sha256_file(path, 100, 5000) == hashlib.sha256(data[100:5100]).hexdigest()
+    assert hash_file(path).sha256 == hashlib.sha256(data).hexdigest()
+    assert hash_file(path, 100, 5000).sha256 == hashlib.sha256(data[100:5100]).hexdigest()
     assert b"".join(iter_file(path, 2_000_000)) == data[2_000_000:]
 
 

@@ -49,7 +49,7 @@ import botocore.exceptions
 
 from mirror.airgap.s3errors import error_code
 from mirror.errors import IntegrityError
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 from mirror.timestamps import utcnow
 
 if TYPE_CHECKING:

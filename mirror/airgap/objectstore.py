@@ -58,7 +58,7 @@ from mirror.errors import (
     NotFound,
     TemporaryFailure,
 )
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 from mirror.logs import redacted_url
 from mirror.timestamps import utcnow
 

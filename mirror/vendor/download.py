@@ -266,7 +266,7 @@ class _Download:
         return DownloadResult(
             path=self.dest,
             size=self.offset,
-            sha256=self.file.digest.hexdigest(),
+            sha256=self.file.hashed.result.sha256,
             restarts=self.restarts,
             resumes=self.resumes,
             refreshes=self.refreshes,

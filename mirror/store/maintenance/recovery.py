@@ -25,7 +25,8 @@ from sqlalchemy import select
 
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
-from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive, sha256_file
+from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive
+from mirror.integrity import hash_file
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.models import Bundle, ExportRun
@@ -104,7 +105,7 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         path = app.store.blob_path(sha)
         reason = ""
         try:
-            if sha256_file(path) != sha:
+            if hash_file(path).sha256 != sha:
                 reason = "content does not match its name"
             else:
                 report = inspect_archive(path, app.settings.store.archive_limits())

@@ -24,8 +24,7 @@ from pathlib import Path
 from sqlalchemy import delete, select, update
 
 from mirror.archive import ArchiveReport
-from mirror.errors import IntegrityError
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file, require_digest
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import VerifyReport, verify_store
@@ -55,8 +54,7 @@ class RepairReport:
 def _restore(app: App, source: Path, sha256: str) -> None:
     """Copy `source` into place as blob `sha256` (atomically), after checking its bytes."""
     copied, _ = app.store.add_file(source)
-    if copied != sha256:
-        raise IntegrityError(f"{source.name} hashes to {copied}, not {sha256}; not used")
+    require_digest(f"{source.name} (not used)", copied, sha256)
 
 
 def _repoint(app: App, damaged: str, good: str) -> int:
@@ -119,7 +117,7 @@ def _finished_download(app: App, sha256: str) -> Path | None:
         )
     for name in names:
         path = app.store.temp_path(str(name))
-        if path.is_file() and sha256_file(path) == sha256:
+        if path.is_file() and hash_file(path).sha256 == sha256:
             return path
     return None
 
