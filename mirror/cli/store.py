@@ -9,7 +9,6 @@ import click
 from mirror.cli.common import DOMAIN, CliContext, reads_only
 from mirror.errors import IntegrityError
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
-from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def store() -> None:
 def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered."""
     versions = list_versions(cli.app, domain)
-    cli.emit({"versions": [version_document(v) for v in versions]}, version_lines(versions))
+    cli.emit({"versions": [v.as_dict() for v in versions]}, version_lines(versions))
 
 
 @store.command("verify")
@@ -84,34 +83,19 @@ def store_verify(cli: CliContext, repair: bool) -> None:
     )
 
 
-def version_document(version: StoredVersion) -> dict[str, Any]:
-    return {
-        "domain": version.domain,
-        "version": version.label,
-        "sha256": version.sha256,
-        "size": version.size,
-        "format": version.format,
-        "tree_sha256": version.tree_sha256,
-        "file_count": version.file_count,
-        "created_at": rfc3339(version.created_at),
-        "delivered_at": rfc3339_or_none(version.delivered_at),
-        "path": str(version.path),
-    }
-
-
 def version_lines(versions: list[StoredVersion]) -> list[str]:
     if not versions:
         return ["the store holds no versions yet"]
     header = ("DOMAIN", "VERSION", "SIZE", "FORMAT", "CREATED", "DELIVERED", "SHA256")
     rows = [
         (
-            v.domain,
-            v.label,
-            format_size(v.size),
-            v.format,
+            v.ref.domain,
+            v.ref.label,
+            format_size(v.ref.size),
+            v.ref.format,
             f"{v.created_at:%Y-%m-%d %H:%M}",
             f"{v.delivered_at:%Y-%m-%d %H:%M}" if v.delivered_at else "-",
-            v.sha256[:16],
+            v.ref.sha256[:16],
         )
         for v in versions
     ]

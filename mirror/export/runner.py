@@ -80,6 +80,7 @@ from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
+from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +109,29 @@ class RunEvent:
 class ExportOutcome:
     """A finished run: the version that now holds the domain's content and where its blob is."""
 
-    domain: str
+    ref: VersionRef
     run_id: int
     state: Literal["stored", "unchanged"]
-    version: str
-    sha256: str
-    size: int
     job_id: str
     blob_path: Path
-    format: str
     tree_sha256: str
     file_count: int
     resumed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `export run --json` document (docs/json.md)."""
+        # "domain" is written first, so the reference's own "domain" keeps that place
+        return {
+            "domain": self.ref.domain,
+            "state": self.state,
+            **self.ref.as_dict(),
+            "tree_sha256": self.tree_sha256,
+            "file_count": self.file_count,
+            "job_id": self.job_id,
+            "run_id": self.run_id,
+            "path": str(self.blob_path),
+            "resumed": self.resumed,
+        }
 
 
 # --- the pure core ---------------------------------------------------------------------------
@@ -486,17 +498,8 @@ class _Runner:
             )
             self.transition(RunState.STORED, session, version_label=label, **self.finished())
         self.announce(version=label, sha256=sha256, size=size)
-        return outcome_of(
-            self.current,
-            "stored",
-            label,
-            sha256,
-            size,
-            blob,
-            report.format,
-            report,
-            self.claim.resumed,
-        )
+        ref = VersionRef(self.domain, VersionLabel(label), sha256, size, report.format)
+        return outcome_of(self.current, "stored", ref, blob, report, self.claim.resumed)
 
     def finish_unchanged(
         self, session: Session, latest: Version, report: ArchiveReport
@@ -511,17 +514,9 @@ class _Runner:
             forget_unindexed_blob(self.app, run.sha256)
         self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
         blob = self.store.blob_path(bundle.sha256)
-        return outcome_of(
-            self.current,
-            "unchanged",
-            latest.label,
-            bundle.sha256,
-            bundle.size,
-            blob,
-            bundle.format,
-            report,
-            self.claim.resumed,
-        )
+        label = VersionLabel(latest.label)
+        ref = VersionRef(self.domain, label, bundle.sha256, bundle.size, bundle.format)
+        return outcome_of(self.current, "unchanged", ref, blob, report, self.claim.resumed)
 
     def finished(self) -> dict[str, Any]:
         """The columns that end a run: inactive, finished now, lease given up, no error."""
@@ -576,26 +571,19 @@ def job_timed_out(
 def outcome_of(
     run: RunSnapshot,
     state: Literal["stored", "unchanged"],
-    label: str,
-    sha256: str,
-    size: int,
+    ref: VersionRef,
     blob: Path,
-    fmt: str,
     report: ArchiveReport,
     resumed: bool,
 ) -> ExportOutcome:
     """What the caller of a finished run sees."""
     assert run.vendor_job_id is not None
     return ExportOutcome(
-        domain=run.domain,
+        ref=ref,
         run_id=run.id,
         state=state,
-        version=label,
-        sha256=sha256,
-        size=size,
         job_id=run.vendor_job_id,
         blob_path=blob,
-        format=fmt,
         tree_sha256=report.tree_sha256,
         file_count=report.file_count,
         resumed=resumed,

@@ -86,7 +86,7 @@ class Worker:
                 owner=self.owner,
                 due_check=due_check,
             )
-            return RunResult(domain, outcome.state, version=outcome.version)
+            return RunResult(domain, outcome.state, version=outcome.ref.label)
         except Exception as exc:
             return self.result_of(domain, exc)
         finally:
