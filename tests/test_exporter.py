@@ -29,8 +29,8 @@ from mirror.errors import (
 )
 from mirror.export.claim import RunSnapshot, budget_wait, start_budget_wait
 from mirror.export.lease import lease_held_by_other, parse_owner
+from mirror.export.outcome import RunEvent
 from mirror.export.runner import (
-    RunEvent,
     Step,
     next_poll_delay,
     next_step,

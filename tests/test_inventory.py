@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import select, update
 
 from mirror.errors import Interrupted
-from mirror.export.runner import RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.blobs import BlobStore

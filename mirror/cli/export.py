@@ -13,7 +13,8 @@ import click
 
 from mirror.cli.common import DOMAIN, CliContext, pass_cli
 from mirror.errors import ConfigError
-from mirror.export.runner import ExportOutcome, RunEvent, run_export
+from mirror.export.outcome import ExportOutcome, RunEvent
+from mirror.export.runner import run_export
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 from mirror.vendor.client import BundleLink, ExportJob, VendorClient

@@ -24,7 +24,8 @@ from mirror.errors import Interrupted, MirrorError, TemporaryFailure
 from mirror.export.claim import DueCheck
 from mirror.export.lease import HeldByOther, NotDue
 from mirror.export.metrics import DaemonMetrics
-from mirror.export.runner import JobTimedOut, RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import JobTimedOut, run_export
 from mirror.store.app import App
 from mirror.vendor.client import VendorClient, build_http_client
 

@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, MirrorError, TemporaryFailure
-from mirror.export.runner import JobTimedOut, RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import JobTimedOut, run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
