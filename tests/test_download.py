@@ -21,7 +21,7 @@ import pytest
 from mirror.archive import ArchiveLimits, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
-from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, VendorClient
+from mirror.vendor.client import BundleLink, VendorClient
 from mirror.vendor.download import (
     CHECKPOINT_BYTES,
     DownloadResult,
@@ -34,6 +34,7 @@ from mirror.vendor.download import (
     save_validator,
     validator_path,
 )
+from mirror.vendor.transport import DNS_ATTEMPTS
 
 MiB = 1024 * 1024
 

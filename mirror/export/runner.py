@@ -79,8 +79,9 @@ from mirror.store.app import App
 from mirror.store.bundles import add_bundle, add_version, latest_version
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
-from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
+from mirror.vendor.client import BundleLink, ExportJob, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
+from mirror.vendor.transport import StartRefused
 from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
