@@ -209,17 +209,17 @@ def test_two_domains_are_stored_with_versions(
     first = run_export(app, client, "docs.a.test", on_event=events.append, now=lambda: when)
     second = run_export(app, client, "Docs.B.test")
     assert (first.state, second.state) == ("stored", "stored")
-    assert first.version == "2026-11-21" and second.domain == "docs.b.test"
+    assert first.ref.label == "2026-11-21" and second.ref.domain == "docs.b.test"
     for outcome in (first, second):
         assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
         assert hash_file(outcome.blob_path).sha256 == outcome.ref.sha256
         assert outcome.blob_path == app.store.blob_path(outcome.ref.sha256)
         assert outcome.ref.format == "tar.gz" and outcome.file_count > 0
         assert not outcome.resumed
-    assert {b.sha256 for b in bundles(app)} == {first.sha256, second.sha256}
+    assert {b.sha256 for b in bundles(app)} == {first.ref.sha256, second.ref.sha256}
     assert [(v.domain, v.label) for v in versions(app)] == [
         ("docs.a.test", "2026-11-21"),
-        ("docs.b.test", second.version),
+        ("docs.b.test", second.ref.label),
     ]
     assert all(r.state == RunState.STORED and not r.active for r in runs(app))
     assert all(r.lease_owner is None and r.finished_at is not None for r in runs(app))
@@ -227,7 +227,7 @@ def test_two_domains_are_stored_with_versions(
     states = [e.state for e in events if e.bytes_done is None and e.progress is None]
     assert states == ["pending", "started", "completed", "downloading", "downloaded", "stored"]
     assert any(e.progress is not None for e in events)
-    assert any(e.bytes_done == first.size and e.bytes_total == first.size for e in events)
+    assert any(e.bytes_done == first.ref.size and e.bytes_total == first.ref.size for e in events)
     logged = [r for r in caplog.records if r.getMessage() == "export state"]
     assert [getattr(r, "state", None) for r in logged][:6] == states
     assert all(getattr(r, "domain", None) and getattr(r, "run_id", None) for r in logged)
@@ -241,16 +241,16 @@ def test_same_content_is_unchanged_and_makes_no_version(
     client = vendor(sim, http)
     first = run_export(app, client, "docs.same.test")
     again = run_export(app, client, "docs.same.test")
-    assert again.state == "unchanged" and again.version == first.version
-    assert again.sha256 == first.sha256 and again.blob_path == first.blob_path
+    assert again.state == "unchanged" and again.ref.label == first.ref.label
+    assert again.ref.sha256 == first.ref.sha256 and again.blob_path == first.blob_path
     assert again.job_id != first.job_id
     assert len(versions(app)) == 1 and len(bundles(app)) == 1
     assert [r.state for r in runs(app)] == [RunState.STORED, RunState.UNCHANGED]
-    assert runs(app)[1].version_label == first.version
+    assert runs(app)[1].version_label == first.ref.label
     assert app.store.temp_files() == []
     sim.publish("docs.same.test")
     changed = run_export(app, client, "docs.same.test")
-    assert changed.state == "stored" and changed.version == f"{first.version}.2"
+    assert changed.state == "stored" and changed.ref.label == f"{first.ref.label}.2"
 
 
 def test_link_in_the_status_means_no_bundle_call(sim: Simulator, http: httpx.Client, app: App):

@@ -154,8 +154,8 @@ def test_store_verify_exits_5_with_one_line_per_problem(
     for domain in ("docs.v1.test", "docs.v2.test"):
         assert cli(config, sim.key, "export", "run", "--adhoc", domain).returncode == 0
     first, second = table(app, Bundle)
-    app.store.blob_path(first.sha256).unlink()
-    path = app.store.blob_path(second.sha256)
+    app.store.blob_path(first.ref.sha256).unlink()
+    path = app.store.blob_path(second.ref.sha256)
     os.chmod(path, 0o644)
     path.write_bytes(b"rot")
     result = cli(config, sim.key, "store", "verify")
@@ -241,8 +241,8 @@ def test_exporter_on_postgresql(postgres_url: str, sim: Simulator, tmp_path: Pat
             first = run_export(app, client, "docs.pg.test")
             second = run_export(app, client, "docs.pg.test")
             assert (first.state, second.state) == ("stored", "stored")
-            assert second.version == f"{first.version}.2"
-            assert first.sha256 == sim.bundle_sha256(first.job_id)
+            assert second.ref.label == f"{first.ref.label}.2"
+            assert first.ref.sha256 == sim.bundle_sha256(first.job_id)
             run_export(app, client, "docs.pg2.test")
             with pytest.raises(TemporaryFailure, match="start budget"):
                 run_export(app, client, "docs.pg3.test")
