@@ -213,23 +213,7 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
     result: list[DomainStatus] = []
     with app.db.session() as session:
         states = load_states(session, exports, dict.fromkeys(domains, now))
-        last_runs: dict[str, ExportRun] = {}
-        versions: dict[str, list[Version]] = {}
-        schedules: dict[str, DomainSchedule] = {}
-        for chunk in _chunks(domains):
-            last_ids = (
-                select(func.max(ExportRun.id))
-                .where(ExportRun.domain.in_(chunk))
-                .group_by(ExportRun.domain)
-            )
-            for run_row in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
-                last_runs[run_row.domain] = run_row
-            for row in session.scalars(select(Version).where(Version.domain.in_(chunk))):
-                versions.setdefault(row.domain, []).append(row)
-            for schedule_row in session.scalars(
-                select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
-            ):
-                schedules[schedule_row.domain] = schedule_row
+        last_runs, versions, schedules = _read_rows(session, domains)
     for export in exports:
         state = states[export.domain]
         run = last_runs.get(export.domain)
@@ -262,6 +246,30 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
             )
         )
     return result
+
+
+def _read_rows(
+    session: Session, domains: Sequence[str]
+) -> tuple[dict[str, ExportRun], dict[str, list[Version]], dict[str, DomainSchedule]]:
+    """Each domain's last run, versions and schedule row, read in chunks of _IN_CHUNK."""
+    last_runs: dict[str, ExportRun] = {}
+    versions: dict[str, list[Version]] = {}
+    schedules: dict[str, DomainSchedule] = {}
+    for chunk in _chunks(domains):
+        last_ids = (
+            select(func.max(ExportRun.id))
+            .where(ExportRun.domain.in_(chunk))
+            .group_by(ExportRun.domain)
+        )
+        for run_row in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
+            last_runs[run_row.domain] = run_row
+        for row in session.scalars(select(Version).where(Version.domain.in_(chunk))):
+            versions.setdefault(row.domain, []).append(row)
+        for schedule_row in session.scalars(
+            select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
+        ):
+            schedules[schedule_row.domain] = schedule_row
+    return last_runs, versions, schedules
 
 
 def _live(expires_at: datetime | None, now: datetime) -> bool:
