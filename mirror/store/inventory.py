@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from mirror.fsutil import VALIDATOR_SUFFIX
 from mirror.store.app import App
@@ -60,6 +61,13 @@ class VerifyReport:
         return not self.problems
 
 
+def named_by_active_runs(session: Session, column: InstrumentedAttribute[str | None]) -> set[str]:
+    """What the unfinished runs name in `column` (their partial files, or their blobs):
+    the things recovery, verify and gc leave for those runs to claim."""
+    query = select(column).where(ExportRun.active.is_(True), column.is_not(None))
+    return {value for value in session.scalars(query) if value}
+
+
 def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     """Every stored version (of `domain`, if given), by domain, then label order."""
     query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
@@ -93,13 +101,7 @@ def verify_store(app: App) -> VerifyReport:
     app.binding  # noqa: B018 - refuses a store of another index
     with app.db.session() as session:
         expected = {sha: size for sha, size in session.execute(select(Bundle.sha256, Bundle.size))}
-        live_partials = {
-            name
-            for name in session.scalars(
-                select(ExportRun.partial_name).where(ExportRun.active.is_(True))
-            )
-            if name
-        }
+        live_partials = named_by_active_runs(session, ExportRun.partial_name)
     problems = app.store.verify(expected)
     stray = [
         p

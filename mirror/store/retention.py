@@ -20,6 +20,7 @@ from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
 from mirror.store.app import App
+from mirror.store.inventory import named_by_active_runs
 from mirror.store.models import Bundle, ExportRun, TransferItem, Version
 from mirror.versions import VersionLabel, VersionRef
 
@@ -84,13 +85,7 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         doomed_ids = [v.id for v in doomed]
         doomed_set = set(doomed_ids)
         still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_set}
-        still_referenced |= {
-            sha
-            for sha in session.scalars(
-                select(ExportRun.sha256).where(ExportRun.active, ExportRun.sha256.is_not(None))
-            )
-            if sha
-        }
+        still_referenced |= named_by_active_runs(session, ExportRun.sha256)
         candidates = sorted(sha for sha in bundles if sha not in still_referenced)
         removed = sorted(
             (_ref(version, *bundles[version.bundle_sha256]) for version in doomed),

@@ -29,6 +29,7 @@ from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive
 from mirror.integrity import hash_file
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
+from mirror.store.inventory import named_by_active_runs
 from mirror.store.models import Bundle, ExportRun
 
 log = logging.getLogger(__name__)
@@ -53,15 +54,7 @@ def sweep_temp_files(
     if not candidates:
         return []
     with app.db.session() as session:
-        referenced = {
-            name
-            for name in session.scalars(
-                select(ExportRun.partial_name).where(
-                    ExportRun.active.is_(True), ExportRun.partial_name.is_not(None)
-                )
-            )
-            if name
-        }
+        referenced = named_by_active_runs(session, ExportRun.partial_name)
     removed: list[str] = []
     now = clock()
     for path in candidates:
@@ -88,15 +81,7 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         return [], []
     with app.db.session() as session:
         indexed = set(session.scalars(select(Bundle.sha256)))
-        claimed = {
-            sha
-            for sha in session.scalars(
-                select(ExportRun.sha256).where(
-                    ExportRun.active.is_(True), ExportRun.sha256.is_not(None)
-                )
-            )
-            if sha
-        }
+        claimed = named_by_active_runs(session, ExportRun.sha256)
     adopted: list[str] = []
     removed: list[str] = []
     for sha in on_disk:
