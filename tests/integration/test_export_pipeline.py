@@ -132,7 +132,7 @@ def test_failed_job_exits_1_and_fails_the_run(sim: Simulator, setup: tuple[Path,
     assert run.state == RunState.FAILED and not run.active
 
 
-@pytest.mark.parametrize("kind", ["traversal", "bomb"])  # every kind: tests/test_exporter.py
+@pytest.mark.parametrize("kind", ["traversal", "bomb"])  # every kind: tests/export/test_runner.py
 def test_unsafe_archive_exits_5_and_leaves_nothing(
     sim: Simulator, setup: tuple[Path, App], kind: str
 ) -> None:
