@@ -154,8 +154,8 @@ def test_store_verify_exits_5_with_one_line_per_problem(
     for domain in ("docs.v1.test", "docs.v2.test"):
         assert cli(config, sim.key, "export", "run", "--adhoc", domain).returncode == 0
     first, second = table(app, Bundle)
-    app.store.blob_path(first.ref.sha256).unlink()
-    path = app.store.blob_path(second.ref.sha256)
+    app.store.blob_path(first.sha256).unlink()
+    path = app.store.blob_path(second.sha256)
     os.chmod(path, 0o644)
     path.write_bytes(b"rot")
     result = cli(config, sim.key, "store", "verify")
