@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -47,14 +47,9 @@ def store_verify(cli: CliContext, repair: bool) -> None:
 
         repairs = repair_store(cli.app)
     report = repairs.after if repairs is not None else verify_store(cli.app)
-    document = report_document(report)
+    document = repairs.as_dict() if repairs is not None else report.as_dict()
     lines = report_lines(report)
     if repairs is not None:
-        document["repairs"] = [
-            {"sha256": r.sha256, "repaired": r.repaired, "detail": r.detail}
-            for r in repairs.repairs
-        ]
-        document["adopted"], document["removed"] = repairs.adopted, repairs.removed
         lines = [
             *(
                 f"{'repaired' if r.repaired else 'not repaired'} {r.sha256}: {r.detail}"
@@ -104,17 +99,6 @@ def version_lines(versions: list[StoredVersion]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-
-
-def report_document(report: VerifyReport) -> dict[str, Any]:
-    return {
-        "ok": report.ok,
-        "checked": report.checked,
-        "problems": [
-            {"kind": p.kind, "sha256": p.sha256, "detail": p.detail} for p in report.problems
-        ],
-        "stray_temp_files": [str(p) for p in report.stray_temp_files],
-    }
 
 
 def report_lines(report: VerifyReport) -> list[str]:

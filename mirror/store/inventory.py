@@ -60,6 +60,17 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def as_dict(self) -> dict[str, Any]:
+        """The `store verify --json` document (docs/json.md)."""
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "problems": [
+                {"kind": p.kind, "sha256": p.sha256, "detail": p.detail} for p in self.problems
+            ],
+            "stray_temp_files": [str(p) for p in self.stray_temp_files],
+        }
+
 
 def named_by_active_runs(session: Session, column: InstrumentedAttribute[str | None]) -> set[str]:
     """What the unfinished runs name in `column` (their partial files, or their blobs):

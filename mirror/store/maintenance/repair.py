@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, select, update
 
@@ -45,10 +46,24 @@ class Repair:
 
 @dataclass(frozen=True)
 class RepairReport:
+    """What `repair_store` did, and the verification after it."""
+
     repairs: list[Repair]
     adopted: list[str]
     removed: list[str]
     after: VerifyReport
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `store verify --repair --json` document (docs/json.md)."""
+        return {
+            **self.after.as_dict(),
+            "repairs": [
+                {"sha256": r.sha256, "repaired": r.repaired, "detail": r.detail}
+                for r in self.repairs
+            ],
+            "adopted": self.adopted,
+            "removed": self.removed,
+        }
 
 
 def _restore(app: App, source: Path, sha256: str) -> None:
