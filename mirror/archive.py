@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol, Self, cast
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 
 Format = Literal["tar.gz", "tar", "zip", "tar.xz", "tar.bz2"]
 

@@ -1,4 +1,4 @@
-"""Crash-safe file writing and streaming hashes.
+"""Crash-safe file writing, free space and full disks (hashing is `mirror.integrity`).
 
 Promise: a reader never sees a half-written file. Everything is written to a
 temporary name in the target's own directory, fsynced, renamed over the target
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
-import hashlib
 import os
 import shutil
 import tempfile
@@ -23,7 +22,6 @@ from typing import IO, TypeVar
 from mirror.errors import TemporaryFailure
 from mirror.units import format_size
 
-CHUNK_SIZE = 1024 * 1024
 VALIDATOR_SUFFIX = ".validator"  # beside a partial download: what a resume must match
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 T = TypeVar("T")
@@ -120,27 +118,18 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
         handle.write(data)
 
 
-def iter_file(path: Path, start: int = 0, length: int | None = None) -> Iterator[bytes]:
-    """Stream a file (or a byte range of it) in CHUNK_SIZE pieces."""
-    remaining = length
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        while remaining is None or remaining > 0:
-            size = CHUNK_SIZE if remaining is None else min(CHUNK_SIZE, remaining)
-            chunk = handle.read(size)
-            if not chunk:
-                break
-            if remaining is not None:
-                remaining -= len(chunk)
-            yield chunk
-
-
-def sha256_file(path: Path, start: int = 0, length: int | None = None) -> str:
-    """Hex sha256 of a file (or a byte range), streamed."""
-    digest = hashlib.sha256()
-    for chunk in iter_file(path, start, length):
-        digest.update(chunk)
-    return digest.hexdigest()
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists on this host (a lease's owner, or the writer
+    whose pid a temp file's name carries)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def hash_workers() -> int:

@@ -7,7 +7,10 @@ everywhere: `WHAT hashes to ABC…, expected DEF…` (IntegrityError, exit 5).
 Promises:
 - `hash_stream` reads at most `limit` bytes when given and copies to `writer` in the
   same pass; nothing is held beyond one chunk.
-- `HashingWriter` hashes exactly what reaches the file it wraps.
+- `HashingWriter` hashes exactly what reaches the file it wraps (or, wrapping nothing,
+  what it is given: a running digest that can be carried across appends).
+- `BackgroundSha256` hashes on another thread behind a bounded queue (a few chunks at
+  most wait in memory), so a second digest costs no wall time on a spare core.
 - `require_digest` raises one IntegrityError naming what was checked, both digests
   abbreviated, and never the bytes.
 """
@@ -15,6 +18,8 @@ Promises:
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,16 +95,15 @@ def hash_bytes(data: bytes) -> str:
 
 
 class HashingWriter:
-    """Wraps a binary file: every byte written reaches the file (when there is one) and the
-    hash, in order. Without a target it only hashes and counts (chunks from a network
-    stream, say)."""
+    """Wraps a binary file: every byte written reaches the file and the hash, in order.
+    With no file it only hashes: the running digest of bytes its owner writes elsewhere."""
 
     def __init__(self, target: IO[bytes] | None = None) -> None:
         self._target = target
         self._digest = hashlib.sha256()
         self.size = 0
 
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | bytearray | memoryview) -> int:
         if self._target is not None:
             self._target.write(data)
         self._digest.update(data)
@@ -136,3 +140,33 @@ def require_digest(
         raise IntegrityError(f"{what} is {actual.size} bytes, expected {expected_size}", hint=hint)
     if sha256 != expected_sha256:
         raise mismatch(what, sha256, expected_sha256, hint=hint)
+
+
+class BackgroundSha256:
+    """A sha256 computed on another thread (hashlib releases the GIL), so a second digest of
+    the same bytes costs no wall time on a machine with a spare core. Bounded queue: at
+    most a few chunks wait in memory."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._digest.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join()
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._digest.hexdigest()

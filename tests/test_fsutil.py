@@ -1,21 +1,13 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import sqlite3
 from pathlib import Path
 
 import pytest
 import sqlalchemy.exc
 
-from mirror.fsutil import (
-    atomic_write_bytes,
-    atomic_writer,
-    disk_full,
-    is_disk_full,
-    iter_file,
-    sha256_file,
-)
+from mirror.fsutil import atomic_write_bytes, atomic_writer, disk_full, is_disk_full
 
 
 def test_atomic_write_replaces_whole(tmp_path: Path) -> None:
@@ -35,15 +27,6 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path: Path) -> None:
         raise RuntimeError("disk full")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["values.yaml"]
-
-
-def test_ranges_and_hash(tmp_path: Path) -> None:
-    path = tmp_path / "blob"
-    data = bytes(range(256)) * 10000
-    path.write_bytes(data)
-    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
-    assert sha256_file(path, 100, 5000) == hashlib.sha256(data[100:5100]).hexdigest()
-    assert b"".join(iter_file(path, 2_000_000)) == data[2_000_000:]
 
 
 def test_disk_full_is_recognised_through_sqlalchemy_and_chains() -> None:

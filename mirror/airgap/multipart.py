@@ -47,8 +47,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from mirror.errors import IntegrityError, MirrorError, OperationFailed
-from mirror.fsutil import CHUNK_SIZE
-from mirror.integrity import Digest, HashingWriter, require_digest
+from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
 from mirror.timestamps import utcnow
 
 log = logging.getLogger(__name__)

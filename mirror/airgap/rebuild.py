@@ -59,8 +59,8 @@ from mirror.errors import (
     MirrorError,
     OperationFailed,
 )
-from mirror.fsutil import CHUNK_SIZE, disk_full, free_bytes, is_disk_full
-from mirror.integrity import Digest, HashingWriter, require_digest
+from mirror.fsutil import disk_full, free_bytes, is_disk_full
+from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
 from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
     DeltaContent,

@@ -34,7 +34,7 @@ from mirror.airgap.s3errors import (
     s3_failure,
 )
 from mirror.errors import ConfigError, IntegrityError, MirrorError, NotFound
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 from mirror.logs import redacted_url
 from mirror.timestamps import utcnow
 

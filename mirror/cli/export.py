@@ -13,7 +13,8 @@ import click
 
 from mirror.cli.common import DOMAIN, CliContext, pass_cli
 from mirror.errors import ConfigError
-from mirror.export.runner import ExportOutcome, RunEvent, run_export
+from mirror.export.outcome import ExportOutcome, RunEvent
+from mirror.export.runner import run_export
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 from mirror.vendor.client import BundleLink, ExportJob, VendorClient
@@ -77,7 +78,7 @@ def export_run(
             version=version,
             paths=list(paths) if paths else None,
         )
-    cli.emit(outcome_document(outcome), describe_outcome(outcome))
+    cli.emit(outcome.as_dict(), describe_outcome(outcome))
 
 
 @export.command("start")
@@ -127,38 +128,19 @@ def export_bundle(cli: CliContext, job_id: str) -> None:
 # --- output -----------------------------------------------------------------------------------
 
 
-def outcome_document(outcome: ExportOutcome) -> dict[str, Any]:
-    return {
-        "domain": outcome.domain,
-        "state": outcome.state,
-        "version": outcome.version,
-        "sha256": outcome.sha256,
-        "size": outcome.size,
-        "format": outcome.format,
-        "tree_sha256": outcome.tree_sha256,
-        "file_count": outcome.file_count,
-        "job_id": outcome.job_id,
-        "run_id": outcome.run_id,
-        "path": str(outcome.blob_path),
-        "resumed": outcome.resumed,
-    }
-
-
 def describe_outcome(outcome: ExportOutcome) -> list[str]:
+    ref = outcome.ref
     if outcome.state == "stored":
         head = (
-            f"{outcome.domain}: stored new version {outcome.version} "
-            f"({format_size(outcome.size)} {outcome.format}, {outcome.file_count} files)"
+            f"{ref.domain}: stored new version {ref.label} "
+            f"({format_size(ref.size)} {ref.format}, {outcome.file_count} files)"
         )
     else:
-        head = (
-            f"{outcome.domain}: unchanged, same content as version {outcome.version}; "
-            "nothing new stored"
-        )
+        head = f"{ref.domain}: unchanged, same content as version {ref.label}; nothing new stored"
     resumed = ", resumed" if outcome.resumed else ""
     return [
         head,
-        f"  sha256  {outcome.sha256}",
+        f"  sha256  {ref.sha256}",
         f"  file    {outcome.blob_path}",
         f"  job     {outcome.job_id} (run {outcome.run_id}{resumed})",
     ]

@@ -24,7 +24,7 @@ from mirror.units import format_size
 def gc_command(cli: CliContext, keep: int | None, dry_run: bool) -> None:
     """Keep the newest N versions per domain (plus anything not yet delivered); free the rest."""
     report = gc(cli.app, keep if keep is not None else cli.settings.store.keep, dry_run=dry_run)
-    cli.emit(report.to_json(), report_lines(report))
+    cli.emit(report.as_dict(), report_lines(report))
 
 
 def report_lines(report: GcReport) -> list[str]:

@@ -22,7 +22,7 @@ def status_command(cli: CliContext) -> None:
     now = utcnow()
     rows = domain_status(cli.app, now=now)
     cli.emit(
-        {"generated_at": rfc3339(now), "domains": [r.to_json() for r in rows]},
+        {"generated_at": rfc3339(now), "domains": [r.as_dict() for r in rows]},
         status_lines(rows, now),
     )
 

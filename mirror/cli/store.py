@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from mirror.cli.common import DOMAIN, CliContext, reads_only
 from mirror.errors import IntegrityError
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
-from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.export.repair import RepairReport
+    from mirror.store.maintenance.repair import RepairReport
 
 
 @click.group("store")
@@ -27,7 +26,7 @@ def store() -> None:
 def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered."""
     versions = list_versions(cli.app, domain)
-    cli.emit({"versions": [version_document(v) for v in versions]}, version_lines(versions))
+    cli.emit({"versions": [v.as_dict() for v in versions]}, version_lines(versions))
 
 
 @store.command("verify")
@@ -43,18 +42,14 @@ def store_verify(cli: CliContext, repair: bool) -> None:
     cli.read_only = not repair
     repairs: RepairReport | None = None
     if repair:
-        from mirror.export.repair import repair_store  # only --repair needs the archive checks
+        # only --repair needs the archive checks
+        from mirror.store.maintenance.repair import repair_store
 
         repairs = repair_store(cli.app)
     report = repairs.after if repairs is not None else verify_store(cli.app)
-    document = report_document(report)
+    document = repairs.as_dict() if repairs is not None else report.as_dict()
     lines = report_lines(report)
     if repairs is not None:
-        document["repairs"] = [
-            {"sha256": r.sha256, "repaired": r.repaired, "detail": r.detail}
-            for r in repairs.repairs
-        ]
-        document["adopted"], document["removed"] = repairs.adopted, repairs.removed
         lines = [
             *(
                 f"{'repaired' if r.repaired else 'not repaired'} {r.sha256}: {r.detail}"
@@ -83,34 +78,19 @@ def store_verify(cli: CliContext, repair: bool) -> None:
     )
 
 
-def version_document(version: StoredVersion) -> dict[str, Any]:
-    return {
-        "domain": version.domain,
-        "version": version.label,
-        "sha256": version.sha256,
-        "size": version.size,
-        "format": version.format,
-        "tree_sha256": version.tree_sha256,
-        "file_count": version.file_count,
-        "created_at": rfc3339(version.created_at),
-        "delivered_at": rfc3339_or_none(version.delivered_at),
-        "path": str(version.path),
-    }
-
-
 def version_lines(versions: list[StoredVersion]) -> list[str]:
     if not versions:
         return ["the store holds no versions yet"]
     header = ("DOMAIN", "VERSION", "SIZE", "FORMAT", "CREATED", "DELIVERED", "SHA256")
     rows = [
         (
-            v.domain,
-            v.label,
-            format_size(v.size),
-            v.format,
+            v.ref.domain,
+            v.ref.label,
+            format_size(v.ref.size),
+            v.ref.format,
             f"{v.created_at:%Y-%m-%d %H:%M}",
             f"{v.delivered_at:%Y-%m-%d %H:%M}" if v.delivered_at else "-",
-            v.sha256[:16],
+            v.ref.sha256[:16],
         )
         for v in versions
     ]
@@ -119,17 +99,6 @@ def version_lines(versions: list[StoredVersion]) -> list[str]:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
-
-
-def report_document(report: VerifyReport) -> dict[str, Any]:
-    return {
-        "ok": report.ok,
-        "checked": report.checked,
-        "problems": [
-            {"kind": p.kind, "sha256": p.sha256, "detail": p.detail} for p in report.problems
-        ],
-        "stray_temp_files": [str(p) for p in report.stray_temp_files],
-    }
 
 
 def report_lines(report: VerifyReport) -> list[str]:

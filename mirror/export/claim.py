@@ -37,8 +37,8 @@ from mirror.export.lease import (
     NotDue,
     lease_held_by_other,
     owner_host,
-    pid_alive,
 )
+from mirror.fsutil import pid_alive
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import rfc3339
@@ -245,14 +245,7 @@ class RunClaim:
                 ).first()
                 if active is not None:
                     return False  # claim again: take it over or report who holds it
-                if self.due_check is not None:
-                    due = self.due_check(session, now)
-                    if due is not None:
-                        raise NotDue(
-                            f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
-                            "(another process exported it since this one looked)",
-                            due=due,
-                        )
+                self.check_due(session, now)
                 self.check_budget(session, now)
                 row = ExportRun(
                     domain=self.domain,
@@ -278,6 +271,16 @@ class RunClaim:
         self.reserved_at_claim = True
         self.start_heartbeat()
         return True
+
+    def check_due(self, session: Session, now: datetime) -> None:
+        """Raise NotDue when `due_check` finds the domain exported since the caller looked."""
+        due = self.due_check(session, now) if self.due_check is not None else None
+        if due is not None:
+            raise NotDue(
+                f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
+                "(another process exported it since this one looked)",
+                due=due,
+            )
 
     def check_budget(self, session: Session, now: datetime) -> None:
         """Raise TemporaryFailure when the shared start budget has no room now (locks it on

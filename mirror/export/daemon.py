@@ -30,7 +30,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,9 +39,9 @@ from mirror.config import ExportSettings, Settings, load_settings
 from mirror.errors import ConfigError, MirrorError
 from mirror.export.claim import DueCheck, budget_outlook
 from mirror.export.domains import DomainBook, Pacing
+from mirror.export.inflight import InFlight
 from mirror.export.lease import ReplicaLogFilter, replica_identity
-from mirror.export.liveruns import LiveRuns
-from mirror.export.metrics import DaemonMetrics, MetricsServer, last_success_times, parse_listen
+from mirror.export.metrics import DaemonMetrics, MetricsServer, last_success_times, start_metrics
 from mirror.export.notify import Notifier
 from mirror.export.recovery import recover
 from mirror.export.scheduler import (
@@ -53,13 +52,11 @@ from mirror.export.scheduler import (
 )
 from mirror.export.status import due_check
 from mirror.export.wakeup import SignalHandlers, WakeupPipe
-from mirror.export.worker import DB_RETRY_SECONDS, RunResult, Worker, short
+from mirror.export.worker import DB_RETRY_SECONDS, short
 from mirror.store.app import App
 from mirror.timestamps import utcnow
 
 log = logging.getLogger(__name__)
-
-MAX_POOL = 64
 
 
 @dataclass(frozen=True)
@@ -93,19 +90,7 @@ class Daemon:
         self.metrics = DaemonMetrics(stuck_after=self._loop_budget() * 3 + 30)
         self.metrics_server: MetricsServer | None = None
         self.cancel = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=MAX_POOL, thread_name_prefix="mirror-run")
-        self._futures: dict[str, Future[RunResult]] = {}
         self._book = DomainBook(self.app, self.metrics, self.identity)
-        self._lock = threading.Lock()
-        self._live = LiveRuns(self.metrics)
-        self._worker = Worker(
-            self.app,
-            self.identity,
-            self.cancel,
-            self.metrics,
-            self._live.on_event,
-            self._loop_error,
-        )
         self._stop_requested = False
         self._reload_requested = False
         self._last_status = ""
@@ -113,6 +98,15 @@ class Daemon:
         self._pipe = WakeupPipe()
         self._wake = self._pipe.wake
         self._sleep = self._pipe.sleep
+        self._runs = InFlight(
+            self.app,
+            self.identity,
+            self.cancel,
+            self.metrics,
+            self._book,
+            self._loop_error,
+            on_done=self._wake,
+        )
         self._signals = SignalHandlers(
             self._pipe, on_stop=self._flag_stop, on_reload=self._flag_reload
         )
@@ -127,13 +121,13 @@ class Daemon:
         self._signals.install()
         self._log_filter.install()
         try:
-            self._start_metrics()
+            self.metrics_server = start_metrics(self.settings.daemon.listen, self.metrics)
             self._recover_and_resume()
             self.metrics.set_ready()
             self.notifier.ready(self._status_text(utcnow()))
             log.info(
                 "daemon ready",
-                extra={"domains": len(self.settings.exports), "resumed": len(self._futures)},
+                extra={"domains": len(self.settings.exports), "resumed": len(self._runs)},
             )
             while not self._stop_requested:
                 try:
@@ -150,7 +144,7 @@ class Daemon:
                     self._loop_error("pass", exc, unexpected=True)
                     sleep_for = DB_RETRY_SECONDS
                 else:
-                    if self.options.exit_when_idle and not self._futures and self._book.idle():
+                    if self.options.exit_when_idle and not self._runs and self._book.idle():
                         log.info("nothing left to do; exiting (--exit-when-idle)")
                         break
                 self._sleep(sleep_for)
@@ -186,18 +180,6 @@ class Daemon:
 
     # --- start-up ---
 
-    def _start_metrics(self) -> None:
-        address = parse_listen(self.settings.daemon.listen)
-        if address is None:
-            log.info("metrics listener off (daemon.listen is empty)")
-            return
-        self.metrics_server = MetricsServer(self.metrics, *address).start()
-        host, port = self.metrics_server.address
-        log.info(
-            "metrics listening",
-            extra={"host": host, "port": port, "url": f"http://{_url_host(host)}:{port}/metrics"},
-        )
-
     def _recover_and_resume(self) -> None:
         report = recover(self.app)
         configured = self._book.start((run.domain for run in report.unfinished), utcnow())
@@ -220,8 +202,7 @@ class Daemon:
     def _schedule_pass(self, only: set[str] | None = None) -> float:
         now = utcnow()
         budget_remaining, budget_wait, spent = self._budget(now)
-        with self._lock:
-            running = set(self._futures)
+        running = self._runs.domains()
         states: Iterable[DomainState] = self._book.states.values()
         if only is not None:
             states = [s for s in states if s.domain in only]
@@ -250,10 +231,7 @@ class Daemon:
         self.metrics.tick()
         if self.notifier.watchdog_seconds:
             self.notifier.watchdog()
-        text = status_line(
-            len(self._futures), len(self._book.states) - len(self._futures), decision.next_due, now
-        )
-        self._send_status(text)
+        self._send_status(self._status_text(now, decision.next_due))
         sleep_for = self._loop_budget()
         if decision.next_wake is not None:
             sleep_for = min(sleep_for, (decision.next_wake - now).total_seconds())
@@ -280,17 +258,11 @@ class Daemon:
         """(starts allowed now, seconds until the next is, whether the index says it is spent)."""
         per_hour = self.settings.api.max_starts_per_hour
         with self.app.db.session() as session:
-            return budget_outlook(session, now, per_hour, self._live.awaiting_start())
+            return budget_outlook(session, now, per_hour, self._runs.live.awaiting_start())
 
     def _submit(self, domain: str) -> None:
         state = self._book.states[domain]
         export = self.settings.export_for(domain)
-        self._live.begin(
-            domain,
-            state.active.state if state.active else "pending",
-            state.active.bytes_done if state.active else 0,
-            needs_start=state.needs_start,
-        )
         log.info(
             "run scheduled",
             extra={
@@ -300,9 +272,7 @@ class Daemon:
                 "run_id": state.active.run_id if state.active else None,
             },
         )
-        future = self._pool.submit(self._worker.run, domain, self.settings, self._due_check(export))
-        self._futures[domain] = future
-        future.add_done_callback(lambda _f: self._wake())
+        self._runs.submit(domain, self.settings, self._due_check(export))
 
     def _due_check(self, export: ExportSettings) -> DueCheck:
         """The claim's re-check: the scheduler's own due rule on the index as it is now."""
@@ -315,18 +285,9 @@ class Daemon:
         )
 
     def _reap(self) -> None:
-        done = [domain for domain, future in self._futures.items() if future.done()]
+        done, stored = self._runs.collect(self._pacing())
         if not done:
             return
-        stored = False
-        for domain in done:
-            result = self._futures.pop(domain).result()
-            self._live.end(domain)
-            try:
-                self._book.record(result, self._pacing())
-            except SQLAlchemyError as exc:
-                self._loop_error(f"recording the run of {domain}", exc)
-            stored = stored or result.outcome == "stored"
         if stored:
             apply_retention(self.app)
             measure_store(self.app, self.metrics)
@@ -343,10 +304,9 @@ class Daemon:
             busy_defer=busy,
         )
 
-    def _status_text(self, now: datetime) -> str:
-        return status_line(
-            len(self._futures), len(self._book.states) - len(self._futures), None, now
-        )
+    def _status_text(self, now: datetime, next_due: tuple[str, datetime] | None = None) -> str:
+        running = len(self._runs)
+        return status_line(running, len(self._book.states) - running, next_due, now)
 
     # --- reload ---
 
@@ -366,7 +326,7 @@ class Daemon:
         if new.daemon.listen != old.daemon.listen:
             log.warning("daemon.listen changed; it takes effect at the next restart")
         self.app.settings = new
-        added = self._book.reconfigure(old, set(self._futures), utcnow())
+        added = self._book.reconfigure(old, self._runs.domains(), utcnow())
         self._seed_metrics(added)
         before = {export.domain for export in old.exports}
         after = {export.domain for export in new.exports}
@@ -384,34 +344,23 @@ class Daemon:
     # --- shutdown ---
 
     def _shutdown(self) -> None:
-        running = len(self._futures)
+        running = len(self._runs)
         self.notifier.stopping(f"stopping: {running} running runs saving their state")
         log.info("stopping", extra={"running": running})
         self.cancel.set()
         deadline = time.monotonic() + 3600
-        while self._futures and time.monotonic() < deadline:
-            pending = [f for f in self._futures.values() if not f.done()]
-            if not pending:
+        while self._runs and time.monotonic() < deadline:
+            if self._runs.all_done():
                 break
             self._sleep(1.0)
             if self.notifier.watchdog_seconds:
                 self.notifier.watchdog()
-        self._reap_quietly()
+        self._runs.collect(self._pacing())
         log.info("stopped")
-
-    def _reap_quietly(self) -> None:
-        for domain, future in list(self._futures.items()):
-            if future.done():
-                self._futures.pop(domain)
-                self._live.end(domain)
-                try:
-                    self._book.record(future.result(), self._pacing())
-                except SQLAlchemyError as exc:
-                    self._loop_error(f"recording the run of {domain}", exc)
 
     def _close(self) -> None:
         self.cancel.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._runs.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()
         self.notifier.close()
@@ -444,10 +393,6 @@ def measure_store(app: App, metrics: DaemonMetrics) -> None:
         metrics.store_bytes.set(app.store.used_bytes())
     except OSError as exc:
         log.warning("cannot measure the store: %s", exc.strerror or exc)
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def run_daemon(

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mirror.archive import ArchiveReport, inspect_archive
 from mirror.errors import IntegrityError
-from mirror.export.repair import repair_from_download
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file
 from mirror.store.app import App
+from mirror.store.maintenance.repair import repair_from_download
 from mirror.store.models import Bundle
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def downloaded_file(app: App, partial: Path, sha256: str, *, rehash: bool) -> Path | None:
     """The finished download of `sha256` (the partial file or the blob), or None."""
     if partial.is_file():
-        if not rehash or sha256_file(partial) == sha256:
+        if not rehash or hash_file(partial).sha256 == sha256:
             return partial
         log.warning("partial file %s does not hash to %s; dropping it", partial, sha256[:12])
         return None

@@ -65,19 +65,6 @@ def lease_held_by_other(
     return not (owner_host == host and pid is not None and not pid_alive(pid))
 
 
-def pid_alive(pid: int) -> bool:
-    """True when a process with this pid exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class HeldByOther(TemporaryFailure):
     """The domain's active run is leased by another live process; `until` is when it expires."""
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mirror.export.metrics import DaemonMetrics
-from mirror.export.runner import RunEvent
+from mirror.export.outcome import RunEvent
 
 
 @dataclass

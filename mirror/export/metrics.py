@@ -253,3 +253,19 @@ class MetricsServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def start_metrics(listen: str, metrics: DaemonMetrics) -> MetricsServer | None:
+    """The /metrics and /healthz listener on `daemon.listen`, started; None when it is off."""
+    address = parse_listen(listen)
+    if address is None:
+        log.info("metrics listener off (daemon.listen is empty)")
+        return None
+    server = MetricsServer(metrics, *address).start()
+    host, port = server.address
+    url_host = f"[{host}]" if ":" in host else host
+    log.info(
+        "metrics listening",
+        extra={"host": host, "port": port, "url": f"http://{url_host}:{port}/metrics"},
+    )
+    return server

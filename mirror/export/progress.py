@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from mirror.export.runner import RunEvent
+from mirror.export.outcome import RunEvent
 from mirror.progress import speed_text
 from mirror.store.models import RunState
 

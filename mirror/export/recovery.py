@@ -1,6 +1,8 @@
 """Start-up recovery: bring the store and the index back to a consistent state after a crash.
 
-Order (each step is safe to repeat and safe to interrupt):
+The steps themselves belong to the store (`mirror.store.maintenance.recovery`); this
+module only runs them in order and lists the runs to resume. Order (each step is safe
+to repeat and safe to interrupt):
 1. upgrade the index schema and bind the store to the index (mirror/binding.py);
 2. sweep temp files under STORE/tmp that no unfinished run refers to (and that no
    live process on this host is still writing, judged by a pid in the name);
@@ -14,25 +16,17 @@ Order (each step is safe to repeat and safe to interrupt):
 from __future__ import annotations
 
 import logging
-import os
-import re
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
-from mirror.archive import inspect_archive
-from mirror.errors import IntegrityError, TemporaryFailure
-from mirror.export.lease import pid_alive
-from mirror.fsutil import VALIDATOR_SUFFIX, sha256_file
+from mirror.export.runner import unfinished_runs
 from mirror.store.app import App
-from mirror.store.bundles import add_bundle
-from mirror.store.models import Bundle, ExportRun
+from mirror.store.maintenance.recovery import (
+    reconcile_orphan_blobs,
+    sweep_temp_files,
+    upgrade_schema,
+)
 
 log = logging.getLogger(__name__)
-
-_PID_IN_NAME = re.compile(r"^[A-Za-z]+-(\d+)-")
 
 
 @dataclass(frozen=True)
@@ -52,118 +46,12 @@ class RecoveryReport:
     unfinished: list[UnfinishedRun] = field(default_factory=list)
 
 
-def sweep_temp_files(
-    app: App,
-    *,
-    min_age: float = 0.0,
-    is_alive: Callable[[int], bool] = pid_alive,
-    clock: Callable[[], float] = time.time,
-) -> list[str]:
-    """Remove stale temp files; returns their names.
-
-    The directory is listed before the index is read, so a partial file created by a
-    concurrent run (which records its name before creating the file) is always seen
-    as referenced.
-    """
-    candidates = app.store.temp_files()
-    if not candidates:
-        return []
-    with app.db.session() as session:
-        referenced = {
-            name
-            for name in session.scalars(
-                select(ExportRun.partial_name).where(
-                    ExportRun.active.is_(True), ExportRun.partial_name.is_not(None)
-                )
-            )
-            if name
-        }
-    removed: list[str] = []
-    now = clock()
-    for path in candidates:
-        if path.name in referenced or path.name.removesuffix(VALIDATOR_SUFFIX) in referenced:
-            continue
-        match = _PID_IN_NAME.match(path.name)
-        if match and int(match.group(1)) != os.getpid() and is_alive(int(match.group(1))):
-            continue
-        try:
-            if min_age > 0 and now - path.stat().st_mtime < min_age:
-                continue
-            path.unlink()
-        except FileNotFoundError:
-            continue
-        removed.append(path.name)
-        log.info("removed stale temp file", extra={"file": path.name})
-    return removed
-
-
-def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
-    """Adopt or remove blobs that have no Bundle row; returns (adopted, removed)."""
-    on_disk = list(app.store.iter_blobs())
-    if not on_disk:
-        return [], []
-    with app.db.session() as session:
-        indexed = set(session.scalars(select(Bundle.sha256)))
-        claimed = {
-            sha
-            for sha in session.scalars(
-                select(ExportRun.sha256).where(
-                    ExportRun.active.is_(True), ExportRun.sha256.is_not(None)
-                )
-            )
-            if sha
-        }
-    adopted: list[str] = []
-    removed: list[str] = []
-    for sha in on_disk:
-        if sha in indexed or sha in claimed:
-            continue
-        path = app.store.blob_path(sha)
-        reason = ""
-        try:
-            if sha256_file(path) != sha:
-                reason = "content does not match its name"
-            else:
-                report = inspect_archive(path, app.settings.store.archive_limits())
-        except FileNotFoundError:
-            continue
-        except IntegrityError as exc:
-            reason = f"archive refused: {exc}"
-        if reason:
-            app.store.remove(sha)
-            removed.append(sha)
-            log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
-            continue
-        with app.db.session() as session:
-            if not add_bundle(session, sha, path.stat().st_size, report):
-                continue  # another process indexed it meanwhile
-        adopted.append(sha)
-        log.info("adopted orphan blob", extra={"sha256": sha})
-    return adopted, removed
-
-
-def upgrade_schema(app: App, attempts: int = 4, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Upgrade the index schema, tolerating another process doing the same at the same moment
-    (replicas starting together): a failed attempt is retried once the other has finished."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return app.db.upgrade()
-        except TemporaryFailure as exc:
-            if attempt == attempts:
-                raise
-            log.warning("schema upgrade failed (attempt %d): %s; retrying", attempt, exc)
-            sleep(0.5 * attempt)
-    raise AssertionError("unreachable")
-
-
 def recover(app: App) -> RecoveryReport:
     """Run every start-up recovery step; the daemon reports ready only after this."""
     schema = upgrade_schema(app)
     app.binding  # noqa: B018 - a store bound to another index is refused before any work
     temp_removed = sweep_temp_files(app)
     adopted, removed = reconcile_orphan_blobs(app)
-    from mirror.export.runner import unfinished_runs
-
     unfinished = [
         UnfinishedRun(run.id, run.domain, run.state, run.vendor_job_id)
         for run in unfinished_runs(app)

@@ -38,7 +38,8 @@ Promises:
 
 The decisions (which step comes next, how long to wait, whether a lease is
 free, how much start budget is left) are small pure functions; the runner
-around them does the I/O.
+around them does the I/O, through `export.runstate` (the one writer of the run row)
+and `export.outcome` (what callers see: events and the outcome).
 """
 
 from __future__ import annotations
@@ -50,10 +51,9 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 from sqlalchemy import select
@@ -64,62 +64,29 @@ from mirror.errors import (
     AuthError,
     ConfigError,
     IntegrityError,
-    Interrupted,
     MirrorError,
     NotFound,
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.export.claim import DueCheck, LostLease, RunClaim, RunSnapshot
+from mirror.export.claim import DueCheck, LostLease, RunSnapshot
 from mirror.export.intake import check_download, downloaded_file, forget_unindexed_blob
 from mirror.export.lease import replica_identity
+from mirror.export.outcome import DownloadEvents, ExportOutcome, RunEvent, job_event, outcome_of
+from mirror.export.runstate import RunContext
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle, add_version, latest_version
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
-from mirror.vendor.client import BundleLink, ExportJob, StartRefused, VendorClient
+from mirror.vendor.client import BundleLink, ExportJob, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
+from mirror.vendor.transport import StartRefused
+from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
 
 LINK_MARGIN_SECONDS = 30.0
-PROGRESS_EVENT_SECONDS = 0.1
-
-
-# --- what callers see ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """A state change or progress of a run, for progress displays and metrics."""
-
-    domain: str
-    run_id: int
-    state: str
-    job_id: str | None
-    progress: float | None = None
-    page_count: int | None = None
-    bytes_done: int | None = None
-    bytes_total: int | None = None
-
-
-@dataclass(frozen=True)
-class ExportOutcome:
-    """A finished run: the version that now holds the domain's content and where its blob is."""
-
-    domain: str
-    run_id: int
-    state: Literal["stored", "unchanged"]
-    version: str
-    sha256: str
-    size: int
-    job_id: str
-    blob_path: Path
-    format: str
-    tree_sha256: str
-    file_count: int
-    resumed: bool
 
 
 # --- the pure core ---------------------------------------------------------------------------
@@ -177,105 +144,8 @@ class JobTimedOut(TemporaryFailure):
     stays active and resumable, so a later try picks the job up if it finishes after all."""
 
 
-class _Runner:
+class _Runner(RunContext):
     """Drives one run from whatever state it is in to a terminal state (or a clean stop)."""
-
-    def __init__(
-        self,
-        app: App,
-        client: VendorClient,
-        domain: str,
-        *,
-        version: str | None,
-        paths: list[str] | None,
-        cancel: threading.Event | None,
-        on_event: Callable[[RunEvent], None] | None,
-        sleep: Callable[[float], None],
-        now: Callable[[], datetime],
-        owner: str,
-        due_check: DueCheck | None = None,
-    ) -> None:
-        self.app = app
-        self.db = app.db
-        self.store = app.store
-        self.client = client
-        self.domain = domain
-        self.cancel = cancel
-        self.on_event = on_event
-        self.sleep = sleep
-        self.now = now
-        self.owner = owner
-        self.claim = RunClaim(
-            app, domain, owner=owner, now=now, version=version, paths=paths, due_check=due_check
-        )
-        self.save = self.claim.save  # every write to the run row is guarded by the lease
-        api = app.settings.api
-        self.poll_interval = api.poll_interval
-        self.max_poll_interval = max(api.max_poll_interval, api.poll_interval)
-        self.job_timeout = api.job_timeout
-        self.download_settings = app.settings.download
-        self.downloaded_here = False
-        self.inspected: ArchiveReport | None = None
-
-    # -- plumbing -----------------------------------------------------------------------
-
-    @property
-    def current(self) -> RunSnapshot:
-        return self.claim.current
-
-    def transition(self, state: str, session: Session | None = None, **values: Any) -> RunSnapshot:
-        run = self.save(session, state=state, **values)
-        if session is None:
-            self.announce()
-        return run
-
-    def announce(self, **extra: Any) -> None:
-        run = self.current
-        fields_ = {
-            "domain": run.domain,
-            "run_id": run.id,
-            "state": run.state,
-            "replica": self.owner,
-        }
-        log.info("export state", extra={**fields_, "job_id": run.vendor_job_id, **extra})
-        self.emit(RunEvent(run.domain, run.id, run.state, run.vendor_job_id))
-
-    def emit(self, event: RunEvent) -> None:
-        if self.on_event is not None:
-            self.on_event(event)
-
-    def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
-            run = self.current
-            raise Interrupted(
-                f"export of {self.domain} stopped in state {run.state} (run {run.id}); "
-                "run it again to resume"
-            )
-
-    def pause(self, seconds: float) -> None:
-        if self.cancel is not None and self.sleep is time.sleep:
-            self.cancel.wait(seconds)
-        else:
-            self.sleep(seconds)
-        self.check_cancel()
-
-    def partial_path(self) -> Path:
-        name = self.current.partial_name or f"run-{self.current.id}.part"
-        return self.store.temp_path(name)
-
-    def drop_partial(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.partial_path().unlink()
-
-    def fail(self, error: MirrorError | str, **values: Any) -> None:
-        """End the run as FAILED (terminal) and remove its partial file."""
-        message = str(error)
-        try:
-            self.save(**{**self.finished(), "state": RunState.FAILED, "error": message, **values})
-        except LostLease:
-            return
-        self.announce(error=message)
-        self.drop_partial()
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -486,17 +356,8 @@ class _Runner:
             )
             self.transition(RunState.STORED, session, version_label=label, **self.finished())
         self.announce(version=label, sha256=sha256, size=size)
-        return outcome_of(
-            self.current,
-            "stored",
-            label,
-            sha256,
-            size,
-            blob,
-            report.format,
-            report,
-            self.claim.resumed,
-        )
+        ref = VersionRef(self.domain, VersionLabel(label), sha256, size, report.format)
+        return outcome_of(self.current, "stored", ref, blob, report, self.claim.resumed)
 
     def finish_unchanged(
         self, session: Session, latest: Version, report: ArchiveReport
@@ -511,27 +372,9 @@ class _Runner:
             forget_unindexed_blob(self.app, run.sha256)
         self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
         blob = self.store.blob_path(bundle.sha256)
-        return outcome_of(
-            self.current,
-            "unchanged",
-            latest.label,
-            bundle.sha256,
-            bundle.size,
-            blob,
-            bundle.format,
-            report,
-            self.claim.resumed,
-        )
-
-    def finished(self) -> dict[str, Any]:
-        """The columns that end a run: inactive, finished now, lease given up, no error."""
-        return {
-            "active": False,
-            "finished_at": self.now(),
-            "lease_owner": None,
-            "lease_expires_at": None,
-            "error": None,
-        }
+        label = VersionLabel(latest.label)
+        ref = VersionRef(self.domain, label, bundle.sha256, bundle.size, bundle.format)
+        return outcome_of(self.current, "unchanged", ref, blob, report, self.claim.resumed)
 
 
 def align_partial(partial: Path, durable: int) -> None:
@@ -571,73 +414,6 @@ def job_timed_out(
         hint="the next try polls the same job again",
         retry_after=max(max_poll_interval, 60.0),
     )
-
-
-def outcome_of(
-    run: RunSnapshot,
-    state: Literal["stored", "unchanged"],
-    label: str,
-    sha256: str,
-    size: int,
-    blob: Path,
-    fmt: str,
-    report: ArchiveReport,
-    resumed: bool,
-) -> ExportOutcome:
-    """What the caller of a finished run sees."""
-    assert run.vendor_job_id is not None
-    return ExportOutcome(
-        domain=run.domain,
-        run_id=run.id,
-        state=state,
-        version=label,
-        sha256=sha256,
-        size=size,
-        job_id=run.vendor_job_id,
-        blob_path=blob,
-        format=fmt,
-        tree_sha256=report.tree_sha256,
-        file_count=report.file_count,
-        resumed=resumed,
-    )
-
-
-def job_event(run: RunSnapshot, job: ExportJob) -> RunEvent:
-    """The progress of the vendor job of `run`, for displays."""
-    return RunEvent(
-        run.domain,
-        run.id,
-        RunState.STARTED,
-        job.job_id,
-        progress=job.progress,
-        page_count=job.page_count,
-    )
-
-
-class DownloadEvents:
-    """Download progress as RunEvents, at most one per PROGRESS_EVENT_SECONDS (and the last)."""
-
-    def __init__(self, run: RunSnapshot, emit: Callable[[RunEvent], None]) -> None:
-        self.run = run
-        self.emit = emit
-        self.last = 0.0
-
-    def __call__(self, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        if now - self.last < PROGRESS_EVENT_SECONDS and done != total:
-            return
-        self.last = now
-        run = self.run
-        self.emit(
-            RunEvent(
-                run.domain,
-                run.id,
-                RunState.DOWNLOADING,
-                run.vendor_job_id,
-                bytes_done=done,
-                bytes_total=total,
-            )
-        )
 
 
 def run_export(

@@ -168,23 +168,7 @@ def plan(
     due_now, next_due = _due_now(
         states, now, running, jitter=jitter, seed=seed, failure_retry=failure_retry, spread=spread
     )
-    start: list[str] = []
-    deferred: list[str] = []
-    waiting: list[str] = []
-    remaining = max(0, budget_remaining)
-    slots = max(0, free_slots)
-    for state in due_now:
-        domain = state.domain
-        if state.needs_start and remaining <= 0:
-            deferred.append(domain)
-        elif slots <= 0:
-            waiting.append(domain)
-        else:
-            start.append(domain)
-            slots -= 1
-            if state.needs_start:
-                remaining -= 1
-
+    start, deferred, waiting, remaining = _share_out(due_now, budget_remaining, free_slots)
     next_wake = next_due[1] if next_due is not None else None
     if deferred:
         budget_at = now + timedelta(seconds=max(budget_wait, MIN_DEFER))
@@ -198,6 +182,28 @@ def plan(
         next_due=next_due,
         budget_remaining=remaining,
     )
+
+
+def _share_out(
+    due_now: Iterable[DomainState], budget: int, slots: int
+) -> tuple[list[str], list[str], list[str], int]:
+    """(start, held back by the start budget, waiting for a slot, budget left), in order:
+    a resumed run needs no start, so only new runs spend the budget."""
+    start: list[str] = []
+    deferred: list[str] = []
+    waiting: list[str] = []
+    remaining = max(0, budget)
+    slots = max(0, slots)
+    for state in due_now:
+        if state.needs_start and remaining <= 0:
+            deferred.append(state.domain)
+        elif slots <= 0:
+            waiting.append(state.domain)
+        else:
+            start.append(state.domain)
+            slots -= 1
+            remaining -= 1 if state.needs_start else 0
+    return start, deferred, waiting, remaining
 
 
 def _due_now(

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session, aliased
 from mirror.config import ExportSettings
 from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
 from mirror.store.app import App
+from mirror.store.bundles import newest_version
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.timestamps import rfc3339_or_none, utcnow
-from mirror.versions import label_key
 
 _IN_CHUNK = 500
 
@@ -179,7 +179,7 @@ class DomainStatus:
             return None
         return max(0.0, (self.now - self.heartbeat_at).total_seconds())
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "domain": self.domain,
             "every_seconds": self.every,
@@ -213,29 +213,11 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
     result: list[DomainStatus] = []
     with app.db.session() as session:
         states = load_states(session, exports, dict.fromkeys(domains, now))
-        last_runs: dict[str, ExportRun] = {}
-        versions: dict[str, Version] = {}
-        schedules: dict[str, DomainSchedule] = {}
-        for chunk in _chunks(domains):
-            last_ids = (
-                select(func.max(ExportRun.id))
-                .where(ExportRun.domain.in_(chunk))
-                .group_by(ExportRun.domain)
-            )
-            for run_row in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
-                last_runs[run_row.domain] = run_row
-            for row in session.scalars(select(Version).where(Version.domain.in_(chunk))):
-                best = versions.get(row.domain)
-                if best is None or label_key(row.label) > label_key(best.label):
-                    versions[row.domain] = row
-            for schedule_row in session.scalars(
-                select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
-            ):
-                schedules[schedule_row.domain] = schedule_row
+        last_runs, versions, schedules = _read_rows(session, domains)
     for export in exports:
         state = states[export.domain]
         run = last_runs.get(export.domain)
-        version = versions.get(export.domain)
+        version = newest_version(versions.get(export.domain, ()))
         schedule = schedules.get(export.domain)
         running = state.active is not None
         not_before = state.not_before if state.not_before and state.not_before > now else None
@@ -264,6 +246,30 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
             )
         )
     return result
+
+
+def _read_rows(
+    session: Session, domains: Sequence[str]
+) -> tuple[dict[str, ExportRun], dict[str, list[Version]], dict[str, DomainSchedule]]:
+    """Each domain's last run, versions and schedule row, read in chunks of _IN_CHUNK."""
+    last_runs: dict[str, ExportRun] = {}
+    versions: dict[str, list[Version]] = {}
+    schedules: dict[str, DomainSchedule] = {}
+    for chunk in _chunks(domains):
+        last_ids = (
+            select(func.max(ExportRun.id))
+            .where(ExportRun.domain.in_(chunk))
+            .group_by(ExportRun.domain)
+        )
+        for run_row in session.scalars(select(ExportRun).where(ExportRun.id.in_(last_ids))):
+            last_runs[run_row.domain] = run_row
+        for row in session.scalars(select(Version).where(Version.domain.in_(chunk))):
+            versions.setdefault(row.domain, []).append(row)
+        for schedule_row in session.scalars(
+            select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
+        ):
+            schedules[schedule_row.domain] = schedule_row
+    return last_runs, versions, schedules
 
 
 def _live(expires_at: datetime | None, now: datetime) -> bool:

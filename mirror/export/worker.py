@@ -24,9 +24,11 @@ from mirror.errors import Interrupted, MirrorError, TemporaryFailure
 from mirror.export.claim import DueCheck
 from mirror.export.lease import HeldByOther, NotDue
 from mirror.export.metrics import DaemonMetrics
-from mirror.export.runner import JobTimedOut, RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import JobTimedOut, run_export
 from mirror.store.app import App
-from mirror.vendor.client import VendorClient, build_http_client
+from mirror.vendor.client import VendorClient
+from mirror.vendor.transport import build_http_client
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ class Worker:
                 owner=self.owner,
                 due_check=due_check,
             )
-            return RunResult(domain, outcome.state, version=outcome.version)
+            return RunResult(domain, outcome.state, version=outcome.ref.label)
         except Exception as exc:
             return self.result_of(domain, exc)
         finally:

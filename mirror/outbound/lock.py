@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 
 LOCK_NAME = "requirements.lock"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")

@@ -43,7 +43,8 @@ from sqlalchemy.orm import Session
 
 from mirror.config import Settings
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, free_bytes, fsync_dir, is_disk_full
+from mirror.fsutil import free_bytes, fsync_dir, is_disk_full
+from mirror.integrity import CHUNK_SIZE, BackgroundSha256, hash_stream
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
@@ -64,7 +65,6 @@ from mirror.transferset.format import (
     iso_time,
     sha256sums_text,
 )
-from mirror.transferset.hashing import BackgroundSha256, stream_sha256
 from mirror.transferset.keys import SigningKey, load_signing_key
 from mirror.transferset.plan import (
     Candidate,
@@ -509,7 +509,8 @@ def _tool_size(tool: Path) -> int:
 def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolEntry:
     (staging / TOOL_DIR).mkdir()
     with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
-        sha256, size = stream_sha256(reader, on_progress, writer)
+        digest = hash_stream(reader, writer=writer, on_progress=on_progress)
+        sha256, size = digest.sha256, digest.size
         writer.flush()
         os.fsync(writer.fileno())
     fsync_dir(staging / TOOL_DIR)

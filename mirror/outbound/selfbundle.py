@@ -46,7 +46,8 @@ from typing import Any
 
 from mirror import __version__
 from mirror.errors import ConfigError, OperationFailed
-from mirror.fsutil import CHUNK_SIZE, fsync_dir
+from mirror.fsutil import fsync_dir
+from mirror.integrity import CHUNK_SIZE
 from mirror.outbound.lock import LOCK_NAME, read_lock, unlocked_wheels
 from mirror.transferset.keys import SigningKey
 

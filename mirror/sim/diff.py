@@ -13,7 +13,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ so moving a finished download into place is one atomic rename.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import re
@@ -19,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.fsutil import disk_full, fsync_dir, is_disk_full, map_on_cores, sha256_file
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full, map_on_cores
+from mirror.integrity import hash_file, hash_stream, mismatch
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger(__name__)
@@ -117,28 +117,22 @@ class BlobStore:
         """Whether blob `sha256` is on disk with `size` bytes that hash to its name."""
         path = self.blob_path(sha256)
         try:
-            return path.stat().st_size == size and sha256_file(path) == sha256
+            return path.stat().st_size == size and hash_file(path).sha256 == sha256
         except FileNotFoundError:
             return False
 
     def add_file(self, source: Path) -> tuple[str, int]:
         """Copy any file into the store (hashing while copying); returns (sha256, size)."""
         self.ensure()
-        digest = hashlib.sha256()
-        size = 0
         temp = self.tmp_dir / f"add-{os.getpid()}-{source.name}"
         try:
             with open(source, "rb") as reader, open(temp, "wb") as writer:
-                while chunk := reader.read(1024 * 1024):
-                    digest.update(chunk)
-                    writer.write(chunk)
-                    size += len(chunk)
-            sha256 = digest.hexdigest()
-            self.adopt(temp, sha256, size)
+                digest = hash_stream(reader, writer=writer)
+            self.adopt(temp, digest.sha256, digest.size)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
-        return sha256, size
+        return digest.sha256, digest.size
 
     def remove(self, sha256: str) -> int:
         """Delete a blob; returns the bytes freed (0 if it was not there)."""
@@ -181,9 +175,10 @@ class BlobStore:
                 continue
             to_hash.append(sha256)
         paths = [self.blob_path(sha256) for sha256 in to_hash]
-        for sha256, actual in zip(to_hash, map_on_cores(sha256_file, paths, workers), strict=True):
-            if actual != sha256:
-                problems[sha256] = BlobProblem("corrupt", sha256, f"content hashes to {actual}")
+        for sha256, actual in zip(to_hash, map_on_cores(hash_file, paths, workers), strict=True):
+            if actual.sha256 != sha256:
+                detail = str(mismatch("content", actual.sha256, sha256))
+                problems[sha256] = BlobProblem("corrupt", sha256, detail)
         extra = [
             BlobProblem("extra", sha256, "on disk but not indexed")
             for sha256 in sorted(on_disk - expected.keys())

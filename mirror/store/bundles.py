@@ -10,6 +10,7 @@ existing ones of its domain (`versions.next_label`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import select
@@ -19,7 +20,7 @@ from mirror.archive import ArchiveReport
 from mirror.store.db import dialect_insert
 from mirror.store.models import Bundle, Version
 from mirror.timestamps import utcnow
-from mirror.versions import label_key, next_label
+from mirror.versions import VersionLabel, next_label
 
 
 def add_bundle(
@@ -72,7 +73,11 @@ def add_version(
     return label
 
 
+def newest_version(versions: Iterable[Version]) -> Version | None:
+    """The newest of `versions` (rows of one domain) in label order; None when there are none."""
+    return max(versions, key=lambda v: VersionLabel(v.label), default=None)
+
+
 def latest_version(session: Session, domain: str) -> Version | None:
     """The domain's newest version by label order."""
-    versions = list(session.scalars(select(Version).where(Version.domain == domain)))
-    return max(versions, key=lambda v: label_key(v.label)) if versions else None
+    return newest_version(session.scalars(select(Version).where(Version.domain == domain)))

@@ -12,30 +12,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from mirror.fsutil import VALIDATOR_SUFFIX
 from mirror.store.app import App
 from mirror.store.blobs import BlobProblem
 from mirror.store.models import Bundle, ExportRun, Version
-from mirror.versions import label_key
+from mirror.timestamps import rfc3339, rfc3339_or_none
+from mirror.versions import VersionLabel, VersionRef
 
 
 @dataclass(frozen=True)
 class StoredVersion:
-    """One version of one domain and the blob that holds it."""
+    """One version of one domain (`ref`), what the index adds to it, and its blob's path."""
 
-    domain: str
-    label: str
-    sha256: str
-    size: int
-    format: str
+    ref: VersionRef
     tree_sha256: str
     file_count: int
     created_at: datetime
     delivered_at: datetime | None
     path: Path
+
+    def as_dict(self) -> dict[str, Any]:
+        """One entry of `store list --json` (docs/json.md)."""
+        return {
+            **self.ref.as_dict(),
+            "tree_sha256": self.tree_sha256,
+            "file_count": self.file_count,
+            "created_at": rfc3339(self.created_at),
+            "delivered_at": rfc3339_or_none(self.delivered_at),
+            "path": str(self.path),
+        }
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,24 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def as_dict(self) -> dict[str, Any]:
+        """The `store verify --json` document (docs/json.md)."""
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "problems": [
+                {"kind": p.kind, "sha256": p.sha256, "detail": p.detail} for p in self.problems
+            ],
+            "stray_temp_files": [str(p) for p in self.stray_temp_files],
+        }
+
+
+def named_by_active_runs(session: Session, column: InstrumentedAttribute[str | None]) -> set[str]:
+    """What the unfinished runs name in `column` (their partial files, or their blobs):
+    the things recovery, verify and gc leave for those runs to claim."""
+    query = select(column).where(ExportRun.active.is_(True), column.is_not(None))
+    return {value for value in session.scalars(query) if value}
+
 
 def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     """Every stored version (of `domain`, if given), by domain, then label order."""
@@ -59,11 +87,13 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     with app.db.session() as session:
         rows = [
             StoredVersion(
-                domain=version.domain,
-                label=version.label,
-                sha256=bundle.sha256,
-                size=bundle.size,
-                format=bundle.format,
+                ref=VersionRef(
+                    version.domain,
+                    VersionLabel(version.label),
+                    bundle.sha256,
+                    bundle.size,
+                    bundle.format,
+                ),
                 tree_sha256=version.tree_sha256,
                 file_count=bundle.file_count,
                 created_at=version.created_at,
@@ -72,7 +102,7 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
             )
             for version, bundle in session.execute(query)
         ]
-    return sorted(rows, key=lambda v: (v.domain, label_key(v.label)))
+    return sorted(rows, key=lambda v: (v.ref.domain, v.ref.label))
 
 
 def verify_store(app: App) -> VerifyReport:
@@ -82,13 +112,7 @@ def verify_store(app: App) -> VerifyReport:
     app.binding  # noqa: B018 - refuses a store of another index
     with app.db.session() as session:
         expected = {sha: size for sha, size in session.execute(select(Bundle.sha256, Bundle.size))}
-        live_partials = {
-            name
-            for name in session.scalars(
-                select(ExportRun.partial_name).where(ExportRun.active.is_(True))
-            )
-            if name
-        }
+        live_partials = named_by_active_runs(session, ExportRun.partial_name)
     problems = app.store.verify(expected)
     stray = [
         p

@@ -20,17 +20,11 @@ from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
 from mirror.store.app import App
+from mirror.store.inventory import named_by_active_runs
 from mirror.store.models import Bundle, ExportRun, TransferItem, Version
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RemovedVersion:
-    domain: str
-    label: str
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -39,17 +33,20 @@ class GcReport:
 
     keep: int
     dry_run: bool
-    versions: list[RemovedVersion] = field(default_factory=list)
+    versions: list[VersionRef] = field(default_factory=list)
     blobs: list[str] = field(default_factory=list)
     bytes_freed: int = 0
     kept_undelivered: int = 0
 
-    def to_json(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, object]:
+        """The `store gc --json` document (docs/json.md): a removed version by domain,
+        version and sha256."""
         return {
             "keep": self.keep,
             "dry_run": self.dry_run,
             "versions_removed": [
-                {"domain": v.domain, "version": v.label, "sha256": v.sha256} for v in self.versions
+                {key: ref.as_dict()[key] for key in ("domain", "version", "sha256")}
+                for ref in self.versions
             ],
             "blobs_removed": self.blobs,
             "bytes_freed": self.bytes_freed,
@@ -66,7 +63,7 @@ def versions_to_remove(versions: list[Version], keep: int) -> tuple[list[Version
     doomed: list[Version] = []
     kept_undelivered = 0
     for domain_versions in by_domain.values():
-        domain_versions.sort(key=lambda v: (label_key(v.label), v.id), reverse=True)
+        domain_versions.sort(key=lambda v: (VersionLabel(v.label), v.id), reverse=True)
         for version in domain_versions[keep:]:
             if version.delivered_at is None:
                 kept_undelivered += 1
@@ -82,24 +79,20 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
     with app.db.session() as session:
         # Bundles first: a version committed later than this read refers to a bundle read here
         # or to a newer one, so no bundle a live version needs is ever taken for an orphan.
-        bundles = {b.sha256: b.size for b in session.scalars(select(Bundle))}
+        bundles = {b.sha256: (b.size, b.format) for b in session.scalars(select(Bundle))}
         versions = list(session.scalars(select(Version)))
         doomed, kept_undelivered = versions_to_remove(versions, keep)
         doomed_ids = [v.id for v in doomed]
         doomed_set = set(doomed_ids)
         still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_set}
-        still_referenced |= {
-            sha
-            for sha in session.scalars(
-                select(ExportRun.sha256).where(ExportRun.active, ExportRun.sha256.is_not(None))
-            )
-            if sha
-        }
+        still_referenced |= named_by_active_runs(session, ExportRun.sha256)
         candidates = sorted(sha for sha in bundles if sha not in still_referenced)
-        removed = [RemovedVersion(v.domain, v.label, v.bundle_sha256) for v in doomed]
-        removed.sort(key=lambda r: (r.domain, label_key(r.label)))
+        removed = sorted(
+            (_ref(version, *bundles[version.bundle_sha256]) for version in doomed),
+            key=lambda ref: (ref.domain, ref.label),
+        )
         orphan_bundles = candidates if dry_run else _delete_rows(session, doomed_ids, candidates)
-        bytes_freed = sum(bundles[sha] for sha in orphan_bundles)
+        bytes_freed = sum(bundles[sha][0] for sha in orphan_bundles)
     if not dry_run:
         freed_on_disk = 0
         for sha in orphan_bundles:
@@ -122,6 +115,10 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         bytes_freed=bytes_freed,
         kept_undelivered=kept_undelivered,
     )
+
+
+def _ref(version: Version, size: int, fmt: str) -> VersionRef:
+    return VersionRef(version.domain, VersionLabel(version.label), version.bundle_sha256, size, fmt)
 
 
 def _delete_rows(session: Session, version_ids: list[int], candidates: list[str]) -> list[str]:

@@ -36,7 +36,7 @@ from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE
 from mirror.timestamps import parse_zoned
 from mirror.transferset.compression import Compression, gzip_sink
 from mirror.transferset.format import canonical_json, parse_strict_json

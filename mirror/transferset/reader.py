@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
-from mirror.fsutil import CHUNK_SIZE, map_on_cores
+from mirror.fsutil import map_on_cores
+from mirror.integrity import CHUNK_SIZE, hash_stream
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
@@ -43,7 +44,6 @@ from mirror.transferset.format import (
     ToolEntry,
     sha256sums_text,
 )
-from mirror.transferset.hashing import stream_sha256
 from mirror.transferset.keys import PublicKey, read_signature_bytes
 from mirror.transferset.trust import require_trusted, verify_manifest
 from mirror.units import format_size
@@ -123,7 +123,8 @@ def check_files(
     def check(file: tuple[str, int, str]) -> None:
         name, size, sha256 = file
         with _open_member(set_dir, name) as handle:
-            got, length = stream_sha256(handle, on_progress, limit=size + 1)
+            digest = hash_stream(handle, on_progress=on_progress, limit=size + 1)
+        got, length = digest.sha256, digest.size
         if length != size:
             raise IntegrityError(f"{name}: {length} bytes, the manifest says {size}")
         if got != sha256:

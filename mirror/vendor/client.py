@@ -59,8 +59,6 @@ from __future__ import annotations
 import logging
 import math
 import re
-import socket
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,10 +68,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from urllib.parse import quote
 
 import httpx
-import stamina
-from stamina.instrumentation import RetryDetails, get_on_retry_hooks
 
-from mirror import __version__
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -81,19 +76,18 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.logs import REDACTED, install_wanted_retry_log, redact, register_secret
+from mirror.logs import REDACTED, install_wanted_retry_log, register_secret
 from mirror.timestamps import utcnow
 from mirror.vendor.answers import (
     AUTH_HINT,
-    CUT,
-    ERROR_BODY_LIMIT,
-    RETRYABLE_STATUSES,
-    json_object,
-    one_line,
-    status_error,
     vendor_text,
 )
-from mirror.vendor.retry import Backoff, parse_retry_after
+from mirror.vendor.retry import Backoff
+from mirror.vendor.transport import (
+    AdminTransport,
+    StartRefused,
+    build_http_client,
+)
 
 if TYPE_CHECKING:
     from mirror.config import Settings
@@ -102,22 +96,6 @@ log = logging.getLogger(__name__)
 install_wanted_retry_log()  # every retry below is one readable warning (mirror.logs)
 
 ExportFlow = Literal["global", "project"]
-USER_AGENT = f"mirror/{__version__}"
-START_RETRYABLE_STATUSES = frozenset({408, 503})
-NOT_SENT_ERRORS: tuple[type[httpx.TransportError], ...] = (
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
-RETRYABLE_ERRORS: tuple[type[httpx.TransportError], ...] = (
-    httpx.TimeoutException,
-    httpx.NetworkError,
-    httpx.RemoteProtocolError,
-    httpx.ProxyError,
-)
-DNS_ATTEMPTS = 3
-DNS_WAIT_MAX = 1.0
-JSON_BODY_LIMIT = 1024 * 1024
 JOB_ID_MAX_LENGTH = 256
 
 
@@ -305,31 +283,6 @@ def shown_id(job_id: str) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def name_resolution_error(exc: BaseException) -> socket.gaierror | None:
-    """The socket.gaierror behind a transport error (httpx chains it as a cause), if any."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, socket.gaierror):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
-class StartRefused(TemporaryFailure):
-    """A start that provably created no job at the vendor: it answered 409, 429, 408 or 503,
-    or the connection failed before the request was sent. Safe to start again later."""
-
-
-class RetryableStatus(Exception):
-    """A retryable HTTP answer (408, 429, 5xx): the cause reported to stamina's retry hooks."""
-
-    def __init__(self, status: int, endpoint: str) -> None:
-        super().__init__(f"HTTP {status} from {endpoint}")
-        self.status = status
-
-
 # --- the client --------------------------------------------------------------------------------
 
 
@@ -369,13 +322,17 @@ class VendorClient:
         self.base_url = base_url.rstrip("/")
         self.project_id = project_id.strip()
         self.export_flow: ExportFlow = export_flow
-        self.retry_attempts = max(1, retry_attempts)
-        self.retry_timeout = retry_timeout
-        self.backoff = Backoff(initial=wait_initial, maximum=wait_max, jitter=wait_jitter)
-        self._key = key
-        self._sleep = sleep
-        self._clock = clock
-        self._wall_clock = wall_clock or utcnow
+        self.transport = AdminTransport(
+            http,
+            base_url=self.base_url,
+            key=key,
+            retry_attempts=retry_attempts,
+            retry_timeout=retry_timeout,
+            backoff=Backoff(initial=wait_initial, maximum=wait_max, jitter=wait_jitter),
+            sleep=sleep,
+            clock=clock,
+            wall_clock=wall_clock or utcnow,
+        )
         self._links_in_status: set[str] = set()
 
     @classmethod
@@ -414,12 +371,12 @@ class VendorClient:
             body["paths"] = list(paths)
         path = self._jobs_path()
         what = f"export start for {domain}"
-        response = self._exchange(
+        response = self.transport.exchange(
             "POST", path, what=what, body=body, start=True, operation="start_export"
         )
         if response.status_code in (409, 429):
             self._refuse_start(response, domain)
-        data = self._check(response, "POST", path, what=what)
+        data = self.transport.check(response, "POST", path, what=what)
         answered = data.get("jobId", data.get("id"))
         problem = job_id_problem(answered) if isinstance(answered, str) else None
         if isinstance(answered, str) and problem is not None:
@@ -439,8 +396,8 @@ class VendorClient:
         """The job's current state (with its link when the status carries `bundleUrl`)."""
         path = self._job_path(job_id)
         what = f"export job {job_id}"
-        response = self._exchange("GET", path, what=what, operation="export_status")
-        data = self._check(response, "GET", path, what=what)
+        response = self.transport.exchange("GET", path, what=what, operation="export_status")
+        data = self.transport.check(response, "GET", path, what=what)
         job = parse_export_job(data, job_id)
         assert job is not None
         if job.bundle is not None:
@@ -458,7 +415,7 @@ class VendorClient:
             return self._link_from_status(job_id)
         path = self._job_path(job_id) + "/bundle"
         what = f"bundle of export job {job_id}"
-        response = self._exchange("POST", path, what=what, operation="export_bundle")
+        response = self.transport.exchange("POST", path, what=what, operation="export_bundle")
         if response.status_code in (404, 405):
             log.info(
                 "POST %s answered HTTP %d: reading the link from the job's status",
@@ -470,13 +427,13 @@ class VendorClient:
         if response.status_code == 409:
             text = vendor_text(response)
             raise TemporaryFailure(
-                self._scrub(
+                self.transport.scrub(
                     f"export job {job_id} has not finished yet, so the vendor has no bundle "
                     f"(HTTP 409 on POST {path}{': ' + text if text else ''})"
                 ),
                 hint="poll the job until it is completed, then ask for the bundle",
             )
-        data = self._check(response, "POST", path, what=what)
+        data = self.transport.check(response, "POST", path, what=what)
         link = parse_bundle_link(data, job_id)
         if link is None:
             raise MirrorError(
@@ -518,8 +475,8 @@ class VendorClient:
             )
         path = f"/v2/agent/{_segment(project)}/job/{_segment(job_id)}"
         what = f"agent job {job_id}"
-        response = self._exchange("GET", path, what=what, operation="agent_job")
-        data = self._check(response, "GET", path, what=what)
+        response = self.transport.exchange("GET", path, what=what, operation="agent_job")
+        data = self.transport.check(response, "GET", path, what=what)
         return parse_agent_job(data, job_id)
 
     # --- lifecycle ---
@@ -556,107 +513,9 @@ class VendorClient:
             raise ConfigError(f"{shown_id(job_id)} is not a usable export job id: {problem}")
         return f"{self._jobs_path()}/{_segment(job_id)}"
 
-    # --- one request, retries, answers ---
-
-    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> httpx.Response:
-        started = time.monotonic()
-        try:
-            request = self.http.build_request(
-                method,
-                self.base_url + path,
-                json=body,
-                headers={"Authorization": f"Bearer {self._key}", "Accept": "application/json"},
-            )
-            response = _read_capped(self.http.send(request, stream=True), f"{method} {path}")
-        except httpx.TransportError as exc:
-            log.debug(
-                "vendor API %s %s failed after %.3fs: %s",
-                method,
-                path,
-                time.monotonic() - started,
-                type(exc).__name__,
-                extra={"method": method, "path": path, "error": type(exc).__name__},
-            )
-            raise
-        elapsed = time.monotonic() - started
-        log.debug(
-            "vendor API %s %s -> %d in %.3fs",
-            method,
-            path,
-            response.status_code,
-            elapsed,
-            extra={
-                "method": method,
-                "path": path,
-                "status": response.status_code,
-                "elapsed": round(elapsed, 3),
-            },
-        )
-        return response
-
-    def _exchange(
-        self,
-        method: str,
-        path: str,
-        *,
-        what: str,
-        operation: str,
-        body: dict[str, Any] | None = None,
-        start: bool = False,
-    ) -> httpx.Response:
-        """Send with the retry policy; the answer is 2xx or one that retrying cannot change."""
-        endpoint = f"{method} {path}"
-        started = self._clock()
-        attempt, waited = 0, 0.0
-        while True:
-            attempt += 1
-            retry_after: float | None = None
-            unresolved: socket.gaierror | None = None
-            try:
-                response = self._send(method, path, body)
-            except httpx.TransportError as exc:
-                hopeless = hopeless_error(exc, endpoint, what, start=start, base_url=self.base_url)
-                if hopeless is not None:
-                    raise hopeless from exc
-                unresolved = name_resolution_error(exc)
-                last = f"{type(exc).__name__}: {one_line(str(exc)) or 'no detail'}"
-                cause: Exception = exc
-            else:
-                if not retryable(response.status_code, start=start):
-                    return response
-                retry_after = self._retry_after(response)
-                text = vendor_text(response)
-                last = f"HTTP {response.status_code}{': ' + text if text else ''}"
-                cause = RetryableStatus(response.status_code, endpoint)
-            wait = self.backoff.delay(attempt, retry_after)
-            attempts = self.retry_attempts
-            if unresolved is not None:
-                wait = min(wait, DNS_WAIT_MAX)
-                attempts = min(attempts, DNS_ATTEMPTS)
-            elapsed = self._clock() - started
-            spent = attempt >= attempts or elapsed + wait > self.retry_timeout
-            if spent or not stamina.is_active():
-                error = exhausted_error(
-                    StartRefused if start else TemporaryFailure,
-                    f"{endpoint}, {what}" if unresolved is not None else f"{endpoint} ({what})",
-                    attempt=attempt,
-                    elapsed=elapsed,
-                    last=self._scrub(last),
-                    retry_after=retry_after,
-                    unresolved=unresolved,
-                    host=httpx.URL(self.base_url).host,
-                )
-                quiet = unresolved is not None or isinstance(cause, RetryableStatus)
-                raise error from (None if quiet else cause)
-            described = {"what": self._scrub(f"vendor API {endpoint} ({what})")}
-            described["reason"] = self._scrub(last)
-            report_retry(operation, attempt, wait, waited, cause, described, attempts)
-            self._sleep(wait)
-            waited += wait
-
     def _refuse_start(self, response: httpx.Response, domain: str) -> NoReturn:
         status = response.status_code
-        retry_after = self._retry_after(response)
+        retry_after = self.transport.retry_after(response)
         text = vendor_text(response)
         reason = (
             "another export job is still active"
@@ -665,7 +524,7 @@ class VendorClient:
         )
         when = f"in {retry_after:.0f}s" if retry_after is not None else "later"
         raise StartRefused(
-            self._scrub(
+            self.transport.scrub(
                 f"vendor refused to start an export of {domain} now: {reason} "
                 f"(HTTP {status}{': ' + text if text else ''})"
             ),
@@ -673,179 +532,6 @@ class VendorClient:
             retry_after=retry_after,
         )
 
-    def _check(self, response: httpx.Response, method: str, path: str, *, what: str) -> Any:
-        """The JSON object of a 2xx answer; anything else becomes the matching MirrorError."""
-        endpoint = f"{method} {path}"
-        if 200 <= response.status_code < 300:
-            return json_object(response, endpoint, what)
-        raise status_error(
-            response, endpoint, what, retry_after=self._retry_after(response), scrub=self._scrub
-        )
-
-    def _retry_after(self, response: httpx.Response) -> float | None:
-        return parse_retry_after(response.headers.get("Retry-After"), self._wall_clock())
-
-    def _scrub(self, text: str) -> str:
-        return redact(text.replace(self._key, REDACTED))
-
-
-def retryable(status: int, *, start: bool) -> bool:
-    """Whether an answer is worth asking again: 408, 429 and 5xx for a read; for a start only
-    408 and 503, the answers that say the vendor did not take the request."""
-    if start:
-        return status in START_RETRYABLE_STATUSES
-    return status in RETRYABLE_STATUSES or status >= 500
-
-
-def hopeless_error(
-    exc: httpx.TransportError, endpoint: str, what: str, *, start: bool, base_url: str
-) -> MirrorError | None:
-    """The error for a transport failure no retry can help (None: worth retrying).
-
-    An untrusted TLS certificate is a ConfigError; a failure that is no network trouble
-    (an invalid URL, say) a MirrorError; a start whose request may have reached the
-    vendor a TemporaryFailure, since retrying it could start a second job.
-    """
-    detail = redact(one_line(str(exc)) or type(exc).__name__)
-    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        return ConfigError(
-            f"TLS certificate of {base_url} not trusted ({endpoint}): {detail}",
-            hint="set api.ca_bundle to the CA file of your TLS-intercepting proxy",
-        )
-    if not isinstance(exc, RETRYABLE_ERRORS):
-        return MirrorError(
-            f"cannot call vendor API {endpoint} ({what}): {type(exc).__name__}: {detail}; "
-            "check api.base_url"
-        )
-    if start and not isinstance(exc, NOT_SENT_ERRORS):
-        return TemporaryFailure(
-            f"{what}: the connection failed after the request was sent "
-            f"({type(exc).__name__}: {detail}); the vendor may or may not have started a job",
-            hint="not retried to avoid a second job; the next run picks it up",
-        )
-    return None
-
-
-def exhausted_error(
-    failure: type[TemporaryFailure],
-    call: str,
-    *,
-    attempt: int,
-    elapsed: float,
-    last: str,
-    retry_after: float | None,
-    unresolved: socket.gaierror | None,
-    host: str,
-) -> TemporaryFailure:
-    """The error once the retries of `call` are spent (a host that never resolved says so)."""
-    if unresolved is not None:
-        return failure(
-            f"cannot resolve the vendor API host {host!r} ({call}): "
-            f"{unresolved.strerror or unresolved}, tried {_times(attempt)}",
-            hint="check api.base_url and this host's DNS resolver",
-        )
-    return failure(
-        f"vendor API {call} still failing after {attempt} "
-        f"attempt{'s' if attempt != 1 else ''} in {elapsed:.0f}s; last: {last}",
-        hint="the vendor or the network is having trouble; try again later",
-        retry_after=retry_after,
-    )
-
-
-def report_retry(
-    operation: str,
-    attempt: int,
-    wait: float,
-    waited: float,
-    cause: Exception,
-    described: dict[str, str],
-    attempts: int,
-) -> None:
-    """Tell stamina's instrumentation hooks (log line, Prometheus counter) of a retry."""
-    # A fixed name per operation: it is a Prometheus label, so no job ids in it.
-    # `kwargs` describe the call for mirror.logs.log_retry's line.
-    details = RetryDetails(
-        name=f"{__name__}.VendorClient.{operation}",
-        args=(),
-        kwargs={**described, "attempts": attempts},
-        retry_num=attempt,
-        wait_for=wait,
-        waited_so_far=waited,
-        caused_by=cause,
-    )
-    for hook in get_on_retry_hooks():
-        hook(details)
-
-
-def _times(count: int) -> str:
-    return f"{count} time{'s' if count != 1 else ''}"
-
-
-def _read_capped(response: httpx.Response, endpoint: str) -> httpx.Response:
-    """The answer with its body read streamed, at most JSON_BODY_LIMIT bytes (2xx) or
-    ERROR_BODY_LIMIT (anything else), so memory stays flat whatever the vendor sends.
-
-    A longer 2xx body is refused (MirrorError); a longer error body is cut, and its
-    answer is marked so the message says so instead of quoting it.
-    """
-    limit = JSON_BODY_LIMIT if 200 <= response.status_code < 300 else ERROR_BODY_LIMIT
-    body = bytearray()
-    cut = False
-    try:
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                cut = True
-                break
-    finally:
-        response.close()
-    if cut and limit == JSON_BODY_LIMIT:
-        raise MirrorError(
-            f"vendor API {endpoint} answered HTTP {response.status_code} with a body of over "
-            f"{JSON_BODY_LIMIT // (1024 * 1024)} MiB; it was cut unread (no job answer is that "
-            "big); check api.base_url or report it to the vendor"
-        )
-    headers = [
-        (name, value)
-        for name, value in response.headers.multi_items()
-        if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-    ]
-    capped = httpx.Response(
-        response.status_code,
-        headers=headers,
-        content=bytes(body[:limit]),
-        request=response.request,
-        extensions={**response.extensions, CUT: cut},
-    )
-    return capped
-
 
 def _segment(value: str) -> str:
     return quote(value.strip(), safe="")
-
-
-def build_http_client(*, timeout: float, ca_bundle: str = "") -> httpx.Client:
-    """The shared httpx client: timeouts, the default CAs plus `ca_bundle`, the User-Agent.
-
-    It carries no credentials: the API key is added per request to the vendor's API only,
-    so the same client can fetch presigned links on other hosts.
-    """
-    verify: ssl.SSLContext | bool = True
-    if ca_bundle:
-        import certifi
-
-        context = ssl.create_default_context(cafile=certifi.where())
-        try:
-            context.load_verify_locations(cafile=ca_bundle)
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(
-                f"api.ca_bundle: cannot load CA file {ca_bundle}: "
-                f"{getattr(exc, 'strerror', None) or exc}"
-            ) from None
-        verify = context
-    return httpx.Client(
-        timeout=httpx.Timeout(timeout),
-        verify=verify,
-        headers={"User-Agent": USER_AGENT},
-        follow_redirects=False,
-    )

@@ -53,10 +53,11 @@ from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, Temp
 from mirror.fsutil import is_disk_full
 from mirror.links import is_expired_answer, s3_error, safe_url
 from mirror.timestamps import utcnow
-from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, name_resolution_error
+from mirror.vendor.client import BundleLink
 from mirror.vendor.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
 from mirror.vendor.retry import Backoff, parse_retry_after
 from mirror.vendor.speedlimit import SpeedLimit
+from mirror.vendor.transport import DNS_ATTEMPTS, name_resolution_error
 from mirror.vendor.validators import Restart as _Restart
 from mirror.vendor.validators import (
     ResumeGuard,
@@ -146,61 +147,51 @@ class _Refresh(Exception):
     """The link has expired: get a new one and continue."""
 
 
+@dataclass(frozen=True)
+class _Options:
+    """What one `download_bundle` call was asked for, beyond the link and the file."""
+
+    refresh_link: Callable[[], BundleLink]
+    expected_size: int | None
+    checkpoint: Callable[[int, BundleLink], None] | None
+    on_progress: Callable[[int, int | None], None] | None
+    cancel: threading.Event | None
+    max_attempts: int
+    sleep: Callable[[float], None]
+    now: Callable[[], datetime]
+    min_speed: int
+    stall_time: float
+    inspect: ArchiveLimits | None
+
+
 class _Download:
     """One download_bundle call: the loop that composes the partial file, the resume guard
     and the speed limit, and decides what each answer and failure means."""
 
-    def __init__(
-        self,
-        http: httpx.Client,
-        link: BundleLink,
-        dest: Path,
-        *,
-        refresh_link: Callable[[], BundleLink],
-        expected_size: int | None,
-        checkpoint: Callable[[int, BundleLink], None] | None,
-        on_progress: Callable[[int, int | None], None] | None,
-        cancel: threading.Event | None,
-        max_attempts: int,
-        sleep: Callable[[float], None],
-        now: Callable[[], datetime],
-        min_speed: int,
-        stall_time: float,
-        inspect: ArchiveLimits | None = None,
-    ) -> None:
+    def __init__(self, http: httpx.Client, link: BundleLink, dest: Path, options: _Options) -> None:
         self.http = http
         self.link = link
         self.dest = dest
-        self.refresh_link = refresh_link
-        announced = link.size_bytes if link.size_bytes is not None else expected_size
+        self.options = options
+        announced = link.size_bytes if link.size_bytes is not None else options.expected_size
         self.guard = ResumeGuard(dest, announced)
-        self.checkpoint_cb = checkpoint
+        limits = options.inspect
         self.feed = (
-            ArchiveFeed(dest, announced, inspect)
-            if inspect is not None and announced is not None
+            ArchiveFeed(dest, announced, limits)
+            if limits is not None and announced is not None
             else None
         )
-        self.inspect = inspect
-        self.file = PartialFile(
-            dest, self.report_checkpoint if checkpoint is not None else None, self.feed
-        )
-        self.speed = SpeedLimit(min_speed, stall_time)
-        self.on_progress = on_progress
-        self.cancel = cancel
-        self.max_attempts = max(1, max_attempts)
-        self.sleep = sleep
-        self.now = now
-        self.restarts = 0
-        self.resumes = 0
-        self.started_at = 0
-        self.refreshes = 0
-        self.failures = 0
-        self.refreshes_in_a_row = 0
+        report = self.report_checkpoint if options.checkpoint is not None else None
+        self.file = PartialFile(dest, report, self.feed)
+        self.speed = SpeedLimit(options.min_speed, options.stall_time)
+        self.max_attempts = max(1, options.max_attempts)
+        self.restarts = self.resumes = self.started_at = 0
+        self.refreshes = self.failures = self.refreshes_in_a_row = 0
         self.done = False
 
     def report_checkpoint(self, durable: int) -> None:
-        if self.checkpoint_cb is not None:
-            self.checkpoint_cb(durable, self.link)
+        if self.options.checkpoint is not None:
+            self.options.checkpoint(durable, self.link)
 
     @property
     def offset(self) -> int:
@@ -228,8 +219,8 @@ class _Download:
         """The archive's report: streamed when a feed ran, else read from the finished file."""
         if self.feed is not None:
             return self.feed.result(self.offset)
-        if self.inspect is not None:
-            return inspect_archive(self.dest, self.inspect)
+        if self.options.inspect is not None:
+            return inspect_archive(self.dest, self.options.inspect)
         return None
 
     @property
@@ -261,12 +252,12 @@ class _Download:
         with contextlib.suppress(OSError):
             validator_path(self.dest).unlink()
         archive = self.inspection()
-        if self.on_progress is not None:
-            self.on_progress(self.offset, self.expected)
+        if self.options.on_progress is not None:
+            self.options.on_progress(self.offset, self.expected)
         return DownloadResult(
             path=self.dest,
             size=self.offset,
-            sha256=self.file.digest.hexdigest(),
+            sha256=self.file.hashed.result.sha256,
             restarts=self.restarts,
             resumes=self.resumes,
             refreshes=self.refreshes,
@@ -279,7 +270,7 @@ class _Download:
             self.check_restarts()
             if self.expected is not None and self.offset == self.expected and self.offset > 0:
                 break
-            if link_expired(self.link, self.now()):
+            if link_expired(self.link, self.options.now()):
                 self.refresh("the link's expiry time has passed")
                 continue
             progress_before = self.offset
@@ -328,7 +319,7 @@ class _Download:
         )
 
     def check_cancel(self) -> None:
-        if self.cancel is not None and self.cancel.is_set():
+        if self.options.cancel is not None and self.options.cancel.is_set():
             self.file.make_durable()
             raise Interrupted(
                 f"download of the bundle of job {self.link.job_id} stopped at {self.offset} "
@@ -344,11 +335,11 @@ class _Download:
                 "and try again later"
             )
         log.info("requesting a fresh bundle link for job %s: %s", self.link.job_id, why)
-        self.link = self.refresh_link()
+        self.link = self.options.refresh_link()
         self.refreshes += 1
         if self.link.size_bytes is not None:
             self.guard.announce(self.link.size_bytes, self.link.job_id)
-        if self.checkpoint_cb is not None:
+        if self.options.checkpoint is not None:
             self.file.make_durable()
 
     def count_failure(self, reason: str, retry_after: float | None, progress_before: int) -> None:
@@ -370,39 +361,20 @@ class _Download:
             self.offset,
             delay,
         )
-        if self.cancel is not None and self.sleep is time.sleep:
-            self.cancel.wait(delay)
+        if self.options.cancel is not None and self.options.sleep is time.sleep:
+            self.options.cancel.wait(delay)
         else:
-            self.sleep(delay)
+            self.options.sleep(delay)
 
     def request(self, url: str) -> httpx.Request:
         timeout = self.speed.timeout(self.http.timeout)
-        request = self.http.build_request("GET", url, timeout=timeout)
-        # The admin key must never travel to the storage host, and S3 refuses two auth schemes.
-        for name in ("Authorization", "Cookie"):
-            if name in request.headers:
-                del request.headers[name]
-        request.headers["Accept-Encoding"] = "identity"
-        if self.offset > 0:
-            request.headers["Range"] = f"bytes={self.offset}-"
-            if_range = self.guard.if_range()
-            if if_range:
-                request.headers["If-Range"] = if_range
-        return request
-
-    def refuse_scheme(self, url: str, what: str) -> None:
-        if not followable(url):
-            scheme = urlsplit(url).scheme or "(none)"
-            raise LinkFailed(
-                f"the {what} of job {self.link.job_id} uses the scheme {scheme!r}; only http "
-                "and https are followed, so this link is dropped and the next try asks the "
-                "vendor for a fresh one"
-            )
+        if_range = self.guard.if_range() if self.offset > 0 else None
+        return range_request(self.http, url, self.offset, if_range, timeout)
 
     def fetch(self) -> None:
         """One GET, following up to MAX_REDIRECTS http(s) redirects by hand."""
         url = self.link.url
-        self.refuse_scheme(url, "bundle link")
+        refuse_scheme(url, "bundle link", self.link.job_id)
         for _ in range(MAX_REDIRECTS + 1):
             response = self.http.send(self.request(url), stream=True, follow_redirects=False)
             try:
@@ -416,7 +388,7 @@ class _Download:
                 url = str(httpx.URL(url).join(location))
             except (httpx.InvalidURL, ValueError):
                 url = location
-            self.refuse_scheme(url, "redirect of the bundle link")
+            refuse_scheme(url, "redirect of the bundle link", self.link.job_id)
         raise _Retry(f"more than {MAX_REDIRECTS} redirects")
 
     def answer(self, response: httpx.Response) -> None:
@@ -450,7 +422,7 @@ class _Download:
                 return
             raise _Restart(f"the server cannot serve bytes from {self.offset} (416)")
         else:
-            _refuse(response, self.link, self.now)
+            _refuse(response, self.link, self.options.now)
         self.stream(response)
 
     def stream(self, response: httpx.Response) -> None:
@@ -475,10 +447,52 @@ class _Download:
     def after_block(self) -> None:
         self.refreshes_in_a_row = 0
         self.file.pace_checkpoints()
-        if self.on_progress is not None:
-            self.on_progress(self.offset, self.expected)
-        if self.cancel is not None and self.cancel.is_set():
+        if self.options.on_progress is not None:
+            self.options.on_progress(self.offset, self.expected)
+        if self.options.cancel is not None and self.options.cancel.is_set():
             self.check_cancel()
+
+
+def range_request(
+    http: httpx.Client, url: str, offset: int, if_range: str | None, timeout: httpx.Timeout
+) -> httpx.Request:
+    """A GET of `url` from byte `offset` (If-Range: `if_range`), unencoded, without the
+    admin key: it must never travel to the storage host, and S3 refuses two auth schemes."""
+    request = http.build_request("GET", url, timeout=timeout)
+    for name in ("Authorization", "Cookie"):
+        if name in request.headers:
+            del request.headers[name]
+    request.headers["Accept-Encoding"] = "identity"
+    if offset > 0:
+        request.headers["Range"] = f"bytes={offset}-"
+        if if_range:
+            request.headers["If-Range"] = if_range
+    return request
+
+
+def refuse_scheme(url: str, what: str, job_id: str) -> None:
+    """LinkFailed unless `url` is http(s): nothing else is followed."""
+    if not followable(url):
+        scheme = urlsplit(url).scheme or "(none)"
+        raise LinkFailed(
+            f"the {what} of job {job_id} uses the scheme {scheme!r}; only http "
+            "and https are followed, so this link is dropped and the next try asks the "
+            "vendor for a fresh one"
+        )
+
+
+def _drop_after_failed_resume(job_id: str, dest: Path, exc: IntegrityError) -> None:
+    """Bytes from before a resume may be damaged on disk: drop them, so one download from
+    zero decides."""
+    log.warning(
+        "bundle of job %s failed its check after a resume (%s); downloading it again "
+        "from the start",
+        job_id,
+        exc.message,
+    )
+    for stale in (dest, validator_path(dest)):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
 
 
 def _refuse(response: httpx.Response, link: BundleLink, now: Callable[[], datetime]) -> None:
@@ -543,38 +557,24 @@ def download_bundle(
     the low-speed limit (0 turns it off).
     """
 
-    def attempt() -> _Download:
-        return _Download(
-            http,
-            link,
-            dest,
-            refresh_link=refresh_link,
-            expected_size=expected_size,
-            checkpoint=checkpoint,
-            on_progress=on_progress,
-            cancel=cancel,
-            max_attempts=max_attempts,
-            sleep=sleep,
-            now=now,
-            min_speed=min_speed,
-            stall_time=stall_time,
-            inspect=inspect,
-        )
-
-    first = attempt()
+    options = _Options(
+        refresh_link,
+        expected_size,
+        checkpoint,
+        on_progress,
+        cancel,
+        max_attempts,
+        sleep,
+        now,
+        min_speed,
+        stall_time,
+        inspect,
+    )
+    first = _Download(http, link, dest, options)
     try:
         return first.run()
     except IntegrityError as exc:
         if not first.continued:
             raise
-        # Bytes from before a resume may be damaged on disk: one download from zero decides.
-        log.warning(
-            "bundle of job %s failed its check after a resume (%s); downloading it again "
-            "from the start",
-            link.job_id,
-            exc.message,
-        )
-        for stale in (dest, validator_path(dest)):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-    return attempt().run()
+        _drop_after_failed_resume(link.job_id, dest, exc)
+    return _Download(http, link, dest, options).run()

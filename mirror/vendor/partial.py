@@ -19,7 +19,6 @@ Promises:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import time
@@ -29,7 +28,8 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from mirror.errors import TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, disk_full, iter_file, remove_interrupted_writes
+from mirror.fsutil import disk_full, remove_interrupted_writes
+from mirror.integrity import CHUNK_SIZE, HashingWriter, iter_file
 from mirror.vendor.validators import Validator, load_validator, validator_path
 
 log = logging.getLogger("mirror.vendor.download")  # one logger for the whole download
@@ -56,7 +56,7 @@ class PartialFile:
         self.dest = dest
         self.report = report
         self.tap = tap
-        self.digest = hashlib.sha256()
+        self.hashed = HashingWriter()  # the running digest of the whole file
         self.offset = 0
         self.durable = 0
         self.last_checkpoint_at = time.monotonic()
@@ -91,7 +91,7 @@ class PartialFile:
             handle.truncate(0)
             size = 0
         for chunk in iter_file(self.dest, 0, size):
-            self.digest.update(chunk)
+            self.hashed.write(chunk)
             if self.tap is not None:
                 self.tap.feed(chunk)
         self.offset = self.durable = self.sync_offset = size
@@ -111,7 +111,7 @@ class PartialFile:
         self.handle.truncate(0)
         self.handle.seek(0)
         os.fsync(self.handle.fileno())
-        self.digest = hashlib.sha256()
+        self.hashed = HashingWriter()
         self.offset = self.durable = self.sync_offset = 0
         if self.tap is not None:
             self.tap.restart()
@@ -124,7 +124,7 @@ class PartialFile:
         written = 0
         while written < self.fill:
             written += self.handle.write(view[written:]) or 0
-        self.digest.update(view)
+        self.hashed.write(view)
         if self.tap is not None:
             self.tap.feed(view)
         self.offset += self.fill

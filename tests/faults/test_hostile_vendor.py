@@ -22,7 +22,8 @@ from sqlalchemy import select
 
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, MirrorError, TemporaryFailure
-from mirror.export.runner import JobTimedOut, RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import JobTimedOut, run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
@@ -121,10 +122,10 @@ def test_object_changed_between_cut_and_resume_restarts_from_zero(
     downloads = sim.stats.snapshot()["downloads"]
     fault_got.append(
         f"statuses {[d['status'] for d in downloads]}, sha256 = "
-        f"{'new object' if outcome.sha256 == now_served else 'SPLICED'}"
+        f"{'new object' if outcome.ref.sha256 == now_served else 'SPLICED'}"
     )
-    assert outcome.sha256 == now_served
-    assert outcome.size == sim.bundle_info(outcome.job_id)["size"]
+    assert outcome.ref.sha256 == now_served
+    assert outcome.ref.size == sim.bundle_info(outcome.job_id)["size"]
 
 
 # --- 8.2 ------------------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def test_newer_revision_refreshes_the_link_from_the_status(
         f"status calls {stats['status_calls'][outcome.job_id]}"
     )
     assert expired and outcome.state == "stored"
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert stats["starts"]["docs.newer.test"] == [outcome.job_id]
 
 
@@ -279,7 +280,7 @@ def test_trickling_host_is_cut_and_resumed(
     seconds = time.monotonic() - started
     downloads = sim.stats.snapshot()["downloads"]
     fault_got.append(f"stored in {seconds:.1f}s after {len(downloads)} requests")
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert sim.faults.trickles_remaining == 0 and len(downloads) == 2
     assert downloads[1]["status"] == 206
     assert seconds < 10

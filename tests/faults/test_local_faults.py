@@ -25,7 +25,7 @@ from sqlalchemy import select
 from mirror.archive import ArchiveLimits, extract_archive, inspect_archive
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file
 from mirror.outbound.pack import pack
 from mirror.sim import Simulator
 from mirror.store.app import App
@@ -98,7 +98,7 @@ def test_a_full_disk_during_download_is_one_line_and_resumable(
     assert first.returncode == 0, first.stderr
     with app_on(store) as app:
         [earlier] = [v.path for v in list_blobs(app)]
-        earlier_sha = sha256_file(earlier)
+        earlier_sha = hash_file(earlier).sha256
 
     config = sim_config(tmp_path / "big.toml", big, store)
     result = export(config, big, "docs.big.test", "--json")
@@ -115,7 +115,7 @@ def test_a_full_disk_during_download_is_one_line_and_resumable(
         assert run.active and run.state == RunState.DOWNLOADING and run.bytes_done > 0
         partial = app.store.temp_path(run.partial_name or "")
         assert partial.stat().st_size == run.bytes_done  # cut back to the checkpoint
-        assert sha256_file(earlier) == earlier_sha and verify_store(app).ok
+        assert hash_file(earlier).sha256 == earlier_sha and verify_store(app).ok
 
     subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
     again = export(config, big, "docs.big.test", "--json")
@@ -376,7 +376,7 @@ def test_the_next_export_repairs_a_damaged_blob(
     clean = mirror_cli(*verify)
     fault_got.append(f"verify after the next export: exit {clean.returncode}")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert sha256_file(Path(outcome["path"])) == outcome["sha256"]
+    assert hash_file(Path(outcome["path"])).sha256 == outcome["sha256"]
 
 
 @pytest.mark.fault("8.5 damaged blob, good copy in the store", "verify --repair turns verify clean")

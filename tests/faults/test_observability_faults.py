@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.vendor.client import DNS_ATTEMPTS
+from mirror.vendor.transport import DNS_ATTEMPTS
 from tests.conftest import mirror_cli, write_config
 
 

@@ -36,7 +36,8 @@ from mirror.config import load_settings
 from mirror.sim import SimConfig, Simulator
 from mirror.store.app import App
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
-from mirror.vendor.client import VendorClient, build_http_client
+from mirror.vendor.client import VendorClient
+from mirror.vendor.transport import build_http_client
 from tests.conftest import mirror_cli, write_config
 
 FAST: dict[str, Any] = {"queue_seconds": 0.05, "run_seconds": 0.2}

@@ -132,7 +132,7 @@ def test_failed_job_exits_1_and_fails_the_run(sim: Simulator, setup: tuple[Path,
     assert run.state == RunState.FAILED and not run.active
 
 
-@pytest.mark.parametrize("kind", ["traversal", "bomb"])  # every kind: tests/test_exporter.py
+@pytest.mark.parametrize("kind", ["traversal", "bomb"])  # every kind: tests/export/test_runner.py
 def test_unsafe_archive_exits_5_and_leaves_nothing(
     sim: Simulator, setup: tuple[Path, App], kind: str
 ) -> None:
@@ -241,8 +241,8 @@ def test_exporter_on_postgresql(postgres_url: str, sim: Simulator, tmp_path: Pat
             first = run_export(app, client, "docs.pg.test")
             second = run_export(app, client, "docs.pg.test")
             assert (first.state, second.state) == ("stored", "stored")
-            assert second.version == f"{first.version}.2"
-            assert first.sha256 == sim.bundle_sha256(first.job_id)
+            assert second.ref.label == f"{first.ref.label}.2"
+            assert first.ref.sha256 == sim.bundle_sha256(first.job_id)
             run_export(app, client, "docs.pg2.test")
             with pytest.raises(TemporaryFailure, match="start budget"):
                 run_export(app, client, "docs.pg3.test")

@@ -25,8 +25,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.fsutil import CHUNK_SIZE
-from mirror.integrity import HashingWriter, mismatch
+from mirror.integrity import CHUNK_SIZE, HashingWriter, mismatch
 from mirror.links import is_expired_answer, link_expiry, s3_error
 from mirror.timestamps import utcnow
 from mirror.units import format_duration

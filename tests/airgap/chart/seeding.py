@@ -17,7 +17,7 @@ from mirror.airgap import chart
 from mirror.airgap.multipart import upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file
 from mirror.versions import label_key
 from tests.fixtures.archives import sample_site, write_tar
 
@@ -67,7 +67,7 @@ def seed_version(
     """Publish a real tar.gz site as `version`, in the bucket formats of INTERFACES.md."""
     site = {**sample_site(), "version.txt": f"{domain} {version}\n".encode()}
     archive = write_tar(workdir / f"{domain}-{version}.tar.gz", site)
-    sha256, size = sha256_file(archive), archive.stat().st_size
+    sha256, size = hash_file(archive).sha256, archive.stat().st_size
     key = store.key(domain, version, "bundle.tar.gz")
     with archive.open("rb") as source:
         upload_blob(store, key, source, sha256=sha256, size=size, content_type="application/gzip")

@@ -21,7 +21,7 @@ import pytest
 from mirror.archive import ArchiveLimits, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.sim import Simulator
-from mirror.vendor.client import DNS_ATTEMPTS, BundleLink, VendorClient
+from mirror.vendor.client import BundleLink, VendorClient
 from mirror.vendor.download import (
     CHECKPOINT_BYTES,
     DownloadResult,
@@ -30,10 +30,12 @@ from mirror.vendor.download import (
     download_bundle,
     is_expired_answer,
     parse_content_range,
+    range_request,
     safe_url,
     save_validator,
     validator_path,
 )
+from mirror.vendor.transport import DNS_ATTEMPTS
 
 MiB = 1024 * 1024
 
@@ -799,3 +801,14 @@ def stop_inspected_download(
             sleep=no_wait,
             inspect=ArchiveLimits(),
         )
+
+
+def test_a_range_request_carries_no_admin_key_and_asks_for_the_rest() -> None:
+    headers = {"Authorization": "Bearer secret", "Cookie": "a=b", "User-Agent": "mirror/x"}
+    with httpx.Client(headers=headers) as http:
+        resumed = range_request(http, "https://s3.test/b?X-Amz=1", 100, '"etag"', httpx.Timeout(5))
+        fresh = range_request(http, "https://s3.test/b", 0, '"etag"', httpx.Timeout(5))
+    assert "authorization" not in resumed.headers and "cookie" not in resumed.headers
+    assert resumed.headers["Range"] == "bytes=100-" and resumed.headers["If-Range"] == '"etag"'
+    assert resumed.headers["Accept-Encoding"] == "identity"
+    assert "range" not in fresh.headers and "if-range" not in fresh.headers

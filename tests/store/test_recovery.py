@@ -11,9 +11,9 @@ import tarfile
 
 from sqlalchemy import select
 
-from mirror.export.lease import pid_alive
-from mirror.export.recovery import reconcile_orphan_blobs, sweep_temp_files
+from mirror.fsutil import pid_alive
 from mirror.store.app import App
+from mirror.store.maintenance.recovery import reconcile_orphan_blobs, sweep_temp_files
 from mirror.store.models import Bundle, ExportRun, RunState
 
 

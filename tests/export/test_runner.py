@@ -29,15 +29,15 @@ from mirror.errors import (
 )
 from mirror.export.claim import RunSnapshot, budget_wait, start_budget_wait
 from mirror.export.lease import lease_held_by_other, parse_owner
+from mirror.export.outcome import RunEvent
 from mirror.export.runner import (
-    RunEvent,
     Step,
     next_poll_delay,
     next_step,
     run_export,
     unfinished_runs,
 )
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file
 from mirror.sim import MALICIOUS_KINDS, Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
@@ -209,17 +209,17 @@ def test_two_domains_are_stored_with_versions(
     first = run_export(app, client, "docs.a.test", on_event=events.append, now=lambda: when)
     second = run_export(app, client, "Docs.B.test")
     assert (first.state, second.state) == ("stored", "stored")
-    assert first.version == "2026-11-21" and second.domain == "docs.b.test"
+    assert first.ref.label == "2026-11-21" and second.ref.domain == "docs.b.test"
     for outcome in (first, second):
-        assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
-        assert sha256_file(outcome.blob_path) == outcome.sha256
-        assert outcome.blob_path == app.store.blob_path(outcome.sha256)
-        assert outcome.format == "tar.gz" and outcome.file_count > 0
+        assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
+        assert hash_file(outcome.blob_path).sha256 == outcome.ref.sha256
+        assert outcome.blob_path == app.store.blob_path(outcome.ref.sha256)
+        assert outcome.ref.format == "tar.gz" and outcome.file_count > 0
         assert not outcome.resumed
-    assert {b.sha256 for b in bundles(app)} == {first.sha256, second.sha256}
+    assert {b.sha256 for b in bundles(app)} == {first.ref.sha256, second.ref.sha256}
     assert [(v.domain, v.label) for v in versions(app)] == [
         ("docs.a.test", "2026-11-21"),
-        ("docs.b.test", second.version),
+        ("docs.b.test", second.ref.label),
     ]
     assert all(r.state == RunState.STORED and not r.active for r in runs(app))
     assert all(r.lease_owner is None and r.finished_at is not None for r in runs(app))
@@ -227,7 +227,7 @@ def test_two_domains_are_stored_with_versions(
     states = [e.state for e in events if e.bytes_done is None and e.progress is None]
     assert states == ["pending", "started", "completed", "downloading", "downloaded", "stored"]
     assert any(e.progress is not None for e in events)
-    assert any(e.bytes_done == first.size and e.bytes_total == first.size for e in events)
+    assert any(e.bytes_done == first.ref.size and e.bytes_total == first.ref.size for e in events)
     logged = [r for r in caplog.records if r.getMessage() == "export state"]
     assert [getattr(r, "state", None) for r in logged][:6] == states
     assert all(getattr(r, "domain", None) and getattr(r, "run_id", None) for r in logged)
@@ -241,16 +241,16 @@ def test_same_content_is_unchanged_and_makes_no_version(
     client = vendor(sim, http)
     first = run_export(app, client, "docs.same.test")
     again = run_export(app, client, "docs.same.test")
-    assert again.state == "unchanged" and again.version == first.version
-    assert again.sha256 == first.sha256 and again.blob_path == first.blob_path
+    assert again.state == "unchanged" and again.ref.label == first.ref.label
+    assert again.ref.sha256 == first.ref.sha256 and again.blob_path == first.blob_path
     assert again.job_id != first.job_id
     assert len(versions(app)) == 1 and len(bundles(app)) == 1
     assert [r.state for r in runs(app)] == [RunState.STORED, RunState.UNCHANGED]
-    assert runs(app)[1].version_label == first.version
+    assert runs(app)[1].version_label == first.ref.label
     assert app.store.temp_files() == []
     sim.publish("docs.same.test")
     changed = run_export(app, client, "docs.same.test")
-    assert changed.state == "stored" and changed.version == f"{first.version}.2"
+    assert changed.state == "stored" and changed.ref.label == f"{first.ref.label}.2"
 
 
 def test_link_in_the_status_means_no_bundle_call(sim: Simulator, http: httpx.Client, app: App):
@@ -265,7 +265,7 @@ def test_project_flow(sim: Simulator, http: httpx.Client, make_app: Callable[...
     app = make_app(export_flow="project", project_id="proj_sim")
     client = vendor(sim, http, export_flow="project", project_id="proj_sim")
     outcome = run_export(app, client, "docs.sim.test")
-    assert outcome.state == "stored" and outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.state == "stored" and outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert outcome.job_id not in sim.stats.snapshot()["bundle_calls"]
 
 
@@ -313,8 +313,8 @@ def test_cut_download_resumes_to_the_right_bytes(
     sim = sim_factory(bundle_size=12 * MiB)
     sim.set_faults(cut_after_bytes=5 * MiB, cuts_remaining=2)
     outcome = run_export(app, vendor(sim, http), "docs.cut.test", sleep=lambda _s: None)
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
-    assert served(sim, outcome.job_id) == outcome.size
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert served(sim, outcome.job_id) == outcome.ref.size
     assert sim.faults.cuts_remaining == 0
     assert outcome.tree_sha256 == inspect_archive(outcome.blob_path).tree_sha256
 
@@ -325,8 +325,8 @@ def test_range_ignored_restarts_and_is_still_right(
     sim = sim_factory(bundle_size=6 * MiB)
     sim.set_faults(cut_after_bytes=2 * MiB, cuts_remaining=1, ignore_range=True)
     outcome = run_export(app, vendor(sim, http), "docs.norange.test", sleep=lambda _s: None)
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
-    assert served(sim, outcome.job_id) == 2 * MiB + outcome.size
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert served(sim, outcome.job_id) == 2 * MiB + outcome.ref.size
 
 
 def test_expired_link_is_refreshed(sim: Simulator, http: httpx.Client, app: App):
@@ -337,7 +337,7 @@ def test_expired_link_is_refreshed(sim: Simulator, http: httpx.Client, app: App)
     outcome = run_export(
         app, vendor(sim, http), "docs.expire.test", on_event=expire_when_downloading
     )
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert sim.stats.snapshot()["bundle_calls"][outcome.job_id] == 2
     assert runs(app)[0].bundle_url is not None
 
@@ -358,7 +358,7 @@ def test_saved_link_past_its_expiry_is_replaced_before_downloading(
         )
     time.sleep(1.2)
     outcome = run_export(app, vendor(sim, http), "docs.ttl.test")
-    assert outcome.resumed and outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.resumed and outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert sim.stats.snapshot()["bundle_calls"][outcome.job_id] == 2
 
 
@@ -516,8 +516,8 @@ def test_cancel_while_downloading_saves_state_and_resumes(
     before = served(sim, run.vendor_job_id)
     outcome = run_export(app, vendor(sim, http), "docs.cancel.test")
     assert outcome.resumed and outcome.run_id == run.id
-    assert outcome.sha256 == sim.bundle_sha256(run.vendor_job_id)
-    assert served(sim, run.vendor_job_id) - before == outcome.size - run.bytes_done
+    assert outcome.ref.sha256 == sim.bundle_sha256(run.vendor_job_id)
+    assert served(sim, run.vendor_job_id) - before == outcome.ref.size - run.bytes_done
     assert len(sim.stats.snapshot()["starts"]["docs.cancel.test"]) == 1
     assert unfinished_runs(app) == []
 
@@ -540,7 +540,7 @@ def test_partial_beyond_the_checkpoint_is_cut_back(
     with open(partial, "ab") as handle:  # bytes that were never checkpointed: garbage
         handle.write(b"\0" * 123_456)
     outcome = run_export(app, vendor(sim, http), "docs.tail.test")
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
 
 
 def test_resume_after_the_download_rehashes_and_stores(
@@ -559,8 +559,8 @@ def test_resume_after_the_download_rehashes_and_stores(
     (run,) = runs(app)
     assert run.state == RunState.DOWNLOADED and run.sha256
     outcome = run_export(app, vendor(sim, http), "docs.dl.test")
-    assert outcome.state == "stored" and outcome.sha256 == run.sha256 and outcome.resumed
-    assert served(sim, outcome.job_id) == outcome.size  # nothing fetched again
+    assert outcome.state == "stored" and outcome.ref.sha256 == run.sha256 and outcome.resumed
+    assert served(sim, outcome.job_id) == outcome.ref.size  # nothing fetched again
 
 
 def test_crash_between_adopt_and_commit_is_finished_from_the_blob(
@@ -579,7 +579,7 @@ def test_crash_between_adopt_and_commit_is_finished_from_the_blob(
     assert run.sha256 is not None
     app.store.adopt(app.store.temp_path(run.partial_name or ""), run.sha256, run.bytes_done)
     outcome = run_export(app, vendor(sim, http), "docs.adopt.test")
-    assert outcome.state == "stored" and outcome.sha256 == run.sha256
+    assert outcome.state == "stored" and outcome.ref.sha256 == run.sha256
     assert [b.sha256 for b in bundles(app)] == [run.sha256]
 
 
@@ -599,8 +599,8 @@ def test_damaged_finished_download_is_fetched_again(sim: Simulator, http: httpx.
     data[len(data) // 2] ^= 0xFF
     partial.write_bytes(bytes(data))
     outcome = run_export(app, vendor(sim, http), "docs.rot.test")
-    assert outcome.sha256 == sim.bundle_sha256(outcome.job_id)
-    assert served(sim, outcome.job_id) == 2 * outcome.size
+    assert outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
+    assert served(sim, outcome.job_id) == 2 * outcome.ref.size
     assert len(sim.stats.snapshot()["starts"]["docs.rot.test"]) == 1
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from sqlalchemy import select
 
 from mirror.archive import inspect_archive
-from mirror.export.repair import repair_from_download, repair_store
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import verify_store
+from mirror.store.maintenance.repair import repair_from_download, repair_store
 from mirror.store.models import Bundle, Version
 from tests.fixtures.s3 import add_version, make_tar_gz
 

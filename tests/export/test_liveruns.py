@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mirror.export.liveruns import LiveRuns
 from mirror.export.metrics import DaemonMetrics
-from mirror.export.runner import RunEvent
+from mirror.export.outcome import RunEvent
 
 DOMAIN = "docs.live.test"
 

@@ -120,7 +120,7 @@ def test_status_of_every_configured_domain(store_dir: Path) -> None:
     assert busy.running and busy.next_due is None
     assert busy.last_run is not None and busy.last_run["state"] == "downloading"
 
-    deferred = rows["deferred.example.com"].to_json()
+    deferred = rows["deferred.example.com"].as_dict()
     assert deferred["deferred_until"] == "2026-03-01T12:20:00Z"
     assert deferred["next_due_at"] == "2026-03-01T12:20:00Z"
     assert deferred["error"] == "start budget spent"
@@ -199,15 +199,15 @@ def test_status_shows_who_holds_each_run_and_a_live_one_is_no_error(store_dir: P
         lines = status_lines(list(rows.values()), NOW)
     finally:
         app.close()
-    held = rows["busy.example.com"].to_json()
+    held = rows["busy.example.com"].as_dict()
     assert held["running"] and held["error"] is None
     assert held["owner"] == "node-b:4242:0a1b2c3d" and held["lease_live"] is True
     assert held["lease_expires_at"] == "2026-03-01T12:00:25Z"
     assert held["heartbeat_age_seconds"] == 5.0
-    stalled = rows["fresh.example.com"].to_json()
+    stalled = rows["fresh.example.com"].as_dict()
     assert stalled["running"] and stalled["lease_live"] is False
     assert stalled["heartbeat_age_seconds"] == 70.0
-    done = rows["done.example.com"].to_json()
+    done = rows["done.example.com"].as_dict()
     assert done["owner"] is None and done["heartbeat_age_seconds"] is None
     by_domain = {line.split()[0]: line for line in lines[1:]}
     assert (

@@ -9,8 +9,8 @@ import sys
 
 from rich.console import Console
 
+from mirror.export.outcome import RunEvent
 from mirror.export.progress import ExportProgress
-from mirror.export.runner import RunEvent
 from mirror.store.models import RunState
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -34,20 +34,22 @@ from mirror.logs import install_retry_log
 from mirror.sim import Simulator
 from mirror.vendor.client import (
     AUTH_HINT,
-    DNS_ATTEMPTS,
-    DNS_WAIT_MAX,
     BundleLink,
     ExportJob,
-    StartRefused,
     VendorClient,
-    build_http_client,
     job_id_problem,
-    name_resolution_error,
     parse_agent_job,
     parse_count,
     parse_export_job,
     parse_number,
     parse_timestamp,
+)
+from mirror.vendor.transport import (
+    DNS_ATTEMPTS,
+    DNS_WAIT_MAX,
+    StartRefused,
+    build_http_client,
+    name_resolution_error,
 )
 
 DOMAIN = "docs.example.com"
@@ -849,7 +851,7 @@ def test_from_settings_builds_the_http_client(
         assert client.http.headers["User-Agent"] == f"mirror/{__version__}"
         assert client.http.timeout.read == 7.0
         assert "authorization" not in {name.lower() for name in client.http.headers}
-        assert (client.export_flow, client.project_id, client.retry_attempts) == (
+        assert (client.export_flow, client.project_id, client.transport.retry_attempts) == (
             "project",
             "proj_sim",
             2,

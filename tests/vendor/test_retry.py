@@ -8,7 +8,7 @@ from email.utils import format_datetime
 
 import httpx
 
-from mirror.vendor import client, download
+from mirror.vendor import client, download, transport
 from mirror.vendor.retry import Backoff, backoff_delay, parse_retry_after
 
 NOW = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
@@ -57,6 +57,6 @@ def test_retry_after_is_a_floor_under_the_backoff_and_capped() -> None:
 def test_both_retry_loops_use_the_one_policy() -> None:
     with httpx.Client() as http:
         api = client.VendorClient(http, base_url="http://x", key="k", wait_initial=2.0)
-    assert api.backoff == Backoff(initial=2.0, maximum=30.0, jitter=1.0)
+    assert api.transport.backoff == Backoff(initial=2.0, maximum=30.0, jitter=1.0)
     assert download.BACKOFF.retry_after_cap == 300.0 and math.isfinite(download.BACKOFF.maximum)
-    assert client.parse_retry_after is parse_retry_after is download.parse_retry_after
+    assert transport.parse_retry_after is parse_retry_after is download.parse_retry_after

@@ -20,15 +20,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, select, update
 
 from mirror.archive import ArchiveReport
-from mirror.errors import IntegrityError
-from mirror.fsutil import sha256_file
+from mirror.integrity import hash_file, require_digest
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import VerifyReport, verify_store
+from mirror.store.maintenance.recovery import reconcile_orphan_blobs
 from mirror.store.models import Bundle, ExportRun, Version
 
 log = logging.getLogger(__name__)
@@ -45,17 +46,30 @@ class Repair:
 
 @dataclass(frozen=True)
 class RepairReport:
+    """What `repair_store` did, and the verification after it."""
+
     repairs: list[Repair]
     adopted: list[str]
     removed: list[str]
     after: VerifyReport
 
+    def as_dict(self) -> dict[str, Any]:
+        """The `store verify --repair --json` document (docs/json.md)."""
+        return {
+            **self.after.as_dict(),
+            "repairs": [
+                {"sha256": r.sha256, "repaired": r.repaired, "detail": r.detail}
+                for r in self.repairs
+            ],
+            "adopted": self.adopted,
+            "removed": self.removed,
+        }
+
 
 def _restore(app: App, source: Path, sha256: str) -> None:
     """Copy `source` into place as blob `sha256` (atomically), after checking its bytes."""
     copied, _ = app.store.add_file(source)
-    if copied != sha256:
-        raise IntegrityError(f"{source.name} hashes to {copied}, not {sha256}; not used")
+    require_digest(f"{source.name} (not used)", copied, sha256)
 
 
 def _repoint(app: App, damaged: str, good: str) -> int:
@@ -118,7 +132,7 @@ def _finished_download(app: App, sha256: str) -> Path | None:
         )
     for name in names:
         path = app.store.temp_path(str(name))
-        if path.is_file() and sha256_file(path) == sha256:
+        if path.is_file() and hash_file(path).sha256 == sha256:
             return path
     return None
 
@@ -157,8 +171,6 @@ def repair_store(app: App) -> RepairReport:
     download or re-pointed to an intact blob of the same site; the rest are reported
     with the remedy: export the domain again (the export repairs them) or restore the file.
     """
-    from mirror.export.recovery import reconcile_orphan_blobs
-
     adopted, removed = reconcile_orphan_blobs(app)
     repairs: list[Repair] = []
     for problem in verify_store(app).problems:

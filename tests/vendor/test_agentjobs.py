@@ -20,7 +20,7 @@ from mirror.vendor.agentjobs import (
     watch_agent_job,
 )
 from mirror.vendor.client import AgentJob, VendorClient
-from tests.test_api import JSON, FakeTime, Scripted, ScriptedServer, scripted  # noqa: F401
+from tests.vendor.test_client import JSON, FakeTime, Scripted, ScriptedServer, scripted  # noqa: F401
 
 
 @pytest.fixture

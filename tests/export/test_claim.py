@@ -11,7 +11,7 @@ from sqlalchemy import select
 from mirror.export.claim import LostLease, RunClaim
 from mirror.export.lease import HeldByOther, NotDue
 from mirror.store.models import ExportRun, RunState
-from tests.test_lease import make_app
+from tests.export.test_lease import make_app
 
 DOMAIN = "docs.claim.test"
 

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import select, update
 
 from mirror.errors import Interrupted
-from mirror.export.runner import RunEvent, run_export
+from mirror.export.outcome import RunEvent
+from mirror.export.runner import run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.blobs import BlobStore
@@ -44,17 +45,17 @@ def test_empty_store(app: App) -> None:
 
 def test_list_versions_by_domain_then_label(filled: App) -> None:
     listed = list_versions(filled)
-    assert [(v.domain, v.label[10:]) for v in listed] == [
+    assert [(v.ref.domain, v.ref.label[10:]) for v in listed] == [
         ("docs.a.test", ""),
         ("docs.b.test", ""),
         ("docs.b.test", ".2"),
     ]
     for version in listed:
-        assert version.path.is_file() and version.path.stat().st_size == version.size
-        assert version.path.name == version.sha256 and version.format == "tar.gz"
+        assert version.path.is_file() and version.path.stat().st_size == version.ref.size
+        assert version.path.name == version.ref.sha256 and version.ref.format == "tar.gz"
         assert version.delivered_at is None and version.created_at.tzinfo is not None
         assert version.file_count > 0 and len(version.tree_sha256) == 64
-    assert [v.domain for v in list_versions(filled, "Docs.B.test")] == ["docs.b.test"] * 2
+    assert [v.ref.domain for v in list_versions(filled, "Docs.B.test")] == ["docs.b.test"] * 2
     assert list_versions(filled, "docs.none.test") == []
 
 
@@ -82,8 +83,8 @@ def test_verify_finds_every_kind_of_problem_without_raising(filled: App, tmp_pat
     report = verify_store(filled)
     assert not report.ok
     found = {(p.kind, p.sha256) for p in report.problems}
-    assert found == {("corrupt", a.sha256), ("missing", b1.sha256), ("extra", extra_sha)}
-    assert b2.sha256 not in {p.sha256 for p in report.problems}
+    assert found == {("corrupt", a.ref.sha256), ("missing", b1.ref.sha256), ("extra", extra_sha)}
+    assert b2.ref.sha256 not in {p.sha256 for p in report.problems}
 
 
 def test_stray_temp_files_are_listed_but_live_partials_are_not(

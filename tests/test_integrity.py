@@ -1,0 +1,100 @@
+"""mirror.integrity on real files: the one streaming hash, hashing writer and digest check."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import pytest
+
+from mirror.errors import IntegrityError
+from mirror.integrity import (
+    CHUNK_SIZE,
+    BackgroundSha256,
+    Digest,
+    HashingWriter,
+    hash_bytes,
+    hash_file,
+    hash_stream,
+    iter_file,
+    mismatch,
+    require_digest,
+)
+
+DATA = bytes(range(256)) * (CHUNK_SIZE // 256 * 2 + 7)  # two chunks and a bit
+
+
+def test_hash_stream_copies_what_it_hashes_and_counts_progress(tmp_path: Path) -> None:
+    seen: list[int] = []
+    target = tmp_path / "copy"
+    with target.open("wb") as writer:
+        digest = hash_stream(io.BytesIO(DATA), writer=writer, on_progress=seen.append)
+    assert digest == Digest(hashlib.sha256(DATA).hexdigest(), len(DATA))
+    assert target.read_bytes() == DATA
+    assert sum(seen) == len(DATA) and max(seen) <= CHUNK_SIZE
+
+
+def test_hash_stream_reads_no_more_than_its_limit() -> None:
+    source = io.BytesIO(DATA)
+    digest = hash_stream(source, limit=CHUNK_SIZE + 10)
+    assert digest.size == CHUNK_SIZE + 10
+    assert source.tell() == CHUNK_SIZE + 10
+    assert digest.sha256 == hash_bytes(DATA[: CHUNK_SIZE + 10])
+
+
+def test_hash_file_and_iter_file_cover_a_byte_range(tmp_path: Path) -> None:
+    path = tmp_path / "blob"
+    path.write_bytes(DATA)
+    assert hash_file(path) == Digest(hash_bytes(DATA), len(DATA))
+    start, length = CHUNK_SIZE - 3, CHUNK_SIZE + 5
+    assert hash_file(path, start, length) == Digest(
+        hash_bytes(DATA[start : start + length]), length
+    )
+    assert b"".join(iter_file(path, start)) == DATA[start:]
+    assert all(len(chunk) <= CHUNK_SIZE for chunk in iter_file(path))
+
+
+def test_hashing_writer_hashes_exactly_what_reaches_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    with path.open("wb") as handle:
+        writer = HashingWriter(handle)
+        writer.write(b"abc")
+        writer.write(memoryview(b"defg")[1:])
+        writer.flush()
+    assert path.read_bytes() == b"abcefg"
+    assert writer.result == Digest(hash_bytes(b"abcefg"), 6)
+
+
+def test_hashing_writer_without_a_file_is_a_running_digest() -> None:
+    running = HashingWriter()
+    for piece in (b"one ", bytearray(b"two "), memoryview(b"three")):
+        running.write(piece)
+    assert running.result == Digest(hash_bytes(b"one two three"), 13)
+
+
+def test_background_sha256_matches_hashlib() -> None:
+    background = BackgroundSha256()
+    for chunk in (DATA[:CHUNK_SIZE], DATA[CHUNK_SIZE:]):
+        background.update(chunk)
+    assert background.hexdigest() == hash_bytes(DATA)
+    background.close()  # closing twice is harmless
+    assert background.hexdigest() == hash_bytes(DATA)
+
+
+def test_require_digest_passes_the_right_bytes_and_names_the_wrong_ones() -> None:
+    good = Digest(hash_bytes(b"x"), 1)
+    require_digest("blob", good, good.sha256, 1)
+    require_digest("blob", good.sha256, good.sha256)
+    with pytest.raises(IntegrityError) as wrong:
+        require_digest("the blob", good, "f" * 64)
+    assert wrong.value.message == f"the blob hashes to {good.sha256[:12]}…, expected ffffffffffff…"
+    assert wrong.value.exit_code == 5
+    with pytest.raises(IntegrityError, match="the blob is 1 bytes, expected 2"):
+        require_digest("the blob", good, good.sha256, 2)
+
+
+def test_mismatch_is_the_one_wording() -> None:
+    error = mismatch("content", "a" * 64, "b" * 64, hint="restore it")
+    assert error.message == "content hashes to aaaaaaaaaaaa…, expected bbbbbbbbbbbb…"
+    assert error.hint == "restore it"
