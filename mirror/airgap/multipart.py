@@ -238,7 +238,7 @@ class StagedUpload:
             if not part or total > self.size:
                 self.senders.give_slot()
                 break
-            hashed = self.senders.hasher.submit(hashing.write, part)  # type: ignore[arg-type]
+            hashed = self.senders.hasher.submit(hashing.write, part)
             number = len(self._parts) + 1
             self._parts.append(
                 self.senders.pool.submit(self._send, number, part, hashed, on_progress)
