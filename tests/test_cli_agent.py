@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mirror.sim import Simulator
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -23,8 +23,8 @@ from mirror.airgap.chart.gc import (
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, NotFound
-from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, run_mirror
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import bucket_listing
 from tests.test_chart import DOMAIN, seed_version
 
 pytestmark = pytest.mark.s3
@@ -263,26 +263,26 @@ def test_cli_gc_json_exit_codes_and_values_line(
     versions = labels(4)
     seed(object_store, tmp_path, versions)
     config = str(cli_config(tmp_path, target_settings))
-    dry = run_mirror("--config", config, "--json", "chart", "gc", "--keep", "2", "--dry-run")
+    dry = mirror_cli("--config", config, "--json", "chart", "gc", "--keep", "2", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     document = json.loads(dry.stdout)
     assert document["schema"] == "mirror.chart.gc/1" and document["dry_run"] is True
     assert [v["version"] for v in document["domains"][0]["removed"]] == versions[:2]
-    done = run_mirror("--config", config, "chart", "gc", "--domain", DOMAIN, "--keep", "2")
+    done = mirror_cli("--config", config, "chart", "gc", "--domain", DOMAIN, "--keep", "2")
     assert done.returncode == 0, done.stderr
     assert f"{DOMAIN}: removed {versions[0]}" in done.stdout
     assert "freed" in done.stdout.splitlines()[-1]
-    bad = run_mirror("--config", config, "chart", "gc", "--keep", "0")
+    bad = mirror_cli("--config", config, "chart", "gc", "--keep", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("mirror: error: ")
-    unknown = run_mirror("--config", config, "chart", "gc", "--domain", "x.example", "--keep", "1")
+    unknown = mirror_cli("--config", config, "chart", "gc", "--domain", "x.example", "--keep", "1")
     assert unknown.returncode == 3, unknown.stderr
     assert unknown.stderr.startswith("mirror: error: domain x.example has no versions")
-    gone = run_mirror("--config", config, "chart", "values", DOMAIN, "--pin", versions[0])
+    gone = mirror_cli("--config", config, "chart", "values", DOMAIN, "--pin", versions[0])
     assert gone.returncode == 3
     assert "was removed by chart gc" in gone.stderr and "Traceback" not in gone.stderr
     (tmp_path / "down").mkdir()
     down = target_settings.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
-    offline = run_mirror(
+    offline = mirror_cli(
         "--config", str(cli_config(tmp_path / "down", down)), "chart", "gc", "--keep", "1"
     )
     assert offline.returncode == 75, offline.stderr

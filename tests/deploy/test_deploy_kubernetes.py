@@ -19,8 +19,9 @@ import yaml
 from mirror.cli import cli
 from mirror.config import settings_from_dict
 from mirror.transferset.keys import load_public_key
+from tests.fixtures.cli import REPO
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
+DEPLOY = REPO / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"
 
 

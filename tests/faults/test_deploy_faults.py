@@ -20,7 +20,7 @@ import botocore
 import botocore.session
 import pytest
 
-from tests.test_deploy_kubernetes import DEPLOY, pod_specs, resources
+from tests.deploy.test_deploy_kubernetes import DEPLOY, pod_specs, resources
 
 MIRROR_SOURCE = Path(__file__).resolve().parents[2] / "mirror"
 BOTOCORE_SOURCE = Path(botocore.__file__).parent

@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ from mirror.store.app import App
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState, Version
 from mirror.vendor.download import CHECKPOINT_BYTES
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, start_mirror, write_config
 
 MiB = 1024 * 1024
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "5"))
@@ -64,24 +63,12 @@ def the_run(app: App, domain: str) -> ExportRun | None:
 
 
 def spawn(config: Path, key: str, domain: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    env["MIRROR_API_KEY"] = key
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mirror",
-            "--config",
-            str(config),
-            "export",
-            "run",
-            "--adhoc",
-            domain,
-        ],
+    return start_mirror(
+        *("--config", str(config), "export", "run", "--adhoc", domain),
+        env={"MIRROR_API_KEY": key},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
     )
 
 

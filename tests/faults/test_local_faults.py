@@ -33,9 +33,9 @@ from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState
 from mirror.transferset.format import MANIFEST, SIGNATURE
 from mirror.transferset.keys import load_signing_key
-from tests.conftest import mirror_cli, write_config
 from tests.fixtures.archives import Entry, write_tar, write_zip
-from tests.fixtures.s3 import add_version
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.versions import add_version
 
 MiB = 1024 * 1024
 FAST_API = {"poll_interval": "0.05s", "max_poll_interval": "0.2s", "max_starts_per_hour": 10_000}

@@ -24,8 +24,8 @@ from mirror.store.app import App
 from mirror.store.models import Bundle, Version
 from mirror.transferset.delta import TreeArchive, archive_mtime, read_chunks
 from mirror.transferset.format import MANIFEST, parse_manifest
-from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, run_mirror, transfer_config
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import bucket_listing, transfer_config
 from tests.fixtures.versions import add_sim_version
 
 DOCS = "docs.example.com"
@@ -54,12 +54,12 @@ def test_a_delta_crosses_the_gap_and_rebuilds_the_connected_sides_archive(
     usb.mkdir()
 
     def connected_side(*args: str) -> Any:
-        done = run_mirror("--config", str(connected), *args)
+        done = mirror_cli("--config", str(connected), *args)
         assert done.returncode == 0, done.stderr
         return done
 
     def airgapped_side(*args: str) -> Any:
-        done = run_mirror("--config", str(airgap), *args)
+        done = mirror_cli("--config", str(airgap), *args)
         assert done.returncode == 0, done.stderr
         return done
 
