@@ -33,7 +33,7 @@ from mirror.store.models import Version
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import load_signing_key
 from tests.fixtures.archives import make_tar_gz
-from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli
 from tests.fixtures.deltasets import (
     DeltaSpec,
     delta_item,
@@ -42,7 +42,7 @@ from tests.fixtures.deltasets import (
     unpack,
     write_set,
 )
-from tests.fixtures.s3 import transfer_config
+from tests.fixtures.s3 import gap_sides
 from tests.fixtures.versions import add_sim_version
 
 pytestmark = pytest.mark.s3
@@ -91,21 +91,13 @@ def gap(
     target_settings: TargetSettings,
     object_store: ObjectStore,
 ) -> Gap:
-    store_dir = tmp_path / "store"
-    store_dir.mkdir()
-    document = transfer_config(store_dir, key_pair)
-    document["target"] = {"trusted_keys": [str(key_pair[1])]}  # the receipts' key, for ack
-    airgap = transfer_config(tmp_path / "unused", key_pair, target=target_settings)
-    airgap["target"]["work_dir"] = str(tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    usb = tmp_path / "usb"
-    usb.mkdir()
+    sides = gap_sides(tmp_path, key_pair, target_settings)
     return Gap(
         tmp_path,
-        write_config(tmp_path / "connected.toml", document),
-        write_config(tmp_path / "airgap.toml", airgap),
-        usb,
-        document,
+        sides.connected,
+        sides.airgap,
+        sides.usb,
+        sides.connected_document,
         object_store,
         key_pair,
     )
