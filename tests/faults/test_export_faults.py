@@ -16,21 +16,20 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
 from mirror.archive import inspect_archive
-from mirror.config import settings_from_dict
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState, Version
 from mirror.vendor.download import CHECKPOINT_BYTES
 from tests.fixtures.cli import mirror_cli, start_mirror, write_config
+from tests.fixtures.daemon import index
 
 MiB = 1024 * 1024
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "5"))
@@ -44,15 +43,6 @@ def make_config(tmp_path: Path, sim: Simulator) -> Path:
         "store": {"path": str(tmp_path / "store")},
     }
     return write_config(tmp_path / "config.toml", document)
-
-
-@contextmanager
-def index(config: Path) -> Iterator[App]:
-    app = App(settings_from_dict({"store": {"path": str(config.parent / "store")}}))
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def the_run(app: App, domain: str) -> ExportRun | None:

@@ -37,7 +37,7 @@ from tests.fixtures.deltasets import (
     unpack,
     write_set,
 )
-from tests.fixtures.s3 import bucket_listing, transfer_config
+from tests.fixtures.s3 import bucket_listing, new_key_pair, transfer_config
 from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
@@ -58,9 +58,7 @@ class Sets:
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> Sets:
     root = tmp_path_factory.mktemp("tampering")
-    (root / "keys").mkdir()
-    made = generate_keypair(root / "keys" / "transfer")
-    key_pair = (made.private_path, made.public_path)
+    key_pair = new_key_pair(root)
     (root / "store").mkdir()
     app = App(settings_from_dict(transfer_config(root / "store", key_pair)))
     try:
@@ -296,17 +294,16 @@ class DeltaTrees:
 @pytest.fixture(scope="module")
 def delta_trees(tmp_path_factory: pytest.TempPathFactory) -> DeltaTrees:
     root = tmp_path_factory.mktemp("delta-tampering")
-    (root / "keys").mkdir()
-    made = generate_keypair(root / "keys" / "transfer")
+    key_pair = new_key_pair(root)
     trees = {}
     for name, files in (("base", DELTA_BASE), ("new", DELTA_NEW), ("other", DELTA_OTHER_BASE)):
         bundle = make_tar_gz(root / f"{name}.tar.gz", files)
         trees[name] = unpack(bundle, root / name)
     full = full_item(DOCS, BASE_VERSION, root / "base.tar.gz", "2026-11-20T03:00:00Z")
-    digest = write_set(root / "base-set", [full], load_signing_key(made.private_path))
+    digest = write_set(root / "base-set", [full], load_signing_key(key_pair[0]))
     return DeltaTrees(
         root,
-        (made.private_path, made.public_path),
+        key_pair,
         root / "base-set",
         digest,
         trees["base"],

@@ -17,10 +17,8 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -41,6 +39,7 @@ from tests.fixtures.daemon import (
     stored_domains,
     wait_for,
 )
+from tests.fixtures.versions import open_app
 from tests.fixtures.wire import ThrottledProxy
 
 # --- tests ---------------------------------------------------------------------------------
@@ -321,7 +320,7 @@ def test_unfinished_runs_resume_before_new_work_in_process(
             "new.example.com": sim.stats.starts["new.example.com"],
         }
     assert any(m.startswith("READY=1") for m in messages)
-    with index_from(settings) as app, app.db.session() as session:
+    with open_app(settings) as app, app.db.session() as session:
         runs = {r.domain: r for r in session.scalars(select(ExportRun))}
         old, new = runs["old.example.com"], runs["new.example.com"]
         assert old.id < new.id and old.vendor_job_id == job.job_id
@@ -333,15 +332,6 @@ def test_unfinished_runs_resume_before_new_work_in_process(
 
 def job_started() -> datetime:
     return datetime.now(UTC)
-
-
-@contextlib.contextmanager
-def index_from(settings: Any) -> Iterator[App]:
-    app = App(settings)
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: Path) -> None:
