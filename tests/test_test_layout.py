@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.fixtures.cli import REPO
+import pytest
+
+from tests.fixtures.cli import REPO, require_no_secrets
 
 TESTS = REPO / "tests"
 # Imports of one test file by another that predate the rule; each is a helper to move into
@@ -63,3 +65,11 @@ def test_only_the_cli_fixture_starts_the_command_line() -> None:
         if any(runs_the_package(node) for node in ast.walk(ast.parse(path.read_text())))
     }
     assert starters - OWN_INTERPRETER == {"fixtures/cli.py"}
+
+
+def test_a_secret_in_the_output_fails_naming_only_its_variable() -> None:
+    env = {"MIRROR_API_KEY": "mint_0123456789", "AWS_SECRET_ACCESS_KEY": "s3-secret-value"}
+    with pytest.raises(AssertionError) as leaked:
+        require_no_secrets(env, "ok\n", "mirror: error: key mint_0123456789 refused\n")
+    assert "MIRROR_API_KEY" in str(leaked.value) and "mint_0123456789" not in str(leaked.value)
+    require_no_secrets(env, "mirror: error: the key was refused (HTTP 401)\n")
