@@ -8,14 +8,8 @@ what it can itself (see the fixtures).
 from __future__ import annotations
 
 import os
-import pty
-import select
-import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,89 +22,9 @@ pytest_plugins = [
     "tests.fixtures.archives",
     "tests.fixtures.artefact",
 ]
+# The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 
-REPO = Path(__file__).resolve().parent.parent
 REQUIRE_SERVERS = os.environ.get("MIRROR_REQUIRE_SERVERS") == "1"
-
-
-def mirror_cli(
-    *args: str,
-    env: dict[str, str] | None = None,
-    input: str | None = None,
-    timeout: float = 120,
-) -> subprocess.CompletedProcess[str]:
-    """Run the real `mirror` command as a subprocess (the way operators and scripts do)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "mirror", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        input=input,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def on_a_terminal(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
-) -> tuple[int, str, str]:
-    """Run the real `mirror` with stderr on a pseudo-terminal (progress is drawn only for
-    one): (exit code, stdout, everything drawn on the terminal)."""
-    leader, follower = pty.openpty()
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    full_env.update({"COLUMNS": "120", "TERM": "xterm", **(env or {})})
-    drawn = b""
-    with tempfile.TemporaryFile() as stdout:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mirror", *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=follower,
-            env=full_env,
-        )
-        os.close(follower)
-        try:
-            while select.select([leader], [], [], timeout)[0]:
-                try:
-                    data = os.read(leader, 65536)
-                except OSError:  # EIO: the child closed its end
-                    break
-                if not data:
-                    break
-                drawn += data
-        finally:
-            os.close(leader)
-            code = process.wait(timeout)
-        stdout.seek(0)
-        return code, stdout.read().decode(), drawn.decode("utf-8", "replace")
-
-
-def write_config(path: Path, document: dict[str, Any]) -> Path:
-    """Write a TOML config file from a dict (tables and arrays of tables, enough for tests)."""
-    lines: list[str] = []
-
-    def value(item: Any) -> str:
-        if isinstance(item, bool):
-            return "true" if item else "false"
-        if isinstance(item, int | float):
-            return str(item)
-        if isinstance(item, list):
-            return "[" + ", ".join(value(i) for i in item) + "]"
-        return '"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-    for section, body in document.items():
-        if isinstance(body, list):
-            for entry in body:
-                lines.append(f"[[{section}]]")
-                lines.extend(f"{k} = {value(v)}" for k, v in entry.items())
-        else:
-            lines.append(f"[{section}]")
-            lines.extend(f"{k} = {value(v)}" for k, v in body.items())
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from mirror.store.app import App
 from mirror.store.models import Transfer, Version
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import load_signing_key
-from tests.fixtures.s3 import add_version
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 

@@ -13,7 +13,7 @@ import click
 import pytest
 
 from mirror.cli import COMMANDS, cli, hoist_global_options, main
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 
 def test_help_lists_the_contract_commands() -> None:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from mirror.sim import Simulator
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, on_a_terminal, write_config
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -196,33 +194,11 @@ def test_watch_on_a_terminal_prints_status_changes(
     sim: Simulator, config: Path, env: dict[str, str]
 ) -> None:
     """stderr on a pseudo-terminal: each status change is reported as it happens."""
-    import pty
-
     job_id = sim.add_agent_job("pr", seconds=3)  # outlasts the interpreter's start-up
     args = ["--config", str(config), "agent-job", "watch", job_id, "--interval", "100ms"]
-    command = [sys.executable, "-m", "mirror", *args]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    full_env.update(env)
-    main_fd, child_fd = pty.openpty()
-    try:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=child_fd, env=full_env, text=True
-        )
-        os.close(child_fd)
-        chunks: list[bytes] = []
-        while True:
-            try:
-                chunk = os.read(main_fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        stdout, _ = process.communicate(timeout=60)
-    finally:
-        os.close(main_fd)
-    terminal = b"".join(chunks).decode().replace("\r\n", "\n")
-    assert process.returncode == 0, terminal
+    code, stdout, drawn = on_a_terminal(*args, env=env)
+    terminal = drawn.replace("\r\n", "\n")
+    assert code == 0, terminal
     changes = [line for line in terminal.splitlines() if line.startswith("agent job")]
     assert changes[0] == f"agent job {job_id}: active"
     assert changes[-1].startswith(f"agent job {job_id}: completed (https://github.com/")

@@ -26,7 +26,7 @@ from mirror.cli.contract import (
 )
 from mirror.config import TargetSettings
 from mirror.sim import Simulator
-from tests.conftest import REPO, mirror_cli, write_config
+from tests.fixtures.cli import REPO, mirror_cli, write_config
 
 DOMAIN = "docs.contract.test"
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")

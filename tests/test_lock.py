@@ -17,7 +17,7 @@ from mirror.errors import ConfigError
 from mirror.outbound.lock import canonical_name, read_lock, unlocked_wheels, wheel_project
 from mirror.outbound.selfbundle import ARCHITECTURES, bundle_self
 from mirror.transferset.keys import generate_keypair, load_signing_key
-from tests.conftest import REPO
+from tests.fixtures.cli import REPO
 
 LOCK = REPO / "requirements.lock"
 DEV_LOCK = REPO / "requirements-dev.lock"

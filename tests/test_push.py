@@ -12,7 +12,7 @@ from mirror.errors import IntegrityError, NotFound
 from mirror.outbound.push import push
 from mirror.store.app import App
 from mirror.store.models import Transfer
-from tests.fixtures.s3 import add_version
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 

@@ -25,7 +25,7 @@ from mirror.transferset.format import (
 )
 from mirror.transferset.keys import SigningKey
 from mirror.transferset.reader import verify_set
-from tests.fixtures.s3 import add_version
+from tests.fixtures.versions import add_version
 
 MiB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, 
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.artefact import offline_env
-from tests.fixtures.s3 import add_version
+from tests.fixtures.versions import add_version
 
 ROOT = Path(__file__).resolve().parent.parent
 

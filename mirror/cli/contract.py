@@ -82,9 +82,7 @@ DELTA = obj(
         "archive_size": INT,
         "file_count": INT,
         "carried_files": INT,
-        "compression": null(
-            obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})
-        ),
+        "compression": null(obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})),
     },
     optional=("compression",),
 )

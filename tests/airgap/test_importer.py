@@ -24,7 +24,8 @@ from mirror.transferset.format import MANIFEST, RECEIPT, SIGNATURE, parse_manife
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from mirror.transferset.reader import verify_set
 from mirror.transferset.receipt import read_receipt
-from tests.fixtures.s3 import add_version, bucket_listing
+from tests.fixtures.s3 import bucket_listing
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 

@@ -4,7 +4,6 @@ verifies checksums and honours conditional writes) and moto (which verifies no c
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,8 @@ from mirror.airgap.objectstore import ObjectStore, make_s3_client
 from mirror.airgap.probe import require_safe_writes, run_checks
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
-from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, cli_env, mirror_argv, run_mirror
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import bucket_listing
 
 pytestmark = pytest.mark.s3
 
@@ -49,7 +48,7 @@ def test_target_check_passes_on_a_server_that_verifies(
     tmp_path: Path, target_settings: TargetSettings, object_store: ObjectStore
 ) -> None:
     config = check_config(tmp_path, target_settings)
-    result = run_mirror("--config", str(config), "target", "check", "--json")
+    result = mirror_cli("--config", str(config), "target", "check", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["schema"] == "mirror.target.check/1" and document["ok"] is True
@@ -62,14 +61,14 @@ def test_target_check_passes_on_a_server_that_verifies(
         "presigned GET": "ok",
     }
     assert bucket_listing(object_store.client, object_store.bucket) == {}  # cleaned up
-    human = run_mirror("--config", str(config), "target", "check")
+    human = mirror_cli("--config", str(config), "target", "check")
     assert human.returncode == 0 and "checksums enforced" in human.stdout
 
 
 def test_target_check_refuses_a_server_that_accepts_a_wrong_checksum(
     tmp_path: Path, moto_target: TargetSettings
 ) -> None:
-    result = run_mirror(
+    result = mirror_cli(
         "--config", str(check_config(tmp_path, moto_target)), "target", "check", "--json"
     )
     assert result.returncode == 2, result.stderr
@@ -81,7 +80,7 @@ def test_the_printed_remedy_md5_read_back_passes_on_moto(
     tmp_path: Path, moto_target: TargetSettings
 ) -> None:
     config = check_config(tmp_path, moto_target, part_checksum="md5")
-    result = run_mirror("--config", str(config), "target", "check", "--json")
+    result = mirror_cli("--config", str(config), "target", "check", "--json")
     assert result.returncode == 0, result.stderr
     assert rows(result.stdout)["checksums enforced"] == "warn"  # read back, not enforced
 
@@ -90,13 +89,14 @@ def test_wrong_credentials_are_exit_4_in_one_row(
     tmp_path: Path, target_settings: TargetSettings
 ) -> None:
     config = check_config(tmp_path, target_settings)
-    refused = subprocess.run(
-        mirror_argv("--config", str(config), "target", "check", "--json"),
-        capture_output=True,
-        text=True,
-        env=cli_env({"AWS_SECRET_ACCESS_KEY": "not-the-secret"}),
+    refused = mirror_cli(
+        "--config",
+        str(config),
+        "target",
+        "check",
+        "--json",
+        env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"},
         timeout=60,
-        check=False,
     )
     assert refused.returncode == 4, refused.stderr
     assert rows(refused.stdout) == {"credentials and bucket": "fail"}

@@ -34,6 +34,7 @@ from mirror.transferset.delta import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
+from tests.fixtures.archives import make_tar_gz
 from tests.fixtures.deltasets import (
     DeltaSpec,
     SetItem,
@@ -44,7 +45,7 @@ from tests.fixtures.deltasets import (
     write_set,
     write_tree_archive,
 )
-from tests.fixtures.s3 import bucket_listing, make_tar_gz
+from tests.fixtures.s3 import bucket_listing
 
 pytestmark = pytest.mark.s3
 

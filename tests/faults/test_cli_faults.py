@@ -10,7 +10,7 @@ import pytest
 
 from mirror.transferset.format import MANIFEST, SIGNATURE
 from mirror.transferset.keys import generate_keypair, load_signing_key
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 
 def one_error_line(stderr: str) -> str:

@@ -28,13 +28,13 @@ from sqlalchemy import select
 
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, Version
-from tests.integration.test_daemon import (
-    ThrottledProxy,
+from tests.fixtures.daemon import (
     daemon_config,
     daemon_process,
     index,
     simulator,
 )
+from tests.fixtures.wire import ThrottledProxy
 
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "20"))
 SEED = int(os.environ.get("MIRROR_FAULT_SEED", "1"))
@@ -51,7 +51,7 @@ def test_sigkill_at_random_points_loses_nothing(tmp_path: Path) -> None:
     began = time.monotonic()
     logs: list[str] = []
     with simulator(bundle_size=BUNDLE, run_seconds=0.3) as sim:
-        proxy = ThrottledProxy(sim.port, rate=12 * 1024 * 1024)
+        proxy = ThrottledProxy(sim.url, rate=12 * 1024 * 1024)
         try:
 
             def config(every: str) -> Path:

@@ -14,7 +14,7 @@ from mirror.config import settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from mirror.store.models import Transfer
-from tests.conftest import write_config
+from tests.fixtures.cli import write_config
 from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import add_sim_version

@@ -32,7 +32,8 @@ from mirror.store.app import App
 from mirror.store.models import Version
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import load_signing_key
-from tests.conftest import write_config
+from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.cli import mirror_cli
 from tests.fixtures.deltasets import (
     DeltaSpec,
     delta_item,
@@ -41,7 +42,7 @@ from tests.fixtures.deltasets import (
     unpack,
     write_set,
 )
-from tests.fixtures.s3 import make_tar_gz, run_mirror, transfer_config
+from tests.fixtures.s3 import gap_sides
 from tests.fixtures.versions import add_sim_version
 
 pytestmark = pytest.mark.s3
@@ -65,12 +66,12 @@ class Gap:
     key_pair: tuple[Path, Path]
 
     def connected_side(self, *args: str) -> Any:
-        done = run_mirror("--config", str(self.connected), *args)
+        done = mirror_cli("--config", str(self.connected), *args)
         assert done.returncode == 0, done.stderr
         return done
 
     def airgapped_side(self, *args: str) -> Any:
-        return run_mirror("--config", str(self.airgap), *args)
+        return mirror_cli("--config", str(self.airgap), *args)
 
     def version(self, label: str) -> tuple[Path, str]:
         """(bundle path in the store, tree sha256) of a connected-side version."""
@@ -90,21 +91,13 @@ def gap(
     target_settings: TargetSettings,
     object_store: ObjectStore,
 ) -> Gap:
-    store_dir = tmp_path / "store"
-    store_dir.mkdir()
-    document = transfer_config(store_dir, key_pair)
-    document["target"] = {"trusted_keys": [str(key_pair[1])]}  # the receipts' key, for ack
-    airgap = transfer_config(tmp_path / "unused", key_pair, target=target_settings)
-    airgap["target"]["work_dir"] = str(tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    usb = tmp_path / "usb"
-    usb.mkdir()
+    sides = gap_sides(tmp_path, key_pair, target_settings)
     return Gap(
         tmp_path,
-        write_config(tmp_path / "connected.toml", document),
-        write_config(tmp_path / "airgap.toml", airgap),
-        usb,
-        document,
+        sides.connected,
+        sides.airgap,
+        sides.usb,
+        sides.connected_document,
         object_store,
         key_pair,
     )

@@ -20,9 +20,10 @@ import botocore
 import botocore.session
 import pytest
 
-from tests.test_deploy_kubernetes import DEPLOY, pod_specs, resources
+from tests.fixtures.cli import REPO
+from tests.fixtures.manifests import DEPLOY, pod_specs, resources
 
-MIRROR_SOURCE = Path(__file__).resolve().parents[2] / "mirror"
+MIRROR_SOURCE = REPO / "mirror"
 BOTOCORE_SOURCE = Path(botocore.__file__).parent
 # Read by the process itself rather than by a name in mirror's or botocore's source:
 # HOME is where `~` (~/.aws/config, the tool's own files) expands to.

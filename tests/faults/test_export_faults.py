@@ -15,23 +15,21 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
 from mirror.archive import inspect_archive
-from mirror.config import settings_from_dict
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState, Version
 from mirror.vendor.download import CHECKPOINT_BYTES
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, start_mirror, write_config
+from tests.fixtures.daemon import index
 
 MiB = 1024 * 1024
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "5"))
@@ -47,15 +45,6 @@ def make_config(tmp_path: Path, sim: Simulator) -> Path:
     return write_config(tmp_path / "config.toml", document)
 
 
-@contextmanager
-def index(config: Path) -> Iterator[App]:
-    app = App(settings_from_dict({"store": {"path": str(config.parent / "store")}}))
-    try:
-        yield app
-    finally:
-        app.close()
-
-
 def the_run(app: App, domain: str) -> ExportRun | None:
     with app.db.session() as session:
         return session.scalars(
@@ -64,24 +53,12 @@ def the_run(app: App, domain: str) -> ExportRun | None:
 
 
 def spawn(config: Path, key: str, domain: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    env["MIRROR_API_KEY"] = key
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mirror",
-            "--config",
-            str(config),
-            "export",
-            "run",
-            "--adhoc",
-            domain,
-        ],
+    return start_mirror(
+        *("--config", str(config), "export", "run", "--adhoc", domain),
+        env={"MIRROR_API_KEY": key},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
     )
 
 

@@ -18,11 +18,10 @@ import pytest
 from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
-from tests.airgap.chart.seeding import seed_version
-from tests.airgap.chart.test_gc import assert_index_complete
-from tests.conftest import write_config
+from tests.airgap.chart.seeding import assert_index_complete, seed_version
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.kills import killed_when
-from tests.fixtures.s3 import bucket_listing, run_mirror
+from tests.fixtures.s3 import bucket_listing
 
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
 VERSIONS = 24
@@ -98,7 +97,7 @@ def test_kills_during_gc_leave_every_listed_version_whole(
         assert_index_complete(object_store, domain)
 
         started = time.monotonic()
-        again = run_mirror("--config", str(config), "chart", "gc", "--keep", str(KEEP))
+        again = mirror_cli("--config", str(config), "chart", "gc", "--keep", str(KEEP))
         rerun_seconds.append(time.monotonic() - started)
         assert again.returncode == 0, again.stderr
         assert_index_complete(object_store, domain)

@@ -29,7 +29,7 @@ from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
 from mirror.vendor.client import BundleLink, VendorClient
 from mirror.vendor.download import LinkFailed, download_bundle
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 MiB = 1024 * 1024
 FAST_API = {"poll_interval": "0.05s", "max_poll_interval": "0.1s", "max_starts_per_hour": 1000}

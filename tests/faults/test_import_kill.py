@@ -25,16 +25,12 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
-from tests.conftest import write_config
+from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import delta_item, full_item, tree_files, write_set
 from tests.fixtures.kills import killed_when
-from tests.fixtures.s3 import (
-    add_version,
-    bucket_listing,
-    make_tar_gz,
-    run_mirror,
-    transfer_config,
-)
+from tests.fixtures.s3 import bucket_listing, transfer_config
+from tests.fixtures.versions import add_version
 
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
 
@@ -162,7 +158,7 @@ def test_kills_during_import_publish_every_version_exactly_once(
                 if round_number in imported_sequences(object_store):
                     break  # killed after the import state was written: the import was whole
             if round_number not in imported_sequences(object_store):
-                result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+                result = mirror_cli("--config", str(config), "transfer", "import", str(set_dir))
                 assert result.returncode == 0, result.stderr
             assert (set_dir / "receipt.json").exists()
     finally:
@@ -259,7 +255,7 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
     del airgap["transfer"]
     airgap["target"]["work_dir"] = str(work)
     config = write_config(tmp_path / "airgap.toml", airgap)
-    first = run_mirror("--config", str(config), "transfer", "import", str(tmp_path / "set-1"))
+    first = mirror_cli("--config", str(config), "transfer", "import", str(tmp_path / "set-1"))
     assert first.returncode == 0, first.stderr
     where: list[str] = []
     published: dict[str, str] = {}
@@ -281,7 +277,7 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
             killed = kill_delta_import(set_dir, config, work, object_store, point, bundle)
             check_index_lists_only_complete_versions(object_store, {DELTA_DOMAIN})
             if number not in imported_sequences(object_store):
-                again = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+                again = mirror_cli("--config", str(config), "transfer", "import", str(set_dir))
                 assert again.returncode == 0, again.stderr
             assert item.delta is not None
             published[version] = item.delta.archive_sha256
@@ -291,7 +287,7 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
 
     fault_got.append(f"killed: {', '.join(where) or 'never'}")
     # The next import of a delta removes what the killed ones left in the work directory.
-    replay = run_mirror(
+    replay = mirror_cli(
         "--config", str(config), "transfer", "import", "--allow-replay", str(set_dir)
     )
     assert replay.returncode == 0, replay.stderr

@@ -14,7 +14,6 @@ import subprocess
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,9 @@ from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState
 from mirror.transferset.format import MANIFEST, SIGNATURE
 from mirror.transferset.keys import load_signing_key
-from tests.conftest import mirror_cli, write_config
 from tests.fixtures.archives import Entry, write_tar, write_zip
-from tests.fixtures.s3 import add_version
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.versions import add_version, open_app
 
 MiB = 1024 * 1024
 FAST_API = {"poll_interval": "0.05s", "max_poll_interval": "0.2s", "max_starts_per_hour": 10_000}
@@ -96,7 +95,7 @@ def test_a_full_disk_during_download_is_one_line_and_resumable(
     small, big = sim_factory(), sim_factory(bundle_size=24 * MiB)
     first = export(sim_config(tmp_path / "small.toml", small, store), small, "docs.first.test")
     assert first.returncode == 0, first.stderr
-    with app_on(store) as app:
+    with open_app(store) as app:
         [earlier] = [v.path for v in list_blobs(app)]
         earlier_sha = hash_file(earlier).sha256
 
@@ -110,7 +109,7 @@ def test_a_full_disk_during_download_is_one_line_and_resumable(
     assert " free, " in line and "more is needed" in line and "is kept" in line
     assert json.loads(result.stdout)["exit_code"] == 75
 
-    with app_on(store) as app:
+    with open_app(store) as app:
         run = latest_run(app, "docs.big.test")
         assert run.active and run.state == RunState.DOWNLOADING and run.bytes_done > 0
         partial = app.store.temp_path(run.partial_name or "")
@@ -383,7 +382,7 @@ def test_the_next_export_repairs_a_damaged_blob(
 def test_verify_repair_uses_a_good_copy(tmp_path: Path, fault_got: list[str]) -> None:
     store = tmp_path / "store"
     config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
-    with app_on(store) as app:
+    with open_app(store) as app:
         _, damaged = add_version(app, "docs.example.com", "2026-11-20")
         extra, _ = app.store.add_file(write_tar(tmp_path / "x.tar.gz", {"a.html": b"a"}))
         good_copy = app.store.temp_path("run-1.part")
@@ -411,15 +410,6 @@ def test_verify_repair_uses_a_good_copy(tmp_path: Path, fault_got: list[str]) ->
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def app_on(store: Path) -> Iterator[App]:
-    app = App(settings_from_dict({"store": {"path": str(store)}}))
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def list_blobs(app: App) -> list[Any]:

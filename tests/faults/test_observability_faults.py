@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mirror.vendor.transport import DNS_ATTEMPTS
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 
 @pytest.mark.fault("11.6 vendor host does not resolve", "exit 75 within seconds, host named")

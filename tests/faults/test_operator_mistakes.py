@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,9 @@ from mirror.store.app import App
 from mirror.store.models import Transfer
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.units import format_size
-from tests.conftest import mirror_cli, write_config
-from tests.fixtures.s3 import add_version, cli_env, mirror_argv, run_mirror, transfer_config
-from tests.fixtures.versions import add_sim_version
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import transfer_config
+from tests.fixtures.versions import add_sim_version, add_version
 
 DOCS = "docs.example.com"
 MiB = 1024 * 1024
@@ -72,7 +71,7 @@ def test_a_domain_that_is_not_a_hostname_is_a_usage_error_for_every_command(
     tried += [(DOMAIN_COMMANDS[0], domain) for domain in ("docs/../../etc", "two words", "")]
     for command, domain in tried:
         argv = [part.replace("{d}", domain) for part in command]
-        result = mirror_cli("--config", str(config), *argv, env=cli_env())
+        result = mirror_cli("--config", str(config), *argv)
         line = one_error_line(result.stderr)
         if result.returncode != 2 or "must be a hostname like docs.example.com" not in line:
             wrong.append(f"{' '.join(argv)}: exit {result.returncode}: {line}")
@@ -99,7 +98,7 @@ def test_a_target_url_without_a_scheme_is_refused_when_the_settings_are_loaded(
 ) -> None:
     target = {"endpoint_url": "http://127.0.0.1:9", "bucket": "b", key: "minio:9000"}
     config = write_config(tmp_path / "c.toml", {"target": target})
-    result = mirror_cli("--config", str(config), "chart", "history", DOCS, env=cli_env())
+    result = mirror_cli("--config", str(config), "chart", "history", DOCS)
     line = one_error_line(result.stderr)
     fault_got.append(f"exit {result.returncode}")
     assert result.returncode == 2
@@ -107,15 +106,11 @@ def test_a_target_url_without_a_scheme_is_refused_when_the_settings_are_loaded(
 
 
 def _credential_source(tmp_path: Path, case: str) -> dict[str, str]:
-    """The environment of an operator whose S3 credential source is set up wrong."""
+    """The environment of an operator whose S3 credential source is set up wrong (run without
+    the test's own S3 credentials)."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {
-        k: v
-        for k, v in cli_env().items()
-        if not k.startswith("AWS_") or k.endswith("METADATA_DISABLED")
-    }
-    env["HOME"] = str(home)
+    env = {"HOME": str(home)}
     if case == "profile":
         env["AWS_PROFILE"] = "no-such-profile"
     elif case == "partial":
@@ -165,14 +160,7 @@ def test_a_credential_source_set_up_wrong_is_one_line_naming_it(
     )
     env = _credential_source(tmp_path, case)
     for argv in (["chart", "history", DOCS], ["chart", "gc", "--keep", "1"]):
-        result = subprocess.run(
-            mirror_argv("--config", str(config), *argv),
-            capture_output=True,
-            text=True,
-            env=env,  # exactly this environment: not the test's own S3 credentials
-            timeout=120,
-            check=False,
-        )
+        result = mirror_cli("--config", str(config), *argv, env=env, s3_credentials=False)
         line = one_error_line(result.stderr)
         fault_got.append(f"{argv[0]} {argv[1]}: exit {result.returncode}")
         assert result.returncode == code, line
@@ -246,7 +234,7 @@ def test_a_medium_too_small_is_exit_75_from_the_command_line(
     finally:
         app.close()
     config = write_config(tmp_path / "c.toml", document)
-    result = run_mirror("--config", str(config), "transfer", "pack", str(medium / "set-0001"))
+    result = mirror_cli("--config", str(config), "transfer", "pack", str(medium / "set-0001"))
     line = one_error_line(result.stderr)
     fault_got.append(f"exit {result.returncode}")
     assert result.returncode == 75, line
@@ -281,10 +269,10 @@ def test_a_damaged_delta_part_is_named_by_its_hash(
         finally:
             app.close()
         set_dir = tmp_path / f"set-{number}"
-        packed = run_mirror("--config", str(connected), "transfer", "pack", str(set_dir))
+        packed = mirror_cli("--config", str(connected), "transfer", "pack", str(set_dir))
         assert packed.returncode == 0, packed.stderr
         if number == 0:
-            first = run_mirror("--config", str(airgap), "transfer", "import", str(set_dir))
+            first = mirror_cli("--config", str(airgap), "transfer", "import", str(set_dir))
             assert first.returncode == 0, first.stderr
     (item,) = parse_manifest((set_dir / MANIFEST).read_bytes()).items
     assert item.delta is not None
@@ -295,7 +283,7 @@ def test_a_damaged_delta_part_is_named_by_its_hash(
     os.chmod(part, 0o644)
     part.write_bytes(bytes(data))
 
-    result = run_mirror("--config", str(airgap), "--json", "transfer", "import", str(set_dir))
+    result = mirror_cli("--config", str(airgap), "--json", "transfer", "import", str(set_dir))
     line = one_error_line(result.stderr)
     fault_got.append(f"exit {result.returncode}: {line[15:95]}")
     assert result.returncode == 5
@@ -319,7 +307,7 @@ def test_chart_history_of_an_unknown_domain_is_not_found(
     )
     codes = {}
     for command in ("values", "history"):
-        result = run_mirror("--config", str(config), "chart", command, "nowhere.example.com")
+        result = mirror_cli("--config", str(config), "chart", command, "nowhere.example.com")
         line = one_error_line(result.stderr)
         codes[command] = result.returncode
         assert "nowhere.example.com has no versions in the bucket" in line

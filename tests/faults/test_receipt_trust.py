@@ -19,8 +19,9 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App
 from mirror.store.models import Transfer, Version
 from mirror.transferset.keys import generate_keypair, load_signing_key
-from tests.conftest import write_config
-from tests.fixtures.s3 import add_version, run_mirror, transfer_config
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import transfer_config
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 
@@ -85,9 +86,9 @@ def _packed_and_imported(hosts: dict[str, Any], tmp_path: Path, airgap: str) -> 
         app.close()
     set_dir = tmp_path / "usb" / "set-0001"
     set_dir.parent.mkdir()
-    packed = run_mirror("--config", str(hosts["connected"]), "transfer", "pack", str(set_dir))
+    packed = mirror_cli("--config", str(hosts["connected"]), "transfer", "pack", str(set_dir))
     assert packed.returncode == 0, packed.stderr
-    imported = run_mirror("--config", str(hosts[airgap]), "transfer", "import", str(set_dir))
+    imported = mirror_cli("--config", str(hosts[airgap]), "transfer", "import", str(set_dir))
     assert imported.returncode == 0, imported.stderr
     return set_dir / "receipt.json"
 
@@ -101,14 +102,14 @@ def test_an_unsigned_receipt_marks_nothing_unless_accepted_explicitly(
 ) -> None:
     receipt = _packed_and_imported(hosts, tmp_path, "airgap_unsigned")
     assert not receipt.with_name("receipt.json.sig").exists()
-    refused = run_mirror("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
+    refused = mirror_cli("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
     fault_got.append(f"exit {refused.returncode}")
     assert refused.returncode == 5, refused.stdout
     line = one_error_line(refused.stderr)
     assert "is not signed" in line and "--accept-unsigned" in line
     assert _delivered(hosts) == {"2026-11-20": None}
 
-    accepted = run_mirror(
+    accepted = mirror_cli(
         "--config",
         str(hosts["connected"]),
         "--json",
@@ -138,7 +139,7 @@ def test_a_receipt_signed_by_an_untrusted_key_marks_nothing(
     receipt.with_name("receipt.json.sig").write_bytes(
         load_signing_key(stranger.private_path).signature_document(receipt.read_bytes())
     )
-    refused = run_mirror("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
+    refused = mirror_cli("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
     fault_got.append(f"exit {refused.returncode}")
     assert refused.returncode == 5, refused.stdout
     line = one_error_line(refused.stderr)
@@ -150,7 +151,7 @@ def test_a_receipt_signed_by_the_trusted_receipt_key_is_believed_and_recorded(
     hosts: dict[str, Any], tmp_path: Path
 ) -> None:
     receipt = _packed_and_imported(hosts, tmp_path, "airgap")
-    acked = run_mirror("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
+    acked = mirror_cli("--config", str(hosts["connected"]), "transfer", "ack", str(receipt))
     assert acked.returncode == 0, acked.stderr
     key_id = hosts["receipt_key"].key_id
     assert f"receipt verified (key {key_id})" in acked.stdout
@@ -170,7 +171,7 @@ def test_push_trusts_its_own_signing_key_with_the_readme_layout(
         add_version(app, DOCS, "2026-11-20")
     finally:
         app.close()
-    pushed = run_mirror("--config", str(hosts["connected"]), "--json", "transfer", "push")
+    pushed = mirror_cli("--config", str(hosts["connected"]), "--json", "transfer", "push")
     fault_got.append(f"exit {pushed.returncode}")
     assert pushed.returncode == 0, pushed.stderr
     document = json.loads(pushed.stdout)

@@ -37,7 +37,7 @@ from mirror.sim import Simulator
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, Version
 from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.integration.test_daemon import (
+from tests.fixtures.daemon import (
     DaemonProcess,
     daemon_config,
     index,

@@ -19,23 +19,18 @@ import pytest
 from mirror.airgap import layout
 from mirror.airgap.chart.promotion import promote
 from mirror.airgap.objectstore import ObjectStore
-from mirror.config import TargetSettings, settings_from_dict
+from mirror.config import TargetSettings
 from mirror.errors import ConfigError
-from mirror.outbound.pack import pack
-from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
-from mirror.store.app import App
+from tests.fixtures.cli import mirror_cli
 from tests.fixtures.s3 import (
-    ADMIN_CREDENTIALS,
-    TEST_CREDENTIALS,
-    add_version,
+    WITHIN_DEADLINE,
     bucket_listing,
-    client_as,
-    identity,
     import_config,
-    run_mirror,
-    transfer_config,
+    packed_set,
+    small_seaweed,
+    timed_against,
 )
-from tests.fixtures.wire import flipping_proxy, silent_server
+from tests.fixtures.wire import FlippingProxy, SilentServer
 
 pytestmark = pytest.mark.s3
 
@@ -43,16 +38,11 @@ MiB = 1024 * 1024
 DOCS = "docs.example.com"
 
 
-def packed_set(tmp_path: Path, key_pair: tuple[Path, Path], payload: int = 6 * MiB) -> Path:
+def two_domains(tmp_path: Path, key_pair: tuple[Path, Path], payload: int = 6 * MiB) -> Path:
     """One set holding a version big enough to be sent in several upload parts."""
-    app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
-    try:
-        add_version(app, DOCS, "2026-11-21", payload_size=payload)
-        add_version(app, "api.example.com", "2026-11-21")
-        pack(app, tmp_path / "set")
-    finally:
-        app.close()
-    return tmp_path / "set"
+    return packed_set(
+        tmp_path, key_pair, [(DOCS, "2026-11-21", payload), ("api.example.com", "2026-11-21", 4096)]
+    )
 
 
 def open_uploads(store: ObjectStore) -> list[Any]:
@@ -69,10 +59,10 @@ def test_a_part_damaged_on_the_wire_is_refused_before_anything_is_published(
     object_store: ObjectStore,
     fault_got: list[str],
 ) -> None:
-    set_dir = packed_set(tmp_path, key_pair)
-    with flipping_proxy(target_settings.endpoint_url) as proxy:
+    set_dir = two_domains(tmp_path, key_pair)
+    with FlippingProxy(target_settings.endpoint_url) as proxy:
         config = import_config(tmp_path, key_pair, target_settings, endpoint_url=proxy.url)
-        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+        result = mirror_cli("--config", str(config), "transfer", "import", str(set_dir))
     fault_got.append(f"exit {result.returncode}, flipped {proxy.flipped}")
     assert proxy.flipped == 1
     assert result.returncode == 5, result.stderr
@@ -80,7 +70,7 @@ def test_a_part_damaged_on_the_wire_is_refused_before_anything_is_published(
     assert len(result.stderr.strip().splitlines()) == 1
     assert bucket_listing(object_store.client, object_store.bucket) == {}
     assert open_uploads(object_store) == []
-    again = run_mirror(
+    again = mirror_cli(
         "--config", str(import_config(tmp_path, key_pair, target_settings)),
         "transfer", "import", str(set_dir),
     )  # fmt: skip
@@ -95,23 +85,15 @@ def test_a_hanging_endpoint_ends_the_import_within_the_deadline(
     target_settings: TargetSettings,
     fault_got: list[str],
 ) -> None:
-    set_dir = packed_set(tmp_path, key_pair, payload=4096)
-    with silent_server() as server:
-        config = import_config(
-            tmp_path,
-            key_pair,
-            target_settings,
-            endpoint_url=server.url,
-            deadline="4s",
-            read_timeout="2s",
+    set_dir = two_domains(tmp_path, key_pair, payload=4096)
+    with SilentServer() as server:
+        result, took = timed_against(
+            tmp_path, key_pair, target_settings, server.url, "transfer", "import", str(set_dir)
         )
-        started = time.monotonic()
-        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
-        took = time.monotonic() - started
     fault_got.append(f"exit {result.returncode} after {took:.1f} s")
     assert result.returncode == 75, result.stderr
     assert server.url in result.stderr and "did not answer" in result.stderr
-    assert took < 4 + 2 + 5  # the deadline, one read timeout, start-up
+    assert took < WITHIN_DEADLINE
 
 
 @pytest.mark.fault("s3: this host's clock 20 minutes off", "exit 2 naming the clock")
@@ -185,20 +167,14 @@ def test_a_full_server_is_named_and_bounded(
 ) -> None:
     """A SeaweedFS with one volume, taken by a first bucket: every write to another bucket
     fails with a bare InternalError (its log says 'No writable volumes')."""
-    identities = [
-        identity("admin", ADMIN_CREDENTIALS, ADMIN),
-        identity("import", TEST_CREDENTIALS, READ_WRITE),
-    ]
-    with SeaweedServer(tmp_path / "full", identities, volume_max=1) as server:
-        target = TargetSettings(endpoint_url=server.url, bucket="full-bucket", region="us-east-1")
-        admin = client_as(server.url, ADMIN_CREDENTIALS)
+    with small_seaweed(tmp_path / "full", "full-bucket", volume_max=1) as (target, admin):
         admin.create_bucket(Bucket="first-bucket")  # takes the one volume there is
         admin.put_object(Bucket="first-bucket", Key="k", Body=b"x")
         admin.create_bucket(Bucket=target.bucket)
-        set_dir = packed_set(tmp_path, key_pair, payload=4096)
+        set_dir = two_domains(tmp_path, key_pair, payload=4096)
         config = import_config(tmp_path, key_pair, target, deadline="20s")
         started = time.monotonic()
-        result = run_mirror("--config", str(config), "transfer", "import", str(set_dir))
+        result = mirror_cli("--config", str(config), "transfer", "import", str(set_dir))
         took = time.monotonic() - started
     fault_got.append(f"exit {result.returncode} after {took:.0f} s")
     assert result.returncode == 75, result.stderr

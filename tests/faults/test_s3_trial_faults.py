@@ -19,26 +19,19 @@ import pytest
 from mirror.airgap import layout
 from mirror.airgap.multipart import Staging
 from mirror.airgap.objectstore import ObjectStore
-from mirror.config import TargetSettings, settings_from_dict
+from mirror.config import TargetSettings
 from mirror.errors import MirrorError
-from mirror.outbound.pack import pack
-from mirror.sim.seaweed import ADMIN, READ_WRITE, SeaweedServer
-from mirror.store.app import App
+from tests.fixtures.cli import mirror_cli
 from tests.fixtures.s3 import (
-    ADMIN_CREDENTIALS,
     READ_ONLY_CREDENTIALS,
-    TEST_CREDENTIALS,
-    add_version,
+    WITHIN_DEADLINE,
     bucket_listing,
-    cli_env,
-    client_as,
-    identity,
     import_config,
-    mirror_argv,
-    run_mirror,
-    transfer_config,
+    packed_set,
+    small_seaweed,
+    timed_against,
 )
-from tests.fixtures.wire import damaging_response_proxy, silent_server, trickling_server
+from tests.fixtures.wire import DamagingResponseProxy, SilentServer, TricklingServer
 
 pytestmark = pytest.mark.s3
 
@@ -48,13 +41,7 @@ MiB = 1024 * 1024
 
 def pack_version(tmp_path: Path, key_pair: tuple[Path, Path], label: str) -> Path:
     """A set holding `label` of DOCS (the store is shared, so each set carries one more)."""
-    app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
-    try:
-        add_version(app, DOCS, label)
-        pack(app, tmp_path / f"set-{label}")
-    finally:
-        app.close()
-    return tmp_path / f"set-{label}"
+    return packed_set(tmp_path, key_pair, [(DOCS, label, 4096)], name=f"set-{label}")
 
 
 @pytest.mark.fault(
@@ -72,17 +59,17 @@ def test_an_index_damaged_on_the_way_back_is_not_written_back(
     If-Match: a bit flipped in what it read must not become what is stored."""
     first = pack_version(tmp_path, key_pair, "2026-11-21")
     plain = import_config(tmp_path, key_pair, target_settings)
-    assert run_mirror("--config", str(plain), "transfer", "import", str(first)).returncode == 0
+    assert mirror_cli("--config", str(plain), "transfer", "import", str(first)).returncode == 0
     before = layout.read_index(object_store, DOCS)
     assert before is not None
     second = pack_version(tmp_path, key_pair, "2026-11-22")
     index_path = f"GET /{object_store.bucket}/{layout.index_key(object_store, DOCS)}".encode()
     # the import reads the index twice: the check before any upload, then the update
-    with damaging_response_proxy(
+    with DamagingResponseProxy(
         target_settings.endpoint_url, index_path, b'"sha256": "', nth=2
     ) as proxy:
         config = import_config(tmp_path, key_pair, target_settings, endpoint_url=proxy.url)
-        result = run_mirror("--config", str(config), "transfer", "import", str(second))
+        result = mirror_cli("--config", str(config), "transfer", "import", str(second))
     after = layout.read_index(object_store, DOCS)
     assert after is not None
     kept = {e.version: e.sha256 for e in after.versions}
@@ -96,7 +83,7 @@ def test_an_index_damaged_on_the_way_back_is_not_written_back(
     assert result.returncode == 5, result.stderr
     assert "damaged on the way" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    again = run_mirror("--config", str(plain), "transfer", "import", str(second))  # "run again"
+    again = mirror_cli("--config", str(plain), "transfer", "import", str(second))  # "run again"
     assert again.returncode == 0, again.stderr
     index = layout.read_index(object_store, DOCS)
     assert index is not None and index.labels() == ["2026-11-21", "2026-11-22"]
@@ -123,8 +110,10 @@ def test_a_read_only_identity_is_named_alike_by_target_check_and_import(
     }
     config = import_config(tmp_path, key_pair, target_settings)
     set_dir = pack_version(tmp_path, key_pair, "2026-11-21")
-    check = run_with(read_only, "--config", str(config), "target", "check")
-    imported = run_with(read_only, "--config", str(config), "transfer", "import", str(set_dir))
+    check = mirror_cli("--config", str(config), "target", "check", env=read_only)
+    imported = mirror_cli(
+        "--config", str(config), "transfer", "import", str(set_dir), env=read_only
+    )
     fault_got.append(f"check exit {check.returncode}, import exit {imported.returncode}")
     secret = read_only["AWS_SECRET_ACCESS_KEY"]
     for result in (check, imported):
@@ -134,17 +123,6 @@ def test_a_read_only_identity_is_named_alike_by_target_check_and_import(
         assert secret not in result.stdout + result.stderr
     assert "AccessDenied" in check.stdout
     assert bucket_listing(object_store.client, object_store.bucket) == {}
-
-
-def run_with(credentials: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        mirror_argv(*args),
-        capture_output=True,
-        text=True,
-        env=cli_env(credentials),
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.mark.fault(
@@ -159,33 +137,18 @@ def test_a_trickling_endpoint_ends_within_the_deadline(
     """target.deadline promises that one request, retries included, ends within the deadline
     plus one read timeout; a server that sends a byte within every read timeout must not hold
     the operator's terminal for ever."""
-    with trickling_server() as server:
-        config = import_config(
-            tmp_path,
-            key_pair,
-            target_settings,
-            endpoint_url=server.url,
-            deadline="4s",
-            read_timeout="2s",
-        )
-        started = time.monotonic()
+    with TricklingServer() as server:
         try:
-            result = subprocess.run(
-                mirror_argv("--config", str(config), "target", "check"),
-                capture_output=True,
-                text=True,
-                env=cli_env(),
-                timeout=40,
-                check=False,
+            result, took = timed_against(
+                tmp_path, key_pair, target_settings, server.url, "target", "check", timeout=40
             )
         except subprocess.TimeoutExpired:
             fault_got.append("still waiting after 40 s")
             pytest.fail("target check still waited for the trickling endpoint after 40 s")
-        took = time.monotonic() - started
     fault_got.append(f"exit {result.returncode} after {took:.1f} s")
     assert result.returncode == 75, result.stderr
     assert server.url in result.stderr
-    assert took < 4 + 2 + 5
+    assert took < WITHIN_DEADLINE
 
 
 class ThenOther(io.BytesIO):
@@ -246,23 +209,13 @@ def test_a_server_that_fills_up_mid_import_publishes_nothing(
 ) -> None:
     """One 16 MiB volume for the bucket: the probe and the first parts fit, a later part
     meets 'No writable volumes'."""
-    identities = [
-        identity("admin", ADMIN_CREDENTIALS, ADMIN),
-        identity("import", TEST_CREDENTIALS, READ_WRITE),
-    ]
-    with SeaweedServer(tmp_path / "full", identities, volume_max=1, volume_size_mb=16) as server:
-        target = TargetSettings(endpoint_url=server.url, bucket="fills-up", region="us-east-1")
-        admin = client_as(server.url, ADMIN_CREDENTIALS)
+    small = small_seaweed(tmp_path / "full", "fills-up", volume_max=1, volume_size_mb=16)
+    with small as (target, admin):
         admin.create_bucket(Bucket=target.bucket)
-        app = App(settings_from_dict(transfer_config(tmp_path / "store", key_pair)))
-        try:
-            add_version(app, DOCS, "2026-11-21", payload_size=48 * MiB)
-            pack(app, tmp_path / "set")
-        finally:
-            app.close()
+        set_dir = packed_set(tmp_path, key_pair, [(DOCS, "2026-11-21", 48 * MiB)])
         config = import_config(tmp_path, key_pair, target, deadline="20s")
         started = time.monotonic()
-        result = run_mirror("--config", str(config), "transfer", "import", str(tmp_path / "set"))
+        result = mirror_cli("--config", str(config), "transfer", "import", str(set_dir))
         took = time.monotonic() - started
         listing = bucket_listing(admin, target.bucket)
         uploads = admin.list_multipart_uploads(Bucket=target.bucket).get("Uploads", [])
@@ -288,7 +241,7 @@ def test_a_password_in_the_endpoint_url_is_never_printed(
     redacts it); every S3 message and `--json` document names the endpoint, so it must be
     redacted there too."""
     host = target_settings.endpoint_url.split("://", 1)[1]
-    with silent_server() as dead:
+    with SilentServer() as dead:
         dead_host = dead.url.split("://", 1)[1]
     results = []
     for where, expected in ((host, 0), (dead_host, 75)):
@@ -296,7 +249,7 @@ def test_a_password_in_the_endpoint_url_is_never_printed(
             tmp_path, key_pair, target_settings, endpoint_url=f"http://admin:hunter2-pw@{where}"
         )
         for json_flag in ([], ["--json"]):
-            result = run_mirror("--config", str(config), *json_flag, "target", "check")
+            result = mirror_cli("--config", str(config), *json_flag, "target", "check")
             results.append(result)
             assert "hunter2-pw" not in result.stdout + result.stderr
             assert result.returncode == expected, result.stderr

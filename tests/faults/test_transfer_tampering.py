@@ -27,7 +27,8 @@ from mirror.store.app import App
 from mirror.transferset.delta import TreeFile
 from mirror.transferset.format import MANIFEST, SIGNATURE, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
-from tests.conftest import write_config
+from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
     delta_item,
@@ -36,13 +37,8 @@ from tests.fixtures.deltasets import (
     unpack,
     write_set,
 )
-from tests.fixtures.s3 import (
-    add_version,
-    bucket_listing,
-    make_tar_gz,
-    run_mirror,
-    transfer_config,
-)
+from tests.fixtures.s3 import bucket_listing, new_key_pair, transfer_config
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 
@@ -62,9 +58,7 @@ class Sets:
 @pytest.fixture(scope="module")
 def sets(tmp_path_factory: pytest.TempPathFactory) -> Sets:
     root = tmp_path_factory.mktemp("tampering")
-    (root / "keys").mkdir()
-    made = generate_keypair(root / "keys" / "transfer")
-    key_pair = (made.private_path, made.public_path)
+    key_pair = new_key_pair(root)
     (root / "store").mkdir()
     app = App(settings_from_dict(transfer_config(root / "store", key_pair)))
     try:
@@ -197,7 +191,7 @@ def test_a_damaged_set_is_refused_and_the_bucket_is_unchanged(
     shutil.copytree(sets.s2, victim)
     named = damage(victim, sets)
     before = bucket_listing(object_store.client, object_store.bucket)
-    result = run_mirror("--config", str(config), "transfer", "import", str(victim))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
     fault_got.append(f"exit {result.returncode}")
     assert result.returncode == 5, result.stderr
     assert named in result.stderr
@@ -216,7 +210,7 @@ def test_a_replayed_set_is_refused(
     replay = tmp_path / "replay"
     shutil.copytree(sets.s1, replay)
     before = bucket_listing(object_store.client, object_store.bucket)
-    result = run_mirror("--config", str(config), "transfer", "import", str(replay))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(replay))
     assert result.returncode == 5, result.stderr
     assert "already imported (replay)" in result.stderr
     assert bucket_listing(object_store.client, object_store.bucket) == before
@@ -234,7 +228,7 @@ def test_an_older_set_after_a_newer_one_is_refused(
     older = tmp_path / "older"
     shutil.copytree(sets.s2, older)
     before = bucket_listing(object_store.client, object_store.bucket)
-    result = run_mirror("--config", str(config), "transfer", "import", str(older))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(older))
     assert result.returncode == 5, result.stderr
     assert "rollback" in result.stderr
     assert bucket_listing(object_store.client, object_store.bucket) == before
@@ -248,7 +242,7 @@ def test_the_untouched_set_imports(
     config = baseline(sets, tmp_path, object_store, target_settings)
     good = tmp_path / "good"
     shutil.copytree(sets.s2, good)
-    result = run_mirror("--config", str(config), "transfer", "import", str(good))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(good))
     assert result.returncode == 0, result.stderr
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None
@@ -300,17 +294,16 @@ class DeltaTrees:
 @pytest.fixture(scope="module")
 def delta_trees(tmp_path_factory: pytest.TempPathFactory) -> DeltaTrees:
     root = tmp_path_factory.mktemp("delta-tampering")
-    (root / "keys").mkdir()
-    made = generate_keypair(root / "keys" / "transfer")
+    key_pair = new_key_pair(root)
     trees = {}
     for name, files in (("base", DELTA_BASE), ("new", DELTA_NEW), ("other", DELTA_OTHER_BASE)):
         bundle = make_tar_gz(root / f"{name}.tar.gz", files)
         trees[name] = unpack(bundle, root / name)
     full = full_item(DOCS, BASE_VERSION, root / "base.tar.gz", "2026-11-20T03:00:00Z")
-    digest = write_set(root / "base-set", [full], load_signing_key(made.private_path))
+    digest = write_set(root / "base-set", [full], load_signing_key(key_pair[0]))
     return DeltaTrees(
         root,
-        (made.private_path, made.public_path),
+        key_pair,
         root / "base-set",
         digest,
         trees["base"],
@@ -426,7 +419,7 @@ def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     client, bucket = object_store.client, object_store.bucket
     before = bucket_listing(client, bucket)
 
-    result = run_mirror("--config", str(config), "transfer", "import", str(victim))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
 
     fault_got.append(f"exit {result.returncode}: {result.stderr.strip()[:90]}")
     assert result.returncode == 5, result.stderr
@@ -465,7 +458,7 @@ def test_the_untouched_delta_imports(
     document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
     del document["transfer"]
     config = write_config(tmp_path / "airgap.toml", document)
-    result = run_mirror("--config", str(config), "transfer", "import", str(good))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(good))
     assert result.returncode == 0, result.stderr
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None

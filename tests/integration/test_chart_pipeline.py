@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,23 +18,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.archive import extract_archive
 from mirror.config import TargetSettings
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
-from tests.conftest import REPO, write_config
-
-
-def run_mirror(
-    *args: str, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MIRROR_")}
-    full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "mirror", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        check=False,
-        cwd=REPO,
-    )
+from tests.fixtures.cli import REPO, mirror_cli, write_config
 
 
 class Operator:
@@ -44,14 +26,12 @@ class Operator:
 
     def __init__(self, config: Path) -> None:
         self.config = config
-        # s3_endpoint put the test credentials into os.environ; children inherit them.
-        self.env = {"AWS_EC2_METADATA_DISABLED": "true"}
 
     def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_mirror("--config", str(self.config), *args, env=self.env)
+        return mirror_cli("--config", str(self.config), *args, cwd=REPO)
 
     def json(self, *args: str) -> tuple[int, dict[str, Any]]:
-        done = run_mirror("--config", str(self.config), "--json", *args, env=self.env)
+        done = mirror_cli("--config", str(self.config), "--json", *args, cwd=REPO)
         return done.returncode, json.loads(done.stdout)
 
 
@@ -272,7 +252,8 @@ def test_import_promote_values_check(
 ) -> None:
     """Connected side packs; `transfer import --promote` publishes; the chart values follow."""
     from mirror.outbound.pack import pack
-    from tests.fixtures.s3 import add_version, transfer_config
+    from tests.fixtures.s3 import transfer_config
+    from tests.fixtures.versions import add_version
 
     add_version(transfer_app, DOMAIN, "2026-11-21")
     packed = pack(transfer_app, tmp_path / "set")

@@ -5,323 +5,43 @@ metrics and /healthz scraped over HTTP, the shared start budget, 409 deferrals,
 SIGTERM during a download and resuming from the recorded offset, SIGHUP reloads,
 and 1,000 configured domains (ready time, idle CPU).
 
-The helpers here (DaemonProcess, ThrottledProxy, daemon_config) are also used by
-tests/faults/test_daemon_kill.py.
+The daemon is run by tests/fixtures/daemon.py (DaemonProcess, daemon_config).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import os
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import func, select
 
 from mirror import __version__
-from mirror.config import load_settings
-from mirror.sim import SimConfig, Simulator
 from mirror.store.app import App
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.vendor.client import VendorClient
 from mirror.vendor.transport import build_http_client
-from tests.conftest import mirror_cli, write_config
-
-FAST: dict[str, Any] = {"queue_seconds": 0.05, "run_seconds": 0.2}
-_counter = itertools.count()
-
-
-# --- helpers -------------------------------------------------------------------------------
-
-
-def mirror_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mirror", *args]
-
-
-def run_mirror(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return mirror_cli(*args, env=env)
-
-
-def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MIRROR_", "NOTIFY_", "WATCH"))}
-    env.update(extra)
-    return env
-
-
-def daemon_config(
-    path: Path,
-    *,
-    base_url: str,
-    store: Path,
-    domains: list[str],
-    every: str = "1h",
-    api: dict[str, Any] | None = None,
-    daemon: dict[str, Any] | None = None,
-) -> Path:
-    document: dict[str, Any] = {
-        "api": {
-            "base_url": base_url,
-            "poll_interval": "0.1s",
-            "max_poll_interval": "0.5s",
-            "retry_timeout": "20s",
-            **(api or {}),
-        },
-        "store": {"path": str(store)},
-        "daemon": {"listen": "127.0.0.1:0", "concurrency": 4, **(daemon or {})},
-        "exports": [{"domain": domain, "every": every} for domain in domains],
-    }
-    return write_config(path, document)
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-class DaemonProcess:
-    """`mirror daemon` in a subprocess, with a real NOTIFY_SOCKET and its JSON log on disk."""
-
-    def __init__(
-        self,
-        config: Path,
-        key: str,
-        workdir: Path,
-        *args: str,
-        watchdog_usec: int | None = None,
-    ) -> None:
-        self.index = next(_counter)
-        self.log_path = workdir / f"daemon-{self.index}.log"
-        self.notify_name = f"mirror-test-{uuid.uuid4().hex}"
-        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.notify.bind("\0" + self.notify_name)
-        self.notify.settimeout(0.2)
-        self.messages: list[str] = []
-        self._closed = False
-        threading.Thread(target=self._drain, daemon=True).start()
-        env = {"MIRROR_API_KEY": key, "NOTIFY_SOCKET": "@" + self.notify_name}
-        if watchdog_usec is not None:
-            env["WATCHDOG_USEC"] = str(watchdog_usec)
-        self.started_at = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                mirror_argv("--config", str(config), "daemon", *args),
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=_env(env),
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _drain(self) -> None:
-        while not self._closed:
-            try:
-                self.messages.append(self.notify.recv(65536).decode())
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-
-    def notifications(self) -> list[str]:
-        return list(self.messages)
-
-    def ready(self) -> bool:
-        return any("READY=1" in m.split("\n") for m in self.notifications())
-
-    def wait_ready(self, timeout: float = 30) -> float:
-        """Seconds from process start to READY=1."""
-
-        def check() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited early ({self.proc.returncode}):\n{self.log()}")
-            return self.ready()
-
-        wait_for(check, timeout, "READY=1")
-        return time.monotonic() - self.started_at
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def records(self) -> list[dict[str, Any]]:
-        records = []
-        for line in self.log().splitlines():
-            with contextlib.suppress(ValueError):
-                records.append(json.loads(line))
-        return records
-
-    def metrics_url(self) -> str:
-        def find() -> str | None:
-            for record in self.records():
-                if record.get("message") == "metrics listening":
-                    return f"http://127.0.0.1:{record['port']}"
-            return None
-
-        return str(wait_for(find, 20, "the metrics listener"))
-
-    def signal(self, signum: int) -> None:
-        self.proc.send_signal(signum)
-
-    def stop(self, timeout: float = 10) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGUSR1)  # thread stacks into the log
-            time.sleep(1)
-            raise AssertionError(
-                f"no exit {timeout}s after SIGTERM:\n{self.log()[-20000:]}"
-            ) from None
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.kill()
-        self._closed = True
-        self.notify.close()
-
-
-class ThrottledProxy:
-    """A TCP proxy on loopback that slows the server-to-client direction to `rate` bytes/s,
-    so that a download lasts long enough to be interrupted. Links carry the proxy's host
-    (the simulator builds them from the Host header), so downloads go through it too."""
-
-    def __init__(self, target_port: int, rate: float) -> None:
-        self.target_port = target_port
-        self.rate = rate
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._closed = False
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, None), daemon=True).start()
-            threading.Thread(
-                target=self._pump, args=(upstream, client, self.rate), daemon=True
-            ).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, rate: float | None) -> None:
-        chunk = 64 * 1024 if rate is None else max(1024, int(rate / 20))
-        started = time.monotonic()
-        sent = 0
-        try:
-            while True:
-                data = source.recv(chunk)
-                if not data:
-                    break
-                sink.sendall(data)
-                sent += len(data)
-                if rate is not None:
-                    ahead = sent / rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self._closed = True
-        self.listener.close()
-        for sock in self._sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-
-@contextlib.contextmanager
-def simulator(**fields: Any) -> Iterator[Simulator]:
-    sim = Simulator(SimConfig(**{**FAST, **fields})).start()
-    try:
-        yield sim
-    finally:
-        sim.stop()
-
-
-@contextlib.contextmanager
-def daemon_process(
-    config: Path, key: str, workdir: Path, *args: str, **kwargs: Any
-) -> Iterator[DaemonProcess]:
-    process = DaemonProcess(config, key, workdir, *args, **kwargs)
-    try:
-        yield process
-    finally:
-        process.close()
-
-
-@contextlib.contextmanager
-def index(config: Path) -> Iterator[App]:
-    app = App(load_settings(config))
-    try:
-        yield app
-    finally:
-        app.close()
-
-
-def stored_domains(config: Path) -> set[str]:
-    with index(config) as app, app.db.session() as session:
-        return set(session.scalars(select(Version.domain).distinct()))
-
-
-def metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of one sample in Prometheus text format."""
-    for line in text.splitlines():
-        if line.startswith("#") or not line.startswith(name):
-            continue
-        sample, _, value = line.rpartition(" ")
-        if sample.partition("{")[0] != name:
-            continue
-        if all(f'{k}="{v}"' in sample for k, v in labels.items()):
-            return float(value)
-    return None
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    ticks = int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
+from tests.fixtures.cli import mirror_cli
+from tests.fixtures.daemon import (
+    cpu_seconds,
+    daemon_config,
+    daemon_process,
+    index,
+    metric,
+    simulator,
+    stored_domains,
+    wait_for,
+)
+from tests.fixtures.versions import open_app
+from tests.fixtures.wire import ThrottledProxy
 
 # --- tests ---------------------------------------------------------------------------------
 
@@ -375,7 +95,7 @@ def test_exports_every_domain_speaks_sd_notify_and_serves_metrics(tmp_path: Path
     assert sim.key not in daemon.log()
     assert any(r.get("message") == "export state" for r in daemon.records())
 
-    status = run_mirror("--config", str(config), "status", "--json", env={})
+    status = mirror_cli("--config", str(config), "status", "--json")
     assert status.returncode == 0, status.stderr
     rows = {row["domain"]: row for row in json.loads(status.stdout)["domains"]}
     assert set(rows) == set(domains)
@@ -415,7 +135,7 @@ def test_start_budget_is_shared_and_never_exceeded(tmp_path: Path) -> None:
         assert sum(len(jobs) for jobs in sim.stats.starts.values()) == 3
         assert sum(sim.stats.start_attempts.values()) == 3
     assert metric(text, "mirror_start_budget_remaining") == 0
-    status = run_mirror("--config", str(config), "status", "--json", env={})
+    status = mirror_cli("--config", str(config), "status", "--json")
     rows = json.loads(status.stdout)["domains"]
     deferred = [row for row in rows if row["deferred_until"]]
     assert len(deferred) == 3
@@ -464,7 +184,7 @@ def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> No
 def test_sigterm_during_download_exits_0_and_resumes_from_the_offset(tmp_path: Path) -> None:
     size = 40 * 1024 * 1024
     with simulator(one_active_job=False, bundle_size=size) as sim:
-        proxy = ThrottledProxy(sim.port, rate=12 * 1024 * 1024)
+        proxy = ThrottledProxy(sim.url, rate=12 * 1024 * 1024)
         try:
             config = daemon_config(
                 tmp_path / "c.toml",
@@ -601,7 +321,7 @@ def test_unfinished_runs_resume_before_new_work_in_process(
             "new.example.com": sim.stats.starts["new.example.com"],
         }
     assert any(m.startswith("READY=1") for m in messages)
-    with index_from(settings) as app, app.db.session() as session:
+    with open_app(settings) as app, app.db.session() as session:
         runs = {r.domain: r for r in session.scalars(select(ExportRun))}
         old, new = runs["old.example.com"], runs["new.example.com"]
         assert old.id < new.id and old.vendor_job_id == job.job_id
@@ -613,15 +333,6 @@ def test_unfinished_runs_resume_before_new_work_in_process(
 
 def job_started() -> datetime:
     return datetime.now(UTC)
-
-
-@contextlib.contextmanager
-def index_from(settings: Any) -> Iterator[App]:
-    app = App(settings)
-    try:
-        yield app
-    finally:
-        app.close()
 
 
 def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import text
 
-from tests.integration.test_daemon import (
+from tests.fixtures.daemon import (
     daemon_config,
     daemon_process,
     index,

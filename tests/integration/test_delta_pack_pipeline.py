@@ -15,8 +15,8 @@ from mirror.cli.contract import document_schema
 from mirror.config import settings_from_dict
 from mirror.store.app import App
 from mirror.transferset.format import MANIFEST, parse_manifest
-from tests.conftest import write_config
-from tests.fixtures.s3 import run_mirror, transfer_config
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import add_sim_version
 
 DOCS = "docs.example.com"
@@ -49,7 +49,7 @@ def test_pack_a_delta_set_that_verify_accepts(tmp_path: Path, key_pair: tuple[Pa
     usb.mkdir()
 
     def mirror(*args: str) -> Any:
-        return run_mirror("--config", str(connected), *args)
+        return mirror_cli("--config", str(connected), *args)
 
     first = mirror("transfer", "pack", str(usb / "set-1"))
     assert first.returncode == 0, first.stderr
@@ -94,7 +94,7 @@ def test_pack_a_delta_set_that_verify_accepts(tmp_path: Path, key_pair: tuple[Pa
     assert manifest.items[0].delta is not None
     assert manifest.items[0].delta.model_dump() == item["delta"]
 
-    verified = run_mirror("--config", str(airgap), "transfer", "verify", str(usb / "set-2"))
+    verified = mirror_cli("--config", str(airgap), "transfer", "verify", str(usb / "set-2"))
     assert verified.returncode == 0, verified.stderr
     assert "valid set 2" in verified.stdout
 

@@ -25,8 +25,8 @@ from mirror.store.models import Bundle, Version
 from mirror.transferset.compression import current
 from mirror.transferset.delta import TreeArchive, archive_mtime, read_chunks
 from mirror.transferset.format import MANIFEST, parse_manifest
-from tests.conftest import write_config
-from tests.fixtures.s3 import bucket_listing, run_mirror, transfer_config
+from tests.fixtures.cli import mirror_cli
+from tests.fixtures.s3 import bucket_listing, gap_sides
 from tests.fixtures.versions import add_sim_version
 
 DOCS = "docs.example.com"
@@ -41,26 +41,21 @@ def test_a_delta_crosses_the_gap_and_rebuilds_the_connected_sides_archive(
     object_store: ObjectStore,
     s3_client: Any,
 ) -> None:
-    store_dir = tmp_path / "store"
-    store_dir.mkdir()
-    document = transfer_config(store_dir, key_pair)
-    document["target"] = {"trusted_keys": [str(key_pair[1])]}  # receipts' key, for ack
-    connected = write_config(tmp_path / "connected.toml", document)
-    airgap_document = transfer_config(tmp_path / "unused", key_pair, target=target_settings)
-    airgap_document["target"]["presign_ttl"] = "2d"
-    airgap_document["target"]["work_dir"] = str(tmp_path / "work")
-    (tmp_path / "work").mkdir()
-    airgap = write_config(tmp_path / "airgap.toml", airgap_document)
-    usb = tmp_path / "usb"
-    usb.mkdir()
+    sides = gap_sides(tmp_path, key_pair, target_settings, presign_ttl="2d")
+    connected, airgap, document, usb = (
+        sides.connected,
+        sides.airgap,
+        sides.connected_document,
+        sides.usb,
+    )
 
     def connected_side(*args: str) -> Any:
-        done = run_mirror("--config", str(connected), *args)
+        done = mirror_cli("--config", str(connected), *args)
         assert done.returncode == 0, done.stderr
         return done
 
     def airgapped_side(*args: str) -> Any:
-        done = run_mirror("--config", str(airgap), *args)
+        done = mirror_cli("--config", str(airgap), *args)
         assert done.returncode == 0, done.stderr
         return done
 

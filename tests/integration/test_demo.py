@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 from mirror.demo import DOMAINS, run_demo
-from tests.conftest import REPO
+from tests.fixtures.cli import REPO
 
 
 def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:

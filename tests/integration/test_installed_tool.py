@@ -23,8 +23,8 @@ import pytest
 
 from mirror import __version__
 from mirror.outbound.selfbundle import ToolBundle
-from tests.conftest import REPO
 from tests.fixtures.artefact import offline_env
+from tests.fixtures.cli import REPO
 from tests.fixtures.s3 import TEST_CREDENTIALS
 
 DOMAIN = "docs.acme.test"

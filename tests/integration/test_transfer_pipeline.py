@@ -14,14 +14,9 @@ import pytest
 
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App
-from tests.conftest import write_config
-from tests.fixtures.s3 import (
-    TEST_CREDENTIALS,
-    add_version,
-    bucket_listing,
-    run_mirror,
-    transfer_config,
-)
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, transfer_config
+from tests.fixtures.versions import add_version
 
 pytestmark = pytest.mark.s3
 
@@ -39,12 +34,12 @@ def sides(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
     """A connected side (store, signing key) and an air-gapped side (target, trusted key)."""
     keys = tmp_path / "keys"
     keys.mkdir()
-    made = run_mirror("keys", "generate", "--out", str(keys / "transfer"))
+    made = mirror_cli("keys", "generate", "--out", str(keys / "transfer"))
     assert made.returncode == 0, made.stderr
     assert "key id" in made.stdout
     no_secret(made.stdout, made.stderr)
     key_pair = (keys / "transfer.key", keys / "transfer.pub")
-    receipt = run_mirror("keys", "generate", "--out", str(keys / "receipt"))
+    receipt = mirror_cli("keys", "generate", "--out", str(keys / "receipt"))
     assert receipt.returncode == 0, receipt.stderr
     store_dir = tmp_path / "store"
     store_dir.mkdir()
@@ -68,10 +63,10 @@ def sides(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
 
 
 def test_keys_generate_refuses_to_overwrite(sides: dict[str, Any], tmp_path: Path) -> None:
-    again = run_mirror("keys", "generate", "--out", str(tmp_path / "keys" / "transfer"))
+    again = mirror_cli("keys", "generate", "--out", str(tmp_path / "keys" / "transfer"))
     assert again.returncode == 2
     assert "already exists" in again.stderr
-    shown = run_mirror("--json", "keys", "show", str(sides["pub"]))
+    shown = mirror_cli("--json", "keys", "show", str(sides["pub"]))
     assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "public"
 
 
@@ -88,7 +83,7 @@ def test_pack_verify_import_ack_by_hand(
     usb.mkdir()
     set_dir = usb / "set-0001"
 
-    packed = run_mirror(
+    packed = mirror_cli(
         "--config", str(sides["connected"]), "--json", "transfer", "pack", str(set_dir)
     )
     assert packed.returncode == 0, packed.stderr
@@ -96,11 +91,11 @@ def test_pack_verify_import_ack_by_hand(
     assert document["sequence"] == 1 and len(document["items"]) == 2
     assert document["part_count"] == 4
 
-    verified = run_mirror("--config", str(sides["airgap"]), "transfer", "verify", str(set_dir))
+    verified = mirror_cli("--config", str(sides["airgap"]), "transfer", "verify", str(set_dir))
     assert verified.returncode == 0, verified.stderr
     assert "valid set 1" in verified.stdout
 
-    imported = run_mirror(
+    imported = mirror_cli(
         "--config", str(sides["airgap"]), "--json", "transfer", "import", str(set_dir)
     )
     assert imported.returncode == 0, imported.stderr
@@ -111,18 +106,18 @@ def test_pack_verify_import_ack_by_hand(
     keys = bucket_listing(s3_client, target_settings.bucket)
     assert "static-export/docs.example.com/index.json" in keys
 
-    replay = run_mirror("--config", str(sides["airgap"]), "transfer", "import", str(set_dir))
+    replay = mirror_cli("--config", str(sides["airgap"]), "transfer", "import", str(set_dir))
     assert replay.returncode == 5
     assert "already imported" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1
     assert bucket_listing(s3_client, target_settings.bucket) == keys
 
-    acked = run_mirror(
+    acked = mirror_cli(
         "--config", str(sides["connected"]), "transfer", "ack", str(set_dir / "receipt.json")
     )
     assert acked.returncode == 0, acked.stderr
     assert "delivered docs.example.com 2026-11-20" in acked.stdout
 
-    nothing = run_mirror("--config", str(sides["connected"]), "transfer", "pack", str(usb / "2"))
+    nothing = mirror_cli("--config", str(sides["connected"]), "transfer", "pack", str(usb / "2"))
     assert nothing.returncode == 0 and "nothing to pack" in nothing.stdout
     assert not (usb / "2").exists()
 
@@ -135,14 +130,14 @@ def test_verify_names_the_bad_file_and_exits_5(sides: dict[str, Any], tmp_path: 
         app.close()
     set_dir = tmp_path / "set"
     assert (
-        run_mirror("--config", str(sides["connected"]), "transfer", "pack", str(set_dir)).returncode
+        mirror_cli("--config", str(sides["connected"]), "transfer", "pack", str(set_dir)).returncode
         == 0
     )
     part = next((set_dir / "blobs").iterdir())
     data = bytearray(part.read_bytes())
     data[10] ^= 0x01
     part.write_bytes(bytes(data))
-    bad = run_mirror("--config", str(sides["airgap"]), "transfer", "verify", str(set_dir))
+    bad = mirror_cli("--config", str(sides["airgap"]), "transfer", "verify", str(set_dir))
     assert bad.returncode == 5
     assert f"blobs/{part.name}" in bad.stderr
 
@@ -151,7 +146,7 @@ def test_import_into_a_missing_bucket_exits_3(sides: dict[str, Any], tmp_path: P
     document = {**sides["airgap_doc"]}
     document["target"] = {**document["target"], "bucket": "nope-not-here"}
     config = write_config(tmp_path / "missing.toml", document)
-    result = run_mirror("--config", str(config), "transfer", "import", str(tmp_path / "no-set"))
+    result = mirror_cli("--config", str(config), "transfer", "import", str(tmp_path / "no-set"))
     assert result.returncode == 3
     assert "nope-not-here" in result.stderr and "no-set" not in result.stderr
 
@@ -167,7 +162,7 @@ def test_push_in_one_step(sides: dict[str, Any], s3_client: Any) -> None:
         tmp_dir = app.store.tmp_dir
     finally:
         app.close()
-    pushed = run_mirror("--config", str(sides["push"]), "--json", "transfer", "push", "--promote")
+    pushed = mirror_cli("--config", str(sides["push"]), "--json", "transfer", "push", "--promote")
     assert pushed.returncode == 0, pushed.stderr
     document = json.loads(pushed.stdout)
     assert document["import"]["sequence"] == 1
@@ -175,5 +170,5 @@ def test_push_in_one_step(sides: dict[str, Any], s3_client: Any) -> None:
     assert list(tmp_dir.iterdir()) == []
     keys = bucket_listing(s3_client, settings_bucket(sides))
     assert "static-export/docs.example.com/2026-11-20/bundle.tar.gz" in keys
-    again = run_mirror("--config", str(sides["push"]), "transfer", "push")
+    again = mirror_cli("--config", str(sides["push"]), "transfer", "push")
     assert again.returncode == 0 and "nothing to push" in again.stdout

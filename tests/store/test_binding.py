@@ -14,7 +14,7 @@ from mirror.store.app import App
 from mirror.store.binding import STORE_ID_FILE, bind_store
 from mirror.store.db import Database
 from mirror.store.models import IndexInfo
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 
 
 def database(path: Path) -> Database:

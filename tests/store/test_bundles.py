@@ -11,7 +11,7 @@ from mirror.archive import inspect_archive
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle, newest_version
 from mirror.store.models import Bundle, Version
-from tests.fixtures.s3 import make_tar_gz
+from tests.fixtures.archives import make_tar_gz
 
 MOMENT = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
 

@@ -15,7 +15,8 @@ from mirror.store.bundles import add_bundle
 from mirror.store.inventory import verify_store
 from mirror.store.maintenance.repair import repair_from_download, repair_store
 from mirror.store.models import Bundle, Version
-from tests.fixtures.s3 import add_version, make_tar_gz
+from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.versions import add_version
 
 SITE = {"index.html": b"<h1>same site</h1>", "a/b.html": b"b"}
 

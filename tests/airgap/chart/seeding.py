@@ -158,3 +158,15 @@ def sample_values(**changes: object) -> chart.ChartValues:
 def check(path: Path, store: ObjectStore, warn: float = 60.0) -> chart.CheckReport:
     with httpx.Client(timeout=30) as http:
         return chart.check_values_file(path, store, http, warn=warn)
+
+
+def assert_index_complete(store: Any, domain: str = DOMAIN) -> None:
+    """Every index entry's bundle and manifest exist, and the bundle hashes to its sha256."""
+    index = layout.read_index(store, domain)
+    assert index is not None
+    for entry in index.versions:
+        data = b"".join(store.open_stream(entry.object))
+        assert hashlib.sha256(data).hexdigest() == entry.sha256, entry.version
+        manifest = layout.read_version_manifest(store, domain, entry.version)
+        assert manifest is not None and manifest.sha256 == entry.sha256, entry.version
+        assert manifest.object == entry.object, entry.version

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,10 +23,9 @@ from mirror.airgap.chart.gc import (
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, NotFound
-from tests.airgap.chart.seeding import DOMAIN, seed_version
+from tests.airgap.chart.seeding import DOMAIN, assert_index_complete, seed_version
 from tests.airgap.memory import MemoryBucket
-from tests.conftest import write_config
-from tests.fixtures.s3 import run_mirror
+from tests.fixtures.cli import mirror_cli, write_config
 
 OTHER = "api.example.com"
 
@@ -55,18 +53,6 @@ def listed(store: Any, domain: str = DOMAIN) -> list[str]:
     index = layout.read_index(store, domain)
     assert index is not None
     return index.labels()
-
-
-def assert_index_complete(store: Any, domain: str = DOMAIN) -> None:
-    """Every index entry's bundle and manifest exist, and the bundle hashes to its sha256."""
-    index = layout.read_index(store, domain)
-    assert index is not None
-    for entry in index.versions:
-        data = b"".join(store.open_stream(entry.object))
-        assert hashlib.sha256(data).hexdigest() == entry.sha256, entry.version
-        manifest = layout.read_version_manifest(store, domain, entry.version)
-        assert manifest is not None and manifest.sha256 == entry.sha256, entry.version
-        assert manifest.object == entry.object, entry.version
 
 
 def version_keys(store: Any, version: str, domain: str = DOMAIN) -> set[str]:
@@ -267,26 +253,26 @@ def test_cli_gc_json_exit_codes_and_values_line(
     versions = labels(4)
     seed(object_store, tmp_path, versions)
     config = str(cli_config(tmp_path, target_settings))
-    dry = run_mirror("--config", config, "--json", "chart", "gc", "--keep", "2", "--dry-run")
+    dry = mirror_cli("--config", config, "--json", "chart", "gc", "--keep", "2", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     document = json.loads(dry.stdout)
     assert document["schema"] == "mirror.chart.gc/1" and document["dry_run"] is True
     assert [v["version"] for v in document["domains"][0]["removed"]] == versions[:2]
-    done = run_mirror("--config", config, "chart", "gc", "--domain", DOMAIN, "--keep", "2")
+    done = mirror_cli("--config", config, "chart", "gc", "--domain", DOMAIN, "--keep", "2")
     assert done.returncode == 0, done.stderr
     assert f"{DOMAIN}: removed {versions[0]}" in done.stdout
     assert "freed" in done.stdout.splitlines()[-1]
-    bad = run_mirror("--config", config, "chart", "gc", "--keep", "0")
+    bad = mirror_cli("--config", config, "chart", "gc", "--keep", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("mirror: error: ")
-    unknown = run_mirror("--config", config, "chart", "gc", "--domain", "x.example", "--keep", "1")
+    unknown = mirror_cli("--config", config, "chart", "gc", "--domain", "x.example", "--keep", "1")
     assert unknown.returncode == 3, unknown.stderr
     assert unknown.stderr.startswith("mirror: error: domain x.example has no versions")
-    gone = run_mirror("--config", config, "chart", "values", DOMAIN, "--pin", versions[0])
+    gone = mirror_cli("--config", config, "chart", "values", DOMAIN, "--pin", versions[0])
     assert gone.returncode == 3
     assert "was removed by chart gc" in gone.stderr and "Traceback" not in gone.stderr
     (tmp_path / "down").mkdir()
     down = target_settings.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
-    offline = run_mirror(
+    offline = mirror_cli(
         "--config", str(cli_config(tmp_path / "down", down)), "chart", "gc", "--keep", "1"
     )
     assert offline.returncode == 75, offline.stderr

@@ -43,9 +43,9 @@ from tests.fixtures.archives import (
     write_tar,
     write_zip,
 )
+from tests.fixtures.cli import REPO
 
 MiB = 1024 * 1024
-REPO = Path(__file__).resolve().parent.parent
 
 
 def expected_tree_hash(files: dict[str, bytes]) -> str:

@@ -9,42 +9,17 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import click
 import kubernetes_validate
 import pytest
-import yaml
 
 from mirror.cli import cli
 from mirror.config import settings_from_dict
 from mirror.transferset.keys import load_public_key
+from tests.fixtures.manifests import DEPLOY, kustomization, pod_specs, resources
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30"
-
-
-def kustomization() -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
-    return document
-
-
-def resources() -> list[dict[str, Any]]:
-    found = []
-    for name in kustomization()["resources"]:
-        found += [doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc]
-    return found
-
-
-def pod_specs() -> list[tuple[str, dict[str, Any]]]:
-    specs = []
-    for resource in resources():
-        if resource["kind"] == "Job":
-            specs.append((resource["metadata"]["name"], resource["spec"]["template"]["spec"]))
-        elif resource["kind"] == "CronJob":
-            template = resource["spec"]["jobTemplate"]["spec"]["template"]
-            specs.append((resource["metadata"]["name"], template["spec"]))
-    return specs
 
 
 def test_every_file_in_the_directory_is_listed_in_the_kustomization() -> None:

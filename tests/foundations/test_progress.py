@@ -17,8 +17,9 @@ from mirror.outbound.pack import pack
 from mirror.progress import ByteProgress
 from mirror.store.app import App
 from mirror.transferset.reader import set_bytes
-from tests.conftest import on_a_terminal, write_config
-from tests.fixtures.s3 import add_version, transfer_config
+from tests.fixtures.cli import on_a_terminal, write_config
+from tests.fixtures.s3 import transfer_config
+from tests.fixtures.versions import add_version
 
 MIB = 1024 * 1024
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parent.parent / "systemd" / "mirror.service"
+from tests.fixtures.cli import REPO
+
+UNIT = REPO / "systemd" / "mirror.service"
 ANALYZE = shutil.which("systemd-analyze")
 MAX_EXPOSURE = 1.5
 

@@ -6,7 +6,7 @@ import pytest
 
 from mirror.config import Settings, load_settings, settings_from_dict
 from mirror.errors import AuthError, ConfigError
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import REPO, mirror_cli, write_config
 
 
 def test_no_config_anywhere_refuses_naming_the_places(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,8 +154,6 @@ def test_config_check_exit_2_on_bad_file(tmp_path: Path) -> None:
 
 def test_example_config_is_valid_and_complete() -> None:
     """config.example.toml must validate and mention every settings key."""
-    from tests.conftest import REPO
-
     path = REPO / "config.example.toml"
     settings = load_settings(path)
     text = path.read_text()

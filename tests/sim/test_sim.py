@@ -27,8 +27,8 @@ from mirror.sim import SimConfig, Simulator
 from mirror.sim.diff import compare_bundles
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.sim.tree import site_plan
+from tests.fixtures.cli import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 DOMAIN = "docs.example.com"
 MiB = 1024 * 1024
 
