@@ -3,6 +3,7 @@ formats (on the real server or the in-memory one), values, fetching a link, `cha
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ import boto3
 import httpx
 from botocore.config import Config
 
-from mirror.airgap import chart
+from mirror.airgap import chart, layout
 from mirror.airgap.multipart import upload_blob
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
