@@ -171,15 +171,15 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
     ]
     for item in result.items:
         how = f"delta against {item.delta.base_version}" if item.delta else "full"
-        lines.append(f"  {item.domain} {item.version}  {how}  {format_size(item.size)}")
+        lines.append(f"  {item.ref.domain} {item.ref.label}  {how}  {format_size(item.ref.size)}")
     if result.tool:
         lines.append(f"  with the mirror tool {result.tool}")
     cli.emit(document, lines)
 
 
 def _choice_line(choice: Choice) -> str:
-    offered = choice.offered
-    head = f"  {offered.domain} {offered.label}  full {format_size(offered.bundle_size)}"
+    offered = choice.offered.ref
+    head = f"  {offered.domain} {offered.label}  full {format_size(offered.size)}"
     delta = choice.delta
     if delta is None:
         return f"{head}  no delta: {choice.reason}"
@@ -189,7 +189,7 @@ def _choice_line(choice: Choice) -> str:
     )
     if not choice.as_delta:
         return f"{head}  delta {format_size(delta.size)} {changes}  goes full: {choice.reason}"
-    share = 100 * choice.saving // max(offered.bundle_size, 1)
+    share = 100 * choice.saving // max(offered.size, 1)
     return (
         f"{head}  delta {format_size(delta.size)} {changes}  "
         f"saves {format_size(choice.saving)} ({share}%)"

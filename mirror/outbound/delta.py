@@ -4,7 +4,7 @@ A version V of domain D may travel as a delta (`transferset/delta.py`: the file 
 the contents its base lacks) when the air-gapped side already holds an earlier version.
 
 Promises:
-- `choose_bases`: V's base is the newest version of D with an older label (`label_key`)
+- `choose_bases`: V's base is the newest version of D with an older label (`VersionLabel` order)
   that the air-gapped side is known to hold, delivered (an acknowledged receipt) or,
   without receipts, packed in an earlier set, and whose bundle is in the store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
@@ -48,7 +48,7 @@ from mirror.transferset.delta import (
     read_chunks,
 )
 from mirror.transferset.format import DeltaEntry
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024
 
@@ -60,20 +60,18 @@ FULL_ASKED = "--full"
 
 @dataclass(frozen=True)
 class Offered:
-    """A version offered for the set, with its bundle; `exported_at` as the manifest spells it."""
+    """A version offered for the set (`ref`: its bundle), its index id, its tree and its
+    export time as the manifest spells it."""
 
     version_id: int
-    domain: str
-    label: str
+    ref: VersionRef
     tree_sha256: str
     exported_at: str
-    bundle_sha256: str
-    bundle_size: int
 
 
 @dataclass(frozen=True)
 class Base:
-    label: str
+    label: VersionLabel
     tree_sha256: str
     bundle_sha256: str
 
@@ -118,17 +116,17 @@ class Choice:
 
     @property
     def saving(self) -> int:
-        return self.offered.bundle_size - self.delta.size if self.as_delta and self.delta else 0
+        return self.offered.ref.size - self.delta.size if self.as_delta and self.delta else 0
 
     def as_dict(self) -> dict[str, Any]:
         delta = self.delta
         return {
-            "domain": self.offered.domain,
-            "version": self.offered.label,
+            "domain": self.offered.ref.domain,
+            "version": self.offered.ref.label,
             "carried": "delta" if self.as_delta else "full",
             "reason": self.reason,
             "base_version": self.base.label if self.base else None,
-            "full_size": self.offered.bundle_size,
+            "full_size": self.offered.ref.size,
             "delta_size": delta.size if delta else None,
             "files_changed": delta.changed if delta else None,
             "files_added": delta.added if delta else None,
@@ -142,7 +140,7 @@ def choose_bases(
 ) -> dict[int, Base | str]:
     """Per offered version id: its base, or why it has none (module docstring)."""
     in_set = {item.version_id for item in offered}
-    domains = {item.domain for item in offered}
+    domains = {item.ref.domain for item in offered}
     held = session.execute(
         select(
             Version.id, Version.domain, Version.label, Version.tree_sha256, Version.bundle_sha256
@@ -155,18 +153,16 @@ def choose_bases(
             )
         )
     ).all()
-    known: dict[str, list[tuple[Any, Base]]] = {}
+    known: dict[str, list[Base]] = {}
     for version_id, domain, label, tree, bundle in held:
         if version_id not in in_set:
-            known.setdefault(domain, []).append((label_key(label), Base(label, tree, bundle)))
+            known.setdefault(domain, []).append(Base(VersionLabel(label), tree, bundle))
     choices: dict[int, Base | str] = {}
     for item in offered:
-        older = [
-            (key, base) for key, base in known.get(item.domain, []) if key < label_key(item.label)
-        ]
-        present = [(key, base) for key, base in older if store.has(base.bundle_sha256)]
+        older = [base for base in known.get(item.ref.domain, []) if base.label < item.ref.label]
+        present = [base for base in older if store.has(base.bundle_sha256)]
         if present:
-            choices[item.version_id] = max(present, key=lambda pair: pair[0])[1]
+            choices[item.version_id] = max(present, key=lambda base: base.label)
         else:
             choices[item.version_id] = BASE_BLOB_MISSING if older else NO_BASE
     return choices
@@ -190,7 +186,7 @@ def decide(
     if isinstance(base, str):
         return Choice(item, reason=base)
     delta = build_delta(store, item, base, keep=keep, limits=limits)
-    if delta.size <= item.bundle_size * ratio:
+    if delta.size <= item.ref.size * ratio:
         return Choice(item, base, delta)
     delta.close()
     return Choice(item, base, delta, NOT_SMALLER)
@@ -240,10 +236,10 @@ def _build(
     blob = DeltaBlobWriter(cast(BinaryIO, counted))
     tree = TreeArchive(lambda _data: None, mtime=archive_mtime(item.exported_at))
     sink = _Spooling(store.tmp_dir, base_files, tree, blob)
-    read_archive(store.open(item.bundle_sha256), sink, limits)
+    read_archive(store.open(item.ref.sha256), sink, limits)
     got = tree_hash((entry.path, entry.sha256) for entry in sink.files)
     if got != item.tree_sha256:
-        raise _inconsistent(item.label, got, item.tree_sha256)
+        raise _inconsistent(item.ref.label, got, item.tree_sha256)
     tree.close()
     blob.finish(sink.files)
     if output is not None:
@@ -253,7 +249,7 @@ def _build(
         sha256=counted.digest.hexdigest(),
         size=counted.size,
         entry=DeltaEntry(
-            base_version=base.label,
+            base_version=str(base.label),
             base_tree_sha256=base.tree_sha256,
             archive_sha256=tree.sha256,
             archive_size=tree.size,

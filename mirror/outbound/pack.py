@@ -75,26 +75,26 @@ from mirror.transferset.plan import (
 )
 from mirror.transferset.trust import ChainLink
 from mirror.units import format_size
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 FREE_SPACE_MARGIN = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class PackedItem:
-    domain: str
-    version: str
-    sha256: str
-    size: int
+    """A version the set carries: `ref` names the blob that carries it (its bundle, or its
+    delta blob with `delta` set), cut into `parts` parts."""
+
+    ref: VersionRef
     parts: int
     delta: DeltaEntry | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "domain": self.domain,
-            "version": self.version,
-            "sha256": self.sha256,
-            "size": self.size,
+            "domain": self.ref.domain,
+            "version": str(self.ref.label),
+            "sha256": self.ref.sha256,
+            "size": self.ref.size,
             "parts": self.parts,
             "delta": self.delta.model_dump() if self.delta is not None else None,
         }
@@ -160,7 +160,7 @@ def select_versions(
         packed = select(TransferItem.version_id)
         query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
     rows = [(version, bundle) for version, bundle in session.execute(query).all()]
-    return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
+    return sorted(rows, key=lambda row: (row[0].domain, VersionLabel(row[0].label)))
 
 
 def _carried_by(session: Session, sequence: int) -> list[int]:
@@ -204,10 +204,7 @@ class _Prepared:
         if self.plan is None:
             return []
         parts = {blob.sha256: len(blob.parts) for blob in self.plan.blobs}
-        return [
-            PackedItem(i.domain, i.version, i.sha256, i.size, parts[i.sha256], i.delta)
-            for i in self.plan.items
-        ]
+        return [PackedItem(c.ref, parts[c.ref.sha256], c.delta) for c in self.plan.items]
 
 
 @dataclass(frozen=True)
@@ -245,13 +242,10 @@ def _prepare(
         previous = ChainLink(newest.sequence, newest.manifest_sha256) if newest else None
         offered = [
             Offered(
-                version_id=version.id,
-                domain=version.domain,
-                label=version.label,
-                tree_sha256=version.tree_sha256,
-                exported_at=iso_time(version.created_at),
-                bundle_sha256=bundle.sha256,
-                bundle_size=bundle.size,
+                version.id,
+                version_ref(version, bundle),
+                version.tree_sha256,
+                iso_time(version.created_at),
             )
             for version, bundle in rows
         ]
@@ -259,7 +253,7 @@ def _prepare(
     choices: list[Choice] = []
     candidates: list[Candidate] = []
     delta_blobs: dict[str, IO[bytes]] = {}
-    for (version, bundle), item in zip(rows, offered, strict=True):
+    for (version, _), item in zip(rows, offered, strict=True):
         choice = decide(
             app.store,
             item,
@@ -272,7 +266,7 @@ def _prepare(
         if choice.delta is not None:
             stack.callback(choice.delta.close)
         choices.append(choice)
-        candidates.append(_candidate(version, bundle, choice))
+        candidates.append(_candidate(version, item, choice))
         if choice.as_delta and choice.delta is not None and choice.delta.file is not None:
             delta_blobs[choice.delta.sha256] = choice.delta.file
     return _Prepared(
@@ -283,26 +277,22 @@ def _prepare(
     )
 
 
-def _candidate(version: Version, bundle: Bundle, choice: Choice) -> Candidate:
-    whole = Candidate(
-        domain=version.domain,
-        version=version.label,
-        tree_sha256=version.tree_sha256,
-        exported_at=version.created_at,
-        sha256=bundle.sha256,
-        size=bundle.size,
-        archive_format=bundle.format,
+def version_ref(version: Version, bundle: Bundle) -> VersionRef:
+    """The index's row of a version and its bundle, as the one reference to it."""
+    return VersionRef(
+        version.domain, VersionLabel(version.label), bundle.sha256, bundle.size, bundle.format
     )
-    if not choice.as_delta or choice.delta is None:
-        return whole
-    delta = choice.delta
-    return dataclasses.replace(
-        whole,
-        sha256=delta.sha256,
-        size=delta.size,
-        archive_format=DELTA_ARCHIVE_FORMAT,
-        delta=delta.entry,
+
+
+def _candidate(version: Version, offered: Offered, choice: Choice) -> Candidate:
+    """What the plan carries for `offered`: its bundle, or the delta blob `choice` chose."""
+    delta = choice.delta if choice.as_delta else None
+    if delta is None:
+        return Candidate(offered.ref, version.tree_sha256, version.created_at)
+    carried = dataclasses.replace(
+        offered.ref, sha256=delta.sha256, size=delta.size, format=DELTA_ARCHIVE_FORMAT
     )
+    return Candidate(carried, version.tree_sha256, version.created_at, delta.entry)
 
 
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:

@@ -63,13 +63,13 @@ class TreeFile:
     sha256: str
     mode: int = FILE_MODE
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "mode": self.mode, "size": self.size, "sha256": self.sha256}
 
 
 def file_list_bytes(files: Iterable[TreeFile]) -> bytes:
     return canonical_json(
-        {"format": FILE_LIST_FORMAT, "files": [entry.to_json() for entry in files]}
+        {"format": FILE_LIST_FORMAT, "files": [entry.as_dict() for entry in files]}
     )
 
 
