@@ -23,7 +23,6 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tempfile
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from sqlalchemy.orm import Session
 from mirror.archive import ArchiveLimits, read_archive, tree_hash
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
+from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.store.blobs import BlobStore
 from mirror.store.models import TransferItem, Version
 from mirror.transferset.delta import (
@@ -45,6 +45,7 @@ from mirror.transferset.delta import (
     TreeArchive,
     TreeFile,
     archive_mtime,
+    hashing_to,
     read_chunks,
 )
 from mirror.transferset.format import DeltaEntry
@@ -232,7 +233,7 @@ def _build(
     output: IO[bytes] | None,
     limits: ArchiveLimits,
 ) -> DeltaBlob:
-    counted = _Counted(output)
+    counted = HashingWriter(output) if output is not None else hashing_to()
     blob = DeltaBlobWriter(cast(BinaryIO, counted))
     tree = TreeArchive(lambda _data: None, mtime=archive_mtime(item.exported_at))
     sink = _Spooling(store.tmp_dir, base_files, tree, blob)
@@ -246,7 +247,7 @@ def _build(
         output.flush()
         output.seek(0)
     return DeltaBlob(
-        sha256=counted.digest.hexdigest(),
+        sha256=counted.result.sha256,
         size=counted.size,
         entry=DeltaEntry(
             base_version=str(base.label),
@@ -264,44 +265,28 @@ def _build(
 
 
 def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
-    return IntegrityError(
-        f"version {label}: its stored bundle holds tree {got[:12]}, but the index records "
-        f"{recorded[:12]}; the store is inconsistent",
-        hint="run `mirror store verify`, or pack with --full",
+    """The stored bundle's tree is not the one the index records for the version."""
+    return mismatch(
+        f"version {label}: the tree of its stored bundle",
+        got,
+        recorded,
+        hint="the store is inconsistent with its index: run `mirror store verify`, "
+        "or pack with --full",
     )
 
 
-class _Counted:
-    """A write-only file that hashes and counts what passes to `target` (or nowhere)."""
-
-    def __init__(self, target: IO[bytes] | None) -> None:
-        self._target = target
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        if self._target is not None:
-            self._target.write(data)
-        return len(data)
-
-    def flush(self) -> None:
-        if self._target is not None:
-            self._target.flush()
-
-
 class _Catcher(io.RawIOBase):
-    """What a sink hands `read_archive` for one file: the bytes go to `on_bytes`; `on_done`
-    runs once the whole member was read (not when reading stopped on an error)."""
+    """What a sink hands `read_archive` for one file: the bytes are hashed on their way to
+    `target` (or nowhere); `on_done` hears their digest once the whole member was read (not
+    when reading stopped on an error)."""
 
     def __init__(
         self,
-        on_bytes: Callable[[bytes], object],
-        on_done: Callable[[], None],
+        target: IO[bytes] | None,
+        on_done: Callable[[Digest], None],
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
-        self._on_bytes = on_bytes
+        self._hashed = HashingWriter(target) if target is not None else hashing_to()
         self._on_done = on_done
         self._on_close = on_close
 
@@ -309,14 +294,12 @@ class _Catcher(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        chunk = bytes(data)
-        self._on_bytes(chunk)
-        return len(chunk)
+        return self._hashed.write(bytes(data))
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
             if exc_type is None:
-                self._on_done()
+                self._on_done(self._hashed.result)
         finally:
             self._on_close()
             self.close()
@@ -332,12 +315,10 @@ class _Hashing:
         pass
 
     def open_file(self, path: str) -> IO[bytes]:
-        digest = hashlib.sha256()
+        def done(digest: Digest) -> None:
+            self.files[path] = digest.sha256
 
-        def done() -> None:
-            self.files[path] = digest.hexdigest()
-
-        return cast(IO[bytes], _Catcher(digest.update, done))
+        return cast(IO[bytes], _Catcher(None, done))
 
 
 class _Spooling:
@@ -366,19 +347,13 @@ class _Spooling:
 
     def open_file(self, path: str) -> IO[bytes]:
         spool = SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=str(self._spool_dir))  # noqa: SIM115
-        digest = hashlib.sha256()
 
-        def take(chunk: bytes) -> None:
-            digest.update(chunk)
-            spool.write(chunk)
+        def done(digest: Digest) -> None:
+            self._add(path, spool, digest.sha256, digest.size)
 
-        def done() -> None:
-            self._add(path, spool, digest.hexdigest())
+        return cast(IO[bytes], _Catcher(cast(IO[bytes], spool), done, spool.close))
 
-        return cast(IO[bytes], _Catcher(take, done, spool.close))
-
-    def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str) -> None:
-        size = spool.tell()
+    def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str, size: int) -> None:
         self.files.append(TreeFile(path=path, size=size, sha256=sha256))
         self.paths.add(path)
         before = self._base_files.get(path)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import secrets
 import shutil
@@ -42,8 +41,9 @@ from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
 from mirror.config import Settings
-from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
-from mirror.fsutil import CHUNK_SIZE, free_bytes, fsync_dir, is_disk_full
+from mirror.errors import ConfigError, NotFound, OperationFailed, TemporaryFailure
+from mirror.fsutil import free_bytes, fsync_dir, is_disk_full
+from mirror.integrity import Digest, hash_bytes, hash_stream, require_digest
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
@@ -64,7 +64,7 @@ from mirror.transferset.format import (
     iso_time,
     sha256sums_text,
 )
-from mirror.transferset.hashing import BackgroundSha256, stream_sha256
+from mirror.transferset.hashing import BackgroundSha256
 from mirror.transferset.keys import SigningKey, load_signing_key
 from mirror.transferset.plan import (
     Candidate,
@@ -354,7 +354,7 @@ def pack(
             app, plan, key, source_id=app.settings.transfer.source_id, sources=prepared.delta_blobs
         )
         manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
-    manifest_sha256 = hashlib.sha256(data).hexdigest()
+    manifest_sha256 = hash_bytes(data)
     try:
         _record(app, manifest, manifest_sha256, out, prepared.version_ids)
     except SqlIntegrityError:
@@ -499,11 +499,11 @@ def _tool_size(tool: Path) -> int:
 def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolEntry:
     (staging / TOOL_DIR).mkdir()
     with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
-        sha256, size = stream_sha256(reader, on_progress, writer)
+        digest = hash_stream(reader, writer=writer, on_progress=on_progress)
         writer.flush()
         os.fsync(writer.fileno())
     fsync_dir(staging / TOOL_DIR)
-    return ToolEntry(name=tool.name, size=size, sha256=sha256)
+    return ToolEntry(name=tool.name, size=digest.size, sha256=digest.sha256)
 
 
 def _record(
@@ -567,12 +567,14 @@ def _write_blob(
     finally:
         if whole is not None:
             whole.close()
-    copied = sum(entry.size for entry in entries)
-    if copied != blob.size or whole_hex != blob.sha256:
-        raise IntegrityError(
-            f"stored blob {blob.sha256[:12]}… does not match its index entry",
-            hint="run `mirror store verify`",
-        )
+    copied = Digest(whole_hex, sum(entry.size for entry in entries))
+    require_digest(
+        f"stored blob {blob.sha256[:12]}…",
+        copied,
+        blob.sha256,
+        blob.size,
+        hint="the store does not match its index: run `mirror store verify`",
+    )
     return entries
 
 
@@ -600,23 +602,26 @@ def _copy_part(
     whole: BackgroundSha256 | None,
     on_progress: Progress | None,
 ) -> PartEntry:
-    digest = hashlib.sha256()
-    written = 0
+    source = _Teeing(reader, whole.update) if whole is not None else reader
     with open(staging / name, "xb") as writer:
-        while written < limit:
-            chunk = reader.read(min(CHUNK_SIZE, limit - written))
-            if not chunk:
-                break
-            writer.write(chunk)
-            digest.update(chunk)
-            if whole is not None:
-                whole.update(chunk)
-            written += len(chunk)
-            if on_progress is not None:
-                on_progress(len(chunk))
+        digest = hash_stream(source, writer=writer, limit=limit, on_progress=on_progress)
         writer.flush()
         os.fsync(writer.fileno())
-    return PartEntry(name=name, size=written, sha256=digest.hexdigest())
+    return PartEntry(name=name, size=digest.size, sha256=digest.sha256)
+
+
+class _Teeing:
+    """A reader that hands every chunk read to `also` as well (the whole blob's hash)."""
+
+    def __init__(self, reader: Any, also: Callable[[bytes], None]) -> None:
+        self._reader = reader
+        self._also = also
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk: bytes = self._reader.read(size)
+        if chunk:
+            self._also(chunk)
+        return chunk
 
 
 @contextlib.contextmanager

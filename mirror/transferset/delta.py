@@ -25,7 +25,6 @@ zlib version can change a byte; the price is an object as large as the unpacked 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import struct
@@ -33,11 +32,11 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
-from mirror.fsutil import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE, HashingWriter, mismatch
 from mirror.timestamps import parse_zoned
 from mirror.transferset.format import canonical_json, parse_strict_json
 
@@ -112,10 +111,7 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
     """Refuse a file list whose tree hash is not the signed one."""
     got = tree_hash((entry.path, entry.sha256) for entry in files)
     if got != tree_sha256:
-        raise IntegrityError(
-            f"{label}: the delta's file list hashes to tree {got[:12]}, but the signed "
-            f"manifest names tree {tree_sha256[:12]}"
-        )
+        raise mismatch(f"{label}: the tree of the delta's file list", got, tree_sha256)
 
 
 # ---- the tree archive --------------------------------------------------------------------
@@ -179,11 +175,11 @@ class TreeArchive:
 
     @property
     def sha256(self) -> str:
-        return self._gzip.digest.hexdigest()
+        return self._gzip.hashed.result.sha256
 
     @property
     def size(self) -> int:
-        return self._gzip.size
+        return self._gzip.hashed.size
 
     def _emit(self, data: bytes) -> None:
         self._tar_bytes += len(data)
@@ -194,12 +190,10 @@ class _StoredGzip:
     """gzip of stored deflate blocks: the same bytes from any zlib."""
 
     def __init__(self, write: Callable[[bytes], object]) -> None:
-        self._write = write
+        self.hashed = hashing_to(write)
         self._pending = bytearray()
         self._crc = 0
         self._length = 0
-        self.digest = hashlib.sha256()
-        self.size = 0
         self._out(_GZIP_HEADER)
 
     def write(self, data: bytes) -> None:
@@ -220,9 +214,7 @@ class _StoredGzip:
         self._out(struct.pack("<II", self._crc & 0xFFFFFFFF, self._length & 0xFFFFFFFF))
 
     def _out(self, data: bytes) -> None:
-        self.digest.update(data)
-        self.size += len(data)
-        self._write(data)
+        self.hashed.write(data)
 
 
 def _stored_block(data: bytes, final: bool) -> bytes:
@@ -390,6 +382,26 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
     if files is None:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
     yield files
+
+
+class CallbackWriter:
+    """A write-only file whose bytes go to `write`: lets a `HashingWriter` hash bytes that
+    go to a callable, or (by default) nowhere."""
+
+    def __init__(self, write: Callable[[bytes], object] = lambda _data: None) -> None:
+        self._write = write
+
+    def write(self, data: bytes) -> int:
+        self._write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def hashing_to(write: Callable[[bytes], object] = lambda _data: None) -> HashingWriter:
+    """A `HashingWriter` whose bytes go to `write` (by default nowhere: only hashed)."""
+    return HashingWriter(cast(IO[bytes], CallbackWriter(write)))
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:

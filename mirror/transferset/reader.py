@@ -18,7 +18,6 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +25,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
-from mirror.fsutil import CHUNK_SIZE, map_on_cores
+from mirror.fsutil import map_on_cores
+from mirror.integrity import CHUNK_SIZE, HashingWriter, hash_stream, require_digest
+from mirror.transferset.delta import hashing_to
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
@@ -43,7 +44,6 @@ from mirror.transferset.format import (
     ToolEntry,
     sha256sums_text,
 )
-from mirror.transferset.hashing import stream_sha256
 from mirror.transferset.keys import PublicKey, read_signature_bytes
 from mirror.transferset.trust import require_trusted, verify_manifest
 from mirror.units import format_size
@@ -123,11 +123,8 @@ def check_files(
     def check(file: tuple[str, int, str]) -> None:
         name, size, sha256 = file
         with _open_member(set_dir, name) as handle:
-            got, length = stream_sha256(handle, on_progress, limit=size + 1)
-        if length != size:
-            raise IntegrityError(f"{name}: {length} bytes, the manifest says {size}")
-        if got != sha256:
-            raise IntegrityError(f"{name}: sha256 differs from the manifest (corrupt)")
+            digest = hash_stream(handle, on_progress=on_progress, limit=size + 1)
+        require_digest(name, digest, sha256, size)
 
     for _ in map_on_cores(check, files):
         pass
@@ -245,7 +242,7 @@ class BlobReader:
         self._parts = list(item.parts)
         self._index = -1
         self._handle: BinaryIO | None = None
-        self._part_digest = hashlib.sha256()
+        self._part_digest: HashingWriter | None = None
         self._part_bytes = 0
         self._done = False
 
@@ -267,7 +264,7 @@ class BlobReader:
             self._done = True
             return None
         self._handle = _open_member(self.set_dir, self._parts[self._index].name)
-        self._part_digest = hashlib.sha256()
+        self._part_digest = hashing_to() if self.check_parts else None
         self._part_bytes = 0
         return self._handle
 
@@ -277,8 +274,8 @@ class BlobReader:
             raise IntegrityError(
                 f"{part.name}: {self._part_bytes} bytes, the manifest says {part.size}"
             )
-        if self.check_parts and self._part_digest.hexdigest() != part.sha256:
-            raise damaged_part(part.name)
+        if self._part_digest is not None:
+            require_digest(part.name, self._part_digest.result, part.sha256)
 
     def read(self, size: int = -1, /) -> bytes:
         want = CHUNK_SIZE if size is None or size < 0 else size
@@ -296,16 +293,12 @@ class BlobReader:
                     raise IntegrityError(
                         f"{part.name}: longer than the {part.size} bytes the manifest says"
                     )
-                if self.check_parts:
-                    self._part_digest.update(chunk)
+                if self._part_digest is not None:
+                    self._part_digest.write(chunk)
                 return chunk
             self._finish_part()
             handle = self._next_part()
         return b""
-
-
-def damaged_part(name: str) -> IntegrityError:
-    return IntegrityError(f"{name}: sha256 differs from the manifest (corrupt part)")
 
 
 def find_damaged_part(set_dir: Path, item: ManifestItem) -> IntegrityError | None:

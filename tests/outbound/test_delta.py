@@ -306,7 +306,7 @@ def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app
     with app.db.session() as session:
         version = session.execute(select(Version).where(Version.label == "2026-11-19")).scalar_one()
         version.tree_sha256 = "e" * 64
-    with pytest.raises(IntegrityError, match="2026-11-19: its stored bundle holds tree"):
+    with pytest.raises(IntegrityError, match="2026-11-19: the tree of its stored bundle hashes to"):
         build(app, "2026-11-19", "2026-11-18")
     assert list(app.store.tmp_dir.iterdir()) == []
 
