@@ -110,43 +110,41 @@ def transfer_pack(
     A version whose base the air-gapped side holds goes as a delta when that is small
     enough (transfer.delta_max_ratio); OUT may be left out with --dry-run."""
     from mirror.outbound import pack as packing
-    from mirror.outbound.selfbundle import tool_for_pack
 
+    chosen = packing.Selection(domain, include_all, full, from_set)
     if dry_run:
         if with_tool is not None:
             raise ConfigError("--with-tool cannot be combined with --dry-run")
-        planned = packing.dry_run(
-            cli.app,
-            out,
-            domain=domain,
-            include_all=include_all,
-            max_size=max_size,
-            full=full,
-            from_set=from_set,
-        )
-        _emit_pack(cli, planned, with_tool=False)
+        _emit_pack(cli, packing.dry_run(cli.app, out, chosen, max_size=max_size), with_tool=False)
         return
     if out is None:
         raise ConfigError("missing argument OUT", hint="name the set's directory, or --dry-run")
     with contextlib.ExitStack() as stack:
-        tool = None
-        if with_tool is not None:
-            key = packing.signing_key_from(cli.app)
-            tool = stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
+        tool = _tool(cli, stack, with_tool, out)
         (on_progress,) = stack.enter_context(_progress(cli, "packing"))
         result = packing.pack(
             cli.app,
             out,
-            domain=domain,
-            include_all=include_all,
+            chosen,
             max_size=max_size,
-            full=full,
-            from_set=from_set,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
             tool=tool,
         )
     _emit_pack(cli, result, with_tool=tool is not None)
+
+
+def _tool(
+    cli: CliContext, stack: contextlib.ExitStack, with_tool: str | None, out: Path
+) -> Path | None:
+    """The tool artefact `--with-tool` names (or builds, until `stack` closes), or None."""
+    if with_tool is None:
+        return None
+    from mirror.outbound.pack import signing_key_from
+    from mirror.outbound.selfbundle import tool_for_pack
+
+    key = signing_key_from(cli.app)
+    return stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
 
 
 def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:

@@ -43,7 +43,7 @@ def test_ack_marks_the_listed_versions_delivered(
         assert transfer.receipt_signature == result.signature
     again = ack(target_app, tmp_path / "set" / RECEIPT)
     assert again.marked == [] and len(again.already) == 2
-    assert pack(target_app, tmp_path / "next", include_all=False).nothing
+    assert pack(target_app, tmp_path / "next").nothing
 
 
 def test_ack_checks_the_receipt(

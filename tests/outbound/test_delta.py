@@ -29,7 +29,7 @@ from mirror.outbound.delta import (
     build_delta,
     choose_bases,
 )
-from mirror.outbound.pack import dry_run, pack
+from mirror.outbound.pack import Selection, dry_run, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
@@ -337,7 +337,7 @@ def test_the_delta_goes_only_when_small_enough_and_never_with_full(
         assert choice.reason == NOT_SMALLER and choice.delta is not None
         assert not choice.as_delta and choice.saving == 0
         assert whole.items[0].ref.sha256 == sha2 and whole.items[0].delta is None
-        forced = pack(app, tmp_path / "full", full=True)
+        forced = pack(app, tmp_path / "full", Selection(full=True))
         assert forced.versions[0].reason == FULL_ASKED and forced.versions[0].delta is None
         item = parse_manifest((tmp_path / "full" / MANIFEST).read_bytes()).items[0]
         assert item.delta is None and item.sha256 == sha2
