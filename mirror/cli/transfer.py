@@ -205,32 +205,7 @@ def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> N
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
         verified = verify_set(set_dir, trusted, on_progress=on_progress)
-    manifest = verified.manifest
-    cli.emit(
-        {
-            "path": str(set_dir),
-            "valid": True,
-            "sequence": manifest.sequence,
-            "previous_sequence": manifest.previous_sequence,
-            "manifest_sha256": verified.manifest_sha256,
-            "key_id": verified.key_id,
-            "source_id": manifest.source_id,
-            "created_at": manifest.created_at,
-            "total_bytes": verified.total_bytes,
-            "items": [
-                {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
-                for i in manifest.items
-            ],
-            "tool": manifest.tool.model_dump() if manifest.tool else None,
-        },
-        [
-            f"{set_dir}: valid set {manifest.sequence} from {manifest.source_id}, "
-            f"signed by key {verified.key_id}, {len(manifest.items)} version(s), "
-            f"{format_size(verified.total_bytes)}"
-        ]
-        + [f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items]
-        + ([f"  the mirror tool {manifest.tool.path}"] if manifest.tool else []),
-    )
+    cli.emit(verified.as_dict(), verified.lines())
 
 
 @transfer_group.command("import")

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
 from mirror.fsutil import map_on_cores
@@ -60,6 +60,37 @@ class VerifiedSet:
     @property
     def total_bytes(self) -> int:
         return sum(item.size for item in self.manifest.blobs())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `transfer verify` document (docs/json.md)."""
+        manifest = self.manifest
+        return {
+            "path": str(self.path),
+            "valid": True,
+            "sequence": manifest.sequence,
+            "previous_sequence": manifest.previous_sequence,
+            "manifest_sha256": self.manifest_sha256,
+            "key_id": self.key_id,
+            "source_id": manifest.source_id,
+            "created_at": manifest.created_at,
+            "total_bytes": self.total_bytes,
+            "items": [
+                {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
+                for i in manifest.items
+            ],
+            "tool": manifest.tool.model_dump() if manifest.tool else None,
+        }
+
+    def lines(self) -> list[str]:
+        """What `transfer verify` prints for a person."""
+        manifest = self.manifest
+        return [
+            f"{self.path}: valid set {manifest.sequence} from {manifest.source_id}, "
+            f"signed by key {self.key_id}, {len(manifest.items)} version(s), "
+            f"{format_size(self.total_bytes)}",
+            *[f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items],
+            *([f"  the mirror tool {manifest.tool.path}"] if manifest.tool else []),
+        ]
 
 
 def _regular_file(path: Path, name: str) -> os.stat_result:
