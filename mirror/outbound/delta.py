@@ -123,10 +123,10 @@ class Choice:
         delta = self.delta
         return {
             "domain": self.offered.ref.domain,
-            "version": self.offered.ref.label,
+            "version": str(self.offered.ref.label),
             "carried": "delta" if self.as_delta else "full",
             "reason": self.reason,
-            "base_version": self.base.label if self.base else None,
+            "base_version": str(self.base.label) if self.base else None,
             "full_size": self.offered.ref.size,
             "delta_size": delta.size if delta else None,
             "files_changed": delta.changed if delta else None,
