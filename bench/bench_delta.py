@@ -30,7 +30,8 @@ def _sets(s: Setting) -> tuple[Path, Path, Path, ManifestItem]:
     1% of the pages changed between them, packed by `transfer pack` itself: the first whole,
     the second once whole (--full) and once as a delta, both following the first set."""
     from mirror.config import settings_from_dict
-    from mirror.outbound.pack import forget_transfer, pack
+    from mirror.outbound.pack import Selection, pack
+    from mirror.outbound.records import forget_set
     from mirror.store.app import App
     from mirror.transferset.format import parse_manifest
 
@@ -50,8 +51,8 @@ def _sets(s: Setting) -> tuple[Path, Path, Path, ManifestItem]:
         pack(app, base)
         add_sim_version(app, DOMAIN, V2, export_number=1, **site)
         full = work / "set-full"
-        pack(app, full, full=True)
-        forget_transfer(app, 2)
+        pack(app, full, Selection(full=True))
+        forget_set(app, 2)
         delta = work / "set-delta"
         started = time.monotonic()
         pack(app, delta)

@@ -98,9 +98,13 @@ presign_ttl = "7d"
 
 
 def demo_steps(workdir: Path) -> list[DemoStep]:
+    """The commands the demo runs: a first delivery, then a delta and the chart."""
+    return _first_delivery(workdir) + _delta_and_chart(workdir)
+
+
+def _first_delivery(workdir: Path) -> list[DemoStep]:
+    """Export, sign, carry, import and acknowledge: every version goes whole."""
     transfer_set = str(workdir / "usb" / "set-0001")
-    next_set = str(workdir / "usb" / "set-0002")
-    first = DOMAINS[0]
     return [
         *[
             DemoStep(f"Export {d} from the vendor into the store", ["export", "run", d])
@@ -129,6 +133,14 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
             "Acknowledge the receipt on the connected side",
             ["transfer", "ack", str(Path(transfer_set) / "receipt.json")],
         ),
+    ]
+
+
+def _delta_and_chart(workdir: Path) -> list[DemoStep]:
+    """A changed export travels as a delta; the chart's values point at what was imported."""
+    next_set = str(workdir / "usb" / "set-0002")
+    first = DOMAINS[0]
+    return [
         DemoStep(
             f"Export {first} again: the vendor has changed a few pages since",
             ["export", "run", first],
@@ -159,14 +171,8 @@ def demo_steps(workdir: Path) -> list[DemoStep]:
 def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoResult:
     """Run every demo step; stop at the first that fails. The workdir is kept for a look."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="mirror-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     result = DemoResult(workdir)
-    demo_key = "mint_demo_" + secrets.token_hex(16)
-    key_file = workdir / "admin-api-key"
-    key_file.write_text(demo_key)
-    key_file.chmod(0o600)
-    (workdir / "keys").mkdir(exist_ok=True)
-    (workdir / "usb").mkdir(exist_ok=True)
+    demo_key = _prepare_workdir(workdir)
     sim_config = SimConfig(
         key=demo_key, queue_seconds=0.3, run_seconds=1.0, pages=60, bundle_size=3 * 1024**2
     )
@@ -182,34 +188,59 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
         for number, step in enumerate(demo_steps(workdir), start=1):
             echo("")
             echo(f"[{number}] {step.title}")
-            echo(f"$ mirror {' '.join(shlex.quote(a) for a in step.args)}")
-            completed = subprocess.run(
-                [sys.executable, "-m", "mirror", *step.args],
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            output = (completed.stdout + completed.stderr).rstrip()
-            result.outputs[" ".join(step.args[:2])] = completed.stdout
-            for line in output.splitlines():
-                echo(f"  {line}")
-            if step.show_file is not None and step.show_file.is_file():
-                echo(f"$ cat {step.show_file}")
-                for line in step.show_file.read_text().splitlines():
-                    echo(f"  {line}")
-            if step.list_bucket and completed.returncode == 0:
-                echo(f"What bucket {BUCKET} now holds:")
-                for line in bucket():
-                    echo(f"  {line}")
-            if completed.returncode not in step.ok_codes:
-                echo(f"  (exit {completed.returncode}: the demo stops here)")
+            if not _run_step(step, env, bucket, echo, result):
                 result.failed_step = step.title
                 return result
     echo("")
     echo(f"Done. Everything is under {workdir} (store/, usb/, values.yaml, config.toml);")
     echo(f"remove it with: rm -rf {workdir}")
     return result
+
+
+def _prepare_workdir(workdir: Path) -> str:
+    """Make the work directory and the simulator's admin key file; returns the key."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    demo_key = "mint_demo_" + secrets.token_hex(16)
+    key_file = workdir / "admin-api-key"
+    key_file.write_text(demo_key)
+    key_file.chmod(0o600)
+    (workdir / "keys").mkdir(exist_ok=True)
+    (workdir / "usb").mkdir(exist_ok=True)
+    return demo_key
+
+
+def _run_step(
+    step: DemoStep,
+    env: dict[str, str],
+    bucket: Callable[[], list[str]],
+    echo: Callable[[str], None],
+    result: DemoResult,
+) -> bool:
+    """Run one step as an operator would type it and show what it printed; False when it
+    failed (the demo stops)."""
+    echo(f"$ mirror {' '.join(shlex.quote(a) for a in step.args)}")
+    completed = subprocess.run(
+        [sys.executable, "-m", "mirror", *step.args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    result.outputs[" ".join(step.args[:2])] = completed.stdout
+    for line in (completed.stdout + completed.stderr).rstrip().splitlines():
+        echo(f"  {line}")
+    if step.show_file is not None and step.show_file.is_file():
+        echo(f"$ cat {step.show_file}")
+        for line in step.show_file.read_text().splitlines():
+            echo(f"  {line}")
+    if step.list_bucket and completed.returncode == 0:
+        echo(f"What bucket {BUCKET} now holds:")
+        for line in bucket():
+            echo(f"  {line}")
+    if completed.returncode not in step.ok_codes:
+        echo(f"  (exit {completed.returncode}: the demo stops here)")
+        return False
+    return True
 
 
 def _demo_env(config: Path) -> dict[str, str]:

@@ -1,6 +1,9 @@
 """The `mirror` command line: global options, command registration, and the one error path.
 
-Commands live in the modules beside this one and only parse, call and print.
+Commands live in the modules beside this one (one per command group; `common` holds the
+shared context and option types, `contract` the JSON contract that docs/json.md is
+generated from) and only parse, call and print. May import anything in `mirror`, but
+each command imports its package inside the command, so `--help` loads only click.
 Every failure, a usage error included, becomes one `mirror: error: ...` line
 on stderr (plus the JSON error document on stdout with --json) and the exit
 code its error class carries. Global options may come before or after the

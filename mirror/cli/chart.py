@@ -12,7 +12,7 @@ import httpx
 from mirror.airgap import chart as charts
 from mirror.airgap import layout
 from mirror.airgap.chart.gc import GcReport, gc
-from mirror.cli.common import DOMAIN, DURATION, CliContext, pass_cli
+from mirror.cli.common import DOMAIN, DURATION, CliContext, domains_option, pass_cli
 from mirror.timestamps import utcnow
 from mirror.units import format_duration, format_size
 
@@ -140,14 +140,7 @@ def check_command(cli: CliContext, file: Path, warn: float) -> None:
 
 
 @chart.command("refresh")
-@click.option(
-    "--domain",
-    "domains",
-    multiple=True,
-    type=DOMAIN,
-    metavar="D",
-    help="Refresh this domain (repeatable) [default: every [[exports]] domain].",
-)
+@domains_option("Refresh this domain (repeatable) [default: every [[exports]] domain].")
 @pass_cli
 def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     """Render chart.values_path again where its link expires soon or its version changed."""
@@ -170,14 +163,7 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
 
 
 @chart.command("gc")
-@click.option(
-    "--domain",
-    "domains",
-    multiple=True,
-    type=DOMAIN,
-    metavar="D",
-    help="Only this domain (repeatable) [default: every domain in the bucket].",
-)
+@domains_option("Only this domain (repeatable) [default: every domain in the bucket].")
 @click.option(
     "--keep",
     required=True,

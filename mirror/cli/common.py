@@ -194,3 +194,8 @@ class DomainType(click.ParamType[str]):
 DURATION = DurationType()
 SIZE = SizeType()
 DOMAIN = DomainType()
+
+
+def domains_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--domain D`, repeatable, into the command's `domains` tuple."""
+    return click.option("--domain", "domains", multiple=True, type=DOMAIN, metavar="D", help=help)

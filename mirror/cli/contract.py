@@ -708,7 +708,15 @@ def _fields(schema: Schema, prefix: str = "") -> list[str]:
 
 def render_markdown() -> str:
     """docs/json.md."""
-    out = [
+    out = _preamble()
+    for key, contract in CONTRACTS.items():
+        out += _section(key, contract)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _preamble() -> list[str]:
+    """docs/json.md's rules for every document, before the sections."""
+    return [
         "# JSON documents",
         "",
         "<!-- generated from mirror/cli/contract.py by `make docs`; do not edit -->",
@@ -741,22 +749,16 @@ def render_markdown() -> str:
         "element of the array `x`.",
         "",
     ]
-    for key, contract in CONTRACTS.items():
-        out += [
-            f"## `mirror {key}`",
-            "",
-            contract.summary,
-            "",
-            f"Example: `{contract.example}`",
-            "",
-        ]
-        out += [f"{note}" for note in contract.notes] + ([""] if contract.notes else [])
-        schema = document_schema(key)
-        if schema is None:
-            out += ["Prints no JSON document.", ""]
-            continue
-        out += ["| field | type |", "| --- | --- |", *_fields(schema), ""]
-    return "\n".join(out).rstrip() + "\n"
+
+
+def _section(key: str, contract: Contract) -> list[str]:
+    """docs/json.md's section on one command: what it prints, an example, its fields."""
+    out = [f"## `mirror {key}`", "", contract.summary, "", f"Example: `{contract.example}`", ""]
+    out += [f"{note}" for note in contract.notes] + ([""] if contract.notes else [])
+    schema = document_schema(key)
+    if schema is None:
+        return [*out, "Prints no JSON document.", ""]
+    return [*out, "| field | type |", "| --- | --- |", *_fields(schema), ""]
 
 
 def all_schemas() -> dict[str, Schema]:

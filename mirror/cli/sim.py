@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -60,38 +61,17 @@ def serve(
     host: str,
     port: int,
     key: str | None,
-    project_id: str,
-    link_ttl: float,
-    queue_seconds: float,
-    run_seconds: float,
-    pages: int,
-    page_size: int,
-    bundle_size: int | None,
-    changes_per_export: int,
-    change_share: float | None,
-    site_size: int | None,
-    max_starts_per_hour: int,
     allow_parallel_jobs: bool,
     newer_revision: bool,
     access_log: bool,
+    **config: Any,
 ) -> None:
-    """Serve the simulated vendor API until SIGTERM or SIGINT."""
-    config = SimConfig(
-        project_id=project_id,
-        queue_seconds=queue_seconds,
-        run_seconds=run_seconds,
-        link_ttl=link_ttl,
-        pages=pages,
-        page_size=page_size,
-        bundle_size=bundle_size,
-        changes_per_export=changes_per_export,
-        change_share=change_share,
-        site_size=site_size,
-        one_active_job=not allow_parallel_jobs,
-        max_starts_per_hour=max_starts_per_hour,
-    )
+    """Serve the simulated vendor API until SIGTERM or SIGINT.
+
+    The options not named here are SimConfig's fields, by the same names."""
+    settings = SimConfig(**config, one_active_job=not allow_parallel_jobs)
     if key:
-        config.key = key
+        settings.key = key
     if access_log:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(message)s")
         logging.getLogger("mirror.sim").setLevel(logging.DEBUG)
@@ -102,6 +82,20 @@ def serve(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    simulator = _start(settings, host, port, newer_revision=newer_revision)
+    try:
+        click.echo(f"simulator listening on {simulator.url}")
+        click.echo(f"project id: {settings.project_id}")
+        click.echo(f"accepted key: {settings.key}")
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        simulator.stop()
+
+
+def _start(config: SimConfig, host: str, port: int, *, newer_revision: bool) -> Simulator:
+    """A started simulator; ConfigError (exit 2) when it cannot listen there."""
     try:
         simulator = Simulator(config, host=host, port=port)
         simulator.set_faults(newer_revision=newer_revision)
@@ -111,12 +105,4 @@ def serve(
             f"simulator cannot listen on {host}:{port}: {exc.strerror or exc}",
             hint="choose another --port, or --port 0 for a free one",
         ) from exc
-    try:
-        click.echo(f"simulator listening on {simulator.url}")
-        click.echo(f"project id: {config.project_id}")
-        click.echo(f"accepted key: {config.key}")
-        sys.stdout.flush()
-        while not stop.wait(0.5):
-            pass
-    finally:
-        simulator.stop()
+    return simulator

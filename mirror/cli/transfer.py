@@ -110,43 +110,41 @@ def transfer_pack(
     A version whose base the air-gapped side holds goes as a delta when that is small
     enough (transfer.delta_max_ratio); OUT may be left out with --dry-run."""
     from mirror.outbound import pack as packing
-    from mirror.outbound.selfbundle import tool_for_pack
 
+    chosen = packing.Selection(domain, include_all, full, from_set)
     if dry_run:
         if with_tool is not None:
             raise ConfigError("--with-tool cannot be combined with --dry-run")
-        planned = packing.dry_run(
-            cli.app,
-            out,
-            domain=domain,
-            include_all=include_all,
-            max_size=max_size,
-            full=full,
-            from_set=from_set,
-        )
-        _emit_pack(cli, planned, with_tool=False)
+        _emit_pack(cli, packing.dry_run(cli.app, out, chosen, max_size=max_size), with_tool=False)
         return
     if out is None:
         raise ConfigError("missing argument OUT", hint="name the set's directory, or --dry-run")
     with contextlib.ExitStack() as stack:
-        tool = None
-        if with_tool is not None:
-            key = packing.signing_key_from(cli.app)
-            tool = stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
+        tool = _tool(cli, stack, with_tool, out)
         (on_progress,) = stack.enter_context(_progress(cli, "packing"))
         result = packing.pack(
             cli.app,
             out,
-            domain=domain,
-            include_all=include_all,
+            chosen,
             max_size=max_size,
-            full=full,
-            from_set=from_set,
             on_progress=on_progress,
             on_total=on_progress.set_total if on_progress else None,
             tool=tool,
         )
     _emit_pack(cli, result, with_tool=tool is not None)
+
+
+def _tool(
+    cli: CliContext, stack: contextlib.ExitStack, with_tool: str | None, out: Path
+) -> Path | None:
+    """The tool artefact `--with-tool` names (or builds, until `stack` closes), or None."""
+    if with_tool is None:
+        return None
+    from mirror.outbound.pack import signing_key_from
+    from mirror.outbound.selfbundle import tool_for_pack
+
+    key = signing_key_from(cli.app)
+    return stack.enter_context(tool_for_pack(with_tool, key, out.absolute().parent))
 
 
 def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
@@ -171,15 +169,15 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
     ]
     for item in result.items:
         how = f"delta against {item.delta.base_version}" if item.delta else "full"
-        lines.append(f"  {item.domain} {item.version}  {how}  {format_size(item.size)}")
+        lines.append(f"  {item.ref.domain} {item.ref.label}  {how}  {format_size(item.ref.size)}")
     if result.tool:
         lines.append(f"  with the mirror tool {result.tool}")
     cli.emit(document, lines)
 
 
 def _choice_line(choice: Choice) -> str:
-    offered = choice.offered
-    head = f"  {offered.domain} {offered.label}  full {format_size(offered.bundle_size)}"
+    offered = choice.offered.ref
+    head = f"  {offered.domain} {offered.label}  full {format_size(offered.size)}"
     delta = choice.delta
     if delta is None:
         return f"{head}  no delta: {choice.reason}"
@@ -189,7 +187,7 @@ def _choice_line(choice: Choice) -> str:
     )
     if not choice.as_delta:
         return f"{head}  delta {format_size(delta.size)} {changes}  goes full: {choice.reason}"
-    share = 100 * choice.saving // max(offered.bundle_size, 1)
+    share = 100 * choice.saving // max(offered.size, 1)
     return (
         f"{head}  delta {format_size(delta.size)} {changes}  "
         f"saves {format_size(choice.saving)} ({share}%)"
@@ -207,32 +205,7 @@ def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> N
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
         verified = verify_set(set_dir, trusted, on_progress=on_progress)
-    manifest = verified.manifest
-    cli.emit(
-        {
-            "path": str(set_dir),
-            "valid": True,
-            "sequence": manifest.sequence,
-            "previous_sequence": manifest.previous_sequence,
-            "manifest_sha256": verified.manifest_sha256,
-            "key_id": verified.key_id,
-            "source_id": manifest.source_id,
-            "created_at": manifest.created_at,
-            "total_bytes": verified.total_bytes,
-            "items": [
-                {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
-                for i in manifest.items
-            ],
-            "tool": manifest.tool.model_dump() if manifest.tool else None,
-        },
-        [
-            f"{set_dir}: valid set {manifest.sequence} from {manifest.source_id}, "
-            f"signed by key {verified.key_id}, {len(manifest.items)} version(s), "
-            f"{format_size(verified.total_bytes)}"
-        ]
-        + [f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items]
-        + ([f"  the mirror tool {manifest.tool.path}"] if manifest.tool else []),
-    )
+    cli.emit(verified.as_dict(), verified.lines())
 
 
 @transfer_group.command("import")

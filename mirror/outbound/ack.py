@@ -22,14 +22,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from mirror.errors import IntegrityError, NotFound
+from mirror.errors import IntegrityError
+from mirror.outbound.records import carried_versions, packed_set
 from mirror.store.app import App
-from mirror.store.models import Transfer, TransferItem, Version
+from mirror.store.models import Transfer
 from mirror.timestamps import utcnow
 from mirror.transferset.keys import PublicKey, load_trusted_keys
-from mirror.transferset.receipt import read_receipt
+from mirror.transferset.receipt import Receipt, read_receipt
 
 log = logging.getLogger(__name__)
 ACCEPTED_UNSIGNED = "accepted by --accept-unsigned"
@@ -68,6 +69,28 @@ def ack(
     `accept_unsigned` (module docstring)."""
     if trusted is None:
         trusted = load_trusted_keys(app.settings.target.trusted_keys)
+    receipt, signature = _believe(receipt_path, trusted, accept_unsigned)
+    digest = receipt.manifest_sha256
+    with app.db.session() as session:
+        transfer = packed_set(
+            session,
+            Transfer.manifest_sha256 == digest,
+            f"with manifest {digest[:16]}…",
+            "acknowledge the receipt on the host that packed the set",
+        )
+        if transfer.sequence != receipt.sequence:
+            raise IntegrityError(
+                f"{receipt_path.name}: sequence {receipt.sequence} does not match the "
+                f"packed set {transfer.sequence}"
+            )
+        result = _mark(session, transfer, receipt, now(), signature)
+    return result
+
+
+def _believe(
+    receipt_path: Path, trusted: Mapping[str, PublicKey], accept_unsigned: bool
+) -> tuple[Receipt, str]:
+    """The receipt and how it was signed; a receipt believed unsigned says so, and is logged."""
     receipt, signature = read_receipt(receipt_path, trusted, accept_unsigned=accept_unsigned)
     if not signature.startswith("verified"):
         signature = f"{signature}, {ACCEPTED_UNSIGNED}"
@@ -77,44 +100,31 @@ def ack(
             receipt_path,
             signature,
         )
-    digest = receipt.manifest_sha256
-    moment = now()
+    return receipt, signature
+
+
+def _mark(
+    session: Session, transfer: Transfer, receipt: Receipt, moment: datetime, signature: str
+) -> AckResult:
+    """Mark what `receipt` lists of the versions `transfer` carried; the set is acknowledged
+    once every one of them is listed."""
     marked: list[tuple[str, str]] = []
     already: list[tuple[str, str]] = []
-    with app.db.session() as session:
-        transfer = session.execute(
-            select(Transfer).where(Transfer.manifest_sha256 == digest)
-        ).scalar_one_or_none()
-        if transfer is None:
-            raise NotFound(
-                f"no transfer set packed here has manifest {digest[:16]}…",
-                hint="acknowledge the receipt on the host that packed the set",
-            )
-        if transfer.sequence != receipt.sequence:
-            raise IntegrityError(
-                f"{receipt_path.name}: sequence {receipt.sequence} does not match the "
-                f"packed set {transfer.sequence}"
-            )
-        versions = session.execute(
-            select(Version)
-            .join(TransferItem, TransferItem.version_id == Version.id)
-            .where(TransferItem.transfer_id == transfer.id)
-        ).scalars()
-        complete = True
-        for version in versions:
-            if not receipt.lists(
-                version.domain, version.label, version.bundle_sha256, version.tree_sha256
-            ):
-                complete = False
-                continue
-            if version.delivered_at is None:
-                version.delivered_at = moment
-                marked.append((version.domain, version.label))
-            else:
-                already.append((version.domain, version.label))
-        if complete and transfer.acknowledged_at is None:
-            transfer.acknowledged_at = moment
-        if marked or transfer.receipt_signature is None:
-            transfer.receipt_signature = signature
-        sequence = transfer.sequence
-    return AckResult(sequence, digest, marked, already, signature, complete)
+    complete = True
+    for version in carried_versions(session, transfer):
+        if not receipt.lists(
+            version.domain, version.label, version.bundle_sha256, version.tree_sha256
+        ):
+            complete = False
+        elif version.delivered_at is None:
+            version.delivered_at = moment
+            marked.append((version.domain, version.label))
+        else:
+            already.append((version.domain, version.label))
+    if complete and transfer.acknowledged_at is None:
+        transfer.acknowledged_at = moment
+    if marked or transfer.receipt_signature is None:
+        transfer.receipt_signature = signature
+    return AckResult(
+        transfer.sequence, transfer.manifest_sha256, marked, already, signature, complete
+    )

@@ -4,7 +4,7 @@ A version V of domain D may travel as a delta (`transferset/delta.py`: the file 
 the contents its base lacks) when the air-gapped side already holds an earlier version.
 
 Promises:
-- `choose_bases`: V's base is the newest version of D with an older label (`label_key`)
+- `choose_bases`: V's base is the newest version of D with an older label (`VersionLabel` order)
   that the air-gapped side is known to hold, delivered (an acknowledged receipt) or,
   without receipts, packed in an earlier set, and whose bundle is in the store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
@@ -23,7 +23,6 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import tempfile
 from collections.abc import Callable, Sequence
@@ -38,6 +37,7 @@ from sqlalchemy.orm import Session
 from mirror.archive import ArchiveLimits, read_archive, tree_hash
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
+from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.store.blobs import BlobStore
 from mirror.store.models import TransferItem, Version
 from mirror.transferset.compression import current
@@ -46,10 +46,11 @@ from mirror.transferset.delta import (
     TreeArchive,
     TreeFile,
     archive_mtime,
+    hashing_to,
     read_chunks,
 )
 from mirror.transferset.format import DeltaEntry
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024
 
@@ -61,20 +62,18 @@ FULL_ASKED = "--full"
 
 @dataclass(frozen=True)
 class Offered:
-    """A version offered for the set, with its bundle; `exported_at` as the manifest spells it."""
+    """A version offered for the set (`ref`: its bundle), its index id, its tree and its
+    export time as the manifest spells it."""
 
     version_id: int
-    domain: str
-    label: str
+    ref: VersionRef
     tree_sha256: str
     exported_at: str
-    bundle_sha256: str
-    bundle_size: int
 
 
 @dataclass(frozen=True)
 class Base:
-    label: str
+    label: VersionLabel
     tree_sha256: str
     bundle_sha256: str
 
@@ -119,17 +118,17 @@ class Choice:
 
     @property
     def saving(self) -> int:
-        return self.offered.bundle_size - self.delta.size if self.as_delta and self.delta else 0
+        return self.offered.ref.size - self.delta.size if self.as_delta and self.delta else 0
 
     def as_dict(self) -> dict[str, Any]:
         delta = self.delta
         return {
-            "domain": self.offered.domain,
-            "version": self.offered.label,
+            "domain": self.offered.ref.domain,
+            "version": str(self.offered.ref.label),
             "carried": "delta" if self.as_delta else "full",
             "reason": self.reason,
-            "base_version": self.base.label if self.base else None,
-            "full_size": self.offered.bundle_size,
+            "base_version": str(self.base.label) if self.base else None,
+            "full_size": self.offered.ref.size,
             "delta_size": delta.size if delta else None,
             "files_changed": delta.changed if delta else None,
             "files_added": delta.added if delta else None,
@@ -143,7 +142,7 @@ def choose_bases(
 ) -> dict[int, Base | str]:
     """Per offered version id: its base, or why it has none (module docstring)."""
     in_set = {item.version_id for item in offered}
-    domains = {item.domain for item in offered}
+    domains = {item.ref.domain for item in offered}
     held = session.execute(
         select(
             Version.id, Version.domain, Version.label, Version.tree_sha256, Version.bundle_sha256
@@ -156,18 +155,16 @@ def choose_bases(
             )
         )
     ).all()
-    known: dict[str, list[tuple[Any, Base]]] = {}
+    known: dict[str, list[Base]] = {}
     for version_id, domain, label, tree, bundle in held:
         if version_id not in in_set:
-            known.setdefault(domain, []).append((label_key(label), Base(label, tree, bundle)))
+            known.setdefault(domain, []).append(Base(VersionLabel(label), tree, bundle))
     choices: dict[int, Base | str] = {}
     for item in offered:
-        older = [
-            (key, base) for key, base in known.get(item.domain, []) if key < label_key(item.label)
-        ]
-        present = [(key, base) for key, base in older if store.has(base.bundle_sha256)]
+        older = [base for base in known.get(item.ref.domain, []) if base.label < item.ref.label]
+        present = [base for base in older if store.has(base.bundle_sha256)]
         if present:
-            choices[item.version_id] = max(present, key=lambda pair: pair[0])[1]
+            choices[item.version_id] = max(present, key=lambda base: base.label)
         else:
             choices[item.version_id] = BASE_BLOB_MISSING if older else NO_BASE
     return choices
@@ -191,7 +188,7 @@ def decide(
     if isinstance(base, str):
         return Choice(item, reason=base)
     delta = build_delta(store, item, base, keep=keep, limits=limits)
-    if delta.size <= item.bundle_size * ratio:
+    if delta.size <= item.ref.size * ratio:
         return Choice(item, base, delta)
     delta.close()
     return Choice(item, base, delta, NOT_SMALLER)
@@ -237,27 +234,27 @@ def _build(
     output: IO[bytes] | None,
     limits: ArchiveLimits,
 ) -> DeltaBlob:
-    counted = _Counted(output)
+    counted = HashingWriter(output) if output is not None else hashing_to()
     blob = DeltaBlobWriter(cast(BinaryIO, counted))
     compression = current()
     tree = TreeArchive(
         lambda _data: None, mtime=archive_mtime(item.exported_at), compression=compression
     )
     sink = _Spooling(store.tmp_dir, base_files, tree, blob)
-    read_archive(store.open(item.bundle_sha256), sink, limits)
+    read_archive(store.open(item.ref.sha256), sink, limits)
     got = tree_hash((entry.path, entry.sha256) for entry in sink.files)
     if got != item.tree_sha256:
-        raise _inconsistent(item.label, got, item.tree_sha256)
+        raise _inconsistent(item.ref.label, got, item.tree_sha256)
     tree.close()
     blob.finish(sink.files)
     if output is not None:
         output.flush()
         output.seek(0)
     return DeltaBlob(
-        sha256=counted.digest.hexdigest(),
+        sha256=counted.result.sha256,
         size=counted.size,
         entry=DeltaEntry(
-            base_version=base.label,
+            base_version=str(base.label),
             base_tree_sha256=base.tree_sha256,
             archive_sha256=tree.sha256,
             archive_size=tree.size,
@@ -273,44 +270,28 @@ def _build(
 
 
 def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
-    return IntegrityError(
-        f"version {label}: its stored bundle holds tree {got[:12]}, but the index records "
-        f"{recorded[:12]}; the store is inconsistent",
-        hint="run `mirror store verify`, or pack with --full",
+    """The stored bundle's tree is not the one the index records for the version."""
+    return mismatch(
+        f"version {label}: the tree of its stored bundle",
+        got,
+        recorded,
+        hint="the store is inconsistent with its index: run `mirror store verify`, "
+        "or pack with --full",
     )
 
 
-class _Counted:
-    """A write-only file that hashes and counts what passes to `target` (or nowhere)."""
-
-    def __init__(self, target: IO[bytes] | None) -> None:
-        self._target = target
-        self.digest = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        if self._target is not None:
-            self._target.write(data)
-        return len(data)
-
-    def flush(self) -> None:
-        if self._target is not None:
-            self._target.flush()
-
-
 class _Catcher(io.RawIOBase):
-    """What a sink hands `read_archive` for one file: the bytes go to `on_bytes`; `on_done`
-    runs once the whole member was read (not when reading stopped on an error)."""
+    """What a sink hands `read_archive` for one file: the bytes are hashed on their way to
+    `target` (or nowhere); `on_done` hears their digest once the whole member was read (not
+    when reading stopped on an error)."""
 
     def __init__(
         self,
-        on_bytes: Callable[[bytes], object],
-        on_done: Callable[[], None],
+        target: IO[bytes] | None,
+        on_done: Callable[[Digest], None],
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
-        self._on_bytes = on_bytes
+        self._hashed = HashingWriter(target) if target is not None else hashing_to()
         self._on_done = on_done
         self._on_close = on_close
 
@@ -318,14 +299,12 @@ class _Catcher(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        chunk = bytes(data)
-        self._on_bytes(chunk)
-        return len(chunk)
+        return self._hashed.write(bytes(data))
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
             if exc_type is None:
-                self._on_done()
+                self._on_done(self._hashed.result)
         finally:
             self._on_close()
             self.close()
@@ -341,12 +320,10 @@ class _Hashing:
         pass
 
     def open_file(self, path: str) -> IO[bytes]:
-        digest = hashlib.sha256()
+        def done(digest: Digest) -> None:
+            self.files[path] = digest.sha256
 
-        def done() -> None:
-            self.files[path] = digest.hexdigest()
-
-        return cast(IO[bytes], _Catcher(digest.update, done))
+        return cast(IO[bytes], _Catcher(None, done))
 
 
 class _Spooling:
@@ -375,19 +352,13 @@ class _Spooling:
 
     def open_file(self, path: str) -> IO[bytes]:
         spool = SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY, dir=str(self._spool_dir))  # noqa: SIM115
-        digest = hashlib.sha256()
 
-        def take(chunk: bytes) -> None:
-            digest.update(chunk)
-            spool.write(chunk)
+        def done(digest: Digest) -> None:
+            self._add(path, spool, digest.sha256, digest.size)
 
-        def done() -> None:
-            self._add(path, spool, digest.hexdigest())
+        return cast(IO[bytes], _Catcher(cast(IO[bytes], spool), done, spool.close))
 
-        return cast(IO[bytes], _Catcher(take, done, spool.close))
-
-    def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str) -> None:
-        size = spool.tell()
+    def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str, size: int) -> None:
         self.files.append(TreeFile(path=path, size=size, sha256=sha256))
         self.paths.add(path)
         before = self._base_files.get(path)

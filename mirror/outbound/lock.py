@@ -16,13 +16,12 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError
-from mirror.integrity import CHUNK_SIZE
+from mirror.integrity import hash_file
 
 LOCK_NAME = "requirements.lock"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
@@ -103,14 +102,6 @@ def unlocked_wheels(
         elif not same:
             locked = ", ".join(pin.version for pin in pinned)
             problems.append(f"{wheel.name}: the lock pins {name}=={locked}")
-        elif check_hashes and _sha256(wheel) not in set().union(*(p.hashes for p in same)):
+        elif check_hashes and hash_file(wheel).sha256 not in set().union(*(p.hashes for p in same)):
             problems.append(f"{wheel.name}: its sha256 is none of the lock's hashes")
     return problems
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK_SIZE):
-            digest.update(chunk)
-    return digest.hexdigest()

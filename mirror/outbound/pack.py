@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import secrets
 import shutil
@@ -37,17 +36,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
 from mirror.config import Settings
-from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
+from mirror.errors import ConfigError, OperationFailed, TemporaryFailure
 from mirror.fsutil import free_bytes, fsync_dir, is_disk_full
-from mirror.integrity import CHUNK_SIZE, BackgroundSha256, hash_stream
-from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
+from mirror.integrity import (
+    BackgroundSha256,
+    Digest,
+    hash_bytes,
+    hash_stream,
+    require_digest,
+)
+from mirror.outbound.delta import NO_BASE, Base, Choice, Offered, choose_bases, decide
+from mirror.outbound.records import by_sequence, carried_versions, newest_set, record_set
 from mirror.store.app import App
-from mirror.store.models import Bundle, Transfer, TransferItem, Version
+from mirror.store.models import Bundle, TransferItem, Version
 from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     BLOBS,
@@ -75,26 +81,26 @@ from mirror.transferset.plan import (
 )
 from mirror.transferset.trust import ChainLink
 from mirror.units import format_size
-from mirror.versions import label_key
+from mirror.versions import VersionLabel, VersionRef
 
 FREE_SPACE_MARGIN = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class PackedItem:
-    domain: str
-    version: str
-    sha256: str
-    size: int
+    """A version the set carries: `ref` names the blob that carries it (its bundle, or its
+    delta blob with `delta` set), cut into `parts` parts."""
+
+    ref: VersionRef
     parts: int
     delta: DeltaEntry | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "domain": self.domain,
-            "version": self.version,
-            "sha256": self.sha256,
-            "size": self.size,
+            "domain": self.ref.domain,
+            "version": str(self.ref.label),
+            "sha256": self.ref.sha256,
+            "size": self.ref.size,
             "parts": self.parts,
             "delta": self.delta.model_dump() if self.delta is not None else None,
         }
@@ -146,38 +152,31 @@ def signing_key_from_settings(settings: Settings) -> SigningKey:
     return load_signing_key(Path(path))
 
 
-def select_versions(
-    session: Session, *, domain: str | None, include_all: bool, from_set: int | None = None
-) -> list[tuple[Version, Bundle]]:
-    """Versions to pack: not delivered and never packed (or every one with include_all, or
-    those set `from_set` carried)."""
+@dataclass(frozen=True)
+class Selection:
+    """Which versions a pack carries (`select_versions`) and how (`full`: never deltas):
+    the undelivered, never-packed ones (or every one with `include_all`, or those set
+    `from_set` carried), of `domain` when given."""
+
+    domain: str | None = None
+    include_all: bool = False
+    full: bool = False
+    from_set: int | None = None
+
+
+def select_versions(session: Session, chosen: Selection) -> list[tuple[Version, Bundle]]:
+    """The versions `chosen` names, with their bundles, by domain then label."""
     query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
-    if domain:
-        query = query.where(Version.domain == domain.lower())
-    if from_set is not None:
-        query = query.where(Version.id.in_(_carried_by(session, from_set)))
-    elif not include_all:
+    if chosen.domain:
+        query = query.where(Version.domain == chosen.domain.lower())
+    if chosen.from_set is not None:
+        carried = carried_versions(session, by_sequence(session, chosen.from_set))
+        query = query.where(Version.id.in_([version.id for version in carried]))
+    elif not chosen.include_all:
         packed = select(TransferItem.version_id)
         query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
     rows = [(version, bundle) for version, bundle in session.execute(query).all()]
-    return sorted(rows, key=lambda row: (row[0].domain, label_key(row[0].label)))
-
-
-def _carried_by(session: Session, sequence: int) -> list[int]:
-    """The version ids set `sequence` carried; NotFound when no such set was packed here."""
-    transfer = session.execute(
-        select(Transfer).where(Transfer.sequence == sequence)
-    ).scalar_one_or_none()
-    if transfer is None:
-        raise NotFound(
-            f"no transfer set {sequence} was packed here",
-            hint="run it on the host that packed the set (`mirror status` there)",
-        )
-    return list(
-        session.execute(
-            select(TransferItem.version_id).where(TransferItem.transfer_id == transfer.id)
-        ).scalars()
-    )
+    return sorted(rows, key=lambda row: (row[0].domain, VersionLabel(row[0].label)))
 
 
 def disk_free(path: Path) -> int:
@@ -200,24 +199,48 @@ class _Prepared:
     version_ids: list[int]
     delta_blobs: dict[str, IO[bytes]]
 
-    def items(self) -> list[PackedItem]:
-        if self.plan is None:
-            return []
-        parts = {blob.sha256: len(blob.parts) for blob in self.plan.blobs}
-        return [
-            PackedItem(i.domain, i.version, i.sha256, i.size, parts[i.sha256], i.delta)
-            for i in self.plan.items
-        ]
+    def result(self, **given: Any) -> PackResult:
+        """What was (or, dry, would be) packed; `given` fills the rest of the PackResult."""
+        plan = self.plan
+        if plan is None:
+            return PackResult(None, None, None, **given)
+        parts = {blob.sha256: len(blob.parts) for blob in plan.blobs}
+        return PackResult(
+            sequence=plan.sequence,
+            items=[PackedItem(c.ref, parts[c.ref.sha256], c.delta) for c in plan.items],
+            total_bytes=plan.total_bytes,
+            part_count=plan.part_count,
+            versions=self.choices,
+            **{"path": None, "manifest_sha256": None, **given},
+        )
 
 
 @dataclass(frozen=True)
-class Selection:
-    """Which versions a pack carries (`select_versions`) and how (`full`: never deltas)."""
+class _Offer:
+    """What the index offers for a set: each version's row, its Offered and its base (or
+    why it has none), and the set the new one follows."""
 
-    domain: str | None = None
-    include_all: bool = False
-    full: bool = False
-    from_set: int | None = None
+    versions: list[Version]
+    offered: list[Offered]
+    bases: dict[int, Base | str]
+    previous: ChainLink | None
+
+
+def _offer(app: App, chosen: Selection) -> _Offer:
+    with app.db.session() as session:
+        rows = select_versions(session, chosen)
+        offered = [
+            Offered(
+                version.id,
+                version_ref(version, bundle),
+                version.tree_sha256,
+                iso_time(version.created_at),
+            )
+            for version, bundle in rows
+        ]
+        bases = {} if chosen.full else choose_bases(session, app.store, offered)
+        previous = newest_set(session)
+    return _Offer([version for version, _ in rows], offered, bases, previous)
 
 
 def _prepare(
@@ -229,80 +252,50 @@ def _prepare(
     keep_deltas: bool,
 ) -> _Prepared:
     """Decide how each version goes and plan the set; kept delta blobs close with `stack`."""
-    full = chosen.full
-    with app.db.session() as session:
-        rows = select_versions(
-            session,
-            domain=chosen.domain,
-            include_all=chosen.include_all,
-            from_set=chosen.from_set,
-        )
-        newest = session.execute(
-            select(Transfer).where(
-                Transfer.sequence == select(func.max(Transfer.sequence)).scalar_subquery()
-            )
-        ).scalar_one_or_none()
-        previous = ChainLink(newest.sequence, newest.manifest_sha256) if newest else None
-        offered = [
-            Offered(
-                version_id=version.id,
-                domain=version.domain,
-                label=version.label,
-                tree_sha256=version.tree_sha256,
-                exported_at=iso_time(version.created_at),
-                bundle_sha256=bundle.sha256,
-                bundle_size=bundle.size,
-            )
-            for version, bundle in rows
-        ]
-        bases = {} if full else choose_bases(session, app.store, offered)
+    offer = _offer(app, chosen)
     choices: list[Choice] = []
     candidates: list[Candidate] = []
     delta_blobs: dict[str, IO[bytes]] = {}
-    for (version, bundle), item in zip(rows, offered, strict=True):
+    for version, item in zip(offer.versions, offer.offered, strict=True):
         choice = decide(
             app.store,
             item,
-            bases.get(item.version_id, NO_BASE),
+            offer.bases.get(item.version_id, NO_BASE),
             ratio=app.settings.transfer.delta_max_ratio,
-            full=full,
+            full=chosen.full,
             keep=keep_deltas,
             limits=app.settings.store.archive_limits(),
         )
         if choice.delta is not None:
             stack.callback(choice.delta.close)
         choices.append(choice)
-        candidates.append(_candidate(version, bundle, choice))
+        candidates.append(_candidate(version, item, choice))
         if choice.as_delta and choice.delta is not None and choice.delta.file is not None:
             delta_blobs[choice.delta.sha256] = choice.delta.file
     return _Prepared(
-        plan_set(candidates, previous, part_limit),
+        plan_set(candidates, offer.previous, part_limit),
         choices,
-        [item.version_id for item in offered],
+        [item.version_id for item in offer.offered],
         delta_blobs,
     )
 
 
-def _candidate(version: Version, bundle: Bundle, choice: Choice) -> Candidate:
-    whole = Candidate(
-        domain=version.domain,
-        version=version.label,
-        tree_sha256=version.tree_sha256,
-        exported_at=version.created_at,
-        sha256=bundle.sha256,
-        size=bundle.size,
-        archive_format=bundle.format,
+def version_ref(version: Version, bundle: Bundle) -> VersionRef:
+    """The index's row of a version and its bundle, as the one reference to it."""
+    return VersionRef(
+        version.domain, VersionLabel(version.label), bundle.sha256, bundle.size, bundle.format
     )
-    if not choice.as_delta or choice.delta is None:
-        return whole
-    delta = choice.delta
-    return dataclasses.replace(
-        whole,
-        sha256=delta.sha256,
-        size=delta.size,
-        archive_format=DELTA_ARCHIVE_FORMAT,
-        delta=delta.entry,
+
+
+def _candidate(version: Version, offered: Offered, choice: Choice) -> Candidate:
+    """What the plan carries for `offered`: its bundle, or the delta blob `choice` chose."""
+    delta = choice.delta if choice.as_delta else None
+    if delta is None:
+        return Candidate(offered.ref, version.tree_sha256, version.created_at)
+    carried = dataclasses.replace(
+        offered.ref, sha256=delta.sha256, size=delta.size, format=DELTA_ARCHIVE_FORMAT
     )
+    return Candidate(carried, version.tree_sha256, version.created_at, delta.entry)
 
 
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
@@ -322,15 +315,18 @@ def _no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
     )
 
 
+def _part_limit(app: App, max_size: int | None) -> int:
+    part_limit = max_size if max_size is not None else app.settings.transfer.max_size
+    check_part_limit(part_limit)
+    return part_limit
+
+
 def pack(
     app: App,
     out: Path,
+    chosen: Selection = Selection(),
     *,
-    domain: str | None = None,
-    include_all: bool = False,
     max_size: int | None = None,
-    full: bool = False,
-    from_set: int | None = None,
     signing_key: SigningKey | None = None,
     now: Callable[[], datetime] = utcnow,
     on_progress: Progress | None = None,
@@ -338,24 +334,23 @@ def pack(
     on_total: Callable[[int], None] | None = None,
     tool: Path | None = None,
 ) -> PackResult:
-    """Write a signed transfer set to `out` and record it; nothing to pack is not an error.
+    """Write a signed transfer set of the versions `chosen` names to `out` and record it;
+    nothing to pack is not an error.
 
-    `full` carries every version as its whole bundle; `from_set` the versions that set
-    carried, again (module docstring). `on_total` hears the bytes
-    `on_progress` will count, before the first of them. `tool` (a `mirror-tool-VERSION.tar`
-    from `mirror bundle-self`) is carried as `tool/<name>`, listed and signed in the
-    manifest like a blob."""
+    `chosen.full` carries every version as its whole bundle; `chosen.from_set` the versions
+    that set carried, again (module docstring). `on_total` hears the bytes `on_progress`
+    will count, before the first of them. `tool` (a `mirror-tool-VERSION.tar` from
+    `mirror bundle-self`) is carried as `tool/<name>`, listed and signed in the manifest
+    like a blob."""
     out = out.absolute()
-    part_limit = max_size if max_size is not None else app.settings.transfer.max_size
-    check_part_limit(part_limit)
+    part_limit = _part_limit(app, max_size)
     _check_out(out)
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
-        chosen = Selection(domain, include_all, full, from_set)
         prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=True)
         plan = prepared.plan
         if plan is None:
-            return PackResult(None, None, None, key.key_id)
+            return prepared.result(key_id=key.key_id)
         needed = plan.total_bytes + (_tool_size(tool) if tool is not None else 0)
         if on_total is not None:
             on_total(needed)
@@ -364,65 +359,49 @@ def pack(
             app, plan, key, source_id=app.settings.transfer.source_id, sources=prepared.delta_blobs
         )
         manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
-    manifest_sha256 = hashlib.sha256(data).hexdigest()
+    manifest_sha256 = hash_bytes(data)
+    _record(app, manifest, manifest_sha256, out, prepared.version_ids)
+    return prepared.result(
+        path=out,
+        manifest_sha256=manifest_sha256,
+        key_id=key.key_id,
+        tool=manifest.tool.path if manifest.tool is not None else None,
+    )
+
+
+def _record(
+    app: App, manifest: Manifest, manifest_sha256: str, out: Path, version_ids: list[int]
+) -> None:
+    """Record the written set; the loser of two packs racing for its sequence removes it."""
     try:
-        _record(app, manifest, manifest_sha256, out, prepared.version_ids)
+        record_set(app, manifest, manifest_sha256, out, version_ids)
     except SqlIntegrityError:
         shutil.rmtree(out, ignore_errors=True)
         raise TemporaryFailure(
-            f"another pack took sequence {plan.sequence} at the same time; run again"
+            f"another pack took sequence {manifest.sequence} at the same time; run again"
         ) from None
-    return PackResult(
-        path=out,
-        sequence=plan.sequence,
-        manifest_sha256=manifest_sha256,
-        key_id=key.key_id,
-        items=prepared.items(),
-        total_bytes=plan.total_bytes,
-        part_count=plan.part_count,
-        tool=manifest.tool.path if manifest.tool is not None else None,
-        versions=prepared.choices,
-    )
 
 
 def dry_run(
     app: App,
     out: Path | None = None,
+    chosen: Selection = Selection(),
     *,
-    domain: str | None = None,
-    include_all: bool = False,
     max_size: int | None = None,
-    full: bool = False,
     free_space: Callable[[Path], int] | None = None,
-    from_set: int | None = None,
 ) -> PackResult:
     """What `pack` would carry, and how: every version's full size, delta size (or why it
     goes whole) and changes against its base. Writes nothing: no set, no record, no file
     (the deltas are only hashed). With `out`, the same checks of OUT and its free space."""
-    part_limit = max_size if max_size is not None else app.settings.transfer.max_size
-    check_part_limit(part_limit)
+    part_limit = _part_limit(app, max_size)
     if out is not None:
         out = out.absolute()
         _check_out(out)
     with contextlib.ExitStack() as stack:
-        chosen = Selection(domain, include_all, full, from_set)
         prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=False)
-    plan = prepared.plan
-    if plan is None:
-        return PackResult(None, None, None, None, dry_run=True)
-    if out is not None:
-        _check_free_space(out, plan.total_bytes, free_space)
-    return PackResult(
-        path=None,
-        sequence=plan.sequence,
-        manifest_sha256=None,
-        key_id=None,
-        items=prepared.items(),
-        total_bytes=plan.total_bytes,
-        part_count=plan.part_count,
-        dry_run=True,
-        versions=prepared.choices,
-    )
+    if out is not None and prepared.plan is not None:
+        _check_free_space(out, prepared.plan.total_bytes, free_space)
+    return prepared.result(key_id=None, dry_run=True)
 
 
 class _SetWriter:
@@ -510,45 +489,10 @@ def _copy_tool(tool: Path, staging: Path, on_progress: Progress | None) -> ToolE
     (staging / TOOL_DIR).mkdir()
     with open(tool, "rb") as reader, open(staging / TOOL_DIR / tool.name, "xb") as writer:
         digest = hash_stream(reader, writer=writer, on_progress=on_progress)
-        sha256, size = digest.sha256, digest.size
         writer.flush()
         os.fsync(writer.fileno())
     fsync_dir(staging / TOOL_DIR)
-    return ToolEntry(name=tool.name, size=size, sha256=sha256)
-
-
-def _record(
-    app: App, manifest: Manifest, manifest_sha256: str, out: Path, version_ids: list[int]
-) -> None:
-    with app.db.session() as session:
-        transfer = Transfer(
-            sequence=manifest.sequence,
-            previous_sequence=manifest.previous_sequence,
-            manifest_sha256=manifest_sha256,
-            path=str(out),
-            item_count=len(manifest.items),
-            total_bytes=sum(item.size for item in manifest.blobs()),
-        )
-        session.add(transfer)
-        session.flush()
-        for version_id in version_ids:
-            session.add(TransferItem(transfer_id=transfer.id, version_id=version_id))
-
-
-def forget_transfer(app: App, sequence: int) -> None:
-    """Drop the record of a packed set that never left this host (a failed push)."""
-    with app.db.session() as session:
-        transfer = session.execute(
-            select(Transfer).where(Transfer.sequence == sequence)
-        ).scalar_one_or_none()
-        if transfer is None:
-            return
-        for item in session.execute(
-            select(TransferItem).where(TransferItem.transfer_id == transfer.id)
-        ).scalars():
-            session.delete(item)
-        session.flush()
-        session.delete(transfer)
+    return ToolEntry(name=tool.name, size=digest.size, sha256=digest.sha256)
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -578,12 +522,14 @@ def _write_blob(
     finally:
         if whole is not None:
             whole.close()
-    copied = sum(entry.size for entry in entries)
-    if copied != blob.size or whole_hex != blob.sha256:
-        raise IntegrityError(
-            f"stored blob {blob.sha256[:12]}… does not match its index entry",
-            hint="run `mirror store verify`",
-        )
+    copied = Digest(whole_hex, sum(entry.size for entry in entries))
+    require_digest(
+        f"stored blob {blob.sha256[:12]}…",
+        copied,
+        blob.sha256,
+        blob.size,
+        hint="the store does not match its index: run `mirror store verify`",
+    )
     return entries
 
 
@@ -611,23 +557,26 @@ def _copy_part(
     whole: BackgroundSha256 | None,
     on_progress: Progress | None,
 ) -> PartEntry:
-    digest = hashlib.sha256()
-    written = 0
+    source = _Teeing(reader, whole.update) if whole is not None else reader
     with open(staging / name, "xb") as writer:
-        while written < limit:
-            chunk = reader.read(min(CHUNK_SIZE, limit - written))
-            if not chunk:
-                break
-            writer.write(chunk)
-            digest.update(chunk)
-            if whole is not None:
-                whole.update(chunk)
-            written += len(chunk)
-            if on_progress is not None:
-                on_progress(len(chunk))
+        digest = hash_stream(source, writer=writer, limit=limit, on_progress=on_progress)
         writer.flush()
         os.fsync(writer.fileno())
-    return PartEntry(name=name, size=written, sha256=digest.hexdigest())
+    return PartEntry(name=name, size=digest.size, sha256=digest.sha256)
+
+
+class _Teeing:
+    """A reader that hands every chunk read to `also` as well (the whole blob's hash)."""
+
+    def __init__(self, reader: Any, also: Callable[[bytes], None]) -> None:
+        self._reader = reader
+        self._also = also
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk: bytes = self._reader.read(size)
+        if chunk:
+            self._also(chunk)
+        return chunk
 
 
 @contextlib.contextmanager

@@ -24,7 +24,8 @@ from mirror.airgap import layout
 from mirror.airgap.importer import ImportResult, Promote, import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.outbound.ack import AckResult, ack
-from mirror.outbound.pack import forget_transfer, pack, signing_key_from, temporary_set_dir
+from mirror.outbound.pack import Selection, pack, signing_key_from, temporary_set_dir
+from mirror.outbound.records import forget_set
 from mirror.store.app import App
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT
@@ -68,8 +69,7 @@ def push(
         packed = pack(
             app,
             set_dir,
-            domain=domain,
-            include_all=include_all,
+            Selection(domain, include_all),
             max_size=max_size,
             signing_key=key,
             now=now,
@@ -89,7 +89,7 @@ def push(
             )
         except BaseException:
             if not _target_has(store, packed.sequence, packed.manifest_sha256):
-                forget_transfer(app, packed.sequence)
+                forget_set(app, packed.sequence)
             raise
         acknowledged = ack(app, set_dir / RECEIPT, now=now, trusted=own)
         receipt = json.loads((set_dir / RECEIPT).read_bytes())

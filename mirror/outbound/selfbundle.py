@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import importlib.metadata as metadata
 import os
 import re
@@ -47,7 +46,7 @@ from typing import Any
 from mirror import __version__
 from mirror.errors import ConfigError, OperationFailed
 from mirror.fsutil import fsync_dir
-from mirror.integrity import CHUNK_SIZE
+from mirror.integrity import hash_bytes, hash_file
 from mirror.outbound.lock import LOCK_NAME, read_lock, unlocked_wheels
 from mirror.transferset.keys import SigningKey
 
@@ -176,12 +175,12 @@ def bundle_self(
         fsync_dir(out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    digest, size = _file_sha256(target)
+    digest = hash_file(target)
     return ToolBundle(
         path=target,
         version=__version__,
-        sha256=digest,
-        size=size,
+        sha256=digest.sha256,
+        size=digest.size,
         key_id=signing_key.key_id,
         targets=targets,
         wheels=_wheel_names(target),
@@ -376,7 +375,7 @@ def wheel_from_installed(dist: metadata.Distribution, dest: Path) -> Path:
                 continue
             data = Path(str(dist.locate_file(entry))).read_bytes()
             archive.writestr(str(entry), data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            digest = base64.urlsafe_b64encode(bytes.fromhex(hash_bytes(data))).rstrip(b"=")
             record.append(f"{entry},sha256={digest.decode()},{len(data)}")
         record.append(f"{info_dir}/RECORD,,")
         archive.writestr(f"{info_dir}/RECORD", "\n".join(record) + "\n")
@@ -397,19 +396,8 @@ def _copy_files(sources: ToolSources, root: Path) -> None:
 def _sha256sums(root: Path) -> bytes:
     lines = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        digest, _ = _file_sha256(path)
-        lines.append(f"{digest}  {path.relative_to(root).as_posix()}\n")
+        lines.append(f"{hash_file(path).sha256}  {path.relative_to(root).as_posix()}\n")
     return "".join(lines).encode("utf-8")
-
-
-def _file_sha256(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK_SIZE):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 def _write_tar(root: Path, target: Path) -> None:

@@ -26,7 +26,6 @@ Promises: memory is one piece plus its compressed form; the same input and the s
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import zlib
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from mirror.errors import ConfigError
+from mirror.integrity import Digest, HashingWriter
 
 LIBRARY = "deflate"
 CHUNK_SIZE = 1024 * 1024
@@ -96,8 +96,8 @@ def require_reproducible(spec: Compression | None) -> None:
 class GzipSink(Protocol):
     """Where a tree archive's tar stream goes: compressed, counted and hashed."""
 
-    digest: hashlib._Hash
-    size: int
+    @property
+    def result(self) -> Digest: ...
 
     def write(self, data: bytes) -> None: ...
 
@@ -115,12 +115,15 @@ def gzip_sink(spec: Compression | None, write: Callable[[bytes], object]) -> Gzi
 class _Output:
     def __init__(self, write: Callable[[bytes], object]) -> None:
         self._write = write
-        self.digest = hashlib.sha256()
-        self.size = 0
+        self._hashed = HashingWriter()
+
+    @property
+    def result(self) -> Digest:
+        """sha256 and size of the compressed bytes written so far."""
+        return self._hashed.result
 
     def _out(self, data: bytes) -> None:
-        self.digest.update(data)
-        self.size += len(data)
+        self._hashed.write(data)
         self._write(data)
 
 

@@ -32,11 +32,11 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
-from mirror.integrity import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE, HashingWriter, mismatch
 from mirror.timestamps import parse_zoned
 from mirror.transferset.compression import Compression, gzip_sink
 from mirror.transferset.format import canonical_json, parse_strict_json
@@ -61,13 +61,13 @@ class TreeFile:
     sha256: str
     mode: int = FILE_MODE
 
-    def to_json(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "mode": self.mode, "size": self.size, "sha256": self.sha256}
 
 
 def file_list_bytes(files: Iterable[TreeFile]) -> bytes:
     return canonical_json(
-        {"format": FILE_LIST_FORMAT, "files": [entry.to_json() for entry in files]}
+        {"format": FILE_LIST_FORMAT, "files": [entry.as_dict() for entry in files]}
     )
 
 
@@ -110,10 +110,7 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
     """Refuse a file list whose tree hash is not the signed one."""
     got = tree_hash((entry.path, entry.sha256) for entry in files)
     if got != tree_sha256:
-        raise IntegrityError(
-            f"{label}: the delta's file list hashes to tree {got[:12]}, but the signed "
-            f"manifest names tree {tree_sha256[:12]}"
-        )
+        raise mismatch(f"{label}: the tree of the delta's file list", got, tree_sha256)
 
 
 # ---- the tree archive --------------------------------------------------------------------
@@ -183,11 +180,11 @@ class TreeArchive:
 
     @property
     def sha256(self) -> str:
-        return self._gzip.digest.hexdigest()
+        return self._gzip.result.sha256
 
     @property
     def size(self) -> int:
-        return self._gzip.size
+        return self._gzip.result.size
 
     def _emit(self, data: bytes) -> None:
         self._tar_bytes += len(data)
@@ -355,6 +352,26 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
     if files is None:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
     yield files
+
+
+class CallbackWriter:
+    """A write-only file whose bytes go to `write`: lets a `HashingWriter` hash bytes that
+    go to a callable, or (by default) nowhere."""
+
+    def __init__(self, write: Callable[[bytes], object] = lambda _data: None) -> None:
+        self._write = write
+
+    def write(self, data: bytes) -> int:
+        self._write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def hashing_to(write: Callable[[bytes], object] = lambda _data: None) -> HashingWriter:
+    """A `HashingWriter` whose bytes go to `write` (by default nowhere: only hashed)."""
+    return HashingWriter(cast(IO[bytes], CallbackWriter(write)))
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:

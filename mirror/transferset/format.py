@@ -19,7 +19,6 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from pydantic import (
 
 from mirror.errors import IntegrityError
 from mirror.hostnames import is_domain
+from mirror.integrity import hash_bytes
 from mirror.timestamps import parse_zoned, rfc3339
 from mirror.transferset.compression import Compression
 
@@ -337,8 +337,8 @@ def sha256sums_text(manifest: Manifest, manifest_bytes: bytes, signature_bytes: 
     sums = {part.name: part.sha256 for item in manifest.blobs() for part in item.parts}
     if manifest.tool is not None:
         sums[manifest.tool.path] = manifest.tool.sha256
-    sums[MANIFEST] = hashlib.sha256(manifest_bytes).hexdigest()
-    sums[SIGNATURE] = hashlib.sha256(signature_bytes).hexdigest()
+    sums[MANIFEST] = hash_bytes(manifest_bytes)
+    sums[SIGNATURE] = hash_bytes(signature_bytes)
     return "".join(f"{sums[name]}  {name}\n" for name in sorted(sums)).encode("ascii")
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import fsync_dir
+from mirror.integrity import hash_bytes
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def raw_public_bytes(key: Ed25519PublicKey) -> bytes:
 
 def key_id_of(key: Ed25519PublicKey) -> str:
     """First 16 hex digits of sha256(raw public key)."""
-    return hashlib.sha256(raw_public_bytes(key)).hexdigest()[:KEY_ID_LENGTH]
+    return hash_bytes(raw_public_bytes(key))[:KEY_ID_LENGTH]
 
 
 @dataclass(frozen=True)

@@ -33,21 +33,17 @@ from mirror.transferset.format import (
 )
 from mirror.transferset.trust import ChainLink
 from mirror.units import format_size
-from mirror.versions import label_key
+from mirror.versions import VersionRef
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A version offered for the set, with the blob that carries it: its bundle, or (with
-    `delta`) its delta blob."""
+    """A version offered for the set, with the blob that carries it: `ref` names its bundle,
+    or (with `delta`) its delta blob (sha256, size, and the delta's archive format)."""
 
-    domain: str
-    version: str
+    ref: VersionRef
     tree_sha256: str
     exported_at: datetime
-    sha256: str
-    size: int
-    archive_format: str
     delta: DeltaEntry | None = None
 
 
@@ -101,14 +97,14 @@ class SetPlan:
             max_part_size=self.part_limit,
             items=[
                 ManifestItem(
-                    domain=item.domain,
-                    version=item.version,
-                    sha256=item.sha256,
-                    size=item.size,
-                    archive_format=item.archive_format,
+                    domain=item.ref.domain,
+                    version=str(item.ref.label),
+                    sha256=item.ref.sha256,
+                    size=item.ref.size,
+                    archive_format=item.ref.format,
                     tree_sha256=item.tree_sha256,
                     exported_at=iso_time(item.exported_at),
-                    parts=parts[item.sha256],
+                    parts=parts[item.ref.sha256],
                     delta=item.delta,
                 )
                 for item in self.items
@@ -137,11 +133,13 @@ def plan_set(
     check_part_limit(part_limit)
     if not candidates:
         return None
-    items = tuple(sorted(candidates, key=lambda c: (c.domain, label_key(c.version))))
+    items = tuple(sorted(candidates, key=lambda c: (c.ref.domain, c.ref.label)))
     blobs: dict[str, PlannedBlob] = {}
     for item in items:
-        if item.sha256 not in blobs:
-            parts = plan_parts(item.sha256, item.size, part_limit)
-            blobs[item.sha256] = PlannedBlob(item.sha256, item.size, parts)
+        ref = item.ref
+        if ref.sha256 not in blobs:
+            blobs[ref.sha256] = PlannedBlob(
+                ref.sha256, ref.size, plan_parts(ref.sha256, ref.size, part_limit)
+            )
     sequence = previous.sequence + 1 if previous is not None else 1
     return SetPlan(sequence, previous, part_limit, items, tuple(blobs.values()))

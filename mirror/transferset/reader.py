@@ -18,16 +18,16 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
 from mirror.fsutil import map_on_cores
-from mirror.integrity import CHUNK_SIZE, hash_stream
+from mirror.integrity import CHUNK_SIZE, HashingWriter, hash_stream, require_digest
+from mirror.transferset.delta import hashing_to
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
@@ -60,6 +60,37 @@ class VerifiedSet:
     @property
     def total_bytes(self) -> int:
         return sum(item.size for item in self.manifest.blobs())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `transfer verify` document (docs/json.md)."""
+        manifest = self.manifest
+        return {
+            "path": str(self.path),
+            "valid": True,
+            "sequence": manifest.sequence,
+            "previous_sequence": manifest.previous_sequence,
+            "manifest_sha256": self.manifest_sha256,
+            "key_id": self.key_id,
+            "source_id": manifest.source_id,
+            "created_at": manifest.created_at,
+            "total_bytes": self.total_bytes,
+            "items": [
+                {"domain": i.domain, "version": i.version, "sha256": i.sha256, "size": i.size}
+                for i in manifest.items
+            ],
+            "tool": manifest.tool.model_dump() if manifest.tool else None,
+        }
+
+    def lines(self) -> list[str]:
+        """What `transfer verify` prints for a person."""
+        manifest = self.manifest
+        return [
+            f"{self.path}: valid set {manifest.sequence} from {manifest.source_id}, "
+            f"signed by key {self.key_id}, {len(manifest.items)} version(s), "
+            f"{format_size(self.total_bytes)}",
+            *[f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items],
+            *([f"  the mirror tool {manifest.tool.path}"] if manifest.tool else []),
+        ]
 
 
 def _regular_file(path: Path, name: str) -> os.stat_result:
@@ -124,11 +155,7 @@ def check_files(
         name, size, sha256 = file
         with _open_member(set_dir, name) as handle:
             digest = hash_stream(handle, on_progress=on_progress, limit=size + 1)
-        got, length = digest.sha256, digest.size
-        if length != size:
-            raise IntegrityError(f"{name}: {length} bytes, the manifest says {size}")
-        if got != sha256:
-            raise IntegrityError(f"{name}: sha256 differs from the manifest (corrupt)")
+        require_digest(name, digest, sha256, size)
 
     for _ in map_on_cores(check, files):
         pass
@@ -246,7 +273,7 @@ class BlobReader:
         self._parts = list(item.parts)
         self._index = -1
         self._handle: BinaryIO | None = None
-        self._part_digest = hashlib.sha256()
+        self._part_digest: HashingWriter | None = None
         self._part_bytes = 0
         self._done = False
 
@@ -268,7 +295,7 @@ class BlobReader:
             self._done = True
             return None
         self._handle = _open_member(self.set_dir, self._parts[self._index].name)
-        self._part_digest = hashlib.sha256()
+        self._part_digest = hashing_to() if self.check_parts else None
         self._part_bytes = 0
         return self._handle
 
@@ -278,8 +305,8 @@ class BlobReader:
             raise IntegrityError(
                 f"{part.name}: {self._part_bytes} bytes, the manifest says {part.size}"
             )
-        if self.check_parts and self._part_digest.hexdigest() != part.sha256:
-            raise damaged_part(part.name)
+        if self._part_digest is not None:
+            require_digest(part.name, self._part_digest.result, part.sha256)
 
     def read(self, size: int = -1, /) -> bytes:
         want = CHUNK_SIZE if size is None or size < 0 else size
@@ -297,16 +324,12 @@ class BlobReader:
                     raise IntegrityError(
                         f"{part.name}: longer than the {part.size} bytes the manifest says"
                     )
-                if self.check_parts:
-                    self._part_digest.update(chunk)
+                if self._part_digest is not None:
+                    self._part_digest.write(chunk)
                 return chunk
             self._finish_part()
             handle = self._next_part()
         return b""
-
-
-def damaged_part(name: str) -> IntegrityError:
-    return IntegrityError(f"{name}: sha256 differs from the manifest (corrupt part)")
 
 
 def find_damaged_part(set_dir: Path, item: ManifestItem) -> IntegrityError | None:

@@ -59,11 +59,11 @@ class Receipt(BaseModel):
     def to_bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json")) + b"\n"
 
-    def lists(self, domain: str, version: str, sha256: str, tree_sha256: str) -> bool:
+    def lists(self, domain: str, label: str, sha256: str, tree_sha256: str) -> bool:
         """Whether the receipt says this version was published: the same bundle, or (for a
         version carried as a delta) an archive of the same tree."""
         return any(
-            (item.domain, item.version) == (domain, version)
+            (item.domain, item.version) == (domain, label)
             and (item.sha256 == sha256 or item.tree_sha256 == tree_sha256)
             for item in self.items
         )

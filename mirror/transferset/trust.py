@@ -14,11 +14,11 @@ Promises:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mirror.errors import ConfigError, IntegrityError
+from mirror.integrity import hash_bytes
 from mirror.transferset.format import MANIFEST, SIGNATURE, Manifest, parse_manifest
 from mirror.transferset.keys import PublicKey, verify_signature
 
@@ -56,7 +56,7 @@ def verify_manifest(
         )
     if follows is not None:
         check_follows(manifest, follows)
-    digest = hashlib.sha256(manifest_bytes).hexdigest()
+    digest = hash_bytes(manifest_bytes)
     return TrustedManifest(manifest, manifest_bytes, digest, key.key_id)
 
 

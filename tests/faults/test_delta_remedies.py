@@ -253,7 +253,7 @@ def refusal(damage: Refusal, refused: str) -> Any:
         refusal(base_in_the_same_set, "of the same set"),
         refusal(contents_neither_carried_nor_in_the_base, "neither in the delta nor in the base"),
         refusal(delta_rebuilds_another_archive, "the rebuilt archive hashes to"),
-        refusal(file_list_not_the_signed_tree, "signed manifest names tree"),
+        refusal(file_list_not_the_signed_tree, "the tree of the delta's file list hashes to"),
         refusal(carried_contents_swapped, "from the delta"),
     ],
 )

@@ -344,7 +344,7 @@ def swapped_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]
 def file_list_not_the_signed_tree(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
     files = _honest(trees)
     files = [f if f.path != "guides/a.html" else replace(f, path="guides/aa.html") for f in files]
-    return DeltaSpec(files=files), None, ["hashes to tree", "signed manifest names tree"]
+    return DeltaSpec(files=files), None, ["the tree of the delta's file list hashes to"]
 
 
 def path_escaping_the_root(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:

@@ -23,7 +23,7 @@ from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_
 from tests.fixtures.artefact import offline_env
 from tests.fixtures.versions import add_version
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def documented(block: str, page: str = "README.md") -> str:

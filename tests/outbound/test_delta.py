@@ -29,7 +29,7 @@ from mirror.outbound.delta import (
     build_delta,
     choose_bases,
 )
-from mirror.outbound.pack import dry_run, pack
+from mirror.outbound.pack import Selection, dry_run, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
@@ -43,6 +43,7 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
 from mirror.transferset.reader import verify_set
+from mirror.versions import VersionLabel, VersionRef
 from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version
 
@@ -80,7 +81,10 @@ def offered(app: App, *labels: str, domain: str = DOCS) -> list[Offered]:
         ).scalars()
         return [
             Offered(
-                v.id, v.domain, v.label, v.tree_sha256, iso_time(v.created_at), v.bundle_sha256, 0
+                v.id,
+                VersionRef(v.domain, VersionLabel(v.label), v.bundle_sha256, 0, "tar.gz"),
+                v.tree_sha256,
+                iso_time(v.created_at),
             )
             for v in rows
         ]
@@ -92,7 +96,7 @@ def bases_of(app: App, *labels: str) -> dict[str, str]:
     with app.db.session() as session:
         chosen = choose_bases(session, app.store, items)
     return {
-        item.label: (found.label if isinstance(found, Base) else found)
+        item.ref.label: (found.label if isinstance(found, Base) else found)
         for item in items
         for found in [chosen[item.version_id]]
     }
@@ -193,7 +197,7 @@ def build(app: App, label: str, base_label: str, *, domain: str = DOCS, keep: bo
     """(the offered version, its DeltaBlob against `base_label`)."""
     (item,) = offered(app, label, domain=domain)
     (base,) = offered(app, base_label, domain=domain)
-    chosen = Base(base.label, base.tree_sha256, base.bundle_sha256)
+    chosen = Base(base.ref.label, base.tree_sha256, base.ref.sha256)
     return item, build_delta(app.store, item, chosen, keep=keep)
 
 
@@ -303,7 +307,7 @@ def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app
     with app.db.session() as session:
         version = session.execute(select(Version).where(Version.label == "2026-11-19")).scalar_one()
         version.tree_sha256 = "e" * 64
-    with pytest.raises(IntegrityError, match="2026-11-19: its stored bundle holds tree"):
+    with pytest.raises(IntegrityError, match="2026-11-19: the tree of its stored bundle hashes to"):
         build(app, "2026-11-19", "2026-11-18")
     assert list(app.store.tmp_dir.iterdir()) == []
 
@@ -333,8 +337,8 @@ def test_the_delta_goes_only_when_small_enough_and_never_with_full(
         (choice,) = whole.versions
         assert choice.reason == NOT_SMALLER and choice.delta is not None
         assert not choice.as_delta and choice.saving == 0
-        assert whole.items[0].sha256 == sha2 and whole.items[0].delta is None
-        forced = pack(app, tmp_path / "full", full=True)
+        assert whole.items[0].ref.sha256 == sha2 and whole.items[0].delta is None
+        forced = pack(app, tmp_path / "full", Selection(full=True))
         assert forced.versions[0].reason == FULL_ASKED and forced.versions[0].delta is None
         item = parse_manifest((tmp_path / "full" / MANIFEST).read_bytes()).items[0]
         assert item.delta is None and item.sha256 == sha2
@@ -356,7 +360,9 @@ def test_dry_run_reports_each_version_and_writes_nothing(transfer_app: App, tmp_
     out.parent.mkdir()
     planned = dry_run(app, out)
     assert planned.dry_run and planned.path is None and planned.sequence == 1
-    by_label = {(c.offered.domain, c.offered.label): c.as_dict() for c in planned.versions}
+    by_label = {
+        (c.offered.ref.domain, str(c.offered.ref.label)): c.as_dict() for c in planned.versions
+    }
     assert by_label[("api.example.com", "2026-11-19")]["reason"] == NO_BASE
     docs = by_label[(DOCS, "2026-11-19")]
     assert docs["carried"] == "delta" and docs["base_version"] == "2026-11-18"

@@ -17,7 +17,7 @@ from mirror.errors import (
     NotFound,
     TemporaryFailure,
 )
-from mirror.outbound.pack import FREE_SPACE_MARGIN, pack
+from mirror.outbound.pack import FREE_SPACE_MARGIN, Selection, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.timestamps import utcnow
@@ -82,14 +82,14 @@ def test_pack_is_incremental_and_chained(transfer_app: App, tmp_path: Path) -> N
     assert pack(transfer_app, tmp_path / "s2").nothing
     add_version(transfer_app, "docs.example.com", "2026-11-21")
     second = pack(transfer_app, tmp_path / "s2")
-    assert [i.version for i in second.items] == ["2026-11-21"]
+    assert [i.ref.label for i in second.items] == ["2026-11-21"]
     manifest = parse_manifest((tmp_path / "s2" / MANIFEST).read_bytes())
     assert manifest.sequence == 2 and manifest.previous_sequence == 1
     assert manifest.previous_manifest_sha256 == first.manifest_sha256
-    everything = pack(transfer_app, tmp_path / "s3", include_all=True)
-    assert [i.version for i in everything.items] == ["2026-11-20", "2026-11-21"]
+    everything = pack(transfer_app, tmp_path / "s3", Selection(include_all=True))
+    assert [i.ref.label for i in everything.items] == ["2026-11-20", "2026-11-21"]
     assert everything.sequence == 3
-    only = pack(transfer_app, tmp_path / "s4", include_all=True, domain="other.example.com")
+    only = pack(transfer_app, tmp_path / "s4", Selection("other.example.com", include_all=True))
     assert only.nothing
 
 
@@ -101,7 +101,7 @@ def test_delivered_versions_are_left_out(transfer_app: App, tmp_path: Path) -> N
         assert version is not None
         version.delivered_at = utcnow()
     result = pack(transfer_app, tmp_path / "s1")
-    assert [i.version for i in result.items] == ["2026-11-21"]
+    assert [i.ref.label for i in result.items] == ["2026-11-21"]
 
 
 def test_big_blob_is_split_into_parts_that_each_verify(
@@ -221,13 +221,13 @@ def test_from_set_packs_that_sets_versions_again_in_a_new_sequence(
         for version in session.execute(select(Version)).scalars():
             version.delivered_at = utcnow()
     assert pack(transfer_app, tmp_path / "none").nothing
-    again = pack(transfer_app, tmp_path / "s3", from_set=1, full=True)
+    again = pack(transfer_app, tmp_path / "s3", Selection(full=True, from_set=1))
     assert again.sequence == 3
-    assert sorted((i.domain, i.version) for i in again.items) == sorted(
-        (i.domain, i.version) for i in first.items
+    assert sorted((i.ref.domain, i.ref.label) for i in again.items) == sorted(
+        (i.ref.domain, i.ref.label) for i in first.items
     )
-    only = pack(transfer_app, tmp_path / "s4", from_set=1, domain="api.example.com")
-    assert [(i.domain, i.version) for i in only.items] == [("api.example.com", "2026-11-20")]
+    only = pack(transfer_app, tmp_path / "s4", Selection("api.example.com", from_set=1))
+    assert [(i.ref.domain, i.ref.label) for i in only.items] == [("api.example.com", "2026-11-20")]
     with pytest.raises(NotFound, match="no transfer set 9 was packed here"):
-        pack(transfer_app, tmp_path / "s9", from_set=9)
+        pack(transfer_app, tmp_path / "s9", Selection(from_set=9))
     assert not (tmp_path / "s9").exists()

@@ -10,20 +10,17 @@ from mirror.errors import ConfigError
 from mirror.transferset.format import MIN_PART_SIZE, PartEntry, part_names
 from mirror.transferset.plan import Candidate, plan_parts, plan_set
 from mirror.transferset.trust import ChainLink
+from mirror.versions import VersionLabel, VersionRef
 
 MiB = 1024 * 1024
 T0 = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
 
 
-def candidate(domain: str, version: str, sha: str, size: int) -> Candidate:
+def candidate(domain: str, label: str, sha: str, size: int) -> Candidate:
     return Candidate(
-        domain=domain,
-        version=version,
+        VersionRef(domain, VersionLabel(label), sha * 64, size, "tar.gz"),
         tree_sha256="0" * 64,
         exported_at=T0,
-        sha256=sha * 64,
-        size=size,
-        archive_format="tar.gz",
     )
 
 
@@ -64,7 +61,7 @@ def test_items_are_ordered_by_domain_then_version_and_shared_blobs_planned_once(
         MiB,
     )
     assert plan is not None
-    assert [(i.domain, i.version) for i in plan.items] == [
+    assert [(i.ref.domain, i.ref.label) for i in plan.items] == [
         ("a.example", "2026-11-20"),
         ("a.example", "2026-11-21.9"),
         ("a.example", "2026-11-21.10"),

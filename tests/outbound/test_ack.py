@@ -43,7 +43,7 @@ def test_ack_marks_the_listed_versions_delivered(
         assert transfer.receipt_signature == result.signature
     again = ack(target_app, tmp_path / "set" / RECEIPT)
     assert again.marked == [] and len(again.already) == 2
-    assert pack(target_app, tmp_path / "next", include_all=False).nothing
+    assert pack(target_app, tmp_path / "next").nothing
 
 
 def test_ack_checks_the_receipt(
@@ -62,7 +62,9 @@ def test_ack_checks_the_receipt(
     document["manifest_sha256"] = "e" * 64
     receipt.write_text(json.dumps(document))
     (tmp_path / "set" / "receipt.json.sig").unlink()
-    with pytest.raises(NotFound, match="no transfer set packed here"):
+    with pytest.raises(
+        NotFound, match="no transfer set with manifest eeeeeeeeeeeeeeee… was packed here"
+    ):
         ack(target_app, receipt, accept_unsigned=True)
     receipt.write_text("{}")
     with pytest.raises(IntegrityError, match="not a mirror transfer receipt"):

@@ -250,7 +250,7 @@ def test_a_file_list_whose_tree_is_not_the_signed_one_is_refused() -> None:
     entries = _entries(TREE)
     check_tree(entries, tree_hash((e.path, e.sha256) for e in entries), label="v2")
     swapped = [*entries[:2], TreeFile(entries[2].path, entries[3].size, entries[3].sha256)]
-    with pytest.raises(IntegrityError, match="hashes to tree"):
+    with pytest.raises(IntegrityError, match="the tree of the delta's file list hashes to"):
         check_tree(swapped, tree_hash((e.path, e.sha256) for e in entries[:3]), label="v2")
 
 
