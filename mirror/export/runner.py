@@ -76,7 +76,7 @@ from mirror.export.outcome import DownloadEvents, ExportOutcome, RunEvent, job_e
 from mirror.export.runstate import RunContext
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.store.app import App
-from mirror.store.bundles import add_bundle, add_version, latest_version
+from mirror.store.bundles import add_bundle, add_version, latest_version, version_ref
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink, ExportJob, VendorClient
@@ -372,8 +372,7 @@ class _Runner(RunContext):
             forget_unindexed_blob(self.app, run.sha256)
         self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
         blob = self.store.blob_path(bundle.sha256)
-        label = VersionLabel(latest.label)
-        ref = VersionRef(self.domain, label, bundle.sha256, bundle.size, bundle.format)
+        ref = version_ref(latest, bundle)
         return outcome_of(self.current, "unchanged", ref, blob, report, self.claim.resumed)
 
 

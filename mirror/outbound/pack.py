@@ -53,6 +53,7 @@ from mirror.integrity import (
 from mirror.outbound.delta import NO_BASE, Base, Choice, Offered, choose_bases, decide
 from mirror.outbound.records import by_sequence, carried_versions, newest_set, record_set
 from mirror.store.app import App
+from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, TransferItem, Version
 from mirror.timestamps import utcnow
 from mirror.transferset.format import (
@@ -277,13 +278,6 @@ def _prepare(
         choices,
         [item.version_id for item in offer.offered],
         delta_blobs,
-    )
-
-
-def version_ref(version: Version, bundle: Bundle) -> VersionRef:
-    """The index's row of a version and its bundle, as the one reference to it."""
-    return VersionRef(
-        version.domain, VersionLabel(version.label), bundle.sha256, bundle.size, bundle.format
     )
 
 

@@ -20,7 +20,7 @@ from mirror.archive import ArchiveReport
 from mirror.store.db import dialect_insert
 from mirror.store.models import Bundle, Version
 from mirror.timestamps import utcnow
-from mirror.versions import VersionLabel, next_label
+from mirror.versions import VersionLabel, VersionRef, next_label
 
 
 def add_bundle(
@@ -81,3 +81,10 @@ def newest_version(versions: Iterable[Version]) -> Version | None:
 def latest_version(session: Session, domain: str) -> Version | None:
     """The domain's newest version by label order."""
     return newest_version(session.scalars(select(Version).where(Version.domain == domain)))
+
+
+def version_ref(version: Version, bundle: Bundle) -> VersionRef:
+    """The index's row of a version and its bundle, as the one reference to it."""
+    return VersionRef(
+        version.domain, VersionLabel(version.label), bundle.sha256, bundle.size, bundle.format
+    )

@@ -20,9 +20,10 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from mirror.fsutil import VALIDATOR_SUFFIX
 from mirror.store.app import App
 from mirror.store.blobs import BlobProblem
+from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, ExportRun, Version
 from mirror.timestamps import rfc3339, rfc3339_or_none
-from mirror.versions import VersionLabel, VersionRef
+from mirror.versions import VersionRef
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,7 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     with app.db.session() as session:
         rows = [
             StoredVersion(
-                ref=VersionRef(
-                    version.domain,
-                    VersionLabel(version.label),
-                    bundle.sha256,
-                    bundle.size,
-                    bundle.format,
-                ),
+                ref=version_ref(version, bundle),
                 tree_sha256=version.tree_sha256,
                 file_count=bundle.file_count,
                 created_at=version.created_at,
