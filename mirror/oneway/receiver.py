@@ -40,6 +40,7 @@ from mirror.transferset.reader import verify_set
 log = logging.getLogger(__name__)
 SAVE_EVERY = 1.0
 RECV_SIZE = 65536
+WAITING = 8192
 
 
 @dataclass
@@ -89,6 +90,9 @@ class _Session:
         self.table: Table | None = None
         self.assembly: Assembly | None = None
         self.ended = False
+        self.waiting: list[Datagram] = []
+        """DATA that came before the table (a receiver started mid-pass, a table lost):
+        kept, up to WAITING datagrams, and placed once the table is known."""
 
 
 class Receiver:
@@ -141,10 +145,14 @@ class Receiver:
     def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
         assembly = session.assembly
         if assembly is None:
-            return None  # no table yet: the packet cannot be placed
+            if len(session.waiting) < WAITING:
+                session.waiting.append(datagram)
+            return None
         session.ended = False
+        repaired = assembly.repaired
         if assembly.add(datagram.file, datagram.block, datagram.payload):
             self.metrics.blocks.inc()
+            self.metrics.repaired.inc(assembly.repaired - repaired)
             if self.on_block is not None:
                 self.on_block(assembly.table.block_length(datagram.file, datagram.block))
             if assembly.complete:
@@ -169,9 +177,13 @@ class Receiver:
             return None
         session.table = table
         session.assembly = Assembly(self.spool, table, max_decoders=self.max_decoders)
-        self.metrics.repaired.inc(0)
         if session.assembly.complete:
             return self._finish(session)
+        waiting, session.waiting = session.waiting, []
+        for early in waiting:
+            outcome = self._data(session, early)
+            if outcome is not None:
+                return outcome
         return None
 
     def _end(self, session: _Session, datagram: Datagram) -> Outcome | None:

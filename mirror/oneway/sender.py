@@ -27,7 +27,7 @@ from mirror.oneway.table import Table
 from mirror.oneway.wire import Kind, build
 
 DEFAULT_DEPTH = 16
-TABLE_EVERY = 4096
+TABLE_EVERY = 1024
 END_REPEAT = 3
 Only = Mapping[int, frozenset[int] | None]
 """file index -> the blocks to send (None: all of them); empty mapping: every file."""
@@ -87,6 +87,7 @@ def pass_datagrams(
             count += 1
             if count % TABLE_EVERY == 0:
                 yield from tables
+    yield from tables
 
 
 def file_reader(set_dir: Path, table: Table) -> Callable[[int, int], bytes]:

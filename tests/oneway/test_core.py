@@ -1,0 +1,151 @@
+"""The one-way link's pure cores, end to end in one process with losses chosen by the test:
+the real sender's datagrams (real RaptorQ) into the real receiver (real files, real verify)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.errors import IntegrityError
+from mirror.oneway import wire
+from mirror.oneway.assembly import ranges
+from mirror.oneway.receiver import Outcome, Receiver
+from mirror.oneway.sender import file_reader, pass_datagrams
+from mirror.oneway.table import Table, read_table, safe_name
+from tests.oneway.conftest import same_tree
+
+ROOM = wire.payload_room(1500)
+SYMBOL = ROOM - 4
+
+
+def table_of(set_dir: Path, **kwargs: Any) -> Table:
+    # small blocks so a 5 MiB set has many of them
+    return read_table(set_dir, symbol_size=SYMBOL, block_symbols=kwargs.pop("block", 200), **kwargs)
+
+
+def one_pass(set_dir: Path, table: Table, **kwargs: Any) -> Iterator[bytes]:
+    return pass_datagrams(table, file_reader(set_dir, table), ROOM, **kwargs)
+
+
+def deliver(receiver: Receiver, datagrams: Iterator[bytes], keep: Any) -> Outcome | None:
+    ended = None
+    for number, datagram in enumerate(datagrams):
+        if keep(number):
+            ended = receiver.handle(datagram) or ended
+    return ended
+
+
+def test_a_datagram_round_trips_and_damage_is_dropped() -> None:
+    data = wire.build(wire.Kind.DATA, 7, 1, 2, 3, b"payload")
+    parsed = wire.parse(data)
+    assert parsed == wire.Datagram(wire.Kind.DATA, 7, 1, 2, 3, b"payload")
+    for broken in (data[:-1], data[:10], b"XX" + data[2:], data[:30] + b"Q" + data[31:]):
+        assert wire.parse(broken) is None
+    assert wire.payload_room(1500) == 1500 - 28 - 28
+    with pytest.raises(ValueError):
+        wire.payload_room(500)
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a\\b"])
+def test_unsafe_names_in_a_table_are_refused(name: str) -> None:
+    with pytest.raises(IntegrityError, match="unsafe file name"):
+        safe_name(name)
+
+
+def test_block_ranges_are_compact() -> None:
+    assert ranges((0, 1, 2, 3, 7, 9, 10)) == "0-3,7,9-10"
+    assert ranges((5,)) == "5"
+
+
+def test_a_set_through_5_percent_random_loss_lands_verified(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    lose = random.Random(5)
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.05)
+    assert ended is not None and ended.landed == spool / "set-1", ended
+    assert ended.repaired > 0
+    assert same_tree(packed_set, spool / "set-1")
+    assert not (spool / ".oneway" / f"{table.session:016x}").exists()
+    # later passes of a landed set are ignored, not assembled again
+    assert deliver(Receiver(spool, trusted), one_pass(packed_set, table), lambda n: True) is None
+
+
+def test_bursts_of_50_lost_datagrams_cost_each_block_little(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    # 50 consecutive datagrams lost in every 1000, the first burst taking the table with it
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: n % 1000 >= 50)
+    assert ended is not None and ended.landed is not None, ended
+
+
+def test_30_percent_loss_is_incomplete_named_and_the_resend_completes_it(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    lose = random.Random(30)
+    deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.30)
+    (ended,) = receiver.idle(0)
+    assert ended.landed is None and ended.missing
+    assert ended.kept == spool / ".oneway" / f"{table.session:016x}"
+    argv = ended.resend_command("10.0.0.2:7400")
+    assert argv[:6] == ["mirror", "transfer", "send", "set-1", "--to", "10.0.0.2:7400"]
+    names = [f.name for f in table.files]
+    only: dict[int, frozenset[int] | None] = {}
+    for item in ended.missing:
+        assert "--only" in argv
+        only[names.index(item.name)] = frozenset(item.blocks)
+    assert len(only) < len(table.files)  # the small files came through
+    sent = list(one_pass(packed_set, table, only=only))
+    for datagram in map(wire.parse, sent):  # only what is missing goes again
+        assert datagram is not None
+        if datagram.kind is wire.Kind.DATA:
+            assert datagram.block in only[datagram.file]  # type: ignore[operator]
+    landed = deliver(receiver, iter(sent), lambda n: True)
+    assert landed is not None and landed.landed is not None
+    assert same_tree(packed_set, spool / "set-1")
+
+
+def test_a_receiver_stopped_mid_set_keeps_its_blocks_for_the_next_pass(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    first = Receiver(spool, trusted)
+    datagrams = list(one_pass(packed_set, table, depth=2))
+    deliver(first, iter(datagrams[: len(datagrams) // 2]), lambda n: True)
+    first.save()  # what the receiver's loop does every second; a kill loses at most that
+    kept = set(first.sessions[table.session].assembly.done)  # type: ignore[union-attr]
+    assert kept
+    second = Receiver(spool, trusted)
+
+    def not_kept(number: int) -> bool:
+        datagram = wire.parse(datagrams[number])
+        assert datagram is not None
+        return datagram.kind is not wire.Kind.DATA or (datagram.file, datagram.block) not in kept
+
+    # the next pass loses every datagram of the blocks already on disk: they must come from it
+    ended = deliver(second, iter(datagrams), not_kept)
+    assert ended is not None and ended.landed is not None, ended
+    assert same_tree(packed_set, spool / "set-1")
+
+
+def test_a_whole_set_that_does_not_verify_stays_aside(
+    packed_set: Path, spool: Path, tmp_path: Path
+) -> None:
+    from mirror.transferset.keys import generate_keypair, load_trusted_keys
+
+    other = generate_keypair(tmp_path / "other")
+    receiver = Receiver(spool, load_trusted_keys([other.public_path]))
+    table = table_of(packed_set)
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: True)
+    assert ended is not None and ended.landed is None and ended.error
+    assert not (spool / "set-1").exists()
+    assert (ended.kept or spool).exists()
