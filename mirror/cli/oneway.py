@@ -161,7 +161,12 @@ def _record(cli: CliContext, set_dir: Path, to: str) -> str:
     default=None,
     help="Seconds of silence after which a set in progress is reported incomplete.",
 )
-@click.option("--rcvbuf", type=SIZE, default=None, help="Socket receive buffer [system's].")
+@click.option(
+    "--rcvbuf",
+    type=SIZE,
+    default="4MiB",
+    help="Socket receive buffer (capped by net.core.rmem_max) [4MiB].",
+)
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT", default=None, help="Serve counters.")
 @_KEY_OPTION
 @click.pass_context
@@ -172,7 +177,7 @@ def transfer_receive(
     once: bool,
     do_import: bool,
     idle_timeout: float | None,
-    rcvbuf: int | None,
+    rcvbuf: int,
     metrics_at: str | None,
     keys: tuple[Path, ...],
 ) -> None:

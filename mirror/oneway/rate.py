@@ -14,7 +14,7 @@ class TokenBucket:
     def __init__(
         self,
         rate: float | None,
-        burst: int = 256 * 1024,
+        burst: int = 64 * 1024,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
