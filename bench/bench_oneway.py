@@ -18,10 +18,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from bench.common import MiB, machine
+from bench.common import MiB, _high_water_mib, machine
 from tests.fixtures.diode import Link, close_link, mirror_bin, open_link, require_root
 
 SIZE = int(os.environ.get("MIRROR_BENCH_ONEWAY_MIB", "1024")) * MiB
@@ -63,6 +64,9 @@ def run_case(name: str, set_dir: Path, key: Path, work: Path) -> str:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         time.sleep(3)
+        peak = [0.0]
+        sampler = threading.Thread(target=_sample, args=(receiver, peak), daemon=True)
+        sampler.start()
         started = time.monotonic()
         sent = subprocess.run(
             link.in_sender(mirror_bin(), "--defaults", "transfer", "send", str(set_dir),
@@ -87,10 +91,17 @@ def run_case(name: str, set_dir: Path, key: Path, work: Path) -> str:
         f"({size / MiB / took:5.1f} MiB/s; sender done after {sent_s:5.1f}s)  "
         f"wire {wire / size:.3f}x of the set (UDP payload {payload / size:.3f}x), "
         f"{packets} datagrams, {lost} lost by nft, {overflow} by the receiver's full queue, "
-        f"{back} back  "
+        f"{back} back; receiver peak RSS {peak[0]:.0f} MiB  "
         f"{(out + err).strip().splitlines()[-1] if receiver.returncode else ''}"
         + (f" sender: {sent.stderr.strip()}" if sent.returncode else "")
     )
+
+
+def _sample(process: subprocess.Popen[str], peak: list[float]) -> None:
+    """The receiver's peak RSS (`ip netns exec` execs it: same pid), sampled till it exits."""
+    while process.poll() is None:
+        peak[0] = max(peak[0], _high_water_mib(process.pid))
+        time.sleep(0.2)
 
 
 def rcvbuf_errors(link: Link) -> int:

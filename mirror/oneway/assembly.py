@@ -32,7 +32,7 @@ from mirror.oneway.table import Table
 WORK = ".oneway"
 LANDED = "landed"
 STATE = "state.json"
-MAX_DECODERS = 64
+MAX_DECODERS = 32
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from mirror.errors import IntegrityError, MirrorError
 from mirror.fsutil import fsync_dir
 from mirror.integrity import hash_file
-from mirror.oneway.assembly import Assembly, Missing, landed_marker, ranges, work_root
+from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
 from mirror.oneway.wire import Datagram, Kind, parse
@@ -103,7 +103,7 @@ class Receiver:
         spool: Path,
         trusted: Mapping[str, PublicKey],
         *,
-        max_decoders: int = 64,
+        max_decoders: int = MAX_DECODERS,
         metrics: ReceiverMetrics | None = None,
         on_block: Callable[[int], None] | None = None,
     ) -> None:
