@@ -70,6 +70,10 @@ def test_a_set_through_5_percent_random_loss_lands_verified(
     ended = deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.05)
     assert ended is not None and ended.landed == spool / "set-1", ended
     assert ended.repaired > 0
+    sample = receiver.metrics.registry.get_sample_value
+    assert sample("mirror_oneway_repaired_blocks_total") == ended.repaired
+    assert sample("mirror_oneway_sets_total", {"outcome": "complete"}) == 1
+    assert (sample("mirror_oneway_datagrams_total", {"kind": "data"}) or 0) > 100
     assert same_tree(packed_set, spool / "set-1")
     assert not (spool / ".oneway" / f"{table.session:016x}").exists()
     # later passes of a landed set are ignored, not assembled again
@@ -149,3 +153,22 @@ def test_a_whole_set_that_does_not_verify_stays_aside(
     assert ended is not None and ended.landed is None and ended.error
     assert not (spool / "set-1").exists()
     assert (ended.kept or spool).exists()
+
+
+def test_the_receiver_has_no_way_to_send() -> None:
+    """No call that could put a packet on the wire anywhere in the receiving end's modules
+    (the link tests prove it on the wire: nothing goes back)."""
+    import ast
+
+    import mirror.oneway.assembly
+    import mirror.oneway.receiver
+
+    sending = {"send", "sendto", "sendall", "sendmsg", "connect", "connect_ex", "sendfile"}
+    for module in (mirror.oneway.receiver, mirror.oneway.assembly):
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        called = {
+            node.func.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        }
+        assert not called & sending, module.__name__
