@@ -29,8 +29,8 @@ class ReceiverMetrics:
         self.sets = Counter(
             "mirror_oneway_sets", "Sets ended, by outcome", ["outcome"], registry=self.registry
         )
-        for kind in ("data", "table", "heartbeat", "end"):
-            self.datagrams.labels(kind)
+        self.by_kind = {k: self.datagrams.labels(k) for k in ("data", "table", "heartbeat", "end")}
+        """The per-kind children, looked up once: `labels()` per datagram costs."""
         for outcome in ("complete", "incomplete", "refused"):
             self.sets.labels(outcome)
 

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 SAVE_EVERY = 1.0
 RECV_SIZE = 65536
 WAITING = 8192
+_KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
 
 
 @dataclass
@@ -124,7 +125,7 @@ class Receiver:
             self.metrics.corrupt.inc()
             return None
         self.last_seen = time.monotonic()
-        self.metrics.datagrams.labels(datagram.kind.name.lower()).inc()
+        self.metrics.by_kind[_KIND_NAMES[datagram.kind]].inc()
         session = self.sessions.get(datagram.session)
         if session is None:
             if (

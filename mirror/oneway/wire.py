@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 MAGIC = b"MD"
 VERSION = 1
@@ -41,8 +41,9 @@ class Kind(IntEnum):
     END = 4
 
 
-@dataclass(frozen=True)
-class Datagram:
+class Datagram(NamedTuple):
+    """One parsed datagram (a tuple: made once per datagram, so as cheap as Python allows)."""
+
     kind: Kind
     session: int
     file: int
@@ -74,7 +75,9 @@ def parse(data: bytes | memoryview) -> Datagram | None:
     (crc,) = CRC.unpack_from(view, len(view) - CRC.size)
     if zlib.crc32(view[: len(view) - CRC.size]) != crc:
         return None
-    return Datagram(Kind(kind), session, file, block, symbol, bytes(view[HEADER.size : -CRC.size]))
+    payload = bytes(view[HEADER.size : -CRC.size])
+    return Datagram(_KIND_OF[kind], session, file, block, symbol, payload)
 
 
 _KINDS = frozenset(int(k) for k in Kind)
+_KIND_OF = {int(k): k for k in Kind}
