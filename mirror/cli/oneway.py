@@ -164,8 +164,8 @@ def _record(cli: CliContext, set_dir: Path, to: str) -> str:
 @click.option(
     "--rcvbuf",
     type=SIZE,
-    default="4MiB",
-    help="Socket receive buffer (capped by net.core.rmem_max) [4MiB].",
+    default="32MiB",
+    help="Socket receive buffer (capped by net.core.rmem_max without CAP_NET_ADMIN) [32MiB].",
 )
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT", default=None, help="Serve counters.")
 @_KEY_OPTION

@@ -283,10 +283,29 @@ def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        _set_rcvbuf(sock, rcvbuf)
     sock.bind((host, port))
     sock.settimeout(0.2)
     return sock
+
+
+def _set_rcvbuf(sock: socket.socket, size: int) -> None:
+    """A deep kernel queue rides out the moments the receiver is off the CPU (the commonest
+    loss). With CAP_NET_ADMIN it may exceed net.core.rmem_max; without, it is capped there,
+    and a smaller queue than asked is logged with the sysctl to raise."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+    got = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2  # Linux reports double
+    if got < size:
+        log.warning(
+            "the socket receive buffer is %d bytes, not the %d asked: raise it with "
+            "`sysctl -w net.core.rmem_max=%d`",
+            got,
+            size,
+            size,
+        )
 
 
 def run(
