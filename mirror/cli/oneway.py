@@ -138,6 +138,7 @@ def _record(cli: CliContext, set_dir: Path, to: str) -> str:
     """Mark the set sent (not delivered) in the index, when it was packed here."""
     from mirror.outbound.sent import record_sent
 
+    cli.read_only = True  # a host without a store (a relay) gets none made by a send
     try:
         sequence = record_sent(cli.app, set_dir, to)
     except Exception as exc:  # a sender without an index (a relay host) still sends
