@@ -15,6 +15,7 @@ MIRROR_BENCH_ONEWAY_CASES (comma-separated: random,burst).
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -68,14 +69,17 @@ def run_case(name: str, set_dir: Path, key: Path, work: Path) -> str:
         sampler = threading.Thread(target=_sample, args=(receiver, peak), daemon=True)
         sampler.start()
         started = time.monotonic()
+        before = _children_cpu()
         sent = subprocess.run(
             link.in_sender(mirror_bin(), "--defaults", "transfer", "send", str(set_dir),
                            "--to", link.to, "--rate", RATE),
             capture_output=True, text=True,
         )  # fmt: skip
         sent_s = time.monotonic() - started
+        sender_cpu = _children_cpu() - before
         out, err = receiver.communicate(timeout=3600)
         took = time.monotonic() - started
+        receiver_cpu = _children_cpu() - before - sender_cpu
         packets, wire = link.counter("wire")
         lost = link.counter("lost")[0]
         back = link.counter("back")[0] + link.counter("arrived_back", side="sender")[0]
@@ -91,10 +95,18 @@ def run_case(name: str, set_dir: Path, key: Path, work: Path) -> str:
         f"({size / MiB / took:5.1f} MiB/s; sender done after {sent_s:5.1f}s)  "
         f"wire {wire / size:.3f}x of the set (UDP payload {payload / size:.3f}x), "
         f"{packets} datagrams, {lost} lost by nft, {overflow} by the receiver's full queue, "
-        f"{back} back; receiver peak RSS {peak[0]:.0f} MiB  "
+        f"{back} back; receiver peak RSS {peak[0]:.0f} MiB; per CPU second: sender "
+        f"{size / MiB / sender_cpu:.0f} MiB, receiver {size / MiB / receiver_cpu:.0f} MiB  "
         f"{(out + err).strip().splitlines()[-1] if receiver.returncode else ''}"
         + (f" sender: {sent.stderr.strip()}" if sent.returncode else "")
     )
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every child reaped so far: a sender's or receiver's
+    own cost, whatever else the shared machine is doing."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _sample(process: subprocess.Popen[str], peak: list[float]) -> None:
