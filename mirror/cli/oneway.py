@@ -116,7 +116,8 @@ def transfer_send(
         f"{stats.passes} pass(es)",
         recorded,
     ]
-    cli.emit({"sent": stats.as_dict()}, lines)
+    if not cli.as_json and cli.verbosity >= 0:  # no JSON document (docs/json.md)
+        click.echo("\n".join(lines))
 
 
 def _datagram_bytes(
