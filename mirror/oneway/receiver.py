@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import shlex
 import shutil
 import socket
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 SAVE_EVERY = 1.0
 RECV_SIZE = 65536
 WAITING = 8192
+WAIT = 0.2
 _KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
 
 
@@ -285,7 +287,7 @@ def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
     if rcvbuf is not None:
         _set_rcvbuf(sock, rcvbuf)
     sock.bind((host, port))
-    sock.settimeout(0.2)
+    sock.setblocking(False)
     return sock
 
 
@@ -327,13 +329,13 @@ def run(
             ended: list[Outcome] = []
             try:
                 size = sock.recv_into(buffer)
-            except TimeoutError:
-                size = -1
+            except BlockingIOError:  # queue empty: wait for it (one poll, not one per datagram)
+                size = -1 if select.select([sock], [], [], WAIT)[0] else -2
             if size >= 0:
                 outcome = receiver.handle(view[:size])
                 if outcome is not None:
                     ended.append(outcome)
-            if idle_timeout is not None and size < 0:
+            if idle_timeout is not None and size == -2:
                 ended += receiver.idle(idle_timeout)
             if time.monotonic() >= next_save:
                 receiver.save()

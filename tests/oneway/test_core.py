@@ -172,3 +172,22 @@ def test_the_receiver_has_no_way_to_send() -> None:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
         }
         assert not called & sending, module.__name__
+
+
+def test_the_token_bucket_holds_the_rate_and_sleeps_in_batches() -> None:
+    from mirror.oneway.rate import TokenBucket
+
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    bucket = TokenBucket(1_000_000, burst=10_000, clock=lambda: now[0], sleep=sleep)
+    for _ in range(1000):
+        bucket.take(1000)
+    # 1 MB at 1 MB/s after a 10 kB burst: 0.99 s, within one slack
+    assert 0.985 <= now[0] <= 0.99 + 0.0021
+    assert len(sleeps) < 1000 / 2  # not a sleep per datagram
+    assert TokenBucket(None).take(10**9) is None  # no cap: never waits
