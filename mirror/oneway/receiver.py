@@ -93,6 +93,8 @@ class _Session:
         self.table: Table | None = None
         self.assembly: Assembly | None = None
         self.ended = False
+        self.heard: tuple[int, int] | None = None
+        """(pass, passes) of the sender's last HEARTBEAT or END: where it was when last heard."""
         self.waiting: list[Datagram] = []
         """DATA that came before the table (a receiver started mid-pass, a table lost):
         kept, up to WAITING datagrams, and placed once the table is known."""
@@ -143,6 +145,7 @@ class Receiver:
             return self._table(session, datagram)
         if datagram.kind is Kind.END:
             return self._end(session, datagram)
+        _heard(session, datagram)
         return None
 
     def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
@@ -194,6 +197,7 @@ class Receiver:
             body = json.loads(datagram.payload)
         except ValueError:
             return None
+        _heard(session, datagram)
         if body.get("pass") != body.get("passes") or session.assembly is None or session.ended:
             return None
         session.ended = True
@@ -207,9 +211,14 @@ class Receiver:
         for session in self.sessions.values():
             if session.assembly is not None and not session.ended:
                 session.ended = True
+                where = (
+                    f", last heard in pass {session.heard[0]} of {session.heard[1]}"
+                    if session.heard
+                    else ""
+                )
                 reason = (
-                    f"nothing arrived for {idle_timeout:g}s "
-                    "(the link is down or the sender stopped)"
+                    f"nothing arrived for {idle_timeout:g}s mid-pass, not even a heartbeat "
+                    f"(the link is down or the sender died{where})"
                 )
                 found.append(self._incomplete(session, reason))
         return found
@@ -278,6 +287,14 @@ class Receiver:
         if target.exists():
             target = self.spool / f"{name}.{session:016x}"
         return target
+
+
+def _heard(session: _Session, datagram: Datagram) -> None:
+    try:
+        body = json.loads(datagram.payload)
+        session.heard = (int(body["pass"]), int(body["passes"]))
+    except (ValueError, KeyError, TypeError):
+        pass
 
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:

@@ -191,3 +191,26 @@ def test_the_token_bucket_holds_the_rate_and_sleeps_in_batches() -> None:
     assert 0.985 <= now[0] <= 0.99 + 0.0021
     assert len(sleeps) < 1000 / 2  # not a sleep per datagram
     assert TokenBucket(None).take(10**9) is None  # no cap: never waits
+
+
+def test_silence_mid_pass_is_told_from_a_finished_sender_by_its_heartbeats(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    import json
+
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    datagrams = list(one_pass(packed_set, table))
+    beat = json.dumps({"pass": 1, "passes": 2, "sent": 10}).encode()
+    receiver.handle(wire.build(wire.Kind.HEARTBEAT, table.session, 1, 0, 0, beat))
+    deliver(receiver, iter(datagrams[: len(datagrams) // 3]), lambda n: True)
+    assert receiver.idle(3600) == []  # not silent for long enough yet
+    (ended,) = receiver.idle(0)
+    assert "not even a heartbeat" in ended.reason and "pass 1 of 2" in ended.reason
+    # a sender that said its last pass is over: quiet, not a dead link
+    other = Receiver(tmp := spool.parent / "other", trusted)
+    deliver(other, iter(datagrams[: len(datagrams) // 3]), lambda n: True)
+    end = json.dumps({"pass": 1, "passes": 1}).encode()
+    finished = other.handle(wire.build(wire.Kind.END, table.session, 1, 0, 0, end))
+    assert finished is not None and finished.reason == "the sender's last pass is over"
+    assert tmp.is_dir()
