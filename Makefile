@@ -56,9 +56,11 @@ demo: venv
 	$(PY) -m mirror demo
 
 ## make bench: mirror vs curl, openssl dgst, the vendor's recipe and aws-cli, one table
-## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md)
+## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md); then the FEC libraries and a 1 GiB set
+## through the one-way link rig (root; MIRROR_BENCH_ONEWAY_MIB, MIRROR_BENCH_ONEWAY_RATE)
 bench: venv
 	scripts/with-test-servers $(PY) -m bench
+	$(PY) -m bench fec oneway
 
 ## make dist: the offline installer dist/mirror-tool-VERSION.tar, every wheel for manylinux
 ## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, exactly the versions and files of

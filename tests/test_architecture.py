@@ -33,7 +33,7 @@ FOUNDATIONS = {
     "mirror.links",
     "mirror.progress",
 }
-SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "cli", "sim")
+SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "oneway", "cli", "sim")
 
 
 def module_name(path: Path) -> str:
@@ -96,6 +96,7 @@ ALLOWED: dict[str, set[str]] = {
     "transferset": {"foundation"},
     "export": {"foundation", "vendor", "store"},
     "airgap": {"foundation", "transferset"},
+    "oneway": {"foundation", "transferset"},
     "outbound": {"foundation", "store", "transferset", "airgap"},
     "sim": {"foundation"},
     "cli": {"foundation", "mirror.demo", *SIDES},

@@ -466,6 +466,24 @@ CONTRACTS: dict[str, Contract] = {
         (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY),
         ACK,
     ),
+    "transfer send": Contract(
+        "Sends a set over a one-way link (UDP, FEC, passes); prints what went on the wire.",
+        "mirror transfer send /srv/sets/set-42 --to 10.9.0.2:7400 --rate 40MiB --passes 2",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
+        None,
+        notes=("Nothing comes back: success means sent, not delivered (`transfer ack`).",),
+    ),
+    "transfer receive": Contract(
+        "Lands sets from a one-way link into DIR; never sends a packet. Runs until stopped, "
+        "or with --once until one set ends.",
+        "mirror transfer receive /srv/spool --listen 0.0.0.0:7400 --once",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        None,
+        notes=(
+            "With --once, exit 75 when the set is incomplete (the error names the command "
+            "to resend what is missing) and 5 when it arrived whole but does not verify.",
+        ),
+    ),
     "transfer push": Contract(
         "Pack, import and acknowledge in one step; `receipt` is the receipt's content "
         "(its temporary file is gone), `import.receipt` is null.",

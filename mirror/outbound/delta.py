@@ -6,7 +6,9 @@ the contents its base lacks) when the air-gapped side already holds an earlier v
 Promises:
 - `choose_bases`: V's base is the newest version of D with an older label (`VersionLabel` order)
   that the air-gapped side is known to hold, delivered (an acknowledged receipt) or,
-  without receipts, packed in an earlier set, and whose bundle is in the store. A version
+  without receipts, packed in an earlier set (not one only sent over a one-way link and
+  not yet acknowledged: `transfer send` proves nothing arrived), and whose bundle is in the
+  store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
   version: V goes whole, with the reason (`NO_BASE`, `BASE_BLOB_MISSING`).
 - `build_delta` reads each bundle once, streaming. Memory holds the two file lists (bounded
@@ -39,7 +41,7 @@ from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.store.blobs import BlobStore
-from mirror.store.models import TransferItem, Version
+from mirror.store.models import Transfer, TransferItem, Version
 from mirror.transferset.compression import current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
@@ -151,7 +153,11 @@ def choose_bases(
         .where(
             or_(
                 Version.delivered_at.is_not(None),
-                Version.id.in_(select(TransferItem.version_id)),
+                Version.id.in_(
+                    select(TransferItem.version_id)
+                    .join(Transfer, Transfer.id == TransferItem.transfer_id)
+                    .where(or_(Transfer.sent_at.is_(None), Transfer.acknowledged_at.is_not(None)))
+                ),
             )
         )
     ).all()

@@ -149,6 +149,10 @@ class Transfer(Base):
     receipt_signature: Mapped[str | None] = mapped_column(Text, nullable=True)
     """How the receipt that acknowledged the set was signed ("verified (key …)", or the
     operator's explicit --accept-unsigned: "unsigned, accepted by --accept-unsigned")."""
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    sent_to: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Sent over a one-way link (`transfer send`): nothing says it arrived until its
+    receipt is acknowledged, so its versions are no delta base before that."""
 
 
 class TransferItem(Base):

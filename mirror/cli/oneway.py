@@ -1,0 +1,259 @@
+"""`mirror transfer send|receive`: a transfer set over a one-way link (a data diode).
+
+Only parses, calls mirror.oneway (and the ordinary verify and import) and prints.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mirror.cli.common import SIZE, CliContext, pass_cli
+from mirror.cli.transfer import _KEY_OPTION, _progress, _trusted, transfer_import
+from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
+from mirror.units import format_size
+
+if TYPE_CHECKING:
+    from mirror.oneway.receiver import Outcome
+
+
+def _address(value: str, option: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"{option} {value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def _only(values: tuple[str, ...], names: list[str]) -> dict[int, frozenset[int] | None]:
+    """`--only FILE` or `--only FILE:0-3,7` -> file index -> blocks (None: all)."""
+    chosen: dict[int, frozenset[int] | None] = {}
+    for value in values:
+        name, _, spec = value.partition(":")
+        if name not in names:
+            raise ConfigError(f"--only {name}: not a file of the set")
+        blocks: set[int] = set()
+        try:
+            for piece in filter(None, spec.split(",")):
+                first, _, last = piece.partition("-")
+                blocks.update(range(int(first), int(last or first) + 1))
+        except ValueError:
+            raise ConfigError(f"--only {value}: blocks are like 0-3,7") from None
+        chosen[names.index(name)] = frozenset(blocks) if spec else None
+    return chosen
+
+
+def _redundancy(value: str) -> float:
+    try:
+        share = float(value.rstrip("%")) / (100 if value.endswith("%") else 1)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a share like 9% or 0.09") from None
+    if not 0 <= share <= 4:
+        raise click.BadParameter(f"{value!r}: between 0% and 400%")
+    return share
+
+
+@click.command("send")
+@click.argument("set_dir", metavar="SET", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--to", "to", required=True, metavar="HOST:PORT", help="The receiver's address.")
+@click.option("--rate", type=SIZE, default=None, help="Cap in bytes a second, e.g. 40MiB.")
+@click.option("--passes", type=click.IntRange(min=1), default=1, help="Times to send it all.")
+@click.option("--mtu", type=click.IntRange(min=576), default=1500, help="IPv4 MTU of the link.")
+@click.option("--redundancy", default="9%", help="Repair symbols per block [9%].")
+@click.option("--depth", type=click.IntRange(min=1), default=16, help="Blocks interleaved.")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="FILE[:BLOCKS]",
+    help="Send just this file (or its blocks, e.g. 0-3,7): what an incomplete receiver names.",
+)
+@pass_cli
+def transfer_send(
+    cli: CliContext,
+    set_dir: Path,
+    to: str,
+    rate: int | None,
+    passes: int,
+    mtu: int,
+    redundancy: str,
+    depth: int,
+    only: tuple[str, ...],
+) -> None:
+    """Send a transfer set over a one-way link (UDP, FEC, nothing acknowledged).
+
+    The set is recorded as sent, not delivered, until its receipt comes back
+    (`mirror transfer ack`) when it was packed here."""
+    from mirror.oneway.sender import send
+    from mirror.oneway.table import read_table
+    from mirror.oneway.wire import payload_room
+
+    address = _address(to, "--to")
+    room = payload_room(mtu)
+    symbol = room - 4
+    table = read_table(set_dir, symbol_size=symbol, redundancy=_redundancy(redundancy))
+    chosen = _only(only, [f.name for f in table.files])
+    with _progress(cli, "sending") as (on_progress,):
+        stats = send(
+            set_dir,
+            table,
+            address,
+            room,
+            passes=passes,
+            rate=rate,
+            depth=depth,
+            only=chosen,
+            on_progress=_datagram_bytes(on_progress, mtu),
+        )
+    recorded = _record(cli, set_dir, to)
+    lines = [
+        f"sent {table.name} to {to}: {len(table.files)} file(s), {format_size(table.total_bytes)} "
+        f"in {stats.datagrams} datagrams, {format_size(stats.wire_bytes)} on the wire, "
+        f"{stats.passes} pass(es)",
+        recorded,
+    ]
+    if not cli.as_json and cli.verbosity >= 0:  # no JSON document (docs/json.md)
+        click.echo("\n".join(lines))
+
+
+def _datagram_bytes(
+    on_progress: Callable[[int], None] | None, mtu: int
+) -> Callable[[int], None] | None:
+    """The sender counts datagrams; the bar counts bytes on the wire."""
+    if on_progress is None:
+        return None
+    last = [0]
+
+    def advance(datagrams: int) -> None:
+        on_progress((datagrams - last[0]) * mtu)
+        last[0] = datagrams
+
+    return advance
+
+
+def _record(cli: CliContext, set_dir: Path, to: str) -> str:
+    """Mark the set sent (not delivered) in the index, when it was packed here."""
+    from mirror.outbound.sent import record_sent
+
+    cli.read_only = True  # a host without a store (a relay) gets none made by a send
+    try:
+        sequence = record_sent(cli.app, set_dir, to)
+    except Exception as exc:  # a sender without an index (a relay host) still sends
+        return f"note: not recorded as sent ({exc})"
+    if sequence is None:
+        return "note: this set was not packed here; nothing recorded"
+    return (
+        f"set {sequence} recorded as sent, not delivered: "
+        "carry its receipt back to `mirror transfer ack`"
+    )
+
+
+@click.command("receive")
+@click.argument("spool", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--listen", required=True, metavar="HOST:PORT", help="Address to bind.")
+@click.option("--once", is_flag=True, help="Exit after one set ends (landed or incomplete).")
+@click.option("--import", "do_import", is_flag=True, help="Import each landed set at once.")
+@click.option(
+    "--idle-timeout",
+    type=float,
+    default=None,
+    help="Seconds of silence after which a set in progress is reported incomplete.",
+)
+@click.option(
+    "--rcvbuf",
+    type=SIZE,
+    default="32MiB",
+    help="Socket receive buffer (capped by net.core.rmem_max without CAP_NET_ADMIN) [32MiB].",
+)
+@click.option("--metrics", "metrics_at", metavar="HOST:PORT", default=None, help="Serve counters.")
+@_KEY_OPTION
+@click.pass_context
+def transfer_receive(
+    ctx: click.Context,
+    spool: Path,
+    listen: str,
+    once: bool,
+    do_import: bool,
+    idle_timeout: float | None,
+    rcvbuf: int,
+    metrics_at: str | None,
+    keys: tuple[Path, ...],
+) -> None:
+    """Receive transfer sets from a one-way link into DIR; this end never sends a packet.
+
+    A set that arrives whole and verifies lands in DIR/NAME; an incomplete one stays in
+    DIR/.oneway/ and the command to resend what it lacks is printed."""
+    from mirror.oneway.metrics import ReceiverMetrics
+    from mirror.oneway.receiver import Receiver, open_socket, run
+
+    cli: CliContext = ctx.obj
+    host, port = _address(listen, "--listen")
+    trusted = _trusted(cli.settings, keys)
+    metrics = ReceiverMetrics()
+    if metrics_at is not None:
+        metrics.serve(*_address(metrics_at, "--metrics"))
+    spool.mkdir(parents=True, exist_ok=True)
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    sock = open_socket(host, port, rcvbuf)
+    outcomes: list[Outcome] = []
+    with sock, _progress(cli, "receiving") as (on_block,):
+        receiver = Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+
+        def ended(outcome: Outcome) -> None:
+            outcomes.append(outcome)
+            _report(cli, outcome, listen)
+            if outcome.landed is not None and do_import:
+                ctx.invoke(transfer_import, set_dir=outcome.landed, keys=keys)
+
+        run(
+            receiver,
+            sock,
+            once=once,
+            idle_timeout=idle_timeout,
+            on_outcome=ended,
+            should_stop=lambda: bool(stopping),
+        )
+    if once and outcomes:
+        _fail_unless_landed(outcomes[-1], listen)
+
+
+def _report(cli: CliContext, outcome: Outcome, to: str) -> None:
+    if outcome.landed is not None:
+        if cli.verbosity >= 0:
+            click.echo(
+                f"landed {outcome.name} in {outcome.landed} "
+                f"(verified; {outcome.repaired} block(s) repaired)",
+                err=cli.as_json,
+            )
+        return
+    if outcome.error is not None:
+        click.echo(f"mirror: {outcome.name}: {outcome.error}; kept in {outcome.kept}", err=True)
+        return
+    lines = [
+        f"incomplete {outcome.name}: {outcome.reason}; "
+        f"{format_size(outcome.missing_bytes)} missing, kept in {outcome.kept}"
+    ]
+    for item in outcome.missing:
+        lines.append(
+            f"  {item.name}: {len(item.blocks)} of {item.block_count} block(s), "
+            f"{format_size(item.bytes)} missing"
+        )
+    lines.append(f"on the connected side run: {shlex.join(outcome.resend_command(to))}")
+    print("\n".join(lines), file=sys.stderr if cli.as_json else sys.stdout, flush=True)
+
+
+def _fail_unless_landed(outcome: Outcome, to: str) -> None:
+    if outcome.landed is not None:
+        return
+    if outcome.error is not None:
+        raise IntegrityError(f"{outcome.name}: {outcome.error}", hint=f"kept in {outcome.kept}")
+    raise TemporaryFailure(
+        f"set {outcome.name} is incomplete: {len(outcome.missing)} file(s), "
+        f"{format_size(outcome.missing_bytes)} missing",
+        hint=f"on the connected side run: {shlex.join(outcome.resend_command(to))}",
+    )

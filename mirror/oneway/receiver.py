@@ -1,0 +1,367 @@
+"""The receiving end: a socket that is only ever bound (it never sends, never connects),
+sessions assembled on disk, complete sets verified and landed, incomplete ones reported.
+
+Promises:
+- Not one packet leaves this end: the socket is bound and read, nothing else
+  (tests/oneway prove it with a counter on the reverse path).
+- A complete set is landed only after every file matches the table's sha256 and the
+  ordinary `verify_set` (signature, chain fields, every hash) passes; it is moved into
+  DIR/NAME with one rename. Anything else stays in DIR/.oneway/SESSION with what it has.
+- A set ends incomplete when the sender's last pass is over (END) or nothing arrived for
+  `idle_timeout` seconds; `Outcome` then names each missing file, its missing blocks and
+  bytes, and `resend_command` is what to run on the connected side.
+- Heartbeats tell "the sender is quiet" (its last END) from "the link is down" (no
+  datagram, no END): `Outcome.reason` says which.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import shlex
+import shutil
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mirror.errors import IntegrityError, MirrorError
+from mirror.fsutil import fsync_dir
+from mirror.integrity import hash_file
+from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
+from mirror.oneway.metrics import ReceiverMetrics
+from mirror.oneway.table import Table
+from mirror.oneway.wire import Datagram, Kind, parse
+from mirror.transferset.keys import PublicKey
+from mirror.transferset.reader import verify_set
+
+log = logging.getLogger(__name__)
+SAVE_EVERY = 1.0
+RECV_SIZE = 65536
+WAITING = 8192
+WAIT = 0.2
+_KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
+
+
+@dataclass
+class Outcome:
+    """How a session ended: landed, incomplete (what is missing) or refused (why)."""
+
+    name: str
+    session: int
+    landed: Path | None = None
+    kept: Path | None = None
+    missing: list[Missing] = field(default_factory=list)
+    reason: str = ""
+    error: str | None = None
+    repaired: int = 0
+
+    @property
+    def missing_bytes(self) -> int:
+        return sum(m.bytes for m in self.missing)
+
+    def resend_command(self, to: str) -> list[str]:
+        """What to run on the connected side, in the directory holding the set."""
+        argv = ["mirror", "transfer", "send", self.name, "--to", to]
+        for item in self.missing:
+            partial = len(item.blocks) < item.block_count
+            argv += ["--only", f"{item.name}:{ranges(item.blocks)}" if partial else item.name]
+        return argv
+
+    def as_dict(self, to: str) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "session": f"{self.session:016x}",
+            "complete": self.landed is not None,
+            "landed": str(self.landed) if self.landed else None,
+            "kept": str(self.kept) if self.kept else None,
+            "missing": [m.as_dict() for m in self.missing],
+            "missing_bytes": self.missing_bytes,
+            "reason": self.reason,
+            "error": self.error,
+            "repaired_blocks": self.repaired,
+            "resend": shlex.join(self.resend_command(to)) if self.missing else None,
+        }
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.fragments: dict[int, bytes] = {}
+        self.table: Table | None = None
+        self.assembly: Assembly | None = None
+        self.ended = False
+        self.heard: tuple[int, int] | None = None
+        """(pass, passes) of the sender's last HEARTBEAT or END: where it was when last heard."""
+        self.waiting: list[Datagram] = []
+        """DATA that came before the table (a receiver started mid-pass, a table lost):
+        kept, up to WAITING datagrams, and placed once the table is known."""
+
+
+class Receiver:
+    """Lands every set arriving on one UDP port into a spool directory (module docstring)."""
+
+    def __init__(
+        self,
+        spool: Path,
+        trusted: Mapping[str, PublicKey],
+        *,
+        max_decoders: int = MAX_DECODERS,
+        metrics: ReceiverMetrics | None = None,
+        on_block: Callable[[int], None] | None = None,
+    ) -> None:
+        self.spool = spool
+        self.trusted = trusted
+        self.max_decoders = max_decoders
+        self.metrics = metrics or ReceiverMetrics()
+        self.on_block = on_block
+        self.sessions: dict[int, _Session] = {}
+        self.landed: set[int] = set()
+        self.last_seen = time.monotonic()
+        work_root(spool).mkdir(parents=True, exist_ok=True)
+
+    def handle(self, data: bytes | memoryview) -> Outcome | None:
+        """Take one datagram; an Outcome when a session ended with it."""
+        datagram = parse(data)
+        if datagram is None:
+            self.metrics.corrupt.inc()
+            return None
+        self.last_seen = time.monotonic()
+        self.metrics.by_kind[_KIND_NAMES[datagram.kind]].inc()
+        session = self.sessions.get(datagram.session)
+        if session is None:
+            if (
+                datagram.session in self.landed
+                or landed_marker(self.spool, datagram.session).exists()
+            ):
+                self.landed.add(datagram.session)
+                return None
+            session = self.sessions[datagram.session] = _Session()
+        if datagram.kind is Kind.DATA:
+            return self._data(session, datagram)
+        if datagram.kind is Kind.TABLE:
+            return self._table(session, datagram)
+        if datagram.kind is Kind.END:
+            return self._end(session, datagram)
+        _heard(session, datagram)
+        return None
+
+    def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
+        assembly = session.assembly
+        if assembly is None:
+            if len(session.waiting) < WAITING:
+                session.waiting.append(datagram)
+            return None
+        session.ended = False
+        repaired = assembly.repaired
+        if assembly.add(datagram.file, datagram.block, datagram.payload):
+            self.metrics.blocks.inc()
+            self.metrics.repaired.inc(assembly.repaired - repaired)
+            if self.on_block is not None:
+                self.on_block(assembly.table.block_length(datagram.file, datagram.block))
+            if assembly.complete:
+                return self._finish(session)
+        return None
+
+    def _table(self, session: _Session, datagram: Datagram) -> Outcome | None:
+        if session.table is not None:
+            return None
+        session.fragments[datagram.block] = datagram.payload
+        if len(session.fragments) < datagram.symbol:
+            return None
+        data = b"".join(session.fragments[i] for i in range(datagram.symbol))
+        try:
+            table = Table.decode(data)
+        except IntegrityError as exc:
+            log.warning("dropping a file table: %s", exc)
+            session.fragments.clear()
+            return None
+        if table.session != datagram.session:
+            session.fragments.clear()
+            return None
+        session.table = table
+        session.assembly = Assembly(self.spool, table, max_decoders=self.max_decoders)
+        if session.assembly.complete:
+            return self._finish(session)
+        waiting, session.waiting = session.waiting, []
+        for early in waiting:
+            outcome = self._data(session, early)
+            if outcome is not None:
+                return outcome
+        return None
+
+    def _end(self, session: _Session, datagram: Datagram) -> Outcome | None:
+        try:
+            body = json.loads(datagram.payload)
+        except ValueError:
+            return None
+        _heard(session, datagram)
+        if body.get("pass") != body.get("passes") or session.assembly is None or session.ended:
+            return None
+        session.ended = True
+        return self._incomplete(session, "the sender's last pass is over")
+
+    def idle(self, idle_timeout: float) -> list[Outcome]:
+        """Sessions to report when nothing arrived for `idle_timeout` seconds."""
+        if time.monotonic() - self.last_seen < idle_timeout:
+            return []
+        found = []
+        for session in self.sessions.values():
+            if session.assembly is not None and not session.ended:
+                session.ended = True
+                where = (
+                    f", last heard in pass {session.heard[0]} of {session.heard[1]}"
+                    if session.heard
+                    else ""
+                )
+                reason = (
+                    f"nothing arrived for {idle_timeout:g}s mid-pass, not even a heartbeat "
+                    f"(the link is down or the sender died{where})"
+                )
+                found.append(self._incomplete(session, reason))
+        return found
+
+    def save(self) -> None:
+        for session in self.sessions.values():
+            if session.assembly is not None and session.assembly.dirty:
+                session.assembly.save()
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            if session.assembly is not None:
+                session.assembly.close()
+
+    def _incomplete(self, session: _Session, reason: str) -> Outcome:
+        assembly = session.assembly
+        assert assembly is not None
+        assembly.save()
+        self.metrics.sets.labels("incomplete").inc()
+        table = assembly.table
+        return Outcome(
+            table.name,
+            table.session,
+            kept=assembly.dir,
+            missing=assembly.missing(),
+            reason=reason,
+            repaired=assembly.repaired,
+        )
+
+    def _finish(self, session: _Session) -> Outcome | None:
+        assembly = session.assembly
+        assert assembly is not None
+        table = assembly.table
+        assembly.close()
+        for index, entry in enumerate(table.files):
+            if hash_file(assembly.set_dir / entry.name).sha256 != entry.sha256:
+                log.warning("%s: hash differs from the file table; fetching it again", entry.name)
+                assembly.forget_file(index)
+        if not assembly.complete:
+            assembly.save()
+            return None
+        outcome = Outcome(table.name, table.session, kept=assembly.dir, repaired=assembly.repaired)
+        try:
+            verify_set(assembly.set_dir, self.trusted)
+        except MirrorError as exc:
+            self.metrics.sets.labels("refused").inc()
+            outcome.error = str(exc)
+            outcome.reason = "the set arrived whole but does not verify"
+            session.ended = True
+            return outcome
+        target = self._free_name(table.name, table.session)
+        os.rename(assembly.set_dir, target)
+        fsync_dir(self.spool)
+        marker = landed_marker(self.spool, table.session)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(target.name + "\n")
+        shutil.rmtree(assembly.dir, ignore_errors=True)
+        self.metrics.sets.labels("complete").inc()
+        del self.sessions[table.session]
+        self.landed.add(table.session)
+        outcome.landed, outcome.kept = target, None
+        return outcome
+
+    def _free_name(self, name: str, session: int) -> Path:
+        target = self.spool / name
+        if target.exists():
+            target = self.spool / f"{name}.{session:016x}"
+        return target
+
+
+def _heard(session: _Session, datagram: Datagram) -> None:
+    try:
+        body = json.loads(datagram.payload)
+        session.heard = (int(body["pass"]), int(body["passes"]))
+    except (ValueError, KeyError, TypeError):
+        pass
+
+
+def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
+    """The receiver's socket: bound, never connected, never written to."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    if rcvbuf is not None:
+        _set_rcvbuf(sock, rcvbuf)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+def _set_rcvbuf(sock: socket.socket, size: int) -> None:
+    """A deep kernel queue rides out the moments the receiver is off the CPU (the commonest
+    loss). With CAP_NET_ADMIN it may exceed net.core.rmem_max; without, it is capped there,
+    and a smaller queue than asked is logged with the sysctl to raise."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), size)
+    except OSError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+    got = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 2  # Linux reports double
+    if got < size:
+        log.warning(
+            "the socket receive buffer is %d bytes, not the %d asked: raise it with "
+            "`sysctl -w net.core.rmem_max=%d`",
+            got,
+            size,
+            size,
+        )
+
+
+def run(
+    receiver: Receiver,
+    sock: socket.socket,
+    *,
+    once: bool,
+    idle_timeout: float | None,
+    on_outcome: Callable[[Outcome], None],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[Outcome]:
+    """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`."""
+    outcomes: list[Outcome] = []
+    buffer = bytearray(RECV_SIZE)
+    view = memoryview(buffer)
+    next_save = time.monotonic() + SAVE_EVERY
+    try:
+        while not should_stop():
+            ended: list[Outcome] = []
+            try:
+                size = sock.recv_into(buffer)
+            except BlockingIOError:  # queue empty: wait for it (one poll, not one per datagram)
+                size = -1 if select.select([sock], [], [], WAIT)[0] else -2
+            if size >= 0:
+                outcome = receiver.handle(view[:size])
+                if outcome is not None:
+                    ended.append(outcome)
+            if idle_timeout is not None and size == -2:
+                ended += receiver.idle(idle_timeout)
+            if time.monotonic() >= next_save:
+                receiver.save()
+                next_save = time.monotonic() + SAVE_EVERY
+            for outcome in ended:
+                on_outcome(outcome)
+                outcomes.append(outcome)
+            if once and ended:
+                return outcomes
+    finally:
+        receiver.close()
+    return outcomes

@@ -1,0 +1,176 @@
+"""The sending end: a set's blocks, FEC-encoded and interleaved, at a capped rate, in passes.
+
+Promises:
+- `pass_datagrams` is the pure core: the datagrams of one pass, in order. The file table
+  goes first (twice) and again every TABLE_EVERY datagrams. Blocks are encoded `depth` at a
+  time and the packets of those blocks are spread evenly over the group (packet j of a block
+  of n packets at (j + 1/2) / n of the group), so a burst of B lost datagrams costs each
+  block about B / depth packets, and a small file's few packets are far apart.
+- `send` is the edge: one UDP socket that only ever sends (it never reads), the token
+  bucket before every datagram, a HEARTBEAT every `heartbeat` seconds and END three times
+  after each pass. Memory holds `depth` blocks and their packets, never the set.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirror.oneway import fec
+from mirror.oneway.rate import TokenBucket
+from mirror.oneway.table import Table
+from mirror.oneway.wire import Kind, build
+
+DEFAULT_DEPTH = 16
+TABLE_EVERY = 1024
+END_REPEAT = 3
+Only = Mapping[int, frozenset[int] | None]
+"""file index -> the blocks to send (None: all of them); empty mapping: every file."""
+
+
+@dataclass
+class SendStats:
+    datagrams: int = 0
+    wire_bytes: int = 0
+    passes: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"datagrams": self.datagrams, "wire_bytes": self.wire_bytes, "passes": self.passes}
+
+
+def table_datagrams(table: Table, room: int) -> list[bytes]:
+    data = table.encode()
+    pieces = [data[i : i + room] for i in range(0, len(data), room)] or [b""]
+    return [
+        build(Kind.TABLE, table.session, 0, index, len(pieces), piece)
+        for index, piece in enumerate(pieces)
+    ]
+
+
+def selected_blocks(table: Table, only: Only) -> list[tuple[int, int]]:
+    chosen = []
+    for file, block in table.blocks():
+        if only and (file not in only or (only[file] is not None and block not in only[file])):  # type: ignore[operator]
+            continue
+        chosen.append((file, block))
+    return chosen
+
+
+def pass_datagrams(
+    table: Table,
+    read_block: Callable[[int, int], bytes],
+    room: int,
+    *,
+    depth: int = DEFAULT_DEPTH,
+    only: Only | None = None,
+) -> Iterator[bytes]:
+    """The datagrams of one pass (module docstring)."""
+    tables = table_datagrams(table, room)
+    yield from tables + tables
+    blocks = selected_blocks(table, only or {})
+    count = 0
+    for start in range(0, len(blocks), depth):
+        slots: list[tuple[float, int, int, int, bytes]] = []
+        for file, block in blocks[start : start + depth]:
+            data = read_block(file, block)
+            packets = fec.encode(data, table.symbol_size, table.repair_count(len(data)))
+            n = len(packets)
+            slots += [((j + 0.5) / n, file, block, j, p) for j, p in enumerate(packets)]
+        slots.sort(key=lambda slot: slot[0])
+        for _, file, block, symbol, packet in slots:
+            yield build(Kind.DATA, table.session, file, block, symbol, packet)
+            count += 1
+            if count % TABLE_EVERY == 0:
+                yield from tables
+    yield from tables
+
+
+def file_reader(set_dir: Path, table: Table) -> Callable[[int, int], bytes]:
+    """Reads block `block` of file `file` from the set on disk."""
+
+    def read(file: int, block: int) -> bytes:
+        with open(set_dir / table.files[file].name, "rb") as handle:
+            handle.seek(block * table.block_bytes)
+            return handle.read(table.block_length(file, block))
+
+    return read
+
+
+def send(
+    set_dir: Path,
+    table: Table,
+    address: tuple[str, int],
+    room: int,
+    *,
+    passes: int = 1,
+    rate: float | None = None,
+    depth: int = DEFAULT_DEPTH,
+    heartbeat: float = 1.0,
+    only: Only | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> SendStats:
+    """Send `passes` passes of the set to `address` over UDP (module docstring)."""
+    stats = SendStats()
+    bucket = TokenBucket(rate)
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
+        sendto = sock.sendto
+        next_beat = time.monotonic() + heartbeat
+        reader = file_reader(set_dir, table)
+        for number in range(1, passes + 1):
+            for datagram in pass_datagrams(table, reader, room, depth=depth, only=only):
+                bucket.take(len(datagram))
+                _send_one(sendto, datagram, address)
+                stats.datagrams += 1
+                stats.wire_bytes += len(datagram)
+                if stats.datagrams & 63 == 0:
+                    if on_progress is not None:
+                        on_progress(stats.datagrams)
+                    if time.monotonic() >= next_beat:
+                        beat = {"pass": number, "passes": passes, "sent": stats.datagrams}
+                        _control(sendto, table, Kind.HEARTBEAT, number, beat, address, stats)
+                        next_beat = time.monotonic() + heartbeat
+            for _ in range(END_REPEAT):
+                end = {"pass": number, "passes": passes}
+                _control(sendto, table, Kind.END, number, end, address, stats)
+            stats.passes = number
+    return stats
+
+
+def _send_one(
+    sendto: Callable[[bytes, tuple[str, int]], int], datagram: bytes, address: tuple[str, int]
+) -> None:
+    """One datagram; a full interface queue (ENOBUFS) waits and tries again, an error the
+    network reports back (a refused port on a two-way test network) loses the datagram,
+    as the diode would."""
+    while True:
+        try:
+            sendto(datagram, address)
+            return
+        except ConnectionRefusedError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
+                raise
+            time.sleep(0.0002)
+
+
+def _control(
+    sendto: Callable[[bytes, tuple[str, int]], int],
+    table: Table,
+    kind: Kind,
+    number: int,
+    body: dict[str, int],
+    address: tuple[str, int],
+    stats: SendStats,
+) -> None:
+    datagram = build(kind, table.session, number, 0, 0, json.dumps(body).encode())
+    _send_one(sendto, datagram, address)
+    stats.datagrams += 1
+    stats.wire_bytes += len(datagram)

@@ -1,0 +1,83 @@
+"""The datagram format of a one-way link; the one owner of its bytes (docs/architecture.md).
+
+Every datagram is `HEADER | payload | crc32`, big-endian:
+
+    magic "MD" (2) | version (1) | kind (1) | session (8) | file (4) | block (4) | symbol (4)
+
+- DATA: payload is one RaptorQ packet (its own 4-byte payload id, then one symbol) of
+  block `block` of file `file`; `symbol` is the packet's symbol number (ESI).
+- TABLE: payload is fragment `block` of `symbol` fragments of the file table (JSON).
+- HEARTBEAT: payload is JSON {"pass", "passes", "sent"}: the sender is alive; `file`
+  is the pass number.
+- END: payload is JSON {"pass", "passes"}: a pass is over (`file` is the pass number).
+
+Promises: `parse` returns None for anything that is not a whole, undamaged datagram of
+this version (wrong magic, version, kind, length or CRC): a corrupt datagram is dropped,
+never used. The CRC only guards against damage in transit; integrity is the set's own
+signature and hashes, checked by `transfer verify` once the set is assembled.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from enum import IntEnum
+from typing import NamedTuple
+
+MAGIC = b"MD"
+VERSION = 1
+HEADER = struct.Struct("!2sBBQIII")
+CRC = struct.Struct("!I")
+OVERHEAD = HEADER.size + CRC.size
+IPV4_UDP = 28
+DEFAULT_MTU = 1500
+MIN_MTU = 576
+
+
+class Kind(IntEnum):
+    DATA = 1
+    TABLE = 2
+    HEARTBEAT = 3
+    END = 4
+
+
+class Datagram(NamedTuple):
+    """One parsed datagram (a tuple: made once per datagram, so as cheap as Python allows)."""
+
+    kind: Kind
+    session: int
+    file: int
+    block: int
+    symbol: int
+    payload: bytes
+
+
+def payload_room(mtu: int) -> int:
+    """Bytes of payload a datagram carries within an IPv4 MTU."""
+    if mtu < MIN_MTU:
+        raise ValueError(f"an MTU of {mtu} is below the minimum of {MIN_MTU}")
+    return mtu - IPV4_UDP - OVERHEAD
+
+
+def build(kind: Kind, session: int, file: int, block: int, symbol: int, payload: bytes) -> bytes:
+    head = HEADER.pack(MAGIC, VERSION, kind, session, file, block, symbol)
+    return head + payload + CRC.pack(zlib.crc32(payload, zlib.crc32(head)))
+
+
+def parse(data: bytes | memoryview) -> Datagram | None:
+    """The datagram, or None when it is not a whole, undamaged one of this version."""
+    if len(data) < OVERHEAD:
+        return None
+    magic, version, kind, session, file, block, symbol = HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION or kind not in _KINDS:
+        return None
+    view = memoryview(data)
+    (crc,) = CRC.unpack_from(view, len(view) - CRC.size)
+    if zlib.crc32(view[: len(view) - CRC.size]) != crc:
+        return None
+    payload = bytes(view[HEADER.size : -CRC.size])
+    return Datagram(_KIND_OF[kind], session, file, block, symbol, payload)
+
+
+_KINDS = frozenset(int(k) for k in Kind)
+_KIND_OF = {int(k): k for k in Kind}

@@ -1,0 +1,216 @@
+"""The one-way link's pure cores, end to end in one process with losses chosen by the test:
+the real sender's datagrams (real RaptorQ) into the real receiver (real files, real verify)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mirror.errors import IntegrityError
+from mirror.oneway import wire
+from mirror.oneway.assembly import ranges
+from mirror.oneway.receiver import Outcome, Receiver
+from mirror.oneway.sender import file_reader, pass_datagrams
+from mirror.oneway.table import Table, read_table, safe_name
+from tests.oneway.conftest import same_tree
+
+ROOM = wire.payload_room(1500)
+SYMBOL = ROOM - 4
+
+
+def table_of(set_dir: Path, **kwargs: Any) -> Table:
+    # small blocks so a 5 MiB set has many of them
+    return read_table(set_dir, symbol_size=SYMBOL, block_symbols=kwargs.pop("block", 200), **kwargs)
+
+
+def one_pass(set_dir: Path, table: Table, **kwargs: Any) -> Iterator[bytes]:
+    return pass_datagrams(table, file_reader(set_dir, table), ROOM, **kwargs)
+
+
+def deliver(receiver: Receiver, datagrams: Iterator[bytes], keep: Any) -> Outcome | None:
+    ended = None
+    for number, datagram in enumerate(datagrams):
+        if keep(number):
+            ended = receiver.handle(datagram) or ended
+    return ended
+
+
+def test_a_datagram_round_trips_and_damage_is_dropped() -> None:
+    data = wire.build(wire.Kind.DATA, 7, 1, 2, 3, b"payload")
+    parsed = wire.parse(data)
+    assert parsed == wire.Datagram(wire.Kind.DATA, 7, 1, 2, 3, b"payload")
+    for broken in (data[:-1], data[:10], b"XX" + data[2:], data[:30] + b"Q" + data[31:]):
+        assert wire.parse(broken) is None
+    assert wire.payload_room(1500) == 1500 - 28 - 28
+    with pytest.raises(ValueError):
+        wire.payload_room(500)
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a\\b"])
+def test_unsafe_names_in_a_table_are_refused(name: str) -> None:
+    with pytest.raises(IntegrityError, match="unsafe file name"):
+        safe_name(name)
+
+
+def test_block_ranges_are_compact() -> None:
+    assert ranges((0, 1, 2, 3, 7, 9, 10)) == "0-3,7,9-10"
+    assert ranges((5,)) == "5"
+
+
+def test_a_set_through_5_percent_random_loss_lands_verified(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    lose = random.Random(5)
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.05)
+    assert ended is not None and ended.landed == spool / "set-1", ended
+    assert ended.repaired > 0
+    sample = receiver.metrics.registry.get_sample_value
+    assert sample("mirror_oneway_repaired_blocks_total") == ended.repaired
+    assert sample("mirror_oneway_sets_total", {"outcome": "complete"}) == 1
+    assert (sample("mirror_oneway_datagrams_total", {"kind": "data"}) or 0) > 100
+    assert same_tree(packed_set, spool / "set-1")
+    assert not (spool / ".oneway" / f"{table.session:016x}").exists()
+    # later passes of a landed set are ignored, not assembled again
+    assert deliver(Receiver(spool, trusted), one_pass(packed_set, table), lambda n: True) is None
+
+
+def test_bursts_of_50_lost_datagrams_cost_each_block_little(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    # 50 consecutive datagrams lost in every 1000, the first burst taking the table with it
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: n % 1000 >= 50)
+    assert ended is not None and ended.landed is not None, ended
+
+
+def test_30_percent_loss_is_incomplete_named_and_the_resend_completes_it(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    lose = random.Random(30)
+    deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.30)
+    (ended,) = receiver.idle(0)
+    assert ended.landed is None and ended.missing
+    assert ended.kept == spool / ".oneway" / f"{table.session:016x}"
+    argv = ended.resend_command("10.0.0.2:7400")
+    assert argv[:6] == ["mirror", "transfer", "send", "set-1", "--to", "10.0.0.2:7400"]
+    names = [f.name for f in table.files]
+    only: dict[int, frozenset[int] | None] = {}
+    for item in ended.missing:
+        assert "--only" in argv
+        only[names.index(item.name)] = frozenset(item.blocks)
+    assert len(only) < len(table.files)  # the small files came through
+    sent = list(one_pass(packed_set, table, only=only))
+    for datagram in map(wire.parse, sent):  # only what is missing goes again
+        assert datagram is not None
+        if datagram.kind is wire.Kind.DATA:
+            assert datagram.block in only[datagram.file]  # type: ignore[operator]
+    landed = deliver(receiver, iter(sent), lambda n: True)
+    assert landed is not None and landed.landed is not None
+    assert same_tree(packed_set, spool / "set-1")
+
+
+def test_a_receiver_stopped_mid_set_keeps_its_blocks_for_the_next_pass(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    table = table_of(packed_set)
+    first = Receiver(spool, trusted)
+    datagrams = list(one_pass(packed_set, table, depth=2))
+    deliver(first, iter(datagrams[: len(datagrams) // 2]), lambda n: True)
+    first.save()  # what the receiver's loop does every second; a kill loses at most that
+    kept = set(first.sessions[table.session].assembly.done)  # type: ignore[union-attr]
+    assert kept
+    second = Receiver(spool, trusted)
+
+    def not_kept(number: int) -> bool:
+        datagram = wire.parse(datagrams[number])
+        assert datagram is not None
+        return datagram.kind is not wire.Kind.DATA or (datagram.file, datagram.block) not in kept
+
+    # the next pass loses every datagram of the blocks already on disk: they must come from it
+    ended = deliver(second, iter(datagrams), not_kept)
+    assert ended is not None and ended.landed is not None, ended
+    assert same_tree(packed_set, spool / "set-1")
+
+
+def test_a_whole_set_that_does_not_verify_stays_aside(
+    packed_set: Path, spool: Path, tmp_path: Path
+) -> None:
+    from mirror.transferset.keys import generate_keypair, load_trusted_keys
+
+    other = generate_keypair(tmp_path / "other")
+    receiver = Receiver(spool, load_trusted_keys([other.public_path]))
+    table = table_of(packed_set)
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: True)
+    assert ended is not None and ended.landed is None and ended.error
+    assert not (spool / "set-1").exists()
+    assert (ended.kept or spool).exists()
+
+
+def test_the_receiver_has_no_way_to_send() -> None:
+    """No call that could put a packet on the wire anywhere in the receiving end's modules
+    (the link tests prove it on the wire: nothing goes back)."""
+    import ast
+
+    import mirror.oneway.assembly
+    import mirror.oneway.receiver
+
+    sending = {"send", "sendto", "sendall", "sendmsg", "connect", "connect_ex", "sendfile"}
+    for module in (mirror.oneway.receiver, mirror.oneway.assembly):
+        tree = ast.parse(Path(module.__file__ or "").read_text())
+        called = {
+            node.func.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        }
+        assert not called & sending, module.__name__
+
+
+def test_the_token_bucket_holds_the_rate_and_sleeps_in_batches() -> None:
+    from mirror.oneway.rate import TokenBucket
+
+    now = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    bucket = TokenBucket(1_000_000, burst=10_000, clock=lambda: now[0], sleep=sleep)
+    for _ in range(1000):
+        bucket.take(1000)
+    # 1 MB at 1 MB/s after a 10 kB burst: 0.99 s, within one slack
+    assert 0.985 <= now[0] <= 0.99 + 0.0021
+    assert len(sleeps) < 1000 / 2  # not a sleep per datagram
+    assert TokenBucket(None).take(10**9) is None  # no cap: never waits
+
+
+def test_silence_mid_pass_is_told_from_a_finished_sender_by_its_heartbeats(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    import json
+
+    table = table_of(packed_set)
+    receiver = Receiver(spool, trusted)
+    datagrams = list(one_pass(packed_set, table))
+    beat = json.dumps({"pass": 1, "passes": 2, "sent": 10}).encode()
+    receiver.handle(wire.build(wire.Kind.HEARTBEAT, table.session, 1, 0, 0, beat))
+    deliver(receiver, iter(datagrams[: len(datagrams) // 3]), lambda n: True)
+    assert receiver.idle(3600) == []  # not silent for long enough yet
+    (ended,) = receiver.idle(0)
+    assert "not even a heartbeat" in ended.reason and "pass 1 of 2" in ended.reason
+    # a sender that said its last pass is over: quiet, not a dead link
+    other = Receiver(tmp := spool.parent / "other", trusted)
+    deliver(other, iter(datagrams[: len(datagrams) // 3]), lambda n: True)
+    end = json.dumps({"pass": 1, "passes": 1}).encode()
+    finished = other.handle(wire.build(wire.Kind.END, table.session, 1, 0, 0, end))
+    assert finished is not None and finished.reason == "the sender's last pass is over"
+    assert tmp.is_dir()
