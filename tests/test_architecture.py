@@ -28,6 +28,7 @@ FOUNDATIONS = {
     "mirror.archive",
     "mirror.versions",
     "mirror.integrity",
+    "mirror.completeness",
     "mirror.hostnames",
     "mirror.links",
     "mirror.progress",

@@ -73,6 +73,19 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Sch
 
 
 DOMAIN_VERSION = obj({"domain": STR, "version": STR})
+SITE = obj(
+    {
+        "status": {"enum": ["passed", "refused", "accepted"]},
+        "pages": INT,
+        "page_count": null(INT),
+        "tolerance": INT,
+        "broken_links": INT,
+        "missing_assets": INT,
+        "report_sha256": SHA256,
+        "refusal": null(STR),
+        "reason": null(STR),
+    }
+)
 ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
 DELTA = obj(
     {
@@ -271,7 +284,7 @@ CONTRACTS: dict[str, Contract] = {
         LINK,
     ),
     "store list": Contract(
-        "Every stored version.",
+        "Every stored version with its completeness check, and the bundles the check refused.",
         "mirror store list --domain docs.example.com --json",
         _READ,
         obj(
@@ -283,11 +296,29 @@ CONTRACTS: dict[str, Contract] = {
                             "created_at": TIME,
                             "delivered_at": null(TIME),
                             "path": STR,
+                            "site": null(SITE),
                         }
                     )
-                )
+                ),
+                "refused": array(
+                    obj(
+                        {
+                            "domain": STR,
+                            "version": STR,
+                            "sha256": SHA256,
+                            "created_at": TIME,
+                            "site": SITE,
+                        }
+                    )
+                ),
             }
         ),
+    ),
+    "store accept": Contract(
+        "A bundle the completeness check refused, stored as a version with the reason.",
+        "mirror store accept docs.example.com refused-2026-11-24 --reason 'counts redirects'",
+        _READ,
+        obj({"domain": STR, "refused": STR, "version": STR, "reason": STR}),
     ),
     "store verify": Contract(
         "Every blob re-hashed against the index.",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mirror.cli.common import DOMAIN, CliContext, reads_only
+from mirror.cli.common import DOMAIN, CliContext, pass_cli, reads_only
 from mirror.errors import IntegrityError
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.timestamps import rfc3339, rfc3339_or_none
@@ -25,9 +25,68 @@ def store() -> None:
 @click.option("--domain", type=DOMAIN, metavar="D", help="Only this domain.")
 @reads_only
 def store_list(cli: CliContext, domain: str | None) -> None:
-    """Every stored version: label, size, format, sha256, when stored and delivered."""
+    """Every stored version: label, size, format, sha256, when stored and delivered, and its
+    completeness; then the bundles refused by the completeness check (kept aside)."""
+    from mirror.export import sitecheck
+
     versions = list_versions(cli.app, domain)
-    cli.emit({"versions": [version_document(v) for v in versions]}, version_lines(versions))
+    with cli.app.db.session() as session:
+        checks = sitecheck.checks_by_bundle(session, domain)
+        refused = [c for c in checks.values() if c.status == sitecheck.REFUSED]
+        document = {
+            "versions": [
+                {**version_document(v), "site": site_of(checks, v.domain, v.label)}
+                for v in versions
+            ],
+            "refused": [refused_document(c) for c in refused],
+        }
+        lines = version_lines(versions) + [
+            f"{v.domain} {v.label}: {sitecheck.check_summary(checks[(v.domain, v.label)])}"
+            for v in versions
+            if (v.domain, v.label) in checks
+        ]
+        lines += [
+            f"refused {c.domain} {c.label}: {c.refusal} (kept aside, never packed; "
+            f"mirror store accept {c.domain} {c.label} --reason TEXT)"
+            for c in refused
+        ]
+    cli.emit(document, lines)
+
+
+@store.command("accept")
+@click.argument("domain", type=DOMAIN)
+@click.argument("version")
+@click.option("--reason", required=True, help="Why this bundle is good (kept in its provenance).")
+@pass_cli
+def store_accept(cli: CliContext, domain: str, version: str, reason: str) -> None:
+    """Store a bundle the completeness check refused as a new version, without a new download."""
+    from mirror.export import sitecheck
+    from mirror.timestamps import utcnow
+
+    label, check = sitecheck.accept(cli.app, domain, version, reason, utcnow())
+    cli.emit(
+        {"domain": domain, "refused": version, "version": label, "reason": check.reason},
+        f"{domain} {version} accepted as version {label}: {check.reason}",
+    )
+
+
+def site_of(checks: dict[tuple[str, str], Any], domain: str, label: str) -> Any:
+    from mirror.export import sitecheck
+
+    check = checks.get((domain, label))
+    return sitecheck.check_document(check) if check is not None else None
+
+
+def refused_document(check: Any) -> dict[str, Any]:
+    from mirror.export import sitecheck
+
+    return {
+        "domain": check.domain,
+        "version": check.label,
+        "sha256": check.bundle_sha256,
+        "created_at": rfc3339(check.created_at),
+        "site": sitecheck.check_document(check),
+    }
 
 
 @store.command("verify")
