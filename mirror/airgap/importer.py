@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mirror.airgap import layout, rebuild
+from mirror.airgap import layout, provenance, rebuild
 from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
@@ -48,7 +48,12 @@ from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
-from mirror.transferset.reader import VerifiedSet, find_damaged_part, verify_set
+from mirror.transferset.reader import (
+    VerifiedSet,
+    find_damaged_part,
+    verify_provenance_files,
+    verify_set,
+)
 from mirror.transferset.receipt import Receipt, ReceiptItem
 from mirror.versions import label_key
 
@@ -143,7 +148,9 @@ def import_set(
         notes.append(
             f"{manifest.tool.path} (the mirror tool) stays beside the set; it is not published"
         )
+    carried = verify_provenance_files(set_dir, manifest, trusted)
     imported_at = iso_time(now())
+    provenance.publish(store, manifest, carried)
     items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)

@@ -127,16 +127,39 @@ def history_command(cli: CliContext, domain: str) -> None:
     type=DURATION,
     help="Fail when the link expires within this time.",
 )
+@click.option(
+    "--provenance",
+    is_flag=True,
+    help="Also verify the version's signed provenance in the bucket (target.trusted_keys).",
+)
+@click.option(
+    "--site",
+    is_flag=True,
+    help="Also unpack the bundle, serve it on loopback and crawl every page over HTTP.",
+)
 @pass_cli
-def check_command(cli: CliContext, file: Path, warn: float) -> None:
+def check_command(cli: CliContext, file: Path, warn: float, provenance: bool, site: bool) -> None:
     """Fetch FILE's bundleUrl as the chart would and compare it with the version's manifest."""
     store = _store(cli)
     target = cli.settings.target
     with httpx.Client(timeout=CHECK_TIMEOUT, verify=target.ca_bundle or True) as http:
         report = charts.check_values_file(file, store, http, warn=warn)
-    if report.error is not None:
-        cli.fail_with(report.as_dict(), report.error)
-    cli.emit(report.as_dict(), report.lines())
+        document, lines = report.as_dict(), report.lines()
+        if report.error is not None:
+            cli.fail_with(document, report.error)
+        if provenance:
+            from mirror.cli.chartextra import provenance_check
+
+            error = provenance_check(cli, store, report, document, lines)
+            if error is not None:
+                cli.fail_with(document, error)
+        if site:
+            from mirror.cli.chartextra import site_check
+
+            error = site_check(http, file, document, lines)
+            if error is not None:
+                cli.fail_with(document, error)
+    cli.emit(document, lines)
 
 
 @chart.command("refresh")

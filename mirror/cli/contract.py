@@ -192,7 +192,28 @@ CHECK = obj(
         "enabled": BOOL,
         "error": null(STR),
         "exit_code": INT,
-    }
+        "provenance": obj(
+            {
+                "verified": BOOL,
+                "error": STR,
+                "key_id": STR,
+                "job_id": null(STR),
+                "page_count": null(INT),
+                "summary": null(STR),
+                "accepted_reason": null(STR),
+            },
+            optional=("error", "key_id", "job_id", "page_count", "summary", "accepted_reason"),
+        ),
+        "site": obj(
+            {
+                "pages": INT,
+                "references": INT,
+                "failing_pages": array(obj({"path": STR, "status": INT})),
+                "broken_links": array(obj({"target": STR, "source": STR, "status": INT})),
+            }
+        ),
+    },
+    optional=("provenance", "site"),
 )
 REFRESH_RESULT = obj(
     {

@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session
 from mirror.config import Settings
 from mirror.errors import ConfigError, IntegrityError, NotFound, OperationFailed, TemporaryFailure
 from mirror.fsutil import CHUNK_SIZE, free_bytes, fsync_dir, is_disk_full
+from mirror.outbound import provenance
 from mirror.outbound.delta import NO_BASE, Choice, Offered, choose_bases, decide
 from mirror.store.app import App
 from mirror.store.models import Bundle, Transfer, TransferItem, Version
@@ -488,6 +489,7 @@ class _SetWriter:
             key_id=self.key.key_id,
             tool=tool_entry,
         )
+        manifest = provenance.attach(self.app, staging, manifest, self.key)
         data = manifest.to_bytes()
         signature = self.key.signature_document(data)
         _write_new(staging / MANIFEST, data)

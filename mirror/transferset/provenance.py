@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.errors import IntegrityError
+from mirror.transferset.format import ManifestItem
 from mirror.transferset.keys import KEY_ID_LENGTH, PublicKey, SigningKey
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -115,6 +116,25 @@ def verify_provenance(
     if not isinstance(predicate, dict):
         raise IntegrityError(f"{what}: the statement has no predicate")
     return Provenance(str(subject.get("name", "")), sha256, predicate, key_id, envelope)
+
+
+def check_item(envelope: bytes, item: ManifestItem, trusted: Mapping[str, PublicKey]) -> Provenance:
+    """The provenance carried for `item`: signed by a trusted key, about the bundle the signed
+    manifest names (`provenance.subject_sha256`), of the same domain, version and tree."""
+    assert item.provenance is not None
+    proven = verify_provenance(
+        envelope, trusted, sha256=item.provenance.subject_sha256, what=item.provenance.name
+    )
+    said = proven.predicate
+    if (said.get("domain"), said.get("version"), said.get("tree_sha256")) != (
+        item.domain,
+        item.version,
+        item.tree_sha256,
+    ):
+        raise IntegrityError(
+            f"{item.provenance.name}: the statement is about another version than {item.label}"
+        )
+    return proven
 
 
 def _envelope(envelope: bytes, what: str) -> tuple[bytes, list[Any]]:
