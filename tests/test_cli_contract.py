@@ -168,7 +168,10 @@ def test_every_command_json_document_matches_its_description(
     assert {v["version"] for v in kept} == {first["version"], second["version"]}
 
     sim.faults.damaged_domains["docs.cut.test"] = "truncated"
-    walk("export run", "--adhoc", "docs.cut.test", exit_code=5)
+    cut = mirror_cli(
+        "export", "run", "--adhoc", "docs.cut.test", "--config", str(config), env=walk.env
+    )
+    assert cut.returncode == 5, cut.stderr
     refused = walk("store list")["refused"][0]["version"]
     walk("store accept", "docs.cut.test", refused, "--reason", "the vendor counts redirects")
 
