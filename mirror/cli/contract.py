@@ -407,6 +407,7 @@ CONTRACTS: dict[str, Contract] = {
                                         "sha256": SHA256,
                                         "created_at": TIME,
                                         "delivered_at": null(TIME),
+                                        "site": null(STR),
                                     }
                                 )
                             ),

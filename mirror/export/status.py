@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, aliased
 
 from mirror.config import ExportSettings
 from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
+from mirror.export.sitecheck import check_summary, checks_by_bundle
 from mirror.store.app import App
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
 from mirror.timestamps import rfc3339_or_none, utcnow
@@ -232,6 +233,7 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
                 select(DomainSchedule).where(DomainSchedule.domain.in_(chunk))
             ):
                 schedules[schedule_row.domain] = schedule_row
+        sites = {key: check_summary(check) for key, check in checks_by_bundle(session).items()}
     for export in exports:
         state = states[export.domain]
         run = last_runs.get(export.domain)
@@ -252,7 +254,11 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
                 domain=export.domain,
                 every=export.every,
                 last_run=_run_json(run) if run is not None else None,
-                latest_version=_version_json(version) if version is not None else None,
+                latest_version=(
+                    {**_version_json(version), "site": sites.get((version.domain, version.label))}
+                    if version is not None
+                    else None
+                ),
                 next_due=next_due,
                 running=running,
                 not_before=not_before,
