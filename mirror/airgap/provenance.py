@@ -11,7 +11,11 @@ the version has none.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping
+from typing import Any
 
 from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
@@ -56,6 +60,21 @@ def check_in_bucket(
     if proven.predicate.get("tree_sha256") != described.tree_sha256:
         raise IntegrityError(f"{store.bucket}/{key}: the statement is about another site tree")
     return proven
+
+
+def read_statement(store: ObjectStore, domain: str, version: str) -> dict[str, Any]:
+    """The predicate of a version's published statement, NOT verified (for display only,
+    where no key is trusted); NotFound when there is none."""
+    key = layout.provenance_key(store, domain, version)
+    try:
+        envelope = json.loads(b"".join(_read(store, key)))
+        statement = json.loads(base64.b64decode(envelope.get("payload", ""), validate=True))
+    except (ValueError, AttributeError, binascii.Error):
+        raise IntegrityError(f"{store.bucket}/{key}: not a DSSE envelope") from None
+    predicate = statement.get("predicate") if isinstance(statement, dict) else None
+    if not isinstance(predicate, dict):
+        raise IntegrityError(f"{store.bucket}/{key}: not a provenance statement")
+    return predicate
 
 
 def _subject(described: layout.VersionManifest) -> str:

@@ -101,18 +101,25 @@ def rollback_command(cli: CliContext, domain: str) -> None:
 @pass_cli
 def history_command(cli: CliContext, domain: str) -> None:
     """List DOMAIN's promotions and rollbacks, newest first."""
-    document = charts.read_history(_store(cli), domain)
+    from mirror.cli.chartextra import history_sites
+
+    store = _store(cli)
+    document = charts.read_history(store, domain)
     entries = charts.history_view(document)
     current = document.current if document else None
+    sites = history_sites(cli, store, domain, [entry.version for entry in entries])
     lines = [
         f"{'*' if entry.current else ' '} {entry.version:<16} {entry.action:<8} {entry.at}"
+        + (f"  {sites[entry.version]}" if sites.get(entry.version) else "")
         for entry in entries
     ] or [f"{domain}: nothing promoted yet (mirror chart promote {domain} VERSION)"]
     cli.emit(
         {
             "domain": domain,
             "current": current,
-            "history": [dataclasses.asdict(entry) for entry in entries],
+            "history": [
+                {**dataclasses.asdict(entry), "site": sites.get(entry.version)} for entry in entries
+            ],
         },
         lines,
     )

@@ -11,7 +11,7 @@ from mirror.airgap.chart.check import CheckReport
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.provenance import check_in_bucket
 from mirror.cli.common import CliContext
-from mirror.errors import ConfigError, MirrorError
+from mirror.errors import ConfigError, MirrorError, NotFound
 from mirror.transferset.keys import load_trusted_keys
 
 
@@ -64,3 +64,35 @@ def site_check(
     document["site"] = report.as_dict()
     lines.append(report.line())
     return report.error
+
+
+def history_sites(
+    cli: CliContext, store: ObjectStore, domain: str, versions: list[str]
+) -> dict[str, str | None]:
+    """Each version's completeness summary from its provenance in the bucket: verified
+    against target.trusted_keys when some are configured, else marked unverified."""
+    trusted = load_trusted_keys(cli.settings.target.trusted_keys)
+    found: dict[str, str | None] = {}
+    for version in dict.fromkeys(versions):
+        found[version] = _site_of(store, domain, version, trusted)
+    return found
+
+
+def _site_of(store: ObjectStore, domain: str, version: str, trusted: dict[str, Any]) -> str | None:
+    from mirror.airgap.provenance import read_statement
+
+    try:
+        if trusted:
+            predicate = check_in_bucket(store, domain, version, trusted).predicate
+            note = ""
+        else:
+            predicate = read_statement(store, domain, version)
+            note = " (provenance not verified: no target.trusted_keys)"
+    except MirrorError as exc:
+        return f"provenance: {exc}" if not isinstance(exc, NotFound) else None
+    completeness = predicate.get("completeness") or {}
+    acceptance = predicate.get("acceptance") or {}
+    summary = completeness.get("summary") or "no completeness check"
+    if acceptance.get("reason"):
+        summary += f"; accepted: {acceptance['reason']}"
+    return summary + note

@@ -584,7 +584,17 @@ CONTRACTS: dict[str, Contract] = {
             {
                 "domain": STR,
                 "current": null(STR),
-                "history": array(obj({"version": STR, "action": STR, "at": TIME, "current": BOOL})),
+                "history": array(
+                    obj(
+                        {
+                            "version": STR,
+                            "action": STR,
+                            "at": TIME,
+                            "current": BOOL,
+                            "site": null(STR),
+                        }
+                    )
+                ),
             }
         ),
     ),

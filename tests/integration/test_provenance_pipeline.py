@@ -92,6 +92,13 @@ def test_refused_accepted_packed_imported_and_the_reason_is_in_the_bucket(
 
     values = tmp_path / f"{CUT}.values.yaml"
     assert side("chart", "values", CUT, "--out", str(values)).returncode == 0
+    history = side.json("chart", "history", CUT)["history"]
+    assert history[0]["site"] == (
+        "13 pages of pageCount 40, 27 broken links, 0 missing assets; "
+        "accepted: vendor counts redirects"
+    )
+    status = side("status")
+    assert f"{CUT} {accepted['version']}: 13 pages of pageCount 40" in status.stdout
     proven = side("chart", "check", str(values), "--provenance")
     assert proven.returncode == 0, proven.stderr
     assert "accepted: vendor counts redirects" in proven.stdout
