@@ -37,8 +37,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
-from selectolax.lexbor import LexborHTMLParser
-
 from mirror.integrity import hash_bytes
 
 MAX_PARSE_BYTES = 4 * 1024 * 1024
@@ -297,6 +295,8 @@ class _Discard:
 def html_references(text: bytes) -> Iterator[str]:
     """Every URL a page names in href/src/srcset/poster attributes, inline styles and
     <style> blocks, in document order."""
+    from selectolax.lexbor import LexborHTMLParser  # only runs that meet a page load it
+
     tree = LexborHTMLParser(text)
     for node in tree.css(_SELECTOR):
         if node.tag == "style":

@@ -282,6 +282,7 @@ CONTRACTS: dict[str, Contract] = {
                 "run_id": INT,
                 "path": STR,
                 "resumed": BOOL,
+                "site": null(STR),
             }
         ),
         notes=("A domain not in [[exports]] needs --adhoc (exit 2 otherwise).",),

@@ -141,6 +141,7 @@ def outcome_document(outcome: ExportOutcome) -> dict[str, Any]:
         "run_id": outcome.run_id,
         "path": str(outcome.blob_path),
         "resumed": outcome.resumed,
+        "site": outcome.site,
     }
 
 
@@ -161,6 +162,7 @@ def describe_outcome(outcome: ExportOutcome) -> list[str]:
         f"  sha256  {outcome.sha256}",
         f"  file    {outcome.blob_path}",
         f"  job     {outcome.job_id} (run {outcome.run_id}{resumed})",
+        *([f"  site    {outcome.site}"] if outcome.site else []),
     ]
 
 

@@ -44,6 +44,7 @@ around them does the I/O.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -122,6 +123,7 @@ class ExportOutcome:
     tree_sha256: str
     file_count: int
     resumed: bool
+    site: str | None = None  # the completeness summary of a stored version
 
 
 # --- the pure core ---------------------------------------------------------------------------
@@ -502,7 +504,7 @@ class _Runner:
             self.record_site(session, site, sha256, label, sitecheck.PASSED)
             self.transition(RunState.STORED, session, version_label=label, **self.finished())
         self.announce(version=label, sha256=sha256, size=size, site=site.summary())
-        return outcome_of(
+        stored = outcome_of(
             self.current,
             "stored",
             label,
@@ -513,6 +515,7 @@ class _Runner:
             report,
             self.claim.resumed,
         )
+        return dataclasses.replace(stored, site=site.summary())
 
     def judge_site(self, report: ArchiveReport) -> sitecheck.SiteJudgement:
         """The completeness report of this download under the domain's policy."""

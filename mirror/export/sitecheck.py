@@ -240,6 +240,9 @@ def check_summary(check: SiteCheck) -> str:
         f"{check.pages} pages{reported}, {check.broken_links} broken links, "
         f"{check.missing_assets} missing assets"
     )
+    short = (check.page_count or 0) - check.pages
+    if check.status == PASSED and not check.paths_named and 0 < short <= check.tolerance:
+        line += f" ({short} short, within the tolerance of {check.tolerance})"
     if check.status == ACCEPTED:
         line += f"; accepted: {check.reason}"
     elif check.status == REFUSED:

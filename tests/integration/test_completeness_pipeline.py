@@ -68,6 +68,9 @@ def test_broken_links_are_recorded_not_refused_unless_a_threshold_is_set(
     sim.faults.damaged_domains["docs.broken.test"] = "broken_links"
     stored = cli(config, sim.key, "--json", "export", "run", "--adhoc", "docs.broken.test")
     assert stored.returncode == 0, stored.stderr
+    assert json.loads(stored.stdout)["site"] == (
+        "40 pages, 2 assets, 1 broken link, 1 missing asset (pageCount 40)"
+    )
     app = index(config)
     try:
         with app.db.session() as session:
