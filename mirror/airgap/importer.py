@@ -150,8 +150,7 @@ def import_set(
         )
     carried = verify_provenance_files(set_dir, manifest, trusted)
     imported_at = iso_time(now())
-    provenance.publish(store, manifest, carried)
-    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir)
+    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir, carried)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
@@ -180,6 +179,7 @@ def _publish_all(
     imported_at: str,
     on_progress: Callable[[int], None] | None,
     work_dir: Path | None = None,
+    carried: Mapping[tuple[str, str], bytes] | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
     there = {
         _bundle(store, item): stored
@@ -187,6 +187,8 @@ def _publish_all(
         if (stored := same_tree_there(store, item)) is not None
     }
     bundles = stage_bundles(store, verified, on_progress, work_dir=work_dir, there=there)
+    # Every bundle matched and is complete: each version's provenance goes before its manifest.
+    provenance.publish(store, verified.manifest, carried or {})
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
