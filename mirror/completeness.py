@@ -162,6 +162,7 @@ class SiteScanner:
         self.references = 0
         self.pages_cut = 0
         self.targets_dropped = False
+        self._resolved: dict[tuple[str, str], str | None] = {}
 
     # -- the FileSink side ------------------------------------------------------------------
 
@@ -182,8 +183,17 @@ class SiteScanner:
     def collect(self, source: str, text: bytes, kind: str) -> None:
         """Record the references of one page or stylesheet (`text` already capped)."""
         refs = html_references(text) if kind == "html" else css_references(text)
+        folder = source.rpartition("/")[0]
+        resolved = self._resolved
         for ref in refs:
-            target = _target_of(source, ref)
+            # Navigation repeats on every page: resolve each (folder, reference) once.
+            key = ("" if ref.startswith("/") else folder, ref)
+            if key in resolved:
+                target = resolved[key]
+            else:
+                if len(resolved) >= MAX_TARGETS:
+                    resolved.clear()
+                target = resolved[key] = _target_of(source, ref)
             if target is None:
                 continue
             key = (ref.startswith("/"), target)
