@@ -187,13 +187,13 @@ class SiteScanner:
         resolved = self._resolved
         for ref in refs:
             # Navigation repeats on every page: resolve each (folder, reference) once.
-            key = ("" if ref.startswith("/") else folder, ref)
-            if key in resolved:
-                target = resolved[key]
+            memo = ("" if ref.startswith("/") else folder, ref)
+            if memo in resolved:
+                target = resolved[memo]
             else:
                 if len(resolved) >= MAX_TARGETS:
                     resolved.clear()
-                target = resolved[key] = _target_of(source, ref)
+                target = resolved[memo] = _target_of(source, ref)
             if target is None:
                 continue
             key = (ref.startswith("/"), target)
