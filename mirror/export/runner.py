@@ -490,19 +490,7 @@ class _Runner:
         blob = self.store.adopt(source, sha256, size) if source == partial else source
         if site.refusal is not None:
             self.keep_aside(site, sha256, size, report)
-        with self.db.session() as session:
-            add_bundle(session, sha256, size, report, created_at=self.now())
-            label = add_version(
-                session,
-                self.domain,
-                sha256,
-                report,
-                run_id=run.id,
-                started_at=run.vendor_started_at or self.now(),
-                created_at=self.now(),
-            )
-            self.record_site(session, site, sha256, label, sitecheck.PASSED)
-            self.transition(RunState.STORED, session, version_label=label, **self.finished())
+        label = self.add_rows(site, sha256, size, report)
         self.announce(version=label, sha256=sha256, size=size, site=site.summary())
         stored = outcome_of(
             self.current,
@@ -516,6 +504,27 @@ class _Runner:
             self.claim.resumed,
         )
         return dataclasses.replace(stored, site=site.summary())
+
+    def add_rows(
+        self, site: sitecheck.SiteJudgement, sha256: str, size: int, report: ArchiveReport
+    ) -> str:
+        """The bundle, its new version and its site check, with the run STORED, in one
+        transaction; returns the version's label."""
+        run = self.current
+        with self.db.session() as session:
+            add_bundle(session, sha256, size, report, created_at=self.now())
+            label = add_version(
+                session,
+                self.domain,
+                sha256,
+                report,
+                run_id=run.id,
+                started_at=run.vendor_started_at or self.now(),
+                created_at=self.now(),
+            )
+            self.record_site(session, site, sha256, label, sitecheck.PASSED)
+            self.transition(RunState.STORED, session, version_label=label, **self.finished())
+        return label
 
     def judge_site(self, report: ArchiveReport) -> sitecheck.SiteJudgement:
         """The completeness report of this download under the domain's policy."""
