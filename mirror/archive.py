@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import dataclasses
 import enum
 import functools
 import gzip
@@ -109,6 +110,7 @@ class ArchiveReport:
     total_bytes: int
     tree_sha256: str
     has_index_html: bool
+    observed: FileSink | None = field(default=None, compare=False, repr=False)
 
 
 def file_extension(fmt: Format) -> str:
@@ -141,9 +143,18 @@ def _format_of(head: bytes, name: str) -> Format:
     raise IntegrityError(f"{name} is not a tar.gz, tar or zip archive (starts with {shown})")
 
 
-def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveReport:
-    """Check every rule on `path` and report what it holds, writing nothing."""
-    return _scan(path, limits, sink=None)
+def inspect_archive(
+    path: Path,
+    limits: ArchiveLimits = ArchiveLimits(),
+    observe: Callable[[], FileSink] | None = None,
+) -> ArchiveReport:
+    """Check every rule on `path` and report what it holds, writing nothing. With `observe`,
+    the sink it makes sees every checked member in the same pass (as `read_archive`) and is
+    the report's `observed`."""
+    if observe is None:
+        return _scan(path, limits, sink=None)
+    observer = observe()
+    return dataclasses.replace(_scan(path, limits, sink=observer), observed=observer)
 
 
 def extract_archive(
@@ -256,16 +267,25 @@ class ArchiveFeed:
     - `archive_size` (the announced size) is what the compression-ratio guard divides
       by, as `inspect_archive` divides by the finished file's size; when the finished
       size differs, `result` inspects the finished file instead;
+    - with `observe`, a sink it makes (afresh at every start) sees every checked member in
+      the same pass, and is the report's `observed`;
     - a zip cannot be inspected as it streams (its central directory is at the end,
       and only the directory says which entries exist): the thread then only takes the
       blocks, and `result` runs `inspect_archive(path)` on the finished file (a second
       read, as for every format before); so does a `result` after `close`.
     """
 
-    def __init__(self, path: Path, archive_size: int, limits: ArchiveLimits = ArchiveLimits()):
+    def __init__(
+        self,
+        path: Path,
+        archive_size: int,
+        limits: ArchiveLimits = ArchiveLimits(),
+        observe: Callable[[], FileSink] | None = None,
+    ):
         self.path = path
         self.archive_size = archive_size
         self.limits = limits
+        self.observe = observe
         self.fed = 0
         self._start()
 
@@ -273,6 +293,7 @@ class ArchiveFeed:
         self.fed = 0
         self._blocks: queue.Queue[bytes | _Signal] = queue.Queue(maxsize=FEED_DEPTH)
         self._outcome: ArchiveReport | BaseException | None = None
+        self._observer = self.observe() if self.observe is not None else None
         self._thread = threading.Thread(
             target=self._consume, name="mirror-archive-feed", daemon=True
         )
@@ -302,10 +323,10 @@ class ArchiveFeed:
             self._thread.join()
         outcome = self._outcome
         if size != self.fed or size != self.archive_size or outcome is None:
-            return inspect_archive(self.path, self.limits)
+            return inspect_archive(self.path, self.limits, self.observe)
         if isinstance(outcome, BaseException):
             raise outcome
-        return outcome
+        return dataclasses.replace(outcome, observed=self._observer)
 
     def _consume(self) -> None:
         stream = _BlockStream(self._blocks)
@@ -320,7 +341,7 @@ class ArchiveFeed:
                 self.archive_size,
                 lambda: cast(IO[bytes], stream),
                 self.limits,
-                None,
+                self._observer,
             )
         except _Abandoned:
             return

@@ -41,6 +41,23 @@ CONFIG_ENV = "MIRROR_CONFIG"
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+_TOLERANCE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)%)?\s*(?:or\s*)?(\d+)?\s*$")
+
+
+def parse_page_tolerance(value: Any) -> tuple[float, int]:
+    """`"2% or 2"` (a share of the reported pageCount or a number of pages, whichever is
+    larger), `"5%"`, or `3` pages: as (percent, pages)."""
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return (0.0, value)
+    match = _TOLERANCE.match(value) if isinstance(value, str) else None
+    if not match or not any(match.groups()):
+        raise ValueError('expected a share and/or pages such as "2% or 2", "5%" or 3')
+    return (float(match.group(1) or 0), int(match.group(2) or 0))
+
+
+PageTolerance = Annotated[tuple[float, int], BeforeValidator(parse_page_tolerance)]
 
 
 class _Section(BaseModel):
@@ -104,6 +121,11 @@ class ExportSettings(_Section):
     every: Duration = Field(default=6 * 3600.0, gt=0)  # 0 would spend every start on one domain
     version: str | None = None
     paths: list[str] | None = None
+    # Completeness (mirror.completeness): fewer pages than the vendor's pageCount minus this
+    # refuses the version; more broken internal links than `max_broken_links` refuses it too
+    # (unset: they are recorded and shown, never refused).
+    page_tolerance: PageTolerance = (2.0, 2)
+    max_broken_links: int | None = Field(default=None, ge=0)
 
     @field_validator("domain")
     @classmethod

@@ -110,7 +110,7 @@ def _first_delivery(workdir: Path) -> list[DemoStep]:
             DemoStep(f"Export {d} from the vendor into the store", ["export", "run", d])
             for d in DOMAINS
         ],
-        DemoStep("What the store holds", ["store", "list"]),
+        DemoStep("What the store holds, and how complete each site is", ["store", "list"]),
         DemoStep("Re-hash every blob in the store", ["store", "verify"]),
         DemoStep(
             "Make a signing key pair for transfer sets",
@@ -161,8 +161,9 @@ def _delta_and_chart(workdir: Path) -> list[DemoStep]:
             show_file=workdir / "values.yaml",
         ),
         DemoStep(
-            "Check that the link in the values serves the right bytes",
-            ["chart", "check", str(workdir / "values.yaml")],
+            "Check that the link in the values serves the right bytes, that the version's signed "
+            "provenance verifies, and that the site served from it works page by page",
+            ["chart", "check", str(workdir / "values.yaml"), "--provenance", "--site"],
         ),
         DemoStep(f"Version history of {first}", ["chart", "history", first]),
     ]

@@ -29,6 +29,7 @@ FOUNDATIONS = {
     "mirror.archive",
     "mirror.versions",
     "mirror.integrity",
+    "mirror.completeness",
     "mirror.hostnames",
     "mirror.links",
     "mirror.progress",

@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mirror.airgap import layout, rebuild
+from mirror.airgap import layout, provenance, rebuild
 from mirror.airgap.multipart import Outcome, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
@@ -48,7 +48,12 @@ from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
-from mirror.transferset.reader import VerifiedSet, find_damaged_part, verify_set
+from mirror.transferset.reader import (
+    VerifiedSet,
+    find_damaged_part,
+    verify_provenance_files,
+    verify_set,
+)
 from mirror.transferset.receipt import Receipt, ReceiptItem
 from mirror.versions import VersionLabel, VersionRef, newest
 
@@ -132,7 +137,7 @@ def import_set(
 ) -> ImportResult:
     """Verify `set_dir`, then publish it into `store` and write its receipt."""
     receipt = receipt_path or set_dir / RECEIPT
-    verified, replayed, notes, bases = _admit(
+    admitted = _admit(
         store,
         set_dir,
         trusted,
@@ -142,9 +147,10 @@ def import_set(
         on_verify_progress=on_verify_progress,
         work_dir=work_dir,
     )
+    verified, replayed, notes = admitted.verified, admitted.replayed, admitted.notes
     manifest = verified.manifest
     imported_at = iso_time(now())
-    items, entries = _publish_all(store, verified, imported_at, on_progress, work_dir, bases)
+    items, entries = _publish_all(store, admitted, imported_at, on_progress, work_dir)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
@@ -177,11 +183,10 @@ def _admit(
     promoting: bool,
     on_verify_progress: Callable[[int], None] | None,
     work_dir: Path | None,
-) -> tuple[VerifiedSet, bool, list[str], rebuild.Bases]:
+) -> Admitted:
     """Every refusal that comes before a byte is published (module docstring): the receipt's
-    place, the bucket and its writes, the set, its sequence, its deltas, the documents it
-    will change. Returns the verified set, whether it is a replay, notes, and the deltas'
-    base manifests."""
+    place, the bucket and its writes, the set, its sequence, its deltas, its provenance, the
+    documents it will change."""
     if set_dir.is_dir() and not os.access(receipt.parent, os.W_OK):
         raise ConfigError(
             f"cannot write the receipt to {receipt.parent} (read-only?)",
@@ -203,25 +208,39 @@ def _admit(
             f"{verified.manifest.tool.path} (the mirror tool) stays beside the set; "
             "it is not published"
         )
-    return verified, replayed, notes, bases
+    carried = verify_provenance_files(set_dir, verified.manifest, trusted)
+    return Admitted(verified, replayed, notes, bases, carried)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A set `_admit` let in: what publishing it needs."""
+
+    verified: VerifiedSet
+    replayed: bool
+    notes: list[str]
+    bases: rebuild.Bases
+    provenance: Mapping[tuple[str, str], bytes]
 
 
 def _publish_all(
     store: ObjectStore,
-    verified: VerifiedSet,
+    admitted: Admitted,
     imported_at: str,
     on_progress: Callable[[int], None] | None,
     work_dir: Path | None = None,
-    bases: rebuild.Bases | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
+    verified = admitted.verified
     there = {
         _bundle(store, item): stored
         for item in verified.manifest.items
         if (stored := same_tree_there(store, item)) is not None
     }
     bundles = stage_bundles(
-        store, verified, on_progress, work_dir=work_dir, there=there, bases=bases
+        store, verified, on_progress, work_dir=work_dir, there=there, bases=admitted.bases
     )
+    # Every bundle matched and is complete: each version's provenance goes before its manifest.
+    provenance.publish(store, verified.manifest, admitted.provenance)
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:

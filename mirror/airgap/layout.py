@@ -31,6 +31,7 @@ INDEX = "index.json"
 CURRENT = "current.json"
 GC_JOURNAL = "gc.json"
 VERSION_MANIFEST = "manifest.json"
+PROVENANCE = "provenance.intoto.json"  # the version's signed statement (transferset/provenance)
 FORMAT: Literal[1] = 1
 HISTORY_LIMIT = 200
 MAX_IMPORT_HISTORY = 1000
@@ -59,6 +60,10 @@ def gc_journal_key(store: Bucket, domain: str) -> str:
 
 def version_manifest_key(store: Bucket, domain: str, version: str) -> str:
     return store.key(domain, version, VERSION_MANIFEST)
+
+
+def provenance_key(store: Bucket, domain: str, version: str) -> str:
+    return store.key(domain, version, PROVENANCE)
 
 
 def bundle_key(store: Bucket, domain: str, version: str, archive_format: str) -> str:

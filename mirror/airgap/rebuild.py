@@ -217,7 +217,10 @@ def manifest_fields(item: ManifestItem) -> dict[str, Any]:
     """The extra fields of a per-version manifest for a version carried as a delta."""
     if item.delta is None:
         return {}
-    return {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
+    fields = {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
+    if item.provenance is not None:  # the statement is about the bundle the delta was made from
+        fields["provenance_subject"] = item.provenance.subject_sha256
+    return fields
 
 
 class RebuiltArchive:

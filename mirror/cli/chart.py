@@ -101,18 +101,25 @@ def rollback_command(cli: CliContext, domain: str) -> None:
 @pass_cli
 def history_command(cli: CliContext, domain: str) -> None:
     """List DOMAIN's promotions and rollbacks, newest first."""
-    document = charts.read_history(_store(cli), domain)
+    from mirror.cli.chartextra import history_sites
+
+    store = _store(cli)
+    document = charts.read_history(store, domain)
     entries = charts.history_view(document)
     current = document.current if document else None
+    sites = history_sites(cli, store, domain, [entry.version for entry in entries])
     lines = [
         f"{'*' if entry.current else ' '} {entry.version:<16} {entry.action:<8} {entry.at}"
+        + (f"  {sites[entry.version]}" if sites.get(entry.version) else "")
         for entry in entries
     ] or [f"{domain}: nothing promoted yet (mirror chart promote {domain} VERSION)"]
     cli.emit(
         {
             "domain": domain,
             "current": current,
-            "history": [dataclasses.asdict(entry) for entry in entries],
+            "history": [
+                {**dataclasses.asdict(entry), "site": sites.get(entry.version)} for entry in entries
+            ],
         },
         lines,
     )
@@ -127,16 +134,39 @@ def history_command(cli: CliContext, domain: str) -> None:
     type=DURATION,
     help="Fail when the link expires within this time.",
 )
+@click.option(
+    "--provenance",
+    is_flag=True,
+    help="Also verify the version's signed provenance in the bucket (target.trusted_keys).",
+)
+@click.option(
+    "--site",
+    is_flag=True,
+    help="Also unpack the bundle, serve it on loopback and crawl every page over HTTP.",
+)
 @pass_cli
-def check_command(cli: CliContext, file: Path, warn: float) -> None:
+def check_command(cli: CliContext, file: Path, warn: float, provenance: bool, site: bool) -> None:
     """Fetch FILE's bundleUrl as the chart would and compare it with the version's manifest."""
     store = _store(cli)
     target = cli.settings.target
     with httpx.Client(timeout=CHECK_TIMEOUT, verify=target.ca_bundle or True) as http:
         report = charts.check_values_file(file, store, http, warn=warn)
-    if report.error is not None:
-        cli.fail_with(report.as_dict(), report.error)
-    cli.emit(report.as_dict(), report.lines())
+        document, lines = report.as_dict(), report.lines()
+        if report.error is not None:
+            cli.fail_with(document, report.error)
+        if provenance:
+            from mirror.cli.chartextra import provenance_check
+
+            error = provenance_check(cli, store, report, document, lines)
+            if error is not None:
+                cli.fail_with(document, error)
+        if site:
+            from mirror.cli.chartextra import site_check
+
+            error = site_check(http, file, document, lines)
+            if error is not None:
+                cli.fail_with(document, error)
+    cli.emit(document, lines)
 
 
 @chart.command("refresh")

@@ -73,6 +73,19 @@ def obj(properties: dict[str, Schema], *, optional: tuple[str, ...] = ()) -> Sch
 
 
 DOMAIN_VERSION = obj({"domain": STR, "version": STR})
+SITE = obj(
+    {
+        "status": {"enum": ["passed", "refused", "accepted"]},
+        "pages": INT,
+        "page_count": null(INT),
+        "tolerance": INT,
+        "broken_links": INT,
+        "missing_assets": INT,
+        "report_sha256": SHA256,
+        "refusal": null(STR),
+        "reason": null(STR),
+    }
+)
 ITEM: dict[str, Schema] = {"domain": STR, "version": STR, "sha256": SHA256, "size": INT}
 DELTA = obj(
     {
@@ -181,7 +194,28 @@ CHECK = obj(
         "enabled": BOOL,
         "error": null(STR),
         "exit_code": INT,
-    }
+        "provenance": obj(
+            {
+                "verified": BOOL,
+                "error": STR,
+                "key_id": STR,
+                "job_id": null(STR),
+                "page_count": null(INT),
+                "summary": null(STR),
+                "accepted_reason": null(STR),
+            },
+            optional=("error", "key_id", "job_id", "page_count", "summary", "accepted_reason"),
+        ),
+        "site": obj(
+            {
+                "pages": INT,
+                "references": INT,
+                "failing_pages": array(obj({"path": STR, "status": INT})),
+                "broken_links": array(obj({"target": STR, "source": STR, "status": INT})),
+            }
+        ),
+    },
+    optional=("provenance", "site"),
 )
 REFRESH_RESULT = obj(
     {
@@ -250,6 +284,7 @@ CONTRACTS: dict[str, Contract] = {
                 "run_id": INT,
                 "path": STR,
                 "resumed": BOOL,
+                "site": null(STR),
             }
         ),
         notes=("A domain not in [[exports]] needs --adhoc (exit 2 otherwise).",),
@@ -273,7 +308,7 @@ CONTRACTS: dict[str, Contract] = {
         LINK,
     ),
     "store list": Contract(
-        "Every stored version.",
+        "Every stored version with its completeness check, and the bundles the check refused.",
         "mirror store list --domain docs.example.com --json",
         _READ,
         obj(
@@ -285,11 +320,29 @@ CONTRACTS: dict[str, Contract] = {
                             "created_at": TIME,
                             "delivered_at": null(TIME),
                             "path": STR,
+                            "site": null(SITE),
                         }
                     )
-                )
+                ),
+                "refused": array(
+                    obj(
+                        {
+                            "domain": STR,
+                            "version": STR,
+                            "sha256": SHA256,
+                            "created_at": TIME,
+                            "site": SITE,
+                        }
+                    )
+                ),
             }
         ),
+    ),
+    "store accept": Contract(
+        "A bundle the completeness check refused, stored as a version with the reason.",
+        "mirror store accept docs.example.com refused-2026-11-24 --reason 'counts redirects'",
+        _READ,
+        obj({"domain": STR, "refused": STR, "version": STR, "reason": STR}),
     ),
     "store verify": Contract(
         "Every blob re-hashed against the index.",
@@ -357,6 +410,7 @@ CONTRACTS: dict[str, Contract] = {
                                         "sha256": SHA256,
                                         "created_at": TIME,
                                         "delivered_at": null(TIME),
+                                        "site": null(STR),
                                     }
                                 )
                             ),
@@ -551,7 +605,17 @@ CONTRACTS: dict[str, Contract] = {
             {
                 "domain": STR,
                 "current": null(STR),
-                "history": array(obj({"version": STR, "action": STR, "at": TIME, "current": BOOL})),
+                "history": array(
+                    obj(
+                        {
+                            "version": STR,
+                            "action": STR,
+                            "at": TIME,
+                            "current": BOOL,
+                            "site": null(STR),
+                        }
+                    )
+                ),
             }
         ),
     ),

@@ -143,6 +143,7 @@ def describe_outcome(outcome: ExportOutcome) -> list[str]:
         f"  sha256  {ref.sha256}",
         f"  file    {outcome.blob_path}",
         f"  job     {outcome.job_id} (run {outcome.run_id}{resumed})",
+        *([f"  site    {outcome.site}"] if outcome.site else []),
     ]
 
 

@@ -52,6 +52,10 @@ def status_lines(rows: list[DomainStatus], now: datetime) -> list[str]:
         "  ".join(cell.ljust(width) for cell, width in zip(line[:-1], widths, strict=True))
         + ("  " + line[-1] if line[-1] else "")
         for line in table
+    ] + [
+        f"{row.domain} {row.latest_version['version']}: {row.latest_version['site']}"
+        for row in rows
+        if row.latest_version and row.latest_version.get("site")
     ]
 
 

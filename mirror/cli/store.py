@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mirror.cli.common import DOMAIN, CliContext, reads_only
+from mirror.cli.common import DOMAIN, CliContext, pass_cli, reads_only
 from mirror.errors import IntegrityError
 from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.units import format_size
@@ -24,9 +24,30 @@ def store() -> None:
 @click.option("--domain", type=DOMAIN, metavar="D", help="Only this domain.")
 @reads_only
 def store_list(cli: CliContext, domain: str | None) -> None:
-    """Every stored version: label, size, format, sha256, when stored and delivered."""
+    """Every stored version: label, size, format, sha256, when stored and delivered, and its
+    completeness; then the bundles refused by the completeness check (kept aside)."""
+    from mirror.export import sitecheck
+
     versions = list_versions(cli.app, domain)
-    cli.emit({"versions": [v.as_dict() for v in versions]}, version_lines(versions))
+    document, lines = sitecheck.listing(cli.app, versions, domain)
+    cli.emit(document, version_lines(versions) + lines)
+
+
+@store.command("accept")
+@click.argument("domain", type=DOMAIN)
+@click.argument("version")
+@click.option("--reason", required=True, help="Why this bundle is good (kept in its provenance).")
+@pass_cli
+def store_accept(cli: CliContext, domain: str, version: str, reason: str) -> None:
+    """Store a bundle the completeness check refused as a new version, without a new download."""
+    from mirror.export import sitecheck
+    from mirror.timestamps import utcnow
+
+    label, check = sitecheck.accept(cli.app, domain, version, reason, utcnow())
+    cli.emit(
+        {"domain": domain, "refused": version, "version": label, "reason": check.reason},
+        f"{domain} {version} accepted as version {label}: {check.reason}",
+    )
 
 
 @store.command("verify")

@@ -75,6 +75,7 @@ class RunSnapshot:
     lease_owner: str | None
     lease_expires_at: datetime | None
     finished_at: datetime | None
+    page_count: int | None = None
 
     @classmethod
     def of(cls, row: ExportRun) -> RunSnapshot:

@@ -41,7 +41,13 @@ from mirror.export.claim import DueCheck, budget_outlook
 from mirror.export.domains import DomainBook, Pacing
 from mirror.export.inflight import InFlight
 from mirror.export.lease import ReplicaLogFilter, replica_identity
-from mirror.export.metrics import DaemonMetrics, MetricsServer, last_success_times, start_metrics
+from mirror.export.metrics import (
+    DaemonMetrics,
+    MetricsServer,
+    last_success_times,
+    newest_sites,
+    start_metrics,
+)
 from mirror.export.notify import Notifier
 from mirror.export.recovery import recover
 from mirror.export.scheduler import (
@@ -195,7 +201,9 @@ class Daemon:
         """Every series of `domains` from the index, so a restart shows their last success."""
         with self.app.db.session() as session:
             last_success = last_success_times(session, domains)
+            sites = newest_sites(session, domains)
         self.metrics.seed(domains, last_success)
+        self.metrics.set_sites(sites)
 
     # --- the loop ---
 

@@ -15,9 +15,10 @@ Promises:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
-from mirror.archive import ArchiveReport, inspect_archive
+from mirror.archive import ArchiveReport, FileSink, inspect_archive
 from mirror.errors import IntegrityError
 from mirror.integrity import hash_file
 from mirror.store.app import App
@@ -47,12 +48,13 @@ def check_download(
     *,
     partial: bool,
     inspected: ArchiveReport | None = None,
+    observe: Callable[[], FileSink] | None = None,
 ) -> ArchiveReport:
     """The report of the archive at `source` (the partial file when `partial`, else the blob);
     `inspected` is its report from the download itself, when that inspected it."""
     try:
         limits = app.settings.store.archive_limits()
-        report = inspected if inspected is not None else inspect_archive(source, limits)
+        report = inspected if inspected is not None else inspect_archive(source, limits, observe)
     except IntegrityError:
         if not partial:
             forget_unindexed_blob(app, sha256)

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from mirror import __version__
 from mirror.errors import ConfigError
-from mirror.store.models import ExportRun, RunState
+from mirror.store.models import ExportRun, RunState, SiteCheck
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,16 @@ class DaemonMetrics:
         )
         self.runs_in_state = self._gauge(
             "mirror_runs_in_state", "Runs this daemon is working on, by state", "state"
+        )
+        self.version_pages = self._gauge(
+            "mirror_version_pages",
+            "Pages in the newest stored version's bundle (its completeness check)",
+            "domain",
+        )
+        self.version_broken_links = self._gauge(
+            "mirror_version_broken_links",
+            "Broken internal links and missing assets in the newest stored version's bundle",
+            "domain",
         )
         self.store_bytes = self._gauge("mirror_store_bytes", "Bytes of blobs in the store")
         self.start_budget_remaining = self._gauge(
@@ -144,6 +154,12 @@ class DaemonMetrics:
         for domain, when in last_success.items():
             self.last_success.labels(domain=domain).set(when)
 
+    def set_sites(self, sites: Mapping[str, tuple[int, int]]) -> None:
+        """The newest site check of each domain: (pages, broken links + missing assets)."""
+        for domain, (pages, broken) in sites.items():
+            self.version_pages.labels(domain=domain).set(pages)
+            self.version_broken_links.labels(domain=domain).set(broken)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -165,6 +181,19 @@ def last_success_times(session: Session, domains: Iterable[str]) -> dict[str, fl
         for domain, finished in rows:
             if isinstance(finished, datetime):
                 found[domain] = finished.timestamp()
+    return found
+
+
+def newest_sites(session: Session, domains: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """(pages, broken links + missing assets) of each domain's newest stored site check."""
+    wanted = set(domains)
+    found: dict[str, tuple[int, int]] = {}
+    rows = session.scalars(
+        select(SiteCheck).where(SiteCheck.status != "refused").order_by(SiteCheck.id)
+    )
+    for check in rows:
+        if check.domain in wanted:
+            found[check.domain] = (check.pages, check.broken_links + check.missing_assets)
     return found
 
 

@@ -49,6 +49,7 @@ class ExportOutcome:
     tree_sha256: str
     file_count: int
     resumed: bool
+    site: str | None = None  # the completeness summary of a stored version
 
     def as_dict(self) -> dict[str, Any]:
         """The `export run --json` document (docs/json.md)."""
@@ -63,6 +64,7 @@ class ExportOutcome:
             "run_id": self.run_id,
             "path": str(self.blob_path),
             "resumed": self.resumed,
+            "site": self.site,
         }
 
 

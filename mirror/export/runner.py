@@ -45,6 +45,7 @@ and `export.outcome` (what callers see: events and the outcome).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -60,6 +61,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveReport
+from mirror.completeness import SiteScanner
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -69,6 +71,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
+from mirror.export import sitecheck
 from mirror.export.claim import DueCheck, LostLease, RunSnapshot
 from mirror.export.intake import check_download, downloaded_file, forget_unindexed_blob
 from mirror.export.lease import replica_identity
@@ -229,6 +232,9 @@ class _Runner(RunContext):
                     "the next run starts a new job"
                 ) from None
             self.emit(job_event(self.current, job))
+            counted: dict[str, Any] = (
+                {} if job.page_count is None else {"page_count": job.page_count}
+            )
             if job.failed:
                 raise OperationFailed(
                     f"export job {job_id} of {self.domain} failed at the vendor: "
@@ -236,16 +242,16 @@ class _Runner(RunContext):
                 )
             if job.completed:
                 if job.bundle is not None:
-                    self.transition(RunState.DOWNLOADING, **link_values(job.bundle))
+                    self.transition(RunState.DOWNLOADING, **link_values(job.bundle), **counted)
                 else:
-                    self.transition(RunState.COMPLETED)
+                    self.transition(RunState.COMPLETED, **counted)
                 return
             timed_out = job_timed_out(
                 self.current, job, self.now(), self.job_timeout, self.max_poll_interval
             )
             if timed_out is not None:
                 raise timed_out
-            self.save()
+            self.save(**counted)
             self.pause(delay)
             delay = next_poll_delay(delay, job, self.poll_interval, self.max_poll_interval)
 
@@ -293,6 +299,7 @@ class _Runner(RunContext):
                 min_speed=self.download_settings.min_speed,
                 stall_time=self.download_settings.stall_time,
                 inspect=self.app.settings.store.archive_limits(),
+                observe=SiteScanner,
             )
         except (AuthError, NotFound, LinkFailed):
             # This link is refused, unusable or spent: the next try asks for a new one.
@@ -336,13 +343,34 @@ class _Runner(RunContext):
             return None
         inspected = self.inspected if self.downloaded_here and source == partial else None
         report = check_download(
-            self.app, source, sha256, size, partial=source == partial, inspected=inspected
+            self.app,
+            source,
+            sha256,
+            size,
+            partial=source == partial,
+            inspected=inspected,
+            observe=SiteScanner,
         )
         with self.db.session() as session:
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:
                 return self.finish_unchanged(session, latest, report)
+        site = self.judge_site(report)
         blob = self.store.adopt(source, sha256, size) if source == partial else source
+        if site.refusal is not None:
+            self.keep_aside(site, sha256, size, report)
+        label = self.add_rows(site, sha256, size, report)
+        self.announce(version=label, sha256=sha256, size=size, site=site.summary())
+        ref = VersionRef(self.domain, VersionLabel(label), sha256, size, report.format)
+        stored = outcome_of(self.current, "stored", ref, blob, report, self.claim.resumed)
+        return dataclasses.replace(stored, site=site.summary())
+
+    def add_rows(
+        self, site: sitecheck.SiteJudgement, sha256: str, size: int, report: ArchiveReport
+    ) -> str:
+        """The bundle, its new version and its site check, with the run STORED, in one
+        transaction; returns the version's label."""
+        run = self.current
         with self.db.session() as session:
             add_bundle(session, sha256, size, report, created_at=self.now())
             label = add_version(
@@ -354,10 +382,57 @@ class _Runner(RunContext):
                 started_at=run.vendor_started_at or self.now(),
                 created_at=self.now(),
             )
+            self.record_site(session, site, sha256, label, sitecheck.PASSED)
             self.transition(RunState.STORED, session, version_label=label, **self.finished())
-        self.announce(version=label, sha256=sha256, size=size)
-        ref = VersionRef(self.domain, VersionLabel(label), sha256, size, report.format)
-        return outcome_of(self.current, "stored", ref, blob, report, self.claim.resumed)
+        return label
+
+    def judge_site(self, report: ArchiveReport) -> sitecheck.SiteJudgement:
+        """The completeness report of this download under the domain's policy."""
+        run = self.current
+        return sitecheck.judge(
+            self.domain,
+            sitecheck.scanned(report),
+            page_count=run.page_count,
+            paths_named=run.requested_paths is not None,
+            settings=self.app.settings.export_for(self.domain),
+        )
+
+    def record_site(
+        self,
+        session: Session,
+        site: sitecheck.SiteJudgement,
+        sha256: str,
+        label: str,
+        status: str,
+    ) -> None:
+        run = self.current
+        sitecheck.record(
+            session,
+            site,
+            domain=self.domain,
+            sha256=sha256,
+            run_id=run.id,
+            job_id=run.vendor_job_id,
+            started_at=run.vendor_started_at,
+            completed_at=self.now(),
+            label=label,
+            status=status,
+        )
+
+    def keep_aside(
+        self, site: sitecheck.SiteJudgement, sha256: str, size: int, report: ArchiveReport
+    ) -> None:
+        """Index the refused bundle and its site check (no version), end the run, raise."""
+        assert site.refusal is not None
+        with self.db.session() as session:
+            add_bundle(session, sha256, size, report, created_at=self.now())
+            label = sitecheck.refused_label(session, self.domain, self.now())
+            self.record_site(session, site, sha256, label, sitecheck.REFUSED)
+            message = sitecheck.refusal_message(site.refusal, self.domain, label)
+            self.save(session, **{**self.finished(), "state": RunState.FAILED, "error": message})
+            session.commit()
+        self.announce(error=message)
+        raise IntegrityError(message)
 
     def finish_unchanged(
         self, session: Session, latest: Version, report: ArchiveReport

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, aliased
 
 from mirror.config import ExportSettings
 from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, ActiveRun, DomainState, eligible_at
+from mirror.export.sitecheck import check_summary, checks_by_bundle
 from mirror.store.app import App
 from mirror.store.bundles import newest_version
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
@@ -214,6 +215,7 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
     with app.db.session() as session:
         states = load_states(session, exports, dict.fromkeys(domains, now))
         last_runs, versions, schedules = _read_rows(session, domains)
+        sites = {key: check_summary(check) for key, check in checks_by_bundle(session).items()}
     for export in exports:
         state = states[export.domain]
         run = last_runs.get(export.domain)
@@ -234,7 +236,11 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
                 domain=export.domain,
                 every=export.every,
                 last_run=_run_json(run) if run is not None else None,
-                latest_version=_version_json(version) if version is not None else None,
+                latest_version=(
+                    {**_version_json(version), "site": sites.get((version.domain, version.label))}
+                    if version is not None
+                    else None
+                ),
                 next_due=next_due,
                 running=running,
                 not_before=not_before,

@@ -50,6 +50,7 @@ from mirror.integrity import (
     hash_stream,
     require_digest,
 )
+from mirror.outbound import provenance
 from mirror.outbound.delta import NO_BASE, Base, Choice, Offered, choose_bases, decide
 from mirror.outbound.records import by_sequence, carried_versions, newest_set, record_set
 from mirror.store.app import App
@@ -461,6 +462,7 @@ class _SetWriter:
             key_id=self.key.key_id,
             tool=tool_entry,
         )
+        manifest = provenance.attach(self.app, staging, manifest, self.key)
         data = manifest.to_bytes()
         signature = self.key.signature_document(data)
         _write_new(staging / MANIFEST, data)

@@ -303,6 +303,7 @@ class SimApi:
             paths=tuple(paths) if paths is not None else None,
             bundle_size=config.bundle_size,
             malicious=self.faults.malicious_domains.get(domain),
+            damage=self.faults.damaged_domains.get(domain),
             mtime=mtime,
             seed=config.seed,
         )

@@ -10,6 +10,7 @@ from typing import Any
 MALICIOUS_KINDS = frozenset(
     {"traversal", "absolute", "symlink", "hardlink", "bomb", "device", "case_twins"}
 )
+DAMAGE_KINDS = frozenset({"truncated", "broken_links"})
 AGENT_OUTCOMES = frozenset({"pr", "no_changes", "failed", "archived"})
 DEFAULT_PROJECT_DOMAIN = "docs.sim.test"
 
@@ -64,7 +65,9 @@ class Faults:
     answer 302 to it), `trickle_bytes_per_second` for `trickles_remaining` downloads,
     `huge_body_bytes` (API answers become a JSON body that long, streamed, with
     `huge_body_status`), `job_id_override` (the jobId a start answers), `never_settle`
-    (jobs stay running).
+    (jobs stay running), `damaged_domains` (domain -> "truncated": the bundle holds a third
+    of the pages the job's `pageCount` reports; "broken_links": pages link to a page and an
+    image that the bundle does not hold).
     """
 
     error_rate: float = 0.0
@@ -76,6 +79,7 @@ class Faults:
     ignore_range: bool = False
     fail_domains: set[str] = field(default_factory=set)
     malicious_domains: dict[str, str] = field(default_factory=dict)
+    damaged_domains: dict[str, str] = field(default_factory=dict)
     not_enabled_domains: set[str] = field(default_factory=set)
     bad_request_domains: set[str] = field(default_factory=set)
     project_flow_bundle_in_status: bool = True
@@ -182,6 +186,14 @@ def _check_fault(name: str, value: Any) -> Any:
         ):
             raise ValueError(
                 "malicious_domains must map domains to one of " + ", ".join(sorted(MALICIOUS_KINDS))
+            )
+        return dict(value)
+    if name == "damaged_domains":
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and v in DAMAGE_KINDS for k, v in value.items()
+        ):
+            raise ValueError(
+                "damaged_domains must map domains to one of " + ", ".join(sorted(DAMAGE_KINDS))
             )
         return dict(value)
     raise ValueError(f"unknown fault: {name}")

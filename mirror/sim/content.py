@@ -151,7 +151,7 @@ def _html_fragment(rng: random.Random, pool: list[str], at: int) -> tuple[str, i
     words = list(words)
     link = rng.randrange(len(words))
     words[link] = (
-        f'<a class="reference internal" href="/{words[link]}/{pool[at + n]}/">'
+        f'<a class="reference internal" href="#{words[link]}-{pool[at + n]}">'
         f'<span class="std std-ref">{words[link]}</span></a>'
     )
     tick = rng.randrange(len(words))

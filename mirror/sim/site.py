@@ -8,6 +8,11 @@ one file at a time) so a multi-GiB archive costs no memory.
 Two kinds of site: the small one (`pages` pages of `page_size` bytes, two tiny assets) and,
 with `site_size` set, a realistic one of about that many bytes of files (mirror.sim.tree).
 Each export changes `changes_per_export` pages, or the share `change_share` of them.
+
+A damaged export (`SiteSpec.damage`) is what a completeness check must catch: "truncated"
+keeps a third of the selected pages in the bundle (the index page first) while the job's
+`pageCount` still reports all of them; "broken_links" keeps every page but each one links
+to a page and shows an image that are not in the bundle (`BROKEN_PAGE`, `MISSING_IMAGE`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from mirror.sim import tree
 CHUNK = 1024 * 1024
 BOMB_SIZE = 200 * 1024 * 1024
 BIG_ASSET_NAME = "assets/media/walkthrough.bin"
+BROKEN_PAGE = "guides/retired-page/"
+MISSING_IMAGE = "assets/img/missing-diagram.png"
 
 _WORDS = (  # noqa: SIM905
     "install configure deploy cluster bundle export static page guide reference token api key "
@@ -61,6 +68,7 @@ class SiteSpec:
     seed: int = 0
     change_share: float | None = None
     site_size: int | None = None
+    damage: str | None = None
 
     @property
     def changes(self) -> int:
@@ -120,6 +128,22 @@ def selected_pages(spec: SiteSpec) -> list[int]:
     return [i for i in all_pages if i == 0 or page_slug(i) in wanted]
 
 
+def bundled_pages(spec: SiteSpec) -> list[int]:
+    """Indices of the pages the bundle holds: the selected ones, or a third of them when the
+    export is truncated (`page_count` still reports all selected pages)."""
+    selected = selected_pages(spec)
+    if spec.damage == "truncated":
+        return selected[: max(1, len(selected) // 3)]
+    return selected
+
+
+def _broken_markup(base: str) -> str:
+    return (
+        f'<p><a href="{base}/{BROKEN_PAGE}">Retired page</a> '
+        f'<img src="{base}/{MISSING_IMAGE}" alt="diagram"></p>\n'
+    )
+
+
 def _prose(rng: random.Random, size: int) -> str:
     parts: list[str] = []
     length = 0
@@ -153,6 +177,8 @@ def render_page(index: int, spec: SiteSpec, included: list[int]) -> bytes:
         f'<script src="{base}/assets/site.js" defer></script>\n</head>\n<body>\n'
         f'<header><a href="{base}/">{spec.domain}</a></header>\n<main>\n<h1>{title}</h1>\n{nav}'
     )
+    if spec.damage == "broken_links":
+        head += _broken_markup(base)
     tail = "</main>\n</body>\n</html>\n"
     body = _prose(rng, max(spec.page_size - len(head) - len(tail), 0))
     return (head + body + tail).encode()
@@ -165,7 +191,9 @@ _JS = b"document.documentElement.dataset.exported='static';\n"
 def site_members(spec: SiteSpec) -> list[_Member]:
     """The small files of the site, in archive order."""
     included = selected_pages(spec)
-    members = [_Member(page_member_name(i), render_page(i, spec, included)) for i in included]
+    members = [
+        _Member(page_member_name(i), render_page(i, spec, included)) for i in bundled_pages(spec)
+    ]
     members.append(_Member("assets/site.css", _CSS))
     members.append(_Member("assets/site.js", _JS))
     return members
@@ -175,7 +203,7 @@ def _large_site_files(spec: SiteSpec) -> tuple[list[str], list[int], Iterator[_M
     """Names, sizes and (made one at a time) members of a realistic site."""
     assert spec.site_size is not None
     plan = tree.site_plan(spec.seed, spec.domain, spec.site_size)
-    pages = [plan.pages[i] for i in selected_pages(spec)]
+    pages = [plan.pages[i] for i in bundled_pages(spec)]
     files = [*pages, *plan.assets]
 
     def members() -> Iterator[_Member]:
@@ -188,6 +216,10 @@ def _large_site_files(spec: SiteSpec) -> tuple[list[str], list[int], Iterator[_M
             data = tree.render_page(
                 plan, page, domain=spec.domain, base=spec.base_path, seed=seed, version=version
             )
+            if spec.damage == "broken_links":
+                main = b'<main class="content">\n'
+                broken = main + _broken_markup(spec.base_path).encode()
+                data = data.replace(main, broken, 1)[: page.size]
             yield _Member(page.name, data)
         for asset in plan.assets:
             yield _Member(asset.name, tree.render_asset(asset, f"{spec.seed}|{spec.domain}"))

@@ -49,12 +49,14 @@ class PlannedFile:
 
 @dataclass(frozen=True)
 class SitePlan:
-    """Pages (page 0 is `index.html`), assets, sections, and each page's change position."""
+    """Pages (page 0 is `index.html`), assets, sections, each page's change position, and
+    each section's first page (`starts`, what the navigation links to)."""
 
     pages: tuple[PlannedFile, ...]
     assets: tuple[PlannedFile, ...]
     sections: tuple[str, ...]
     position: tuple[int, ...]
+    starts: tuple[str, ...] = ()
 
     @property
     def total_bytes(self) -> int:
@@ -128,7 +130,25 @@ def site_plan(seed: int, domain: str, site_size: int) -> SitePlan:
     position = [0] * len(pages)
     for place, page in enumerate(order):
         position[page] = place
-    return SitePlan(tuple(pages), tuple(assets), sections, tuple(position))
+    first: dict[str, str] = {}
+    for planned in pages[1:]:
+        first.setdefault(planned.section, page_slug(planned))
+    starts = tuple(first.get(section, "") for section in sections)
+    return SitePlan(tuple(pages), tuple(assets), sections, tuple(position), starts)
+
+
+def _asset_tags(plan: SitePlan, base: str) -> str:
+    """The stylesheet and script of every page: the site's first of each, when it has one."""
+    css = next((a.name for a in plan.assets if a.kind == "css"), None)
+    js = next((a.name for a in plan.assets if a.kind == "js"), None)
+    tags = f'<link rel="stylesheet" href="{base}/{css}">\n' if css else ""
+    return tags + (f'<script src="{base}/{js}" defer></script>\n' if js else "")
+
+
+def section_start(plan: SitePlan, section: str) -> str:
+    """The slug of a section's first page (what the navigation links to; a section has no
+    index page of its own)."""
+    return plan.starts[plan.sections.index(section)]
 
 
 def page_slug(page: PlannedFile) -> str:
@@ -141,7 +161,8 @@ def render_page(
     """Exactly `page.size` bytes of HTML: head, section navigation, body text, footer."""
     title = f"{domain} documentation" if page.number == 0 else page_slug(page).split("/")[-1]
     nav = "".join(
-        f'<li class="nav-item"><a class="nav-link" href="{base}/{s}/">{s.capitalize()}</a></li>'
+        f'<li class="nav-item"><a class="nav-link" href="{base}/{section_start(plan, s)}/">'
+        f"{s.capitalize()}</a></li>"
         for s in plan.sections
     )
     head = (
@@ -149,8 +170,7 @@ def render_page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{title} - {domain}</title>\n"
         f'<meta name="generator" content="mirror-sim revision {version}">\n'
-        f'<link rel="stylesheet" href="{base}/assets/css/site-0.css">\n'
-        f'<script src="{base}/assets/js/app-1.js" defer></script>\n</head>\n<body>\n'
+        f"{_asset_tags(plan, base)}</head>\n<body>\n"
         f'<header class="site-header"><a class="brand" href="{base}/">{domain}</a>\n'
         f'<nav class="site-nav"><ul class="nav-list">{nav}</ul></nav></header>\n'
         f'<main class="content">\n<h1 class="page-title">{title}</h1>\n'
@@ -160,6 +180,8 @@ def render_page(
         f'<a href="{base}/">Home</a></p></footer>\n</body>\n</html>\n'
     ).encode()
     body = text_of_size(html_corpus(), seed, max(page.size - len(head) - len(tail), 0))
+    whole = body.rfind(b"\n") + 1  # no element cut in half: the rest is blank
+    body = body[:whole] + b" " * (len(body) - whole)
     return (head + body + tail)[: page.size]
 
 

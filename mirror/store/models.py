@@ -114,6 +114,7 @@ class ExportRun(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Version(Base):
@@ -130,6 +131,36 @@ class Version(Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("export_runs.id"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class SiteCheck(Base):
+    """The completeness check of one downloaded bundle of a domain (`mirror.completeness`):
+    `passed` (a version was stored), `refused` (kept aside, its blob indexed, no version) or
+    `accepted` (an operator's `store accept`, with the reason). `label` is the version's."""
+
+    __tablename__ = "site_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    bundle_sha256: Mapped[str] = mapped_column(ForeignKey("bundles.sha256"), index=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("export_runs.id"), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    label: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    job_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pages: Mapped[int] = mapped_column(Integer)
+    broken_links: Mapped[int] = mapped_column(Integer)
+    missing_assets: Mapped[int] = mapped_column(Integer)
+    tolerance: Mapped[int] = mapped_column(Integer, default=0)
+    paths_named: Mapped[bool] = mapped_column(Boolean, default=False)
+    report: Mapped[dict[str, Any]] = mapped_column(JSON)
+    report_sha256: Mapped[str] = mapped_column(String(64))
+    refusal: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    accepted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Transfer(Base):

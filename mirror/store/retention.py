@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from mirror.store.app import App
 from mirror.store.inventory import named_by_active_runs
-from mirror.store.models import Bundle, ExportRun, TransferItem, Version
+from mirror.store.models import Bundle, ExportRun, SiteCheck, TransferItem, Version
 from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
@@ -131,9 +131,22 @@ def _delete_rows(session: Session, version_ids: list[int], candidates: list[str]
         return []
     by_version = exists().where(Version.bundle_sha256 == Bundle.sha256)
     by_run = exists().where(ExportRun.active.is_(True), ExportRun.sha256 == Bundle.sha256)
+    # A refused bundle is kept aside (store accept); the checks of deleted versions go too.
+    kept_aside = exists().where(
+        SiteCheck.bundle_sha256 == Bundle.sha256, SiteCheck.status == "refused"
+    )
+    session.execute(
+        delete(SiteCheck)
+        .where(
+            SiteCheck.bundle_sha256.in_(candidates),
+            SiteCheck.status != "refused",
+            ~exists().where(Version.bundle_sha256 == SiteCheck.bundle_sha256),
+        )
+        .execution_options(synchronize_session=False)
+    )
     session.execute(
         delete(Bundle)
-        .where(Bundle.sha256.in_(candidates), ~by_version, ~by_run)
+        .where(Bundle.sha256.in_(candidates), ~by_version, ~by_run, ~kept_aside)
         .execution_options(synchronize_session=False)
     )
     left = set(session.scalars(select(Bundle.sha256).where(Bundle.sha256.in_(candidates))))

@@ -167,6 +167,30 @@ class DeltaEntry(_Strict):
         return value
 
 
+PROVENANCE_DIR = "provenance"
+PROVENANCE_NAME = re.compile(
+    r"^provenance/[0-9a-z.-]{1,253}/[0-9A-Za-z][0-9A-Za-z._+-]{0,63}\.intoto\.json$"
+)
+
+
+class ProvenanceEntry(_Strict):
+    """The version's signed provenance (`transferset/provenance.py`) carried as `name`: its
+    statement is about bundle `subject_sha256` (a delta's rebuilt archive carries the
+    statement of the bundle it was made from, whose tree is the item's `tree_sha256`)."""
+
+    name: str
+    size: int = Field(ge=0)
+    sha256: Hex64
+    subject_sha256: Hex64
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not PROVENANCE_NAME.match(value) or ".." in value:
+            raise ValueError(f"not a provenance file name: {value!r}")
+        return value
+
+
 class ManifestItem(_Strict):
     """One version in the set; its path components are checked before any path is built.
 
@@ -184,6 +208,7 @@ class ManifestItem(_Strict):
     exported_at: str
     parts: list[PartEntry] = Field(min_length=1)
     delta: DeltaEntry | None = None
+    provenance: ProvenanceEntry | None = None
 
     @field_validator("domain")
     @classmethod
@@ -328,6 +353,8 @@ class Manifest(_Strict):
                 del item["delta"]
             elif item["delta"]["compression"] is None:
                 del item["delta"]["compression"]
+            if item["provenance"] is None:
+                del item["provenance"]
         return canonical_json(document)
 
 
@@ -337,6 +364,9 @@ def sha256sums_text(manifest: Manifest, manifest_bytes: bytes, signature_bytes: 
     sums = {part.name: part.sha256 for item in manifest.blobs() for part in item.parts}
     if manifest.tool is not None:
         sums[manifest.tool.path] = manifest.tool.sha256
+    for item in manifest.items:
+        if item.provenance is not None:
+            sums[item.provenance.name] = item.provenance.sha256
     sums[MANIFEST] = hash_bytes(manifest_bytes)
     sums[SIGNATURE] = hash_bytes(signature_bytes)
     return "".join(f"{sums[name]}  {name}\n" for name in sorted(sums)).encode("ascii")

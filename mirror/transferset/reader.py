@@ -26,12 +26,20 @@ from typing import Any, BinaryIO
 
 from mirror.errors import IntegrityError, NotFound
 from mirror.fsutil import map_on_cores
-from mirror.integrity import CHUNK_SIZE, HashingWriter, hash_stream, require_digest
+from mirror.integrity import (
+    CHUNK_SIZE,
+    Digest,
+    HashingWriter,
+    hash_bytes,
+    hash_stream,
+    require_digest,
+)
 from mirror.transferset.delta import hashing_to
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
     MAX_MANIFEST_BYTES,
+    PROVENANCE_DIR,
     RECEIPT,
     RECEIPT_SIGNATURE,
     RECEIPT_TEMP,
@@ -45,6 +53,7 @@ from mirror.transferset.format import (
     sha256sums_text,
 )
 from mirror.transferset.keys import PublicKey, read_signature_bytes
+from mirror.transferset.provenance import check_item
 from mirror.transferset.trust import require_trusted, verify_manifest
 from mirror.units import format_size
 
@@ -134,6 +143,7 @@ def verify_set(
         ]
         check_files(set_dir, files, on_progress)
     verify_tool(set_dir, manifest, on_progress)
+    verify_provenance_files(set_dir, manifest, trusted)
     _check_sha256sums(set_dir, manifest, data)
     return VerifiedSet(set_dir, manifest, data, checked.manifest_sha256, checked.key_id)
 
@@ -143,6 +153,26 @@ def verify_tool(set_dir: Path, manifest: Manifest, on_progress: Progress | None 
     if manifest.tool is not None:
         tool = manifest.tool
         check_files(set_dir, [(tool.path, tool.size, tool.sha256)], on_progress)
+
+
+def verify_provenance_files(
+    set_dir: Path, manifest: Manifest, trusted: Mapping[str, PublicKey]
+) -> dict[tuple[str, str], bytes]:
+    """Each carried provenance statement, hashed against the signed manifest and verified
+    (`provenance.check_item`); the envelopes by (domain, version)."""
+    carried: dict[tuple[str, str], bytes] = {}
+    for item in manifest.items:
+        entry = item.provenance
+        if entry is None:
+            continue
+        with _open_member(set_dir, entry.name) as handle:
+            envelope = handle.read(entry.size + 1)
+        require_digest(
+            entry.name, Digest(hash_bytes(envelope), len(envelope)), entry.sha256, entry.size
+        )
+        check_item(envelope, item, trusted)
+        carried[(item.domain, item.version)] = envelope
+    return carried
 
 
 def check_files(
@@ -207,6 +237,8 @@ def _check_listing(set_dir: Path, manifest: Manifest) -> None:
     allowed_top = {MANIFEST, SIGNATURE, RECEIPT, RECEIPT_SIGNATURE, BLOBS, SHA256SUMS}
     if manifest.tool is not None:
         allowed_top.add(TOOL_DIR)
+    if any(item.provenance is not None for item in manifest.items):
+        allowed_top.add(PROVENANCE_DIR)
     for entry in sorted(os.scandir(set_dir), key=lambda e: e.name):
         if entry.name not in allowed_top and not RECEIPT_TEMP.match(entry.name):
             raise IntegrityError(f"{entry.name}: not part of this transfer set (unexpected file)")

@@ -31,6 +31,8 @@ Promises:
   and the result carries the same report as `inspect_archive` on the finished file, or
   the same `IntegrityError` is raised once the last byte is in (the file is left for the
   caller to drop). A zip is inspected after the download (its directory is at the end).
+  With `observe`, a sink it makes sees every checked member in that same pass (the
+  report's `observed`: `mirror.completeness.SiteScanner`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from mirror import links
-from mirror.archive import ArchiveFeed, ArchiveLimits, ArchiveReport, inspect_archive
+from mirror.archive import ArchiveFeed, ArchiveLimits, ArchiveReport, FileSink, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.fsutil import is_disk_full
 from mirror.links import is_expired_answer, s3_error, safe_url
@@ -162,6 +164,7 @@ class _Options:
     min_speed: int
     stall_time: float
     inspect: ArchiveLimits | None
+    observe: Callable[[], FileSink] | None
 
 
 class _Download:
@@ -177,7 +180,7 @@ class _Download:
         self.guard = ResumeGuard(dest, announced)
         limits = options.inspect
         self.feed = (
-            ArchiveFeed(dest, announced, limits)
+            ArchiveFeed(dest, announced, limits, options.observe)
             if limits is not None and announced is not None
             else None
         )
@@ -220,7 +223,7 @@ class _Download:
         if self.feed is not None:
             return self.feed.result(self.offset)
         if self.options.inspect is not None:
-            return inspect_archive(self.dest, self.options.inspect)
+            return inspect_archive(self.dest, self.options.inspect, self.options.observe)
         return None
 
     @property
@@ -544,6 +547,7 @@ def download_bundle(
     min_speed: int = DEFAULT_MIN_SPEED,
     stall_time: float = DEFAULT_STALL_TIME,
     inspect: ArchiveLimits | None = None,
+    observe: Callable[[], FileSink] | None = None,
 ) -> DownloadResult:
     """Download `link` into `dest`, continuing whatever `dest` already holds.
 
@@ -569,6 +573,7 @@ def download_bundle(
         min_speed,
         stall_time,
         inspect,
+        observe,
     )
     first = _Download(http, link, dest, options)
     try:

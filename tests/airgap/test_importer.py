@@ -58,11 +58,14 @@ def test_import_publishes_bundles_manifests_index_and_state(
         "static-export/api.example.com/index.json",
         "static-export/api.example.com/2026-11-21/bundle.tar.gz",
         "static-export/api.example.com/2026-11-21/manifest.json",
+        "static-export/api.example.com/2026-11-21/provenance.intoto.json",
         "static-export/docs.example.com/index.json",
         "static-export/docs.example.com/2026-11-20/bundle.tar.gz",
         "static-export/docs.example.com/2026-11-20/manifest.json",
+        "static-export/docs.example.com/2026-11-20/provenance.intoto.json",
         "static-export/docs.example.com/2026-11-20.2/bundle.tar.gz",
         "static-export/docs.example.com/2026-11-20.2/manifest.json",
+        "static-export/docs.example.com/2026-11-20.2/provenance.intoto.json",
     }
     bundle = object_store.key(DOCS, "2026-11-20", "bundle.tar.gz")
     facts = object_store.head(bundle)

@@ -167,6 +167,14 @@ def test_every_command_json_document_matches_its_description(
     kept = walk("chart gc", "--keep", "1", "--dry-run")["domains"][0]["kept"]
     assert {v["version"] for v in kept} == {first["version"], second["version"]}
 
+    sim.faults.damaged_domains["docs.cut.test"] = "truncated"
+    cut = mirror_cli(
+        "export", "run", "--adhoc", "docs.cut.test", "--config", str(config), env=walk.env
+    )
+    assert cut.returncode == 5, cut.stderr
+    refused = walk("store list")["refused"][0]["version"]
+    walk("store accept", "docs.cut.test", refused, "--reason", "the vendor counts redirects")
+
     with_documents = {key for key, contract in CONTRACTS.items() if contract.document}
     assert walk.seen == with_documents
 

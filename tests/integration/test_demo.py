@@ -25,6 +25,11 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
     assert "all 2 blob(s) match the index" in output
     assert "delta against" in output  # the second export of docs.acme.test travels as a delta
     assert "sha256 matches the manifest" in output
+    # completeness shown where operators look, provenance verified, the site crawled
+    assert re.search(r"docs\.acme\.test \S+: \d+ pages of pageCount \d+, 0 broken links", output)
+    assert re.search(r"provenance: signed by [0-9a-f]{16}, export job se_\w+; \d+ pages", output)
+    assert re.search(r"site: \d+ pages served and crawled over HTTP, \d+ internal", output)
+    assert "0 failing pages, 0 broken links" in output
     assert re.search(r"static-export/docs\.acme\.test/[0-9.-]+/bundle\.tar\.gz +3\.0 MiB", output)
     assert "static-export/docs.acme.test/index.json" in output
     values = (tmp_path / "demo" / "values.yaml").read_text()

@@ -50,7 +50,7 @@ def test_pack_writes_a_signed_canonical_set_and_records_it(
     out = tmp_path / "set-1"
     result = pack(transfer_app, out)
     assert result.sequence == 1 and result.path == out
-    assert sorted(os.listdir(out)) == [SHA256SUMS, "blobs", MANIFEST, SIGNATURE]
+    assert sorted(os.listdir(out)) == [SHA256SUMS, "blobs", MANIFEST, SIGNATURE, "provenance"]
     assert sorted(os.listdir(out / "blobs")) == sorted([sha1, sha2])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("set-1.partial")]
     data = (out / MANIFEST).read_bytes()

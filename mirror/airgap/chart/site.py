@@ -1,0 +1,194 @@
+"""`chart check --site`: the proof that what pods will serve works, page by page, over HTTP.
+
+The bundle is fetched through the values file's link exactly as the chart's pod does
+(plain GET, no credentials), streamed to a temporary file, checked and unpacked by
+`mirror.archive`, then served by a real HTTP server (the standard library's, as a static
+file server serves it) on loopback, and crawled from its home page: every page reached is
+fetched over HTTP, every internal reference in it (the same extraction as
+`mirror.completeness`) is requested once. Promises: nothing is left behind (the temporary
+directory and the server end with the check); memory does not grow with the bundle (it is
+streamed to disk); `SiteReport.error` is one IntegrityError (exit 5) when a page fails or
+a link breaks, naming the counts and the first few.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import tempfile
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from mirror.archive import extract_archive, inspect_archive
+from mirror.completeness import PAGE_SUFFIXES, SiteScanner, css_references, html_references
+from mirror.errors import IntegrityError, MirrorError, OperationFailed
+from mirror.integrity import CHUNK_SIZE
+
+SHOWN = 5
+MAX_PAGES = 200_000
+
+
+@dataclass
+class SiteReport:
+    """What the crawl found: pages served, references checked, and what failed."""
+
+    pages: int = 0
+    references: int = 0
+    failing_pages: list[tuple[str, int]] = field(default_factory=list)
+    broken_links: list[tuple[str, str, int]] = field(default_factory=list)
+    error: MirrorError | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pages": self.pages,
+            "references": self.references,
+            "failing_pages": [{"path": p, "status": s} for p, s in self.failing_pages],
+            "broken_links": [
+                {"target": t, "source": src, "status": s} for t, src, s in self.broken_links
+            ],
+        }
+
+    def line(self) -> str:
+        return (
+            f"site: {self.pages} pages served and crawled over HTTP, {self.references} "
+            f"internal references checked, {len(self.failing_pages)} failing pages, "
+            f"{len(self.broken_links)} broken links"
+        )
+
+
+def check_site(http: httpx.Client, url: str, work_dir: Path | None = None) -> SiteReport:
+    """Fetch `url` as the pod does, serve the unpacked site on loopback, crawl it."""
+    with tempfile.TemporaryDirectory(prefix="mirror-site-", dir=work_dir) as temp:
+        bundle = Path(temp) / "bundle"
+        _download(http, url, bundle)
+        report = inspect_archive(bundle, observe=SiteScanner)
+        assert isinstance(report.observed, SiteScanner)
+        base = report.observed.report().base_path
+        root = Path(temp) / "site"
+        extract_archive(bundle, root)
+        bundle.unlink()
+        with serving(_site_root(root), base) as origin:
+            return crawl(http, origin + base + "/")
+
+
+def _download(http: httpx.Client, url: str, dest: Path) -> None:
+    with http.stream("GET", url) as response, open(dest, "wb") as out:
+        if response.status_code != 200:
+            raise OperationFailed(f"the bundleUrl answered HTTP {response.status_code}")
+        for chunk in response.iter_bytes(CHUNK_SIZE):
+            out.write(chunk)
+
+
+def _site_root(root: Path) -> Path:
+    """The directory holding index.html: the root, or its single top directory."""
+    if (root / "index.html").is_file():
+        return root
+    tops = list(root.iterdir())
+    if len(tops) == 1 and (tops[0] / "index.html").is_file():
+        return tops[0]
+    return root
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    base = ""
+
+    def translate_path(self, path: str) -> str:
+        if self.base and (path == self.base or path.startswith(self.base + "/")):
+            path = path[len(self.base) :] or "/"
+        return super().translate_path(path)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def serving(root: Path, base: str = "") -> Iterator[str]:
+    """A static file server for `root` on 127.0.0.1 (below `base`), for the `with` block."""
+    handler = type("SiteHandler", (_Handler,), {"base": base})
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, name="mirror-site", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def crawl(http: httpx.Client, start: str) -> SiteReport:
+    """Every page reachable from `start` on its origin, fetched; every internal reference
+    requested once. Failing pages and broken links are in the report and its `error`."""
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(start))
+    report = SiteReport()
+    seen: dict[str, int] = {}
+    queue: deque[tuple[str, str]] = deque([(start, "")])
+    while queue and report.pages < MAX_PAGES:
+        url, source = queue.popleft()
+        if url in seen:
+            status = seen[url]
+            if status != 200 and source:
+                report.broken_links.append((_path(url), source, status))
+            continue
+        response = http.get(url)
+        status = seen[url] = response.status_code
+        if status != 200:
+            if source:
+                report.broken_links.append((_path(url), source, status))
+            else:
+                report.failing_pages.append((_path(url), status))
+            continue
+        kind = response.headers.get("content-type", "")
+        if "html" in kind or _path(url).lower().endswith(PAGE_SUFFIXES):
+            report.pages += 1
+            refs = html_references(response.content)
+        elif "css" in kind:
+            refs = css_references(response.content)
+        else:
+            continue
+        for ref in refs:
+            target = _internal(url, ref, origin)
+            if target is not None:
+                report.references += 1
+                queue.append((target, _path(url)))
+    report.error = _error(report)
+    return report
+
+
+def _internal(page: str, ref: str, origin: str) -> str | None:
+    if (
+        not ref
+        or ref.startswith("#")
+        or ref.lower().startswith(("data:", "mailto:", "javascript:"))
+    ):
+        return None
+    target = urljoin(page, ref)
+    parts = urlsplit(target)
+    if f"{parts.scheme}://{parts.netloc}" != origin:
+        return None
+    return parts._replace(query="", fragment="").geturl()
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path or "/"
+
+
+def _error(report: SiteReport) -> MirrorError | None:
+    if not report.failing_pages and not report.broken_links:
+        return None
+    shown = [f"{p} (HTTP {s})" for p, s in report.failing_pages[:SHOWN]]
+    shown += [f"{t} from {src} (HTTP {s})" for t, src, s in report.broken_links[:SHOWN]]
+    return IntegrityError(
+        f"the served site has {len(report.failing_pages)} failing pages and "
+        f"{len(report.broken_links)} broken links: {', '.join(shown)}"
+    )

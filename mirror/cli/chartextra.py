@@ -1,0 +1,98 @@
+"""`chart check --provenance` and `--site`: the extra checks, parsed and printed here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mirror.airgap.chart.check import CheckReport
+from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.provenance import check_in_bucket
+from mirror.cli.common import CliContext
+from mirror.errors import ConfigError, MirrorError, NotFound
+from mirror.transferset.keys import load_trusted_keys
+
+
+def provenance_check(
+    cli: CliContext,
+    store: ObjectStore,
+    report: CheckReport,
+    document: dict[str, Any],
+    lines: list[str],
+) -> MirrorError | None:
+    """Verify the version's published statement; fills `document["provenance"]`."""
+    trusted = load_trusted_keys(cli.settings.target.trusted_keys)
+    if not trusted:
+        return ConfigError("no trusted public keys", hint="set target.trusted_keys")
+    try:
+        proven = check_in_bucket(store, report.domain, report.version, trusted)
+    except MirrorError as exc:
+        document["provenance"] = {"verified": False, "error": str(exc)}
+        return exc
+    said = proven.predicate
+    vendor = said.get("vendor") or {}
+    completeness = said.get("completeness") or {}
+    acceptance = said.get("acceptance") or {}
+    document["provenance"] = {
+        "verified": True,
+        "key_id": proven.key_id,
+        "job_id": vendor.get("job_id"),
+        "page_count": vendor.get("page_count"),
+        "summary": completeness.get("summary"),
+        "accepted_reason": acceptance.get("reason"),
+    }
+    line = f"provenance: signed by {proven.key_id}, export job {vendor.get('job_id')}"
+    if completeness.get("summary"):
+        line += f"; {completeness['summary']}"
+    if acceptance.get("reason"):
+        line += f"; accepted: {acceptance['reason']}"
+    lines.append(line)
+    return None
+
+
+def site_check(
+    http: httpx.Client, file: Path, document: dict[str, Any], lines: list[str]
+) -> MirrorError | None:
+    """Serve and crawl the bundle behind `file`'s link; fills `document["site"]`."""
+    from mirror.airgap.chart.site import check_site
+    from mirror.airgap.chart.values import read_values_file
+
+    values = read_values_file(file)
+    report = check_site(http, values.bundle_url)
+    document["site"] = report.as_dict()
+    lines.append(report.line())
+    return report.error
+
+
+def history_sites(
+    cli: CliContext, store: ObjectStore, domain: str, versions: list[str]
+) -> dict[str, str | None]:
+    """Each version's completeness summary from its provenance in the bucket: verified
+    against target.trusted_keys when some are configured, else marked unverified."""
+    trusted = load_trusted_keys(cli.settings.target.trusted_keys)
+    found: dict[str, str | None] = {}
+    for version in dict.fromkeys(versions):
+        found[version] = _site_of(store, domain, version, trusted)
+    return found
+
+
+def _site_of(store: ObjectStore, domain: str, version: str, trusted: dict[str, Any]) -> str | None:
+    from mirror.airgap.provenance import read_statement
+
+    try:
+        if trusted:
+            predicate = check_in_bucket(store, domain, version, trusted).predicate
+            note = ""
+        else:
+            predicate = read_statement(store, domain, version)
+            note = " (provenance not verified: no target.trusted_keys)"
+    except MirrorError as exc:
+        return f"provenance: {exc}" if not isinstance(exc, NotFound) else None
+    completeness = predicate.get("completeness") or {}
+    acceptance = predicate.get("acceptance") or {}
+    summary = completeness.get("summary") or "no completeness check"
+    if acceptance.get("reason"):
+        summary += f"; accepted: {acceptance['reason']}"
+    return summary + note

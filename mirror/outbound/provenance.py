@@ -1,0 +1,114 @@
+"""The provenance a pack carries for every version: what the index knows, signed.
+
+`attach` writes one DSSE envelope per item (`provenance/DOMAIN/VERSION.intoto.json`, made by
+`mirror.transferset.provenance`) into the set being staged and lists it in the manifest
+before the manifest is signed. Promises: every version gets a statement, also one stored
+before completeness checks existed (its `completeness` is then null and `checks` says
+only what was checked); a delta item carries the statement of the bundle it was made from
+(the tree is the same), so the rebuilt version has the same provenance; the statement's
+bytes depend only on the index, so packing a version again gives the same statement.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mirror import __version__
+from mirror.fsutil import fsync_dir
+from mirror.integrity import hash_bytes
+from mirror.store.app import App
+from mirror.store.models import Bundle, ExportRun, SiteCheck, Version
+from mirror.timestamps import rfc3339_or_none
+from mirror.transferset.format import PROVENANCE_DIR, Manifest, ManifestItem, ProvenanceEntry
+from mirror.transferset.keys import SigningKey
+from mirror.transferset.provenance import sign_statement, statement
+
+
+def predicate_of(app: App, session: Session, item: ManifestItem) -> tuple[str, str, dict[str, Any]]:
+    """(subject name, bundle sha256, predicate) of a packed item, from the index."""
+    version = session.scalars(
+        select(Version).where(Version.domain == item.domain, Version.label == item.version)
+    ).one()
+    bundle = session.get(Bundle, version.bundle_sha256)
+    assert bundle is not None
+    run = session.get(ExportRun, version.run_id) if version.run_id is not None else None
+    check = session.scalars(
+        select(SiteCheck)
+        .where(SiteCheck.domain == item.domain, SiteCheck.label == item.version)
+        .order_by(SiteCheck.id.desc())
+    ).first()
+    checks = ["bundle-sha256", "archive-safety", "tree-sha256"]
+    completeness = None
+    if check is not None:
+        checks.append("completeness")
+        completeness = {
+            "pages": check.pages,
+            "broken_links": check.broken_links,
+            "missing_assets": check.missing_assets,
+            "page_count_compared": not check.paths_named and check.page_count is not None,
+            "tolerance": check.tolerance,
+            "report_sha256": check.report_sha256,
+            "summary": _summary(check),
+        }
+    acceptance = None
+    if check is not None and check.status == "accepted":
+        acceptance = {"reason": check.reason, "accepted_at": rfc3339_or_none(check.accepted_at)}
+    predicate = {
+        "domain": item.domain,
+        "version": item.version,
+        "tree_sha256": version.tree_sha256,
+        "vendor": {
+            "project_id": app.settings.api.project_id or None,
+            "job_id": run.vendor_job_id if run is not None else None,
+            "started_at": rfc3339_or_none(run.vendor_started_at if run else None),
+            "completed_at": rfc3339_or_none(run.finished_at if run else None),
+            "page_count": check.page_count if check is not None else None,
+        },
+        "completeness": completeness,
+        "checks": checks,
+        "acceptance": acceptance,
+        "tool": {"name": "mirror", "version": __version__},
+    }
+    subject = f"{item.domain}/{item.version}/bundle.{bundle.format}"
+    return subject, bundle.sha256, predicate
+
+
+def _summary(check: SiteCheck) -> str:
+    reported = f" of pageCount {check.page_count}" if check.page_count is not None else ""
+    return (
+        f"{check.pages} pages{reported}, {check.broken_links} broken links, "
+        f"{check.missing_assets} missing assets"
+    )
+
+
+def attach(app: App, staging: Path, manifest: Manifest, key: SigningKey) -> Manifest:
+    """The manifest with every item's provenance written into `staging` and listed."""
+    items: list[ManifestItem] = []
+    with app.db.session() as session:
+        for item in manifest.items:
+            subject, sha256, predicate = predicate_of(app, session, item)
+            envelope = sign_statement(statement(subject, sha256, predicate), key)
+            name = f"{PROVENANCE_DIR}/{item.domain}/{item.version}.intoto.json"
+            target = staging / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _write(target, envelope)
+            entry = ProvenanceEntry(
+                name=name, size=len(envelope), sha256=hash_bytes(envelope), subject_sha256=sha256
+            )
+            items.append(item.model_copy(update={"provenance": entry}))
+    for directory in {(staging / i.provenance.name).parent for i in items if i.provenance}:
+        fsync_dir(directory)
+    return manifest.model_copy(update={"items": items})
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
