@@ -216,3 +216,29 @@ def test_the_cycle_check_finds_a_cycle_through_three_modules() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [("a", "b", "c")]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+MAX_FUNCTION_LINES = 50
+MAX_CLASS_LINES = 300
+
+
+def test_functions_and_classes_stay_small() -> None:
+    """Functions under 50 lines, classes under 300, outside the simulator (a test double
+    whose request handler mirrors the vendor's API in one place)."""
+    too_long: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if module_name(path).startswith("mirror.sim"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            limit = (
+                MAX_FUNCTION_LINES
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                else MAX_CLASS_LINES
+                if isinstance(node, ast.ClassDef)
+                else None
+            )
+            if limit is not None and node.end_lineno is not None:
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    too_long.append(f"{module_name(path)}.{node.name}: {lines} lines")
+    assert too_long == []

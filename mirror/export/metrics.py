@@ -83,16 +83,7 @@ class DaemonMetrics:
         self.runs_in_state = self._gauge(
             "mirror_runs_in_state", "Runs this daemon is working on, by state", "state"
         )
-        self.version_pages = self._gauge(
-            "mirror_version_pages",
-            "Pages in the newest stored version's bundle (its completeness check)",
-            "domain",
-        )
-        self.version_broken_links = self._gauge(
-            "mirror_version_broken_links",
-            "Broken internal links and missing assets in the newest stored version's bundle",
-            "domain",
-        )
+        self._site_gauges()
         self.store_bytes = self._gauge("mirror_store_bytes", "Bytes of blobs in the store")
         self.start_budget_remaining = self._gauge(
             "mirror_start_budget_remaining",
@@ -107,6 +98,19 @@ class DaemonMetrics:
         self._ready = False
         self._last_tick: float | None = None
         self._lock = threading.Lock()
+
+    def _site_gauges(self) -> None:
+        """The newest stored version's completeness, per domain."""
+        self.version_pages = self._gauge(
+            "mirror_version_pages",
+            "Pages in the newest stored version's bundle (its completeness check)",
+            "domain",
+        )
+        self.version_broken_links = self._gauge(
+            "mirror_version_broken_links",
+            "Broken internal links and missing assets in the newest stored version's bundle",
+            "domain",
+        )
 
     def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
         return Counter(name, documentation, list(labels), registry=self.registry)

@@ -355,7 +355,7 @@ class _Runner(RunContext):
             latest = latest_version(session, self.domain)
             if latest is not None and latest.tree_sha256 == report.tree_sha256:
                 return self.finish_unchanged(session, latest, report)
-        site = self.judge_site(report)
+        site = judge_site(self.app, self.domain, self.current, report)
         blob = self.store.adopt(source, sha256, size) if source == partial else source
         if site.refusal is not None:
             self.keep_aside(site, sha256, size, report)
@@ -385,17 +385,6 @@ class _Runner(RunContext):
             self.record_site(session, site, sha256, label, sitecheck.PASSED)
             self.transition(RunState.STORED, session, version_label=label, **self.finished())
         return label
-
-    def judge_site(self, report: ArchiveReport) -> sitecheck.SiteJudgement:
-        """The completeness report of this download under the domain's policy."""
-        run = self.current
-        return sitecheck.judge(
-            self.domain,
-            sitecheck.scanned(report),
-            page_count=run.page_count,
-            paths_named=run.requested_paths is not None,
-            settings=self.app.settings.export_for(self.domain),
-        )
 
     def record_site(
         self,
@@ -449,6 +438,19 @@ class _Runner(RunContext):
         blob = self.store.blob_path(bundle.sha256)
         ref = version_ref(latest, bundle)
         return outcome_of(self.current, "unchanged", ref, blob, report, self.claim.resumed)
+
+
+def judge_site(
+    app: App, domain: str, run: RunSnapshot, report: ArchiveReport
+) -> sitecheck.SiteJudgement:
+    """The completeness report of a download under the domain's policy."""
+    return sitecheck.judge(
+        domain,
+        sitecheck.scanned(report),
+        page_count=run.page_count,
+        paths_named=run.requested_paths is not None,
+        settings=app.settings.export_for(domain),
+    )
 
 
 def align_partial(partial: Path, durable: int) -> None:

@@ -561,19 +561,9 @@ def download_bundle(
     the low-speed limit (0 turns it off).
     """
 
+    timing = (max_attempts, sleep, now, min_speed, stall_time)
     options = _Options(
-        refresh_link,
-        expected_size,
-        checkpoint,
-        on_progress,
-        cancel,
-        max_attempts,
-        sleep,
-        now,
-        min_speed,
-        stall_time,
-        inspect,
-        observe,
+        refresh_link, expected_size, checkpoint, on_progress, cancel, *timing, inspect, observe
     )
     first = _Download(http, link, dest, options)
     try:
