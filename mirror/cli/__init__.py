@@ -172,6 +172,15 @@ def _store_group() -> click.Command:
     return store.store
 
 
+def _transfer_group() -> click.Command:
+    from mirror.cli import oneway, transfer
+
+    for command in (oneway.transfer_send, oneway.transfer_receive):
+        if command.name not in transfer.transfer_group.commands:
+            transfer.transfer_group.add_command(command)
+    return transfer.transfer_group
+
+
 COMMANDS: dict[str, tuple[Target, str]] = {
     "config": ("mirror.cli.admin:config_group", "Settings."),
     "db": ("mirror.cli.admin:db_group", "The store's SQL index."),
@@ -191,8 +200,8 @@ COMMANDS: dict[str, tuple[Target, str]] = {
     ),
     "keys": ("mirror.cli.keys:keys_group", "Signing keys for transfer sets."),
     "transfer": (
-        "mirror.cli.transfer:transfer_group",
-        "Signed transfer sets: pack, verify, import, acknowledge, push.",
+        _transfer_group,
+        "Signed transfer sets: pack, verify, import, acknowledge, push, send, receive.",
     ),
     "bundle-self": (
         "mirror.cli.bundle:bundle_self_command",

@@ -349,14 +349,3 @@ def transfer_push(
     lines += [f"  promoted {d} {v}" for d, v in imported.promoted]
     lines += [f"note: {note}" for note in imported.notes]
     cli.emit(result.as_dict(), lines)
-
-
-def _one_way_commands() -> None:
-    """`transfer send|receive` live in cli/oneway.py (issue 23)."""
-    from mirror.cli.oneway import transfer_receive, transfer_send
-
-    transfer_group.add_command(transfer_send)
-    transfer_group.add_command(transfer_receive)
-
-
-_one_way_commands()
