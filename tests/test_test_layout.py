@@ -18,6 +18,7 @@ TESTS = REPO / "tests"
 KNOWN_TEST_IMPORTS = {
     ("test_agentjobs.py", "test_client"),
     ("test_claim.py", "test_lease"),
+    ("test_completeness_pipeline.py", "test_export_pipeline"),
 }
 # Started otherwise on purpose: the artefact is built with the network shut off, and the demo
 # runs on a bare interpreter to show what is missing; this file only names the pair.

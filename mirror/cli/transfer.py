@@ -67,7 +67,7 @@ _KEY_OPTION = click.option(
 
 @click.group("transfer")
 def transfer_group() -> None:
-    """Signed transfer sets: pack, verify, import, acknowledge, push."""
+    """Signed transfer sets: pack, verify, import, acknowledge, push, send, receive."""
 
 
 @transfer_group.command("pack")

@@ -13,7 +13,7 @@ import pytest
 
 from mirror.config import TargetSettings
 from mirror.sim import Simulator
-from tests.conftest import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.s3 import bucket_listing, transfer_config
 
 pytestmark = pytest.mark.s3

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from mirror.store.app import App
 from mirror.store.models import Transfer
-from tests.conftest import write_config
+from tests.fixtures.cli import write_config
 from tests.fixtures.diode import Link, close_link, mirror_bin, open_link, require_root, sh
 from tests.fixtures.s3 import transfer_config
 from tests.oneway.conftest import same_tree

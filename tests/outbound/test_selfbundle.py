@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tarfile
@@ -21,18 +20,10 @@ from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, 
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.artefact import offline_env
+from tests.fixtures.docs import documented
 from tests.fixtures.versions import add_version
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def documented(block: str, page: str = "README.md") -> str:
-    """The shell block that follows `<!-- tested: BLOCK -->` in a page of the docs."""
-    match = re.search(
-        rf"<!-- tested: {block} -->\n```sh\n(.*?)```", (ROOT / page).read_text(), re.S
-    )
-    assert match, f"{page} has no tested block {block}"
-    return match.group(1)
 
 
 def run(

@@ -21,7 +21,7 @@ from mirror.transferset.provenance import (
     statement,
     verify_provenance,
 )
-from tests.test_selfbundle import documented
+from tests.fixtures.docs import documented
 
 PREDICATE = {"domain": "docs.example.com", "vendor": {"job_id": "se_1", "page_count": 40}}
 

@@ -30,7 +30,7 @@ from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import VerifyReport, verify_store
 from mirror.store.maintenance.recovery import reconcile_orphan_blobs
-from mirror.store.models import Bundle, ExportRun, Version
+from mirror.store.models import Bundle, ExportRun, SiteCheck, Version
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,19 @@ def _restore(app: App, source: Path, sha256: str) -> None:
 
 
 def _repoint(app: App, damaged: str, good: str) -> int:
-    """Let every version of blob `damaged` name the indexed blob `good` of the same site,
-    and drop `damaged` (row and file) in the same transaction; returns the versions moved."""
+    """Let every version (and site check) of blob `damaged` name the indexed blob `good` of
+    the same site, and drop `damaged` (row and file) in the same transaction; returns the
+    versions moved."""
     with app.db.session() as session:
         moved = session.execute(
             update(Version)
             .where(Version.bundle_sha256 == damaged)
+            .values(bundle_sha256=good)
+            .execution_options(synchronize_session=False)
+        )
+        session.execute(
+            update(SiteCheck)
+            .where(SiteCheck.bundle_sha256 == damaged)
             .values(bundle_sha256=good)
             .execution_options(synchronize_session=False)
         )
