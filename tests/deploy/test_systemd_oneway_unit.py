@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from mirror.cli import cli
 
-UNIT = Path(__file__).resolve().parent.parent / "systemd" / "mirror-oneway-receive.service"
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "mirror-oneway-receive.service"
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze not installed")
 
