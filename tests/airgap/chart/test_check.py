@@ -13,10 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 import yaml
-from botocore.config import Config
 
 from mirror.airgap import chart
 from mirror.airgap.objectstore import ObjectStore
@@ -34,26 +32,6 @@ from tests.airgap.chart.seeding import (
     fetch,
     write_for,
 )
-
-T0 = datetime(2026, 11, 22, 2, 0, 0, tzinfo=UTC)
-
-
-def offline_presign(signature_version: str, ttl: int) -> str:
-    """A real presigned URL (boto3 signs locally, no request is made)."""
-    client = boto3.client(
-        "s3",
-        endpoint_url="http://127.0.0.1:9",
-        region_name="us-east-1",
-        aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key="not-a-real-secret",
-        config=Config(signature_version=signature_version, s3={"addressing_style": "path"}),
-    )
-    return client.generate_presigned_url(
-        "get_object",
-        Params={"Bucket": "b", "Key": "static-export/docs.example.com/2026-11-21/bundle.tar.gz"},
-        ExpiresIn=ttl,
-    )
-
 
 # --- chart check -----------------------------------------------------------------------------
 
