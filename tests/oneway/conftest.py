@@ -9,7 +9,7 @@ import pytest
 
 from mirror.outbound.pack import pack
 from mirror.store.app import App
-from tests.fixtures.s3 import add_version
+from tests.fixtures.versions import add_version
 
 MiB = 1024 * 1024
 
