@@ -13,7 +13,8 @@ import pytest
 
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
-from tests.fixtures.s3 import cli_env, import_config, mirror_argv, run_mirror
+from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli
+from tests.fixtures.s3 import import_config
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.s3
@@ -42,7 +43,7 @@ def test_receive_import_publishes_the_set_it_landed(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
     )  # fmt: skip
     time.sleep(3)  # binding; a datagram sent before is lost, and the passes cover it
-    sent = run_mirror("--config", str(config), "transfer", "send", str(packed_set),
+    sent = mirror_cli("--config", str(config), "transfer", "send", str(packed_set),
                       "--to", to, "--rate", "4MiB", "--passes", "2")  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     out, err = receiver.communicate(timeout=120)
