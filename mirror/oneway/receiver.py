@@ -16,6 +16,7 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -28,13 +29,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror.errors import IntegrityError, MirrorError
+from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.fsutil import fsync_dir
 from mirror.integrity import hash_file
 from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
-from mirror.oneway.wire import Datagram, Kind, parse
+from mirror.oneway.wire import Datagram, Kind, parse, resolve
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.reader import verify_set
 
@@ -299,11 +300,21 @@ def _heard(session: _Session, datagram: Datagram) -> None:
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
     """The receiver's socket: bound, never connected, never written to."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family, address = resolve(host, port, "--listen")
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if rcvbuf is not None:
         _set_rcvbuf(sock, rcvbuf)
-    sock.bind((host, port))
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        where = f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise TemporaryFailure(
+                f"UDP {where} is in use: another receiver (or a service) holds it",
+                hint="stop it, or listen on another port",
+            ) from None
+        raise ConfigError(f"cannot listen on UDP {where}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from mirror.oneway import fec
 from mirror.oneway.rate import TokenBucket
 from mirror.oneway.table import Table
-from mirror.oneway.wire import Kind, build
+from mirror.oneway.wire import Kind, build, resolve
 
 DEFAULT_DEPTH = 16
 TABLE_EVERY = 1024
@@ -117,7 +117,7 @@ def send(
     """Send `passes` passes of the set to `address` over UDP (module docstring)."""
     stats = SendStats()
     bucket = TokenBucket(rate)
-    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    family, address = resolve(*address, "--to")
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
         sendto = sock.sendto
