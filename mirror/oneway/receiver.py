@@ -20,6 +20,7 @@ import errno
 import json
 import logging
 import os
+import re
 import select
 import shlex
 import shutil
@@ -44,6 +45,8 @@ SAVE_EVERY = 1.0
 RECV_SIZE = 65536
 WAITING = 8192
 WAIT = 0.2
+_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}")
+"""What a sender's `to` may be: a datagram is not authenticated, so nothing else is printed."""
 _KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
 
 
@@ -59,6 +62,10 @@ class Outcome:
     reason: str = ""
     error: str | None = None
     repaired: int = 0
+    sent_to: str | None = None
+    """The sender's own `--to` and set directory (its HEARTBEAT and END name them): the
+    resend command is then right even when this end listens on 0.0.0.0."""
+    sent_from: str | None = None
 
     @property
     def missing_bytes(self) -> int:
@@ -66,7 +73,14 @@ class Outcome:
 
     def resend_command(self, to: str) -> list[str]:
         """What to run on the connected side, in the directory holding the set."""
-        argv = ["mirror", "transfer", "send", self.name, "--to", to]
+        argv = [
+            "mirror",
+            "transfer",
+            "send",
+            self.sent_from or self.name,
+            "--to",
+            self.sent_to or to,
+        ]
         for item in self.missing:
             partial = len(item.blocks) < item.block_count
             argv += ["--only", f"{item.name}:{ranges(item.blocks)}" if partial else item.name]
@@ -95,6 +109,8 @@ class _Session:
         self.assembly: Assembly | None = None
         self.ended = False
         self.heard: tuple[int, int] | None = None
+        self.sent_to: str | None = None
+        self.sent_from: str | None = None
         """(pass, passes) of the sender's last HEARTBEAT or END: where it was when last heard."""
         self.waiting: list[Datagram] = []
         """DATA that came before the table (a receiver started mid-pass, a table lost):
@@ -247,6 +263,8 @@ class Receiver:
             missing=assembly.missing(),
             reason=reason,
             repaired=assembly.repaired,
+            sent_to=session.sent_to,
+            sent_from=session.sent_from,
         )
 
     def _finish(self, session: _Session) -> Outcome | None:
@@ -295,7 +313,17 @@ def _heard(session: _Session, datagram: Datagram) -> None:
         body = json.loads(datagram.payload)
         session.heard = (int(body["pass"]), int(body["passes"]))
     except (ValueError, KeyError, TypeError):
-        pass
+        return
+    to, where = body.get("to"), body.get("set")
+    if isinstance(to, str) and _ADDRESS.fullmatch(to):
+        session.sent_to = to
+    if (
+        isinstance(where, str)
+        and where.startswith("/")
+        and where.isprintable()
+        and len(where) < 4096
+    ):
+        session.sent_from = where
 
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:

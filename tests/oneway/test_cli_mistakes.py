@@ -4,13 +4,14 @@ the resend command an incomplete receiver prints is run exactly as printed."""
 
 from __future__ import annotations
 
+import shlex
 import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import mirror_cli
+from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
 
 
@@ -68,6 +69,44 @@ def test_a_receiver_that_cannot_bind_says_why_in_one_line(
     nowhere = mirror_cli("--defaults", "transfer", "receive", str(tmp_path / "spool"),
                          "--listen", "192.0.2.1:7400", "--once", "--key", key)  # fmt: skip
     assert "192.0.2.1:7400" in one_error_line(nowhere, 2)
+
+
+def test_the_resend_a_wildcard_receiver_prints_runs_as_printed(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    packed_set: Path,  # noqa: F811
+) -> None:
+    """The README's receiver listens on 0.0.0.0: the resend must name the address the
+    sender used and the set's own directory, so it runs from anywhere on the connected side."""
+    port = free_udp_port()
+    spool = tmp_path / "spool"
+
+    def receive() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            mirror_argv("--defaults", "transfer", "receive", str(spool), "--listen",
+                        f"0.0.0.0:{port}", "--once", "--key", str(key_pair[1])),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(),
+        )  # fmt: skip
+
+    receiver = receive()
+    wait_bound(port)
+    sent = send(packed_set, "--to", f"127.0.0.1:{port}", "--only", "manifest.json")
+    assert sent.returncode == 0, sent.stderr
+    _, err = receiver.communicate(timeout=60)
+    assert receiver.returncode == 75, err
+    printed = err.strip().splitlines()[-1].split("on the connected side run: ", 1)[1].rstrip(")")
+    argv = shlex.split(printed)
+    assert argv[:4] == ["mirror", "transfer", "send", str(packed_set)]
+    assert argv[argv.index("--to") + 1] == f"127.0.0.1:{port}"
+
+    receiver = receive()
+    wait_bound(port)
+    resent = subprocess.run(mirror_argv("--defaults", *argv[1:]), capture_output=True, text=True,
+                            env=cli_env(), cwd=tmp_path, timeout=60, check=False)  # fmt: skip
+    assert resent.returncode == 0, resent.stderr
+    _, err = receiver.communicate(timeout=60)
+    assert receiver.returncode == 0, err
+    assert (spool / packed_set.name / "manifest.json").is_file()
 
 
 def wait_bound(port: int) -> None:
