@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,8 +20,10 @@ from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.oneway.receiver import Outcome
+    from mirror.oneway.metrics import ReceiverMetrics
+    from mirror.oneway.receiver import Outcome, Receiver
     from mirror.oneway.table import Table
+    from mirror.transferset.keys import PublicKey
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -210,7 +212,7 @@ def transfer_receive(
     A set that arrives whole and verifies lands in DIR/NAME; an incomplete one stays in
     DIR/.oneway/ and the command to resend what it lacks is printed."""
     from mirror.oneway.metrics import ReceiverMetrics
-    from mirror.oneway.receiver import Receiver, open_socket, run
+    from mirror.oneway.receiver import open_socket, run
 
     cli: CliContext = ctx.obj
     host, port = _address(listen, "--listen")
@@ -218,13 +220,12 @@ def transfer_receive(
     metrics = ReceiverMetrics()
     if metrics_at is not None:
         metrics.serve(*_address(metrics_at, "--metrics"))
-    spool.mkdir(parents=True, exist_ok=True)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     sock = open_socket(host, port, rcvbuf)
     outcomes: list[Outcome] = []
     with sock, _progress(cli, "receiving") as (on_block,):
-        receiver = Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+        receiver = _receiver(spool, trusted, metrics, on_block)
 
         def ended(outcome: Outcome) -> None:
             outcomes.append(outcome)
@@ -242,6 +243,22 @@ def transfer_receive(
         )
     if once and outcomes:
         _fail_unless_landed(outcomes[-1], listen)
+
+
+def _receiver(
+    spool: Path,
+    trusted: Mapping[str, PublicKey],
+    metrics: ReceiverMetrics,
+    on_block: Callable[[int], None] | None,
+) -> Receiver:
+    """The receiver on its spool, made if missing; a spool that cannot be written is one line."""
+    from mirror.oneway.receiver import Receiver, spool_error
+
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        return Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+    except OSError as exc:
+        raise spool_error(spool, exc) from None
 
 
 def _report(cli: CliContext, outcome: Outcome, to: str) -> None:

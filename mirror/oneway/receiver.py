@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
-from mirror.fsutil import fsync_dir
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full
 from mirror.integrity import hash_file
 from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
 from mirror.oneway.metrics import ReceiverMetrics
@@ -376,6 +376,30 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[Outcome]:
     """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`."""
+    try:
+        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop)
+    except OSError as exc:
+        raise spool_error(receiver.spool, exc) from None
+
+
+def spool_error(spool: Path, exc: OSError) -> MirrorError | OSError:
+    """A spool that filled up (exit 75: what has arrived is kept, state saved each second, and
+    the next pass or a resend completes the set) or cannot be written (exit 2)."""
+    if is_disk_full(exc):
+        return disk_full(spool, None, f"what has arrived is kept in {work_root(spool)}")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ConfigError(f"cannot write the spool {spool}: {exc.strerror}")
+    return exc
+
+
+def _run(
+    receiver: Receiver,
+    sock: socket.socket,
+    once: bool,
+    idle_timeout: float | None,
+    on_outcome: Callable[[Outcome], None],
+    should_stop: Callable[[], bool],
+) -> list[Outcome]:
     outcomes: list[Outcome] = []
     buffer = bytearray(RECV_SIZE)
     view = memoryview(buffer)
