@@ -69,6 +69,14 @@ def test_a_receiver_that_cannot_bind_says_why_in_one_line(
     nowhere = mirror_cli("--defaults", "transfer", "receive", str(tmp_path / "spool"),
                          "--listen", "192.0.2.1:7400", "--once", "--key", key)  # fmt: skip
     assert "192.0.2.1:7400" in one_error_line(nowhere, 2)
+    with socket.socket() as metrics_taken:
+        metrics_taken.bind(("127.0.0.1", 0))
+        metrics_taken.listen()
+        at = f"127.0.0.1:{metrics_taken.getsockname()[1]}"
+        clash = mirror_cli("--defaults", "transfer", "receive", str(tmp_path / "spool"),
+                           "--listen", f"127.0.0.1:{free_udp_port()}", "--metrics", at,
+                           "--once", "--key", key)  # fmt: skip
+    assert f"--metrics {at}" in one_error_line(clash, 75)
 
 
 def test_the_resend_a_wildcard_receiver_prints_runs_as_printed(
