@@ -12,10 +12,11 @@ from sqlalchemy import select
 
 from mirror.config import settings_from_dict
 from mirror.outbound.delta import NO_BASE, Base, Offered, choose_bases
-from mirror.outbound.pack import pack
+from mirror.outbound.pack import Selection, pack
 from mirror.outbound.sent import record_sent
 from mirror.store.app import App
-from mirror.store.models import Transfer, Version
+from mirror.store.bundles import version_ref
+from mirror.store.models import Bundle, Transfer, Version
 from mirror.timestamps import utcnow
 from mirror.transferset.format import iso_time
 from tests.fixtures.s3 import transfer_config
@@ -43,9 +44,11 @@ def bases_of(app: App, label: str) -> dict[str, str]:
         version = session.execute(
             select(Version).where(Version.domain == DOCS, Version.label == label)
         ).scalar_one()
+        bundle = session.get(Bundle, version.bundle_sha256)
+        assert bundle is not None
         item = Offered(
-            version.id, DOCS, label, version.tree_sha256, iso_time(version.created_at),
-            version.bundle_sha256, 0,
+            version.id, version_ref(version, bundle), version.tree_sha256,
+            iso_time(version.created_at),
         )  # fmt: skip
         found = choose_bases(session, app.store, [item])[version.id]
     return {label: found.label if isinstance(found, Base) else found}
@@ -58,7 +61,7 @@ def test_a_sent_set_is_no_base_until_its_receipt_is_acknowledged(
     add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
     add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
     set_dir = tmp_path / "set-1"
-    pack(app, set_dir, domain=DOCS)  # both versions: packed, carried on media so far
+    pack(app, set_dir, Selection(domain=DOCS))  # both versions: packed, carried on media so far
     add_sim_version(app, DOCS, "2026-11-20", export_number=2, **SITE)
     assert bases_of(app, "2026-11-20") == {"2026-11-20": "2026-11-19"}
 
