@@ -523,9 +523,12 @@ CONTRACTS: dict[str, Contract] = {
     "transfer send": Contract(
         "Sends a set over a one-way link (UDP, FEC, passes); prints what went on the wire.",
         "mirror transfer send /srv/sets/set-42 --to 10.9.0.2:7400 --rate 40MiB --passes 2",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TEMPORARY),
         None,
-        notes=("Nothing comes back: success means sent, not delivered (`transfer ack`).",),
+        notes=(
+            "Nothing comes back: success means sent, not delivered (`transfer ack`).",
+            "Exit 75 when the resolver cannot look up --to's name now; 2 when it has none.",
+        ),
     ),
     "transfer receive": Contract(
         "Lands sets from a one-way link into DIR; never sends a packet. Runs until stopped, "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,10 @@ from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.oneway.receiver import Outcome
+    from mirror.oneway.metrics import ReceiverMetrics
+    from mirror.oneway.receiver import Outcome, Receiver
+    from mirror.oneway.table import Table
+    from mirror.transferset.keys import PublicKey
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -30,22 +33,39 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _only(values: tuple[str, ...], names: list[str]) -> dict[int, frozenset[int] | None]:
-    """`--only FILE` or `--only FILE:0-3,7` -> file index -> blocks (None: all)."""
+def _only(values: tuple[str, ...], table: Table) -> dict[int, frozenset[int] | None]:
+    """`--only FILE` or `--only FILE:0-3,7` -> file index -> blocks (None: all); a block
+    the file does not have is a mistake, never a silent nothing sent."""
+    names = [f.name for f in table.files]
     chosen: dict[int, frozenset[int] | None] = {}
     for value in values:
         name, _, spec = value.partition(":")
         if name not in names:
             raise ConfigError(f"--only {name}: not a file of the set")
+        index = names.index(name)
+        count = table.block_count(index)
         blocks: set[int] = set()
         try:
             for piece in filter(None, spec.split(",")):
                 first, _, last = piece.partition("-")
-                blocks.update(range(int(first), int(last or first) + 1))
+                low, high = int(first), int(last or first)
+                if not 0 <= low <= high < count:
+                    raise ConfigError(
+                        f"--only {value}: {name} has blocks 0-{count - 1}, not {piece}"
+                        if count
+                        else f"--only {value}: {name} is empty and has no blocks"
+                    )
+                blocks.update(range(low, high + 1))
         except ValueError:
             raise ConfigError(f"--only {value}: blocks are like 0-3,7") from None
-        chosen[names.index(name)] = frozenset(blocks) if spec else None
+        chosen[index] = frozenset(blocks) if spec else None
     return chosen
+
+
+def _positive(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter("a rate above 0 (leave --rate out for no cap)")
+    return value
 
 
 def _redundancy(value: str) -> float:
@@ -61,9 +81,13 @@ def _redundancy(value: str) -> float:
 @click.command("send")
 @click.argument("set_dir", metavar="SET", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--to", "to", required=True, metavar="HOST:PORT", help="The receiver's address.")
-@click.option("--rate", type=SIZE, default=None, help="Cap in bytes a second, e.g. 40MiB.")
+@click.option(
+    "--rate", type=SIZE, default=None, callback=_positive, help="Cap in bytes a second, e.g. 40MiB."
+)
 @click.option("--passes", type=click.IntRange(min=1), default=1, help="Times to send it all.")
-@click.option("--mtu", type=click.IntRange(min=576), default=1500, help="IPv4 MTU of the link.")
+@click.option(
+    "--mtu", type=click.IntRange(min=576, max=65535), default=1500, help="IPv4 MTU of the link."
+)
 @click.option("--redundancy", default="9%", help="Repair symbols per block [9%].")
 @click.option("--depth", type=click.IntRange(min=1), default=16, help="Blocks interleaved.")
 @click.option(
@@ -96,7 +120,7 @@ def transfer_send(
     room = payload_room(mtu)
     symbol = room - 4
     table = read_table(set_dir, symbol_size=symbol, redundancy=_redundancy(redundancy))
-    chosen = _only(only, [f.name for f in table.files])
+    chosen = _only(only, table)
     with _progress(cli, "sending") as (on_progress,):
         stats = send(
             set_dir,
@@ -188,7 +212,7 @@ def transfer_receive(
     A set that arrives whole and verifies lands in DIR/NAME; an incomplete one stays in
     DIR/.oneway/ and the command to resend what it lacks is printed."""
     from mirror.oneway.metrics import ReceiverMetrics
-    from mirror.oneway.receiver import Receiver, open_socket, run
+    from mirror.oneway.receiver import open_socket, run
 
     cli: CliContext = ctx.obj
     host, port = _address(listen, "--listen")
@@ -196,13 +220,12 @@ def transfer_receive(
     metrics = ReceiverMetrics()
     if metrics_at is not None:
         metrics.serve(*_address(metrics_at, "--metrics"))
-    spool.mkdir(parents=True, exist_ok=True)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     sock = open_socket(host, port, rcvbuf)
     outcomes: list[Outcome] = []
     with sock, _progress(cli, "receiving") as (on_block,):
-        receiver = Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+        receiver = _receiver(spool, trusted, metrics, on_block)
 
         def ended(outcome: Outcome) -> None:
             outcomes.append(outcome)
@@ -220,6 +243,22 @@ def transfer_receive(
         )
     if once and outcomes:
         _fail_unless_landed(outcomes[-1], listen)
+
+
+def _receiver(
+    spool: Path,
+    trusted: Mapping[str, PublicKey],
+    metrics: ReceiverMetrics,
+    on_block: Callable[[int], None] | None,
+) -> Receiver:
+    """The receiver on its spool, made if missing; a spool that cannot be written is one line."""
+    from mirror.oneway.receiver import Receiver, spool_error
+
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+        return Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+    except OSError as exc:
+        raise spool_error(spool, exc) from None
 
 
 def _report(cli: CliContext, outcome: Outcome, to: str) -> None:

@@ -170,6 +170,8 @@ def accept(app: App, domain: str, label: str, reason: str, now: datetime) -> tup
     """Make refused bundle `label` of `domain` a version; returns the new version label."""
     if not reason.strip():
         raise ConfigError("store accept needs a --reason that says why this bundle is good")
+    if not reason.isprintable():  # shown on one line, signed into the provenance
+        raise ConfigError("store accept's --reason must be one line of printable text")
     with app.db.session() as session:
         check = session.scalars(
             select(SiteCheck).where(

@@ -4,7 +4,11 @@ taken and dropped as corrupt, blocks repaired by FEC, sets complete and incomple
 
 from __future__ import annotations
 
+import errno
+
 from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from mirror.errors import ConfigError, TemporaryFailure
 
 
 class ReceiverMetrics:
@@ -35,4 +39,12 @@ class ReceiverMetrics:
             self.sets.labels(outcome)
 
     def serve(self, host: str, port: int) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+        """Counters on http://HOST:PORT/; a port taken (exit 75) or an address that is not
+        this host's (exit 2) is one line, before anything is received."""
+        try:
+            start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            where = f"--metrics {host}:{port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise TemporaryFailure(f"{where} is in use by another program") from None
+            raise ConfigError(f"cannot serve {where}: {exc.strerror or exc}") from None

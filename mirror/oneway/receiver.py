@@ -16,9 +16,11 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import re
 import select
 import shlex
 import shutil
@@ -28,13 +30,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror.errors import IntegrityError, MirrorError
-from mirror.fsutil import fsync_dir
+from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
+from mirror.fsutil import disk_full, fsync_dir, is_disk_full
 from mirror.integrity import hash_file
 from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
-from mirror.oneway.wire import Datagram, Kind, parse
+from mirror.oneway.wire import Datagram, Kind, parse, resolve
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.reader import verify_set
 
@@ -43,6 +45,8 @@ SAVE_EVERY = 1.0
 RECV_SIZE = 65536
 WAITING = 8192
 WAIT = 0.2
+_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}")
+"""What a sender's `to` may be: a datagram is not authenticated, so nothing else is printed."""
 _KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
 
 
@@ -58,6 +62,10 @@ class Outcome:
     reason: str = ""
     error: str | None = None
     repaired: int = 0
+    sent_to: str | None = None
+    """The sender's own `--to` and set directory (its HEARTBEAT and END name them): the
+    resend command is then right even when this end listens on 0.0.0.0."""
+    sent_from: str | None = None
 
     @property
     def missing_bytes(self) -> int:
@@ -65,7 +73,14 @@ class Outcome:
 
     def resend_command(self, to: str) -> list[str]:
         """What to run on the connected side, in the directory holding the set."""
-        argv = ["mirror", "transfer", "send", self.name, "--to", to]
+        argv = [
+            "mirror",
+            "transfer",
+            "send",
+            self.sent_from or self.name,
+            "--to",
+            self.sent_to or to,
+        ]
         for item in self.missing:
             partial = len(item.blocks) < item.block_count
             argv += ["--only", f"{item.name}:{ranges(item.blocks)}" if partial else item.name]
@@ -94,6 +109,8 @@ class _Session:
         self.assembly: Assembly | None = None
         self.ended = False
         self.heard: tuple[int, int] | None = None
+        self.sent_to: str | None = None
+        self.sent_from: str | None = None
         """(pass, passes) of the sender's last HEARTBEAT or END: where it was when last heard."""
         self.waiting: list[Datagram] = []
         """DATA that came before the table (a receiver started mid-pass, a table lost):
@@ -246,6 +263,8 @@ class Receiver:
             missing=assembly.missing(),
             reason=reason,
             repaired=assembly.repaired,
+            sent_to=session.sent_to,
+            sent_from=session.sent_from,
         )
 
     def _finish(self, session: _Session) -> Outcome | None:
@@ -294,16 +313,36 @@ def _heard(session: _Session, datagram: Datagram) -> None:
         body = json.loads(datagram.payload)
         session.heard = (int(body["pass"]), int(body["passes"]))
     except (ValueError, KeyError, TypeError):
-        pass
+        return
+    to, where = body.get("to"), body.get("set")
+    if isinstance(to, str) and _ADDRESS.fullmatch(to):
+        session.sent_to = to
+    if (
+        isinstance(where, str)
+        and where.startswith("/")
+        and where.isprintable()
+        and len(where) < 4096
+    ):
+        session.sent_from = where
 
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
     """The receiver's socket: bound, never connected, never written to."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family, address = resolve(host, port, "--listen")
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if rcvbuf is not None:
         _set_rcvbuf(sock, rcvbuf)
-    sock.bind((host, port))
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        where = f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise TemporaryFailure(
+                f"UDP {where} is in use: another receiver (or a service) holds it",
+                hint="stop it, or listen on another port",
+            ) from None
+        raise ConfigError(f"cannot listen on UDP {where}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 
@@ -337,6 +376,30 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[Outcome]:
     """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`."""
+    try:
+        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop)
+    except OSError as exc:
+        raise spool_error(receiver.spool, exc) from None
+
+
+def spool_error(spool: Path, exc: OSError) -> MirrorError | OSError:
+    """A spool that filled up (exit 75: what has arrived is kept, state saved each second, and
+    the next pass or a resend completes the set) or cannot be written (exit 2)."""
+    if is_disk_full(exc):
+        return disk_full(spool, None, f"what has arrived is kept in {work_root(spool)}")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return ConfigError(f"cannot write the spool {spool}: {exc.strerror}")
+    return exc
+
+
+def _run(
+    receiver: Receiver,
+    sock: socket.socket,
+    once: bool,
+    idle_timeout: float | None,
+    on_outcome: Callable[[Outcome], None],
+    should_stop: Callable[[], bool],
+) -> list[Outcome]:
     outcomes: list[Outcome] = []
     buffer = bytearray(RECV_SIZE)
     view = memoryview(buffer)

@@ -24,7 +24,7 @@ from pathlib import Path
 from mirror.oneway import fec
 from mirror.oneway.rate import TokenBucket
 from mirror.oneway.table import Table
-from mirror.oneway.wire import Kind, build
+from mirror.oneway.wire import Kind, build, resolve
 
 DEFAULT_DEPTH = 16
 TABLE_EVERY = 1024
@@ -117,7 +117,12 @@ def send(
     """Send `passes` passes of the set to `address` over UDP (module docstring)."""
     stats = SendStats()
     bucket = TokenBucket(rate)
-    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    host = address[0]
+    said = {  # named in HEARTBEAT and END, so an incomplete receiver's resend command is right
+        "to": f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}",
+        "set": str(set_dir.resolve()),
+    }
+    family, address = resolve(*address, "--to")
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
         sendto = sock.sendto
@@ -133,11 +138,11 @@ def send(
                     if on_progress is not None:
                         on_progress(stats.datagrams)
                     if time.monotonic() >= next_beat:
-                        beat = {"pass": number, "passes": passes, "sent": stats.datagrams}
+                        beat = {"pass": number, "passes": passes, "sent": stats.datagrams, **said}
                         _control(sendto, table, Kind.HEARTBEAT, number, beat, address, stats)
                         next_beat = time.monotonic() + heartbeat
             for _ in range(END_REPEAT):
-                end = {"pass": number, "passes": passes}
+                end = {"pass": number, "passes": passes, **said}
                 _control(sendto, table, Kind.END, number, end, address, stats)
             stats.passes = number
     return stats
@@ -166,7 +171,7 @@ def _control(
     table: Table,
     kind: Kind,
     number: int,
-    body: dict[str, int],
+    body: Mapping[str, object],
     address: tuple[str, int],
     stats: SendStats,
 ) -> None:

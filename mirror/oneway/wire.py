@@ -19,10 +19,13 @@ signature and hashes, checked by `transfer verify` once the set is assembled.
 
 from __future__ import annotations
 
+import socket
 import struct
 import zlib
 from enum import IntEnum
 from typing import NamedTuple
+
+from mirror.errors import ConfigError, TemporaryFailure
 
 MAGIC = b"MD"
 VERSION = 1
@@ -81,3 +84,17 @@ def parse(data: bytes | memoryview) -> Datagram | None:
 
 _KINDS = frozenset(int(k) for k in Kind)
 _KIND_OF = {int(k): k for k in Kind}
+
+
+def resolve(host: str, port: int, option: str) -> tuple[socket.AddressFamily, tuple[str, int]]:
+    """The address family and socket address of HOST:PORT, looked up once (a name given to
+    `sendto` would be looked up for every datagram); a name that does not resolve is one
+    line: exit 2, or 75 when the resolver could not answer now."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except socket.gaierror as exc:
+        if exc.errno == socket.EAI_AGAIN:
+            raise TemporaryFailure(f"{option} {host}: the name cannot be looked up now") from None
+        raise ConfigError(f"{option} {host}:{port}: {exc.strerror}") from None
+    family, _, _, _, address = found[0]
+    return family, (str(address[0]), int(address[1]))

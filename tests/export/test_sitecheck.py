@@ -4,6 +4,7 @@ the metrics that show it: real runs, a real SQLite index, the real registry."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,10 @@ from sqlalchemy import select
 
 from mirror.completeness import CompletenessReport
 from mirror.config import ExportSettings, settings_from_dict
-from mirror.errors import IntegrityError
+from mirror.errors import ConfigError, IntegrityError
 from mirror.export.metrics import DaemonMetrics, newest_sites
 from mirror.export.runner import run_export
-from mirror.export.sitecheck import judge
+from mirror.export.sitecheck import accept, judge
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, SiteCheck, Version
@@ -78,5 +79,27 @@ def test_a_refused_bundle_is_kept_aside_and_the_metrics_show_the_stored_one(
         assert 'mirror_version_pages{domain="docs.fine.test"} 40.0' in text
         assert 'mirror_version_broken_links{domain="docs.fine.test"} 0.0' in text
         assert stored.state == "stored"
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("reason", ["vendor counts\nredirects", "ok \x1b[31mred", "tab\there"])
+def test_an_acceptance_reason_is_one_printable_line(
+    sim: Simulator, client: VendorClient, store_dir: Path, reason: str
+) -> None:
+    """The reason is shown on one line by status, store list and chart history, and signed
+    into the provenance: a newline or an escape sequence would forge lines there."""
+    app = make_app(store_dir)
+    try:
+        sim.faults.damaged_domains["docs.cut.test"] = "truncated"
+        with pytest.raises(IntegrityError):
+            run_export(app, client, "docs.cut.test")
+        with app.db.session() as session:
+            label = session.scalars(select(SiteCheck.label)).one()
+        with pytest.raises(ConfigError, match="one line"):
+            accept(app, "docs.cut.test", label, reason, datetime.now(UTC))
+        with app.db.session() as session:
+            assert session.scalars(select(Version.domain)).all() == []  # still refused
+        assert accept(app, "docs.cut.test", label, "vendor counts redirects", datetime.now(UTC))
     finally:
         app.close()
