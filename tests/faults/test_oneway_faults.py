@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli
+from tests.fixtures.udp import free_udp_port, wait_bound
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
-from tests.oneway.test_cli_mistakes import free_udp_port, wait_bound
 
 
 def test_a_spool_that_fills_up_is_exit_75_in_one_line(

@@ -4,7 +4,6 @@ by `transfer send` lands, verifies and is published by the ordinary import, rece
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -15,16 +14,10 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from tests.fixtures.cli import mirror_cli, start_mirror
 from tests.fixtures.s3 import import_config
+from tests.fixtures.udp import free_udp_port
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.s3
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_receive_import_publishes_the_set_it_landed(

@@ -12,14 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli
+from tests.fixtures.udp import free_udp_port, wait_bound
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
-
-
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def one_error_line(done: subprocess.CompletedProcess[str], code: int) -> str:
@@ -115,17 +109,3 @@ def test_the_resend_a_wildcard_receiver_prints_runs_as_printed(
     _, err = receiver.communicate(timeout=60)
     assert receiver.returncode == 0, err
     assert (spool / packed_set.name / "manifest.json").is_file()
-
-
-def wait_bound(port: int) -> None:
-    """Until something holds UDP `port` (the receiver has bound it)."""
-    import time
-
-    for _ in range(300):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing bound UDP port {port}")
