@@ -136,6 +136,16 @@ class CompletenessReport:
         )
 
 
+def site_line(pages: int, page_count: int | None, broken_links: int, missing_assets: int) -> str:
+    """The one line a version's completeness is shown as:
+    `40 pages of pageCount 40, 0 broken links, 1 missing asset`."""
+    reported = f" of pageCount {page_count}" if page_count is not None else ""
+    return (
+        f"{pages} pages{reported}, {_plural(broken_links, 'broken link')}, "
+        f"{_plural(missing_assets, 'missing asset')}"
+    )
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 

@@ -159,13 +159,13 @@ def check_command(cli: CliContext, file: Path, warn: float, provenance: bool, si
 
             error = provenance_check(cli, store, report, document, lines)
             if error is not None:
-                cli.fail_with(document, error)
+                cli.fail_with({**document, "status": "provenance-failed"}, error)
         if site:
             from mirror.cli.chartextra import site_check
 
             error = site_check(http, file, document, lines)
             if error is not None:
-                cli.fail_with(document, error)
+                cli.fail_with({**document, "status": "site-broken"}, error)
     cli.emit(document, lines)
 
 

@@ -623,7 +623,9 @@ CONTRACTS: dict[str, Contract] = {
         ),
     ),
     "chart check": Contract(
-        "The values file's link fetched as the chart would; on failure `error` is set too.",
+        "The values file's link fetched as the chart would; on failure `error` is set too, "
+        "and `status` is `ok` only when every check asked for passed (`provenance-failed`, "
+        "`site-broken` when those fail).",
         "mirror chart check values.yaml --warn 2d --json",
         (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
         CHECK,

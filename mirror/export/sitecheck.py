@@ -27,7 +27,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveReport
-from mirror.completeness import CompletenessReport, PageVerdict, SiteScanner, judge_pages
+from mirror.completeness import (
+    CompletenessReport,
+    PageVerdict,
+    SiteScanner,
+    judge_pages,
+    site_line,
+)
 from mirror.config import ExportSettings
 from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.store.app import App
@@ -239,11 +245,7 @@ def check_document(check: SiteCheck) -> dict[str, Any]:
 
 def check_summary(check: SiteCheck) -> str:
     """One line: `40 pages of pageCount 40, 0 broken links, 0 missing assets`."""
-    reported = f" of pageCount {check.page_count}" if check.page_count is not None else ""
-    line = (
-        f"{check.pages} pages{reported}, {check.broken_links} broken links, "
-        f"{check.missing_assets} missing assets"
-    )
+    line = site_line(check.pages, check.page_count, check.broken_links, check.missing_assets)
     short = (check.page_count or 0) - check.pages
     if check.status == PASSED and not check.paths_named and 0 < short <= check.tolerance:
         line += f" ({short} short, within the tolerance of {check.tolerance})"

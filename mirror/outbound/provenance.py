@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror import __version__
+from mirror.completeness import site_line
 from mirror.fsutil import fsync_dir
 from mirror.integrity import hash_bytes
 from mirror.store.app import App
@@ -79,11 +80,7 @@ def predicate_of(app: App, session: Session, item: ManifestItem) -> tuple[str, s
 
 
 def _summary(check: SiteCheck) -> str:
-    reported = f" of pageCount {check.page_count}" if check.page_count is not None else ""
-    return (
-        f"{check.pages} pages{reported}, {check.broken_links} broken links, "
-        f"{check.missing_assets} missing assets"
-    )
+    return site_line(check.pages, check.page_count, check.broken_links, check.missing_assets)
 
 
 def attach(app: App, staging: Path, manifest: Manifest, key: SigningKey) -> Manifest:

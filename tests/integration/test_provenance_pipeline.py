@@ -105,7 +105,9 @@ def test_refused_accepted_packed_imported_and_the_reason_is_in_the_bucket(
     # The accepted site is truncated: its index links to pages that are not there.
     crawled = side("--json", "chart", "check", str(values), "--site")
     assert crawled.returncode == 5, crawled.stderr
-    site = json.loads(crawled.stdout)["site"]
+    document = json.loads(crawled.stdout)
+    assert document["status"] == "site-broken" and document["exit_code"] == 5
+    site = document["site"]
     assert site["pages"] == 13 and len(site["broken_links"]) == 27
     assert site["broken_links"][0]["source"] == "/"
 
@@ -151,3 +153,12 @@ def test_a_tampered_statement_is_refused_and_a_good_site_is_served_whole(
     )
     assert document["site"]["pages"] == 40
     assert document["site"]["failing_pages"] == [] and document["site"]["broken_links"] == []
+
+    # The same statement, changed in the bucket: the check says so, and `status` with it.
+    key = f"{target_settings.prefix}/{GOOD}/{stored['version']}/provenance.intoto.json".lstrip("/")
+    s3_client.put_object(Bucket=target_settings.bucket, Key=key, Body=json.dumps(envelope).encode())
+    tampered = side("--json", "chart", "check", str(values), "--provenance")
+    assert tampered.returncode == 5, tampered.stderr
+    document = json.loads(tampered.stdout)
+    assert document["status"] == "provenance-failed" and document["exit_code"] == 5
+    assert document["provenance"]["verified"] is False
