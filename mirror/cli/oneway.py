@@ -5,6 +5,7 @@ Only parses, calls mirror.oneway (and the ordinary verify and import) and prints
 
 from __future__ import annotations
 
+import math
 import shlex
 import signal
 import sys
@@ -184,6 +185,7 @@ def _record(cli: CliContext, set_dir: Path, to: str) -> str:
 @click.option(
     "--idle-timeout",
     type=float,
+    callback=lambda _ctx, _param, value: _positive_seconds(value),
     default=None,
     help="Seconds of silence after which a set in progress is reported incomplete.",
 )
@@ -296,3 +298,9 @@ def _fail_unless_landed(outcome: Outcome, to: str) -> None:
         f"{format_size(outcome.missing_bytes)} missing",
         hint=f"on the connected side run: {shlex.join(outcome.resend_command(to))}",
     )
+
+
+def _positive_seconds(value: float | None) -> float | None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise click.BadParameter(f"{value} is not a positive number of seconds")
+    return value

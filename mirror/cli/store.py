@@ -101,7 +101,7 @@ def store_verify(cli: CliContext, repair: bool) -> None:
 
 def version_lines(versions: list[StoredVersion]) -> list[str]:
     if not versions:
-        return ["the store holds no versions yet"]
+        return ["no versions stored yet"]
     header = ("DOMAIN", "VERSION", "SIZE", "FORMAT", "CREATED", "DELIVERED", "SHA256")
     rows = [
         (

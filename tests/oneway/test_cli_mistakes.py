@@ -109,3 +109,14 @@ def test_the_resend_a_wildcard_receiver_prints_runs_as_printed(
     _, err = receiver.communicate(timeout=60)
     assert receiver.returncode == 0, err
     assert (spool / packed_set.name / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("seconds", ["-5", "0", "nan", "inf"])
+def test_an_idle_timeout_that_is_no_positive_number_is_a_usage_error(
+    tmp_path: Path, key_pair: tuple[Path, Path], seconds: str
+) -> None:
+    done = mirror_cli("--defaults", "transfer", "receive", str(tmp_path / "spool"),
+                      "--listen", f"127.0.0.1:{free_udp_port()}", "--once",
+                      "--key", str(key_pair[1]), "--idle-timeout", seconds)  # fmt: skip
+    assert "not a positive number of seconds" in one_error_line(done, 2)
+    assert not (tmp_path / "spool").exists()
