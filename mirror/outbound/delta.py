@@ -48,7 +48,6 @@ from mirror.transferset.delta import (
     TreeArchive,
     TreeFile,
     archive_mtime,
-    hashing_to,
     read_chunks,
 )
 from mirror.transferset.format import DeltaEntry
@@ -240,7 +239,7 @@ def _build(
     output: IO[bytes] | None,
     limits: ArchiveLimits,
 ) -> DeltaBlob:
-    counted = HashingWriter(output) if output is not None else hashing_to()
+    counted = HashingWriter(output)
     blob = DeltaBlobWriter(cast(BinaryIO, counted))
     compression = current()
     tree = TreeArchive(
@@ -297,7 +296,7 @@ class _Catcher(io.RawIOBase):
         on_done: Callable[[Digest], None],
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
-        self._hashed = HashingWriter(target) if target is not None else hashing_to()
+        self._hashed = HashingWriter(target)
         self._on_done = on_done
         self._on_close = on_close
 

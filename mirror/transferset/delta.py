@@ -32,11 +32,11 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
 from mirror.errors import IntegrityError
-from mirror.integrity import CHUNK_SIZE, HashingWriter, mismatch
+from mirror.integrity import CHUNK_SIZE, mismatch
 from mirror.timestamps import parse_zoned
 from mirror.transferset.compression import Compression, gzip_sink
 from mirror.transferset.format import canonical_json, parse_strict_json
@@ -352,26 +352,6 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
     if files is None:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
     yield files
-
-
-class CallbackWriter:
-    """A write-only file whose bytes go to `write`: lets a `HashingWriter` hash bytes that
-    go to a callable, or (by default) nowhere."""
-
-    def __init__(self, write: Callable[[bytes], object] = lambda _data: None) -> None:
-        self._write = write
-
-    def write(self, data: bytes) -> int:
-        self._write(data)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-
-def hashing_to(write: Callable[[bytes], object] = lambda _data: None) -> HashingWriter:
-    """A `HashingWriter` whose bytes go to `write` (by default nowhere: only hashed)."""
-    return HashingWriter(cast(IO[bytes], CallbackWriter(write)))
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:

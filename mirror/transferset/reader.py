@@ -34,7 +34,6 @@ from mirror.integrity import (
     hash_stream,
     require_digest,
 )
-from mirror.transferset.delta import hashing_to
 from mirror.transferset.format import (
     BLOBS,
     MANIFEST,
@@ -327,7 +326,7 @@ class BlobReader:
             self._done = True
             return None
         self._handle = _open_member(self.set_dir, self._parts[self._index].name)
-        self._part_digest = hashing_to() if self.check_parts else None
+        self._part_digest = HashingWriter() if self.check_parts else None
         self._part_bytes = 0
         return self._handle
 
