@@ -160,7 +160,9 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
     if result.dry_run:
         lines = [f"would pack set {result.sequence}: {len(result.items)} version(s), {size}"]
         lines += [_choice_line(choice) for choice in result.versions]
-        lines += _site_lines(cli, result)
+        from mirror.export import sitecheck
+
+        lines += sitecheck.pack_lines(cli.app, [item.ref for item in result.items])
         lines.append("nothing was written (--dry-run)")
         cli.emit(document, lines)
         return
@@ -174,25 +176,6 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
     if result.tool:
         lines.append(f"  with the mirror tool {result.tool}")
     cli.emit(document, lines)
-
-
-def _site_lines(cli: CliContext, result: PackResult) -> list[str]:
-    """Each packed version's completeness, and the refused bundles that stay behind."""
-    from mirror.export import sitecheck
-
-    with cli.app.db.session() as session:
-        checks = sitecheck.checks_by_bundle(session)
-    lines = [
-        f"  {item.ref.domain} {item.ref.label}: {sitecheck.check_summary(checks[key])}"
-        for item in result.items
-        if (key := (item.ref.domain, item.ref.label)) in checks
-    ]
-    lines += [
-        f"  {c.domain} {c.label}: refused, kept aside and not packed (mirror store accept)"
-        for c in checks.values()
-        if c.status == sitecheck.REFUSED
-    ]
-    return lines
 
 
 def _choice_line(choice: Choice) -> str:

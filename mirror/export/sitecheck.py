@@ -41,6 +41,7 @@ from mirror.store.bundles import add_version
 from mirror.store.inventory import StoredVersion
 from mirror.store.models import Bundle, SiteCheck
 from mirror.timestamps import rfc3339
+from mirror.versions import VersionRef
 
 PASSED = "passed"
 REFUSED = "refused"
@@ -293,3 +294,21 @@ def listing(
         for c in refused
     ]
     return document, lines
+
+
+def pack_lines(app: App, packed: list[VersionRef]) -> list[str]:
+    """`transfer pack --dry-run`'s lines: each packed version's completeness, and the refused
+    bundles that stay behind."""
+    with app.db.session() as session:
+        checks = checks_by_bundle(session)
+    lines = [
+        f"  {ref.domain} {ref.label}: {check_summary(checks[key])}"
+        for ref in packed
+        if (key := (ref.domain, ref.label)) in checks
+    ]
+    lines += [
+        f"  {c.domain} {c.label}: refused, kept aside and not packed (mirror store accept)"
+        for c in checks.values()
+        if c.status == REFUSED
+    ]
+    return lines
