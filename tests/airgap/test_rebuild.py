@@ -35,6 +35,7 @@ from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
 from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.cli import REPO
 from tests.fixtures.deltasets import (
     DeltaSpec,
     SetItem,
@@ -407,7 +408,7 @@ def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Pa
                 return there + path[len(hidden) :]
         return path
 
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(REPO)
     script = (
         "mkdir -p /run/mirror-test-tmp /run/mirror-test-var-tmp "
         "&& mount --rbind /tmp /run/mirror-test-tmp "
