@@ -524,6 +524,11 @@ class Simulator:
         """A new agent job, `active` for `seconds`, then ending as `outcome`."""
         return self._require_api().add_agent_job(outcome, seconds, job_id)
 
+    def set_run_seconds(self, job_id: str, seconds: float) -> None:
+        """How long the job runs, counted from its start: a long value keeps it active (someone
+        else's long export), a short one lets it finish on the next status it is asked."""
+        self._require_api().jobs[job_id].run_seconds = seconds
+
     def bundle_sha256(self, job_id: str, timeout: float = 120.0) -> str:
         """sha256 of the job's archive bytes (waits for the build). KeyError for an unknown job,
         ValueError for a job without a bundle."""

@@ -19,6 +19,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +32,7 @@ from mirror.vendor.client import VendorClient
 from mirror.vendor.transport import build_http_client
 from tests.fixtures.cli import mirror_cli
 from tests.fixtures.daemon import (
+    DaemonProcess,
     cpu_seconds,
     daemon_config,
     daemon_process,
@@ -145,9 +147,10 @@ def test_start_budget_is_shared_and_never_exceeded(tmp_path: Path) -> None:
 
 def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> None:
     domains = [f"q{i}.example.com" for i in range(3)]
-    with simulator(one_active_job=True, run_seconds=5.0) as sim:
+    with simulator(one_active_job=True) as sim:
         with VendorClient(build_http_client(timeout=10), base_url=sim.url, key=sim.key) as client:
             orphan = client.start_export("q0.example.com")  # someone else's job: 409 for q0
+        sim.set_run_seconds(orphan.job_id, 3600)  # active until the daemon has met it
         sim.faults.retry_after = "1"
         sim.faults.rate_limit_next = 2  # the next two requests (starts) answer 429
         config = daemon_config(
@@ -159,6 +162,8 @@ def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> No
         )
         with daemon_process(config, sim.key, tmp_path, "--busy-defer", "0.3") as daemon:
             daemon.wait_ready()
+            wait_for(lambda: busy_deferrals(daemon), 60, "a start deferred by the vendor's 409")
+            sim.set_run_seconds(orphan.job_id, 0)
             wait_for(lambda: stored_domains(config) == set(domains), 60, "all domains stored")
             text = httpx.get(f"{daemon.metrics_url()}/metrics").text
             assert daemon.stop() == 0
@@ -175,10 +180,20 @@ def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> No
     with index(config) as app, app.db.session() as session:
         states = session.scalars(select(ExportRun.state)).all()
     assert sorted(states) == ["stored"] * 3
-    messages = [r.get("reason", "") for r in daemon.records() if r.get("message") == "run deferred"]
-    assert any("409" in m or "busy" in m.lower() or "already" in m.lower() for m in messages), (
-        messages
-    )
+    assert any("429" in r.get("reason", "") for r in deferrals(daemon)), deferrals(daemon)
+
+
+def deferrals(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    return [r for r in daemon.records() if r.get("message") == "run deferred"]
+
+
+def busy_deferrals(daemon: DaemonProcess) -> list[dict[str, Any]]:
+    """Deferrals because the vendor answered 409: another export of the domain is running."""
+    return [
+        r
+        for r in deferrals(daemon)
+        if any(word in r.get("reason", "").lower() for word in ("409", "busy", "already"))
+    ]
 
 
 def test_sigterm_during_download_exits_0_and_resumes_from_the_offset(tmp_path: Path) -> None:
