@@ -434,31 +434,23 @@ class _Download:
     def stream(self, response: httpx.Response) -> None:
         self.speed.start()
         try:
-            body = SocketBody.of(response)
-            if body is None:
-                for piece in response.iter_raw():
-                    self.take(len(piece))
-                    self.file.buffer(piece, self.after_block)
-            else:
-                self.take(len(body.first))
-                self.file.buffer(body.first, self.after_block)
-                self.receive(body)
+            body = SocketBody.of(response)  # else the body comes through httpx's pieces
+            for piece in response.iter_raw() if body is None else (body.first,):
+                self.take(len(piece))
+                self.file.buffer(piece, self.after_block)
+            # Socket -> block, up to one byte past the announced size (refused, never kept).
+            while body is not None and (got := body.readinto(self.file.space(self.room))):
+                self.take(got)
+                self.file.filled(got, self.after_block)
         finally:
             self.file.write_block()  # whatever ended the body, the bytes received are good
         if self.expected is not None and self.offset < self.expected:
             raise _Retry(f"the connection ended early at byte {self.offset}")
         self.done = True
 
-    def receive(self, body: SocketBody) -> None:
-        """The rest of the body, from the socket straight into the partial file's block (at
-        most one byte past the announced size, so that byte is refused, never kept)."""
-        while True:
-            room = None if self.expected is None else self.expected - self.offset - self.file.fill
-            got = body.readinto(self.file.space(None if room is None else room + 1))
-            if not got:
-                return
-            self.take(got)
-            self.file.filled(got, self.after_block)
+    @property
+    def room(self) -> int | None:
+        return None if self.expected is None else self.expected - self.offset - self.file.fill + 1
 
     def take(self, count: int) -> None:
         """Accept `count` more bytes of the body, or refuse them: too slow, or too many."""
