@@ -6,7 +6,9 @@ a slow spell of the (shared) machine hits both. It reports the median time of ea
 side and the median of the per-round ratios peer/mirror (above 1: mirror is
 faster). Peak RSS is the highest VmHWM of the command and every process it starts,
 sampled while it runs (VmHWM is reset at exec, unlike ru_maxrss which Linux carries
-over from the parent at fork).
+over from the parent at fork). CPU seconds (user + system of the command and every
+process it waited for) are the measure a shared machine does not bend; the table gives
+their medians and the 1-minute load average seen after each round.
 
 Knobs: MIRROR_BENCH_MIB (bundle size, default 256), MIRROR_BENCH_ROUNDS (default 5).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -48,6 +51,7 @@ class Side:
 class Run:
     seconds: float
     peak_rss_mib: float
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -62,6 +66,7 @@ class Row:
     peer_runs: list[Run] = field(default_factory=list)
     target: str = ""
     rss_budget_mib: float | None = None
+    loads: list[float] = field(default_factory=list)
 
     @property
     def mirror_seconds(self) -> float:
@@ -76,6 +81,21 @@ class Row:
         """Median of the per-round ratios peer/mirror: above 1, mirror is faster."""
         pairs = zip(self.peer_runs, self.mirror_runs, strict=True)
         return statistics.median(p.seconds / m.seconds for p, m in pairs)
+
+    @property
+    def mirror_cpu(self) -> float:
+        return statistics.median(r.cpu_seconds for r in self.mirror_runs)
+
+    @property
+    def peer_cpu(self) -> float:
+        return statistics.median(r.cpu_seconds for r in self.peer_runs)
+
+    @property
+    def load(self) -> str:
+        """The 1-minute load average after the rounds: lowest-highest."""
+        if not self.loads:
+            return "-"
+        return f"{min(self.loads):.1f}-{max(self.loads):.1f}"
 
     @property
     def mirror_rss(self) -> float:
@@ -113,9 +133,11 @@ def _high_water_mib(pid: int) -> float:
 
 
 def run_once(argv: list[str], env: dict[str, str] | None = None) -> Run:
-    """Run a command to completion: its wall time and the peak RSS of its process tree."""
+    """Run a command to completion: its wall time, CPU time and the peak RSS of its process
+    tree."""
     peaks: dict[int, float] = {}
     done = threading.Event()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     process = subprocess.Popen(
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env or bench_env()
@@ -134,13 +156,15 @@ def run_once(argv: list[str], env: dict[str, str] | None = None) -> Run:
     sampler.start()
     _, stderr = process.communicate()
     seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     done.set()
     sampler.join()
     if process.returncode != 0:
         raise SystemExit(
             f"{' '.join(argv)[:200]} exited {process.returncode}: {stderr.decode()[-2000:]}"
         )
-    return Run(seconds, max(peaks.values(), default=0.0))
+    return Run(seconds, max(peaks.values(), default=0.0), cpu)
 
 
 def _run_side(side: Side) -> Run:
@@ -161,9 +185,11 @@ def compare(row: Row, mirror: Side, peer: Side, rounds: int = ROUNDS) -> Row:
         order = [(mirror, row.mirror_runs), (peer, row.peer_runs)]
         for side, runs in order if index % 2 == 0 else reversed(order):
             runs.append(_run_side(side))
+        row.loads.append(os.getloadavg()[0])
         print(f", {index + 1}", end="", flush=True)
     print(
-        f": mirror {row.mirror_seconds:.3f}s, peer {row.peer_seconds:.3f}s, {row.ratio:.2f}x",
+        f": mirror {row.mirror_seconds:.3f}s ({row.mirror_cpu:.2f} CPU s), peer "
+        f"{row.peer_seconds:.3f}s ({row.peer_cpu:.2f} CPU s), {row.ratio:.2f}x, load {row.load}",
         flush=True,
     )
     return row
@@ -248,15 +274,16 @@ def print_table(rows: list[Row]) -> None:
     print(f"\n{machine()}\n")
     print(
         "| step | mirror | peer | MiB | mirror s | peer s | peer/mirror (median of rounds) "
-        "| target | mirror peak RSS | budget | peer peak RSS |"
+        "| target | mirror CPU s | peer CPU s | load | mirror peak RSS | budget | peer peak RSS |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|")
     for row in rows:
         budget = f"{row.rss_budget_mib:.0f} MiB" if row.rss_budget_mib is not None else "-"
         mirror, peer = (name.replace("|", "\\|") for name in (row.mirror, row.peer))
         print(
             f"| {row.step} | `{mirror}` | `{peer}` | {row.size / MiB:.0f} "
             f"| {row.mirror_seconds:.3f} | {row.peer_seconds:.3f} | {row.ratio:.2f}x "
-            f"| {row.target or '-'} | {row.mirror_rss:.0f} MiB | {budget} "
+            f"| {row.target or '-'} | {row.mirror_cpu:.2f} | {row.peer_cpu:.2f} | {row.load} "
+            f"| {row.mirror_rss:.0f} MiB | {budget} "
             f"| {row.peer_rss:.0f} MiB |"
         )

@@ -54,14 +54,13 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol, Self, cast
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
-from mirror.integrity import CHUNK_SIZE
+from mirror.integrity import CHUNK_SIZE, Readable
 
 Format = Literal["tar.gz", "tar", "zip", "tar.xz", "tar.bz2"]
 
 RATIO_FLOOR = 64 * 1024**2
 MAX_NAME_COMPONENT_BYTES = 255
 MAX_TAR_EXTENDED_HEADER = 1024 * 1024
-_TAR_BUFSIZE = 64 * 1024
 
 _EXTENSIONS: dict[Format, str] = {
     "tar.gz": "tar.gz",
@@ -814,12 +813,12 @@ def _tar_members(
         opener() as raw,
         _decompressed(fmt, raw) as plain,
         tarfile.open(
-            fileobj=plain, mode="r|", bufsize=_TAR_BUFSIZE, tarinfo=_CheckedTarInfo
+            fileobj=cast(IO[bytes], forward := _Forward(plain)), mode="r:", tarinfo=_CheckedTarInfo
         ) as tar,
     ):
         while (info := tar.next()) is not None:
-            tar.members.clear()  # type: ignore[attr-defined]  # stream: keep none
-            yield _tar_member(tar, info)
+            tar.members.clear()  # type: ignore[attr-defined]  # a stream: keep none
+            yield _tar_member(forward, info)
         if last_header != ["end"]:
             raise IntegrityError(
                 f"corrupt archive: {path.name}: the tar stream stops without its "
@@ -828,19 +827,81 @@ def _tar_members(
         _drain_padding(path, tar, tally)
 
 
-def _tar_member(tar: tarfile.TarFile, info: tarfile.TarInfo) -> _Member:
+def _tar_member(forward: _Forward, info: tarfile.TarInfo) -> _Member:
     if info.isreg():
-        return _Member(info.name, "file", info.size, functools.partial(_extract, tar, info))
+        return _Member(info.name, "file", info.size, functools.partial(forward.member, info.size))
     if info.isdir():
         return _Member(info.name, "dir", 0)
     kind = _TAR_KINDS.get(info.type, f"of unsupported tar type {info.type!r}")
     return _Member(info.name, kind, info.size)
 
 
-def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo) -> IO[bytes]:
-    stream = tar.extractfile(info)
-    assert stream is not None
-    return stream
+class _Forward:
+    """The unpacked tar stream, read once from front to back, for tarfile and the members.
+
+    tarfile's own stream mode ("r|") joins and slices every read (three copies of each
+    byte); here tarfile ("r:") reads only headers, exactly, and a member's bytes go from
+    the decompressor to the member's hash as they come (`member`). `seek` only skips
+    forward (tarfile skips a member's padding), as a stream allows.
+    """
+
+    def __init__(self, source: Readable) -> None:
+        self.source = source
+        self.position = 0
+
+    def tell(self) -> int:
+        return self.position
+
+    def read_some(self, size: int) -> bytes:
+        """At most `size` bytes (fewer only as the source gives them; b"" at its end)."""
+        data = self.source.read(size)
+        self.position += len(data)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        """Exactly `size` bytes unless the stream ends first (tarfile's headers need that)."""
+        if size < 0:
+            raise io.UnsupportedOperation("the unpacked tar stream is read in pieces")
+        data = self.read_some(size)
+        if len(data) == size or not data:
+            return data
+        pieces = [data]
+        wanted = size - len(data)
+        while wanted and (more := self.read_some(wanted)):
+            pieces.append(more)
+            wanted -= len(more)
+        return b"".join(pieces)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence != io.SEEK_SET or offset < self.position:
+            raise io.UnsupportedOperation("the unpacked tar stream only skips forward")
+        while self.position < offset and self.read_some(min(CHUNK_SIZE, offset - self.position)):
+            pass
+        return self.position
+
+    def member(self, size: int) -> IO[bytes]:
+        """The next `size` bytes as a file to read (a member's data; short if the stream is)."""
+        return cast(IO[bytes], _MemberData(self, size))
+
+
+class _MemberData:
+    """One tar member's bytes, straight from the unpacked stream (no copy in between)."""
+
+    def __init__(self, forward: _Forward, size: int) -> None:
+        self.forward = forward
+        self.left = size
+
+    def read(self, size: int = -1) -> bytes:
+        want = self.left if size < 0 else min(size, self.left)
+        data = self.forward.read_some(want) if want > 0 else b""
+        self.left -= len(data)
+        return data
+
+    def __enter__(self) -> _MemberData:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def _drain_padding(path: Path, tar: tarfile.TarFile, tally: _Tally) -> None:

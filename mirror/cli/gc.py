@@ -5,11 +5,15 @@ The lead attaches `gc` to the `store` group.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from mirror.cli.common import CliContext, pass_cli
-from mirror.store.retention import GcReport, gc
 from mirror.units import format_size
+
+if TYPE_CHECKING:
+    from mirror.store.retention import GcReport
 
 
 @click.command("gc")
@@ -23,6 +27,8 @@ from mirror.units import format_size
 @pass_cli
 def gc_command(cli: CliContext, keep: int | None, dry_run: bool) -> None:
     """Keep the newest N versions per domain (plus anything not yet delivered); free the rest."""
+    from mirror.store.retention import gc
+
     report = gc(cli.app, keep if keep is not None else cli.settings.store.keep, dry_run=dry_run)
     cli.emit(report.as_dict(), report_lines(report))
 

@@ -8,10 +8,10 @@ import click
 
 from mirror.cli.common import DOMAIN, CliContext, pass_cli, reads_only
 from mirror.errors import IntegrityError
-from mirror.store.inventory import StoredVersion, VerifyReport, list_versions, verify_store
 from mirror.units import format_size
 
 if TYPE_CHECKING:
+    from mirror.store.inventory import StoredVersion, VerifyReport
     from mirror.store.maintenance.repair import RepairReport
 
 
@@ -27,6 +27,7 @@ def store_list(cli: CliContext, domain: str | None) -> None:
     """Every stored version: label, size, format, sha256, when stored and delivered, and its
     completeness; then the bundles refused by the completeness check (kept aside)."""
     from mirror.export import sitecheck
+    from mirror.store.inventory import list_versions
 
     versions = list_versions(cli.app, domain)
     document, lines = sitecheck.listing(cli.app, versions, domain)
@@ -67,7 +68,7 @@ def store_verify(cli: CliContext, repair: bool) -> None:
         from mirror.store.maintenance.repair import repair_store
 
         repairs = repair_store(cli.app)
-    report = repairs.after if repairs is not None else verify_store(cli.app)
+    report = repairs.after if repairs is not None else verified(cli)
     document = repairs.as_dict() if repairs is not None else report.as_dict()
     lines = report_lines(report)
     if repairs is not None:
@@ -97,6 +98,17 @@ def store_verify(cli: CliContext, repair: bool) -> None:
             f"{len(report.problems)} problem(s) in the store at {cli.app.store.root}; {remedy}"
         ),
     )
+
+
+def verified(cli: CliContext) -> VerifyReport:
+    """`verify_store`, the blobs hashing from the start: the index's start-up (SQLAlchemy's
+    import, the query) runs while they hash, instead of before."""
+    from mirror.store.blobs import BlobStore
+
+    with BlobStore(cli.settings.store.path).hash_in_background() as hashing:
+        from mirror.store.inventory import verify_store
+
+        return verify_store(cli.app, hashing)
 
 
 def version_lines(versions: list[StoredVersion]) -> list[str]:

@@ -14,12 +14,13 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.fsutil import disk_full, fsync_dir, is_disk_full, map_on_cores
-from mirror.integrity import hash_file, hash_stream, mismatch
+from mirror.fsutil import disk_full, fsync_dir, hash_workers, is_disk_full, map_on_cores
+from mirror.integrity import Digest, hash_file, hash_stream, mismatch
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger(__name__)
@@ -156,10 +157,20 @@ class BlobStore:
                 if _HEX64.match(entry.name) and entry.name[:2] == shard.name:
                     yield entry.name
 
-    def verify(self, expected: dict[str, int], workers: int | None = None) -> list[BlobProblem]:
+    def hash_in_background(self, workers: int | None = None) -> BlobHashing:
+        """Start hashing every blob on disk now (see BlobHashing); close it when done."""
+        return BlobHashing(self, workers)
+
+    def verify(
+        self,
+        expected: dict[str, int],
+        workers: int | None = None,
+        hashing: BlobHashing | None = None,
+    ) -> list[BlobProblem]:
         """Re-hash every blob: missing (indexed, not on disk), corrupt (size or bytes differ),
         extra; sorted by sha256 within kind. The hashing is spread over `workers` threads (one
-        per usable core, at most 8), with the same findings in the same order."""
+        per usable core, at most 8), with the same findings in the same order; with `hashing`
+        (started earlier), its digests are used."""
         on_disk = set(self.iter_blobs())
         problems: dict[str, BlobProblem] = {}
         to_hash: list[str] = []
@@ -175,7 +186,12 @@ class BlobStore:
                 continue
             to_hash.append(sha256)
         paths = [self.blob_path(sha256) for sha256 in to_hash]
-        for sha256, actual in zip(to_hash, map_on_cores(hash_file, paths, workers), strict=True):
+        digests = (
+            map_on_cores(hash_file, paths, workers)
+            if hashing is None
+            else map(hashing.digest, to_hash, paths)
+        )
+        for sha256, actual in zip(to_hash, digests, strict=True):
             if actual.sha256 != sha256:
                 detail = str(mismatch("content", actual.sha256, sha256))
                 problems[sha256] = BlobProblem("corrupt", sha256, detail)
@@ -196,3 +212,30 @@ class BlobStore:
     def free_bytes(self) -> int:
         self.ensure()
         return shutil.disk_usage(self.root).free
+
+
+class BlobHashing:
+    """Every blob on disk being hashed on one thread per core (hashlib releases the GIL),
+    started before the index is read: `store verify` spends the index's start-up (importing
+    SQLAlchemy, the query) hashing, not waiting. `digest` waits for one blob's result (a blob
+    that appeared after the start is hashed then); `close` cancels what has not started."""
+
+    def __init__(self, store: BlobStore, workers: int | None = None) -> None:
+        self._pool = ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="hash")
+        self._futures: dict[str, Future[Digest]] = {}
+        with contextlib.suppress(OSError):  # an unreadable store: verify reports it as before
+            for sha256 in store.iter_blobs():
+                self._futures[sha256] = self._pool.submit(hash_file, store.blob_path(sha256))
+
+    def digest(self, sha256: str, path: Path) -> Digest:
+        future = self._futures.get(sha256)
+        return future.result() if future is not None else hash_file(path)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> BlobHashing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

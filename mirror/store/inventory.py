@@ -19,7 +19,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from mirror.fsutil import VALIDATOR_SUFFIX
 from mirror.store.app import App
-from mirror.store.blobs import BlobProblem
+from mirror.store.blobs import BlobHashing, BlobProblem
 from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, ExportRun, Version
 from mirror.timestamps import rfc3339, rfc3339_or_none
@@ -100,15 +100,17 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     return sorted(rows, key=lambda v: (v.ref.domain, v.ref.label))
 
 
-def verify_store(app: App) -> VerifyReport:
+def verify_store(app: App, hashing: BlobHashing | None = None) -> VerifyReport:
     """Re-hash every blob against the index: missing, corrupt and extra blobs are problems;
     temp files that belong to no unfinished run are listed (not problems: gc removes them).
-    A store bound to another index is refused (ConfigError) rather than reported."""
+    A store bound to another index is refused (ConfigError) rather than reported. With
+    `hashing` (`BlobStore.hash_in_background`, started before the index was opened), the
+    blobs' digests are taken from it."""
     app.binding  # noqa: B018 - refuses a store of another index
     with app.db.session() as session:
         expected = {sha: size for sha, size in session.execute(select(Bundle.sha256, Bundle.size))}
         live_partials = named_by_active_runs(session, ExportRun.partial_name)
-    problems = app.store.verify(expected)
+    problems = app.store.verify(expected, hashing=hashing)
     stray = [
         p
         for p in app.store.temp_files()

@@ -2,8 +2,10 @@
 
 Promises:
 
-- memory stays constant: the body is read in 1 MiB chunks, each hashed and
-  appended to the partial file in the same pass;
+- memory stays constant: the body is read in 1 MiB blocks, each hashed and
+  appended to the partial file in the same pass; a body of known length on HTTP/1.x is
+  received from the socket straight into the block (`socketbody.SocketBody`: no copies
+  through h11 and httpcore);
 - an existing partial file is continued with `Range: bytes=N-` and `If-Range`
   carrying the first answer's strong ETag (else its Last-Modified), as RFC 9110
   says; the validators and the `Content-Range` total of every answer are compared
@@ -58,6 +60,7 @@ from mirror.timestamps import utcnow
 from mirror.vendor.client import BundleLink
 from mirror.vendor.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
 from mirror.vendor.retry import Backoff, parse_retry_after
+from mirror.vendor.socketbody import SocketBody
 from mirror.vendor.speedlimit import SpeedLimit
 from mirror.vendor.transport import DNS_ATTEMPTS, name_resolution_error
 from mirror.vendor.validators import Restart as _Restart
@@ -431,21 +434,34 @@ class _Download:
     def stream(self, response: httpx.Response) -> None:
         self.speed.start()
         try:
-            for piece in response.iter_raw():
-                if self.speed.too_slow(len(piece)):
-                    raise _Retry(self.speed.describe(), slow=True)
-                received = self.offset + self.file.fill + len(piece)
-                if self.expected is not None and received > self.expected:
-                    raise IntegrityError(
-                        f"bundle of job {self.link.job_id} from {urlsplit(self.link.url).netloc} "
-                        f"is bigger than the {self.expected} bytes announced; nothing was stored"
-                    )
+            body = SocketBody.of(response)  # else the body comes through httpx's pieces
+            for piece in response.iter_raw() if body is None else (body.first,):
+                self.take(len(piece))
                 self.file.buffer(piece, self.after_block)
+            # Socket -> block, up to one byte past the announced size (refused, never kept).
+            while body is not None and (got := body.readinto(self.file.space(self.room))):
+                self.take(got)
+                self.file.filled(got, self.after_block)
         finally:
             self.file.write_block()  # whatever ended the body, the bytes received are good
         if self.expected is not None and self.offset < self.expected:
             raise _Retry(f"the connection ended early at byte {self.offset}")
         self.done = True
+
+    @property
+    def room(self) -> int | None:
+        return None if self.expected is None else self.expected - self.offset - self.file.fill + 1
+
+    def take(self, count: int) -> None:
+        """Accept `count` more bytes of the body, or refuse them: too slow, or too many."""
+        if self.speed.too_slow(count):
+            raise _Retry(self.speed.describe(), slow=True)
+        received = self.offset + self.file.fill + count
+        if self.expected is not None and received > self.expected:
+            raise IntegrityError(
+                f"bundle of job {self.link.job_id} from {urlsplit(self.link.url).netloc} "
+                f"is bigger than the {self.expected} bytes announced; nothing was stored"
+            )
 
     def after_block(self) -> None:
         self.refreshes_in_a_row = 0

@@ -2,8 +2,9 @@
 
 Promises:
 
-- memory stays constant: network pieces are gathered into 1 MiB blocks, each written and
-  hashed in the same pass;
+- memory stays constant: network bytes are gathered into 1 MiB blocks (received straight
+  into the block when the body is read from the socket), each written and hashed in the
+  same pass;
 - a partial file longer than expected, or with no recorded validator (its bytes may belong
   to another object), is emptied before anything is continued;
 - `durable` counts only bytes an fsync covered: a background fsync runs every 8 MiB (and
@@ -129,6 +130,19 @@ class PartialFile:
             self.tap.feed(view)
         self.offset += self.fill
         self.fill = 0
+
+    def space(self, limit: int | None = None) -> memoryview:
+        """Where the next network bytes go (at most `limit`): the free end of the block, so a
+        socket read lands where the file write and the hash read from, with no copy."""
+        end = CHUNK_SIZE if limit is None else min(CHUNK_SIZE, self.fill + max(limit, 0))
+        return memoryview(self.block)[self.fill : end]
+
+    def filled(self, count: int, after_block: Callable[[], None]) -> None:
+        """`count` bytes were received into `space()`; a full block is written and hashed."""
+        self.fill += count
+        if self.fill == CHUNK_SIZE:
+            self.write_block()
+            after_block()
 
     def buffer(self, piece: bytes, after_block: Callable[[], None]) -> None:
         """Gather network pieces into 1 MiB blocks; each full block is written and hashed."""

@@ -27,3 +27,12 @@ def test_peak_rss_counts_the_children_of_a_shell_pipeline() -> None:
     grow = f"{sys.executable} -c 'b = bytearray(64 * 1024 * 1024); import time; time.sleep(0.2)'"
     run = run_once(["sh", "-c", f"{grow} | cat"])
     assert run.peak_rss_mib >= 64
+
+
+def test_cpu_seconds_count_the_children_and_not_the_wall() -> None:
+    code = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    spin = f"{sys.executable} -c '{code}'"
+    busy = run_once(["sh", "-c", f"{spin} | cat"])
+    idle = run_once(["sleep", "0.3"])
+    assert busy.cpu_seconds >= 0.3
+    assert idle.cpu_seconds < 0.1 and idle.seconds >= 0.3

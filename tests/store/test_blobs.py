@@ -99,3 +99,18 @@ def test_a_store_path_that_is_a_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is not a directory") as info:
         BlobStore(tmp_path / "file").ensure()
     assert info.value.exit_code == 2
+
+
+def test_a_blob_stored_after_background_hashing_began_is_hashed_when_asked(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    store = BlobStore(store_dir)
+    first, first_sha = _temp_with(store, "a", b"first")
+    store.adopt(first, first_sha, 5)
+    with store.hash_in_background(workers=2) as hashing:
+        late, late_sha = _temp_with(store, "b", b"late")
+        late_path = store.adopt(late, late_sha, 4)
+        os.chmod(late_path, 0o644)
+        late_path.write_bytes(b"LATE")  # damaged: only a hash taken now can tell
+        problems = store.verify({first_sha: 5, late_sha: 4}, hashing=hashing)
+    assert [(p.kind, p.sha256) for p in problems] == [("corrupt", late_sha)]

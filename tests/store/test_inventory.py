@@ -135,5 +135,21 @@ def test_parallel_verify_finds_what_the_store_finds_in_the_same_order(
     found = store.verify(expected, workers=workers)
 
     assert found == store.verify(expected, workers=1)
+    with store.hash_in_background(workers) as hashing:  # as `store verify` hashes
+        assert store.verify(expected, hashing=hashing) == found
     assert [p.kind for p in found].count("corrupt") == 4
     assert {p.sha256 for p in found} == {*names[1:4], names[5], names[7], names[9], "0" * 64}
+
+
+def test_blobs_hashed_in_background_before_the_index_is_read_give_the_same_report(
+    filled: App, tmp_path: Path
+) -> None:
+    store = filled.store
+    with store.hash_in_background() as hashing:
+        source = tmp_path / "late"
+        source.write_bytes(b"a blob stored after the hashing started")
+        late, _ = store.add_file(source)  # not in the background's list: hashed when asked
+        report = verify_store(filled, hashing)
+    assert report == verify_store(filled)
+    assert [(p.kind, p.sha256) for p in report.problems] == [("extra", late)]
+    assert report.checked > 0

@@ -35,6 +35,7 @@ from mirror.vendor.download import (
     save_validator,
     validator_path,
 )
+from mirror.vendor.socketbody import SocketBody
 from mirror.vendor.transport import DNS_ATTEMPTS
 
 MiB = 1024 * 1024
@@ -812,3 +813,99 @@ def test_a_range_request_carries_no_admin_key_and_asks_for_the_rest() -> None:
     assert resumed.headers["Range"] == "bytes=100-" and resumed.headers["If-Range"] == '"etag"'
     assert resumed.headers["Accept-Encoding"] == "identity"
     assert "range" not in fresh.headers and "if-range" not in fresh.headers
+
+
+# --- the body read from the socket (socketbody.SocketBody) -------------------------------------
+
+
+def test_a_body_of_known_length_is_read_from_the_socket_whole(
+    scripted: Scripted, http: httpx.Client
+):
+    with http.stream("GET", scripted.url) as response:
+        body = SocketBody.of(response)
+        assert body is not None
+        pieces = [body.first]
+        block = bytearray(64 * 1024)
+        while got := body.readinto(memoryview(block)):
+            pieces.append(bytes(block[:got]))
+    assert b"".join(pieces) == scripted.body
+
+
+def test_a_body_held_whole_by_h11_is_all_in_first(scripted: Scripted, http: httpx.Client):
+    scripted.body = b"a small bundle"  # arrives with the head: nothing is left on the socket
+    with http.stream("GET", scripted.url) as response:
+        body = SocketBody.of(response)
+        assert body is not None
+        assert (body.first, body.readinto(memoryview(bytearray(10)))) == (scripted.body, 0)
+
+
+def test_a_chunked_body_is_left_to_httpx(scripted: Scripted, http: httpx.Client):
+    scripted.replies = [scripted.chunked(scripted.body)]
+    with http.stream("GET", scripted.url) as response:
+        assert SocketBody.of(response) is None
+        assert response.read() == scripted.body
+
+
+def test_a_response_without_a_socket_is_left_to_httpx() -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=b"x" * 10))
+    with httpx.Client(transport=transport) as http, http.stream("GET", "http://h.test/") as answer:
+        assert SocketBody.of(answer) is None
+
+
+def test_a_body_cut_on_the_socket_is_a_protocol_error_and_the_download_resumes(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    scripted.replies = [scripted.cut(1_500_000)]
+    with http.stream("GET", scripted.url) as response:
+        body = SocketBody.of(response)
+        assert body is not None
+        block = memoryview(bytearray(MiB))
+        with pytest.raises(httpx.RemoteProtocolError, match="without sending complete"):
+            while body.readinto(block):
+                pass
+    scripted.replies = [scripted.cut(1_500_000)]
+    result = download_bundle(http, scripted.link(), tmp_path / "p", refresh_link=scripted.link)
+    assert result.sha256 == hashlib.sha256(scripted.body).hexdigest()
+    assert scripted.ranges[-1] == "bytes=1500000-"
+
+
+def test_a_silent_socket_is_a_read_timeout(scripted: Scripted) -> None:
+    def stall(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(scripted.body)))
+        handler.end_headers()
+        handler.wfile.write(scripted.body[:1000])
+        handler.wfile.flush()
+        time.sleep(2)
+
+    scripted.replies = [stall]
+    with httpx.Client(timeout=0.3) as http, http.stream("GET", scripted.url) as response:
+        body = SocketBody.of(response)
+        assert body is not None
+        with pytest.raises(httpx.ReadTimeout):
+            while body.readinto(memoryview(bytearray(MiB))):
+                pass
+
+
+def test_a_range_answer_longer_than_announced_is_refused_past_the_last_byte(
+    scripted: Scripted, http: httpx.Client, tmp_path: Path
+):
+    announced = 1_000_000
+
+    def lying(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(206)
+        handler.send_header("Content-Range", f"bytes 0-{announced - 1}/{announced}")
+        handler.send_header("Content-Length", str(len(scripted.body)))
+        handler.end_headers()
+        handler.wfile.write(scripted.body)
+
+    scripted.replies = [lying]
+    with pytest.raises(IntegrityError, match=f"bigger than the {announced} bytes"):
+        download_bundle(
+            http,
+            scripted.link(),
+            tmp_path / "p",
+            refresh_link=scripted.link,
+            expected_size=announced,
+        )
+    assert (tmp_path / "p").stat().st_size <= announced
