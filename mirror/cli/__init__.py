@@ -200,7 +200,7 @@ COMMANDS: dict[str, tuple[Target, str]] = {
     ),
     "sites": (
         "mirror.cli.sites:sites_command",
-        "Per air-gapped site: last set packed and acknowledged, versions waiting, oldest unacked.",
+        "Per site: last set packed and acknowledged, versions waiting, oldest unacknowledged set.",
     ),
     "keys": ("mirror.cli.keys:keys_group", "Signing keys for transfer sets."),
     "transfer": (

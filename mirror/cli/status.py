@@ -15,10 +15,10 @@ from mirror.units import format_duration
 @click.command("status")
 @reads_only
 def status_command(cli: CliContext) -> None:
-    """Per domain: last run and its state, latest version, next due time, any error; then
-    per air-gapped site what it still needs (as `mirror sites`).
+    """Per domain: last run and its state, latest version, next due time, any error.
 
-    Reads the index, so it works whether or not the daemon is running.
+    Then, per air-gapped site, what it still needs (as `mirror sites`). Reads the index,
+    so it works whether or not the daemon is running.
     """
     from mirror.cli.sites import site_lines
     from mirror.store.sitestate import summaries_of

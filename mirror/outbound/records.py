@@ -46,7 +46,7 @@ def by_sequence(session: Session, site: str, sequence: int) -> Transfer:
     return packed_set(
         session,
         and_(Transfer.site == site, Transfer.sequence == sequence),
-        f"{sequence} for site {site}",
+        str(sequence) if site == DEFAULT_SITE else f"{sequence} for site {site}",
         RUN_WHERE_PACKED,
     )
 
