@@ -7,6 +7,12 @@ Create Date: 2026-11-24 12:40:00.000000
 Today's state moves to the implicit site `default` (issue 22): every packed set belongs
 to it, and every version delivered (`versions.delivered_at`) becomes a delivery to it,
 so a config without `[[sites]]` packs, acknowledges and keeps exactly as before.
+
+SQLite changes a constraint or drops a column by copying the table; with foreign keys on
+(they are, and cannot be turned off inside the one transaction an upgrade runs in) a table
+whose rows are referenced cannot be dropped. So the rows that reference `transfers` and
+`versions` (`transfer_items`) are held aside while the two tables are copied, and put back
+after: all in the same transaction, nothing lost if it fails.
 """
 
 from __future__ import annotations
@@ -21,20 +27,37 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-# SQLite names the unnamed UNIQUE (sequence) of 0001 nothing; the convention lets batch
-# mode find it. PostgreSQL named it itself.
+# SQLite leaves the UNIQUE (sequence) of 0001 unnamed; the convention lets batch mode find
+# it. PostgreSQL named it itself.
 _CONVENTION = {"uq": "uq_%(table_name)s_%(column_0_name)s"}
 
 
 def _old_unique() -> str:
-    return (
-        "transfers_sequence_key"
-        if op.get_bind().dialect.name == "postgresql"
-        else ("uq_transfers_sequence")
+    postgres = op.get_bind().dialect.name == "postgresql"
+    return "transfers_sequence_key" if postgres else "uq_transfers_sequence"
+
+
+def _hold_items() -> None:
+    op.execute(
+        "CREATE TABLE _mirror_0006_items AS SELECT transfer_id, version_id FROM transfer_items"
     )
+    op.execute("DELETE FROM transfer_items")
+
+
+def _restore_items() -> None:
+    op.execute(
+        "INSERT INTO transfer_items (transfer_id, version_id) "
+        "SELECT transfer_id, version_id FROM _mirror_0006_items"
+    )
+    op.execute("DROP TABLE _mirror_0006_items")
 
 
 def upgrade() -> None:
+    _hold_items()
+    op.execute(
+        "CREATE TABLE _mirror_0006_delivered AS "
+        "SELECT id, delivered_at FROM versions WHERE delivered_at IS NOT NULL"
+    )
     with op.batch_alter_table("transfers", naming_convention=_CONVENTION) as batch_op:
         batch_op.add_column(
             sa.Column("site", sa.String(63), nullable=False, server_default="default")
@@ -42,6 +65,8 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("lost_at", UTCDateTime(), nullable=True))
         batch_op.drop_constraint(_old_unique(), type_="unique")
         batch_op.create_unique_constraint("uq_transfers_site_sequence", ["site", "sequence"])
+    with op.batch_alter_table("versions") as batch_op:
+        batch_op.drop_column("delivered_at")
     op.create_table(
         "deliveries",
         sa.Column("site", sa.String(63), primary_key=True),
@@ -51,13 +76,14 @@ def upgrade() -> None:
     )
     op.execute(
         "INSERT INTO deliveries (site, version_id, delivered_at) "
-        "SELECT 'default', id, delivered_at FROM versions WHERE delivered_at IS NOT NULL"
+        "SELECT 'default', id, delivered_at FROM _mirror_0006_delivered"
     )
-    with op.batch_alter_table("versions") as batch_op:
-        batch_op.drop_column("delivered_at")
+    op.execute("DROP TABLE _mirror_0006_delivered")
+    _restore_items()
 
 
 def downgrade() -> None:
+    """Back to one chain: fails (nothing changed) when two sites used the same sequence."""
     with op.batch_alter_table("versions") as batch_op:
         batch_op.add_column(sa.Column("delivered_at", UTCDateTime(), nullable=True))
     op.execute(
@@ -65,8 +91,10 @@ def downgrade() -> None:
         "WHERE d.version_id = versions.id)"
     )
     op.drop_table("deliveries")
+    _hold_items()
     with op.batch_alter_table("transfers", naming_convention=_CONVENTION) as batch_op:
         batch_op.drop_constraint("uq_transfers_site_sequence", type_="unique")
         batch_op.drop_column("lost_at")
         batch_op.drop_column("site")
         batch_op.create_unique_constraint(_old_unique(), ["sequence"])
+    _restore_items()
