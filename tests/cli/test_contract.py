@@ -146,6 +146,14 @@ def test_every_command_json_document_matches_its_description(
     walk("transfer ack", imported["receipt"])
     again = walk("transfer resend", "1", str(tmp_path / "usb" / "set1-again"))
     assert again["manifest_sha256"] == imported["manifest_sha256"]
+    copied = {
+        p.relative_to(again["path"]): p.read_bytes() for p in Path(again["path"]).rglob("*.*")
+    }
+    assert copied == {
+        p.relative_to(set_dir): p.read_bytes()
+        for p in set_dir.rglob("*.*")
+        if not p.name.startswith("receipt.json")
+    }
     walk("chart promote", DOMAIN, first["version"])
 
     second = walk("export run", DOMAIN)
