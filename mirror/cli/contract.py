@@ -548,6 +548,7 @@ CONTRACTS: dict[str, Contract] = {
                 "path": STR,
                 "valid": BOOL,
                 "sequence": INT,
+                "site": null(STR),
                 "previous_sequence": null(INT),
                 "manifest_sha256": SHA256,
                 "key_id": STR,
