@@ -52,7 +52,7 @@ def _sets(s: Setting) -> tuple[Path, Path, Path, ManifestItem]:
         add_sim_version(app, DOMAIN, V2, export_number=1, **site)
         full = work / "set-full"
         pack(app, full, Selection(full=True))
-        forget_set(app, 2)
+        forget_set(app, "default", 2)
         delta = work / "set-delta"
         started = time.monotonic()
         pack(app, delta)

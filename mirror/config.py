@@ -27,6 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from mirror.errors import AuthError, ConfigError
 from mirror.hostnames import normalize_domain
 from mirror.logs import register_secret
+from mirror.sites import DEFAULT_SITE, BaseRule, check_site_name
 from mirror.units import parse_duration, parse_size
 
 if TYPE_CHECKING:
@@ -181,6 +182,9 @@ class TargetSettings(_Section):
     part_checksum: Literal["crc32", "md5"] = "crc32"
     """The checksum each uploaded part and object carries for the server to verify
     (`x-amz-checksum-crc32`, or `Content-MD5` for servers without the newer headers)."""
+    site: str = ""
+    """This air-gapped installation's site name (issue 22): when set, `transfer import`
+    refuses a set packed for another named site (exit 5). Empty: any set."""
     conditional_writes: Literal["require", "emulate"] = "require"
     """`require`: refuse a server that ignores `If-None-Match`/`If-Match`; `emulate`: use
     it anyway, checking with HEAD before each write (safe against re-runs, not against
@@ -202,10 +206,41 @@ class TargetSettings(_Section):
             raise ValueError("must be between 1s and 7d (the S3 limit for presigned links)")
         return value
 
+    @field_validator("site")
+    @classmethod
+    def _site(cls, value: str) -> str:
+        return check_site_name(value) if value else value
+
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
         return value.strip("/")
+
+
+class SiteSettings(_Section):
+    """One air-gapped site fed from this host (`[[sites]]`, issue 22; `mirror.sites`): its
+    own chain of sets, acknowledged versions and delta bases. `trusted_keys` are the keys
+    its receipts are signed with; `domains` (unset: every one) the domains it takes;
+    `delta_bases` what a delta may go against (`acknowledged`: only what the site's
+    receipts confirmed; `packed`: also what an earlier set for it carried, today's rule)."""
+
+    name: str
+    trusted_keys: list[Path] = Field(default_factory=list)
+    domains: list[str] | None = None
+    delta_bases: BaseRule = "acknowledged"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return check_site_name(value)
+
+    @field_validator("domains")
+    @classmethod
+    def _domains(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [normalize_domain(domain) for domain in value]
+
+    def takes(self, domain: str) -> bool:
+        return self.domains is None or domain in self.domains
 
 
 class ChartSettings(_Section):
@@ -225,6 +260,7 @@ class Settings(_Section):
     transfer: TransferSettings = Field(default_factory=TransferSettings)
     target: TargetSettings = Field(default_factory=TargetSettings)
     chart: ChartSettings = Field(default_factory=ChartSettings)
+    sites: list[SiteSettings] = Field(default_factory=list)
     source: Path | None = Field(default=None, exclude=True)
 
     @field_validator("exports")
@@ -236,6 +272,45 @@ class Settings(_Section):
                 raise ValueError(f"domain {export.domain!r} is listed twice")
             seen.add(export.domain)
         return value
+
+    @field_validator("sites")
+    @classmethod
+    def _unique_sites(cls, value: list[SiteSettings]) -> list[SiteSettings]:
+        names = [site.name for site in value]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"site {name!r} is listed twice")
+        return value
+
+    def site_list(self) -> list[SiteSettings]:
+        """The configured sites; with no `[[sites]]`, the one implicit site `default`, whose
+        receipts are trusted by `target.trusted_keys` and whose deltas follow today's rule."""
+        if self.sites:
+            return list(self.sites)
+        implicit = SiteSettings(
+            name=DEFAULT_SITE, trusted_keys=self.target.trusted_keys, delta_bases="packed"
+        )
+        return [implicit]
+
+    def site(self, name: str | None) -> SiteSettings:
+        """The site `name` names, or the only one when `name` is None; ConfigError (exit 2)
+        naming the configured sites otherwise."""
+        sites = self.site_list()
+        known = ", ".join(site.name for site in sites)
+        if name is None:
+            if len(sites) == 1:
+                return sites[0]
+            raise ConfigError(
+                f"{len(sites)} sites are configured ({known}); say which one",
+                hint=f"pass --site NAME (one of {known})",
+            )
+        for site in sites:
+            if site.name == name:
+                return site
+        raise ConfigError(
+            f"no site named {name!r} is configured (sites: {known})",
+            hint="add a [[sites]] table with that name, or pass --site with one of those",
+        )
 
     def export_for(self, domain: str) -> ExportSettings:
         """The configured export of `domain`, or a default one for an ad-hoc run."""

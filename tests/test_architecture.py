@@ -28,6 +28,7 @@ FOUNDATIONS = {
     "mirror.logs",
     "mirror.archive",
     "mirror.versions",
+    "mirror.sites",
     "mirror.integrity",
     "mirror.completeness",
     "mirror.hostnames",

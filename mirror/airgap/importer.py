@@ -46,7 +46,7 @@ from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import utcnow
-from mirror.transferset.format import RECEIPT, ManifestItem, iso_time
+from mirror.transferset.format import RECEIPT, Manifest, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
 from mirror.transferset.reader import (
     VerifiedSet,
@@ -98,10 +98,14 @@ class ImportResult:
     receipt: Path | None = None
     receipt_signed_by: str | None = None
     promoted: list[tuple[str, str]] = field(default_factory=list)
+    never_seen: list[int] = field(default_factory=list)
+    site: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sequence": self.sequence,
+            "site": self.site,
+            "never_seen": self.never_seen,
             "manifest_sha256": self.manifest_sha256,
             "source_id": self.source_id,
             "replayed": self.replayed,
@@ -134,8 +138,10 @@ def import_set(
     on_progress: Callable[[int], None] | None = None,
     on_verify_progress: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
+    site: str = "",
 ) -> ImportResult:
-    """Verify `set_dir`, then publish it into `store` and write its receipt."""
+    """Verify `set_dir`, then publish it into `store` and write its receipt. `site`: this
+    installation's name (`target.site`), when it knows one (`check_site`)."""
     receipt = receipt_path or set_dir / RECEIPT
     admitted = _admit(
         store,
@@ -146,23 +152,15 @@ def import_set(
         promoting=promote is not None,
         on_verify_progress=on_verify_progress,
         work_dir=work_dir,
+        site=site,
     )
-    verified, replayed, notes = admitted.verified, admitted.replayed, admitted.notes
-    manifest = verified.manifest
+    verified, notes = admitted.verified, admitted.notes
     imported_at = iso_time(now())
     items, entries = _publish_all(store, admitted, imported_at, on_progress, work_dir)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
-    result = ImportResult(
-        sequence=manifest.sequence,
-        manifest_sha256=verified.manifest_sha256,
-        source_id=manifest.source_id,
-        items=items,
-        replayed=replayed,
-        notes=notes,
-        promoted=promoted,
-    )
+    result = _result(admitted, items, promoted)
     signed_by = write_receipt(receipt, result, store, receipt_key, at=imported_at)
     if signed_by is None:
         notes.append(
@@ -171,6 +169,24 @@ def import_set(
         )
     record_import(store, verified, at=imported_at)
     return ImportResult(**{**result.__dict__, "receipt": receipt, "receipt_signed_by": signed_by})
+
+
+def _result(
+    admitted: Admitted, items: list[ImportedItem], promoted: list[tuple[str, str]]
+) -> ImportResult:
+    """What the import did, before its receipt is written."""
+    manifest = admitted.verified.manifest
+    return ImportResult(
+        sequence=manifest.sequence,
+        site=manifest.site,
+        never_seen=admitted.never_seen,
+        manifest_sha256=admitted.verified.manifest_sha256,
+        source_id=manifest.source_id,
+        items=items,
+        replayed=admitted.replayed,
+        notes=admitted.notes,
+        promoted=promoted,
+    )
 
 
 def _admit(
@@ -183,6 +199,7 @@ def _admit(
     promoting: bool,
     on_verify_progress: Callable[[int], None] | None,
     work_dir: Path | None,
+    site: str = "",
 ) -> Admitted:
     """Every refusal that comes before a byte is published (module docstring): the receipt's
     place, the bucket and its writes, the set, its sequence, its deltas, its provenance, the
@@ -195,6 +212,7 @@ def _admit(
     store.check_access()
     require_safe_writes(store)
     verified = verify_set(set_dir, trusted, check_blobs=False, on_progress=on_verify_progress)
+    check_site(verified, site)
     notes: list[str] = []
     state = layout.read_import_state(store)
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
@@ -209,7 +227,8 @@ def _admit(
             "it is not published"
         )
     carried = verify_provenance_files(set_dir, verified.manifest, trusted)
-    return Admitted(verified, replayed, notes, bases, carried)
+    gap = [] if replayed else never_seen(state, verified.manifest.sequence)
+    return Admitted(verified, replayed, notes, bases, carried, gap)
 
 
 @dataclass(frozen=True)
@@ -221,6 +240,7 @@ class Admitted:
     notes: list[str]
     bases: rebuild.Bases
     provenance: Mapping[tuple[str, str], bytes]
+    never_seen: list[int] = field(default_factory=list)
 
 
 def _publish_all(
@@ -369,12 +389,61 @@ def check_sequence(
             raise IntegrityError(f"{problem}; refused", hint="pass --allow-replay if intended")
         notes.append(f"{problem}; allowed by --allow-replay")
         return replay
+    notes.extend(_gap_notes(state, manifest))
+    return False
+
+
+def _gap_notes(state: layout.ImportState, manifest: Manifest) -> list[str]:
+    """What a set that does not follow the newest imported one says (issue 22): which sets
+    never arrived, and why importing this one is safe all the same."""
+    last, sequence = state.last_sequence, manifest.sequence
+    gap = never_seen(state, sequence)
+    if gap:
+        return [
+            f"set{'s' if len(gap) > 1 else ''} {_sequences(gap)} never arrived here (the "
+            f"newest set imported is {last}); importing set {sequence} is safe: each of its "
+            "versions is whole or a delta whose base this bucket holds, checked before any "
+            "upload"
+        ]
     if manifest.previous_sequence != last:
-        notes.append(
+        return [
             f"set {sequence} follows set {manifest.previous_sequence}, but the newest set "
             f"imported here is {last}: the sets in between were not imported"
+        ]
+    return []
+
+
+def never_seen(state: layout.ImportState | None, sequence: int) -> list[int]:
+    """The sequences between the newest imported here and `sequence` never imported here
+    (a lost or skipped set of this site's chain)."""
+    if state is None or sequence <= state.last_sequence + 1:
+        return []
+    history = state.history()
+    return [n for n in range(state.last_sequence + 1, sequence) if n not in history]
+
+
+def _sequences(numbers: list[int]) -> str:
+    if len(numbers) > 5:
+        return (
+            f"{numbers[0]}-{numbers[-1]}"
+            if numbers == list(range(numbers[0], numbers[-1] + 1))
+            else ", ".join(map(str, numbers[:5])) + ", …"
         )
-    return False
+    return ", ".join(map(str, numbers))
+
+
+def check_site(verified: VerifiedSet, site: str) -> None:
+    """A set packed for another named site is refused (exit 5) when this installation knows
+    its own name (`target.site`); a set that names no site (one implicit site), or an
+    installation that names none, is not checked."""
+    packed_for = verified.manifest.site
+    if site and packed_for is not None and packed_for != site:
+        raise IntegrityError(
+            f"set {verified.manifest.sequence} was packed for site {packed_for}, and this is "
+            f"site {site} (target.site); refused, nothing was published",
+            hint=f"carry it to site {packed_for}; for this site run `mirror transfer pack "
+            f"--site {site} OUT` on the connected side",
+        )
 
 
 def publish_version(

@@ -198,6 +198,10 @@ COMMANDS: dict[str, tuple[Target, str]] = {
         "mirror.cli.status:status_command",
         "Per domain: last run and its state, latest version, next due time, any error.",
     ),
+    "sites": (
+        "mirror.cli.sites:sites_command",
+        "Per site: last set packed and acknowledged, versions waiting, oldest unacknowledged set.",
+    ),
     "keys": ("mirror.cli.keys:keys_group", "Signing keys for transfer sets."),
     "transfer": (
         _transfer_group,

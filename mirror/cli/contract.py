@@ -148,6 +148,8 @@ AGENT_JOB = obj(
 IMPORT = obj(
     {
         "sequence": INT,
+        "site": null(STR),
+        "never_seen": array(INT),
         "manifest_sha256": SHA256,
         "source_id": STR,
         "replayed": BOOL,
@@ -170,12 +172,26 @@ IMPORT = obj(
 )
 ACK = obj(
     {
+        "site": STR,
         "sequence": INT,
         "manifest_sha256": SHA256,
         "marked": array(DOMAIN_VERSION),
         "already": array(DOMAIN_VERSION),
         "signature": STR,
         "complete": BOOL,
+    }
+)
+SET_AT = obj({"sequence": INT, "packed_at": TIME})
+SITE_SUMMARY = obj(
+    {
+        "name": STR,
+        "domains": null(array(STR)),
+        "last_packed": null(SET_AT),
+        "last_acknowledged": null(SET_AT),
+        "waiting": INT,
+        "oldest_unacknowledged": null(SET_AT),
+        "oldest_unacknowledged_age_seconds": null(INT),
+        "lost": array(INT),
     }
 )
 CURRENT = obj({"domain": STR, "current": STR, "previous": null(STR)})
@@ -425,7 +441,59 @@ CONTRACTS: dict[str, Contract] = {
                         }
                     )
                 ),
+                "sites": array(SITE_SUMMARY),
             }
+        ),
+        notes=("`sites` is what `mirror sites --json` prints under the same name.",),
+    ),
+    "sites": Contract(
+        "Per air-gapped site: the last set packed and acknowledged, the versions waiting, "
+        "the oldest unacknowledged set and its age, the sets marked lost.",
+        "mirror sites --json",
+        _READ,
+        obj({"generated_at": TIME, "sites": array(SITE_SUMMARY)}),
+        notes=(
+            "With no `[[sites]]` in the config there is one site, `default` (domains null: "
+            "every domain).",
+            "`waiting`: versions the site takes that no set for it carries (lost sets do not "
+            "count) and that it has not acknowledged: what the next `transfer pack --site` "
+            "carries. `oldest_unacknowledged`: the oldest set neither acknowledged nor lost.",
+        ),
+    ),
+    "transfer lost": Contract(
+        "A set marked lost for its site: the versions that wait again (the next pack for "
+        "the site carries them, and nothing uses them as a delta base there).",
+        "mirror transfer lost --site staging 7 --json",
+        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND),
+        obj(
+            {
+                "site": STR,
+                "sequence": INT,
+                "lost_at": TIME,
+                "already_lost": BOOL,
+                "waiting_again": array(DOMAIN_VERSION),
+            }
+        ),
+        notes=("Exit 2 for a set whose receipt acknowledged it whole: it is not lost.",),
+    ),
+    "transfer resend": Contract(
+        "An identical copy (same sequence, same bytes) of a set packed for a site, for a "
+        "disk that was damaged; source and copy checked against the signed manifest.",
+        "mirror transfer resend --site staging 7 /media/usb2/set-7 --json",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        obj(
+            {
+                "site": STR,
+                "sequence": INT,
+                "source": STR,
+                "path": STR,
+                "manifest_sha256": SHA256,
+                "total_bytes": INT,
+            }
+        ),
+        notes=(
+            "Exit 3 when the packed copy is gone and 5 when it is damaged: both name the "
+            "remedy, `transfer lost` then `transfer pack`.",
         ),
     ),
     "keys generate": Contract(
@@ -449,6 +517,7 @@ CONTRACTS: dict[str, Contract] = {
             {
                 "nothing": BOOL,
                 "dry_run": BOOL,
+                "site": STR,
                 "path": null(STR),
                 "sequence": null(INT),
                 "manifest_sha256": null(SHA256),
@@ -479,6 +548,7 @@ CONTRACTS: dict[str, Contract] = {
                 "path": STR,
                 "valid": BOOL,
                 "sequence": INT,
+                "site": null(STR),
                 "previous_sequence": null(INT),
                 "manifest_sha256": SHA256,
                 "key_id": STR,

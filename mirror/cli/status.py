@@ -17,13 +17,22 @@ from mirror.units import format_duration
 def status_command(cli: CliContext) -> None:
     """Per domain: last run and its state, latest version, next due time, any error.
 
-    Reads the index, so it works whether or not the daemon is running.
+    Then, per air-gapped site, what it still needs (as `mirror sites`). Reads the index,
+    so it works whether or not the daemon is running.
     """
+    from mirror.cli.sites import site_lines
+    from mirror.store.sitestate import summaries_of
+
     now = utcnow()
     rows = domain_status(cli.app, now=now)
+    sites = summaries_of(cli.app, now)
     cli.emit(
-        {"generated_at": rfc3339(now), "domains": [r.as_dict() for r in rows]},
-        status_lines(rows, now),
+        {
+            "generated_at": rfc3339(now),
+            "domains": [r.as_dict() for r in rows],
+            "sites": [site.as_dict() for site in sites],
+        },
+        [*status_lines(rows, now), "", *site_lines(sites, now)],
     )
 
 

@@ -56,6 +56,13 @@ def _object_store(settings: Settings) -> ObjectStore:
     return open_object_store(settings.target)
 
 
+_SITE_OPTION = click.option(
+    "--site",
+    metavar="NAME",
+    default=None,
+    help="The air-gapped site ([[sites]] name; may be left out when only one is configured).",
+)
+
 _KEY_OPTION = click.option(
     "--key",
     "keys",
@@ -93,6 +100,7 @@ def transfer_group() -> None:
     default=None,
     help="Also carry the mirror tool: a mirror-tool-VERSION.tar, or `auto` to build one now.",
 )
+@_SITE_OPTION
 @pass_cli
 def transfer_pack(
     cli: CliContext,
@@ -104,6 +112,7 @@ def transfer_pack(
     from_set: int | None,
     dry_run: bool,
     with_tool: str | None,
+    site: str | None,
 ) -> None:
     """Write a signed transfer set of the versions not yet delivered into OUT.
 
@@ -111,7 +120,7 @@ def transfer_pack(
     enough (transfer.delta_max_ratio); OUT may be left out with --dry-run."""
     from mirror.outbound import pack as packing
 
-    chosen = packing.Selection(domain, include_all, full, from_set)
+    chosen = packing.Selection(domain, include_all, full, from_set, site)
     if dry_run:
         if with_tool is not None:
             raise ConfigError("--with-tool cannot be combined with --dry-run")
@@ -152,13 +161,17 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
     if result.nothing:
         cli.emit(
             document,
-            "nothing to pack: every version was packed or delivered"
+            f"nothing to pack for site {result.site}: every version it takes was packed or "
+            "delivered"
             + ("; the tool is not carried alone (a set needs a version)" if with_tool else ""),
         )
         return
     size = f"{format_size(result.total_bytes)} in {result.part_count} part(s)"
     if result.dry_run:
-        lines = [f"would pack set {result.sequence}: {len(result.items)} version(s), {size}"]
+        lines = [
+            f"would pack set {result.sequence} for site {result.site}: "
+            f"{len(result.items)} version(s), {size}"
+        ]
         lines += [_choice_line(choice) for choice in result.versions]
         from mirror.export import sitecheck
 
@@ -167,7 +180,8 @@ def _emit_pack(cli: CliContext, result: PackResult, *, with_tool: bool) -> None:
         cli.emit(document, lines)
         return
     lines = [
-        f"packed set {result.sequence} into {result.path}: {len(result.items)} version(s), "
+        f"packed set {result.sequence} for site {result.site} into {result.path}: "
+        f"{len(result.items)} version(s), "
         f"{size}, signed by key {result.key_id}"
     ]
     for item in result.items:
@@ -255,6 +269,7 @@ def transfer_import(
             on_progress=on_progress,
             on_verify_progress=on_progress,
             work_dir=settings.target.work_dir,
+            site=settings.target.site,
         )
     lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
     lines += [f"  {i.ref.domain} {i.ref.label}  {i.status}  {i.object}" for i in result.items]
@@ -283,7 +298,7 @@ def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
     from mirror.outbound.ack import ack
 
     result = ack(cli.app, receipt, accept_unsigned=accept_unsigned)
-    lines = [f"set {result.sequence}: receipt {result.signature}"]
+    lines = [f"site {result.site} set {result.sequence}: receipt {result.signature}"]
     lines += [f"  delivered {d} {v}" for d, v in result.marked]
     lines += [f"  already delivered {d} {v}" for d, v in result.already]
     if not result.complete:
@@ -297,6 +312,7 @@ def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
 @click.option("--max-size", type=SIZE, default=None, help="Largest part [transfer.max_size].")
 @click.option("--allow-replay", is_flag=True, help="Accept a set the target already imported.")
 @click.option("--promote", is_flag=True, help="Make each domain's newest pushed version current.")
+@_SITE_OPTION
 @pass_cli
 def transfer_push(
     cli: CliContext,
@@ -305,6 +321,7 @@ def transfer_push(
     max_size: int | None,
     allow_replay: bool,
     promote: bool,
+    site: str | None,
 ) -> None:
     """Pack, import and acknowledge in one step where the target is reachable."""
     from mirror.airgap import chart
@@ -318,6 +335,7 @@ def transfer_push(
             store,
             domain=domain,
             include_all=include_all,
+            site=site,
             max_size=max_size,
             allow_replay=allow_replay,
             promote=hook,
@@ -332,3 +350,42 @@ def transfer_push(
     lines += [f"  promoted {d} {v}" for d, v in imported.promoted]
     lines += [f"note: {note}" for note in imported.notes]
     cli.emit(result.as_dict(), lines)
+
+
+@transfer_group.command("lost")
+@click.argument("sequence", metavar="SET", type=click.IntRange(min=1))
+@_SITE_OPTION
+@pass_cli
+def transfer_lost(cli: CliContext, sequence: int, site: str | None) -> None:
+    """Mark set SET of a site lost: its versions wait again for the next pack for the site.
+
+    Nothing packed afterwards uses them as a delta base there; other sites are untouched."""
+    from mirror.outbound.lost import mark_lost
+
+    result = mark_lost(cli.app, site, sequence)
+    count = len(result.waiting_again)
+    state = "was already marked lost" if result.already else "marked lost"
+    cli.emit(
+        result.as_dict(),
+        f"site {result.site} set {sequence} {state}: {count} version(s) wait again; "
+        f"run `mirror transfer pack --site {result.site} OUT` to carry them",
+    )
+
+
+@transfer_group.command("resend")
+@click.argument("sequence", metavar="SET", type=click.IntRange(min=1))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@_SITE_OPTION
+@pass_cli
+def transfer_resend(cli: CliContext, sequence: int, out: Path, site: str | None) -> None:
+    """Copy set SET of a site into OUT exactly as it was packed (same sequence, same bytes).
+
+    For a disk that was damaged on the way; the copy is checked against the signed manifest."""
+    from mirror.outbound.lost import resend
+
+    result = resend(cli.app, site, sequence, out)
+    cli.emit(
+        result.as_dict(),
+        f"copied site {result.site} set {sequence} into {result.path}: the same "
+        f"{format_size(result.total_bytes)}, manifest {result.manifest_sha256[:16]}…, verified",
+    )

@@ -60,6 +60,7 @@ from mirror.export.status import due_check
 from mirror.export.wakeup import SignalHandlers, WakeupPipe
 from mirror.export.worker import DB_RETRY_SECONDS, short
 from mirror.store.app import App
+from mirror.store.sitestate import site_summaries
 from mirror.timestamps import utcnow
 
 log = logging.getLogger(__name__)
@@ -397,10 +398,15 @@ def apply_retention(app: App) -> None:
 
 
 def measure_store(app: App, metrics: DaemonMetrics) -> None:
+    """The store's size and what each air-gapped site still needs (at start and after each
+    stored version)."""
     try:
         metrics.store_bytes.set(app.store.used_bytes())
     except OSError as exc:
         log.warning("cannot measure the store: %s", exc.strerror or exc)
+    with app.db.session() as session:
+        summaries = site_summaries(session, app.settings.site_list(), utcnow())
+    metrics.set_transfer_sites(summaries)
 
 
 def run_daemon(

@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from mirror import __version__
 from mirror.errors import ConfigError
+from mirror.sites import SiteSummary
 from mirror.store.models import ExportRun, RunState, SiteCheck
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class DaemonMetrics:
             "mirror_runs_in_state", "Runs this daemon is working on, by state", "state"
         )
         self._site_gauges()
+        self._transfer_site_gauges()
         self.store_bytes = self._gauge("mirror_store_bytes", "Bytes of blobs in the store")
         self.start_budget_remaining = self._gauge(
             "mirror_start_budget_remaining",
@@ -111,6 +113,36 @@ class DaemonMetrics:
             "Broken internal links and missing assets in the newest stored version's bundle",
             "domain",
         )
+
+    def _transfer_site_gauges(self) -> None:
+        """Per air-gapped site (issue 22): what it still needs."""
+        self.site_waiting = self._gauge(
+            "mirror_site_versions_waiting", "Versions a site takes that no set carries yet", "site"
+        )
+        self.site_oldest_age = self._gauge(
+            "mirror_site_oldest_unacknowledged_age_seconds",
+            "Age of the oldest set packed for a site, not acknowledged and not lost (0: none)",
+            "site",
+        )
+        self.site_last_packed = self._gauge(
+            "mirror_site_last_packed_sequence", "The newest set packed for a site (0: none)", "site"
+        )
+        self.site_last_acknowledged = self._gauge(
+            "mirror_site_last_acknowledged_sequence",
+            "The newest set a site's receipt acknowledged (0: none)",
+            "site",
+        )
+        self.site_lost = self._gauge("mirror_site_lost_sets", "Sets marked lost", "site")
+
+    def set_transfer_sites(self, summaries: Iterable[SiteSummary]) -> None:
+        """Each site's summary (`mirror.sites.summary`) as its gauges."""
+        for site in summaries:
+            self.site_waiting.labels(site=site.name).set(site.waiting)
+            self.site_oldest_age.labels(site=site.name).set(site.oldest_age or 0)
+            packed, acked = site.last_packed, site.last_acknowledged
+            self.site_last_packed.labels(site=site.name).set(packed.sequence if packed else 0)
+            self.site_last_acknowledged.labels(site=site.name).set(acked.sequence if acked else 0)
+            self.site_lost.labels(site=site.name).set(len(site.lost))
 
     def _counter(self, name: str, documentation: str, *labels: str) -> Counter:
         return Counter(name, documentation, list(labels), registry=self.registry)

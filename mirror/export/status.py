@@ -21,6 +21,7 @@ from mirror.export.sitecheck import check_summary, checks_by_bundle
 from mirror.store.app import App
 from mirror.store.bundles import newest_version
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
+from mirror.store.sitestate import first_delivered
 from mirror.timestamps import rfc3339_or_none, utcnow
 
 _IN_CHUNK = 500
@@ -216,6 +217,7 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
         states = load_states(session, exports, dict.fromkeys(domains, now))
         last_runs, versions, schedules = _read_rows(session, domains)
         sites = {key: check_summary(check) for key, check in checks_by_bundle(session).items()}
+        delivered = first_delivered(session)
     for export in exports:
         state = states[export.domain]
         run = last_runs.get(export.domain)
@@ -236,11 +238,7 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
                 domain=export.domain,
                 every=export.every,
                 last_run=_run_json(run) if run is not None else None,
-                latest_version=(
-                    {**_version_json(version), "site": sites.get((version.domain, version.label))}
-                    if version is not None
-                    else None
-                ),
+                latest_version=_version_json(version, delivered, sites) if version else None,
                 next_due=next_due,
                 running=running,
                 not_before=not_before,
@@ -296,10 +294,13 @@ def _run_json(run: ExportRun) -> dict[str, Any]:
     }
 
 
-def _version_json(version: Version) -> dict[str, Any]:
+def _version_json(
+    version: Version, delivered: dict[int, datetime], sites: dict[tuple[str, str], str]
+) -> dict[str, Any]:
     return {
         "version": version.label,
         "sha256": version.bundle_sha256,
         "created_at": _iso(version.created_at),
-        "delivered_at": _iso(version.delivered_at),
+        "delivered_at": _iso(delivered.get(version.id)),
+        "site": sites.get((version.domain, version.label)),
     }

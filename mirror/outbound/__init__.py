@@ -3,7 +3,8 @@
 Holds: `pack` (the index's undelivered versions written as a signed set, or a dry run),
 `delta` (choosing a base the air-gapped side holds and building a version's delta),
 `records` (the index's record of the sets packed here: found by sequence or manifest,
-recorded, forgotten), `ack` (a trusted receipt marks versions delivered), `push` (pack,
+recorded, forgotten), `ack` (a receipt signed by a site's key marks versions delivered to
+that site), `lost` (`transfer lost` and `transfer resend`), `push` (pack,
 import and ack in one step where the target is reachable), `selfbundle` and `lock` (the
 tool itself as one signed offline installer, its wheels held against the lock file).
 

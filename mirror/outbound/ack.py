@@ -5,6 +5,12 @@ are marked, and only when the receipt lists them with the same bundle sha256 (or
 version carried as a delta and published as a rebuilt archive, the same tree sha256);
 acknowledging twice changes nothing.
 
+Each site is acknowledged on its own (issue 22): the receipt's set names the site, the
+versions are marked delivered to that site only (`Delivery` rows), and the receipt must be
+signed by one of that site's keys (`[[sites]] trusted_keys`; the implicit single site's
+are `target.trusted_keys`). A receipt signed by another site's key is refused (exit 5,
+naming the key, its site and the set's), whatever else it says.
+
 A receipt is believed only when a trusted receipt key (`target.trusted_keys`) signed it:
 an unsigned receipt, or one signed by a key nobody trusts, is refused (exit 5, naming the
 key) and marks nothing, since anyone who can write a file beside a set could otherwise
@@ -27,9 +33,9 @@ from sqlalchemy.orm import Session
 from mirror.errors import IntegrityError
 from mirror.outbound.records import carried_versions, packed_set
 from mirror.store.app import App
-from mirror.store.models import Transfer
+from mirror.store.models import Delivery, Transfer
 from mirror.timestamps import utcnow
-from mirror.transferset.keys import PublicKey, load_trusted_keys
+from mirror.transferset.keys import PublicKey, load_trusted_keys, read_signature_file
 from mirror.transferset.receipt import Receipt, read_receipt
 
 log = logging.getLogger(__name__)
@@ -38,6 +44,7 @@ ACCEPTED_UNSIGNED = "accepted by --accept-unsigned"
 
 @dataclass(frozen=True)
 class AckResult:
+    site: str
     sequence: int
     manifest_sha256: str
     marked: list[tuple[str, str]]
@@ -47,6 +54,7 @@ class AckResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "site": self.site,
             "sequence": self.sequence,
             "manifest_sha256": self.manifest_sha256,
             "marked": [{"domain": d, "version": v} for d, v in self.marked],
@@ -64,11 +72,12 @@ def ack(
     trusted: Mapping[str, PublicKey] | None = None,
     accept_unsigned: bool = False,
 ) -> AckResult:
-    """Mark the versions a receipt lists (and its transfer lists) as delivered. The receipt
-    must be signed by one of `trusted` (default: `target.trusted_keys`), unless
-    `accept_unsigned` (module docstring)."""
+    """Mark the versions a receipt lists (and its transfer lists) as delivered to the set's
+    site. The receipt must be signed by one of that site's keys (or, given, one of
+    `trusted`), unless `accept_unsigned` (module docstring)."""
+    owners = site_keys(app) if trusted is None else {key: set() for key in trusted}
     if trusted is None:
-        trusted = load_trusted_keys(app.settings.target.trusted_keys)
+        trusted = _all_keys(app)
     receipt, signature = _believe(receipt_path, trusted, accept_unsigned)
     digest = receipt.manifest_sha256
     with app.db.session() as session:
@@ -83,8 +92,41 @@ def ack(
                 f"{receipt_path.name}: sequence {receipt.sequence} does not match the "
                 f"packed set {transfer.sequence}"
             )
+        if signature.startswith("verified"):
+            _check_site(receipt_path, transfer, owners)
         result = _mark(session, transfer, receipt, now(), signature)
     return result
+
+
+def site_keys(app: App) -> dict[str, set[str]]:
+    """key id -> the sites whose receipts it signs."""
+    owners: dict[str, set[str]] = {}
+    for site in app.settings.site_list():
+        for key_id in load_trusted_keys(site.trusted_keys):
+            owners.setdefault(key_id, set()).add(site.name)
+    return owners
+
+
+def _all_keys(app: App) -> dict[str, PublicKey]:
+    keys: dict[str, PublicKey] = {}
+    for site in app.settings.site_list():
+        keys.update(load_trusted_keys(site.trusted_keys))
+    return keys
+
+
+def _check_site(receipt_path: Path, transfer: Transfer, owners: Mapping[str, set[str]]) -> None:
+    """A receipt signed by a key of another site acknowledges nothing (exit 5). Keys given
+    by the caller (`push`: its own key) own no site and answer for the set's."""
+    key_id, _ = read_signature_file(receipt_path.with_name(receipt_path.name + ".sig"))
+    sites = owners.get(key_id, set())
+    if sites and transfer.site not in sites:
+        raise IntegrityError(
+            f"receipt {receipt_path} is signed by key {key_id} of site "
+            f"{', '.join(sorted(sites))}, but set {transfer.sequence} was packed for site "
+            f"{transfer.site}; nothing was marked delivered",
+            hint=f"acknowledge it with site {transfer.site}'s receipt key in its [[sites]] "
+            "trusted_keys, or find the receipt that belongs to this set",
+        )
 
 
 def _believe(
@@ -116,8 +158,15 @@ def _mark(
             version.domain, version.label, version.bundle_sha256, version.tree_sha256
         ):
             complete = False
-        elif version.delivered_at is None:
-            version.delivered_at = moment
+        elif session.get(Delivery, (transfer.site, version.id)) is None:
+            session.add(
+                Delivery(
+                    site=transfer.site,
+                    version_id=version.id,
+                    delivered_at=moment,
+                    transfer_id=transfer.id,
+                )
+            )
             marked.append((version.domain, version.label))
         else:
             already.append((version.domain, version.label))
@@ -126,5 +175,11 @@ def _mark(
     if marked or transfer.receipt_signature is None:
         transfer.receipt_signature = signature
     return AckResult(
-        transfer.sequence, transfer.manifest_sha256, marked, already, signature, complete
+        transfer.site,
+        transfer.sequence,
+        transfer.manifest_sha256,
+        marked,
+        already,
+        signature,
+        complete,
     )

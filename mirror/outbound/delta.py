@@ -5,10 +5,10 @@ the contents its base lacks) when the air-gapped side already holds an earlier v
 
 Promises:
 - `choose_bases`: V's base is the newest version of D with an older label (`VersionLabel` order)
-  that the air-gapped side is known to hold, delivered (an acknowledged receipt) or,
-  without receipts, packed in an earlier set (not one only sent over a one-way link and
-  not yet acknowledged: `transfer send` proves nothing arrived), and whose bundle is in the
-  store. A version
+  that the site is known to hold (`mirror.sites.held_bases`: acknowledged there or, for the
+  implicit single site without receipts, packed in an earlier set for it that is not lost
+  and not only sent over a one-way link: `transfer send` proves nothing arrived), and whose
+  bundle is in the store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
   version: V goes whole, with the reason (`NO_BASE`, `BASE_BLOB_MISSING`).
 - `build_delta` reads each bundle once, streaming. Memory holds the two file lists (bounded
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import io
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import SpooledTemporaryFile
 from typing import IO, Any, BinaryIO, cast
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveLimits, read_archive, tree_hash
@@ -41,7 +41,7 @@ from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.store.blobs import BlobStore
-from mirror.store.models import Transfer, TransferItem, Version
+from mirror.store.models import Version
 from mirror.transferset.compression import current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
@@ -139,9 +139,10 @@ class Choice:
 
 
 def choose_bases(
-    session: Session, store: BlobStore, offered: Sequence[Offered]
+    session: Session, store: BlobStore, offered: Sequence[Offered], held_ids: Collection[int]
 ) -> dict[int, Base | str]:
-    """Per offered version id: its base, or why it has none (module docstring)."""
+    """Per offered version id: its base among `held_ids` (what the site may use as a base,
+    `mirror.sites.held_bases`), or why it has none (module docstring)."""
     in_set = {item.version_id for item in offered}
     domains = {item.ref.domain for item in offered}
     held = session.execute(
@@ -149,16 +150,7 @@ def choose_bases(
             Version.id, Version.domain, Version.label, Version.tree_sha256, Version.bundle_sha256
         )
         .where(Version.domain.in_(domains))
-        .where(
-            or_(
-                Version.delivered_at.is_not(None),
-                Version.id.in_(
-                    select(TransferItem.version_id)
-                    .join(Transfer, Transfer.id == TransferItem.transfer_id)
-                    .where(or_(Transfer.sent_at.is_(None), Transfer.acknowledged_at.is_not(None)))
-                ),
-            )
-        )
+        .where(Version.id.in_(list(held_ids)))
     ).all()
     known: dict[str, list[Base]] = {}
     for version_id, domain, label, tree, bundle in held:

@@ -40,7 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 from sqlalchemy.orm import Session
 
-from mirror.config import Settings
+from mirror.config import Settings, SiteSettings
 from mirror.errors import ConfigError, OperationFailed, TemporaryFailure
 from mirror.fsutil import free_bytes, fsync_dir, is_disk_full
 from mirror.integrity import (
@@ -53,9 +53,11 @@ from mirror.integrity import (
 from mirror.outbound import provenance
 from mirror.outbound.delta import NO_BASE, Base, Choice, Offered, choose_bases, decide
 from mirror.outbound.records import by_sequence, carried_versions, newest_set, record_set
+from mirror.sites import DEFAULT_SITE, held_bases, waiting
 from mirror.store.app import App
 from mirror.store.bundles import version_ref
-from mirror.store.models import Bundle, TransferItem, Version
+from mirror.store.models import Bundle, Version
+from mirror.store.sitestate import site_facts
 from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     BLOBS,
@@ -120,6 +122,7 @@ class PackResult:
     tool: str | None = None
     dry_run: bool = False
     versions: list[Choice] = field(default_factory=list)
+    site: str = DEFAULT_SITE
 
     @property
     def nothing(self) -> bool:
@@ -128,6 +131,7 @@ class PackResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
+            "site": self.site,
             "path": str(self.path) if self.path else None,
             "sequence": self.sequence,
             "manifest_sha256": self.manifest_sha256,
@@ -157,27 +161,33 @@ def signing_key_from_settings(settings: Settings) -> SigningKey:
 @dataclass(frozen=True)
 class Selection:
     """Which versions a pack carries (`select_versions`) and how (`full`: never deltas):
-    the undelivered, never-packed ones (or every one with `include_all`, or those set
-    `from_set` carried), of `domain` when given."""
+    those waiting for `site` (`mirror.sites.waiting`: not acknowledged there, not carried by
+    a set for it that is not lost; or every one it takes with `include_all`, or those its
+    set `from_set` carried), of `domain` when given. `site` None: the only site."""
 
     domain: str | None = None
     include_all: bool = False
     full: bool = False
     from_set: int | None = None
+    site: str | None = None
 
 
-def select_versions(session: Session, chosen: Selection) -> list[tuple[Version, Bundle]]:
-    """The versions `chosen` names, with their bundles, by domain then label."""
+def select_versions(
+    session: Session, chosen: Selection, site: SiteSettings
+) -> list[tuple[Version, Bundle]]:
+    """The versions `chosen` names for `site`, with their bundles, by domain then label."""
     query = select(Version, Bundle).join(Bundle, Bundle.sha256 == Version.bundle_sha256)
     if chosen.domain:
         query = query.where(Version.domain == chosen.domain.lower())
+    if site.domains is not None:
+        query = query.where(Version.domain.in_(site.domains))
     if chosen.from_set is not None:
-        carried = carried_versions(session, by_sequence(session, chosen.from_set))
+        carried = carried_versions(session, by_sequence(session, site.name, chosen.from_set))
         query = query.where(Version.id.in_([version.id for version in carried]))
-    elif not chosen.include_all:
-        packed = select(TransferItem.version_id)
-        query = query.where(Version.delivered_at.is_(None), Version.id.not_in(packed))
     rows = [(version, bundle) for version, bundle in session.execute(query).all()]
+    if chosen.from_set is None and not chosen.include_all:
+        due = set(waiting(site_facts(session, site.name), [v.id for v, _ in rows]))
+        rows = [(version, bundle) for version, bundle in rows if version.id in due]
     return sorted(rows, key=lambda row: (row[0].domain, VersionLabel(row[0].label)))
 
 
@@ -185,7 +195,7 @@ def disk_free(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def _check_out(out: Path) -> None:
+def check_out(out: Path) -> None:
     if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
         raise ConfigError(f"{out} already exists and is not empty; choose a new directory")
     if not out.parent.is_dir():
@@ -200,12 +210,14 @@ class _Prepared:
     choices: list[Choice]
     version_ids: list[int]
     delta_blobs: dict[str, IO[bytes]]
+    site: str = DEFAULT_SITE
+    """The site the set is for (the manifest names it only when `[[sites]]` are set)."""
 
     def result(self, **given: Any) -> PackResult:
         """What was (or, dry, would be) packed; `given` fills the rest of the PackResult."""
         plan = self.plan
         if plan is None:
-            return PackResult(None, None, None, **given)
+            return PackResult(None, None, None, site=self.site, **given)
         parts = {blob.sha256: len(blob.parts) for blob in plan.blobs}
         return PackResult(
             sequence=plan.sequence,
@@ -213,6 +225,7 @@ class _Prepared:
             total_bytes=plan.total_bytes,
             part_count=plan.part_count,
             versions=self.choices,
+            site=self.site,
             **{"path": None, "manifest_sha256": None, **given},
         )
 
@@ -226,11 +239,13 @@ class _Offer:
     offered: list[Offered]
     bases: dict[int, Base | str]
     previous: ChainLink | None
+    site: SiteSettings
 
 
 def _offer(app: App, chosen: Selection) -> _Offer:
+    site = app.settings.site(chosen.site)
     with app.db.session() as session:
-        rows = select_versions(session, chosen)
+        rows = select_versions(session, chosen, site)
         offered = [
             Offered(
                 version.id,
@@ -240,9 +255,10 @@ def _offer(app: App, chosen: Selection) -> _Offer:
             )
             for version, bundle in rows
         ]
-        bases = {} if chosen.full else choose_bases(session, app.store, offered)
-        previous = newest_set(session)
-    return _Offer([version for version, _ in rows], offered, bases, previous)
+        held = held_bases(site_facts(session, site.name), site.delta_bases)
+        bases = {} if chosen.full else choose_bases(session, app.store, offered, held)
+        previous = newest_set(session, site.name)
+    return _Offer([version for version, _ in rows], offered, bases, previous, site)
 
 
 def _prepare(
@@ -279,6 +295,7 @@ def _prepare(
         choices,
         [item.version_id for item in offer.offered],
         delta_blobs,
+        offer.site.name,
     )
 
 
@@ -296,10 +313,10 @@ def _candidate(version: Version, offered: Offered, choice: Choice) -> Candidate:
 def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] | None) -> None:
     free = (free_space or disk_free)(out.parent)
     if free < needed + FREE_SPACE_MARGIN:
-        raise _no_room(f"not enough free space in {out.parent}", needed, free)
+        raise no_room(f"not enough free space in {out.parent}", needed, free)
 
 
-def _no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
+def no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
     """The medium cannot hold the set (exit 75): where, what is free, what the set needs."""
     free_text = format_size(free) if free is not None else "an unknown amount"
     return TemporaryFailure(
@@ -339,7 +356,7 @@ def pack(
     like a blob."""
     out = out.absolute()
     part_limit = _part_limit(app, max_size)
-    _check_out(out)
+    check_out(out)
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
         prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=True)
@@ -350,9 +367,8 @@ def pack(
         if on_total is not None:
             on_total(needed)
         _check_free_space(out, needed, free_space)
-        writer = _SetWriter(
-            app, plan, key, source_id=app.settings.transfer.source_id, sources=prepared.delta_blobs
-        )
+        site = prepared.site if app.settings.sites else None
+        writer = _SetWriter(app, plan, key, sources=prepared.delta_blobs, site=site)
         manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
     manifest_sha256 = hash_bytes(data)
     _record(app, manifest, manifest_sha256, out, prepared.version_ids)
@@ -391,7 +407,7 @@ def dry_run(
     part_limit = _part_limit(app, max_size)
     if out is not None:
         out = out.absolute()
-        _check_out(out)
+        check_out(out)
     with contextlib.ExitStack() as stack:
         prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=False)
     if out is not None and prepared.plan is not None:
@@ -408,13 +424,14 @@ class _SetWriter:
         plan: SetPlan,
         key: SigningKey,
         *,
-        source_id: str,
         sources: dict[str, IO[bytes]],
+        site: str | None = None,
     ) -> None:
+        self.site = site
+        self.source_id = app.settings.transfer.source_id
         self.app = app
         self.plan = plan
         self.key = key
-        self.source_id = source_id
         self.sources = sources
 
     def write(
@@ -428,7 +445,7 @@ class _SetWriter:
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             if is_disk_full(exc):
-                raise _no_room(
+                raise no_room(
                     f"the disk holding {out.parent} filled up while the set was written",
                     self.plan.total_bytes + (tool.stat().st_size if tool is not None else 0),
                     free_bytes(out.parent),
@@ -461,6 +478,7 @@ class _SetWriter:
             source_id=self.source_id,
             key_id=self.key.key_id,
             tool=tool_entry,
+            site=self.site,
         )
         manifest = provenance.attach(self.app, staging, manifest, self.key)
         data = manifest.to_bytes()

@@ -55,6 +55,7 @@ def push(
     *,
     domain: str | None = None,
     include_all: bool = False,
+    site: str | None = None,
     max_size: int | None = None,
     allow_replay: bool = False,
     promote: Promote | None = None,
@@ -69,7 +70,7 @@ def push(
         packed = pack(
             app,
             set_dir,
-            Selection(domain, include_all),
+            Selection(domain, include_all, site=site),
             max_size=max_size,
             signing_key=key,
             now=now,
@@ -89,7 +90,7 @@ def push(
             )
         except BaseException:
             if not _target_has(store, packed.sequence, packed.manifest_sha256):
-                forget_set(app, packed.sequence)
+                forget_set(app, packed.site, packed.sequence)
             raise
         acknowledged = ack(app, set_dir / RECEIPT, now=now, trusted=own)
         receipt = json.loads((set_dir / RECEIPT).read_bytes())

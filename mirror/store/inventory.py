@@ -22,6 +22,7 @@ from mirror.store.app import App
 from mirror.store.blobs import BlobHashing, BlobProblem
 from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, ExportRun, Version
+from mirror.store.sitestate import first_delivered
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.versions import VersionRef
 
@@ -86,13 +87,14 @@ def list_versions(app: App, domain: str | None = None) -> list[StoredVersion]:
     if domain is not None:
         query = query.where(Version.domain == domain.strip().lower())
     with app.db.session() as session:
+        delivered = first_delivered(session)
         rows = [
             StoredVersion(
                 ref=version_ref(version, bundle),
                 tree_sha256=version.tree_sha256,
                 file_count=bundle.file_count,
                 created_at=version.created_at,
-                delivered_at=version.delivered_at,
+                delivered_at=delivered.get(version.id),
                 path=app.store.blob_path(bundle.sha256),
             )
             for version, bundle in session.execute(query)

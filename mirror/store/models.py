@@ -130,7 +130,6 @@ class Version(Base):
     tree_sha256: Mapped[str] = mapped_column(String(64))
     run_id: Mapped[int | None] = mapped_column(ForeignKey("export_runs.id"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class SiteCheck(Base):
@@ -164,12 +163,15 @@ class SiteCheck(Base):
 
 
 class Transfer(Base):
-    """A transfer set that was packed (and, once a receipt is acknowledged, delivered)."""
+    """A transfer set that was packed for one site (and, once a receipt is acknowledged,
+    delivered there); each site has its own chain of sequences (`mirror.sites`)."""
 
     __tablename__ = "transfers"
+    __table_args__ = (UniqueConstraint("site", "sequence", name="uq_transfers_site_sequence"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    sequence: Mapped[int] = mapped_column(Integer, unique=True)
+    site: Mapped[str] = mapped_column(String(63), default="default")
+    sequence: Mapped[int] = mapped_column(Integer)
     previous_sequence: Mapped[int | None] = mapped_column(Integer, nullable=True)
     manifest_sha256: Mapped[str] = mapped_column(String(64))
     path: Mapped[str] = mapped_column(Text)
@@ -184,6 +186,9 @@ class Transfer(Base):
     sent_to: Mapped[str | None] = mapped_column(Text, nullable=True)
     """Sent over a one-way link (`transfer send`): nothing says it arrived until its
     receipt is acknowledged, so its versions are no delta base before that."""
+    lost_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    """Marked lost (`transfer lost`): its unacknowledged versions wait again for the site
+    and are no delta base there."""
 
 
 class TransferItem(Base):
@@ -191,6 +196,18 @@ class TransferItem(Base):
 
     transfer_id: Mapped[int] = mapped_column(ForeignKey("transfers.id"), primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+
+
+class Delivery(Base):
+    """A version a site acknowledged (a trusted receipt listed it): the one record of
+    "delivered", per site. `transfer_id` is the set whose receipt said so."""
+
+    __tablename__ = "deliveries"
+
+    site: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
+    delivered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    transfer_id: Mapped[int | None] = mapped_column(ForeignKey("transfers.id"), nullable=True)
 
 
 class DomainSchedule(Base):

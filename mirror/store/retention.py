@@ -1,8 +1,10 @@
 """Retention: drop old versions and the blobs nothing refers to any more.
 
 Promises:
-- Per domain the newest `keep` versions (by version label order) are kept, and so
-  is every version not yet delivered (`delivered_at IS NULL`), however old.
+- Per domain the newest `keep` versions (by version label order) are kept, and so is
+  every version a site still needs (`mirror.sites.needed`): one a site that takes its
+  domain has not acknowledged (lost sets included), and each site's newest delta base
+  per domain, however old.
 - Rows go first, in one transaction; blob files are removed only after it commits.
   A crash in between leaves an orphan blob (adopted or removed at the next
   start-up), never a row pointing at a missing file.
@@ -19,9 +21,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
+from mirror.sites import needed
 from mirror.store.app import App
 from mirror.store.inventory import named_by_active_runs
-from mirror.store.models import Bundle, ExportRun, SiteCheck, TransferItem, Version
+from mirror.store.models import Bundle, Delivery, ExportRun, SiteCheck, TransferItem, Version
+from mirror.store.sitestate import held_versions, site_facts
 from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
@@ -54,9 +58,11 @@ class GcReport:
         }
 
 
-def versions_to_remove(versions: list[Version], keep: int) -> tuple[list[Version], int]:
-    """The versions outside the newest `keep` per domain that were already delivered,
-    and how many old ones were kept only because they are not delivered yet."""
+def versions_to_remove(
+    versions: list[Version], keep: int, needed: set[int]
+) -> tuple[list[Version], int]:
+    """The versions outside the newest `keep` per domain that no site needs, and how many
+    old ones were kept only because a site still `needed` them."""
     by_domain: dict[str, list[Version]] = defaultdict(list)
     for version in versions:
         by_domain[version.domain].append(version)
@@ -65,7 +71,7 @@ def versions_to_remove(versions: list[Version], keep: int) -> tuple[list[Version
     for domain_versions in by_domain.values():
         domain_versions.sort(key=lambda v: (VersionLabel(v.label), v.id), reverse=True)
         for version in domain_versions[keep:]:
-            if version.delivered_at is None:
+            if version.id in needed:
                 kept_undelivered += 1
             else:
                 doomed.append(version)
@@ -81,7 +87,7 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         # or to a newer one, so no bundle a live version needs is ever taken for an orphan.
         bundles = {b.sha256: (b.size, b.format) for b in session.scalars(select(Bundle))}
         versions = list(session.scalars(select(Version)))
-        doomed, kept_undelivered = versions_to_remove(versions, keep)
+        doomed, kept_undelivered = versions_to_remove(versions, keep, site_needs(app, session))
         doomed_ids = [v.id for v in doomed]
         doomed_set = set(doomed_ids)
         still_referenced = {v.bundle_sha256 for v in versions if v.id not in doomed_set}
@@ -117,6 +123,17 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
     )
 
 
+def site_needs(app: App, session: Session) -> set[int]:
+    """The versions some configured site still needs (`mirror.sites.needed`)."""
+    held = held_versions(session)
+    needs: set[int] = set()
+    for site in app.settings.site_list():
+        facts = site_facts(session, site.name)
+        taken = [version for version in held if site.takes(version.domain)]
+        needs |= needed(facts, site.delta_bases, taken)
+    return needs
+
+
 def _ref(version: Version, size: int, fmt: str) -> VersionRef:
     return VersionRef(version.domain, VersionLabel(version.label), version.bundle_sha256, size, fmt)
 
@@ -126,6 +143,7 @@ def _delete_rows(session: Session, version_ids: list[int], candidates: list[str]
     again inside the delete); returns the bundles actually deleted."""
     if version_ids:
         session.execute(delete(TransferItem).where(TransferItem.version_id.in_(version_ids)))
+        session.execute(delete(Delivery).where(Delivery.version_id.in_(version_ids)))
         session.execute(delete(Version).where(Version.id.in_(version_ids)))
     if not candidates:
         return []

@@ -38,6 +38,7 @@ from pydantic import (
 from mirror.errors import IntegrityError
 from mirror.hostnames import is_domain
 from mirror.integrity import hash_bytes
+from mirror.sites import check_site_name
 from mirror.timestamps import parse_zoned, rfc3339
 from mirror.transferset.compression import Compression
 
@@ -306,6 +307,14 @@ class Manifest(_Strict):
     max_part_size: int = Field(ge=1)
     items: list[ManifestItem] = Field(min_length=1)
     tool: ToolEntry | None = None
+    site: str | None = None
+    """The air-gapped site the set was packed for (issue 22): its sequence is that site's.
+    Absent for the implicit single site, so such a set has the bytes it always had."""
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, value: str | None) -> str | None:
+        return None if value is None else check_site_name(value)
 
     @field_validator("created_at")
     @classmethod
@@ -346,8 +355,9 @@ class Manifest(_Strict):
         """Optional fields that are unset are left out, so a set with neither a tool nor
         deltas has the bytes it had before either existed."""
         document = self.model_dump(mode="json")
-        if document["tool"] is None:
-            del document["tool"]
+        for optional in ("tool", "site"):
+            if document[optional] is None:
+                del document[optional]
         for item in document["items"]:
             if item["delta"] is None:
                 del item["delta"]

@@ -84,6 +84,7 @@ class SetPlan:
         source_id: str,
         key_id: str,
         tool: ToolEntry | None,
+        site: str | None = None,
     ) -> Manifest:
         """The manifest of the planned set, once its parts are written and hashed."""
         return Manifest(
@@ -95,6 +96,7 @@ class SetPlan:
             source_id=source_id,
             key_id=key_id,
             max_part_size=self.part_limit,
+            site=site,
             items=[
                 ManifestItem(
                     domain=item.ref.domain,

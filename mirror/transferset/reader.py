@@ -76,6 +76,7 @@ class VerifiedSet:
             "path": str(self.path),
             "valid": True,
             "sequence": manifest.sequence,
+            "site": manifest.site,
             "previous_sequence": manifest.previous_sequence,
             "manifest_sha256": self.manifest_sha256,
             "key_id": self.key_id,
@@ -92,8 +93,9 @@ class VerifiedSet:
     def lines(self) -> list[str]:
         """What `transfer verify` prints for a person."""
         manifest = self.manifest
+        site = f" for site {manifest.site}" if manifest.site else ""
         return [
-            f"{self.path}: valid set {manifest.sequence} from {manifest.source_id}, "
+            f"{self.path}: valid set {manifest.sequence}{site} from {manifest.source_id}, "
             f"signed by key {self.key_id}, {len(manifest.items)} version(s), "
             f"{format_size(self.total_bytes)}",
             *[f"  {i.domain} {i.version}  {i.sha256[:12]}" for i in manifest.items],

@@ -186,7 +186,12 @@ def test_a_gap_in_the_chain_is_imported_with_a_note(
     add_version(app, DOCS, "2026-11-22")
     pack(app, tmp_path / "s3")
     result = import_set(object_store, tmp_path / "s3", trusted)
-    assert any("not imported" in note for note in result.notes)
+    assert result.never_seen == [2]
+    assert any(
+        note.startswith("set 2 never arrived here (the newest set imported is 1)")
+        and "importing set 3 is safe" in note
+        for note in result.notes
+    )
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-22"]

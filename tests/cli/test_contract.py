@@ -150,6 +150,16 @@ def test_every_command_json_document_matches_its_description(
     walk("transfer verify", str(set_dir))
     imported = walk("transfer import", str(set_dir))
     walk("transfer ack", imported["receipt"])
+    again = walk("transfer resend", "1", str(tmp_path / "usb" / "set1-again"))
+    assert again["manifest_sha256"] == imported["manifest_sha256"]
+    copy = Path(again["path"])
+    copied = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    assert copied == {  # the same bytes, the receipt beside the set left out
+        p.relative_to(set_dir): p.read_bytes()
+        for p in set_dir.rglob("*")
+        if p.is_file() and not p.name.startswith("receipt.json")
+    }
+    assert Path("SHA256SUMS") in copied
     walk("chart promote", DOMAIN, first["version"])
 
     second = walk("export run", DOMAIN)
@@ -157,6 +167,11 @@ def test_every_command_json_document_matches_its_description(
     planned = walk("transfer pack", "--dry-run")
     assert planned["dry_run"] is True and planned["path"] is None
     assert planned["versions"][0]["base_version"] == first["version"]
+    walk("transfer pack", str(tmp_path / "usb" / "set2"))
+    assert walk("transfer lost", "2")["waiting_again"] == [
+        {"domain": DOMAIN, "version": second["version"]}
+    ]
+    assert walk("sites")["sites"][0]["lost"] == [2]
     pushed = walk("transfer push", "--promote")
     assert pushed["import"]["receipt"] is None
     assert pushed["receipt"]["sequence"] == pushed["import"]["sequence"]

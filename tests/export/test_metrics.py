@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from mirror import __version__
+from mirror.config import settings_from_dict
 from mirror.errors import ConfigError
+from mirror.export.daemon import measure_store
 from mirror.export.metrics import (
     OUTCOMES,
     DaemonMetrics,
@@ -19,8 +21,12 @@ from mirror.export.metrics import (
     last_success_times,
     parse_listen,
 )
+from mirror.outbound.pack import Selection, pack
+from mirror.store.app import App
 from mirror.store.db import Database
 from mirror.store.models import ExportRun, RunState
+from tests.fixtures.s3 import new_key_pair, transfer_config
+from tests.fixtures.versions import add_version
 
 
 class FakeClock:
@@ -153,3 +159,25 @@ def test_seeded_series_exist_before_anything_happens(served: tuple[DaemonMetrics
     assert 'mirror_runs_in_state{state="downloading"} 0.0' in text
     build = f'mirror_build_info{{python="{platform.python_version()}",version="{__version__}"}} 1.0'
     assert build in text
+
+
+def test_each_site_has_its_gauges(served: tuple[DaemonMetrics, str], tmp_path: Path) -> None:
+    """What each air-gapped site still needs, per site (measured at start and after each
+    stored version)."""
+    metrics, url = served
+    document = transfer_config(tmp_path / "store", new_key_pair(tmp_path))
+    document["sites"] = [{"name": "staging"}, {"name": "prod"}]
+    app = App(settings_from_dict(document))
+    try:
+        add_version(app, "docs.example.com", "2026-11-20")
+        pack(app, tmp_path / "set", Selection(site="staging"))
+        measure_store(app, metrics)
+    finally:
+        app.close()
+    text = httpx.get(f"{url}/metrics").text
+    assert 'mirror_site_versions_waiting{site="prod"} 1.0' in text
+    assert 'mirror_site_versions_waiting{site="staging"} 0.0' in text
+    assert 'mirror_site_last_packed_sequence{site="staging"} 1.0' in text
+    assert 'mirror_site_last_acknowledged_sequence{site="staging"} 0.0' in text
+    assert 'mirror_site_lost_sets{site="prod"} 0.0' in text
+    assert 'mirror_site_oldest_unacknowledged_age_seconds{site="prod"} 0.0' in text

@@ -17,11 +17,11 @@ from sqlalchemy import select
 
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App
-from mirror.store.models import Transfer, Version
+from mirror.store.models import Transfer
 from mirror.transferset.keys import generate_keypair, load_signing_key
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.s3 import transfer_config
-from tests.fixtures.versions import add_version
+from tests.fixtures.versions import add_version, delivered_labels
 
 pytestmark = pytest.mark.s3
 
@@ -63,8 +63,7 @@ def hosts(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
 def _delivered(hosts: dict[str, Any]) -> dict[str, Any]:
     app = App(hosts["settings"])
     try:
-        with app.db.session() as session:
-            return {v.label: v.delivered_at for v in session.execute(select(Version)).scalars()}
+        return delivered_labels(app)
     finally:
         app.close()
 

@@ -42,7 +42,7 @@ from tests.fixtures.daemon import (
     stored_domains,
     wait_for,
 )
-from tests.fixtures.versions import open_app
+from tests.fixtures.versions import deliver, open_app
 from tests.fixtures.wire import ThrottledProxy
 
 # --- tests ---------------------------------------------------------------------------------
@@ -439,9 +439,10 @@ def test_store_gc_cli_dry_run_then_real(tmp_path: Path) -> None:
                 env={"MIRROR_API_KEY": sim.key},
             )
             assert result.returncode == 0, result.stderr
-    with index(config) as app, app.db.session() as session:
-        for version in session.scalars(select(Version)):
-            version.delivered_at = version.created_at
+    with index(config) as app:
+        with app.db.session() as session:
+            ids = list(session.scalars(select(Version.id)))
+        deliver(app, *ids)
     args = ["--config", str(config), "--json", "store", "gc", "--keep", "1"]
     for dry_run, left_after in ((True, 3), (False, 1)):
         result = mirror_cli(*args, *(["--dry-run"] if dry_run else []))

@@ -27,7 +27,7 @@ from mirror.transferset.delta import TreeArchive, archive_mtime, read_chunks
 from mirror.transferset.format import MANIFEST, parse_manifest
 from tests.fixtures.cli import mirror_cli
 from tests.fixtures.s3 import bucket_listing, gap_sides
-from tests.fixtures.versions import add_sim_version
+from tests.fixtures.versions import add_sim_version, delivered_labels
 
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"site_size": 6 << 20, "change_share": 0.02}
@@ -109,8 +109,7 @@ def test_a_delta_crosses_the_gap_and_rebuilds_the_connected_sides_archive(
     connected_side("transfer", "ack", str(usb / "set-2" / "receipt.json"))
     app = App(settings_from_dict(document))
     try:
-        with app.db.session() as session:
-            delivered = {v.label: v.delivered_at for v in session.query(Version).all()}
+        delivered = delivered_labels(app)
     finally:
         app.close()
     assert delivered[V2] is not None

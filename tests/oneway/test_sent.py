@@ -14,9 +14,11 @@ from mirror.config import settings_from_dict
 from mirror.outbound.delta import NO_BASE, Base, Offered, choose_bases
 from mirror.outbound.pack import Selection, pack
 from mirror.outbound.sent import record_sent
+from mirror.sites import DEFAULT_SITE, held_bases
 from mirror.store.app import App
 from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, Transfer, Version
+from mirror.store.sitestate import site_facts
 from mirror.timestamps import utcnow
 from mirror.transferset.format import iso_time
 from tests.fixtures.s3 import transfer_config
@@ -50,7 +52,8 @@ def bases_of(app: App, label: str) -> dict[str, str]:
             version.id, version_ref(version, bundle), version.tree_sha256,
             iso_time(version.created_at),
         )  # fmt: skip
-        found = choose_bases(session, app.store, [item])[version.id]
+        held = held_bases(site_facts(session, DEFAULT_SITE), "packed")
+        found = choose_bases(session, app.store, [item], held)[version.id]
     return {label: found.label if isinstance(found, Base) else found}
 
 

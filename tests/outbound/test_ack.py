@@ -11,14 +11,16 @@ from sqlalchemy import select
 
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
+from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, NotFound
 from mirror.outbound.ack import ack
-from mirror.outbound.pack import pack
+from mirror.outbound.pack import Selection, pack
 from mirror.store.app import App
-from mirror.store.models import Transfer, Version
+from mirror.store.models import Transfer
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import load_signing_key
-from tests.fixtures.versions import add_version
+from tests.fixtures.s3 import new_key_pair, transfer_config
+from tests.fixtures.versions import add_version, delivered_labels, delivered_to
 
 pytestmark = pytest.mark.s3
 
@@ -36,8 +38,8 @@ def test_ack_marks_the_listed_versions_delivered(
     result = ack(target_app, tmp_path / "set" / RECEIPT)
     assert sorted(result.marked) == [(API, "2026-11-20"), (DOCS, "2026-11-20")]
     assert result.complete and result.signature.startswith("verified")
+    assert all(when is not None for when in delivered_labels(target_app).values())
     with target_app.db.session() as session:
-        assert all(v.delivered_at is not None for v in session.execute(select(Version)).scalars())
         transfer = session.execute(select(Transfer)).scalar_one()
         assert transfer.acknowledged_at is not None
         assert transfer.receipt_signature == result.signature
@@ -114,6 +116,47 @@ def test_a_version_carried_as_a_delta_is_acknowledged_by_its_tree(
         transfer_app, receipt_naming(item.tree_sha256, "receipt.json"), accept_unsigned=True
     )
     assert right.marked == [(DOCS, "2026-11-21")] and right.complete
-    with transfer_app.db.session() as session:
-        version = session.execute(select(Version).where(Version.label == "2026-11-21")).scalar_one()
-        assert version.delivered_at is not None
+    assert delivered_labels(transfer_app)["2026-11-21"] is not None
+
+
+def test_a_receipt_acknowledges_the_site_whose_key_signed_it_and_no_other(
+    tmp_path: Path, key_pair: Any, trusted: Any, object_store: ObjectStore
+) -> None:
+    """Each site's receipts are trusted by its own key; another site's key or an unknown one
+    is refused by name and marks nothing."""
+    keys = {}
+    for name in ("staging", "prod", "stranger"):
+        (tmp_path / name).mkdir()
+        keys[name] = new_key_pair(tmp_path / name)
+    document = transfer_config(tmp_path / "store", key_pair)
+    document["sites"] = [
+        {"name": name, "trusted_keys": [str(keys[name][1])]} for name in ("staging", "prod")
+    ]
+    app = App(settings_from_dict(document))
+    try:
+        add_version(app, DOCS, "2026-11-20")
+        packed = pack(app, tmp_path / "set", Selection(site="staging"))
+        assert packed.site == "staging" and packed.sequence == 1
+        receipt_key = load_signing_key(keys["staging"][0])
+        import_set(object_store, tmp_path / "set", trusted, receipt_key=receipt_key)
+        data = (tmp_path / "set" / RECEIPT).read_bytes()
+        for signer, refusal in (
+            ("prod", r"signed by key \S+ of site prod, but set 1 was packed for site staging"),
+            ("stranger", r"signed by key \S+, which is not trusted here"),
+        ):
+            forged = tmp_path / signer / RECEIPT
+            forged.write_bytes(data)
+            signature = load_signing_key(keys[signer][0]).signature_document(data)
+            forged.with_name("receipt.json.sig").write_bytes(signature)
+            with pytest.raises(IntegrityError, match=refusal):
+                ack(app, forged)
+        assert delivered_to(app, "staging") == set() == delivered_to(app, "prod")
+        result = ack(app, tmp_path / "set" / RECEIPT)
+        assert result.site == "staging" and result.marked == [(DOCS, "2026-11-20")]
+        assert delivered_to(app, "staging") == {(DOCS, "2026-11-20")}
+        assert delivered_to(app, "prod") == set()
+        assert [v.ref.label for v in pack(app, tmp_path / "p", Selection(site="prod")).items] == [
+            "2026-11-20"
+        ]
+    finally:
+        app.close()

@@ -30,9 +30,10 @@ from mirror.outbound.delta import (
     choose_bases,
 )
 from mirror.outbound.pack import Selection, dry_run, pack
+from mirror.sites import DEFAULT_SITE, held_bases
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
-from mirror.timestamps import utcnow
+from mirror.store.sitestate import site_facts
 from mirror.transferset.delta import (
     DeltaContent,
     TreeArchive,
@@ -45,7 +46,7 @@ from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
 from mirror.transferset.reader import verify_set
 from mirror.versions import VersionLabel, VersionRef
 from tests.fixtures.s3 import transfer_config
-from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version
+from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version, deliver
 
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
@@ -94,19 +95,13 @@ def bases_of(app: App, *labels: str) -> dict[str, str]:
     """{label: base label or reason} for the versions `labels` offered as one set."""
     items = offered(app, *labels)
     with app.db.session() as session:
-        chosen = choose_bases(session, app.store, items)
+        held = held_bases(site_facts(session, DEFAULT_SITE), "packed")
+        chosen = choose_bases(session, app.store, items, held)
     return {
         item.ref.label: (found.label if isinstance(found, Base) else found)
         for item in items
         for found in [chosen[item.version_id]]
     }
-
-
-def deliver(app: App, version_id: int) -> None:
-    with app.db.session() as session:
-        version = session.get(Version, version_id)
-        assert version is not None
-        version.delivered_at = utcnow()
 
 
 def mark_packed(app: App, *version_ids: int) -> None:

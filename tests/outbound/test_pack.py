@@ -20,7 +20,6 @@ from mirror.errors import (
 from mirror.outbound.pack import FREE_SPACE_MARGIN, Selection, pack
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
-from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     MANIFEST,
     SHA256SUMS,
@@ -31,7 +30,7 @@ from mirror.transferset.format import (
 )
 from mirror.transferset.reader import verify_set
 from mirror.units import format_size
-from tests.fixtures.versions import add_version
+from tests.fixtures.versions import add_version, deliver
 
 MiB = 1024 * 1024
 
@@ -96,10 +95,7 @@ def test_pack_is_incremental_and_chained(transfer_app: App, tmp_path: Path) -> N
 def test_delivered_versions_are_left_out(transfer_app: App, tmp_path: Path) -> None:
     vid, _ = add_version(transfer_app, "docs.example.com", "2026-11-20")
     add_version(transfer_app, "docs.example.com", "2026-11-21")
-    with transfer_app.db.session() as session:
-        version = session.get(Version, vid)
-        assert version is not None
-        version.delivered_at = utcnow()
+    deliver(transfer_app, vid)
     result = pack(transfer_app, tmp_path / "s1")
     assert [i.ref.label for i in result.items] == ["2026-11-21"]
 
@@ -218,8 +214,8 @@ def test_from_set_packs_that_sets_versions_again_in_a_new_sequence(
     add_version(transfer_app, "docs.example.com", "2026-11-21")
     pack(transfer_app, tmp_path / "s2")
     with transfer_app.db.session() as session:
-        for version in session.execute(select(Version)).scalars():
-            version.delivered_at = utcnow()
+        ids = list(session.scalars(select(Version.id)))
+    deliver(transfer_app, *ids)
     assert pack(transfer_app, tmp_path / "none").nothing
     again = pack(transfer_app, tmp_path / "s3", Selection(full=True, from_set=1))
     assert again.sequence == 3

@@ -136,3 +136,73 @@ def test_upgrade_says_one_line_when_it_upgrades_and_nothing_otherwise(
         assert database.upgrade() == SCHEMA_HEAD
         assert caplog.records == []  # Alembic is not even loaded for a current schema
     database.dispose()
+
+
+def _todays_state_moves_to_the_default_site(url: str) -> None:
+    """Migration 0006: a set packed and a version delivered before sites existed belong to
+    the implicit site `default`; sequences are unique per site from then on; downgrade
+    gives the delivery back to the version."""
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from mirror.store.db import alembic_config
+    from mirror.store.models import Delivery, Transfer, TransferItem
+
+    config = alembic_config(url)
+    command.upgrade(config, "0005")
+    engine = create_engine(url)
+    when = "2026-11-20 02:00:00+00:00"
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO bundles (sha256, size, format, tree_sha256, file_count, created_at) "
+                f"VALUES ('{'a' * 64}', 1, 'tar.gz', '{'b' * 64}', 1, '{when}')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO versions (domain, label, bundle_sha256, tree_sha256, created_at, "
+                f"delivered_at) VALUES ('docs.a.test', '2026-11-20', '{'a' * 64}', '{'b' * 64}', "
+                f"'{when}', '{when}')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO transfers (sequence, manifest_sha256, path, item_count, total_bytes,"
+                f" created_at) VALUES (1, '{'c' * 64}', '/media/set-1', 1, 1, '{when}')"
+            )
+        )
+        connection.execute(
+            text("INSERT INTO transfer_items (transfer_id, version_id) VALUES (1, 1)")
+        )
+    engine.dispose()
+    database = Database(url)
+    assert database.upgrade() == SCHEMA_HEAD
+    with database.session() as session:
+        (transfer,) = session.scalars(select(Transfer))
+        assert (transfer.site, transfer.sequence, transfer.lost_at) == ("default", 1, None)
+        (delivery,) = session.scalars(select(Delivery))
+        assert delivery.site == "default" and delivery.delivered_at.year == 2026
+        assert session.scalars(select(TransferItem.version_id)).all() == [delivery.version_id]
+        session.add(Transfer(site="prod", sequence=1, manifest_sha256="d" * 64, path="/p",
+                             item_count=0, total_bytes=0))  # fmt: skip
+    with pytest.raises(SqlIntegrityError), database.session() as session:
+        session.add(Transfer(site="prod", sequence=1, manifest_sha256="e" * 64, path="/q",
+                             item_count=0, total_bytes=0))  # fmt: skip
+    with database.session() as session:
+        session.execute(delete(Transfer).where(Transfer.site == "prod"))
+    database.dispose()
+    command.downgrade(config, "0005")
+    engine = create_engine(url)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT delivered_at FROM versions")).scalar() is not None
+    engine.dispose()
+
+
+def test_sqlite_todays_state_moves_to_the_default_site(tmp_path: Path) -> None:
+    _todays_state_moves_to_the_default_site(f"sqlite:///{tmp_path}/index.db")
+
+
+@pytest.mark.postgres
+def test_postgres_todays_state_moves_to_the_default_site(postgres_url: str) -> None:
+    _todays_state_moves_to_the_default_site(postgres_url)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from mirror.errors import Interrupted
 from mirror.export.outcome import RunEvent
@@ -22,6 +22,7 @@ from mirror.store.inventory import list_versions, verify_store
 from mirror.store.models import ExportRun, Version
 from mirror.vendor.client import VendorClient
 from mirror.vendor.download import Validator, save_validator
+from tests.fixtures.versions import deliver
 
 
 @pytest.fixture
@@ -60,11 +61,12 @@ def test_list_versions_by_domain_then_label(filled: App) -> None:
 
 
 def test_delivered_time_is_shown(filled: App) -> None:
+    """The first site that acknowledged a version says when it was delivered."""
     when = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
     with filled.db.session() as session:
-        session.execute(
-            update(Version).where(Version.domain == "docs.a.test").values(delivered_at=when)
-        )
+        (vid,) = session.scalars(select(Version.id).where(Version.domain == "docs.a.test"))
+    deliver(filled, vid, site="prod", when=when.replace(hour=9))
+    deliver(filled, vid, when=when)
     (version,) = list_versions(filled, "docs.a.test")
     assert version.delivered_at == when
 

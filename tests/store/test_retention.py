@@ -6,8 +6,17 @@ from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 
+from mirror.sites import DEFAULT_SITE
 from mirror.store.app import App
-from mirror.store.models import Bundle, ExportRun, RunState, Transfer, TransferItem, Version
+from mirror.store.models import (
+    Bundle,
+    Delivery,
+    ExportRun,
+    RunState,
+    Transfer,
+    TransferItem,
+    Version,
+)
 from mirror.store.retention import gc
 
 DELIVERED = datetime(2026, 1, 10, tzinfo=UTC)
@@ -31,10 +40,11 @@ def add_version(
             label=label,
             bundle_sha256=sha,
             tree_sha256=sha,
-            delivered_at=DELIVERED if delivered else None,
         )
         session.add(version)
         session.flush()
+        if delivered:
+            session.add(Delivery(site=DEFAULT_SITE, version_id=version.id, delivered_at=DELIVERED))
         return version.id, sha
 
 
