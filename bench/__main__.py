@@ -15,7 +15,7 @@ from bench.common import Row, machine, print_table
 from bench.setting import setting
 
 COMPARISONS = ("startup", "download", "export", "store", "transfer", "delta")
-ON_THEIR_OWN = ("daemon_idle", "fec", "oneway")
+ON_THEIR_OWN = ("daemon_idle", "fec", "oneway", "manyfiles")
 
 
 def main(names: list[str]) -> None:

@@ -167,7 +167,7 @@ def _read(blob: bytes) -> tuple[dict[str, bytes], bytes]:
         if isinstance(member, DeltaContent):
             contents[member.sha256] = member.stream.read()
         else:
-            files = member
+            files = member.stream.read()
     return contents, files
 
 
