@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import bench_env, imports_rss_mib, machine, run_once
@@ -136,12 +137,15 @@ def _measure(
     work: Path,
     env: dict[str, str],
     base: float | None = None,
+    reset: Callable[[], None] | None = None,
 ) -> None:
     """One run of `code` with `args` in a fresh interpreter: wall, CPU and peak RSS, against
     `base` (the imports' peak RSS; found by running it once when not given)."""
     body = code.strip().replace("\n", "\n    ")
     if base is None:
         base = imports_rss_mib(args, work, env, code=code)
+    if reset is not None:
+        reset()
     cpu_file = work / "cpu"
     argv = [sys.executable, "-c", _CPU.format(body=body), *args]
     run = run_once(argv, {**env, "BENCH_CPU_FILE": str(cpu_file)})
@@ -155,6 +159,23 @@ def _measure(
     )
 
 
+def _forget_set(store: Path, keys: Path, out: Path) -> None:
+    """Undo the pack of the second set (its record and its directory), to pack it again."""
+    from mirror.config import settings_from_dict
+    from mirror.outbound.records import forget_set
+    from mirror.store.app import App
+
+    settings = settings_from_dict(
+        {"store": {"path": str(store)}, "transfer": {"signing_key": str(keys)}}
+    )
+    app = App(settings)
+    try:
+        forget_set(app, 2)
+    finally:
+        app.close()
+    shutil.rmtree(out)
+
+
 def main() -> None:
     print(machine(), flush=True)
     with setting() as s:
@@ -164,9 +185,14 @@ def main() -> None:
         store, bundle = _stored(work, s.keys)
         _measure("export inspection", INSPECT, [str(bundle)], work, env)
         out = work / "set-2"
-        _measure("delta pack", PACK, [str(store), str(s.keys), str(out)], work, env)
-        shutil.rmtree(out, ignore_errors=True)
-        subprocess.run([sys.executable, "-c", PACK, str(store), str(s.keys), str(out)], check=True)
+        _measure(
+            "delta pack",
+            PACK,
+            [str(store), str(s.keys), str(out)],
+            work,
+            env,
+            reset=lambda: _forget_set(store, s.keys, out),
+        )
         _measure_import(s, work, out)
 
 

@@ -213,7 +213,7 @@ def blob_members(delta: Any) -> tuple[dict[str, bytes], bytes]:
         if isinstance(member, DeltaContent):
             contents[member.sha256] = member.stream.read()
         else:
-            files = member
+            files = member.stream.read()
     return contents, files
 
 
