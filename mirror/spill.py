@@ -31,8 +31,8 @@ _BATCH = 4096
 class SpillMap:
     """A str -> str mapping in memory up to `spill_at` entries, then on disk (module doc)."""
 
-    def __init__(self, spill_at: int = SPILL_AT) -> None:
-        self._spill_at = spill_at
+    def __init__(self, spill_at: int | None = None) -> None:
+        self._spill_at = SPILL_AT if spill_at is None else spill_at
         self._memory: dict[str, str] | None = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0

@@ -23,8 +23,9 @@ from mirror.transferset.delta import (
     file_list_bytes,
     parse_file_list,
     read_delta_blob,
+    read_file_list,
 )
-from mirror.transferset.format import DeltaEntry, ManifestItem, part_names
+from mirror.transferset.format import DeltaEntry, ManifestItem, canonical_json, part_names
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-rather-long-name" for n in range(6))
 TREE = {
@@ -244,6 +245,54 @@ def test_a_bad_file_list_is_refused_naming_the_entry(
 ) -> None:
     with pytest.raises(IntegrityError, match=message):
         parse_file_list(_list(entries), label="docs.example.com v2")
+
+
+class _Trickle(io.RawIOBase):
+    """A stream giving at most `step` bytes a read: every entry straddles reads."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step = data, step
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        piece, self.data = self.data[: self.step], self.data[self.step :]
+        return piece
+
+
+MANY = {f"d{n % 7}/p\u00e9ge-{n}.html": b"x" * (n % 5) for n in range(300)}
+
+
+def test_a_file_list_is_written_entry_by_entry_as_its_canonical_json() -> None:
+    entries = _entries(MANY)
+    document = {"format": 1, "files": [e.as_dict() for e in entries]}
+    assert file_list_bytes(entries) == canonical_json(document)
+    assert file_list_bytes([]) == canonical_json({"format": 1, "files": []})
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000, 1 << 20])
+def test_a_file_list_is_read_as_it_streams(step: int) -> None:
+    entries = _entries(MANY)
+    data = file_list_bytes(entries)
+    assert list(read_file_list(_Trickle(data, step), label="v2")) == entries
+    assert list(read_file_list(_Trickle(file_list_bytes([]), step), label="v2")) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"files":[],"format":2}', "format 2 is not supported"),
+        (b'{"files":[],"format":1,"more":1}', "expected format and files"),
+        (b'{"files":[],"format":1} x', "not valid strict JSON"),
+        (b'{"files":[{"mode":420', "not valid strict JSON"),
+        (b'{"files":[' + canonical_json(GOOD) + b";", "not valid strict JSON"),
+        (b'{"files":[],"format":1.0}', "float 1.0 is not allowed"),
+    ],
+)
+def test_a_broken_canonical_file_list_is_refused(data: bytes, message: str) -> None:
+    with pytest.raises(IntegrityError, match=message):
+        list(read_file_list(_Trickle(data, 3), label="docs.example.com v2"))
 
 
 def test_a_file_list_whose_tree_is_not_the_signed_one_is_refused() -> None:
