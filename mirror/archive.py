@@ -39,6 +39,7 @@ import io
 import lzma
 import os
 import queue
+import re
 import shutil
 import stat
 import struct
@@ -63,6 +64,8 @@ RATIO_FLOOR = 64 * 1024**2
 MAX_NAME_COMPONENT_BYTES = 255
 MAX_TAR_EXTENDED_HEADER = 1024 * 1024
 _TAR_BUFSIZE = 64 * 1024
+_RECENT_DIRECTORIES = 4096
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 _EXTENSIONS: dict[Format, str] = {
     "tar.gz": "tar.gz",
@@ -530,6 +533,7 @@ class _Paths:
     directories: SpillMap = field(default_factory=SpillMap)
     normalised: SpillMap = field(default_factory=SpillMap)
     folded: SpillMap = field(default_factory=SpillMap)
+    recent: dict[str, None] = field(default_factory=dict)
 
     def close(self) -> None:
         for table in (self.files, self.directories, self.normalised, self.folded):
@@ -559,19 +563,30 @@ class _Paths:
         prefix = ""
         for part in clean.split("/"):
             prefix = f"{prefix}/{part}" if prefix else part
-            self.check_twins(name, prefix)
+            if prefix not in self.recent:  # a directory met lately was checked already
+                self.check_twins(name, prefix)
         if clean in self.files:
             raise _unsafe(name, f"duplicates the path '{clean}' (ambiguous content)")
         if not is_dir and clean in self.directories:
             raise _unsafe(name, f"is a file but '{clean}' is also a directory")
         parent = clean.rpartition("/")[0]
-        while parent and parent not in self.directories:
+        while parent and parent not in self.recent and parent not in self.directories:
             if parent in self.files:
                 raise _unsafe(name, f"lies below '{parent}', which is a file")
             self.directories.add(parent)
             parent = parent.rpartition("/")[0]
+        self._remember(clean.rpartition("/")[0])
         if is_dir:
             self.directories.add(clean)
+
+    def _remember(self, directory: str) -> None:
+        """Keep the directory and its parents (all claimed and checked) among the recent
+        ones: files come grouped by folder, so most lookups stop here, not on disk."""
+        while directory and directory not in self.recent:
+            self.recent[directory] = None
+            if len(self.recent) > _RECENT_DIRECTORIES:
+                del self.recent[next(iter(self.recent))]
+            directory = directory.rpartition("/")[0]
 
 
 def _scan(path: Path, limits: ArchiveLimits, sink: FileSink | None) -> ArchiveReport:
@@ -688,7 +703,7 @@ def _normalise(name: str, limits: ArchiveLimits) -> str | None:
         raise _unsafe(name, f"has a path longer than {limits.max_path_length} bytes")
     if "\0" in name:
         raise _unsafe(name, "contains a NUL byte")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL.search(name):
         raise _unsafe(name, "contains a control character")
     if name.startswith(("/", "\\")) or (name[1:2] == ":" and name[:1].isalpha()):
         raise _unsafe(name, "has an absolute path")

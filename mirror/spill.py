@@ -86,12 +86,13 @@ class SpillMap:
             return value
         assert self._db is not None
         encoded = key.encode()
+        if self._db.execute(
+            "INSERT OR IGNORE INTO m (k, v) VALUES (?, ?)", (encoded, value)
+        ).rowcount:
+            self._count += 1
+            return value
         row = self._db.execute("SELECT v FROM m WHERE k = ?", (encoded,)).fetchone()
-        if row is not None:
-            return str(row[0])
-        self._db.execute("INSERT INTO m (k, v) VALUES (?, ?)", (encoded, value))
-        self._count += 1
-        return value
+        return str(row[0])
 
     def add(self, key: str) -> bool:
         """Store `key` (value ""); whether it was new."""
@@ -119,6 +120,7 @@ class SpillMap:
         db.execute("PRAGMA journal_mode = OFF")
         db.execute("PRAGMA synchronous = OFF")
         db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        db.execute("BEGIN")  # one transaction, never committed: no write-out per statement
         db.execute("CREATE TABLE m (k BLOB PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
         db.executemany(
             "INSERT INTO m (k, v) VALUES (?, ?)",
