@@ -33,6 +33,7 @@ from bench.setting import CREDENTIALS, Setting, mirror, setting
 
 FILES = int(os.environ.get("MIRROR_BENCH_FILES", "199000"))
 GOAL_MIB = 64
+STAGES = os.environ.get("MIRROR_BENCH_STAGES", "inspect,pack,rebuild").split(",")
 DOMAIN = "docs.many.test"
 
 _CPU = """
@@ -183,17 +184,17 @@ def main() -> None:
         work = s.work / "manyfiles"
         work.mkdir()
         store, bundle = _stored(work, s.keys)
-        _measure("export inspection", INSPECT, [str(bundle)], work, env)
+        if "inspect" in STAGES:
+            _measure("export inspection", INSPECT, [str(bundle)], work, env)
         out = work / "set-2"
-        _measure(
-            "delta pack",
-            PACK,
-            [str(store), str(s.keys), str(out)],
-            work,
-            env,
-            reset=lambda: _forget_set(store, s.keys, out),
-        )
-        _measure_import(s, work, out)
+        pack_args = [str(store), str(s.keys), str(out)]
+        if "pack" in STAGES:
+            reset = lambda: _forget_set(store, s.keys, out)  # noqa: E731
+            _measure("delta pack", PACK, pack_args, work, env, reset=reset)
+        else:
+            subprocess.run([sys.executable, "-c", PACK, *pack_args], env=env, check=True)
+        if "rebuild" in STAGES:
+            _measure_import(s, work, out)
 
 
 def _measure_import(s: Setting, work: Path, delta: Path) -> None:
@@ -207,8 +208,8 @@ def _measure_import(s: Setting, work: Path, delta: Path) -> None:
             for name in ("set-1", delta.name):
                 shutil.rmtree(work / f"copy-{name}", ignore_errors=True)
                 shutil.copytree(work / name, work / f"copy-{name}")
-            base = mirror(config, "transfer", "import", str(work / "copy-set-1"))
-            subprocess.run(base, env=s.env, check=True, capture_output=True)
+            first = mirror(config, "transfer", "import", str(work / "copy-set-1"))
+            subprocess.run(first, env=s.env, check=True, capture_output=True)
             args = mirror(config, "transfer", "import", str(work / f"copy-{delta.name}"))[3:]
             if base is None:
                 base = imports_rss_mib(args, work, s.env, code=IMPORT)

@@ -464,7 +464,9 @@ class _Member:
 
 
 class FileSink(Protocol):
-    """Where checked members go (see `read_archive`)."""
+    """Where checked members go (see `read_archive`). When what `open_file` returns has a
+    `digested(sha256_hex, size)` method, it is called after the file's last byte, before it
+    is closed, with the digest the check computed (so no sink hashes the bytes again)."""
 
     def directory(self, path: str) -> None: ...
     def open_file(self, path: str) -> IO[bytes]: ...
@@ -685,11 +687,14 @@ def _copy_member(
             digest.update(chunk)
             if out is not None:
                 out.write(chunk)
-    if size != member.declared_size:
-        raise IntegrityError(
-            f"corrupt archive: {path.name}: member {_quote(member.name)} holds {size} bytes "
-            f"but its header says {member.declared_size}"
-        )
+        if size != member.declared_size:
+            raise IntegrityError(
+                f"corrupt archive: {path.name}: member {_quote(member.name)} holds {size} "
+                f"bytes but its header says {member.declared_size}"
+            )
+        digested = getattr(out, "digested", None)
+        if digested is not None:
+            digested(digest.hexdigest(), size)
     return digest.digest(), size
 
 

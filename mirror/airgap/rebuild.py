@@ -476,7 +476,7 @@ class _HashingStream:
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._buffer = b""
+        self._buffer = memoryview(b"")
         self._hashing = HashingWriter()
 
     def read(self, size: int = -1, /) -> bytes:
@@ -485,12 +485,11 @@ class _HashingStream:
             if chunk is None:
                 return b""
             self._hashing.write(chunk)
-            self._buffer = chunk
-        if size is None or size < 0 or size >= len(self._buffer):
-            data, self._buffer = self._buffer, b""
-        else:
-            data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
+            self._buffer = memoryview(chunk)
+        if size is None or size < 0:
+            size = len(self._buffer)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return bytes(data)
 
     def copy_to(self, out: IO[bytes]) -> None:
         while chunk := self.read(CHUNK_SIZE):
@@ -516,8 +515,8 @@ class _Contents:
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self.where
 
-    def adding(self) -> _Adding:
-        return _Adding(self)
+    def adding(self, *, hashing: bool = True) -> _Adding:
+        return _Adding(self, hashing=hashing)
 
     def flush(self) -> None:
         self.handle.flush()
@@ -541,24 +540,31 @@ class _Contents:
 
 
 class _Adding:
-    """One content being appended: hashed as written; `finish(wanted)` keeps it when its
-    sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
+    """One content being appended: hashed as written (unless `hashing` is off: the caller
+    learns its digest elsewhere and hands it to `finish`); `finish(wanted)` keeps it when
+    its sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
 
-    def __init__(self, contents: _Contents) -> None:
+    def __init__(self, contents: _Contents, *, hashing: bool = True) -> None:
         self.contents = contents
         self.start = contents.handle.seek(0, os.SEEK_END)
-        self.written = HashingWriter(contents.handle)
+        self.written = HashingWriter(contents.handle) if hashing else None
+        self.size = 0
         self.kept = False
 
     def write(self, data: bytes) -> int:
-        return self.written.write(data)
+        if self.written is not None:
+            return self.written.write(data)
+        self.size += len(data)
+        return self.contents.handle.write(data)
 
     @property
     def result(self) -> Digest:
+        assert self.written is not None
         return self.written.result
 
-    def finish(self, wanted: Container[str]) -> None:
-        sha256, size = self.written.result.sha256, self.written.size
+    def finish(self, wanted: Container[str], digest: Digest | None = None) -> None:
+        known = digest or self.result
+        sha256, size = known.sha256, known.size
         if sha256 in wanted and sha256 not in self.contents:
             self.contents.where[sha256] = f"{self.start} {size}"
             self.kept = True
@@ -583,11 +589,12 @@ class _NeededContents:
         return None
 
     def open_file(self, path: str) -> IO[bytes]:
-        return cast(IO[bytes], _BaseFile(self.contents.adding(), self.needed))
+        return cast(IO[bytes], _BaseFile(self.contents.adding(hashing=False), self.needed))
 
 
 class _BaseFile:
-    """A base archive's file as the sink sees it: kept at its end when it is needed."""
+    """A base archive's file as the sink sees it: kept at its end when it is needed (its
+    digest is the one the archive check computed: `archive.FileSink`)."""
 
     def __init__(self, adding: _Adding, needed: Container[str]) -> None:
         self.adding = adding
@@ -596,12 +603,15 @@ class _BaseFile:
     def write(self, data: bytes) -> int:
         return self.adding.write(data)
 
+    def digested(self, sha256: str, size: int) -> None:
+        if size != self.adding.size:
+            raise OperationFailed(f"the rebuild kept {self.adding.size} bytes of {size}")
+        self.adding.finish(self.needed, Digest(sha256, size))
+
     def __enter__(self) -> _BaseFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.adding.finish(self.needed)
         self.adding.__exit__(*exc)
 
 

@@ -345,17 +345,18 @@ def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
 
 
 class _Catcher(io.RawIOBase):
-    """What a sink hands `read_archive` for one file: the bytes are hashed on their way to
-    `target` (or nowhere); `on_done` hears their digest once the whole member was read (not
-    when reading stopped on an error)."""
+    """What a sink hands `read_archive` for one file: the bytes go to `target`; `on_done`
+    hears their digest, the one the archive check computed (`archive.FileSink`), once the
+    whole member was read (not when reading stopped on an error)."""
 
     def __init__(
         self,
-        target: IO[bytes] | None,
+        target: IO[bytes],
         on_done: Callable[[Digest], None],
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
-        self._hashed = HashingWriter(target)
+        self._target = target
+        self._digest: Digest | None = None
         self._on_done = on_done
         self._on_close = on_close
 
@@ -363,12 +364,15 @@ class _Catcher(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        return self._hashed.write(bytes(data))
+        return self._target.write(data)
+
+    def digested(self, sha256: str, size: int) -> None:
+        self._digest = Digest(sha256, size)
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
-            if exc_type is None:
-                self._on_done(self._hashed.result)
+            if exc_type is None and self._digest is not None:
+                self._on_done(self._digest)
         finally:
             self._on_close()
             self.close()
