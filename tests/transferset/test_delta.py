@@ -13,7 +13,7 @@ import pytest
 
 from mirror.archive import inspect_archive, tree_hash
 from mirror.errors import IntegrityError
-from mirror.transferset.compression import STORED_BLOCK, Compression, current
+from mirror.transferset.compression import STORED_BLOCK, ChunkedGzip, Compression, current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
     DeltaContent,
@@ -129,6 +129,35 @@ def test_the_tree_archive_bytes_are_pinned(name: str, compression: Compression |
     tree = {"index.html": b"hello\n", "a/b.html": b"b\n"} if name == "stored" else _golden_tree()
     data = _build(tree, mtime=0, compression=compression)
     assert hashlib.sha256(data).hexdigest() == GOLDEN[name]
+
+
+def _chunked(data: bytes, workers: int, kill_after: int | None = None) -> bytes:
+    out = io.BytesIO()
+    sink = ChunkedGzip(out.write, level=6, chunk_size=65536, workers=workers)
+    for n, start in enumerate(range(0, len(data), 50000)):
+        sink.write(data[start : start + 50000])
+        if n == kill_after:
+            assert sink._workers is not None  # started past SERIAL_PIECES
+            for process in sink._workers._processes:
+                process.kill()
+                process.wait()
+    sink.close()
+    return out.getvalue()
+
+
+SITE_BYTES = b"".join(b"<p>page %d of the guide</p>\n" % n * 40 for n in range(2000))
+
+
+def test_pieces_compressed_by_worker_processes_are_the_same_bytes() -> None:
+    assert len(SITE_BYTES) > 12 * 65536
+    serial = _chunked(SITE_BYTES, workers=0)
+    assert _chunked(SITE_BYTES, workers=2) == serial == _chunked(SITE_BYTES, workers=3)
+    assert gzip.decompress(serial) == SITE_BYTES
+
+
+def test_a_worker_that_dies_leaves_the_bytes_as_they_were() -> None:
+    """Killed half-way (a real process killed), the rest is compressed in process."""
+    assert _chunked(SITE_BYTES, workers=2, kill_after=8) == _chunked(SITE_BYTES, workers=0)
 
 
 def test_compressed_tree_archives_are_near_the_vendor_ratio() -> None:
