@@ -27,6 +27,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from random import Random
 
 from bench.common import bench_env, imports_rss_mib, machine, run_once
 from bench.setting import CREDENTIALS, Setting, mirror, setting
@@ -83,14 +84,17 @@ finally:
 
 
 def _site(path: Path, version: int) -> Path:
-    """A tar.gz of FILES small pages (no directory members, 200 to a folder); version 2
-    changes every hundredth page."""
+    """A tar.gz of FILES small pages (no directory members, 200 to a folder; each with 512
+    hex digits of one of 4096 random tokens, so the bundle is larger than a delta's file
+    list and the pack chooses the delta); version 2 changes every hundredth page."""
+    random = Random(21)
+    tokens = [random.randbytes(256).hex() for _ in range(4096)]
     with tarfile.open(path, "w:gz", compresslevel=6) as tar:
         for n in range(FILES):
             changed = version if n % 100 == 7 else 1
             body = (
                 f"<html><head><title>Page {n}</title></head><body><h1>Page {n} of "
-                f"section {n // 200}</h1><p>Revision {changed}. "
+                f"section {n // 200}</h1><p>Revision {changed}. {tokens[n % 4096]} "
                 + "Lorem ipsum dolor sit amet. "
                 * (n % 7 + 1)
                 + f'<a href="../section-{(n + 1) // 200:04d}/page-{n + 1:06d}.html">next</a>'
@@ -193,6 +197,11 @@ def main() -> None:
             _measure("delta pack", PACK, pack_args, work, env, reset=reset)
         else:
             subprocess.run([sys.executable, "-c", PACK, *pack_args], env=env, check=True)
+        from mirror.transferset.format import parse_manifest
+
+        (item,) = parse_manifest((out / "manifest.json").read_bytes()).items
+        assert item.delta is not None, "the second version went whole: nothing to rebuild"
+        print(f"  delta blob {item.size / 2**20:.1f} MiB, {item.delta.carried_files} carried")
         if "rebuild" in STAGES:
             _measure_import(s, work, out)
 
