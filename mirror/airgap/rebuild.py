@@ -26,7 +26,10 @@ Promises:
   checked against its sha256, the file list against the signed tree hash, and the archive
   against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
   the upload aborts and nothing is published. Memory does not grow with the site: contents
-  are spooled to one file in the work directory, the archive is generated as it is read.
+  are spooled to one file in the work directory, the file list to another (read from the
+  blob entry by entry), the tables of contents and paths move to disk as they grow
+  (`mirror.spill`), the archive is generated as it is read. Each base content is hashed
+  once (by the archive check that reads the base).
   Disk holds the new tree's distinct contents; the base's object is read once, as it
   streams from the bucket (a zip base, whose directory is at its end, is fetched first).
   The work directory is removed on every path out; one left by a killed import (its
