@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Self
 
 SPILL_AT = 20_000
-CACHE_KIB = 4096
+CACHE_KIB = 2048
 _BATCH = 4096
 
 
