@@ -39,6 +39,7 @@ import io
 import lzma
 import os
 import queue
+import re
 import shutil
 import stat
 import struct
@@ -55,12 +56,15 @@ from typing import IO, Any, Literal, Protocol, Self, cast
 
 from mirror.errors import IntegrityError, MirrorError, NotFound, OperationFailed
 from mirror.integrity import CHUNK_SIZE, Readable
+from mirror.spill import FileList, SpillMap
 
 Format = Literal["tar.gz", "tar", "zip", "tar.xz", "tar.bz2"]
 
 RATIO_FLOOR = 64 * 1024**2
 MAX_NAME_COMPONENT_BYTES = 255
 MAX_TAR_EXTENDED_HEADER = 1024 * 1024
+_RECENT_DIRECTORIES = 4096
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 _EXTENSIONS: dict[Format, str] = {
     "tar.gz": "tar.gz",
@@ -110,6 +114,9 @@ class ArchiveReport:
     tree_sha256: str
     has_index_html: bool
     observed: FileSink | None = field(default=None, compare=False, repr=False)
+    digests: FileList | None = field(default=None, compare=False, repr=False)
+    """Every file's (path, size, sha256) in the tree hash's order, in a nameless temp file
+    (`spill.FileList`): what `store.digests` keeps beside the bundle."""
 
 
 def file_extension(fmt: Format) -> str:
@@ -228,21 +235,42 @@ def check_tree_paths(paths: Iterable[str], limits: ArchiveLimits = ArchiveLimits
     """Refuse a list of file paths that an archive checked by this module could not hold:
     not already normalised, unsafe, duplicated, a file below a file, or name twins.
     IntegrityError (exit 5) names the first bad path."""
-    seen = _Paths(allow_case_twins=limits.allow_case_twins)
-    for count, path in enumerate(paths, start=1):
-        if count > limits.max_files:
-            raise _unsafe(path, f"is past the limit of {limits.max_files} files")
-        if _normalise(path, limits) != path:
+    with contextlib.closing(TreePaths(limits)) as checker:
+        for path in paths:
+            checker.check(path)
+
+
+class TreePaths:
+    """`check_tree_paths` one path at a time, as a list streams past (memory flat: the
+    tables move to disk as they grow); `close` frees them."""
+
+    def __init__(self, limits: ArchiveLimits = ArchiveLimits()) -> None:
+        self._limits = limits
+        self._seen = _Paths(allow_case_twins=limits.allow_case_twins)
+        self._count = 0
+
+    def check(self, path: str) -> None:
+        self._count += 1
+        if self._count > self._limits.max_files:
+            raise _unsafe(path, f"is past the limit of {self._limits.max_files} files")
+        if _normalise(path, self._limits) != path:
             raise _unsafe(path, "is not a normalised path below the root")
-        seen.claim(path, path, is_dir=False)
-        seen.files[path] = b""
+        self._seen.claim(path, path, is_dir=False)
+        self._seen.files[path] = ""
+
+    def close(self) -> None:
+        self._seen.close()
 
 
 def tree_hash(files: Iterable[tuple[str, str]]) -> str:
-    """The tree hash (module docstring) of `(normalised_path, file_sha256_hex)` pairs."""
+    """The tree hash (module docstring) of `(normalised_path, file_sha256_hex)` pairs, sorted
+    on disk past `spill.SPILL_AT` of them (a pair given twice counts once)."""
     digest = hashlib.sha256()
-    for path_utf8, hex_digest in sorted((p.encode("utf-8"), h) for p, h in files):
-        digest.update(path_utf8 + b"\0" + hex_digest.encode("ascii") + b"\n")
+    with SpillMap() as ordered:
+        for path, hex_digest in files:
+            ordered[f"{path}\0{hex_digest}"] = ""
+        for key, _ in ordered.sorted_items():
+            digest.update(key.encode("utf-8") + b"\n")
     return digest.hexdigest()
 
 
@@ -435,7 +463,9 @@ class _Member:
 
 
 class FileSink(Protocol):
-    """Where checked members go (see `read_archive`)."""
+    """Where checked members go (see `read_archive`). When what `open_file` returns has a
+    `digested(sha256_hex, size)` method, it is called after the file's last byte, before it
+    is closed, with the digest the check computed (so no sink hashes the bytes again)."""
 
     def directory(self, path: str) -> None: ...
     def open_file(self, path: str) -> IO[bytes]: ...
@@ -495,14 +525,20 @@ class _Paths:
     Twins are two different paths that one volume may store as one: equal after Unicode
     NFC normalisation (always refused: macOS and some NAS volumes normalise) or after case
     folding (refused unless `allow_case_twins`: Windows, macOS and most USB disks fold case).
-    On such a volume one would silently overwrite the other.
-    """
+    On such a volume one would silently overwrite the other. The tables move to disk past
+    `spill.SPILL_AT` entries (memory flat in the file count); `files` maps each file to
+    "sha256 size"."""
 
     allow_case_twins: bool = False
-    files: dict[str, bytes] = field(default_factory=dict)
-    directories: set[str] = field(default_factory=set)
-    normalised: dict[str, tuple[str, str]] = field(default_factory=dict)
-    folded: dict[str, tuple[str, str]] = field(default_factory=dict)
+    files: SpillMap = field(default_factory=SpillMap)
+    directories: SpillMap = field(default_factory=SpillMap)
+    normalised: SpillMap = field(default_factory=SpillMap)
+    folded: SpillMap = field(default_factory=SpillMap)
+    recent: dict[str, None] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for table in (self.files, self.directories, self.normalised, self.folded):
+            table.close()
 
     def check_twins(self, name: str, clean: str) -> None:
         """Refuse `clean` (from member `name`) if an earlier, different path is its twin."""
@@ -512,14 +548,14 @@ class _Paths:
             (self.normalised, nfc, "after Unicode NFC normalisation"),
             (self.folded, folded, "when letter case is ignored"),
         ):
-            other = table.setdefault(key, (clean, name))
-            if other[0] == clean:
+            other_clean, _, other_name = table.setdefault(key, f"{clean}\0{name}").partition("\0")
+            if other_clean == clean:
                 continue
             if how.startswith("when") and self.allow_case_twins:
                 continue
             raise IntegrityError(
-                f"unsafe archive: members {_quote(other[1])} and {_quote(name)} name the same "
-                f"path {how} ({_quote(other[0])} and {_quote(clean)}); on such a volume one "
+                f"unsafe archive: members {_quote(other_name)} and {_quote(name)} name the same "
+                f"path {how} ({_quote(other_clean)} and {_quote(clean)}); on such a volume one "
                 "would overwrite the other"
                 + ("" if how.startswith("after") else " (store.allow_case_twins allows it)")
             )
@@ -528,19 +564,30 @@ class _Paths:
         prefix = ""
         for part in clean.split("/"):
             prefix = f"{prefix}/{part}" if prefix else part
-            self.check_twins(name, prefix)
+            if prefix not in self.recent:  # a directory met lately was checked already
+                self.check_twins(name, prefix)
         if clean in self.files:
             raise _unsafe(name, f"duplicates the path '{clean}' (ambiguous content)")
         if not is_dir and clean in self.directories:
             raise _unsafe(name, f"is a file but '{clean}' is also a directory")
         parent = clean.rpartition("/")[0]
-        while parent and parent not in self.directories:
+        while parent and parent not in self.recent and parent not in self.directories:
             if parent in self.files:
                 raise _unsafe(name, f"lies below '{parent}', which is a file")
             self.directories.add(parent)
             parent = parent.rpartition("/")[0]
+        self._remember(clean.rpartition("/")[0])
         if is_dir:
             self.directories.add(clean)
+
+    def _remember(self, directory: str) -> None:
+        """Keep the directory and its parents (all claimed and checked) among the recent
+        ones: files come grouped by folder, so most lookups stop here, not on disk."""
+        while directory and directory not in self.recent:
+            self.recent[directory] = None
+            if len(self.recent) > _RECENT_DIRECTORIES:
+                del self.recent[next(iter(self.recent))]
+            directory = directory.rpartition("/")[0]
 
 
 def _scan(path: Path, limits: ArchiveLimits, sink: FileSink | None) -> ArchiveReport:
@@ -565,7 +612,7 @@ def _inspect(
     tally = _Tally(archive_size=archive_size, limits=limits)
     seen = _Paths(allow_case_twins=limits.allow_case_twins)
     members = _zip_members(path, limits) if fmt == "zip" else _tar_members(path, fmt, opener, tally)
-    with contextlib.closing(members):
+    with contextlib.closing(members), contextlib.closing(seen):
         return _check_members(path, fmt, members, tally, seen, sink)
 
 
@@ -595,19 +642,33 @@ def _check_members(
             raise _unsafe(member.name, "has an empty path")
         seen.claim(member.name, clean, is_dir=False)
         tally.declared(member.name, member.declared_size)
-        seen.files[clean] = _copy_member(path, member, clean, tally, sink)
+        digest, size = _copy_member(path, member, clean, tally, sink)
+        seen.files[clean] = f"{digest.hex()} {size}"
+    tree_sha256, digests = _tree_of(seen.files)
     return ArchiveReport(
         format=fmt,
         file_count=len(seen.files),
         total_bytes=tally.total,
-        tree_sha256=tree_hash((p, d.hex()) for p, d in seen.files.items()),
+        tree_sha256=tree_sha256,
         has_index_html=_has_index_html(seen.files),
+        digests=digests,
     )
+
+
+def _tree_of(files: SpillMap) -> tuple[str, FileList]:
+    """The tree hash of {path: "sha256 size"} and its files in that order, in one pass."""
+    digests = FileList()
+    hashed = hashlib.sha256()
+    for path, value in files.sorted_items():
+        sha256, _, length = value.partition(" ")
+        hashed.update(path.encode("utf-8") + b"\0" + sha256.encode("ascii") + b"\n")
+        digests.append(path, int(length), sha256)
+    return hashed.hexdigest(), digests
 
 
 def _copy_member(
     path: Path, member: _Member, clean: str, tally: _Tally, sink: FileSink | None
-) -> bytes:
+) -> tuple[bytes, int]:
     assert member.open is not None
     digest = hashlib.sha256()
     size = 0
@@ -625,12 +686,15 @@ def _copy_member(
             digest.update(chunk)
             if out is not None:
                 out.write(chunk)
-    if size != member.declared_size:
-        raise IntegrityError(
-            f"corrupt archive: {path.name}: member {_quote(member.name)} holds {size} bytes "
-            f"but its header says {member.declared_size}"
-        )
-    return digest.digest()
+        if size != member.declared_size:
+            raise IntegrityError(
+                f"corrupt archive: {path.name}: member {_quote(member.name)} holds {size} "
+                f"bytes but its header says {member.declared_size}"
+            )
+        digested = getattr(out, "digested", None)
+        if digested is not None:
+            digested(digest.hexdigest(), size)
+    return digest.digest(), size
 
 
 def _normalise(name: str, limits: ArchiveLimits) -> str | None:
@@ -643,7 +707,7 @@ def _normalise(name: str, limits: ArchiveLimits) -> str | None:
         raise _unsafe(name, f"has a path longer than {limits.max_path_length} bytes")
     if "\0" in name:
         raise _unsafe(name, "contains a NUL byte")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if _CONTROL.search(name):
         raise _unsafe(name, "contains a control character")
     if name.startswith(("/", "\\")) or (name[1:2] == ":" and name[:1].isalpha()):
         raise _unsafe(name, "has an absolute path")
@@ -664,10 +728,14 @@ def _normalise(name: str, limits: ArchiveLimits) -> str | None:
     return "/".join(parts) or None
 
 
-def _has_index_html(files: dict[str, bytes]) -> bool:
+def _has_index_html(files: SpillMap) -> bool:
     if "index.html" in files:
         return True
-    tops = {path.partition("/")[0] for path in files}
+    tops: set[str] = set()
+    for path, _ in files.sorted_items():
+        tops.add(path.partition("/")[0])
+        if len(tops) > 1:
+            return False
     return len(tops) == 1 and f"{tops.pop()}/index.html" in files
 
 

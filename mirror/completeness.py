@@ -41,6 +41,7 @@ from mirror.integrity import hash_bytes
 
 MAX_PARSE_BYTES = 4 * 1024 * 1024
 MAX_TARGETS = 500_000
+MAX_RESOLVED = 16_384  # the memo of resolved references: a cache, emptied when full
 SOURCES_KEPT = 3
 BROKEN_KEPT = 200
 
@@ -201,7 +202,7 @@ class SiteScanner:
             if memo in resolved:
                 target = resolved[memo]
             else:
-                if len(resolved) >= MAX_TARGETS:
+                if len(resolved) >= MAX_RESOLVED:
                     resolved.clear()
                 target = resolved[memo] = _target_of(source, ref)
             if target is None:

@@ -34,6 +34,7 @@ FOUNDATIONS = {
     "mirror.hostnames",
     "mirror.links",
     "mirror.progress",
+    "mirror.spill",
 }
 SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "oneway", "cli", "sim")
 

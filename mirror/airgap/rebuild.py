@@ -26,7 +26,10 @@ Promises:
   checked against its sha256, the file list against the signed tree hash, and the archive
   against `DeltaEntry.archive_sha256`; any failure is IntegrityError naming the path, so
   the upload aborts and nothing is published. Memory does not grow with the site: contents
-  are spooled to one file in the work directory, the archive is generated as it is read.
+  are spooled to one file in the work directory, the file list to another (read from the
+  blob entry by entry), the tables of contents and paths move to disk as they grow
+  (`mirror.spill`), the archive is generated as it is read. Each base content is hashed
+  once (by the archive check that reads the base).
   Disk holds the new tree's distinct contents; the base's object is read once, as it
   streams from the bucket (a zip base, whose directory is at its end, is fetched first).
   The work directory is removed on every path out; one left by a killed import (its
@@ -61,6 +64,7 @@ from mirror.errors import (
 )
 from mirror.fsutil import disk_full, free_bytes, is_disk_full
 from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
+from mirror.spill import FileList, SpillMap
 from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
     DeltaContent,
@@ -68,9 +72,9 @@ from mirror.transferset.delta import (
     TreeFile,
     archive_mtime,
     check_tree,
-    parse_file_list,
     read_chunks,
     read_delta_blob,
+    read_file_list,
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
@@ -249,6 +253,7 @@ class RebuiltArchive:
         self.work: Path | None = None
         self._lock: int | None = None
         self._contents: _Contents | None = None
+        self._files: FileList | None = None
         self._pipe: _Pipe | None = None
         self._buffer = bytearray()
         self._done = False
@@ -267,6 +272,9 @@ class RebuiltArchive:
         if self._contents is not None:
             self._contents.close()
             self._contents = None
+        if self._files is not None:
+            self._files.close()
+            self._files = None
         if self.work is not None:
             remove_work_dir(self.work)
             self.work = None
@@ -306,27 +314,36 @@ class RebuiltArchive:
 
     # -- preparation: every content the archive needs, checked, in the work directory --------
 
-    def _prepare(self) -> list[TreeFile]:
+    def _prepare(self) -> FileList:
         try:
             self.work, self._lock = locked_work_dir(self.root)
             self._contents = _Contents(self.work / "contents")
-            carried, files = self._spool_delta()
-            needed = {entry.sha256: entry.size for entry in files if entry.sha256 not in carried}
-            if needed:
-                self._take_from_base(needed)
-            for entry in files:
-                if entry.sha256 not in self._contents:
-                    raise self._refused(
-                        f"{entry.path}: its content {entry.sha256[:12]} is neither in the "
-                        f"delta nor in the base {self._base_label}"
-                    )
+            self._files = FileList(str(self.work))
+            self._spool_delta(self._files)
+            self._take_missing(self._files)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full(self.root, None, "nothing was published") from None
             raise OperationFailed(
                 f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
             ) from None
-        return files
+        return self._files
+
+    def _take_missing(self, files: FileList) -> None:
+        """The contents the delta did not carry, from the base; refused when one is in
+        neither."""
+        assert self._contents is not None
+        if any(sha256 not in self._contents for _, _, sha256 in files):
+            with SpillMap() as needed:
+                for _, _, sha256 in files:
+                    needed.add(sha256)
+                self._take_from_base(needed)
+        for path, _, sha256 in files:
+            if sha256 not in self._contents:
+                raise self._refused(
+                    f"{path}: its content {sha256[:12]} is neither in the "
+                    f"delta nor in the base {self._base_label}"
+                )
 
     def _refused(self, what: str) -> IntegrityError:
         """A refusal of this delta (not of the medium): carrying the version whole mends it."""
@@ -339,42 +356,48 @@ class RebuiltArchive:
         assert self.item.delta is not None
         return f"{self.item.domain} {self.item.delta.base_version}"
 
-    def _spool_delta(self) -> tuple[set[str], list[TreeFile]]:
-        """The carried contents, spooled and checked, and the file list, checked against the
-        signed tree. Parts first: a part the medium damaged is named as such."""
+    def _spool_delta(self, files: FileList) -> None:
+        """The carried contents, spooled and checked, and the file list (into `files`),
+        checked against the signed tree. Parts first: a part the medium damaged is named
+        as such."""
         check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
-        try:
-            carried, files = self._read_delta()
-        except IntegrityError as exc:
-            if exc.hint is not None:
-                raise
-            raise IntegrityError(exc.message, hint=carry_whole(self.sequence)) from None
-        sizes = {entry.sha256: entry.size for entry in files}
-        for sha256, size in carried.items():
-            if sha256 not in sizes:
-                raise self._refused(f"the delta carries content {sha256[:12]}, which no file uses")
-            if sizes[sha256] != size:
-                raise self._refused(
-                    f"content {sha256[:12]} holds {size} bytes, the file list says {sizes[sha256]}"
-                )
-        return set(carried), files
+        with SpillMap() as carried:
+            try:
+                self._read_delta(carried, files)
+            except IntegrityError as exc:
+                if exc.hint is not None:
+                    raise
+                raise IntegrityError(exc.message, hint=carry_whole(self.sequence)) from None
+            with SpillMap() as sizes:
+                for _, length, sha256 in files:
+                    sizes[sha256] = str(length)
+                for sha256, size in carried.sorted_items():
+                    listed = sizes.get(sha256)
+                    if listed is None:
+                        raise self._refused(
+                            f"the delta carries content {sha256[:12]}, which no file uses"
+                        )
+                    if listed != size:
+                        raise self._refused(
+                            f"content {sha256[:12]} holds {size} bytes, the file list says {listed}"
+                        )
 
-    def _read_delta(self) -> tuple[dict[str, int], list[TreeFile]]:
+    def _read_delta(self, carried: SpillMap, files: FileList) -> None:
         label = self.item.label
-        carried: dict[str, int] = {}
-        listing = b""
+        listed = False
         with BlobReader(self.set_dir, self.item) as blob:
             for member in read_delta_blob(cast(IO[bytes], blob), label=label):
                 if isinstance(member, DeltaContent):
                     self._spool(member.sha256, member.size, member.stream, "the delta")
-                    carried[member.sha256] = member.size
+                    carried[member.sha256] = str(member.size)
                 else:
-                    listing = member
+                    listed = True
+                    entries = read_file_list(member.stream, label=label, limits=self.limits)
+                    files.extend((e.path, e.size, e.sha256) for e in entries)
             while blob.read(CHUNK_SIZE):
                 pass  # the blob's last part and its whole sha256 are checked at its end
-        files = parse_file_list(listing, label=label, limits=self.limits)
-        check_tree(files, self.item.tree_sha256, label=label)
-        return carried, files
+        assert listed  # read_delta_blob refuses a blob without its list
+        check_tree((TreeFile(p, s, h) for p, s, h in files), self.item.tree_sha256, label=label)
 
     def _spool(self, sha256: str, size: int, stream: IO[bytes], source: str) -> None:
         assert self._contents is not None
@@ -393,7 +416,7 @@ class RebuiltArchive:
         except IntegrityError as exc:
             raise self._refused(exc.message) from None
 
-    def _take_from_base(self, needed: Mapping[str, int]) -> None:
+    def _take_from_base(self, needed: Container[str]) -> None:
         """The contents the delta did not carry, from the base's object: a tar archive is
         read once, as it streams from the bucket (each kept content is checked against its
         sha256, the tree against the signed one, the whole against the base's manifest); a
@@ -437,7 +460,7 @@ class RebuiltArchive:
 
     # -- generation: the archive in file-list order, as it is read ----------------------------
 
-    def _generate(self, files: list[TreeFile], put: Callable[[bytes], None]) -> None:
+    def _generate(self, files: FileList, put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
         archive = TreeArchive(
             put,
@@ -445,8 +468,8 @@ class RebuiltArchive:
             compression=self.item.delta.compression,
         )
         self._contents.flush()
-        for entry in files:
-            archive.add_file(entry.path, entry.size, self._contents.chunks(entry.sha256))
+        for path, size, sha256 in files:
+            archive.add_file(path, size, self._contents.chunks(sha256))
         archive.close()
         self._require("the rebuilt archive", archive.sha256, self.item.delta.archive_sha256)
 
@@ -456,7 +479,7 @@ class _HashingStream:
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._buffer = b""
+        self._buffer = memoryview(b"")
         self._hashing = HashingWriter()
 
     def read(self, size: int = -1, /) -> bytes:
@@ -465,12 +488,11 @@ class _HashingStream:
             if chunk is None:
                 return b""
             self._hashing.write(chunk)
-            self._buffer = chunk
-        if size is None or size < 0 or size >= len(self._buffer):
-            data, self._buffer = self._buffer, b""
-        else:
-            data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
+            self._buffer = memoryview(chunk)
+        if size is None or size < 0:
+            size = len(self._buffer)
+        data, self._buffer = self._buffer[:size], self._buffer[size:]
+        return bytes(data)
 
     def copy_to(self, out: IO[bytes]) -> None:
         while chunk := self.read(CHUNK_SIZE):
@@ -491,19 +513,21 @@ class _Contents:
 
     def __init__(self, path: Path) -> None:
         self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
-        self.where: dict[str, tuple[int, int]] = {}
+        self.where = SpillMap()  # sha256 -> "offset size"
 
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self.where
 
-    def adding(self) -> _Adding:
-        return _Adding(self)
+    def adding(self, *, hashing: bool = True) -> _Adding:
+        return _Adding(self, hashing=hashing)
 
     def flush(self) -> None:
         self.handle.flush()
 
     def chunks(self, sha256: str) -> Iterator[bytes]:
-        offset, remaining = self.where[sha256]
+        where = self.where.get(sha256)
+        assert where is not None
+        offset, remaining = (int(n) for n in where.split())
         fd = self.handle.fileno()
         while remaining > 0:
             chunk = os.pread(fd, min(CHUNK_SIZE, remaining), offset)
@@ -515,29 +539,37 @@ class _Contents:
 
     def close(self) -> None:
         self.handle.close()
+        self.where.close()
 
 
 class _Adding:
-    """One content being appended: hashed as written; `finish(wanted)` keeps it when its
-    sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
+    """One content being appended: hashed as written (unless `hashing` is off: the caller
+    learns its digest elsewhere and hands it to `finish`); `finish(wanted)` keeps it when
+    its sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
 
-    def __init__(self, contents: _Contents) -> None:
+    def __init__(self, contents: _Contents, *, hashing: bool = True) -> None:
         self.contents = contents
         self.start = contents.handle.seek(0, os.SEEK_END)
-        self.written = HashingWriter(contents.handle)
+        self.written = HashingWriter(contents.handle) if hashing else None
+        self.size = 0
         self.kept = False
 
     def write(self, data: bytes) -> int:
-        return self.written.write(data)
+        if self.written is not None:
+            return self.written.write(data)
+        self.size += len(data)
+        return self.contents.handle.write(data)
 
     @property
     def result(self) -> Digest:
+        assert self.written is not None
         return self.written.result
 
-    def finish(self, wanted: Container[str]) -> None:
-        sha256, size = self.written.result.sha256, self.written.size
+    def finish(self, wanted: Container[str], digest: Digest | None = None) -> None:
+        known = digest or self.result
+        sha256, size = known.sha256, known.size
         if sha256 in wanted and sha256 not in self.contents:
-            self.contents.where[sha256] = (self.start, size)
+            self.contents.where[sha256] = f"{self.start} {size}"
             self.kept = True
 
     def __enter__(self) -> _Adding:
@@ -560,11 +592,12 @@ class _NeededContents:
         return None
 
     def open_file(self, path: str) -> IO[bytes]:
-        return cast(IO[bytes], _BaseFile(self.contents.adding(), self.needed))
+        return cast(IO[bytes], _BaseFile(self.contents.adding(hashing=False), self.needed))
 
 
 class _BaseFile:
-    """A base archive's file as the sink sees it: kept at its end when it is needed."""
+    """A base archive's file as the sink sees it: kept at its end when it is needed (its
+    digest is the one the archive check computed: `archive.FileSink`)."""
 
     def __init__(self, adding: _Adding, needed: Container[str]) -> None:
         self.adding = adding
@@ -573,12 +606,15 @@ class _BaseFile:
     def write(self, data: bytes) -> int:
         return self.adding.write(data)
 
+    def digested(self, sha256: str, size: int) -> None:
+        if size != self.adding.size:
+            raise OperationFailed(f"the rebuild kept {self.adding.size} bytes of {size}")
+        self.adding.finish(self.needed, Digest(sha256, size))
+
     def __enter__(self) -> _BaseFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            self.adding.finish(self.needed)
         self.adding.__exit__(*exc)
 
 

@@ -78,6 +78,7 @@ from mirror.export.lease import replica_identity
 from mirror.export.outcome import DownloadEvents, ExportOutcome, RunEvent, job_event, outcome_of
 from mirror.export.runstate import RunContext
 from mirror.fsutil import disk_full, is_disk_full
+from mirror.store import digests
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle, add_version, latest_version, version_ref
 from mirror.store.models import Bundle, ExportRun, RunState, Version
@@ -357,6 +358,7 @@ class _Runner(RunContext):
                 return self.finish_unchanged(session, latest, report)
         site = judge_site(self.app, self.domain, self.current, report)
         blob = self.store.adopt(source, sha256, size) if source == partial else source
+        digests.keep_report(self.store, sha256, report)  # a delta pack's base side
         if site.refusal is not None:
             self.keep_aside(site, sha256, size, report)
         label = self.add_rows(site, sha256, size, report)

@@ -11,10 +11,15 @@ Promises:
   bundle is in the store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
   version: V goes whole, with the reason (`NO_BASE`, `BASE_BLOB_MISSING`).
-- `build_delta` reads each bundle once, streaming. Memory holds the two file lists (bounded
-  by the archive limits' file count) and files below `SPOOL_IN_MEMORY`; larger files, and
-  the delta blob, go to temp files without a name under the store's tmp dir, so success,
-  refusal and a killed process alike leave none behind.
+- `build_delta` reads only the new version's bundle, streaming: the base's side (its paths
+  and contents) comes from the file digests kept beside its bundle (`store.digests`). A base
+  stored before digests were kept (or whose listing is damaged) has its bundle read once
+  instead, logged, and its digests are kept then, as are the new version's, so the next
+  pack reads one bundle. Memory is flat in the file count: the file lists and the base's
+  tables are on disk past `spill.SPILL_AT` entries; files below `SPOOL_IN_MEMORY` are
+  spooled in memory; larger files, the file lists and the delta blob go to temp files
+  without a name under the store's tmp dir, so success, refusal and a killed process alike
+  leave none behind.
 - V's file list must hash to V's recorded tree, and the base's to the base's recorded tree,
   or the delta is refused (IntegrityError: the store is inconsistent with its index).
 - The entry's `archive_sha256`/`archive_size` are those of the tree archive built in file-list
@@ -26,6 +31,7 @@ Promises:
 from __future__ import annotations
 
 import io
+import logging
 import tempfile
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -36,10 +42,12 @@ from typing import IO, Any, BinaryIO, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.archive import ArchiveLimits, read_archive, tree_hash
+from mirror.archive import ArchiveLimits, inspect_archive, read_archive
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
+from mirror.spill import FileList, SpillMap
+from mirror.store import digests
 from mirror.store.blobs import BlobStore
 from mirror.store.models import Version
 from mirror.transferset.compression import current
@@ -54,6 +62,7 @@ from mirror.transferset.format import DeltaEntry
 from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024
+log = logging.getLogger(__name__)
 
 NO_BASE = "no base"
 BASE_BLOB_MISSING = "base blob missing"
@@ -203,10 +212,10 @@ def build_delta(
     in an open, nameless temp file, else only hashed."""
     limits = limits or ArchiveLimits()
     store.ensure()
-    base_files = _base_files(store, base, limits)
     output = tempfile.TemporaryFile(dir=store.tmp_dir) if keep else None  # noqa: SIM115
     try:
-        return _build(store, item, base, base_files, output, limits)
+        with _BaseTree.of(store, base, limits) as base_tree:
+            return _build(store, item, base, base_tree, output, limits)
     except BaseException as exc:
         if output is not None:
             output.close()
@@ -215,35 +224,71 @@ def build_delta(
         raise
 
 
-def _base_files(store: BlobStore, base: Base, limits: ArchiveLimits) -> dict[str, str]:
-    sink = _Hashing()
-    report = read_archive(store.open(base.bundle_sha256), sink, limits)
-    if report.tree_sha256 != base.tree_sha256:
-        raise _inconsistent(base.label, report.tree_sha256, base.tree_sha256)
-    return sink.files
+class _BaseTree:
+    """The base version's files (path -> sha256) and its contents, on disk as they grow:
+    from the digests kept beside its bundle (`store.digests`), or, for a bundle stored
+    before they were kept, from reading the bundle once (then kept for the next pack)."""
+
+    def __init__(self) -> None:
+        self.paths = SpillMap()
+        self.contents = SpillMap()
+        self.scanned = False
+
+    @classmethod
+    def of(cls, store: BlobStore, base: Base, limits: ArchiveLimits) -> _BaseTree:
+        tree = cls()
+        listing = digests.load(store, base.bundle_sha256, base.tree_sha256, str(store.tmp_dir))
+        if listing is None:
+            log.info(
+                "version %s: no file digests kept beside its bundle; reading the bundle",
+                base.label,
+            )
+            report = inspect_archive(store.open(base.bundle_sha256), limits)
+            if report.tree_sha256 != base.tree_sha256:
+                raise _inconsistent(base.label, report.tree_sha256, base.tree_sha256)
+            assert report.digests is not None
+            digests.keep_report(store, base.bundle_sha256, report)
+            listing, tree.scanned = report.digests, True
+        with listing:
+            for path, _, sha256 in listing:
+                tree.paths[path] = sha256
+                tree.contents.add(sha256)
+        return tree
+
+    def __enter__(self) -> _BaseTree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.paths.close()
+        self.contents.close()
 
 
 def _build(
     store: BlobStore,
     item: Offered,
     base: Base,
-    base_files: dict[str, str],
+    base_tree: _BaseTree,
     output: IO[bytes] | None,
     limits: ArchiveLimits,
 ) -> DeltaBlob:
     counted = HashingWriter(output)
-    blob = DeltaBlobWriter(cast(BinaryIO, counted))
+    blob = DeltaBlobWriter(cast(BinaryIO, counted), spool_dir=str(store.tmp_dir))
     compression = current()
     tree = TreeArchive(
         lambda _data: None, mtime=archive_mtime(item.exported_at), compression=compression
     )
-    sink = _Spooling(store.tmp_dir, base_files, tree, blob)
-    read_archive(store.open(item.ref.sha256), sink, limits)
-    got = tree_hash((entry.path, entry.sha256) for entry in sink.files)
-    if got != item.tree_sha256:
-        raise _inconsistent(item.ref.label, got, item.tree_sha256)
-    tree.close()
-    blob.finish(sink.files)
+    with FileList(str(store.tmp_dir)) as files:
+        sink = _Spooling(store.tmp_dir, base_tree, tree, blob, files)
+        report = read_archive(store.open(item.ref.sha256), sink, limits)
+        if report.tree_sha256 != item.tree_sha256:
+            raise _inconsistent(item.ref.label, report.tree_sha256, item.tree_sha256)
+        assert report.digests is not None
+        if not store.digests_path(item.ref.sha256).is_file():
+            digests.keep_report(store, item.ref.sha256, report)
+        removed = _removed(base_tree.paths, report.digests)
+        tree.close()
+        carried = len(blob.carried)
+        blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in files)
     if output is not None:
         output.flush()
         output.seek(0)
@@ -255,15 +300,29 @@ def _build(
             base_tree_sha256=base.tree_sha256,
             archive_sha256=tree.sha256,
             archive_size=tree.size,
-            file_count=len(sink.files),
+            file_count=len(files),
             compression=compression,
-            carried_files=len(blob.carried),
+            carried_files=carried,
         ),
         changed=sink.changed,
         added=sink.added,
-        removed=len(base_files.keys() - sink.paths),
+        removed=removed,
         file=output,
     )
+
+
+def _removed(base_paths: SpillMap, new_files: FileList) -> int:
+    """How many base paths the new tree lacks (both in the tree hash's order: one merge)."""
+    new = (path.encode() for path, _, _ in new_files)
+    current_new = next(new, None)
+    removed = 0
+    for path, _ in base_paths.sorted_items():
+        key = path.encode()
+        while current_new is not None and current_new < key:
+            current_new = next(new, None)
+        if current_new != key:
+            removed += 1
+    return removed
 
 
 def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
@@ -278,17 +337,18 @@ def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
 
 
 class _Catcher(io.RawIOBase):
-    """What a sink hands `read_archive` for one file: the bytes are hashed on their way to
-    `target` (or nowhere); `on_done` hears their digest once the whole member was read (not
-    when reading stopped on an error)."""
+    """What a sink hands `read_archive` for one file: the bytes go to `target`; `on_done`
+    hears their digest, the one the archive check computed (`archive.FileSink`), once the
+    whole member was read (not when reading stopped on an error)."""
 
     def __init__(
         self,
-        target: IO[bytes] | None,
+        target: IO[bytes],
         on_done: Callable[[Digest], None],
         on_close: Callable[[], None] = lambda: None,
     ) -> None:
-        self._hashed = HashingWriter(target)
+        self._target = target
+        self._digest: Digest | None = None
         self._on_done = on_done
         self._on_close = on_close
 
@@ -296,51 +356,38 @@ class _Catcher(io.RawIOBase):
         return True
 
     def write(self, data: Any) -> int:
-        return self._hashed.write(bytes(data))
+        return self._target.write(data)
+
+    def digested(self, sha256: str, size: int) -> None:
+        self._digest = Digest(sha256, size)
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         try:
-            if exc_type is None:
-                self._on_done(self._hashed.result)
+            if exc_type is None and self._digest is not None:
+                self._on_done(self._digest)
         finally:
             self._on_close()
             self.close()
 
 
-class _Hashing:
-    """A sink that learns each file's sha256: {path: hex}."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, str] = {}
-
-    def directory(self, path: str) -> None:
-        pass
-
-    def open_file(self, path: str) -> IO[bytes]:
-        def done(digest: Digest) -> None:
-            self.files[path] = digest.sha256
-
-        return cast(IO[bytes], _Catcher(None, done))
-
-
 class _Spooling:
     """A sink that spools each file of the new version to learn its hash, then appends it to
-    the tree archive and, when the base lacks its content, to the delta blob."""
+    the tree archive and, when the base lacks its content, to the delta blob; the file list
+    goes to `files` (on disk)."""
 
     def __init__(
         self,
         spool_dir: Path,
-        base_files: dict[str, str],
+        base: _BaseTree,
         tree: TreeArchive,
         blob: DeltaBlobWriter,
+        files: FileList,
     ) -> None:
         self._spool_dir = spool_dir
-        self._base_files = base_files
-        self._base_contents = set(base_files.values())
+        self._base = base
         self._tree = tree
         self._blob = blob
-        self.files: list[TreeFile] = []
-        self.paths: set[str] = set()
+        self.files = files
         self.changed = 0
         self.added = 0
 
@@ -356,15 +403,14 @@ class _Spooling:
         return cast(IO[bytes], _Catcher(cast(IO[bytes], spool), done, spool.close))
 
     def _add(self, path: str, spool: SpooledTemporaryFile[bytes], sha256: str, size: int) -> None:
-        self.files.append(TreeFile(path=path, size=size, sha256=sha256))
-        self.paths.add(path)
-        before = self._base_files.get(path)
+        self.files.append(path, size, sha256)
+        before = self._base.paths.get(path)
         if before is None:
             self.added += 1
         elif before != sha256:
             self.changed += 1
         spool.seek(0)
         self._tree.add_file(path, size, read_chunks(spool))
-        if sha256 not in self._base_contents:
+        if sha256 not in self._base.contents:
             spool.seek(0)
             self._blob.add_content(sha256, size, read_chunks(spool))

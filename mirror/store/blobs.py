@@ -1,7 +1,8 @@
 """The content-addressed blob store on disk.
 
-Layout: `ROOT/blobs/sha256/ab/<hex>` (read-only files) and `ROOT/tmp/` for
-partial downloads. Promise: a blob path exists only once its bytes are whole,
+Layout: `ROOT/blobs/sha256/ab/<hex>` (read-only files), `ROOT/digests/sha256/ab/<hex>.gz`
+(each blob's file digests: `store.digests`) and `ROOT/tmp/` for partial downloads.
+Promise: a blob path exists only once its bytes are whole,
 fsynced and named by their own sha256; `tmp/` and `blobs/` share a file system,
 so moving a finished download into place is one atomic rename.
 """
@@ -41,6 +42,7 @@ class BlobStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.blobs_dir = root / "blobs" / "sha256"
+        self.digests_dir = root / "digests" / "sha256"
         self.tmp_dir = root / "tmp"
 
     def ensure(self) -> None:
@@ -70,6 +72,10 @@ class BlobStore:
         if not _HEX64.match(sha256):
             raise ValueError(f"not a sha256 hex digest: {sha256!r}")
         return self.blobs_dir / sha256[:2] / sha256
+
+    def digests_path(self, sha256: str) -> Path:
+        """Where blob `sha256`'s file digests are kept (`store.digests` owns the format)."""
+        return self.digests_dir / sha256[:2] / f"{self.blob_path(sha256).name}.gz"
 
     def temp_path(self, name: str) -> Path:
         """A path under tmp/ for a partial file; `name` must be a plain file name."""
@@ -136,8 +142,11 @@ class BlobStore:
         return digest.sha256, digest.size
 
     def remove(self, sha256: str) -> int:
-        """Delete a blob; returns the bytes freed (0 if it was not there)."""
+        """Delete a blob, and its file digests; returns the bytes freed (0 if it was not
+        there)."""
         path = self.blob_path(sha256)
+        with contextlib.suppress(FileNotFoundError):
+            self.digests_path(sha256).unlink()
         try:
             size = path.stat().st_size
             path.unlink()

@@ -26,20 +26,25 @@ whose manifest names no compression, as stored deflate blocks.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
+import io
 import math
 import re
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
-from mirror.archive import ArchiveLimits, check_tree_paths, tree_hash
+from mirror.archive import ArchiveLimits, TreePaths, tree_hash
 from mirror.errors import IntegrityError
 from mirror.integrity import CHUNK_SIZE, mismatch
+from mirror.spill import SpillMap
 from mirror.timestamps import parse_zoned
 from mirror.transferset.compression import Compression, gzip_sink
-from mirror.transferset.format import canonical_json, parse_strict_json
+from mirror.transferset.format import canonical_json, parse_strict_json, strict_decoder
 
 FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
@@ -49,6 +54,8 @@ DIRECTORY_MODE = 0o755
 MAX_FILE_LIST_BYTES = 256 * 1024 * 1024
 RECORD_SIZE = 10240
 
+_CANONICAL_HEAD = '{"files":['
+_LIST_CHUNK = 64 * 1024
 _CONTENT_NAME = re.compile(r"^content/([0-9a-f]{64})$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _USTAR_MAX_SIZE = 8**11 - 1
@@ -66,29 +73,145 @@ class TreeFile:
 
 
 def file_list_bytes(files: Iterable[TreeFile]) -> bytes:
-    return canonical_json(
-        {"format": FILE_LIST_FORMAT, "files": [entry.as_dict() for entry in files]}
-    )
+    out = io.BytesIO()
+    write_file_list(files, out.write)
+    return out.getvalue()
+
+
+def write_file_list(files: Iterable[TreeFile], write: Callable[[bytes], object]) -> None:
+    """The file list's canonical JSON, entry by entry (memory flat in the file count): the
+    same bytes as `canonical_json` of the whole document (sorted keys: files, format)."""
+    write(b'{"files":[')
+    for n, entry in enumerate(files):
+        write((b"," if n else b"") + canonical_json(entry.as_dict()))
+    write(b'],"format":%d}' % FILE_LIST_FORMAT)
 
 
 def parse_file_list(
     data: bytes, *, label: str, limits: ArchiveLimits | None = None
 ) -> list[TreeFile]:
     """The files of a delta's file list; IntegrityError (exit 5) names the first bad entry."""
+    return list(read_file_list(io.BytesIO(data), label=label, limits=limits))
+
+
+def read_file_list(
+    stream: IO[bytes], *, label: str, limits: ArchiveLimits | None = None
+) -> Iterator[TreeFile]:
+    """`parse_file_list` as the list is read from `stream`: a canonical list (what every
+    packer writes) entry by entry, any other JSON whole (up to `MAX_FILE_LIST_BYTES`). The
+    paths are checked as they pass; a refusal can come after entries were given."""
     where = f"{label}: {FILE_LIST_NAME}"
-    document = parse_strict_json(data, where)
-    if not isinstance(document, dict) or set(document) != {"format", "files"}:
-        raise IntegrityError(f"{where}: not a file list (expected format and files)")
-    if document["format"] != FILE_LIST_FORMAT:
-        raise IntegrityError(f"{where}: format {document['format']!r} is not supported")
-    if not isinstance(document["files"], list):
-        raise IntegrityError(f"{where}: files is not a list")
-    files = [_tree_file(entry, f"{where}: files.{n}") for n, entry in enumerate(document["files"])]
-    try:
-        check_tree_paths((entry.path for entry in files), limits or ArchiveLimits())
-    except IntegrityError as exc:
-        raise IntegrityError(f"{where}: {exc.message}") from None
-    return files
+    with contextlib.closing(TreePaths(limits or ArchiveLimits())) as checker:
+        for entry in _FileListReader(stream, where).entries():
+            try:
+                checker.check(entry.path)
+            except IntegrityError as exc:
+                raise IntegrityError(f"{where}: {exc.message}") from None
+            yield entry
+
+
+class _FileListReader:
+    """Reads a file list's entries from a stream (`read_file_list`)."""
+
+    def __init__(self, stream: IO[bytes], where: str) -> None:
+        self._stream = stream
+        self._where = where
+        self._decoder = strict_decoder()
+        self._text = ""
+        self._pos = 0
+        self._ended = False
+        self._read = 0
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+
+    def entries(self) -> Iterator[TreeFile]:
+        head = self._fill(len(_CANONICAL_HEAD))
+        if not head.startswith(_CANONICAL_HEAD):
+            yield from self._whole()
+            return
+        self._pos = len(_CANONICAL_HEAD)
+        n = 0
+        while True:
+            if self._peek() == "]" and n == 0:
+                break
+            entry = self._value()
+            yield _tree_file(entry, f"{self._where}: files.{n}")
+            n += 1
+            following = self._peek()
+            self._pos += 1
+            if following == "]":
+                break
+            if following != ",":
+                raise IntegrityError(f"{self._where}: not valid strict JSON (after files.{n - 1})")
+        if n == 0:
+            self._pos += 1
+        self._tail()
+
+    def _tail(self) -> None:
+        while not self._ended:
+            self._more()
+        rest = self._text[self._pos :]
+        if not rest.startswith(","):
+            raise IntegrityError(f"{self._where}: not a file list (expected format and files)")
+        document = parse_strict_json(("{" + rest[1:]).encode(), self._where)
+        if not isinstance(document, dict) or set(document) != {"format"}:
+            raise IntegrityError(f"{self._where}: not a file list (expected format and files)")
+        if document["format"] != FILE_LIST_FORMAT:
+            raise IntegrityError(f"{self._where}: format {document['format']!r} is not supported")
+
+    def _whole(self) -> Iterator[TreeFile]:
+        while not self._ended:
+            self._more()
+        document = parse_strict_json(self._text.encode(), self._where)
+        self._text = ""
+        if not isinstance(document, dict) or set(document) != {"format", "files"}:
+            raise IntegrityError(f"{self._where}: not a file list (expected format and files)")
+        if document["format"] != FILE_LIST_FORMAT:
+            raise IntegrityError(f"{self._where}: format {document['format']!r} is not supported")
+        if not isinstance(document["files"], list):
+            raise IntegrityError(f"{self._where}: files is not a list")
+        for n, entry in enumerate(document["files"]):
+            yield _tree_file(entry, f"{self._where}: files.{n}")
+
+    def _value(self) -> Any:
+        while True:
+            try:
+                value, end = self._decoder.raw_decode(self._text, self._pos)
+            except ValueError as exc:
+                if self._ended:
+                    raise IntegrityError(f"{self._where}: not valid strict JSON ({exc})") from None
+                self._more()
+                continue
+            if end == len(self._text) and not self._ended:
+                self._more()  # a number might go on in the next piece
+                continue
+            self._pos = end
+            return value
+
+    def _peek(self) -> str:
+        while self._pos >= len(self._text) and not self._ended:
+            self._more()
+        return self._text[self._pos : self._pos + 1]
+
+    def _fill(self, size: int) -> str:
+        while len(self._text) < size and not self._ended:
+            self._more()
+        return self._text[:size]
+
+    def _more(self) -> None:
+        try:
+            chunk = self._stream.read(_LIST_CHUNK)
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            raise IntegrityError(f"{self._where}: not readable ({exc})") from None
+        self._read += len(chunk)
+        if self._read > MAX_FILE_LIST_BYTES:
+            raise IntegrityError(f"{self._where}: the delta's file list is too large")
+        self._text = self._text[self._pos :]
+        self._pos = 0
+        self._ended = not chunk
+        try:
+            self._text += self._utf8.decode(chunk, final=self._ended)
+        except UnicodeDecodeError:
+            raise IntegrityError(f"{self._where}: not UTF-8") from None
 
 
 def _tree_file(entry: Any, where: str) -> TreeFile:
@@ -147,7 +270,7 @@ class TreeArchive:
     ) -> None:
         self._gzip = gzip_sink(compression, write)
         self._mtime = mtime
-        self._directories: set[str] = set()
+        self._directories = SpillMap()
         self._tar_bytes = 0
         self.closed = False
 
@@ -155,8 +278,7 @@ class TreeArchive:
         parts = path.split("/")
         for depth in range(1, len(parts)):
             directory = "/".join(parts[:depth])
-            if directory not in self._directories:
-                self._directories.add(directory)
+            if self._directories.add(directory):
                 self._emit(_member_header(directory + "/", 0, self._mtime, directory=True))
         self._emit(_member_header(path, size, self._mtime, directory=False))
         written = 0
@@ -176,6 +298,7 @@ class TreeArchive:
         self._emit(b"\0" * 1024)
         self._emit(b"\0" * (-self._tar_bytes % RECORD_SIZE))
         self._gzip.close()
+        self._directories.close()
         self.closed = True
 
     @property
@@ -272,25 +395,33 @@ def _octal(value: int, width: int) -> bytes:
 
 
 class DeltaBlobWriter:
-    """Writes a delta blob to `out`: contents first (each once), the file list last."""
+    """Writes a delta blob to `out`: contents first (each once), the file list last. The
+    list is spooled to a nameless temp file in `spool_dir` (its member header needs its
+    size), so memory does not grow with the file count."""
 
-    def __init__(self, out: BinaryIO, *, compresslevel: int = 6) -> None:
+    def __init__(
+        self, out: BinaryIO, *, compresslevel: int = 6, spool_dir: str | None = None
+    ) -> None:
         import gzip
 
         self._gzip = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=compresslevel, mtime=0)
-        self.carried: set[str] = set()
+        self._spool_dir = spool_dir
+        self.carried = SpillMap()
 
     def add_content(self, sha256: str, size: int, chunks: Iterable[bytes]) -> None:
-        if sha256 in self.carried:
+        if not self.carried.add(sha256):
             return
-        self.carried.add(sha256)
         self._member(f"{CONTENT_DIR}/{sha256}", size, chunks)
 
     def finish(self, files: Iterable[TreeFile]) -> None:
-        data = file_list_bytes(files)
-        self._member(FILE_LIST_NAME, len(data), [data])
+        with tempfile.TemporaryFile(dir=self._spool_dir) as listing:
+            write_file_list(files, listing.write)
+            size = listing.tell()
+            listing.seek(0)
+            self._member(FILE_LIST_NAME, size, read_chunks(listing))
         self._gzip.write(b"\0" * 1024)
         self._gzip.close()
+        self.carried.close()
 
     def _member(self, name: str, size: int, chunks: Iterable[bytes]) -> None:
         self._gzip.write(_member_header(name, size, 0, directory=False))
@@ -312,14 +443,23 @@ class DeltaContent:
     stream: IO[bytes]
 
 
-def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent | bytes]:
-    """The carried contents in blob order, then the file list's bytes (last). IntegrityError
+@dataclass(frozen=True)
+class DeltaFileList:
+    """The delta's file list (its last member): read `stream` (`read_file_list`) before
+    asking for the next member."""
+
+    size: int
+    stream: IO[bytes]
+
+
+def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent | DeltaFileList]:
+    """The carried contents in blob order, then the file list (last). IntegrityError
     (exit 5) for anything else: another member, a content twice, a missing or early list.
     The contents' hashes are not checked here: the caller hashes what it reads."""
     import gzip
 
-    seen: set[str] = set()
-    files: bytes | None = None
+    seen = SpillMap()
+    files = False
     try:
         with (
             gzip.GzipFile(fileobj=stream, mode="rb") as plain,
@@ -327,7 +467,7 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
         ):
             while (info := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # stream: keep none
-                if files is not None:
+                if files:
                     raise IntegrityError(f"{label}: the delta blob goes on after its file list")
                 if not info.isreg():
                     raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
@@ -336,22 +476,23 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
                 if info.name == FILE_LIST_NAME:
                     if info.size > MAX_FILE_LIST_BYTES:
                         raise IntegrityError(f"{label}: the delta's file list is too large")
-                    files = reader.read()
+                    files = True
+                    yield DeltaFileList(info.size, reader)
                     continue
                 match = _CONTENT_NAME.match(info.name)
                 if match is None:
                     raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
-                if match.group(1) in seen:
+                if not seen.add(match.group(1)):
                     raise IntegrityError(f"{label}: the delta carries {match.group(1)} twice")
-                seen.add(match.group(1))
                 yield DeltaContent(match.group(1), info.size, reader)
     except IntegrityError:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise IntegrityError(f"{label}: the delta blob is not a readable tar.gz ({exc})") from None
-    if files is None:
+    finally:
+        seen.close()
+    if not files:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
-    yield files
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:

@@ -82,8 +82,8 @@ def _refuse_floats(value: Any) -> None:
             _refuse_floats(item)
 
 
-def parse_strict_json(data: bytes, name: str) -> Any:
-    """JSON without duplicate keys, floats or NaN; IntegrityError names `name`."""
+def strict_decoder() -> json.JSONDecoder:
+    """The decoder of `parse_strict_json`: no duplicate keys, floats or NaN (ValueError)."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         document: dict[str, Any] = {}
@@ -96,13 +96,13 @@ def parse_strict_json(data: bytes, name: str) -> Any:
     def no_float(text: str) -> Any:
         raise ValueError(f"float {text} is not allowed")
 
+    return json.JSONDecoder(object_pairs_hook=pairs, parse_float=no_float, parse_constant=no_float)
+
+
+def parse_strict_json(data: bytes, name: str) -> Any:
+    """JSON without duplicate keys, floats or NaN; IntegrityError names `name`."""
     try:
-        return json.loads(
-            data.decode("utf-8"),
-            object_pairs_hook=pairs,
-            parse_float=no_float,
-            parse_constant=no_float,
-        )
+        return strict_decoder().decode(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise IntegrityError(f"{name}: not UTF-8") from None
     except ValueError as exc:

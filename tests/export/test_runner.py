@@ -39,6 +39,7 @@ from mirror.export.runner import (
 )
 from mirror.integrity import hash_file
 from mirror.sim import MALICIOUS_KINDS, Simulator
+from mirror.store import digests
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.vendor.client import ExportJob, VendorClient
@@ -216,6 +217,8 @@ def test_two_domains_are_stored_with_versions(
         assert outcome.blob_path == app.store.blob_path(outcome.ref.sha256)
         assert outcome.ref.format == "tar.gz" and outcome.file_count > 0
         assert not outcome.resumed
+        kept = digests.load(app.store, outcome.ref.sha256, outcome.tree_sha256)
+        assert kept is not None and len(kept) == outcome.file_count  # a delta pack's base side
     assert {b.sha256 for b in bundles(app)} == {first.ref.sha256, second.ref.sha256}
     assert [(v.domain, v.label) for v in versions(app)] == [
         ("docs.a.test", "2026-11-21"),
@@ -561,6 +564,7 @@ def test_resume_after_the_download_rehashes_and_stores(
     outcome = run_export(app, vendor(sim, http), "docs.dl.test")
     assert outcome.state == "stored" and outcome.ref.sha256 == run.sha256 and outcome.resumed
     assert served(sim, outcome.job_id) == outcome.ref.size  # nothing fetched again
+    assert digests.load(app.store, outcome.ref.sha256, outcome.tree_sha256) is not None
 
 
 def test_crash_between_adopt_and_commit_is_finished_from_the_blob(

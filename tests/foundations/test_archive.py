@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mirror import spill
 from mirror.archive import (
     FEED_DEPTH,
     ArchiveFeed,
@@ -418,6 +419,42 @@ def test_file_and_directory_clashes_are_refused(
 def test_a_directory_listed_twice_is_fine(tmp_path: Path) -> None:
     entries = [Entry("a", kind="dir"), Entry("a/", kind="dir"), Entry("a/x", b"1")]
     assert inspect_archive(write_tar(tmp_path / "x.tar.gz", entries)).file_count == 1
+
+
+SPILLED_CASES = [
+    (
+        [Entry(f"p{i}.html", b"x") for i in range(6)] + [Entry("p3.html", b"y")],
+        "duplicates the path",
+    ),
+    ([Entry(f"d/p{i}.html", b"x") for i in range(6)] + [Entry("D/q.html", b"y")], "letter case"),
+    (
+        [Entry(f"p{i}", b"x") for i in range(6)]
+        + [Entry("caf\u00e9", b"1"), Entry("cafe\u0301", b"2")],
+        "NFC",
+    ),
+    ([Entry(f"p{i}", b"x") for i in range(6)] + [Entry("p2/b.html", b"x")], "lies below 'p2'"),
+    ([Entry(f"d{i}/x", b"x") for i in range(6)] + [Entry("d4", b"x")], "'d4' is also a directory"),
+]
+
+
+@pytest.mark.parametrize(("entries", "match"), SPILLED_CASES)
+def test_the_path_checks_are_the_same_once_their_tables_are_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: list[Entry], match: str
+) -> None:
+    """Past spill.SPILL_AT paths the tables move to a temporary SQLite file: the same
+    refusals, the same tree hash and listing."""
+    path = write_tar(tmp_path / "x.tar.gz", entries)
+    in_memory = str(refused(path, match))
+    monkeypatch.setattr(spill, "SPILL_AT", 2)
+    assert str(refused(path, match)) == in_memory
+    good = write_tar(tmp_path / "ok.tar.gz", {e.name: e.data for e in entries[:-1]})
+    spilled = inspect_archive(good)
+    monkeypatch.setattr(spill, "SPILL_AT", 10_000)
+    kept = inspect_archive(good)
+    assert spilled.tree_sha256 == kept.tree_sha256
+    assert spilled.digests is not None and kept.digests is not None
+    assert list(spilled.digests) == list(kept.digests)
+    assert spilled.tree_sha256 == tree_hash((p, h) for p, _, h in kept.digests)
 
 
 # --- refusals: limits -----------------------------------------------------------------------

@@ -208,7 +208,7 @@ def blob_members(delta: Any) -> tuple[dict[str, bytes], bytes]:
         if isinstance(member, DeltaContent):
             contents[member.sha256] = member.stream.read()
         else:
-            files = member
+            files = member.stream.read()
     return contents, files
 
 
@@ -315,6 +315,52 @@ def test_the_delta_blob_has_no_name_while_it_is_built(app: App) -> None:
     with delta:
         assert delta.file is not None and delta.size > 10 * MiB
         assert list(app.store.tmp_dir.iterdir()) == []
+
+
+def _damage(app: App, sha256: str) -> None:
+    """Overwrite a stored blob with other bytes (the store's files are read-only)."""
+    path = app.store.open(sha256)
+    path.chmod(0o644)
+    path.write_bytes(b"\x1f\x8b" + b"not the bundle" * 100)
+
+
+def test_the_base_side_comes_from_its_kept_digests_not_its_bundle(app: App) -> None:
+    """With the base's digests kept (at export), the pack never reads the base's bundle:
+    the same delta comes out when that bundle is damaged."""
+    _, base_sha = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    assert app.store.digests_path(base_sha).is_file()
+    _, whole = build(app, "2026-11-19", "2026-11-18")
+    with whole:
+        expected = blob_members(whole)
+    _damage(app, base_sha)
+    _, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        assert blob_members(delta) == expected
+        assert (delta.entry, delta.changed, delta.removed) == (whole.entry, 2, 0)
+
+
+def test_a_base_stored_before_digests_were_kept_is_read_once_and_then_kept(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, base_sha = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    _, kept = build(app, "2026-11-19", "2026-11-18")
+    kept.close()
+    for sha256 in (base_sha, new_sha):
+        app.store.digests_path(sha256).unlink()
+    with caplog.at_level("INFO", logger="mirror.outbound.delta"):
+        _, delta = build(app, "2026-11-19", "2026-11-18")
+    delta.close()
+    assert delta.entry == kept.entry
+    assert "2026-11-18: no file digests kept beside its bundle; reading the bundle" in caplog.text
+    assert app.store.digests_path(base_sha).is_file()  # kept now, for the next pack
+    assert app.store.digests_path(new_sha).is_file()  # and the new version's, as its base
+    _damage(app, base_sha)  # a base without digests whose bundle is damaged: refused
+    app.store.digests_path(base_sha).unlink()
+    with pytest.raises(IntegrityError, match="corrupt archive"):
+        build(app, "2026-11-19", "2026-11-18")
+    assert list(app.store.tmp_dir.iterdir()) == []
 
 
 # ---- choosing, --full, the dry run ------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from mirror.archive import inspect_archive, tree_hash
 from mirror.errors import IntegrityError
-from mirror.transferset.compression import STORED_BLOCK, Compression, current
+from mirror.transferset.compression import STORED_BLOCK, ChunkedGzip, Compression, current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
     DeltaContent,
@@ -23,8 +23,9 @@ from mirror.transferset.delta import (
     file_list_bytes,
     parse_file_list,
     read_delta_blob,
+    read_file_list,
 )
-from mirror.transferset.format import DeltaEntry, ManifestItem, part_names
+from mirror.transferset.format import DeltaEntry, ManifestItem, canonical_json, part_names
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-rather-long-name" for n in range(6))
 TREE = {
@@ -130,6 +131,35 @@ def test_the_tree_archive_bytes_are_pinned(name: str, compression: Compression |
     assert hashlib.sha256(data).hexdigest() == GOLDEN[name]
 
 
+def _chunked(data: bytes, workers: int, kill_after: int | None = None) -> bytes:
+    out = io.BytesIO()
+    sink = ChunkedGzip(out.write, level=6, chunk_size=65536, workers=workers)
+    for n, start in enumerate(range(0, len(data), 50000)):
+        sink.write(data[start : start + 50000])
+        if n == kill_after:
+            assert sink._workers is not None  # started past SERIAL_PIECES
+            for process in sink._workers._processes:
+                process.kill()
+                process.wait()
+    sink.close()
+    return out.getvalue()
+
+
+SITE_BYTES = b"".join(b"<p>page %d of the guide</p>\n" % n * 40 for n in range(2000))
+
+
+def test_pieces_compressed_by_worker_processes_are_the_same_bytes() -> None:
+    assert len(SITE_BYTES) > 12 * 65536
+    serial = _chunked(SITE_BYTES, workers=0)
+    assert _chunked(SITE_BYTES, workers=2) == serial == _chunked(SITE_BYTES, workers=3)
+    assert gzip.decompress(serial) == SITE_BYTES
+
+
+def test_a_worker_that_dies_leaves_the_bytes_as_they_were() -> None:
+    """Killed half-way (a real process killed), the rest is compressed in process."""
+    assert _chunked(SITE_BYTES, workers=2, kill_after=8) == _chunked(SITE_BYTES, workers=0)
+
+
 def test_compressed_tree_archives_are_near_the_vendor_ratio() -> None:
     tree = _golden_tree()
     plain = sum(len(data) for data in tree.values())
@@ -167,7 +197,7 @@ def _read(blob: bytes) -> tuple[dict[str, bytes], bytes]:
         if isinstance(member, DeltaContent):
             contents[member.sha256] = member.stream.read()
         else:
-            files = member
+            files = member.stream.read()
     return contents, files
 
 
@@ -244,6 +274,54 @@ def test_a_bad_file_list_is_refused_naming_the_entry(
 ) -> None:
     with pytest.raises(IntegrityError, match=message):
         parse_file_list(_list(entries), label="docs.example.com v2")
+
+
+class _Trickle(io.RawIOBase):
+    """A stream giving at most `step` bytes a read: every entry straddles reads."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self.data, self.step = data, step
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        piece, self.data = self.data[: self.step], self.data[self.step :]
+        return piece
+
+
+MANY = {f"d{n % 7}/p\u00e9ge-{n}.html": b"x" * (n % 5) for n in range(300)}
+
+
+def test_a_file_list_is_written_entry_by_entry_as_its_canonical_json() -> None:
+    entries = _entries(MANY)
+    document = {"format": 1, "files": [e.as_dict() for e in entries]}
+    assert file_list_bytes(entries) == canonical_json(document)
+    assert file_list_bytes([]) == canonical_json({"format": 1, "files": []})
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000, 1 << 20])
+def test_a_file_list_is_read_as_it_streams(step: int) -> None:
+    entries = _entries(MANY)
+    data = file_list_bytes(entries)
+    assert list(read_file_list(_Trickle(data, step), label="v2")) == entries
+    assert list(read_file_list(_Trickle(file_list_bytes([]), step), label="v2")) == []
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"files":[],"format":2}', "format 2 is not supported"),
+        (b'{"files":[],"format":1,"more":1}', "expected format and files"),
+        (b'{"files":[],"format":1} x', "not valid strict JSON"),
+        (b'{"files":[{"mode":420', "not valid strict JSON"),
+        (b'{"files":[' + canonical_json(GOOD) + b";", "not valid strict JSON"),
+        (b'{"files":[],"format":1.0}', "float 1.0 is not allowed"),
+    ],
+)
+def test_a_broken_canonical_file_list_is_refused(data: bytes, message: str) -> None:
+    with pytest.raises(IntegrityError, match=message):
+        list(read_file_list(_Trickle(data, 3), label="docs.example.com v2"))
 
 
 def test_a_file_list_whose_tree_is_not_the_signed_one_is_refused() -> None:

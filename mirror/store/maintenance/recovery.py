@@ -27,6 +27,7 @@ from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive
 from mirror.integrity import hash_file
+from mirror.store import digests
 from mirror.store.app import App
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import named_by_active_runs
@@ -106,6 +107,7 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         with app.db.session() as session:
             if not add_bundle(session, sha, path.stat().st_size, report):
                 continue  # another process indexed it meanwhile
+        digests.keep_report(app.store, sha, report)
         adopted.append(sha)
         log.info("adopted orphan blob", extra={"sha256": sha})
     return adopted, removed

@@ -1,0 +1,176 @@
+"""Tables that move to disk as they grow: memory flat in a site's file count.
+
+A site can hold 200,000 files (the archive limit). The checks that need every path at once
+(duplicates, name twins, the base's contents, a delta's file list) would hold hundreds of
+bytes a file in dicts; these hold at most `SPILL_AT` entries in memory and the rest in a
+private temporary SQLite database (`sqlite3.connect("")`: a file under TMPDIR that SQLite
+deletes when it is closed, or when the process dies, as it never had a name there).
+
+Promises:
+- `SpillMap` is a str -> str mapping: the same answers in memory and on disk; up to
+  `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
+  the database, whose page cache is `CACHE_KIB`.
+- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order).
+- `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
+  iterated in the order appended, as often as asked.
+- `close` (or leaving the `with`) frees the disk; nothing is left behind on any path out.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import IO, Self
+
+SPILL_AT = 20_000
+CACHE_KIB = 2048
+_BATCH = 4096
+
+
+class SpillMap:
+    """A str -> str mapping in memory up to `spill_at` entries, then on disk (module doc)."""
+
+    def __init__(self, spill_at: int | None = None) -> None:
+        self._spill_at = SPILL_AT if spill_at is None else spill_at
+        self._memory: dict[str, str] | None = {}
+        self._db: sqlite3.Connection | None = None
+        self._count = 0
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._memory = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def get(self, key: str) -> str | None:
+        if self._memory is not None:
+            return self._memory.get(key)
+        assert self._db is not None
+        row = self._db.execute("SELECT v FROM m WHERE k = ?", (key.encode(),)).fetchone()
+        return None if row is None else str(row[0])
+
+    def __setitem__(self, key: str, value: str) -> None:
+        if self._memory is not None:
+            if key not in self._memory:
+                self._count += 1
+            self._memory[key] = value
+            if self._count > self._spill_at:
+                self._spill()
+            return
+        assert self._db is not None
+        encoded = key.encode()
+        if self._db.execute("UPDATE m SET v = ? WHERE k = ?", (value, encoded)).rowcount == 0:
+            self._db.execute("INSERT INTO m (k, v) VALUES (?, ?)", (encoded, value))
+            self._count += 1
+
+    def setdefault(self, key: str, value: str) -> str:
+        """The value of `key`, storing `value` first when there is none."""
+        if self._memory is not None:
+            if key in self._memory:
+                return self._memory[key]
+            self[key] = value
+            return value
+        assert self._db is not None
+        encoded = key.encode()
+        if self._db.execute(
+            "INSERT OR IGNORE INTO m (k, v) VALUES (?, ?)", (encoded, value)
+        ).rowcount:
+            self._count += 1
+            return value
+        row = self._db.execute("SELECT v FROM m WHERE k = ?", (encoded,)).fetchone()
+        return str(row[0])
+
+    def add(self, key: str) -> bool:
+        """Store `key` (value ""); whether it was new."""
+        before = self._count
+        self.setdefault(key, "")
+        return self._count != before
+
+    def sorted_items(self) -> Iterator[tuple[str, str]]:
+        """Every entry, by the UTF-8 bytes of its key."""
+        if self._memory is not None:
+            memory = self._memory
+            for encoded in sorted(key.encode() for key in memory):
+                key = encoded.decode()
+                yield key, memory[key]
+            return
+        assert self._db is not None
+        cursor = self._db.execute("SELECT k, v FROM m ORDER BY k")
+        while rows := cursor.fetchmany(_BATCH):
+            for key, value in rows:
+                yield bytes(key).decode(), str(value)
+
+    def _spill(self) -> None:
+        assert self._memory is not None
+        db = sqlite3.connect("", check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        db.execute("BEGIN")  # one transaction, never committed: no write-out per statement
+        db.execute("CREATE TABLE m (k BLOB PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+        db.executemany(
+            "INSERT INTO m (k, v) VALUES (?, ?)",
+            ((key.encode(), value) for key, value in self._memory.items()),
+        )
+        self._db, self._memory = db, None
+
+
+class FileList:
+    """(path, size, sha256) in the order appended, in a nameless temp file (module doc)."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self._file: IO[bytes] = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115
+        self._count = 0
+        self._bytes = 0
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, path: str, size: int, sha256: str) -> None:
+        """Add one file (not while iterating); a path with a line break is a ValueError
+        (no checked path has one: control characters are refused)."""
+        if "\n" in path:
+            raise ValueError(f"a path with a line break: {path!r}")
+        line = f"{sha256} {size} {path}\n".encode()
+        self._file.seek(self._bytes)
+        self._file.write(line)
+        self._bytes += len(line)
+        self._count += 1
+
+    def extend(self, entries: Iterable[tuple[str, int, str]]) -> None:
+        for path, size, sha256 in entries:
+            self.append(path, size, sha256)
+
+    def __iter__(self) -> Iterator[tuple[str, int, str]]:
+        self._file.flush()
+        self._file.seek(0)
+        done = 0
+        for raw in self._file:
+            done += len(raw)
+            if done > self._bytes:
+                break
+            sha256, size, path = raw.decode().rstrip("\n").split(" ", 2)
+            yield path, int(size), sha256

@@ -1,0 +1,55 @@
+"""mirror.spill: the same answers in memory and on disk, in the tree hash's order, nothing
+left behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mirror import spill
+from mirror.spill import FileList, SpillMap
+
+KEYS = ["b", "a/b", "a", "é", "z", "\U0001f600", "A", "a b"]
+
+
+@pytest.mark.parametrize("spill_at", [100, 2])
+def test_a_map_answers_alike_in_memory_and_on_disk(spill_at: int) -> None:
+    with SpillMap(spill_at) as table:
+        for n, key in enumerate(KEYS):
+            table[key] = str(n)
+        assert len(table) == len(KEYS)
+        assert table.get("a") == "2" and table.get("missing") is None
+        assert "é" in table and "missing" not in table and 3 not in table
+        table["a"] = "again"
+        assert table.get("a") == "again" and len(table) == len(KEYS)
+        assert table.setdefault("a", "other") == "again"
+        assert table.setdefault("new", "fresh") == "fresh" and table.get("new") == "fresh"
+        assert table.add("new") is False and table.add("newer") is True
+        assert [k for k, _ in table.sorted_items()] == sorted(
+            [*KEYS, "new", "newer"], key=lambda k: k.encode()
+        )
+
+
+def test_a_map_moves_to_disk_past_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spill, "SPILL_AT", 3)
+    with SpillMap() as table:
+        for key in "abc":
+            table.add(key)
+        assert table._db is None
+        table.add("d")
+        assert table._db is not None and table._memory is None
+        assert [k for k, _ in table.sorted_items()] == ["a", "b", "c", "d"]
+
+
+def test_a_file_list_keeps_its_order_and_leaves_nothing(tmp_path: Path) -> None:
+    entries = [("z.html", 3, "0" * 64), ("a b/c.html", 0, "f" * 64), ("é.css", 12, "1" * 64)]
+    with FileList(str(tmp_path)) as files:
+        files.extend(entries)
+        assert list(files) == entries and list(files) == entries  # read as often as asked
+        assert len(files) == 3
+        assert os.listdir(tmp_path) == []  # nameless
+        with pytest.raises(ValueError, match="line break"):
+            files.append("a\nb", 1, "0" * 64)
+        assert list(files) == entries
