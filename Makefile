@@ -39,13 +39,16 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy mirror
 
-## make test: lint, types, then the whole suite against real servers on loopback
+## make test: lint, types, then the whole suite against real servers on loopback. The tool's
+## processes keep their .pyc files, as an installed tool does (PYTHONDONTWRITEBYTECODE, set on
+## some machines, made every `mirror` a test starts compile its modules again).
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 test: lint typecheck
-	scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv
-	MIRROR_FAULT_KILLS=100 MIRROR_FAULT_ALL=1 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
+	$(TEST_ENV) MIRROR_FAULT_KILLS=100 MIRROR_FAULT_ALL=1 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
 
 ## make demo: the whole pipeline on embedded defaults, in a temporary directory
 ## make docs: docs/json.md from the command contract (mirror/cli/contract.py)
