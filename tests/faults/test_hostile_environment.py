@@ -1,5 +1,5 @@
 """A hostile environment around an operator's command (the hostile-operator trial of issues
-21 and 22): files an operator or a medium left in the working directory.
+21 and 22): files an operator or a medium left in the working directory, an index gone.
 
 Each case runs the real part (real worker processes, real archives); the contract: what
 the command does with the bytes never depends on what lies where it runs.
@@ -16,6 +16,8 @@ import deflate  # noqa: F401 - imported here, so this process never finds the pl
 import pytest
 
 from mirror.transferset.compression import ChunkedGzip
+from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.versions import add_version, open_app
 
 SITE_BYTES = b"".join(b"<p>page %d of the guide</p>\n" % n * 40 for n in range(2000))
 
@@ -47,3 +49,33 @@ def test_compression_workers_never_import_code_from_the_working_directory(
     assert not ran.exists(), "a compressing worker imported deflate.py from the working directory"
     assert gzip.decompress(out.getvalue()) == SITE_BYTES
     assert os.getcwd() == str(tmp_path)
+
+
+@pytest.mark.fault(
+    "the SQLite index deleted or moved from a store that holds blobs",
+    "exit 3 naming the missing index and the restore; no new index made; restore works",
+)
+def test_a_lost_index_is_named_as_lost_and_no_empty_one_replaces_it(
+    tmp_path: Path, fault_got: list[str]
+) -> None:
+    """`no store yet ... run mirror export run` was printed for a store full of blobs whose
+    index was gone; run as printed it made a new, empty index that the store then refused
+    as another index's ("give each index its own store.path")."""
+    store = tmp_path / "store"
+    with open_app(store) as app:
+        add_version(app, "docs.example.com", "2026-11-20")
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    assert mirror_cli("--config", str(config), "store", "verify").returncode == 0
+    index = store / "mirror.db"
+    index.rename(tmp_path / "mirror.db.moved")
+    for command in (("store", "verify"), ("store", "list"), ("db", "upgrade")):
+        result = mirror_cli("--config", str(config), *command)
+        assert result.returncode == 3, (command, result.stderr)
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(f"mirror: error: the index {index} is missing"), line
+        assert "restore mirror.db from a backup" in line and "export run" not in line
+        assert not index.exists()
+    fault_got.append(f"exit 3: {line.split(' is missing', 1)[0][-20:]} is missing")
+    (tmp_path / "mirror.db.moved").rename(index)  # the remedy: the index restored
+    verified = mirror_cli("--config", str(config), "store", "verify")
+    assert verified.returncode == 0, verified.stderr
