@@ -14,8 +14,9 @@ Promises:
   over a one-way link without a receipt. Never anything of a lost set that was not acked.
 - `needed`: what retention must keep for the site: every version it takes and has not
   acknowledged, and per domain the newest version it may use as a delta base.
-- `summary`: the last set packed and acknowledged, the versions waiting and the oldest
-  unacknowledged (not lost) set with its age in whole seconds.
+- `summary`: the last set packed and acknowledged, the versions waiting, the oldest
+  unacknowledged (not lost) set with its age in whole seconds, and the sets lost (one marked
+  lost whose complete receipt was acknowledged later arrived after all: not lost).
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def summary(
         waiting=len(waiting(facts, wanted)),
         oldest_unacknowledged=oldest,
         oldest_age=int((now - oldest.created_at).total_seconds()) if oldest else None,
-        lost=tuple(s.sequence for s in sets if s.lost_at is not None),
+        lost=tuple(s.sequence for s in sets if s.lost_at is not None and not s.acknowledged_at),
         domains=domains,
     )
 

@@ -302,7 +302,13 @@ def stage_bundles(
                     on_progress(item.published_size)
                 continue
             with rebuild.open_published(
-                verified.path, item, store, sequence=sequence, work_dir=work_dir, bases=bases
+                verified.path,
+                item,
+                store,
+                sequence=sequence,
+                site=verified.manifest.site,
+                work_dir=work_dir,
+                bases=bases,
             ) as reader:
                 try:
                     staging.stage(

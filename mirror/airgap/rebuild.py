@@ -100,12 +100,14 @@ class Store(layout.Bucket, Protocol):
 # ---- before anything is uploaded ---------------------------------------------------------------
 
 
-def carry_whole(sequence: int) -> str:
+def carry_whole(sequence: int, site: str | None = None) -> str:
     """The remedy for a delta set this side cannot rebuild: its versions again, whole, in a
-    new set (the connected side knows which versions set `sequence` carried)."""
+    new set (the connected side knows which versions set `sequence` carried). A set packed
+    for a named site names it: with several sites the pack refuses to guess."""
+    for_site = f"--site {site} " if site else ""
     return (
-        f"run `mirror transfer pack --full --from-set {sequence} OUT` on the connected side "
-        "and import that set"
+        f"run `mirror transfer pack {for_site}--full --from-set {sequence} OUT` on the "
+        "connected side and import that set"
     )
 
 
@@ -125,10 +127,10 @@ def check_deltas(
         if item.delta is None:
             continue
         require_reproducible(item.delta.compression)
-        base = base_manifest(store, item, manifest.sequence, in_set)
+        base = base_manifest(store, item, manifest.sequence, in_set, site=manifest.site)
         bases[item.domain, item.delta.base_version] = base
         if layout.read_version_manifest(store, item.domain, item.version) is None:
-            _require_base_object(store, item, base, manifest.sequence)
+            _require_base_object(store, item, base, carry_whole(manifest.sequence, manifest.site))
         needed = max(needed, item.delta.archive_size + base.size)
     if needed:
         root = work_root(work_dir)
@@ -139,13 +141,18 @@ def check_deltas(
 
 
 def base_manifest(
-    store: Store, item: ManifestItem, sequence: int, in_set: set[tuple[str, str]] | None = None
+    store: Store,
+    item: ManifestItem,
+    sequence: int,
+    in_set: set[tuple[str, str]] | None = None,
+    *,
+    site: str | None = None,
 ) -> layout.VersionManifest:
-    """The per-version manifest of the delta item (of set `sequence`)'s base, proven to be
-    the signed base."""
+    """The per-version manifest of the delta item (of set `sequence` for `site`)'s base,
+    proven to be the signed base."""
     assert item.delta is not None
     base_version = item.delta.base_version
-    remedy = carry_whole(sequence)
+    remedy = carry_whole(sequence, site)
     if in_set is not None and (item.domain, base_version) in in_set:
         raise IntegrityError(
             f"{item.label} is a delta against {item.domain} {base_version} of the same set; "
@@ -171,7 +178,7 @@ def base_manifest(
 
 
 def _require_base_object(
-    store: Store, item: ManifestItem, base: layout.VersionManifest, sequence: int
+    store: Store, item: ManifestItem, base: layout.VersionManifest, remedy: str
 ) -> None:
     """The base's bundle object is there (its manifest alone does not make a base)."""
     assert item.delta is not None
@@ -179,7 +186,7 @@ def _require_base_object(
         raise IntegrityError(
             f"{item.label} is a delta against {item.domain} {item.delta.base_version}, whose "
             f"object {store.bucket}/{base.object} is missing; nothing was published",
-            hint=carry_whole(sequence),
+            hint=remedy,
         )
 
 
@@ -206,6 +213,7 @@ def open_published(
     store: Store,
     *,
     sequence: int,
+    site: str | None = None,
     work_dir: Path | None = None,
     bases: Bases | None = None,
 ) -> BlobReader | RebuiltArchive:
@@ -214,7 +222,9 @@ def open_published(
     if item.delta is None:
         return BlobReader(set_dir, item, check_parts=False)  # the upload hashes the whole
     base = (bases or {}).get((item.domain, item.delta.base_version))
-    return RebuiltArchive(set_dir, item, store, sequence=sequence, work_dir=work_dir, base=base)
+    return RebuiltArchive(
+        set_dir, item, store, sequence=sequence, site=site, work_dir=work_dir, base=base
+    )
 
 
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
@@ -238,6 +248,7 @@ class RebuiltArchive:
         store: Store,
         *,
         sequence: int,
+        site: str | None = None,
         work_dir: Path | None = None,
         limits: ArchiveLimits | None = None,
         base: layout.VersionManifest | None = None,
@@ -248,6 +259,7 @@ class RebuiltArchive:
         self.item = item
         self.store = store
         self.sequence = sequence
+        self.site = site
         self.root = work_root(work_dir)
         self.limits = limits or ArchiveLimits()
         self.work: Path | None = None
@@ -348,7 +360,8 @@ class RebuiltArchive:
     def _refused(self, what: str) -> IntegrityError:
         """A refusal of this delta (not of the medium): carrying the version whole mends it."""
         return IntegrityError(
-            f"{self.item.label}: {what}; nothing was published", hint=carry_whole(self.sequence)
+            f"{self.item.label}: {what}; nothing was published",
+            hint=carry_whole(self.sequence, self.site),
         )
 
     @property
@@ -367,7 +380,9 @@ class RebuiltArchive:
             except IntegrityError as exc:
                 if exc.hint is not None:
                     raise
-                raise IntegrityError(exc.message, hint=carry_whole(self.sequence)) from None
+                raise IntegrityError(
+                    exc.message, hint=carry_whole(self.sequence, self.site)
+                ) from None
             with SpillMap() as sizes:
                 for _, length, sha256 in files:
                     sizes[sha256] = str(length)
@@ -422,7 +437,7 @@ class RebuiltArchive:
         sha256, the tree against the signed one, the whole against the base's manifest); a
         zip (its directory is at its end) is fetched to the work directory first."""
         assert self.work is not None and self.item.delta is not None
-        base = self._base or base_manifest(self.store, self.item, self.sequence)
+        base = self._base or base_manifest(self.store, self.item, self.sequence, site=self.site)
         assert self._contents is not None
         sink = _NeededContents(self._contents, needed)
         source = _HashingStream(self.store.open_stream(base.object))

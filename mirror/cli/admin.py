@@ -66,6 +66,8 @@ def db_upgrade(cli: CliContext) -> None:
     """Upgrade the index schema to the newest revision."""
     from mirror.store.db import Database
 
+    if cli.settings.store.database == "":
+        cli.app.check_index_kept()
     database = Database(cli.settings.store.database_url())
     if cli.settings.store.database == "":
         cli.app.store.ensure()

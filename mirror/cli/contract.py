@@ -448,7 +448,8 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "sites": Contract(
         "Per air-gapped site: the last set packed and acknowledged, the versions waiting, "
-        "the oldest unacknowledged set and its age, the sets marked lost.",
+        "the oldest unacknowledged set and its age, the sets marked lost (and not acknowledged "
+        "since).",
         "mirror sites --json",
         _READ,
         obj({"generated_at": TIME, "sites": array(SITE_SUMMARY)}),

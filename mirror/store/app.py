@@ -8,7 +8,7 @@ import logging
 from mirror.config import Settings
 from mirror.errors import NotFound
 from mirror.logs import redacted_url
-from mirror.store.binding import StoreBinding, bind_store
+from mirror.store.binding import STORE_ID_FILE, StoreBinding, bind_store
 from mirror.store.blobs import BlobStore
 from mirror.store.db import Database
 
@@ -35,6 +35,20 @@ class App:
             hint="nothing was exported here; run `mirror export run DOMAIN` or the daemon first",
         )
 
+    def check_index_kept(self) -> None:
+        """A SQLite index gone from a store bound to one (`store-id`) was lost, not never made:
+        said so (exit 3) before a new, empty index is made that the store would refuse."""
+        root = self.settings.store.path
+        index = root / "mirror.db"
+        if not index.exists() and (root / STORE_ID_FILE).is_file():
+            raise NotFound(
+                f"the index {index} is missing, but the store at {root} holds the blobs of an "
+                "index (its store-id); nothing was changed",
+                hint=f"restore {index.name} from a backup into {root}; to start a new index "
+                f"over these blobs instead, remove {root / STORE_ID_FILE} (the versions, sets "
+                "and deliveries recorded are not recovered)",
+            )
+
     @functools.cached_property
     def store(self) -> BlobStore:
         store = BlobStore(self.settings.store.path)
@@ -49,6 +63,7 @@ class App:
     @functools.cached_property
     def db(self) -> Database:
         if self.settings.store.database == "":
+            self.check_index_kept()
             if self.read_only:
                 BlobStore(self.settings.store.path).check_not_a_file()
                 index = self.settings.store.path / "mirror.db"

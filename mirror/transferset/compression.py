@@ -253,8 +253,9 @@ while len(head := source.read(8)) == 8:
 class _Workers:
     """Compressing processes (this interpreter running `_WORKER`) fed over pipes, piece
     `number` to worker `number % count`, one piece each at a time. A worker ends when its
-    input closes, so a killed parent leaves none behind. `send` and `receive` answer False
-    and None when a worker fails."""
+    input closes, so a killed parent leaves none behind; it imports nothing from the working
+    directory (`-P`: an operator may stand on a medium that holds a `deflate.py`). `send` and
+    `receive` answer False and None when a worker fails."""
 
     def __init__(self, processes: list[subprocess.Popen[bytes]]) -> None:
         self._processes = processes
@@ -266,7 +267,9 @@ class _Workers:
             for _ in range(count):
                 processes.append(
                     subprocess.Popen(
-                        [sys.executable, "-c", _WORKER],
+                        # -P: `python -c` would put the working directory first on
+                        # sys.path, so a deflate.py where the operator stands would run
+                        [sys.executable, "-P", "-c", _WORKER],
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL,

@@ -33,7 +33,7 @@ from mirror.store.models import Version
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import load_signing_key
 from tests.fixtures.archives import make_tar_gz
-from tests.fixtures.cli import mirror_cli
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
     delta_item,
@@ -332,3 +332,43 @@ def test_a_full_copy_of_a_version_published_from_a_delta_is_already_there(
     assert layout.read_version_manifest(gap.store, DOCS, V2) == rebuilt
     acked = gap.connected_side("transfer", "ack", str(gap.usb / "set-3" / "receipt.json"))
     assert f"delivered {DOCS} {V2}" in acked.stdout
+
+
+@pytest.mark.fault(
+    "18.1 delta refused for a set of one of several sites: its printed remedy",
+    "the remedy names --site; run as printed: version in the bucket",
+)
+def test_the_remedy_for_a_named_sites_delta_names_the_site_and_runs_as_printed(
+    gap: Gap, fault_got: list[str]
+) -> None:
+    """With several `[[sites]]` a pack without `--site` refuses (exit 2), so the remedy the
+    air-gapped side prints for a set packed for a named site must name that site."""
+    sites = [{"name": name, "trusted_keys": [str(gap.key_pair[1])]} for name in ("a", "b")]
+    write_config(gap.connected, {**gap.document, "sites": sites})
+    _add(gap, V1, 0)
+    gap.connected_side("transfer", "pack", "--site", "a", str(gap.usb / "set-1"))
+    assert gap.airgapped_side("transfer", "import", str(gap.usb / "set-1")).returncode == 0
+    gap.connected_side("transfer", "ack", str(gap.usb / "set-1" / "receipt.json"))
+    _add(gap, V2, 1)
+    packed = json.loads(
+        gap.connected_side(
+            "--json", "transfer", "pack", "--site", "a", str(gap.usb / "set-2")
+        ).stdout
+    )
+    assert packed["items"][0]["delta"]["base_version"] == V1
+    base_object_deleted(gap)
+
+    refused = gap.airgapped_side("transfer", "import", str(gap.usb / "set-2"))
+    assert refused.returncode == 5, refused.stderr
+    named = REMEDY.search(refused.stderr)
+    assert named is not None, refused.stderr
+    fault_got.append(f"`{named.group(1)}`")
+    printed = shlex.split(named.group(1))
+    assert printed[3:5] == ["--site", "a"], printed
+    out = gap.usb / "remedy"
+    gap.connected_side(*[str(out) if word == "OUT" else word for word in printed[1:]])
+    imported = gap.airgapped_side("--json", "transfer", "import", str(out))
+    assert imported.returncode == 0, imported.stderr
+    statuses = {i["version"]: i["status"] for i in json.loads(imported.stdout)["items"]}
+    assert statuses[V2] == "published"
+    fault_got.append("version in the bucket")

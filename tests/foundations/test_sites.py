@@ -76,6 +76,15 @@ def test_summary_names_the_last_sets_what_waits_and_the_oldest_unacknowledged() 
     assert empty["last_packed"] is None and empty["oldest_unacknowledged_age_seconds"] is None
 
 
+def test_a_lost_set_whose_receipt_arrived_later_is_no_longer_counted_lost() -> None:
+    """The disk turned up after `transfer lost` and its complete receipt was acknowledged:
+    `mirror sites` and `mirror_site_lost_sets` stop naming it lost (hostile trial)."""
+    sets = (packed(1, 1, lost_at=T0), packed(2, 2, lost_at=T0, acknowledged_at=T0))
+    seen = summary(SiteFacts("prod", sets, frozenset({2})), [1, 2], T0 + timedelta(days=3))
+    assert seen.lost == (1,)
+    assert seen.last_acknowledged is not None and seen.last_acknowledged.sequence == 2
+
+
 @pytest.mark.parametrize("name", ["Prod", "-x", "a b", "x" * 64, ""])
 def test_a_site_name_is_lowercase_letters_digits_and_dashes(name: str) -> None:
     with pytest.raises(ValueError, match="a site name is lowercase"):
