@@ -52,7 +52,13 @@ from mirror.integrity import (
 )
 from mirror.outbound import provenance
 from mirror.outbound.delta import NO_BASE, Base, Choice, Offered, choose_bases, decide
-from mirror.outbound.records import by_sequence, carried_versions, newest_set, record_set
+from mirror.outbound.records import (
+    by_sequence,
+    carried_versions,
+    newest_set,
+    orphaned_default_chain,
+    record_set,
+)
 from mirror.sites import DEFAULT_SITE, held_bases, waiting
 from mirror.store.app import App
 from mirror.store.bundles import version_ref
@@ -242,9 +248,23 @@ class _Offer:
     site: SiteSettings
 
 
+def _refuse_an_orphaned_chain(session: Session, configured: list[str]) -> None:
+    """Sets packed before `[[sites]]` belong to the site `default`; packing for a renamed site
+    would start its chain again at 1, which that installation refuses after the disk crossed."""
+    orphaned = orphaned_default_chain(session, configured)
+    if orphaned is not None:
+        raise ConfigError(
+            f"sets up to {orphaned.sequence} were packed before [[sites]] were configured and "
+            f"belong to the site {DEFAULT_SITE!r}, which no [[sites]] table names",
+            hint=f'name the site that imported them name = "{DEFAULT_SITE}" in [[sites]], '
+            "so its chain continues (README: several sites)",
+        )
+
+
 def _offer(app: App, chosen: Selection) -> _Offer:
     site = app.settings.site(chosen.site)
     with app.db.session() as session:
+        _refuse_an_orphaned_chain(session, [s.name for s in app.settings.sites])
         rows = select_versions(session, chosen, site)
         offered = [
             Offered(

@@ -70,6 +70,14 @@ def newest_set(session: Session, site: str) -> ChainLink | None:
     return ChainLink(newest.sequence, newest.manifest_sha256) if newest else None
 
 
+def orphaned_default_chain(session: Session, configured: list[str]) -> ChainLink | None:
+    """The newest set of the implicit site `default` when `[[sites]]` are set and none of
+    them is named `default`: that chain's installation would next get a set 1 again."""
+    if not configured or DEFAULT_SITE in configured:
+        return None
+    return newest_set(session, DEFAULT_SITE)
+
+
 def record_set(
     app: App, manifest: Manifest, manifest_sha256: str, out: Path, version_ids: list[int]
 ) -> None:

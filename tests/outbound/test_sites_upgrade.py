@@ -73,22 +73,21 @@ def test_naming_the_old_site_default_continues_its_chain(
         app.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile trial (issue 22): once [[sites]] are set and none is named `default`, the "
-    "implicit site's chain (its sets and acknowledged versions) is orphaned without a word: "
-    "the first set for the renamed site is sequence 1 again, carries every version in full, "
-    "and the installation that imported sets 1-2 refuses it ('set 1 was already imported with "
-    "a different manifest', remedy --allow-replay) only after the disk crossed the gap",
-)
 def test_sites_that_leave_the_old_chain_behind_are_refused_at_pack_naming_default(
     tmp_path: Path, key_pair: Any, trusted: Any, object_store: ObjectStore
 ) -> None:
+    """Without a site named `default` the old chain would start again at 1 and be refused
+    only after the disk crossed; the pack refuses first and names the remedy, which
+    test_naming_the_old_site_default_continues_its_chain runs."""
     document, receipt_public = _single_site_history(tmp_path, key_pair, trusted, object_store)
     document["sites"] = [{"name": "prod", "trusted_keys": [str(receipt_public)]}]
     app = App(settings_from_dict(document))
     try:
-        with pytest.raises(ConfigError, match=r"site default.*\[\[sites\]\]"):
+        with pytest.raises(
+            ConfigError, match=r"sets up to 2 .* site 'default', which no \[\[sites\]\]"
+        ) as refused:
             pack(app, tmp_path / "set-prod-1", Selection(site="prod"))
+        assert 'name = "default"' in str(refused.value.hint)
+        assert not (tmp_path / "set-prod-1").exists()
     finally:
         app.close()
