@@ -45,6 +45,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
+from mirror.sites import DEFAULT_SITE
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, Manifest, ManifestItem, iso_time
 from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
@@ -215,6 +216,7 @@ def _admit(
     check_site(verified, site)
     notes: list[str] = []
     state = layout.read_import_state(store)
+    check_chain_site(state, verified)
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
     bases = rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
     for domain in dict.fromkeys(item.domain for item in verified.manifest.items):
@@ -452,6 +454,21 @@ def check_site(verified: VerifiedSet, site: str) -> None:
         )
 
 
+def check_chain_site(state: layout.ImportState | None, verified: VerifiedSet) -> None:
+    """A bucket follows one site's chain: a set of another site (exit 5) would publish into
+    the wrong installation and make that site's own next set look like a rollback."""
+    packed_for = verified.manifest.site or DEFAULT_SITE
+    if state is None or state.site is None or state.site == packed_for:
+        return
+    raise IntegrityError(
+        f"set {verified.manifest.sequence} was packed for site {packed_for}, and this bucket "
+        f"follows site {state.site}'s chain (its newest set is {state.last_sequence}); "
+        "refused, nothing was published",
+        hint=f"carry it to site {packed_for}; for this bucket run `mirror transfer pack "
+        f"--site {state.site} OUT` on the connected side",
+    )
+
+
 def publish_version(
     store: ObjectStore,
     verified: VerifiedSet,
@@ -587,7 +604,7 @@ def record_import(
             at=at,
         )
         history = [*(state.imported if state else []), record][-layout.MAX_IMPORT_HISTORY :]
-        fields: dict[str, Any] = {"imported": history}
+        fields: dict[str, Any] = {"imported": history, "site": manifest.site or DEFAULT_SITE}
         if state is None or manifest.sequence >= state.last_sequence:
             fields.update(
                 last_sequence=manifest.sequence,

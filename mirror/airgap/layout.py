@@ -180,6 +180,9 @@ class ImportState(_Document):
     manifest_sha256: str | None = None
     source_id: str | None = None
     imported: list[ImportRecord] = Field(default_factory=list)
+    site: str | None = None
+    """The site whose chain this bucket follows (`default` for sets that name none); None in
+    a state written before sites, until its next import records it."""
 
     def history(self) -> dict[int, str | None]:
         """sequence -> manifest sha256 of every set recorded here (the newest included)."""

@@ -56,6 +56,7 @@ STATE = {
         {"sequence": 2, "manifest_sha256": "b" * 64, "source_id": "c", "at": "t"},
         {"sequence": 3, "manifest_sha256": SHA, "source_id": "c", "at": "t"},
     ],
+    "site": "default",
 }
 DOCUMENTS: list[tuple[type[Any], dict[str, Any]]] = [
     (layout.VersionManifest, VERSION_MANIFEST),
@@ -132,3 +133,8 @@ def test_key_names() -> None:
     assert layout.version_manifest_key(keys, "d", "v") == "p/d/v/manifest.json"
     assert layout.bundle_key(keys, "d", "v", "tar.gz") == "p/d/v/bundle.tar.gz"
     assert layout.state_key(keys) == "p/_mirror/import-state.json"
+
+
+def test_an_import_state_from_before_sites_follows_no_site_until_its_next_import() -> None:
+    before = {key: value for key, value in STATE.items() if key != "site"}
+    assert layout.parse_document(layout.ImportState, before, "bucket/key").site is None

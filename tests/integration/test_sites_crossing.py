@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap.importer import import_set
+from mirror.airgap.layout import read_index
 from mirror.airgap.objectstore import ObjectStore
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
@@ -24,13 +25,6 @@ pytestmark = pytest.mark.s3
 DOCS = "docs.example.com"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hostile trial (issue 22): the bucket's import state does not remember which named "
-    "site's chain it follows, so without target.site a later set of another site (a gap "
-    "further on) is imported with a gap note, its versions published into the wrong "
-    "installation, and the site's own next set is then refused as a rollback",
-)
 def test_a_set_of_another_named_site_is_refused_by_a_bucket_that_follows_one_site(
     tmp_path: Path, key_pair: Any, trusted: Any, object_store: ObjectStore
 ) -> None:
@@ -47,5 +41,19 @@ def test_a_set_of_another_named_site_is_refused_by_a_bucket_that_follows_one_sit
     finally:
         app.close()
     import_set(object_store, tmp_path / "b-1", trusted)  # site b's installation, unnamed
-    with pytest.raises(IntegrityError, match=r"site a.*site b"):
+    with pytest.raises(IntegrityError, match=r"site a.*site b") as refused:
         import_set(object_store, tmp_path / "a-3", trusted)
+    assert "2026-11-22" not in _versions(object_store)
+    assert "transfer pack --site b OUT" in str(refused.value.hint)
+    app = App(settings_from_dict(document))  # the remedy: b's own next set
+    try:
+        assert pack(app, tmp_path / "b-2", Selection(site="b")).sequence == 2
+    finally:
+        app.close()
+    assert import_set(object_store, tmp_path / "b-2", trusted).sequence == 2
+    assert "2026-11-22" in _versions(object_store)
+
+
+def _versions(store: ObjectStore) -> set[str]:
+    index = read_index(store, DOCS)
+    return {entry.version for entry in index.versions} if index else set()
