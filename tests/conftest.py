@@ -96,3 +96,10 @@ def drop_postgres_database(server_url: str, url: str) -> None:
 def postgres_database(postgres_url: str) -> str:
     """The URL of a new, empty PostgreSQL database for this test (dropped after it)."""
     return postgres_url
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a `slow` test come first: `--dist loadfile` hands files out in this
+    order, so the long ones never start last and leave the other workers idle at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

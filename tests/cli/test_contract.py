@@ -83,6 +83,7 @@ class Walker:
         return document
 
 
+@pytest.mark.slow
 def test_every_command_json_document_matches_its_description(
     sim: Simulator,
     target_settings: TargetSettings,

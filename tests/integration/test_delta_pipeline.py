@@ -16,6 +16,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mirror.airgap import layout
 from mirror.airgap.objectstore import ObjectStore
 from mirror.archive import extract_archive, inspect_archive
@@ -34,6 +36,7 @@ SITE: dict[str, Any] = {"site_size": 6 << 20, "change_share": 0.02}
 V1, V2 = "2026-11-20", "2026-11-21"
 
 
+@pytest.mark.slow
 def test_a_delta_crosses_the_gap_and_rebuilds_the_connected_sides_archive(
     tmp_path: Path,
     key_pair: tuple[Path, Path],

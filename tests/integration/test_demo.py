@@ -9,10 +9,13 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from mirror.demo import DOMAINS, run_demo
 from tests.fixtures.cli import REPO
 
 
+@pytest.mark.slow
 def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
     lines: list[str] = []
     result = run_demo(lines.append, tmp_path / "demo")

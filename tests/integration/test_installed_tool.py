@@ -190,6 +190,7 @@ presign_ttl = "2d"
     return config
 
 
+@pytest.mark.slow
 def test_the_installed_tool_runs_the_whole_pipeline(
     installed: Installed,
     simulator: tuple[str, str],

@@ -58,6 +58,7 @@ def statement_of(s3_client: Any, bucket: str, key: str) -> dict[str, Any]:
     return dict(json.loads(base64.b64decode(envelope["payload"])))
 
 
+@pytest.mark.slow
 def test_refused_accepted_packed_imported_and_the_reason_is_in_the_bucket(
     sim: Simulator,
     side: Side,
