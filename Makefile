@@ -44,7 +44,7 @@ typecheck: venv
 ## some machines, made every `mirror` a test starts compile its modules again).
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 test: lint typecheck
-	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv

@@ -99,7 +99,9 @@ def postgres_database(postgres_url: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a `slow` test come first: `--dist loadfile` hands files out in this
-    order, so the long ones never start last and leave the other workers idle at the end."""
+    """Files holding a `slow` test come first: `--dist loadfile --no-loadscope-reorder` (make
+    test) hands files out in this order, so the long ones never start last and leave the other
+    workers idle at the end (xdist's own order puts files with few tests, the long pipelines
+    among them, last)."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
