@@ -19,6 +19,7 @@ from typing import Any
 import certifi
 import httpx
 import pytest
+from stamina.instrumentation import set_on_retry_hooks
 
 from mirror import __version__
 from mirror.config import settings_from_dict
@@ -866,6 +867,16 @@ def test_a_missing_ca_bundle_is_a_config_error(tmp_path: Path) -> None:
         build_http_client(timeout=5, ca_bundle=str(tmp_path / "missing.pem"))
 
 
+@pytest.fixture
+def stamina_own_hooks() -> Iterator[None]:
+    """stamina's default hooks, as a library user who set up no logging has them, whatever an
+    earlier test in this worker installed (`install_retry_log` changes them process-wide)."""
+    set_on_retry_hooks(None)
+    yield
+    set_on_retry_hooks(None)
+
+
+@pytest.mark.usefixtures("stamina_own_hooks")
 def test_requests_are_logged_at_debug_without_secrets(
     sim: Simulator, client: VendorClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -905,6 +916,7 @@ def retry_lines(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[
 
     with caplog.at_level(logging.INFO):
         yield lines
+    set_on_retry_hooks(None)
 
 
 def test_each_retry_is_one_readable_line(
