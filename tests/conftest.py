@@ -105,3 +105,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     among them, last)."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
+
+
+CPU_REPORT = os.environ.get("MIRROR_TEST_CPU_REPORT", "")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """With MIRROR_TEST_CPU_REPORT=FILE, one line per test: the CPU seconds of the worker and of
+    the processes it waited for (the `mirror` commands a test ran), to find what makes `make
+    test` long; the S3 and PostgreSQL servers are not counted."""
+    if not CPU_REPORT:
+        return (yield)
+    import resource
+
+    def cpu() -> tuple[float, float]:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+    before = cpu()
+    try:
+        return (yield)
+    finally:
+        after = cpu()
+        with open(CPU_REPORT, "a") as report:
+            own, children = (after[0] - before[0]), (after[1] - before[1])
+            report.write(f"{own:.2f}\t{children:.2f}\t{item.nodeid}\n")

@@ -1,16 +1,19 @@
 """The rules of tests/README.md that a reader cannot see from one file: every test directory is
 a package (two directories may hold files of the same name), helpers that several test files
 need live in tests/fixtures/ (no test file imports another), and the command line is started
-only by tests/fixtures/cli.py (one environment, secrets checked)."""
+only by tests/fixtures/cli.py (one environment, secrets checked), whose two ways of running a
+command end alike."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import REPO, require_no_secrets
+from tests.fixtures.cli import REPO, mirror_cli, require_no_secrets, write_config
 
 TESTS = REPO / "tests"
 # Imports of one test file by another that predate the rule; each is a helper to move into
@@ -70,3 +73,44 @@ def test_a_secret_in_the_output_fails_naming_only_its_variable() -> None:
         require_no_secrets(env, "ok\n", "mirror: error: key mint_0123456789 refused\n")
     assert "MIRROR_API_KEY" in str(leaked.value) and "mint_0123456789" not in str(leaked.value)
     require_no_secrets(env, "mirror: error: the key was refused (HTTP 401)\n")
+
+
+CLI_CASES = {
+    "version": (["--version"], {}),
+    "usage error": (["--json", "store", "list", "--no-such-option"], {}),
+    "env and cwd": (["--json", "config", "check"], {"MIRROR_CONFIG": "config.toml"}),
+    "no config": (["store", "list"], {"MIRROR_CONFIG": "absent.toml"}),
+    "redacted secret": (
+        ["--json", "config", "check"],
+        {"MIRROR_CONFIG": "config.toml", "MIRROR_API_KEY": "mint_fixture_secret_value"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI_CASES))
+def test_a_forked_command_ends_as_a_started_one(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mirror_cli forks its commands from a server with the libraries imported; a command must
+    end the same as one started from scratch (exit code, stdout, stderr), environment and
+    working directory included."""
+    args, env = CLI_CASES[case]
+    write_config(tmp_path / "config.toml", {"store": {"path": "store"}})
+    ends = {}
+    for way in ("exec", "fork"):
+        monkeypatch.setenv("MIRROR_TEST_CLI", way)
+        done = mirror_cli(*args, env=env, cwd=tmp_path)
+        ends[way] = (done.returncode, done.stdout, done.stderr)
+    assert ends["fork"] == ends["exec"]
+    assert ends["fork"][0] == {"version": 0, "usage error": 2, "no config": 2}.get(case, 0)
+
+
+@pytest.mark.parametrize("way", ["exec", "fork"])
+def test_a_command_past_its_timeout_is_killed_and_named(
+    way: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIRROR_TEST_CLI", way)
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        mirror_cli("sim", "serve", "--port", "0", timeout=3)
+    assert time.monotonic() - started < 10
