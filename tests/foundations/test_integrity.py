@@ -51,6 +51,8 @@ def test_hash_file_and_iter_file_cover_a_byte_range(tmp_path: Path) -> None:
     assert hash_file(path, start, length) == Digest(
         hash_bytes(DATA[start : start + length]), length
     )
+    assert hash_file(path, len(DATA) - 3, 100) == Digest(hash_bytes(DATA[-3:]), 3)
+    assert hash_file(path, len(DATA) + 1) == hash_file(path, 0, 0) == Digest(hash_bytes(b""), 0)
     assert b"".join(iter_file(path, start)) == DATA[start:]
     assert all(len(chunk) <= CHUNK_SIZE for chunk in iter_file(path))
 
