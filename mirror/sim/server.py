@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -47,6 +48,15 @@ class _Server(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (reset, broken pipe: what download tests and
+        hostile clients do on purpose) is one debug line, not a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            log.debug("%s went away: %s", client_address[0], error)
+            return
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:

@@ -7,9 +7,12 @@ import hashlib
 import io
 import itertools
 import json
+import logging
 import os
 import queue
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tarfile
@@ -786,3 +789,21 @@ def test_building_is_fast_and_memory_stays_flat(tmp_path: Path) -> None:
     large = build_and_measure(96 * MiB, tmp_path / "large.tar.gz")
     assert large["rss"] - small["rss"] < 16, (small, large)
     assert 96 / large["seconds"] > 3.0, large  # MiB/s, gzip -6 included, on a shared core
+
+
+def test_a_client_that_resets_mid_request_is_a_debug_line_not_a_traceback(
+    sim: Simulator, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mirror.sim")
+    host, port = httpx.URL(sim.url).host, httpx.URL(sim.url).port
+    for _ in range(3):
+        client = socket.create_connection((host, port or 80))
+        client.sendall(b"GET /v1/static-export/jobs HTTP/1.1\r\nHost: x\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # an RST, not a FIN: the server's next read fails with a reset
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "went away" not in caplog.text:
+        time.sleep(0.05)
+    assert "went away" in caplog.text
+    assert httpx.get(f"{sim.url}/v1/static-export/jobs/none").status_code in (401, 404)
+    assert "Traceback" not in capfd.readouterr().err
