@@ -30,14 +30,16 @@ selectolax, lxml and html.parser by a wide margin (bench numbers in docs/archite
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
 from mirror.integrity import hash_bytes
+from mirror.spill import SPILL_AT, SpillMap
 
 MAX_PARSE_BYTES = 4 * 1024 * 1024
 MAX_TARGETS = 500_000
@@ -159,35 +161,139 @@ class _Target:
         self.sources: list[str] = []
 
 
+# One reference target as a table holds it: (first-seen order, count, first sources).
+_Entry = tuple[int, int, list[str]]
+
+
+class _Targets:
+    """Every distinct reference target (absolute or not, path) with its count and first
+    SOURCES_KEPT sources, the first MAX_TARGETS targets only (`dropped` says when more came).
+
+    Up to `spill_at` targets they are a dict. Past that, the dict is a buffer: each time it
+    fills, its entries are merged into a `SpillMap` on disk and it starts empty, so the hot
+    targets (navigation on every page) cost a dict lookup a reference and one merge a
+    buffer, not a statement a reference. Kept on disk: first-seen order, count and sources,
+    so `entries()` gives what the dict alone would have held.
+    """
+
+    def __init__(self, spill_at: int) -> None:
+        self._spill_at = spill_at
+        self.hot: dict[tuple[bool, str], _Target] = {}
+        self._disk: SpillMap | None = None
+        self.dropped = False
+
+    def get(self, key: tuple[bool, str]) -> _Target | None:
+        """The buffer's entry for `key`: a new one when there is room, None when dropped."""
+        hot = self.hot
+        entry = hot.get(key)
+        if entry is None:
+            if self._disk is None and len(hot) >= MAX_TARGETS:
+                self.dropped = True
+                return None
+            if len(hot) >= self._spill_at:
+                self._flush()
+            entry = hot[key] = _Target()
+        return entry
+
+    def entries(self) -> Iterator[tuple[bool, str, _Entry]]:
+        """Every target kept: (absolute, path, (first-seen order, count, sources))."""
+        if self._disk is None:
+            for n, ((absolute, target), entry) in enumerate(self.hot.items()):
+                yield absolute, target, (n, entry.count, entry.sources)
+            return
+        self._flush()
+        for key, value in self._disk.sorted_items():
+            yield key[0] == "a", key[1:], _decode(value)
+
+    def _flush(self) -> None:
+        """Merge the buffer into the table on disk (in first-seen order), then empty it."""
+        disk = self._disk = self._disk or SpillMap(0)
+        for (absolute, target), entry in self.hot.items():
+            key = ("a" if absolute else "r") + target
+            old = disk.get(key)
+            if old is not None:
+                seen, count, sources = _decode(old)
+                sources += [s for s in entry.sources if s not in sources]
+                disk[key] = _encode((seen, count + entry.count, sources[:SOURCES_KEPT]))
+            elif len(disk) >= MAX_TARGETS:
+                self.dropped = True
+            else:
+                disk[key] = _encode((len(disk), entry.count, entry.sources))
+        self.hot.clear()
+
+    def close(self) -> None:
+        if self._disk is not None:
+            self._disk.close()
+
+
+def _encode(entry: _Entry) -> str:
+    """`seen count` and each source after a NUL (checked member paths hold no control
+    character)."""
+    seen, count, sources = entry
+    return f"{seen} {count}" + "".join(f"\0{source}" for source in sources)
+
+
+def _decode(value: str) -> _Entry:
+    head, *sources = value.split("\0")
+    seen, count = head.split(" ")
+    return int(seen), int(count), sources
+
+
 class SiteScanner:
     """Collects a site's files and references from archive members (an `archive.FileSink`).
 
-    A member handed over by a failed inspection leaves only counts behind: nothing here is
-    kept for the bundle until the inspection that fed it returned.
+    Memory is flat in the file count: the paths and the reference targets are tables that
+    move to disk past `spill_at` entries (`spill.SPILL_AT`; `mirror.spill`), and so is the
+    report's table of broken targets. A member handed over by a failed inspection leaves
+    only counts behind: nothing here is kept for the bundle until the inspection that fed
+    it returned.
     """
 
-    def __init__(self) -> None:
-        self.files: set[str] = set()
-        self.directories: set[str] = set()
-        self.targets: dict[tuple[bool, str], _Target] = {}
+    def __init__(self, spill_at: int | None = None) -> None:
+        self._spill_at = SPILL_AT if spill_at is None else spill_at
+        self.files = SpillMap(self._spill_at)
+        self.pages = 0
+        self.targets = _Targets(self._spill_at)
         self.references = 0
         self.pages_cut = 0
-        self.targets_dropped = False
         self._resolved: dict[tuple[str, str], str | None] = {}
+        self._top: str | None = None  # the one top directory of every file, if so far one
+        self._tops = 0  # how many top directories (2: more), 2 too for a file at the root
+
+    @property
+    def targets_dropped(self) -> bool:
+        return self.targets.dropped
+
+    def close(self) -> None:
+        """Free the tables' disk now (else the garbage collector does)."""
+        self.files.close()
+        self.targets.close()
 
     # -- the FileSink side ------------------------------------------------------------------
 
     def directory(self, path: str) -> None:
-        self.directories.add(path)
+        """Directory members say nothing a file below them does not."""
 
     def open_file(self, path: str) -> IO[bytes]:
-        self.files.add(path)
         lower = path.lower()
-        if lower.endswith(PAGE_SUFFIXES):
+        page = lower.endswith(PAGE_SUFFIXES)
+        if self.files.add(path):
+            self.pages += page
+            self._count_top(path)
+        if page:
             return cast(IO[bytes], _Collector(self, path, "html"))
         if lower.endswith(".css"):
             return cast(IO[bytes], _Collector(self, path, "css"))
         return cast(IO[bytes], _Discard())
+
+    def _count_top(self, path: str) -> None:
+        top, slash, _ = path.partition("/")
+        if not slash:
+            self._tops = 2
+        elif self._top is None and not self._tops:
+            self._top, self._tops = top, 1
+        elif top != self._top:
+            self._tops = 2
 
     # -- collecting ----------------------------------------------------------------------
 
@@ -196,6 +302,7 @@ class SiteScanner:
         refs = html_references(text) if kind == "html" else css_references(text)
         folder = source.rpartition("/")[0]
         resolved = self._resolved
+        targets = self.targets
         for ref in refs:
             # Navigation repeats on every page: resolve each (folder, reference) once.
             memo = ("" if ref.startswith("/") else folder, ref)
@@ -207,14 +314,10 @@ class SiteScanner:
                 target = resolved[memo] = _target_of(source, ref)
             if target is None:
                 continue
-            key = (ref.startswith("/"), target)
             self.references += 1
-            entry = self.targets.get(key)
+            entry = targets.get((ref.startswith("/"), target))
             if entry is None:
-                if len(self.targets) >= MAX_TARGETS:
-                    self.targets_dropped = True
-                    continue
-                entry = self.targets[key] = _Target()
+                continue
             entry.count += 1
             if len(entry.sources) < SOURCES_KEPT and source not in entry.sources:
                 entry.sources.append(source)
@@ -223,43 +326,73 @@ class SiteScanner:
 
     def report(self) -> CompletenessReport:
         """What the members seen so far make as a site."""
-        root = _site_root(self.files)
-        site_files = {p[len(root) :] for p in self.files if p.startswith(root)}
-        base = _base_path([t for absolute, t in self.targets if absolute], site_files)
-        found: dict[str, tuple[int, list[str]]] = {}
-        for (absolute, target), entry in self.targets.items():
+        root = self._site_root()
+        base = _base_path(
+            (t for absolute, t, _ in self.targets.entries() if absolute),
+            lambda name: root + name in self.files or self.files.has_prefix(f"{root}{name}/"),
+        )
+        with SpillMap(self._spill_at) as found:
+            self._find_broken(root, base, found)
+            broken, links, assets = _ranked(found, root)
+        return CompletenessReport(
+            pages=self.pages,
+            assets=len(self.files) - self.pages,
+            references=self.references,
+            broken_link_count=links,
+            missing_asset_count=assets,
+            broken=broken,
+            pages_cut=self.pages_cut,
+            targets_dropped=self.targets_dropped,
+            base_path=base.rstrip("/"),
+        )
+
+    def _site_root(self) -> str:
+        """ "" when the bundle's root is the site's, else "top/" for a single wrapping
+        directory (holding every file and `index.html`)."""
+        if "index.html" in self.files or self._tops != 1:
+            return ""
+        return f"{self._top}/" if f"{self._top}/index.html" in self.files else ""
+
+    def _find_broken(self, root: str, base: str, found: SpillMap) -> None:
+        """Each target that resolves to nothing, under its site path in `found`: its
+        entries one a line (`_encode`), as several targets can name one path."""
+        for absolute, target, entry in self.targets.entries():
             path = target
             if absolute and base and (target + "/").startswith(base):
                 path = "/" + target[len(base) :]
             path = path.lstrip("/")
             if root and path.startswith(root):
                 path = path[len(root) :]
-            if _resolves(path, site_files):
+            if _resolves(root + path, self.files):
                 continue
-            count, sources = found.setdefault(path, (0, []))
-            for source in entry.sources:
-                shown = source.lstrip("/")
-                shown = shown[len(root) :] if root and shown.startswith(root) else shown
-                if len(sources) < SOURCES_KEPT and shown not in sources:
-                    sources.append(shown)
-            found[path] = (count + entry.count, sources)
-        broken = [
-            BrokenReference(path, _kind_of(path), count, tuple(sources))
-            for path, (count, sources) in found.items()
-        ]
-        pages = sum(1 for p in site_files if p.lower().endswith(PAGE_SUFFIXES))
-        broken.sort(key=lambda b: (b.kind != "page", -b.count, b.target))
-        return CompletenessReport(
-            pages=pages,
-            assets=len(site_files) - pages,
-            references=self.references,
-            broken_link_count=sum(1 for b in broken if b.kind == "page"),
-            missing_asset_count=sum(1 for b in broken if b.kind == "asset"),
-            broken=tuple(broken[:BROKEN_KEPT]),
-            pages_cut=self.pages_cut,
-            targets_dropped=self.targets_dropped,
-            base_path=base.rstrip("/"),
-        )
+            before = found.get(path)
+            found[path] = _encode(entry) if before is None else f"{before}\n{_encode(entry)}"
+
+
+def _ranked(found: SpillMap, root: str) -> tuple[tuple[BrokenReference, ...], int, int]:
+    """The first BROKEN_KEPT broken targets (page links first, then by count) and how many
+    page links and assets are broken. Each one's sources are those of its targets in the
+    order the targets were first met, shown from the site root."""
+    counts = {"page": 0, "asset": 0}
+
+    def merged() -> Iterator[BrokenReference]:
+        for path, value in found.sorted_items():
+            count, sources = 0, list[str]()
+            for _, more, kept in sorted(_decode(line) for line in value.split("\n")):
+                count += more
+                for source in kept:
+                    shown = source.lstrip("/")
+                    shown = shown[len(root) :] if root and shown.startswith(root) else shown
+                    if len(sources) < SOURCES_KEPT and shown not in sources:
+                        sources.append(shown)
+            kind = _kind_of(path)
+            counts[kind] += 1
+            yield BrokenReference(path, kind, count, tuple(sources))
+
+    first = heapq.nsmallest(
+        BROKEN_KEPT, merged(), key=lambda b: (b.kind != "page", -b.count, b.target)
+    )
+    return tuple(first), counts["page"], counts["asset"]
 
 
 class _Collector:
@@ -385,32 +518,24 @@ def _normalise(path: str) -> str:
     return "/" + "/".join(parts) + trailing
 
 
-def _site_root(files: set[str]) -> str:
-    """ "" when the bundle's root is the site's, else "top/" for a single wrapping directory."""
-    if "index.html" in files:
-        return ""
-    tops = {p.partition("/")[0] for p in files if "/" in p}
-    if len(tops) == 1 and not any("/" not in p for p in files):
-        top = tops.pop()
-        if f"{top}/index.html" in files:
-            return top + "/"
-    return ""
-
-
-def _base_path(absolute: list[str], files: set[str]) -> str:
+def _base_path(absolute: Iterable[str], is_top: Callable[[str], bool]) -> str:
     """ "/base/" when every absolute reference (two at least) starts with it (or is `/base`)
-    and the bundle has no top-level `base`."""
-    firsts = {t.split("/")[1] for t in absolute}
-    if len(firsts) != 1 or len(absolute) < 2:
-        return ""
-    first = firsts.pop()
-    tops = {p.partition("/")[0] for p in files}
-    if not first or first in tops:
+    and the bundle has no top-level `base` (`is_top`)."""
+    first: str | None = None
+    count = 0
+    for target in absolute:
+        name = target.split("/")[1]
+        if first is None:
+            first = name
+        elif name != first:
+            return ""
+        count += 1
+    if first is None or count < 2 or not first or is_top(first):
         return ""
     return f"/{first}/"
 
 
-def _resolves(path: str, files: set[str]) -> bool:
+def _resolves(path: str, files: SpillMap) -> bool:
     if path == "" or path.endswith("/"):
         return f"{path}index.html" in files
     return path in files or f"{path}/index.html" in files or f"{path}.html" in files

@@ -10,7 +10,8 @@ Promises:
 - `SpillMap` is a str -> str mapping: the same answers in memory and on disk; up to
   `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
   the database, whose page cache is `CACHE_KIB`.
-- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order).
+- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order);
+  `has_prefix` says whether a key starts with a string (one range lookup on disk).
 - `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
   iterated in the order appended, as often as asked.
 - `close` (or leaving the `with`) frees the disk; nothing is left behind on any path out.
@@ -99,6 +100,16 @@ class SpillMap:
         before = self._count
         self.setdefault(key, "")
         return self._count != before
+
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether some key starts with `prefix` (not empty)."""
+        if self._memory is not None:
+            return any(key.startswith(prefix) for key in self._memory)
+        assert self._db is not None
+        low = prefix.encode()
+        high = low[:-1] + bytes([low[-1] + 1])  # UTF-8 has no 0xff byte: no overflow
+        row = self._db.execute("SELECT 1 FROM m WHERE k >= ? AND k < ? LIMIT 1", (low, high))
+        return row.fetchone() is not None
 
     def sorted_items(self) -> Iterator[tuple[str, str]]:
         """Every entry, by the UTF-8 bytes of its key."""

@@ -27,6 +27,8 @@ def test_a_map_answers_alike_in_memory_and_on_disk(spill_at: int) -> None:
         assert table.setdefault("a", "other") == "again"
         assert table.setdefault("new", "fresh") == "fresh" and table.get("new") == "fresh"
         assert table.add("new") is False and table.add("newer") is True
+        assert table.has_prefix("a/") and table.has_prefix("\U0001f600")
+        assert not table.has_prefix("b/") and not table.has_prefix("zz")
         assert [k for k, _ in table.sorted_items()] == sorted(
             [*KEYS, "new", "newer"], key=lambda k: k.encode()
         )
