@@ -181,6 +181,8 @@ class _Targets:
         self.hot: dict[tuple[bool, str], _Target] = {}
         self._disk: SpillMap | None = None
         self.dropped = False
+        self._absolute = 0  # on disk: how many absolute targets, their first names (<= 2)
+        self._firsts: set[str] = set()
 
     def get(self, key: tuple[bool, str]) -> _Target | None:
         """The buffer's entry for `key`: a new one when there is room, None when dropped."""
@@ -205,6 +207,15 @@ class _Targets:
         for key, value in self._disk.sorted_items():
             yield key[0] == "a", key[1:], _decode(value)
 
+    def absolute(self) -> tuple[set[str], int]:
+        """The first names of the absolute targets kept (two at most: more name no base
+        path) and how many such targets there are."""
+        if self._disk is None:
+            return {t.split("/")[1] for absolute, t in self.hot if absolute}, sum(
+                absolute for absolute, _ in self.hot
+            )
+        return self._firsts, self._absolute
+
     def _flush(self) -> None:
         """Merge the buffer into the table on disk (in first-seen order), then empty it."""
         disk = self._disk = self._disk or SpillMap(0)
@@ -218,7 +229,11 @@ class _Targets:
             elif len(disk) >= MAX_TARGETS:
                 self.dropped = True
             else:
-                disk[key] = _encode((len(disk), entry.count, entry.sources))
+                disk.setdefault(key, _encode((len(disk), entry.count, entry.sources)))
+                if absolute:
+                    self._absolute += 1
+                    if len(self._firsts) < 2:
+                        self._firsts.add(target.split("/")[1])
         self.hot.clear()
 
     def close(self) -> None:
@@ -328,7 +343,7 @@ class SiteScanner:
         """What the members seen so far make as a site."""
         root = self._site_root()
         base = _base_path(
-            (t for absolute, t, _ in self.targets.entries() if absolute),
+            *self.targets.absolute(),
             lambda name: root + name in self.files or self.files.has_prefix(f"{root}{name}/"),
         )
         with SpillMap(self._spill_at) as found:
@@ -518,19 +533,14 @@ def _normalise(path: str) -> str:
     return "/" + "/".join(parts) + trailing
 
 
-def _base_path(absolute: Iterable[str], is_top: Callable[[str], bool]) -> str:
-    """ "/base/" when every absolute reference (two at least) starts with it (or is `/base`)
-    and the bundle has no top-level `base` (`is_top`)."""
-    first: str | None = None
-    count = 0
-    for target in absolute:
-        name = target.split("/")[1]
-        if first is None:
-            first = name
-        elif name != first:
-            return ""
-        count += 1
-    if first is None or count < 2 or not first or is_top(first):
+def _base_path(firsts: set[str], count: int, is_top: Callable[[str], bool]) -> str:
+    """ "/base/" when every absolute reference (two at least: `count`) starts with it (or
+    is `/base`: `firsts` are their first names) and the bundle has no top-level `base`
+    (`is_top`)."""
+    if len(firsts) != 1 or count < 2:
+        return ""
+    first = next(iter(firsts))
+    if not first or is_top(first):
         return ""
     return f"/{first}/"
 
