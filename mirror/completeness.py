@@ -9,11 +9,15 @@ that resolves to nothing in the bundle, with its first few sources. Fragments ar
 
 Promises:
 
-- pure: bytes in, a `CompletenessReport` out; no I/O, no clock;
+- pure: bytes in, a `CompletenessReport` out; no I/O but private temporary tables, no
+  clock;
 - memory is bounded per member: a page or stylesheet is parsed from at most
   `MAX_PARSE_BYTES` (the rest is counted, not kept: `pages_cut` says how many were cut);
   other members are only named. Across the site, at most `MAX_TARGETS` distinct
   references and `SOURCES_KEPT` sources each are kept (`targets_dropped` says so);
+- memory is flat in the file count: the paths, the references' targets and the broken
+  ones are in memory up to `spill.SPILL_AT` of them, then on disk (`mirror.spill`), with
+  the same report either way;
 - a reference resolves as a static server would serve it: `dir/` and `dir` find
   `dir/index.html`, `page` finds `page.html`; absolute paths start at the site root, which
   is the bundle root or its single top directory holding `index.html`; a site published
@@ -44,6 +48,7 @@ from mirror.spill import SPILL_AT, SpillMap
 MAX_PARSE_BYTES = 4 * 1024 * 1024
 MAX_TARGETS = 500_000
 MAX_RESOLVED = 16_384  # the memo of resolved references: a cache, emptied when full
+_BATCH = 1024  # paths stored or looked up at once in the tables on disk
 SOURCES_KEPT = 3
 BROKEN_KEPT = 200
 
@@ -219,21 +224,26 @@ class _Targets:
     def _flush(self) -> None:
         """Merge the buffer into the table on disk (in first-seen order), then empty it."""
         disk = self._disk = self._disk or SpillMap(0)
-        for (absolute, target), entry in self.hot.items():
-            key = ("a" if absolute else "r") + target
-            old = disk.get(key)
+        keys = [("a" if absolute else "r") + target for absolute, target in self.hot]
+        known = disk.get_many(keys)
+        rows: list[tuple[str, str]] = []
+        kept = len(disk)
+        for key, entry in zip(keys, self.hot.values(), strict=True):
+            old = known.get(key)
             if old is not None:
                 seen, count, sources = _decode(old)
                 sources += [s for s in entry.sources if s not in sources]
-                disk[key] = _encode((seen, count + entry.count, sources[:SOURCES_KEPT]))
-            elif len(disk) >= MAX_TARGETS:
+                rows.append((key, _encode((seen, count + entry.count, sources[:SOURCES_KEPT]))))
+            elif kept >= MAX_TARGETS:
                 self.dropped = True
             else:
-                disk.setdefault(key, _encode((len(disk), entry.count, entry.sources)))
-                if absolute:
+                rows.append((key, _encode((kept, entry.count, entry.sources))))
+                kept += 1
+                if key[0] == "a":
                     self._absolute += 1
                     if len(self._firsts) < 2:
-                        self._firsts.add(target.split("/")[1])
+                        self._firsts.add(key.split("/")[1])
+        disk.update(rows)
         self.hot.clear()
 
     def close(self) -> None:
@@ -267,6 +277,7 @@ class SiteScanner:
     def __init__(self, spill_at: int | None = None) -> None:
         self._spill_at = SPILL_AT if spill_at is None else spill_at
         self.files = SpillMap(self._spill_at)
+        self._arrived: list[str] = []  # files not yet in `files` (stored a batch at a time)
         self.pages = 0
         self.targets = _Targets(self._spill_at)
         self.references = 0
@@ -292,14 +303,21 @@ class SiteScanner:
     def open_file(self, path: str) -> IO[bytes]:
         lower = path.lower()
         page = lower.endswith(PAGE_SUFFIXES)
-        if self.files.add(path):
-            self.pages += page
-            self._count_top(path)
+        # The inspection refused a second member of one path before it came here.
+        self._arrived.append(path)
+        if len(self._arrived) >= _BATCH:
+            self._store_arrived()
+        self.pages += page
+        self._count_top(path)
         if page:
             return cast(IO[bytes], _Collector(self, path, "html"))
         if lower.endswith(".css"):
             return cast(IO[bytes], _Collector(self, path, "css"))
         return cast(IO[bytes], _Discard())
+
+    def _store_arrived(self) -> None:
+        self.files.update((path, "") for path in self._arrived)
+        self._arrived.clear()
 
     def _count_top(self, path: str) -> None:
         top, slash, _ = path.partition("/")
@@ -341,6 +359,7 @@ class SiteScanner:
 
     def report(self) -> CompletenessReport:
         """What the members seen so far make as a site."""
+        self._store_arrived()
         root = self._site_root()
         base = _base_path(
             *self.targets.absolute(),
@@ -371,6 +390,7 @@ class SiteScanner:
     def _find_broken(self, root: str, base: str, found: SpillMap) -> None:
         """Each target that resolves to nothing, under its site path in `found`: its
         entries one a line (`_encode`), as several targets can name one path."""
+        batch: list[tuple[str, _Entry]] = []
         for absolute, target, entry in self.targets.entries():
             path = target
             if absolute and base and (target + "/").startswith(base):
@@ -378,10 +398,27 @@ class SiteScanner:
             path = path.lstrip("/")
             if root and path.startswith(root):
                 path = path[len(root) :]
-            if _resolves(root + path, self.files):
-                continue
+            batch.append((path, entry))
+            if len(batch) >= _BATCH:
+                self._keep_broken(root, batch, found)
+        self._keep_broken(root, batch, found)
+
+    def _keep_broken(self, root: str, batch: list[tuple[str, _Entry]], found: SpillMap) -> None:
+        """Keep those of `batch` that do not resolve: one lookup of the files for all their
+        first answers, one for the second answers of those left, one for the third."""
+        left = batch
+        for answer in range(3):
+            asked = [_served_as(root + path) for path, _ in left]
+            present = self.files.get_many(names[answer] for names in asked if answer < len(names))
+            left = [
+                item
+                for item, names in zip(left, asked, strict=True)
+                if answer >= len(names) or names[answer] not in present
+            ]
+        for path, entry in left:
             before = found.get(path)
             found[path] = _encode(entry) if before is None else f"{before}\n{_encode(entry)}"
+        batch.clear()
 
 
 def _ranked(found: SpillMap, root: str) -> tuple[tuple[BrokenReference, ...], int, int]:
@@ -545,10 +582,11 @@ def _base_path(firsts: set[str], count: int, is_top: Callable[[str], bool]) -> s
     return f"/{first}/"
 
 
-def _resolves(path: str, files: SpillMap) -> bool:
+def _served_as(path: str) -> tuple[str, ...]:
+    """The files a static server answers `path` with, the first present of them."""
     if path == "" or path.endswith("/"):
-        return f"{path}index.html" in files
-    return path in files or f"{path}/index.html" in files or f"{path}.html" in files
+        return (f"{path}index.html",)
+    return (path, f"{path}/index.html", f"{path}.html")
 
 
 def _kind_of(path: str) -> Kind:

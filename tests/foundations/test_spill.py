@@ -32,6 +32,9 @@ def test_a_map_answers_alike_in_memory_and_on_disk(spill_at: int) -> None:
         assert [k for k, _ in table.sorted_items()] == sorted(
             [*KEYS, "new", "newer"], key=lambda k: k.encode()
         )
+        table.update([("a", "u"), ("brand", "n"), ("brand", "m")])
+        assert len(table) == len(KEYS) + 3
+        assert table.get_many(["a", "brand", "missing", "z"]) == {"a": "u", "brand": "m", "z": "4"}
 
 
 def test_a_map_moves_to_disk_past_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
