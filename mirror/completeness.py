@@ -246,10 +246,6 @@ class _Targets:
         disk.update(rows)
         self.hot.clear()
 
-    def close(self) -> None:
-        if self._disk is not None:
-            self._disk.close()
-
 
 def _encode(entry: _Entry) -> str:
     """`seen count` and each source after a NUL (checked member paths hold no control
@@ -269,9 +265,9 @@ class SiteScanner:
 
     Memory is flat in the file count: the paths and the reference targets are tables that
     move to disk past `spill_at` entries (`spill.SPILL_AT`; `mirror.spill`), and so is the
-    report's table of broken targets. A member handed over by a failed inspection leaves
-    only counts behind: nothing here is kept for the bundle until the inspection that fed
-    it returned.
+    report's table of broken targets (nameless files, freed with the scanner or the report
+    made). A member handed over by a failed inspection leaves only counts behind: nothing
+    here is kept for the bundle until the inspection that fed it returned.
     """
 
     def __init__(self, spill_at: int | None = None) -> None:
@@ -289,11 +285,6 @@ class SiteScanner:
     @property
     def targets_dropped(self) -> bool:
         return self.targets.dropped
-
-    def close(self) -> None:
-        """Free the tables' disk now (else the garbage collector does)."""
-        self.files.close()
-        self.targets.close()
 
     # -- the FileSink side ------------------------------------------------------------------
 
