@@ -327,6 +327,7 @@ class SiteScanner:
         folder = source.rpartition("/")[0]
         resolved = self._resolved
         targets = self.targets
+        hot = targets.hot  # emptied in place when it moves to disk
         for ref in refs:
             # Navigation repeats on every page: resolve each (folder, reference) once.
             memo = ("" if ref.startswith("/") else folder, ref)
@@ -339,7 +340,8 @@ class SiteScanner:
             if target is None:
                 continue
             self.references += 1
-            entry = targets.get((ref.startswith("/"), target))
+            key = (ref.startswith("/"), target)
+            entry = hot.get(key) or targets.get(key)
             if entry is None:
                 continue
             entry.count += 1
