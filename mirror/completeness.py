@@ -227,6 +227,7 @@ class _Targets:
         keys = [("a" if absolute else "r") + target for absolute, target in self.hot]
         known = disk.get_many(keys)
         rows: list[tuple[str, str]] = []
+        new: list[tuple[str, str]] = []
         kept = len(disk)
         for key, entry in zip(keys, self.hot.values(), strict=True):
             old = known.get(key)
@@ -237,13 +238,14 @@ class _Targets:
             elif kept >= MAX_TARGETS:
                 self.dropped = True
             else:
-                rows.append((key, _encode((kept, entry.count, entry.sources))))
+                new.append((key, _encode((kept, entry.count, entry.sources))))
                 kept += 1
                 if key[0] == "a":
                     self._absolute += 1
                     if len(self._firsts) < 2:
                         self._firsts.add(key.split("/")[1])
         disk.update(rows)
+        disk.insert(new)
         self.hot.clear()
 
 
@@ -307,7 +309,7 @@ class SiteScanner:
         return cast(IO[bytes], _Discard())
 
     def _store_arrived(self) -> None:
-        self.files.update((path, "") for path in self._arrived)
+        self.files.insert((path, "") for path in self._arrived)
         self._arrived.clear()
 
     def _count_top(self, path: str) -> None:

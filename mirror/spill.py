@@ -10,7 +10,8 @@ Promises:
 - `SpillMap` is a str -> str mapping: the same answers in memory and on disk; up to
   `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
   the database, whose page cache is `CACHE_KIB`.
-- `get_many` and `update` answer and store many entries in a few statements on disk.
+- `get_many`, `update` and `insert` (new keys only) answer and store many entries in a few
+  statements on disk.
 - `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order);
   `has_prefix` says whether a key starts with a string (one range lookup on disk).
 - `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
@@ -122,15 +123,38 @@ class SpillMap:
     def update(self, entries: Iterable[tuple[str, str]]) -> None:
         """Store every (key, value) of `entries` (the last of a key wins): on disk, two
         batched statements, not one or two an entry."""
-        if self._memory is not None:
-            for key, value in entries:
-                self[key] = value
+        rest = self._in_memory(entries)
+        if rest is None:
             return
         assert self._db is not None
-        rows = [(value, key.encode()) for key, value in dict(entries).items()]
+        rows = [(value, key.encode()) for key, value in dict(rest).items()]
         self._db.executemany("UPDATE m SET v = ? WHERE k = ?", rows)
         inserted = self._db.executemany("INSERT OR IGNORE INTO m (v, k) VALUES (?, ?)", rows)
         self._count += inserted.rowcount
+
+    def insert(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Store every (key, value) of `entries`, whose keys are distinct and not stored yet
+        (else sqlite3.IntegrityError on disk): one batched statement on disk, half of what
+        `update` costs."""
+        rest = self._in_memory(entries)
+        if rest is None:
+            return
+        assert self._db is not None
+        rows = [(key.encode(), value) for key, value in rest]
+        self._db.executemany("INSERT INTO m (k, v) VALUES (?, ?)", rows)
+        self._count += len(rows)
+
+    def _in_memory(self, entries: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]] | None:
+        """Store `entries` one by one while the map is in memory: those left once it moved
+        to disk (for a batch), or None."""
+        rest = iter(entries)
+        if self._memory is None:
+            return rest
+        for key, value in rest:
+            self[key] = value
+            if self._memory is None:
+                return rest
+        return None
 
     def has_prefix(self, prefix: str) -> bool:
         """Whether some key starts with `prefix` (not empty)."""
