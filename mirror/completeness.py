@@ -202,15 +202,16 @@ class _Targets:
             entry = hot[key] = _Target()
         return entry
 
-    def entries(self) -> Iterator[tuple[bool, str, _Entry]]:
-        """Every target kept: (absolute, path, (first-seen order, count, sources))."""
+    def entries(self) -> Iterator[tuple[bool, str, _Entry | str]]:
+        """Every target kept: (absolute, path, (first-seen order, count, sources)), the last
+        as `_encode` gives it when it comes from disk."""
         if self._disk is None:
             for n, ((absolute, target), entry) in enumerate(self.hot.items()):
                 yield absolute, target, (n, entry.count, entry.sources)
             return
         self._flush()
         for key, value in self._disk.sorted_items():
-            yield key[0] == "a", key[1:], _decode(value)
+            yield key[0] == "a", key[1:], value
 
     def absolute(self) -> tuple[set[str], int]:
         """The first names of the absolute targets kept (two at most: more name no base
@@ -385,7 +386,7 @@ class SiteScanner:
     def _find_broken(self, root: str, base: str, found: SpillMap) -> None:
         """Each target that resolves to nothing, under its site path in `found`: its
         entries one a line (`_encode`), as several targets can name one path."""
-        batch: list[tuple[str, _Entry]] = []
+        batch: list[tuple[str, _Entry | str]] = []
         for absolute, target, entry in self.targets.entries():
             path = target
             if absolute and base and (target + "/").startswith(base):
@@ -398,7 +399,9 @@ class SiteScanner:
                 self._keep_broken(root, batch, found)
         self._keep_broken(root, batch, found)
 
-    def _keep_broken(self, root: str, batch: list[tuple[str, _Entry]], found: SpillMap) -> None:
+    def _keep_broken(
+        self, root: str, batch: list[tuple[str, _Entry | str]], found: SpillMap
+    ) -> None:
         """Keep those of `batch` that do not resolve: one lookup of the files for all their
         first answers, one for the second answers of those left, one for the third."""
         left = batch
@@ -411,8 +414,9 @@ class SiteScanner:
                 if answer >= len(names) or names[answer] not in present
             ]
         for path, entry in left:
+            line = entry if isinstance(entry, str) else _encode(entry)
             before = found.get(path)
-            found[path] = _encode(entry) if before is None else f"{before}\n{_encode(entry)}"
+            found[path] = line if before is None else f"{before}\n{line}"
         batch.clear()
 
 
