@@ -146,6 +146,11 @@ def test_the_report_round_trips_and_its_digest_is_of_the_canonical_json(tmp_path
     assert len(report.digest) == 64
 
 
+def scan_with(path: Path, scanner: SiteScanner) -> CompletenessReport:
+    inspect_archive(path, ArchiveLimits(allow_case_twins=True), observe=lambda: scanner)
+    return scanner.report()
+
+
 def a_site_of_many_references(pages: int) -> dict[str, bytes]:
     """Wrapped in `site/`, published below /docs, with broken links and assets, absolute
     and relative references naming one path, and case twins."""
@@ -176,13 +181,8 @@ def test_a_site_past_the_spill_threshold_gives_the_same_report(
     monkeypatch.setattr(completeness, "BROKEN_KEPT", kept)
     monkeypatch.setattr(completeness, "MAX_TARGETS", max_targets)
     path = tar_of(tmp_path, a_site_of_many_references(40))
-    limits = ArchiveLimits(allow_case_twins=True)
     scanners = [SiteScanner(), SiteScanner(spill_at=3)]
-    reports = []
-    for scanner in scanners:
-        inspect_archive(path, limits, observe=lambda scanner=scanner: scanner)  # type: ignore[misc]
-        reports.append(scanner.report())
-    in_memory, on_disk = reports
+    in_memory, on_disk = (scan_with(path, scanner) for scanner in scanners)
     assert scanners[0].files._db is None and scanners[0].targets._disk is None
     assert scanners[1].files._db is not None and scanners[1].targets._disk is not None
     assert on_disk == in_memory and on_disk.digest == in_memory.digest
