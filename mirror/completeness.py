@@ -9,11 +9,15 @@ that resolves to nothing in the bundle, with its first few sources. Fragments ar
 
 Promises:
 
-- pure: bytes in, a `CompletenessReport` out; no I/O, no clock;
+- pure: bytes in, a `CompletenessReport` out; no I/O but private temporary tables, no
+  clock;
 - memory is bounded per member: a page or stylesheet is parsed from at most
   `MAX_PARSE_BYTES` (the rest is counted, not kept: `pages_cut` says how many were cut);
   other members are only named. Across the site, at most `MAX_TARGETS` distinct
   references and `SOURCES_KEPT` sources each are kept (`targets_dropped` says so);
+- memory is flat in the file count: the paths, the references' targets and the broken
+  ones are in memory up to `spill.SPILL_AT` of them, then on disk (`mirror.spill`), with
+  the same report either way;
 - a reference resolves as a static server would serve it: `dir/` and `dir` find
   `dir/index.html`, `page` finds `page.html`; absolute paths start at the site root, which
   is the bundle root or its single top directory holding `index.html`; a site published
@@ -30,18 +34,21 @@ selectolax, lxml and html.parser by a wide margin (bench numbers in docs/archite
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
 from mirror.integrity import hash_bytes
+from mirror.spill import SPILL_AT, SpillMap
 
 MAX_PARSE_BYTES = 4 * 1024 * 1024
 MAX_TARGETS = 500_000
 MAX_RESOLVED = 16_384  # the memo of resolved references: a cache, emptied when full
+_BATCH = 1024  # paths stored or looked up at once in the tables on disk
 SOURCES_KEPT = 3
 BROKEN_KEPT = 200
 
@@ -159,35 +166,161 @@ class _Target:
         self.sources: list[str] = []
 
 
+# One reference target as a table holds it: (first-seen order, count, first sources).
+_Entry = tuple[int, int, list[str]]
+
+
+class _Targets:
+    """Every distinct reference target (absolute or not, path) with its count and first
+    SOURCES_KEPT sources, the first MAX_TARGETS targets only (`dropped` says when more came).
+
+    Up to `spill_at` targets they are a dict. Past that, the dict is a buffer: each time it
+    fills, its entries are merged into a `SpillMap` on disk and it starts empty, so the hot
+    targets (navigation on every page) cost a dict lookup a reference and one merge a
+    buffer, not a statement a reference. Kept on disk: first-seen order, count and sources,
+    so `entries()` gives what the dict alone would have held.
+    """
+
+    def __init__(self, spill_at: int) -> None:
+        self._spill_at = spill_at
+        self.hot: dict[tuple[bool, str], _Target] = {}
+        self._disk: SpillMap | None = None
+        self.dropped = False
+        self._absolute = 0  # on disk: how many absolute targets, their first names (<= 2)
+        self._firsts: set[str] = set()
+
+    def get(self, key: tuple[bool, str]) -> _Target | None:
+        """The buffer's entry for `key`: a new one when there is room, None when dropped."""
+        hot = self.hot
+        entry = hot.get(key)
+        if entry is None:
+            if self._disk is None and len(hot) >= MAX_TARGETS:
+                self.dropped = True
+                return None
+            if len(hot) >= self._spill_at:
+                self._flush()
+            entry = hot[key] = _Target()
+        return entry
+
+    def entries(self) -> Iterator[tuple[bool, str, _Entry | str]]:
+        """Every target kept: (absolute, path, (first-seen order, count, sources)), the last
+        as `_encode` gives it when it comes from disk."""
+        if self._disk is None:
+            for n, ((absolute, target), entry) in enumerate(self.hot.items()):
+                yield absolute, target, (n, entry.count, entry.sources)
+            return
+        self._flush()
+        for key, value in self._disk.sorted_items():
+            yield key[0] == "a", key[1:], value
+
+    def absolute(self) -> tuple[set[str], int]:
+        """The first names of the absolute targets kept (two at most: more name no base
+        path) and how many such targets there are."""
+        if self._disk is None:
+            return {t.split("/")[1] for absolute, t in self.hot if absolute}, sum(
+                absolute for absolute, _ in self.hot
+            )
+        return self._firsts, self._absolute
+
+    def _flush(self) -> None:
+        """Merge the buffer into the table on disk (in first-seen order), then empty it."""
+        disk = self._disk = self._disk or SpillMap(0)
+        keys = [("a" if absolute else "r") + target for absolute, target in self.hot]
+        known = disk.get_many(keys)
+        rows: list[tuple[str, str]] = []
+        new: list[tuple[str, str]] = []
+        kept = len(disk)
+        for key, entry in zip(keys, self.hot.values(), strict=True):
+            old = known.get(key)
+            if old is not None:
+                seen, count, sources = _decode(old)
+                sources += [s for s in entry.sources if s not in sources]
+                rows.append((key, _encode((seen, count + entry.count, sources[:SOURCES_KEPT]))))
+            elif kept >= MAX_TARGETS:
+                self.dropped = True
+            else:
+                new.append((key, _encode((kept, entry.count, entry.sources))))
+                kept += 1
+                if key[0] == "a":
+                    self._absolute += 1
+                    if len(self._firsts) < 2:
+                        self._firsts.add(key.split("/")[1])
+        disk.update(rows)
+        disk.insert(new)
+        self.hot.clear()
+
+
+def _encode(entry: _Entry) -> str:
+    """`seen count` and each source after a NUL (checked member paths hold no control
+    character)."""
+    seen, count, sources = entry
+    return f"{seen} {count}" + "".join(f"\0{source}" for source in sources)
+
+
+def _decode(value: str) -> _Entry:
+    head, *sources = value.split("\0")
+    seen, count = head.split(" ")
+    return int(seen), int(count), sources
+
+
 class SiteScanner:
     """Collects a site's files and references from archive members (an `archive.FileSink`).
 
-    A member handed over by a failed inspection leaves only counts behind: nothing here is
-    kept for the bundle until the inspection that fed it returned.
+    Memory is flat in the file count: the paths and the reference targets are tables that
+    move to disk past `spill_at` entries (`spill.SPILL_AT`; `mirror.spill`), and so is the
+    report's table of broken targets (nameless files, freed with the scanner or the report
+    made). A member handed over by a failed inspection leaves only counts behind: nothing
+    here is kept for the bundle until the inspection that fed it returned.
     """
 
-    def __init__(self) -> None:
-        self.files: set[str] = set()
-        self.directories: set[str] = set()
-        self.targets: dict[tuple[bool, str], _Target] = {}
+    def __init__(self, spill_at: int | None = None) -> None:
+        self._spill_at = SPILL_AT if spill_at is None else spill_at
+        self.files = SpillMap(self._spill_at)
+        self._arrived: list[str] = []  # files not yet in `files` (stored a batch at a time)
+        self.pages = 0
+        self.targets = _Targets(self._spill_at)
         self.references = 0
         self.pages_cut = 0
-        self.targets_dropped = False
         self._resolved: dict[tuple[str, str], str | None] = {}
+        self._top: str | None = None  # the one top directory of every file, if so far one
+        self._tops = 0  # how many top directories (2: more), 2 too for a file at the root
+
+    @property
+    def targets_dropped(self) -> bool:
+        return self.targets.dropped
 
     # -- the FileSink side ------------------------------------------------------------------
 
     def directory(self, path: str) -> None:
-        self.directories.add(path)
+        """Directory members say nothing a file below them does not."""
 
     def open_file(self, path: str) -> IO[bytes]:
-        self.files.add(path)
         lower = path.lower()
-        if lower.endswith(PAGE_SUFFIXES):
+        page = lower.endswith(PAGE_SUFFIXES)
+        # The inspection refused a second member of one path before it came here.
+        self._arrived.append(path)
+        if len(self._arrived) >= _BATCH:
+            self._store_arrived()
+        self.pages += page
+        self._count_top(path)
+        if page:
             return cast(IO[bytes], _Collector(self, path, "html"))
         if lower.endswith(".css"):
             return cast(IO[bytes], _Collector(self, path, "css"))
         return cast(IO[bytes], _Discard())
+
+    def _store_arrived(self) -> None:
+        self.files.insert((path, "") for path in self._arrived)
+        self._arrived.clear()
+
+    def _count_top(self, path: str) -> None:
+        top, slash, _ = path.partition("/")
+        if not slash:
+            self._tops = 2
+        elif self._top is None and not self._tops:
+            self._top, self._tops = top, 1
+        elif top != self._top:
+            self._tops = 2
 
     # -- collecting ----------------------------------------------------------------------
 
@@ -196,6 +329,8 @@ class SiteScanner:
         refs = html_references(text) if kind == "html" else css_references(text)
         folder = source.rpartition("/")[0]
         resolved = self._resolved
+        targets = self.targets
+        hot = targets.hot  # emptied in place when it moves to disk
         for ref in refs:
             # Navigation repeats on every page: resolve each (folder, reference) once.
             memo = ("" if ref.startswith("/") else folder, ref)
@@ -207,14 +342,11 @@ class SiteScanner:
                 target = resolved[memo] = _target_of(source, ref)
             if target is None:
                 continue
-            key = (ref.startswith("/"), target)
             self.references += 1
-            entry = self.targets.get(key)
+            key = (ref.startswith("/"), target)
+            entry = hot.get(key) or targets.get(key)
             if entry is None:
-                if len(self.targets) >= MAX_TARGETS:
-                    self.targets_dropped = True
-                    continue
-                entry = self.targets[key] = _Target()
+                continue
             entry.count += 1
             if len(entry.sources) < SOURCES_KEPT and source not in entry.sources:
                 entry.sources.append(source)
@@ -223,43 +355,95 @@ class SiteScanner:
 
     def report(self) -> CompletenessReport:
         """What the members seen so far make as a site."""
-        root = _site_root(self.files)
-        site_files = {p[len(root) :] for p in self.files if p.startswith(root)}
-        base = _base_path([t for absolute, t in self.targets if absolute], site_files)
-        found: dict[str, tuple[int, list[str]]] = {}
-        for (absolute, target), entry in self.targets.items():
+        self._store_arrived()
+        root = self._site_root()
+        base = _base_path(
+            *self.targets.absolute(),
+            lambda name: root + name in self.files or self.files.has_prefix(f"{root}{name}/"),
+        )
+        with SpillMap(self._spill_at) as found:
+            self._find_broken(root, base, found)
+            broken, links, assets = _ranked(found, root)
+        return CompletenessReport(
+            pages=self.pages,
+            assets=len(self.files) - self.pages,
+            references=self.references,
+            broken_link_count=links,
+            missing_asset_count=assets,
+            broken=broken,
+            pages_cut=self.pages_cut,
+            targets_dropped=self.targets_dropped,
+            base_path=base.rstrip("/"),
+        )
+
+    def _site_root(self) -> str:
+        """ "" when the bundle's root is the site's, else "top/" for a single wrapping
+        directory (holding every file and `index.html`)."""
+        if "index.html" in self.files or self._tops != 1:
+            return ""
+        return f"{self._top}/" if f"{self._top}/index.html" in self.files else ""
+
+    def _find_broken(self, root: str, base: str, found: SpillMap) -> None:
+        """Each target that resolves to nothing, under its site path in `found`: its
+        entries one a line (`_encode`), as several targets can name one path."""
+        batch: list[tuple[str, _Entry | str]] = []
+        for absolute, target, entry in self.targets.entries():
             path = target
             if absolute and base and (target + "/").startswith(base):
                 path = "/" + target[len(base) :]
             path = path.lstrip("/")
             if root and path.startswith(root):
                 path = path[len(root) :]
-            if _resolves(path, site_files):
-                continue
-            count, sources = found.setdefault(path, (0, []))
-            for source in entry.sources:
-                shown = source.lstrip("/")
-                shown = shown[len(root) :] if root and shown.startswith(root) else shown
-                if len(sources) < SOURCES_KEPT and shown not in sources:
-                    sources.append(shown)
-            found[path] = (count + entry.count, sources)
-        broken = [
-            BrokenReference(path, _kind_of(path), count, tuple(sources))
-            for path, (count, sources) in found.items()
-        ]
-        pages = sum(1 for p in site_files if p.lower().endswith(PAGE_SUFFIXES))
-        broken.sort(key=lambda b: (b.kind != "page", -b.count, b.target))
-        return CompletenessReport(
-            pages=pages,
-            assets=len(site_files) - pages,
-            references=self.references,
-            broken_link_count=sum(1 for b in broken if b.kind == "page"),
-            missing_asset_count=sum(1 for b in broken if b.kind == "asset"),
-            broken=tuple(broken[:BROKEN_KEPT]),
-            pages_cut=self.pages_cut,
-            targets_dropped=self.targets_dropped,
-            base_path=base.rstrip("/"),
-        )
+            batch.append((path, entry))
+            if len(batch) >= _BATCH:
+                self._keep_broken(root, batch, found)
+        self._keep_broken(root, batch, found)
+
+    def _keep_broken(
+        self, root: str, batch: list[tuple[str, _Entry | str]], found: SpillMap
+    ) -> None:
+        """Keep those of `batch` that do not resolve: one lookup of the files for all their
+        first answers, one for the second answers of those left, one for the third."""
+        left = batch
+        for answer in range(3):
+            asked = [_served_as(root + path) for path, _ in left]
+            present = self.files.get_many(names[answer] for names in asked if answer < len(names))
+            left = [
+                item
+                for item, names in zip(left, asked, strict=True)
+                if answer >= len(names) or names[answer] not in present
+            ]
+        for path, entry in left:
+            line = entry if isinstance(entry, str) else _encode(entry)
+            before = found.get(path)
+            found[path] = line if before is None else f"{before}\n{line}"
+        batch.clear()
+
+
+def _ranked(found: SpillMap, root: str) -> tuple[tuple[BrokenReference, ...], int, int]:
+    """The first BROKEN_KEPT broken targets (page links first, then by count) and how many
+    page links and assets are broken. Each one's sources are those of its targets in the
+    order the targets were first met, shown from the site root."""
+    counts = {"page": 0, "asset": 0}
+
+    def merged() -> Iterator[BrokenReference]:
+        for path, value in found.sorted_items():
+            count, sources = 0, list[str]()
+            for _, more, kept in sorted(_decode(line) for line in value.split("\n")):
+                count += more
+                for source in kept:
+                    shown = source.lstrip("/")
+                    shown = shown[len(root) :] if root and shown.startswith(root) else shown
+                    if len(sources) < SOURCES_KEPT and shown not in sources:
+                        sources.append(shown)
+            kind = _kind_of(path)
+            counts[kind] += 1
+            yield BrokenReference(path, kind, count, tuple(sources))
+
+    first = heapq.nsmallest(
+        BROKEN_KEPT, merged(), key=lambda b: (b.kind != "page", -b.count, b.target)
+    )
+    return tuple(first), counts["page"], counts["asset"]
 
 
 class _Collector:
@@ -385,35 +569,23 @@ def _normalise(path: str) -> str:
     return "/" + "/".join(parts) + trailing
 
 
-def _site_root(files: set[str]) -> str:
-    """ "" when the bundle's root is the site's, else "top/" for a single wrapping directory."""
-    if "index.html" in files:
+def _base_path(firsts: set[str], count: int, is_top: Callable[[str], bool]) -> str:
+    """ "/base/" when every absolute reference (two at least: `count`) starts with it (or
+    is `/base`: `firsts` are their first names) and the bundle has no top-level `base`
+    (`is_top`)."""
+    if len(firsts) != 1 or count < 2:
         return ""
-    tops = {p.partition("/")[0] for p in files if "/" in p}
-    if len(tops) == 1 and not any("/" not in p for p in files):
-        top = tops.pop()
-        if f"{top}/index.html" in files:
-            return top + "/"
-    return ""
-
-
-def _base_path(absolute: list[str], files: set[str]) -> str:
-    """ "/base/" when every absolute reference (two at least) starts with it (or is `/base`)
-    and the bundle has no top-level `base`."""
-    firsts = {t.split("/")[1] for t in absolute}
-    if len(firsts) != 1 or len(absolute) < 2:
-        return ""
-    first = firsts.pop()
-    tops = {p.partition("/")[0] for p in files}
-    if not first or first in tops:
+    first = next(iter(firsts))
+    if not first or is_top(first):
         return ""
     return f"/{first}/"
 
 
-def _resolves(path: str, files: set[str]) -> bool:
+def _served_as(path: str) -> tuple[str, ...]:
+    """The files a static server answers `path` with, the first present of them."""
     if path == "" or path.endswith("/"):
-        return f"{path}index.html" in files
-    return path in files or f"{path}/index.html" in files or f"{path}.html" in files
+        return (f"{path}index.html",)
+    return (path, f"{path}/index.html", f"{path}.html")
 
 
 def _kind_of(path: str) -> Kind:

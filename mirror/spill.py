@@ -10,7 +10,10 @@ Promises:
 - `SpillMap` is a str -> str mapping: the same answers in memory and on disk; up to
   `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
   the database, whose page cache is `CACHE_KIB`.
-- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order).
+- `get_many`, `update` and `insert` (new keys only) answer and store many entries in a few
+  statements on disk.
+- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order);
+  `has_prefix` says whether a key starts with a string (one range lookup on disk).
 - `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
   iterated in the order appended, as often as asked.
 - `close` (or leaving the `with`) frees the disk; nothing is left behind on any path out.
@@ -26,6 +29,7 @@ from typing import IO, Self
 SPILL_AT = 20_000
 CACHE_KIB = 2048
 _BATCH = 4096
+_IN_LIST = 500  # keys a lookup of `get_many` (SQLite allows 32,766 parameters)
 
 
 class SpillMap:
@@ -99,6 +103,68 @@ class SpillMap:
         before = self._count
         self.setdefault(key, "")
         return self._count != before
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        """The entries of those `keys` that are present: on disk, one statement a few
+        hundred keys, not one a key."""
+        if self._memory is not None:
+            memory = self._memory
+            return {key: memory[key] for key in keys if key in memory}
+        assert self._db is not None
+        found: dict[str, str] = {}
+        keys = list(keys)
+        for at in range(0, len(keys), _IN_LIST):
+            chunk = [key.encode() for key in keys[at : at + _IN_LIST]]
+            query = f"SELECT k, v FROM m WHERE k IN ({','.join('?' * len(chunk))})"  # noqa: S608
+            for key, value in self._db.execute(query, chunk):
+                found[bytes(key).decode()] = str(value)
+        return found
+
+    def update(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Store every (key, value) of `entries` (the last of a key wins): on disk, two
+        batched statements, not one or two an entry."""
+        rest = self._in_memory(entries)
+        if rest is None:
+            return
+        assert self._db is not None
+        rows = [(value, key.encode()) for key, value in dict(rest).items()]
+        self._db.executemany("UPDATE m SET v = ? WHERE k = ?", rows)
+        inserted = self._db.executemany("INSERT OR IGNORE INTO m (v, k) VALUES (?, ?)", rows)
+        self._count += inserted.rowcount
+
+    def insert(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Store every (key, value) of `entries`, whose keys are distinct and not stored yet
+        (else sqlite3.IntegrityError on disk): one batched statement on disk, half of what
+        `update` costs."""
+        rest = self._in_memory(entries)
+        if rest is None:
+            return
+        assert self._db is not None
+        rows = [(key.encode(), value) for key, value in rest]
+        self._db.executemany("INSERT INTO m (k, v) VALUES (?, ?)", rows)
+        self._count += len(rows)
+
+    def _in_memory(self, entries: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]] | None:
+        """Store `entries` one by one while the map is in memory: those left once it moved
+        to disk (for a batch), or None."""
+        rest = iter(entries)
+        if self._memory is None:
+            return rest
+        for key, value in rest:
+            self[key] = value
+            if self._memory is None:
+                return rest
+        return None
+
+    def has_prefix(self, prefix: str) -> bool:
+        """Whether some key starts with `prefix` (not empty)."""
+        if self._memory is not None:
+            return any(key.startswith(prefix) for key in self._memory)
+        assert self._db is not None
+        low = prefix.encode()
+        high = low[:-1] + bytes([low[-1] + 1])  # UTF-8 has no 0xff byte: no overflow
+        row = self._db.execute("SELECT 1 FROM m WHERE k >= ? AND k < ? LIMIT 1", (low, high))
+        return row.fetchone() is not None
 
     def sorted_items(self) -> Iterator[tuple[str, str]]:
         """Every entry, by the UTF-8 bytes of its key."""

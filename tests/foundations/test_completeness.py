@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mirror import completeness
-from mirror.archive import ArchiveFeed, inspect_archive
+from mirror.archive import ArchiveFeed, ArchiveLimits, inspect_archive
 from mirror.completeness import CompletenessReport, SiteScanner, judge_pages
 from mirror.sim.site import MISSING_IMAGE, SiteSpec, build_bundle, page_count
 
@@ -144,6 +144,58 @@ def test_the_report_round_trips_and_its_digest_is_of_the_canonical_json(tmp_path
     again = CompletenessReport.from_dict(report.as_dict())
     assert again == report and again.digest == report.digest
     assert len(report.digest) == 64
+
+
+def scan_with(path: Path, scanner: SiteScanner) -> CompletenessReport:
+    inspect_archive(path, ArchiveLimits(allow_case_twins=True), observe=lambda: scanner)
+    return scanner.report()
+
+
+def a_site_of_many_references(pages: int) -> dict[str, bytes]:
+    """Wrapped in `site/`, published below /docs, with broken links and assets, absolute
+    and relative references naming one path, and case twins."""
+    files = {
+        "site/index.html": b'<a href="/docs/guide/">g</a><a href="/docs/gone.html">x</a>'
+        b'<a href="gone.html">x</a><img src="/docs/img/logo.png"><a href="guide/Page">p</a>'
+        b'<img src="/docs/img/missing.png">',
+        "site/guide/index.html": b'<a href="../gone.html">x</a><a href="Page.html">P</a>'
+        b'<a href="page.html">p</a><a href="lost/">l</a><a href="/docs/gone.html">x</a>',
+        "site/guide/Page.html": b'<a href="/docs/">home</a>',
+        "site/guide/page.html": b'<a href="/docs">home</a>',
+        "site/img/logo.png": b"png",
+        "site/css/site.css": b".x{background:url(../img/missing.png)}",
+    }
+    for n in range(pages):
+        files[f"site/p/{n:03d}.html"] = (
+            f'<a href="/docs/gone.html">x</a><a href="../missing-{n % 7}.html">m</a>'
+            f'<a href="{n + 1:03d}.html">next</a><a href="../index.html">i</a>'
+            f'<div style="background: url(/docs/img/missing.png)"></div>'
+        ).encode()
+    return files
+
+
+@pytest.mark.parametrize(("kept", "max_targets"), [(200, 500_000), (4, 500_000), (200, 12)])
+def test_a_site_past_the_spill_threshold_gives_the_same_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: int, max_targets: int
+) -> None:
+    monkeypatch.setattr(completeness, "BROKEN_KEPT", kept)
+    monkeypatch.setattr(completeness, "MAX_TARGETS", max_targets)
+    path = tar_of(tmp_path, a_site_of_many_references(40))
+    scanners = [SiteScanner(), SiteScanner(spill_at=3)]
+    in_memory, on_disk = (scan_with(path, scanner) for scanner in scanners)
+    assert scanners[0].files._db is None and scanners[0].targets._disk is None
+    assert scanners[1].files._db is not None and scanners[1].targets._disk is not None
+    assert on_disk == in_memory and on_disk.digest == in_memory.digest
+    assert scanners[1].report() == in_memory  # asked again: the same
+    assert (in_memory.base_path, in_memory.pages, in_memory.assets) == ("/docs", 44, 2)
+    assert in_memory.targets_dropped is (max_targets == 12)
+    if max_targets == 12:
+        return
+    assert (in_memory.broken_link_count, in_memory.missing_asset_count) == (10, 1)
+    first = in_memory.broken[0]
+    assert (first.target, first.count) == ("gone.html", 44)
+    assert first.sources == ("index.html", "guide/index.html", "p/000.html")
+    assert len(in_memory.broken) == min(kept, 11)
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,16 @@ def test_a_map_answers_alike_in_memory_and_on_disk(spill_at: int) -> None:
         assert table.setdefault("a", "other") == "again"
         assert table.setdefault("new", "fresh") == "fresh" and table.get("new") == "fresh"
         assert table.add("new") is False and table.add("newer") is True
+        assert table.has_prefix("a/") and table.has_prefix("\U0001f600")
+        assert not table.has_prefix("b/") and not table.has_prefix("zz")
         assert [k for k, _ in table.sorted_items()] == sorted(
             [*KEYS, "new", "newer"], key=lambda k: k.encode()
         )
+        table.update([("a", "u"), ("brand", "n"), ("brand", "m")])
+        assert len(table) == len(KEYS) + 3
+        assert table.get_many(["a", "brand", "missing", "z"]) == {"a": "u", "brand": "m", "z": "4"}
+        table.insert([("fresh", "f"), ("fresher", "g")])
+        assert len(table) == len(KEYS) + 5 and table.get_many(["fresh"]) == {"fresh": "f"}
 
 
 def test_a_map_moves_to_disk_past_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,3 +60,14 @@ def test_a_file_list_keeps_its_order_and_leaves_nothing(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="line break"):
             files.append("a\nb", 1, "0" * 64)
         assert list(files) == entries
+
+
+def test_batches_carry_on_on_disk_once_the_map_moved_there() -> None:
+    with SpillMap(3) as table:
+        table.update([("a", "1"), ("b", "2"), ("c", "3"), ("d", "4"), ("a", "5"), ("e", "6")])
+        assert table._memory is None and len(table) == 5
+        assert table.get_many("abcdex") == {"a": "5", "b": "2", "c": "3", "d": "4", "e": "6"}
+    with SpillMap(1) as table:
+        table.insert([("x", "1"), ("y", "2"), ("z", "3")])
+        assert table._memory is None and len(table) == 3
+        assert [value for _, value in table.sorted_items()] == ["1", "2", "3"]
