@@ -697,6 +697,12 @@ def _copy_member(
     return digest.digest(), size
 
 
+def member_path(name: str, limits: ArchiveLimits) -> str | None:
+    """A member's name as a path below the root, as every check and listing spells it (None
+    for the root itself); IntegrityError for an unsafe name."""
+    return _normalise(name, limits)
+
+
 def _normalise(name: str, limits: ArchiveLimits) -> str | None:
     """The member's path below the root (None for the root itself); refuses unsafe names."""
     try:

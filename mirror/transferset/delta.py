@@ -279,8 +279,8 @@ class TreeArchive:
         for depth in range(1, len(parts)):
             directory = "/".join(parts[:depth])
             if self._directories.add(directory):
-                self._emit(_member_header(directory + "/", 0, self._mtime, directory=True))
-        self._emit(_member_header(path, size, self._mtime, directory=False))
+                self._emit(member_header(directory + "/", 0, self._mtime, directory=True))
+        self._emit(member_header(path, size, self._mtime, directory=False))
         written = 0
         for chunk in chunks:
             written += len(chunk)
@@ -314,7 +314,7 @@ class TreeArchive:
         self._gzip.write(data)
 
 
-def _member_header(name: str, size: int, mtime: int, *, directory: bool) -> bytes:
+def member_header(name: str, size: int, mtime: int, *, directory: bool) -> bytes:
     encoded = name.encode("utf-8")
     records = b""
     split = _ustar_split(encoded)
@@ -424,7 +424,7 @@ class DeltaBlobWriter:
         self.carried.close()
 
     def _member(self, name: str, size: int, chunks: Iterable[bytes]) -> None:
-        self._gzip.write(_member_header(name, size, 0, directory=False))
+        self._gzip.write(member_header(name, size, 0, directory=False))
         written = 0
         for chunk in chunks:
             written += len(chunk)

@@ -1,0 +1,296 @@
+"""A gzip stream's deflate blocks, each with its exact bits and what it inflates to.
+
+A spliced archive (`transferset/splice.py`) copies the compressed bits of the base's
+unchanged blocks, so it needs what no Python binding gives: where each deflate block of a
+gzip stream begins and ends, to the bit. zlib's own `inflate(Z_BLOCK)` stops at every block
+boundary and says how many bits of the last byte it left unused; it is reached through
+ctypes in the libz that CPython's zlib module itself loads. Inflating is defined by RFC
+1951, so the boundaries are a property of the bytes, not of the zlib version.
+
+Promises: `GzipBlocks` reads its chunks once, in order, holding one block's compressed and
+inflated bytes at a time (a block inflates to at most a few MiB: deflate encoders bound a
+block by their symbol buffer; a stored block is at most 64 KiB); every member of a
+multi-member gzip is read, each header and trailer checked (CRC-32 and length); anything
+that is not a well-formed gzip stream is IntegrityError (exit 5). No I/O beyond `chunks`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import struct
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cache
+
+from mirror.errors import ConfigError, IntegrityError
+
+Z_OK = 0
+Z_STREAM_END = 1
+Z_BUF_ERROR = -5
+Z_BLOCK = 5
+_AT_BOUNDARY = 128
+_OUT_SIZE = 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+_FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 2, 4, 8, 16
+
+
+class _ZStream(ctypes.Structure):
+    _fields_ = [
+        ("next_in", ctypes.c_void_p),
+        ("avail_in", ctypes.c_uint),
+        ("total_in", ctypes.c_ulong),
+        ("next_out", ctypes.c_void_p),
+        ("avail_out", ctypes.c_uint),
+        ("total_out", ctypes.c_ulong),
+        ("msg", ctypes.c_char_p),
+        ("state", ctypes.c_void_p),
+        ("zalloc", ctypes.c_void_p),
+        ("zfree", ctypes.c_void_p),
+        ("opaque", ctypes.c_void_p),
+        ("data_type", ctypes.c_int),
+        ("adler", ctypes.c_ulong),
+        ("reserved", ctypes.c_ulong),
+    ]
+
+
+@cache
+def _libz() -> ctypes.CDLL:
+    name = ctypes.util.find_library("z") or "libz.so.1"
+    try:
+        lib = ctypes.CDLL(name)
+    except OSError:
+        raise ConfigError(
+            "zlib's shared library (libz.so.1) cannot be loaded",
+            hint="install the system's zlib package (Debian: zlib1g)",
+        ) from None
+    pointer = ctypes.POINTER(_ZStream)
+    lib.inflateInit2_.argtypes = [pointer, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.inflate.argtypes = [pointer, ctypes.c_int]
+    lib.inflateEnd.argtypes = [pointer]
+    lib.zlibVersion.restype = ctypes.c_char_p
+    return lib
+
+
+@dataclass(frozen=True)
+class Block:
+    """One deflate block: `raw` holds its bits, from bit `shift` of `raw[0]` for `bits`
+    bits (the block header's first bit, BFINAL, is the first of them); `data` is what it
+    inflates to, starting at offset `start` of the inflated stream. `member_start` is where
+    its gzip member's inflated bytes start: no back-reference reaches before it."""
+
+    raw: bytes
+    shift: int
+    bits: int
+    data: bytes
+    start: int
+    member_start: int
+
+    @property
+    def kind(self) -> int:
+        """BTYPE: 0 stored, 1 fixed Huffman codes, 2 dynamic."""
+        return (int.from_bytes(self.raw[:2], "little") >> (self.shift + 1)) & 3
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+
+def raw_blocks(deflated: bytes) -> list[Block]:
+    """The blocks of one raw deflate stream held in memory (a piece compressed here)."""
+    source = _Input(iter((deflated,)))
+    inflater = _RawInflater(source, 0, 0)
+    blocks = list(inflater.blocks())
+    if inflater.end != len(deflated):
+        raise IntegrityError("a deflate stream goes on after its final block")
+    return blocks
+
+
+class GzipBlocks:
+    """The deflate blocks of every member of a gzip stream read from `chunks` (module
+    docstring). After the iteration, `size` is the inflated length."""
+
+    def __init__(self, chunks: Iterable[bytes], *, label: str) -> None:
+        self._input = _Input(iter(chunks))
+        self._label = label
+        self.size = 0
+
+    def __iter__(self) -> Iterator[Block]:
+        source = self._input
+        at = 0
+        while at == 0 or source.has(at):
+            if source.get(at, 3) != _GZIP_MAGIC:
+                raise IntegrityError(f"{self._label}: not a gzip stream")
+            at = self._past_header(at)
+            inflater = _RawInflater(source, at, self.size)
+            crc = 0
+            try:
+                for block in inflater.blocks():
+                    crc = zlib.crc32(block.data, crc)
+                    yield block
+            except IntegrityError as exc:
+                raise IntegrityError(f"{self._label}: {exc.message}") from None
+            member_size = (inflater.inflated - self.size) & 0xFFFFFFFF
+            self.size = inflater.inflated
+            trailer = source.get(inflater.end, 8)
+            if len(trailer) != 8:
+                raise IntegrityError(f"{self._label}: the gzip stream ends inside a trailer")
+            if struct.unpack("<II", trailer) != (crc & 0xFFFFFFFF, member_size):
+                raise IntegrityError(f"{self._label}: a gzip member's CRC-32 or length is wrong")
+            at = inflater.end + 8
+            source.release(at)
+
+    def _past_header(self, at: int) -> int:
+        """The offset of a member's deflate stream, its header (at `at`) skipped."""
+        source = self._input
+        header = source.get(at, 10)
+        if len(header) != 10:
+            raise IntegrityError(f"{self._label}: the gzip stream ends inside a header")
+        flags, at = header[3], at + 10
+        if flags & _FEXTRA:
+            at += 2 + int.from_bytes(source.get(at, 2).ljust(2, b"\0"), "little")
+        for flag in (_FNAME, _FCOMMENT):
+            if flags & flag:
+                end = source.find_zero(at)
+                if end is None:
+                    raise IntegrityError(f"{self._label}: the gzip stream ends inside a header")
+                at = end + 1
+        if flags & _FHCRC:
+            at += 2
+        if not source.has(at - 1):
+            raise IntegrityError(f"{self._label}: the gzip stream ends inside a header")
+        return at
+
+
+class _Input:
+    """Compressed bytes as they arrive, addressed by stream offset, kept from the oldest
+    offset still needed (`release`)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._buffer = bytearray()
+        self._base = 0
+        self._ended = False
+
+    @property
+    def end(self) -> int:
+        return self._base + len(self._buffer)
+
+    def more(self) -> bool:
+        while not self._ended:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                self._ended = True
+            elif chunk:
+                self._buffer += chunk
+                return True
+        return False
+
+    def has(self, offset: int) -> bool:
+        while offset >= self.end:
+            if not self.more():
+                return False
+        return True
+
+    def get(self, offset: int, size: int) -> bytes:
+        self.has(offset + size - 1)
+        return bytes(self._buffer[offset - self._base : offset - self._base + size])
+
+    def find_zero(self, offset: int) -> int | None:
+        while (found := self._buffer.find(b"\0", offset - self._base)) < 0:
+            if not self.more():
+                return None
+        return self._base + found
+
+    def since(self, offset: int) -> bytes:
+        return bytes(self._buffer[offset - self._base :])
+
+    def release(self, offset: int) -> None:
+        drop = min(offset - self._base, len(self._buffer))
+        if drop > 0:
+            del self._buffer[:drop]
+            self._base += drop
+
+
+class _RawInflater:
+    """One raw deflate stream of `source` from offset `offset`, block by block; `end` is
+    the offset past its last byte once the final block was read."""
+
+    def __init__(self, source: _Input, offset: int, inflated: int) -> None:
+        self._source = source
+        self._fed = offset  # the offset past the last byte handed to zlib
+        self._bit = offset * 8  # where the next block begins
+        self._member_start = inflated
+        self.inflated = inflated
+        self.end = offset
+        self._held: ctypes.Array[ctypes.c_char] | None = None
+
+    def blocks(self) -> Iterator[Block]:
+        lib = _libz()
+        stream = _ZStream()
+        if (
+            lib.inflateInit2_(ctypes.byref(stream), -15, lib.zlibVersion(), ctypes.sizeof(_ZStream))
+            != Z_OK
+        ):
+            raise MemoryError("zlib could not start an inflate")
+        try:
+            yield from self._run(lib, stream)
+        finally:
+            lib.inflateEnd(ctypes.byref(stream))
+            self._held = None
+
+    def _run(self, lib: ctypes.CDLL, stream: _ZStream) -> Iterator[Block]:
+        out = ctypes.create_string_buffer(_OUT_SIZE)
+        data = bytearray()
+        while True:
+            exhausted = stream.avail_in == 0 and not self._feed(stream)
+            stream.next_out = ctypes.addressof(out)
+            stream.avail_out = _OUT_SIZE
+            code = lib.inflate(ctypes.byref(stream), Z_BLOCK)
+            if code not in (Z_OK, Z_STREAM_END, Z_BUF_ERROR):
+                raise IntegrityError(f"not a deflate stream ({(stream.msg or b'?').decode()})")
+            data += ctypes.string_at(out, _OUT_SIZE - stream.avail_out)
+            if code == Z_BUF_ERROR and stream.avail_out:
+                raise IntegrityError(
+                    "the deflate stream ends before its final block"
+                    if exhausted
+                    else "not a deflate stream (zlib made no progress)"
+                )
+            if code == Z_STREAM_END or stream.data_type & _AT_BOUNDARY:
+                consumed = self._fed - stream.avail_in
+                bit = consumed * 8 - (stream.data_type & 7)
+                if bit > self._bit:
+                    yield self._block(bit, bytes(data))
+                    data.clear()
+                if code == Z_STREAM_END:
+                    self.end = consumed
+                    return
+
+    def _feed(self, stream: _ZStream) -> bool:
+        source = self._source
+        if not source.has(self._fed):
+            return False
+        chunk = source.since(self._fed)
+        self._held = ctypes.create_string_buffer(chunk, len(chunk))
+        stream.next_in = ctypes.addressof(self._held)
+        stream.avail_in = len(chunk)
+        self._fed += len(chunk)
+        return True
+
+    def _block(self, end_bit: int, data: bytes) -> Block:
+        start_bit = self._bit
+        first = start_bit // 8
+        raw = self._source.get(first, (end_bit + 7) // 8 - first)
+        self._source.release(end_bit // 8)
+        self._bit = end_bit
+        block = Block(
+            raw=raw,
+            shift=start_bit % 8,
+            bits=end_bit - start_bit,
+            data=data,
+            start=self.inflated,
+            member_start=self._member_start,
+        )
+        self.inflated += len(data)
+        return block

@@ -1,0 +1,389 @@
+"""The spliced gzip: a new version's archive made of its base's compressed blocks.
+
+A delta version whose base is a gzip stream is published as the base's archive edited: the
+base's deflate blocks whose bytes are unchanged are copied bit for bit, and only what
+changed (and up to 32 KiB after it, the reach of a back-reference) is compressed again, by
+the pinned libdeflate. Compressing a whole site is what made a delta pack and a delta
+import cost several times a full import; this costs one inflate of the base and the
+compression of the changed pages, at the base's own ratio.
+
+The bytes, which both sides make from the same input and `Compression`:
+- one gzip member with fixed header fields (as `transferset/compression.py`'s pieces) and
+  one deflate stream; its CRC-32 and length trailer;
+- the uncompressed stream is described by `Edit`s over the base's inflated stream in its
+  order: `keep` a range of it, `drop` a range, `insert` new bytes;
+- a base block is copied when its bytes and the 32 KiB before it (or back to its gzip
+  member's start) are one run of kept bytes with nothing inserted or dropped inside; a
+  stored block is written again as a stored block at this stream's alignment; the final
+  block flag of a copied block is cleared;
+- everything else is gathered, in order, and compressed one-shot by libdeflate at `level`
+  in pieces of `piece_size` bytes (a shorter piece just before each copied block and at
+  the end), each piece's blocks written in turn with the final flag cleared, but for the
+  very last piece; an archive ending in a copied block ends with an empty final block of
+  fixed codes.
+
+Promises: memory is one base block, one piece and its compressed form; input is read once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from mirror.archive import ArchiveLimits, member_path
+from mirror.errors import IntegrityError
+from mirror.spill import SpillMap
+from mirror.transferset.delta import RECORD_SIZE, member_header
+from mirror.transferset.inflate import Block, GzipBlocks, raw_blocks
+from mirror.transferset.tarunits import TarUnits, Unit
+
+WINDOW = 32 * 1024
+PIECE_SIZE = 1024 * 1024
+_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """`keep` or `drop` the base's inflated bytes [start, end); or `insert` `data` where
+    the previous edit ended."""
+
+    kind: Literal["keep", "drop", "insert"]
+    start: int
+    end: int
+    data: bytes | Callable[[], Iterable[bytes]] = b""
+
+    def chunks(self) -> Iterable[bytes]:
+        return (self.data,) if isinstance(self.data, bytes) else self.data()
+
+
+class BitWriter:
+    """Deflate's bit order (least significant first) into whole bytes given to `write`."""
+
+    def __init__(self, write: Callable[[bytes], object]) -> None:
+        self._write = write
+        self._acc = 0
+        self._count = 0
+
+    def bits(self, value: int, count: int) -> None:
+        self._acc |= value << self._count
+        self._count += count
+        self._emit()
+
+    def copy(self, raw: bytes, shift: int, count: int, *, clear_final: bool) -> None:
+        """`count` bits of `raw` from bit `shift` of its first byte."""
+        value = int.from_bytes(raw, "little") >> shift
+        value &= (1 << count) - 1
+        if clear_final:
+            value &= ~1
+        self.bits(value, count)
+
+    def align(self) -> None:
+        self._count += -self._count % 8
+        self._emit()
+
+    def aligned_bytes(self, data: bytes) -> None:
+        assert self._count == 0
+        self._write(data)
+
+    def _emit(self) -> None:
+        whole = self._count // 8
+        if whole:
+            self._write((self._acc & ((1 << (whole * 8)) - 1)).to_bytes(whole, "little"))
+            self._acc >>= whole * 8
+            self._count -= whole * 8
+
+
+class Splicer:
+    """Writes the spliced gzip (module docstring) of the base's `Block`s under `Edit`s."""
+
+    def __init__(
+        self,
+        write: Callable[[bytes], object],
+        *,
+        level: int,
+        piece_size: int = PIECE_SIZE,
+    ) -> None:
+        import deflate
+
+        self._compress = deflate.deflate_compress
+        self._write = write
+        self._bits = BitWriter(write)
+        self._level = level
+        self._piece_size = piece_size
+        self._pending = bytearray()
+        self._crc = 0
+        self._size = 0
+        self._edits: deque[Edit] = deque()
+        self.covered = 0
+        self._blocks_ended = False
+        self._run_start = 0  # where the current run of kept base bytes began
+        self._last_copied = False
+        write(_HEADER)
+
+    def edit(self, edit: Edit) -> None:
+        """The next edit, in base order; a block is spliced once the edits cover it."""
+        self._edits.append(edit)
+        self.covered = max(self.covered, edit.end)
+        if self._blocks_ended:
+            self._take_edits(None, gather=None)
+
+    def end_of_blocks(self) -> None:
+        """No block follows: edits from now on are applied as they come (inserts at the
+        end), so what they insert is not held."""
+        self._blocks_ended = True
+        self._take_edits(None, gather=None)
+
+    def block(self, block: Block) -> None:
+        """Splice one base block: the edits given must cover it (`covered` >= its end)."""
+        if not self._copyable(block):
+            self._take_edits(block.end, gather=block)
+            return
+        while self._edits and self._edits[0].kind == "insert":  # at the block's start
+            self._run_start = block.start
+            for chunk in self._edits.popleft().chunks():
+                self._gather(chunk)
+        self._flush(final=False)
+        self._copy(block)
+        self._take_edits(block.end, gather=None)
+
+    def close(self) -> None:
+        """After the last block: what the edits insert at the end, then the trailer."""
+        self._take_edits(None, gather=None)
+        if self._pending or not self._last_copied:
+            self._flush(final=True)
+        else:
+            self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
+        self._bits.align()
+        self._write(
+            (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
+            + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
+        )
+
+    def _copyable(self, block: Block) -> bool:
+        """Only kept bytes in the block, in one run reaching back as far as its references
+        can (a stored block references nothing)."""
+        reach = block.start if block.kind == 0 else max(block.start - WINDOW, block.member_start)
+        run_start = self._run_start
+        for edit in self._edits:
+            if edit.start >= block.end:
+                break
+            if edit.kind == "drop" or (edit.kind == "insert" and edit.start > block.start):
+                return False
+            if edit.kind == "insert":
+                run_start = block.start
+            elif edit.end >= block.end:
+                return run_start <= reach
+        return False
+
+    def _take_edits(self, upto: int | None, gather: Block | None) -> None:
+        """Consume the edits before base offset `upto` (all of them with None), gathering
+        the kept bytes of `gather` and every insert into the pending piece."""
+        while self._edits and (upto is None or self._edits[0].start < upto):
+            edit = self._edits.popleft()
+            if edit.kind == "insert":
+                self._run_start = edit.start
+                for chunk in edit.chunks():
+                    self._gather(chunk)
+                continue
+            end = edit.end if upto is None else min(edit.end, upto)
+            if edit.kind == "drop":
+                self._run_start = end
+            elif gather is not None:
+                self._gather(gather.data[edit.start - gather.start : end - gather.start])
+            if end < edit.end:
+                self._edits.appendleft(Edit(edit.kind, end, edit.end))
+                return
+
+    def _gather(self, data: bytes) -> None:
+        self._crc_update(data)
+        self._pending += data
+        self._last_copied = False
+        while len(self._pending) >= self._piece_size:
+            piece = bytes(self._pending[: self._piece_size])
+            del self._pending[: self._piece_size]
+            self._deflate(piece, final=False)
+
+    def _flush(self, *, final: bool) -> None:
+        if self._pending or final:
+            piece = bytes(self._pending)
+            self._pending.clear()
+            self._deflate(piece, final=final)
+
+    def _deflate(self, piece: bytes, *, final: bool) -> None:
+        blocks = raw_blocks(bytes(self._compress(piece, self._level)))
+        for n, block in enumerate(blocks):
+            self._emit(block, clear_final=not (final and n == len(blocks) - 1))
+
+    def _copy(self, block: Block) -> None:
+        self._crc_update(block.data)
+        self._emit(block, clear_final=True)
+        self._last_copied = True
+
+    def _emit(self, block: Block, *, clear_final: bool) -> None:
+        if block.kind != 0:
+            self._bits.copy(block.raw, block.shift, block.bits, clear_final=clear_final)
+            return
+        final = 0 if clear_final else 1
+        self._bits.bits(final, 3)
+        self._bits.align()
+        length = len(block.data)
+        self._bits.aligned_bytes(
+            length.to_bytes(2, "little") + (length ^ 0xFFFF).to_bytes(2, "little") + block.data
+        )
+
+    def _crc_update(self, data: bytes) -> None:
+        import zlib
+
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+
+
+# ---- the tree: which of the base's members stay -------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A file the spliced archive writes itself (changed or added): `chunks()` gives its
+    `size` bytes."""
+
+    path: str
+    size: int
+    chunks: Callable[[], Iterable[bytes]]
+
+
+class TreePlan(Protocol):
+    """What becomes of the base's files; both sides answer alike from what each holds (the
+    connected side from the two versions' digests, the air-gapped side from the file list
+    and the carried contents)."""
+
+    def member(self, path: str, size: int) -> NewFile | bool:
+        """The base's file `path`: True kept as it is, False dropped, a NewFile in its place."""
+        ...
+
+    def added(self) -> Iterable[NewFile]:
+        """The files the base does not hold, in the order they are appended."""
+        ...
+
+
+def splice_tree(
+    base: Iterable[bytes],
+    plan: TreePlan,
+    write: Callable[[bytes], object],
+    *,
+    mtime: int,
+    level: int,
+    label: str,
+    limits: ArchiveLimits | None = None,
+) -> None:
+    """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`:
+    the base's members in their order (directories and other members kept; files as `plan`
+    says, a new one written with a ustar header of `mtime`), then the added files, each
+    after its parent directories the archive does not hold yet, then two zero blocks and
+    zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
+    with _TreeSplice(plan, write, mtime=mtime, level=level, limits=limits) as tree:
+        blocks = GzipBlocks(base, label=label)
+        for block in blocks:
+            tree.block(block)
+        tree.finish(blocks.size)
+
+
+class _TreeSplice:
+    def __init__(
+        self,
+        plan: TreePlan,
+        write: Callable[[bytes], object],
+        *,
+        mtime: int,
+        level: int,
+        limits: ArchiveLimits | None,
+    ) -> None:
+        self._plan = plan
+        self._splicer = Splicer(write, level=level)
+        self._units = TarUnits()
+        self._mtime = mtime
+        self._limits = limits or ArchiveLimits()
+        self._queue: deque[Block] = deque()
+        self._position = 0  # base offset the edits cover
+        self._length = 0  # tar bytes of the new archive
+        self._directories = SpillMap()
+
+    def __enter__(self) -> _TreeSplice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._directories.close()
+
+    def block(self, block: Block) -> None:
+        for unit in self._units.feed(block.data):
+            self._unit(unit)
+        self._queue.append(block)
+        while self._queue and self._splicer.covered >= self._queue[0].end:
+            self._splicer.block(self._queue.popleft())
+
+    def finish(self, base_size: int) -> None:
+        if self._units.end is None:
+            raise IntegrityError("the base's tar stream has no end-of-archive blocks")
+        self._edit(Edit("drop", self._position, base_size))
+        while self._queue:
+            self._splicer.block(self._queue.popleft())
+        self._splicer.end_of_blocks()
+        for new in self._plan.added():
+            parts = new.path.split("/")
+            for depth in range(1, len(parts)):
+                directory = "/".join(parts[:depth])
+                if self._directories.add(directory):
+                    self._insert(member_header(directory + "/", 0, self._mtime, directory=True))
+            self._write_file(new)
+        self._insert(b"\0" * 1024)
+        self._insert(b"\0" * (-self._length % RECORD_SIZE))
+        self._splicer.close()
+
+    def _unit(self, unit: Unit) -> None:
+        if unit.start > self._position:
+            self._edit(Edit("keep", self._position, unit.start))
+        path = None if unit.path is None else member_path(unit.path, self._limits)
+        if unit.kind == "dir" and path is not None:
+            self._directories.add(path)
+        decision = (
+            True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
+        )
+        if decision is True:
+            self._edit(Edit("keep", unit.start, unit.end))
+        else:
+            if isinstance(decision, NewFile):
+                self._write_file(decision)
+            self._edit(Edit("drop", unit.start, unit.end))
+
+    def _write_file(self, new: NewFile) -> None:
+        self._insert(member_header(new.path, new.size, self._mtime, directory=False))
+        self._insert_chunks(new)
+        self._insert(b"\0" * (-new.size % 512))
+
+    def _insert_chunks(self, new: NewFile) -> None:
+        def checked() -> Iterator[bytes]:
+            written = 0
+            for chunk in new.chunks():
+                written += len(chunk)
+                if written > new.size:
+                    break
+                yield chunk
+            if written != new.size:
+                raise IntegrityError(
+                    f"{new.path}: the content holds {written} bytes, the file list says {new.size}"
+                )
+
+        self._length += new.size
+        self._splicer.edit(Edit("insert", self._position, self._position, checked))
+
+    def _insert(self, data: bytes) -> None:
+        if data:
+            self._length += len(data)
+            self._splicer.edit(Edit("insert", self._position, self._position, data))
+
+    def _edit(self, edit: Edit) -> None:
+        if edit.kind == "keep":
+            self._length += edit.end - edit.start
+        self._splicer.edit(edit)
+        self._position = edit.end

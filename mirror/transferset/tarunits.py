@@ -1,0 +1,181 @@
+"""A tar stream's members as byte ranges, read from its bytes as they pass.
+
+A spliced archive (`transferset/splice.py`) keeps or drops the base's members as whole
+ranges of its tar stream, so it needs each member's extent and name without copying its
+data: `TarUnits` reads only the headers (and the pax and GNU long-name records before them)
+at the offsets the sizes give, and skips the rest. Names are resolved as Python's `tarfile`
+resolves them (which `mirror.archive` read when the bundle was checked): a pax `path` or a
+GNU long name first, else the ustar prefix and name; a pax `size` over the header's.
+
+Promises: memory is one header and its extension records; every header's checksum is
+checked; a stream that is not a tar stream is IntegrityError (exit 5). No I/O.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from dataclasses import dataclass
+from typing import Literal
+
+from mirror.errors import IntegrityError
+
+BLOCK = 512
+_EXTENSIONS = {b"x": "pax", b"X": "pax", b"L": "longname", b"K": "longlink", b"g": "global"}
+_FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
+_MAX_EXTENSION = 1024 * 1024
+
+Kind = Literal["file", "dir", "other"]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One member: bytes [start, end) of the tar stream, from its first extension header to
+    the end of its data's padding. `path` is None for a pax global header (kept as a unit)."""
+
+    start: int
+    end: int
+    path: str | None
+    kind: Kind
+    size: int
+
+
+class TarUnits:
+    """Feed the tar stream in order (`feed`); each call returns the members whose headers
+    it completed. `end` is the offset of the end-of-archive block once it was read."""
+
+    def __init__(self) -> None:
+        self._position = 0  # stream offset of the next byte fed
+        self._at = 0  # offset of what is being read (a header or extension records)
+        self._want = BLOCK
+        self._buffer = bytearray()
+        self._reading: str | None = None  # the extension whose records are being read
+        self._unit_start: int | None = None
+        self._pax: dict[str, str] = {}
+        self._longname: str | None = None
+        self.end: int | None = None
+
+    def feed(self, data: bytes | memoryview) -> list[Unit]:
+        units: list[Unit] = []
+        first, last = self._position, self._position + len(data)
+        while self.end is None:
+            begin = self._at + len(self._buffer)
+            if begin >= last:
+                break
+            assert begin >= first, "fed out of order"
+            take = min(self._want - len(self._buffer), last - begin)
+            self._buffer += data[begin - first : begin - first + take]
+            if len(self._buffer) < self._want:
+                break
+            unit = self._parse(bytes(self._buffer))
+            self._buffer.clear()
+            if unit is not None:
+                units.append(unit)
+        self._position = last
+        return units
+
+    def _parse(self, data: bytes) -> Unit | None:
+        if self._reading is not None:
+            self._extension(self._reading, data)
+            self._reading = None
+            self._at += -(-len(data) // BLOCK) * BLOCK
+            self._want = BLOCK
+            return None
+        if not data.strip(b"\0"):
+            self.end = self._at
+            return None
+        _check_sum(data, self._at)
+        kind = data[156:157]
+        size = _number(data[124:136], self._at)
+        start = self._at if self._unit_start is None else self._unit_start
+        extension = _EXTENSIONS.get(kind)
+        if extension is not None and extension != "global":
+            if size > _MAX_EXTENSION:
+                raise IntegrityError(f"tar stream: extension records of {size} bytes at {start}")
+            self._unit_start = start
+            self._at += BLOCK
+            if size:
+                self._reading, self._want = extension, size
+            return None
+        return self._member(data, kind, size, start, extension)
+
+    def _member(
+        self, data: bytes, kind: bytes, size: int, start: int, extension: str | None
+    ) -> Unit:
+        data_start = self._at + BLOCK
+        if "size" in self._pax:
+            size = int(self._pax["size"])
+        path = None if extension == "global" else self._name(data, kind)
+        is_file = kind in _FILE_TYPES and not (
+            kind == tarfile.AREGTYPE and (path or "").endswith("/")
+        )
+        skips_data = is_file or kind not in tarfile.SUPPORTED_TYPES or extension == "global"
+        end = data_start + (-(-size // BLOCK) * BLOCK if skips_data else 0)
+        member: Kind = "file" if is_file else "dir" if kind == tarfile.DIRTYPE else "other"
+        self._pax, self._longname, self._unit_start = {}, None, None
+        self._at = end
+        self._want = BLOCK
+        return Unit(start=start, end=end, path=path, kind=member, size=size)
+
+    def _name(self, data: bytes, kind: bytes) -> str:
+        if "path" in self._pax:
+            return self._pax["path"]
+        if self._longname is not None:
+            return self._longname
+        name = _text(data[0:100])
+        prefix = _text(data[345:500])
+        if prefix and kind not in tarfile.GNU_TYPES:
+            name = prefix + "/" + name
+        return name
+
+    def _extension(self, extension: str, data: bytes) -> None:
+        if extension == "longname":
+            self._longname = _text(data)
+        elif extension == "pax":
+            self._pax.update(_pax_records(data, self._at))
+
+
+def _text(field: bytes) -> str:
+    end = field.find(b"\0")
+    return (field if end < 0 else field[:end]).decode("utf-8", "surrogateescape")
+
+
+def _number(field: bytes, at: int) -> int:
+    if field[:1] in (b"\x80", b"\xff"):
+        value = int.from_bytes(field[1:], "big")
+        return value - (256 ** (len(field) - 1)) if field[:1] == b"\xff" else value
+    digits = field.split(b"\0", 1)[0].strip()
+    try:
+        return int(digits or b"0", 8)
+    except ValueError:
+        raise IntegrityError(
+            f"tar stream: a header at {at} has no number where one belongs"
+        ) from None
+
+
+def _check_sum(header: bytes, at: int) -> None:
+    """The header's checksum, as unsigned or (old tars) signed bytes, as `tarfile` accepts."""
+    recorded = _number(header[148:156], at)
+    unsigned = sum(header[:148]) + 8 * 32 + sum(header[156:])
+    if recorded == unsigned:
+        return
+    high = sum(1 for b in header[:148] + header[156:] if b > 127)
+    if recorded != unsigned - 256 * high:
+        raise IntegrityError(f"tar stream: the header at {at} has a wrong checksum")
+
+
+def _pax_records(data: bytes, at: int) -> dict[str, str]:
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos : pos + 1] != b"\0":
+        space = data.find(b" ", pos)
+        try:
+            length = int(data[pos:space])
+        except ValueError:
+            raise IntegrityError(f"tar stream: bad pax records at {at}") from None
+        record = data[space + 1 : pos + length - 1]
+        key, _, value = record.partition(b"=")
+        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += length
+        if length <= 0:
+            raise IntegrityError(f"tar stream: bad pax records at {at}")
+    return records
