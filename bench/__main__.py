@@ -2,7 +2,7 @@
 
 NAME is a module bench_NAME.py: startup, download, export, store, transfer, delta (the
 comparisons, each with `run(setting) -> list[Row]`), or daemon_idle, fec, oneway and
-manyfiles (their own measurements, run only when named).
+manyfiles and splice (their own measurements, run only when named).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from bench.common import Row, machine, print_table
 from bench.setting import setting
 
 COMPARISONS = ("startup", "download", "export", "store", "transfer", "delta")
-ON_THEIR_OWN = ("daemon_idle", "fec", "oneway", "manyfiles")
+ON_THEIR_OWN = ("daemon_idle", "fec", "oneway", "manyfiles", "splice")
 
 
 def main(names: list[str]) -> None:

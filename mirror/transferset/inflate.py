@@ -8,8 +8,8 @@ ctypes in the libz that CPython's zlib module itself loads. Inflating is defined
 1951, so the boundaries are a property of the bytes, not of the zlib version.
 
 Promises: `GzipBlocks` reads its chunks once, in order, holding one block's compressed and
-inflated bytes at a time (a block inflates to at most a few MiB: deflate encoders bound a
-block by their symbol buffer; a stored block is at most 64 KiB); every member of a
+inflated bytes at a time (zlib's and libdeflate's blocks inflate to at most a few MiB, a
+stored block to 64 KiB; a block over `MAX_BLOCK` is refused as IntegrityError); every member of a
 multi-member gzip is read, each header and trailer checked (CRC-32 and length); anything
 that is not a well-formed gzip stream is IntegrityError (exit 5). No I/O beyond `chunks`.
 """
@@ -32,6 +32,7 @@ Z_BUF_ERROR = -5
 Z_BLOCK = 5
 _AT_BOUNDARY = 128
 _OUT_SIZE = 1024 * 1024
+MAX_BLOCK = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 2, 4, 8, 16
 
@@ -70,7 +71,14 @@ def _libz() -> ctypes.CDLL:
     lib.inflate.argtypes = [pointer, ctypes.c_int]
     lib.inflateEnd.argtypes = [pointer]
     lib.zlibVersion.restype = ctypes.c_char_p
+    lib.crc32_combine.argtypes = [ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long]
+    lib.crc32_combine.restype = ctypes.c_ulong
     return lib
+
+
+def crc32_combine(first: int, second: int, second_length: int) -> int:
+    """The CRC-32 of two byte strings joined, from theirs and the second's length."""
+    return int(_libz().crc32_combine(first, second, second_length))
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,8 @@ class Block:
     """One deflate block: `raw` holds its bits, from bit `shift` of `raw[0]` for `bits`
     bits (the block header's first bit, BFINAL, is the first of them); `data` is what it
     inflates to, starting at offset `start` of the inflated stream. `member_start` is where
-    its gzip member's inflated bytes start: no back-reference reaches before it."""
+    its gzip member's inflated bytes start: no back-reference reaches before it. `crc` is
+    the CRC-32 of `data`."""
 
     raw: bytes
     shift: int
@@ -86,6 +95,7 @@ class Block:
     data: bytes
     start: int
     member_start: int
+    crc: int
 
     @property
     def kind(self) -> int:
@@ -127,7 +137,7 @@ class GzipBlocks:
             crc = 0
             try:
                 for block in inflater.blocks():
-                    crc = zlib.crc32(block.data, crc)
+                    crc = crc32_combine(crc, block.crc, len(block.data))
                     yield block
             except IntegrityError as exc:
                 raise IntegrityError(f"{self._label}: {exc.message}") from None
@@ -251,6 +261,8 @@ class _RawInflater:
             if code not in (Z_OK, Z_STREAM_END, Z_BUF_ERROR):
                 raise IntegrityError(f"not a deflate stream ({(stream.msg or b'?').decode()})")
             data += ctypes.string_at(out, _OUT_SIZE - stream.avail_out)
+            if len(data) > MAX_BLOCK:
+                raise IntegrityError(f"a deflate block inflates to more than {MAX_BLOCK} bytes")
             if code == Z_BUF_ERROR and stream.avail_out:
                 raise IntegrityError(
                     "the deflate stream ends before its final block"
@@ -291,6 +303,7 @@ class _RawInflater:
             data=data,
             start=self.inflated,
             member_start=self._member_start,
+            crc=zlib.crc32(data),
         )
         self.inflated += len(data)
         return block

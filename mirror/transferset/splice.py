@@ -36,7 +36,7 @@ from mirror.archive import ArchiveLimits, member_path
 from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
 from mirror.transferset.delta import RECORD_SIZE, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, raw_blocks
+from mirror.transferset.inflate import Block, GzipBlocks, crc32_combine, raw_blocks
 from mirror.transferset.tarunits import TarUnits, Unit
 
 WINDOW = 32 * 1024
@@ -217,7 +217,8 @@ class Splicer:
             self._emit(block, clear_final=not (final and n == len(blocks) - 1))
 
     def _copy(self, block: Block) -> None:
-        self._crc_update(block.data)
+        self._crc = crc32_combine(self._crc, block.crc, len(block.data))
+        self._size += len(block.data)
         self._emit(block, clear_final=True)
         self._last_copied = True
 
