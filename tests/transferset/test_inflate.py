@@ -90,7 +90,7 @@ def _inflates_alone(block: Block, before: bytes) -> bool:
         )
     bits = _bits_at(block.raw, block.shift, block.bits) | 1
     alone = bits.to_bytes((block.bits + 7) // 8, "little")
-    inflater = zlib.decompressobj(-15, zdict=before[-WINDOW:]) if before else zlib.decompressobj(-15)
+    inflater = zlib.decompressobj(-15, zdict=before[-WINDOW:])
     return inflater.decompress(alone) == block.data and inflater.eof and not inflater.unused_data
 
 
