@@ -272,7 +272,9 @@ class _RawInflater:
             if code == Z_STREAM_END or stream.data_type & _AT_BOUNDARY:
                 consumed = self._fed - stream.avail_in
                 bit = consumed * 8 - (stream.data_type & 7)
-                if bit > self._bit:
+                # zlib stops after the final block's end code (a boundary) before it
+                # reports the end: what the end adds is the padding to a byte, no block
+                if bit > self._bit and (data or code != Z_STREAM_END):
                     yield self._block(bit, bytes(data))
                     data.clear()
                 if code == Z_STREAM_END:

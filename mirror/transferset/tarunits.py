@@ -89,7 +89,7 @@ class TarUnits:
         start = self._at if self._unit_start is None else self._unit_start
         extension = _EXTENSIONS.get(kind)
         if extension is not None and extension != "global":
-            if size > _MAX_EXTENSION:
+            if not 0 <= size <= _MAX_EXTENSION:
                 raise IntegrityError(f"tar stream: extension records of {size} bytes at {start}")
             self._unit_start = start
             self._at += BLOCK
@@ -103,7 +103,12 @@ class TarUnits:
     ) -> Unit:
         data_start = self._at + BLOCK
         if "size" in self._pax:
-            size = int(self._pax["size"])
+            try:
+                size = int(self._pax["size"])
+            except ValueError:
+                raise IntegrityError(f"tar stream: bad pax records at {self._at}") from None
+        if size < 0:  # a size that goes back would read the same header again, forever
+            raise IntegrityError(f"tar stream: the header at {self._at} gives a negative size")
         path = None if extension == "global" else self._name(data, kind)
         is_file = kind in _FILE_TYPES and not (
             kind == tarfile.AREGTYPE and (path or "").endswith("/")

@@ -1,0 +1,478 @@
+"""The spliced gzip (mirror/transferset/splice.py): a new version's archive made of its base's
+compressed blocks. Every base is a real tar.gz made here (tarfile, zlib at several levels and
+memory levels, multi-member streams); every output is read back by Python's `gzip` and
+`tarfile`, and its blocks by `GzipBlocks`, to see what was copied."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import itertools
+import random
+import tarfile
+import zlib
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+
+import deflate
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mirror.errors import IntegrityError
+from mirror.transferset.delta import member_header
+from mirror.transferset.inflate import Block, GzipBlocks
+from mirror.transferset.splice import Edit, NewFile, Splicer, splice_tree
+from tests.fixtures.archives import EPOCH, Entry, tar_bytes
+
+MTIME = 1_800_000_000
+FAST = settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def _text(size: int, seed: int) -> bytes:
+    """Compressible bytes, like a page: words of a small vocabulary."""
+    rng = random.Random(seed)
+    words = [bytes(rng.choices(range(97, 123), k=rng.randint(2, 9))) for _ in range(300)]
+    out = bytearray()
+    while len(out) < size:
+        out += rng.choice(words) + (b"\n" if rng.random() < 0.1 else b" ")
+    return bytes(out[:size])
+
+
+def _site() -> list[Entry]:
+    """About 400 KiB of tar: pages, two files spanning many blocks, an incompressible one,
+    a link, an empty file, a long non-ASCII name, a file whose directory has no member."""
+    entries = [Entry("site/", kind="dir"), Entry("site/docs/", kind="dir")]
+    entries += [
+        Entry(f"site/docs/page-{n:02d}.html", _text(200 + 97 * n, seed=n)) for n in range(30)
+    ]
+    entries += [
+        Entry("site/docs/big-one.html", _text(120_000, seed=100)),
+        Entry("site/assets/", kind="dir"),
+        Entry("site/assets/noise.bin", random.Random(7).randbytes(40_000)),
+        Entry("site/assets/link.css", kind="symlink", target="../docs/page-01.html"),
+        Entry("site/assets/empty.txt", b""),
+        Entry("site/" + "\u00e9" * 70 + "/index.html", _text(3_000, seed=101)),
+        Entry("loose/orphan.html", _text(1_000, seed=102)),
+        Entry("site/docs/big-two.html", _text(150_000, seed=103)),
+        Entry("site/last.html", b"<html>the end</html>\n"),
+    ]
+    return entries
+
+
+@cache
+def _site_tar() -> bytes:
+    return tar_bytes(_site())
+
+
+def _gzip(data: bytes, level: int, mem_level: int) -> bytes:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31, mem_level)
+    return compressor.compress(data) + compressor.flush()
+
+
+BASES = {
+    "level 0": ((0, 8),),
+    "level 1": ((1, 8),),
+    "level 6 small blocks": ((6, 1),),
+    "level 9": ((9, 9),),
+    "three members": ((6, 2), (0, 8), (9, 8)),
+    "five members, small blocks": ((1, 1), (6, 1), (6, 1), (9, 2), (1, 1)),
+}
+
+
+@cache
+def _base(name: str) -> bytes:
+    """The site's tar stream, gzip'd as `BASES[name]` says: one member per (level, memory
+    level), cut at offsets that fall inside members' data and headers alike."""
+    tar, parts = _site_tar(), BASES[name]
+    rng = random.Random(name)
+    cuts = sorted(rng.sample(range(1, len(tar)), len(parts) - 1))
+    bounds = [0, *cuts, len(tar)]
+    return b"".join(
+        _gzip(tar[a:b], *part) for a, b, part in zip(bounds, bounds[1:], parts, strict=False)
+    )
+
+
+@dataclass
+class _Plan:
+    """A `TreePlan`: per base file True, False or new content; the added files in order.
+    Records what it was asked."""
+
+    decisions: dict[str, bool | bytes] = field(default_factory=dict)
+    new: list[tuple[str, bytes]] = field(default_factory=list)
+    chunk: int = 4096
+    asked: list[tuple[str, int]] = field(default_factory=list)
+
+    def member(self, path: str, size: int) -> NewFile | bool:
+        self.asked.append((path, size))
+        decision = self.decisions.get(path, True)
+        if isinstance(decision, bytes):
+            return self._file(path, decision)
+        return decision
+
+    def added(self) -> Iterable[NewFile]:
+        return [self._file(path, data) for path, data in self.new]
+
+    def _file(self, path: str, data: bytes) -> NewFile:
+        step = self.chunk
+
+        def chunks() -> Iterator[bytes]:
+            return (data[i : i + step] for i in range(0, len(data), step))
+
+        return NewFile(path, len(data), chunks)
+
+
+def _spliced(base: bytes, plan: _Plan, *, level: int = 6, chunk: int = 65536) -> bytes:
+    out = bytearray()
+    pieces = (base[i : i + chunk] for i in range(0, len(base), chunk))
+    splice_tree(pieces, plan, out.extend, mtime=MTIME, level=level, label="base")
+    return bytes(out)
+
+
+Member = tuple[str, str, int, bytes | str]
+
+
+def _members(gz: bytes) -> list[Member]:
+    """(name, kind, mtime, content or link target) of each member, as tarfile reads them."""
+    found: list[Member] = []
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(gz)), mode="r:") as tar:
+        for info in tar:
+            if info.isreg():
+                handle = tar.extractfile(info)
+                assert handle is not None
+                found.append((info.name, "file", int(info.mtime), handle.read()))
+            else:
+                kind = "dir" if info.isdir() else "link" if info.issym() else "other"
+                found.append((info.name, kind, int(info.mtime), info.linkname))
+    return found
+
+
+def _expected(base: list[Member], plan: _Plan) -> list[Member]:
+    """The tree `splice_tree` promises: the base's members in order as `plan` says, then the
+    added files, each after its parent directories the archive does not hold yet."""
+    out: list[Member] = []
+    for name, kind, mtime, content in base:
+        decision = plan.decisions.get(name, True) if kind == "file" else True
+        if decision is True:
+            out.append((name, kind, mtime, content))
+        elif isinstance(decision, bytes):
+            out.append((name, "file", MTIME, decision))
+    directories = {name for name, kind, _, _ in base if kind == "dir"}
+    for path, data in plan.new:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory not in directories:
+                directories.add(directory)
+                out.append((directory, "dir", MTIME, ""))
+        out.append((path, "file", MTIME, data))
+    return out
+
+
+def _check(spliced: bytes, base: bytes, plan: _Plan) -> None:
+    """The output is one well-formed gzip member holding exactly the expected tree, padded
+    to a 10240-byte record; the plan was asked about each base file once, in order."""
+    tar = gzip.decompress(spliced)  # checks the CRC-32 and length trailer
+    assert len(tar) % 10240 == 0 and tar.endswith(b"\0" * 1024)
+    assert spliced[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    blocks = list(GzipBlocks([spliced], label="spliced"))
+    assert {b.member_start for b in blocks} == {0}
+    base_members = _members(base)
+    assert _members(spliced) == _expected(base_members, plan)
+    files = [(name, len(content)) for name, kind, _, content in base_members if kind == "file"]
+    assert plan.asked == files
+
+
+def _key(block: Block) -> tuple[int, bytes | int]:
+    """What a copied block keeps: a stored block's bytes, or a coded block's bits (its final
+    flag aside)."""
+    if block.kind == 0:
+        return (0, block.data)
+    bits = (int.from_bytes(block.raw, "little") >> block.shift) & ((1 << block.bits) - 1)
+    return (block.bits, bits & ~1)
+
+
+def _copied(base: bytes, spliced: bytes) -> tuple[int, int]:
+    """(how many of the base's non-empty blocks appear in the output as they were, of how
+    many)."""
+    base_blocks = [b for b in GzipBlocks([base], label="base") if b.data]
+    out = Counter(_key(b) for b in GzipBlocks([spliced], label="spliced"))
+    return sum(1 for b in base_blocks if out[_key(b)] > 0), len(base_blocks)
+
+
+# ---- random plans -------------------------------------------------------------------------
+
+ADDED = [
+    "site/docs/new-page.html",
+    "brand/new/deep/dir/index.html",
+    "brand/new/other.html",
+    "loose/second.html",
+    "site/assets/\u00fc" * 30 + ".css",
+    "top.txt",
+    "site/assets/img/logo.png",
+]
+
+
+@st.composite
+def _plans(draw: st.DrawFn) -> tuple[str, _Plan, int]:
+    base = draw(st.sampled_from(sorted(BASES)))
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    plan = _Plan(chunk=draw(st.sampled_from([1000, 4096, 1 << 20])))
+    files = [e for e in _site() if e.kind == "file"]
+    for entry in files:
+        choice = draw(st.sampled_from(["keep", "keep", "keep", "drop", "edit", "new"]))
+        if choice == "drop":
+            plan.decisions[entry.name] = False
+        elif choice == "edit" and entry.data:
+            at = rng.randrange(len(entry.data))
+            size = rng.choice([1, 10, 300, 5000])
+            plan.decisions[entry.name] = entry.data[:at] + _text(size, at) + entry.data[at + 1 :]
+        elif choice == "new":
+            plan.decisions[entry.name] = _text(rng.choice([0, 1, 700, 90_000]), rng.randrange(99))
+    for path in draw(st.lists(st.sampled_from(ADDED), unique=True, max_size=4)):
+        plan.new.append((path, _text(rng.choice([0, 5, 3000, 70_000]), rng.randrange(99))))
+    return base, plan, draw(st.sampled_from([0, 1, 6, 9]))
+
+
+@FAST
+@given(_plans())
+def test_a_random_plan_gives_exactly_the_planned_tree(case: tuple[str, _Plan, int]) -> None:
+    name, plan, level = case
+    base = _base(name)
+    _check(_spliced(base, plan, level=level), base, plan)
+
+
+@pytest.mark.parametrize("name", sorted(BASES))
+def test_every_base_kept_whole_is_its_own_blocks_again(name: str) -> None:
+    """Nothing changed: every block of the base but the last one or two (which hold its
+    end-of-archive, written again) is copied, so the output is the base's size, give or take
+    the recompressed tail: a level-1 splice of a level-9 base is as small as the base."""
+    base = _base(name)
+    plan = _Plan()
+    spliced = _spliced(base, plan, level=1)
+    _check(spliced, base, plan)
+    copied, total = _copied(base, spliced)
+    assert copied >= total - 2 and total >= 2
+    assert len(spliced) <= len(base) * 1.01 + 200
+
+
+def test_one_changed_page_leaves_the_rest_copied() -> None:
+    base = _base("level 6 small blocks")
+    page = "site/docs/page-10.html"
+    plan = _Plan(decisions={page: b"<html>changed</html>\n"})
+    spliced = _spliced(base, plan)
+    _check(spliced, base, plan)
+    copied, total = _copied(base, spliced)
+    assert total > 500 and copied > total * 0.85
+
+
+def test_the_same_inputs_give_the_same_bytes_whatever_the_chunking() -> None:
+    base = _base("three members")
+    plan = _Plan(
+        decisions={"site/docs/page-03.html": False, "site/docs/big-one.html": _text(9_999, 5)},
+        new=[("brand/new/x.html", b"x" * 70_000)],
+    )
+    first = _spliced(base, plan, chunk=65536)
+    plan.asked.clear()
+    assert _spliced(base, plan, chunk=1000) == first
+    plan.asked.clear()
+    assert _spliced(base, plan, chunk=1 << 30) == first
+
+
+# ---- the golden: pinned bytes ----------------------------------------------------------------
+
+
+def _golden_base() -> bytes:
+    """A base built only by code whose output is pinned: the tar by `member_header` (this
+    project's own ustar writer) and the gzip members by libdeflate (`deflate`, pinned in
+    pyproject.toml), not by the system's zlib, whose output may change between versions.
+    Block boundaries are then a property of those bytes (RFC 1951), and the spliced output
+    depends only on this project's code and the pinned libdeflate."""
+    tar = bytearray()
+    for n in range(12):
+        data = _text(1_500 + 4_000 * n, seed=n)
+        tar += member_header(f"site/page-{n:02d}.html", len(data), EPOCH, directory=False)
+        tar += data + b"\0" * (-len(data) % 512)
+    tar += b"\0" * 1024
+    tar += b"\0" * (-len(tar) % 10240)
+    third = len(tar) // 3
+    return b"".join(
+        bytes(deflate.gzip_compress(bytes(tar[a : a + third]), level))
+        for a, level in zip(range(0, len(tar), third), (6, 0, 9, 1), strict=False)
+    )
+
+
+GOLDEN_BASE = "47cc8b996981b19423180544a7330ad45326333407ece3ca5824a145603deaaf"
+GOLDEN = "2e19f143af96254e972850fe17487bac65bd9806c28f9680c00dad6d04b60089"
+
+
+def test_the_spliced_bytes_of_a_fixed_base_and_plan_are_pinned() -> None:
+    base = _golden_base()
+    assert hashlib.sha256(base).hexdigest() == GOLDEN_BASE
+    plan = _Plan(
+        decisions={"site/page-03.html": False, "site/page-07.html": _text(5_000, seed=77)},
+        new=[("site/new/page.html", b"<html>new</html>\n")],
+    )
+    spliced = _spliced(base, plan, level=6)
+    _check(spliced, base, plan)
+    assert _copied(base, spliced) == (7, 16)
+    assert hashlib.sha256(spliced).hexdigest() == GOLDEN
+
+
+# ---- refusals -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given_size", [0, 99, 101, 5_000])
+@pytest.mark.parametrize("where", ["in place", "added"])
+def test_new_content_of_another_length_than_its_size_is_refused(
+    given_size: int, where: str
+) -> None:
+    class Lying(_Plan):
+        def _file(self, path: str, data: bytes) -> NewFile:
+            return NewFile(path, 100, lambda: iter([data[:50], data[50:given_size]]))
+
+    content = _text(given_size, 1)
+    if where == "in place":
+        plan = Lying(decisions={"site/docs/page-02.html": content})
+    else:
+        plan = Lying(new=[("site/new.html", content)])
+    with pytest.raises(IntegrityError, match=rf"holds {given_size} bytes, .* says 100"):
+        _spliced(_base("level 1"), plan)
+
+
+def test_a_base_without_end_of_archive_blocks_is_refused() -> None:
+    tar = _site_tar()
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.getmembers()
+        end = archive.offset
+    for cut in (tar[:end], tar[: end - 512]):
+        with pytest.raises(IntegrityError, match="has no end-of-archive blocks"):
+            _spliced(gzip.compress(cut, mtime=0), _Plan())
+
+
+def test_a_base_that_is_not_a_gzip_stream_is_refused_by_its_label() -> None:
+    with pytest.raises(IntegrityError, match=r"^base: not a gzip stream"):
+        _spliced(_site_tar(), _Plan())
+    broken = bytearray(_base("level 6 small blocks"))
+    broken[-6] ^= 1
+    with pytest.raises(IntegrityError, match=r"^base: a gzip member's CRC-32 or length"):
+        _spliced(bytes(broken), _Plan())
+
+
+def test_a_base_member_with_an_unsafe_name_is_refused() -> None:
+    base = gzip.compress(tar_bytes([Entry("site/a.html", b"a"), Entry("../evil", b"e")]))
+    with pytest.raises(IntegrityError, match="evil"):
+        _spliced(base, _Plan())
+
+
+# ---- the Splicer alone: edits over a gzip stream -------------------------------------------
+
+
+def _splice_edits(base: bytes, edits: list[Edit], *, level: int, piece: int, eager: bool) -> bytes:
+    """Drive a Splicer as `splice_tree` does: edits in base order, each block once the
+    edits cover it (`eager`: all edits first), inserts after the last block at the end."""
+    out = bytearray()
+    splicer = Splicer(out.extend, level=level, piece_size=piece)
+    waiting = deque(edits)
+    for block in GzipBlocks([base], label="base"):
+        while waiting and (eager or splicer.covered < block.end):
+            splicer.edit(waiting.popleft())
+        splicer.block(block)
+    splicer.end_of_blocks()
+    for edit in waiting:
+        splicer.edit(edit)
+    splicer.close()
+    return bytes(out)
+
+
+@st.composite
+def _edits(draw: st.DrawFn) -> tuple[str, list[Edit], bytes, int, int]:
+    """A base, edits over its whole inflated stream, what they make, a level and a piece
+    size."""
+    name = draw(st.sampled_from(sorted(BASES)))
+    size = len(_site_tar())
+    cuts = sorted(set(draw(st.lists(st.integers(0, size), max_size=12))) | {0, size})
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    tar, edits, expected = _site_tar(), [], bytearray()
+    for start, end in itertools.pairwise(cuts):
+        if draw(st.booleans()):
+            data = rng.randbytes(rng.choice([0, 1, 100, 5_000, 40_000]))
+            edits.append(Edit("insert", start, start, data))
+            expected += data
+        if draw(st.integers(0, 3)):
+            edits.append(Edit("keep", start, end))
+            expected += tar[start:end]
+        else:
+            edits.append(Edit("drop", start, end))
+    if draw(st.booleans()):
+        edits.append(Edit("insert", size, size, b"tail"))
+        expected += b"tail"
+    return (
+        name,
+        edits,
+        bytes(expected),
+        draw(st.sampled_from([0, 1, 6, 9])),
+        draw(st.sampled_from([700, 65536, 1 << 20])),
+    )
+
+
+@FAST
+@given(_edits())
+def test_random_edits_give_their_bytes_in_one_gzip_member(
+    case: tuple[str, list[Edit], bytes, int, int],
+) -> None:
+    name, edits, expected, level, piece = case
+    base = _base(name)
+    spliced = _splice_edits(base, edits, level=level, piece=piece, eager=False)
+    assert gzip.decompress(spliced) == expected
+    assert {b.member_start for b in GzipBlocks([spliced], label="out")} == {0}
+    assert _splice_edits(base, edits, level=level, piece=piece, eager=True) == spliced
+
+
+@pytest.mark.parametrize("name", ["level 6 small blocks", "level 1", "five members, small blocks"])
+@pytest.mark.parametrize("kind", ["insert", "drop"])
+def test_one_edit_anywhere_gives_its_bytes(name: str, kind: str) -> None:
+    """One insert (or drop) at offsets spread over the stream, each inside some block: the
+    blocks whose 32 KiB window it changed are not copied."""
+    base, tar = _base(name), _site_tar()
+    for at in range(1_001, len(tar) - 3_000, 23_456):
+        if kind == "insert":
+            edits = [Edit("insert", at, at, b"new" * 33), Edit("keep", at, len(tar))]
+            expected = tar[:at] + b"new" * 33 + tar[at:]
+        else:
+            edits = [Edit("drop", at, at + 777), Edit("keep", at + 777, len(tar))]
+            expected = tar[:at] + tar[at + 777 :]
+        edits.insert(0, Edit("keep", 0, at))
+        spliced = _splice_edits(base, edits, level=6, piece=65536, eager=False)
+        assert gzip.decompress(spliced) == expected, at
+
+
+@pytest.mark.parametrize("name", ["level 0", "level 9", "three members"])
+def test_a_stream_ending_in_a_copied_block_ends_with_an_empty_fixed_block(name: str) -> None:
+    base = _base(name)
+    size = len(gzip.decompress(base))
+    spliced = _splice_edits(base, [Edit("keep", 0, size)], level=6, piece=65536, eager=True)
+    assert gzip.decompress(spliced) == _site_tar()
+    last = list(GzipBlocks([spliced], label="out"))[-1]
+    assert (last.kind, last.data, last.bits) == (1, b"", 10)
+    copied, total = _copied(base, spliced)
+    assert copied == total
+
+
+def test_pieces_are_compressed_apart_at_the_piece_size() -> None:
+    """Inserted bytes are compressed in pieces of `piece_size`: a stored level gives whole
+    stored blocks of at most a piece each."""
+    data = random.Random(3).randbytes(10_000)
+    base = gzip.compress(b"", mtime=0)
+    spliced = _splice_edits(base, [Edit("insert", 0, 0, data)], level=0, piece=3_000, eager=True)
+    assert gzip.decompress(spliced) == data
+    sizes = [len(b.data) for b in GzipBlocks([spliced], label="out")]
+    assert sizes == [3_000, 3_000, 3_000, 1_000]
