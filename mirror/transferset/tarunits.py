@@ -110,12 +110,12 @@ class TarUnits:
         if size < 0:  # a size that goes back would read the same header again, forever
             raise IntegrityError(f"tar stream: the header at {self._at} gives a negative size")
         path = None if extension == "global" else self._name(data, kind)
-        is_file = kind in _FILE_TYPES and not (
-            kind == tarfile.AREGTYPE and (path or "").endswith("/")
-        )
+        old_directory = kind == tarfile.AREGTYPE and (path or "").endswith("/")  # V7 tar
+        is_file = kind in _FILE_TYPES and not old_directory
         skips_data = is_file or kind not in tarfile.SUPPORTED_TYPES or extension == "global"
         end = data_start + (-(-size // BLOCK) * BLOCK if skips_data else 0)
-        member: Kind = "file" if is_file else "dir" if kind == tarfile.DIRTYPE else "other"
+        is_dir = kind == tarfile.DIRTYPE or old_directory
+        member: Kind = "file" if is_file else "dir" if is_dir else "other"
         self._pax, self._longname, self._unit_start = {}, None, None
         self._at = end
         self._want = BLOCK
