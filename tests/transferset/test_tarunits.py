@@ -44,7 +44,19 @@ def _long() -> list[Entry]:
     ]
 
 
+def _v7() -> bytes:
+    """Old (pre-POSIX) members: type "\\0", a directory being such a member whose name ends
+    in a slash, as tarfile reads them."""
+    out = b""
+    for name, data in (("olddir/", b""), ("olddir/a.txt", b"v7 file\n"), ("b.txt", b"b")):
+        info = tarfile.TarInfo(name)
+        info.type, info.size = tarfile.AREGTYPE, len(data)
+        out += info.tobuf(tarfile.USTAR_FORMAT) + data + b"\0" * (-len(data) % 512)
+    return out + b"\0" * 1024
+
+
 ARCHIVES = {
+    "v7": _v7(),
     "ustar": tar_bytes(_common(), tar_format=tarfile.USTAR_FORMAT),
     "gnu": tar_bytes(_common() + _long(), tar_format=tarfile.GNU_FORMAT),
     "pax": tar_bytes(
@@ -89,6 +101,8 @@ def test_the_archives_hold_what_the_cases_name() -> None:
     assert gnu.count(b"././@LongLink") == 5 and b"\0 L" in gnu and b"\0 K" in gnu
     assert b" path=" in pax and b"comment=" in pax
     assert b"comment=made by git archive" in ARCHIVES["pax global"]
+    with tarfile.open(fileobj=io.BytesIO(ARCHIVES["v7"])) as tar:
+        assert [m.type for m in tar] == [tarfile.DIRTYPE, tarfile.AREGTYPE, tarfile.AREGTYPE]
     at = _header(ustar, b"n" * 90)
     assert ustar[at + 345 : at + 345 + 121] == b"p" * 120 + b"\0"  # the ustar prefix field
     with tarfile.open(fileobj=io.BytesIO(ARCHIVES["pax global"])) as tar:
