@@ -16,6 +16,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 import deflate
 import pytest
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirror.errors import IntegrityError
+from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta import member_header
 from mirror.transferset.inflate import Block, GzipBlocks
 from mirror.transferset.splice import Edit, NewFile, Splicer, splice_tree
@@ -281,10 +283,36 @@ def test_the_same_inputs_give_the_same_bytes_whatever_the_chunking() -> None:
         new=[("brand/new/x.html", b"x" * 70_000)],
     )
     first = _spliced(base, plan, chunk=65536)
-    plan.asked.clear()
-    assert _spliced(base, plan, chunk=1000) == first
-    plan.asked.clear()
-    assert _spliced(base, plan, chunk=1 << 30) == first
+    for base_chunk, content_chunk in ((1000, 4096), (1 << 30, 1), (65536, 1 << 20)):
+        plan.asked.clear()
+        plan.chunk = content_chunk
+        assert _spliced(base, plan, chunk=base_chunk) == first
+
+
+def test_a_simulator_site_spliced_to_its_next_export_is_that_export(tmp_path: Path) -> None:
+    """The vendor simulator's site (pages, CSS, JS, images) and its next export, 5% of the
+    pages changed: the base spliced under the plan of the two versions holds the next
+    export's tree, at the size of the vendor's own archive of it."""
+    bundles = [
+        build_bundle(
+            SiteSpec(
+                domain="docs.example.com", export_number=n, site_size=2 << 20, change_share=0.05
+            ),
+            tmp_path / f"{n}.tar.gz",
+        ).path.read_bytes()
+        for n in (0, 1)
+    ]
+    old, new = ({m[0]: m[3] for m in _members(b) if m[1] == "file"} for b in bundles)
+    plan = _Plan(
+        decisions={p: new.get(p, False) for p in old if new.get(p) != old[p]},
+        new=[(p, data) for p, data in new.items() if p not in old],
+    )
+    assert 0 < len(plan.decisions) < len(new) // 10
+    spliced = _spliced(bundles[0], plan)
+    assert {m[0]: m[3] for m in _members(spliced) if m[1] == "file"} == new
+    assert len(spliced) < len(bundles[1]) * 1.02
+    copied, total = _copied(bundles[0], spliced)
+    assert copied >= total * 0.75
 
 
 # ---- the golden: pinned bytes ----------------------------------------------------------------
