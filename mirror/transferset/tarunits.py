@@ -133,10 +133,16 @@ class TarUnits:
         return name
 
     def _extension(self, extension: str, data: bytes) -> None:
-        if extension == "longname":
+        """Of several extension headers before a member, the first one's name and size win:
+        tarfile applies each header after the ones that follow it."""
+        named = self._longname is not None or "path" in self._pax
+        if extension == "longname" and not named:
             self._longname = _text(data)
         elif extension == "pax":
-            self._pax.update(_pax_records(data, self._at))
+            records = _pax_records(data, self._at)
+            if named:
+                records.pop("path", None)
+            self._pax = records | self._pax
 
 
 def _text(field: bytes) -> str:
