@@ -139,6 +139,8 @@ class GzipBlocks:
             if struct.unpack("<II", trailer) != (crc & 0xFFFFFFFF, member_size):
                 raise IntegrityError(f"{self._label}: a gzip member's CRC-32 or length is wrong")
             at = inflater.end + 8
+            while source.get(at, 1) == b"\0":  # zero padding, which gzip readers skip
+                at += 1
             source.release(at)
 
     def _past_header(self, at: int) -> int:
