@@ -289,6 +289,14 @@ def test_the_same_inputs_give_the_same_bytes_whatever_the_chunking() -> None:
         assert _spliced(base, plan, chunk=base_chunk) == first
 
 
+def test_a_base_padded_with_zeros_after_its_gzip_stream_splices_alike() -> None:
+    base = _base("level 9")
+    plan = _Plan(decisions={"site/last.html": b"changed"})
+    first = _spliced(base, plan)
+    plan.asked.clear()
+    assert _spliced(base + b"\0" * 10240, plan) == first
+
+
 def test_a_simulator_site_spliced_to_its_next_export_is_that_export(tmp_path: Path) -> None:
     """The vendor simulator's site (pages, CSS, JS, images) and its next export, 5% of the
     pages changed: the base spliced under the plan of the two versions holds the next
