@@ -27,7 +27,7 @@ from mirror.errors import IntegrityError
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta import member_header
 from mirror.transferset.inflate import Block, GzipBlocks
-from mirror.transferset.splice import Edit, NewFile, Splicer, splice_tree
+from mirror.transferset.splice import BitWriter, Edit, NewFile, Splicer, splice_tree
 from tests.fixtures.archives import EPOCH, Entry, tar_bytes
 
 MTIME = 1_800_000_000
@@ -410,6 +410,32 @@ def test_a_base_member_with_an_unsafe_name_is_refused() -> None:
 
 
 # ---- the Splicer alone: edits over a gzip stream -------------------------------------------
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 40), st.booleans()), max_size=40))
+def test_the_bit_writer_writes_deflate_bit_order(pieces: list[tuple[int, int, bool]]) -> None:
+    """Bits least significant first, whole bytes as they fill; `copy` takes `count` bits
+    from bit `shift` of some bytes; `align` pads with zeros to a byte."""
+    out = bytearray()
+    writer = BitWriter(out.extend)
+    reference, length = 0, 0
+    for value, count, as_copy in pieces:
+        value &= (1 << count) - 1
+        if as_copy:
+            shift = value % 8
+            raw = (value << shift | 0xFF).to_bytes((count + shift + 7) // 8 + 1, "little")
+            clear = value % 3 == 0
+            writer.copy(raw, shift, count, clear_final=clear)
+            value = (int.from_bytes(raw, "little") >> shift) & ((1 << count) - 1)
+            value &= ~1 if clear else -1
+        else:
+            writer.bits(value, count)
+        reference |= value << length
+        length += count
+        assert len(out) == length // 8
+    writer.align()
+    assert bytes(out) == reference.to_bytes((length + 7) // 8, "little")
 
 
 def _splice_edits(base: bytes, edits: list[Edit], *, level: int, piece: int, eager: bool) -> bytes:
