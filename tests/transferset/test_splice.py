@@ -289,6 +289,35 @@ def test_the_same_inputs_give_the_same_bytes_whatever_the_chunking() -> None:
         assert _spliced(base, plan, chunk=base_chunk) == first
 
 
+@pytest.mark.parametrize(
+    ("tar_format", "pax_headers"),
+    [
+        (tarfile.GNU_FORMAT, None),
+        (tarfile.USTAR_FORMAT, None),
+        (tarfile.PAX_FORMAT, {"comment": "a global header, as git archive writes"}),
+    ],
+    ids=["gnu", "ustar", "pax global"],
+)
+def test_bases_of_each_tar_format_splice_to_the_planned_tree(
+    tar_format: int, pax_headers: dict[str, str] | None
+) -> None:
+    long_name = "site/" + "l" * 120 + "/page.html"
+    entries = [e for e in _site() if tar_format != tarfile.USTAR_FORMAT or e.name.isascii()]
+    if tar_format != tarfile.USTAR_FORMAT:
+        entries.append(Entry(long_name, _text(5_000, 9)))
+    tar = tar_bytes(entries, tar_format=tar_format, pax_headers=pax_headers)
+    base = _gzip(tar, 6, 2)
+    plan = _Plan(
+        decisions={"site/docs/page-04.html": False, "site/docs/big-one.html": b"short now"},
+        new=[("site/docs/new.html", b"new"), ("other/" + "d" * 150 + "/x.html", b"deep")],
+    )
+    if tar_format != tarfile.USTAR_FORMAT:
+        plan.decisions[long_name] = _text(7_000, 10)
+    spliced = _spliced(base, plan)
+    _check(spliced, base, plan)
+    assert _copied(base, spliced)[0] > 20
+
+
 def test_a_base_padded_with_zeros_after_its_gzip_stream_splices_alike() -> None:
     base = _base("level 9")
     plan = _Plan(decisions={"site/last.html": b"changed"})
