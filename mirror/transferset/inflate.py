@@ -10,8 +10,10 @@ ctypes in the libz that CPython's zlib module itself loads. Inflating is defined
 Promises: `GzipBlocks` reads its chunks once, in order, holding one block's compressed and
 inflated bytes at a time (a block inflates to at most a few MiB: deflate encoders bound a
 block by their symbol buffer; a stored block is at most 64 KiB); every member of a
-multi-member gzip is read, each header and trailer checked (CRC-32 and length); anything
-that is not a well-formed gzip stream is IntegrityError (exit 5). No I/O beyond `chunks`.
+multi-member gzip is read, each header and trailer checked (CRC-32 and length), zero bytes
+after a member skipped (as Python's gzip, which checked the stored bundle, skips them);
+anything else that is not a well-formed gzip stream is IntegrityError (exit 5). No I/O
+beyond `chunks`.
 """
 
 from __future__ import annotations
