@@ -9,9 +9,11 @@ ctypes in the libz that CPython's zlib module itself loads. Inflating is defined
 
 Promises: `GzipBlocks` reads its chunks once, in order, holding one block's compressed and
 inflated bytes at a time (zlib's and libdeflate's blocks inflate to at most a few MiB, a
-stored block to 64 KiB; a block over `MAX_BLOCK` is refused as IntegrityError); every member of a
-multi-member gzip is read, each header and trailer checked (CRC-32 and length); anything
-that is not a well-formed gzip stream is IntegrityError (exit 5). No I/O beyond `chunks`.
+stored block to 64 KiB; a block over `MAX_BLOCK` is refused as IntegrityError); every
+member of a multi-member gzip is read, each header and trailer checked (CRC-32 and length),
+zero bytes after a member skipped (as Python's gzip, which checked the stored bundle, skips
+them); anything else that is not a well-formed gzip stream is IntegrityError (exit 5). No
+I/O beyond `chunks`.
 """
 
 from __future__ import annotations
@@ -149,6 +151,8 @@ class GzipBlocks:
             if struct.unpack("<II", trailer) != (crc & 0xFFFFFFFF, member_size):
                 raise IntegrityError(f"{self._label}: a gzip member's CRC-32 or length is wrong")
             at = inflater.end + 8
+            while source.get(at, 1) == b"\0":  # zero padding, which gzip readers skip
+                at += 1
             source.release(at)
 
     def _past_header(self, at: int) -> int:

@@ -110,12 +110,12 @@ class TarUnits:
         if size < 0:  # a size that goes back would read the same header again, forever
             raise IntegrityError(f"tar stream: the header at {self._at} gives a negative size")
         path = None if extension == "global" else self._name(data, kind)
-        is_file = kind in _FILE_TYPES and not (
-            kind == tarfile.AREGTYPE and (path or "").endswith("/")
-        )
+        old_directory = kind == tarfile.AREGTYPE and (path or "").endswith("/")  # V7 tar
+        is_file = kind in _FILE_TYPES and not old_directory
         skips_data = is_file or kind not in tarfile.SUPPORTED_TYPES or extension == "global"
         end = data_start + (-(-size // BLOCK) * BLOCK if skips_data else 0)
-        member: Kind = "file" if is_file else "dir" if kind == tarfile.DIRTYPE else "other"
+        is_dir = kind == tarfile.DIRTYPE or old_directory
+        member: Kind = "file" if is_file else "dir" if is_dir else "other"
         self._pax, self._longname, self._unit_start = {}, None, None
         self._at = end
         self._want = BLOCK
@@ -133,10 +133,16 @@ class TarUnits:
         return name
 
     def _extension(self, extension: str, data: bytes) -> None:
-        if extension == "longname":
+        """Of several extension headers before a member, the first one's name and size win:
+        tarfile applies each header after the ones that follow it."""
+        named = self._longname is not None or "path" in self._pax
+        if extension == "longname" and not named:
             self._longname = _text(data)
         elif extension == "pax":
-            self._pax.update(_pax_records(data, self._at))
+            records = _pax_records(data, self._at)
+            if named:
+                records.pop("path", None)
+            self._pax = records | self._pax
 
 
 def _text(field: bytes) -> str:

@@ -258,7 +258,7 @@ _REFUSED = {
     "wrong crc": (_flip(_GZ, len(_GZ) - 8), "base: a gzip member's CRC-32 or length is wrong"),
     "wrong length": (_flip(_GZ, len(_GZ) - 1), "base: a gzip member's CRC-32 or length is wrong"),
     "garbage after": (_GZ + b"junk", "base: not a gzip stream"),
-    "zeros after": (_GZ + b"\0" * 16, "base: not a gzip stream"),
+    "zeros, then garbage": (_GZ + b"\0" * 16 + b"\x1f", "base: not a gzip stream"),
     "bad block type": (_GZ[:10] + b"\x07" + _GZ[11:], "base: not a deflate stream"),
     "second member cut": (_GZ + _GZ[:40], "base: the deflate stream ends before its final"),
 }
@@ -273,6 +273,17 @@ def test_a_stream_that_is_not_well_formed_gzip_is_refused_in_one_line(
             _blocks(gz, chunk)
         assert refused.value.message.startswith(message)
         assert "\n" not in str(refused.value)
+
+
+def test_zero_padding_after_a_member_is_skipped_as_gzip_readers_do() -> None:
+    """Tape-blocked writers pad a .tar.gz with zeros; Python's gzip (which checked the
+    bundle when it was stored) and GNU gzip read past them."""
+    padded = _GZ + b"\0" * 10_000 + _GZ + b"\0"
+    assert gzip.decompress(padded) == _DATA * 2
+    for chunk in (None, 1, 4096):
+        blocks = _blocks(padded, chunk)
+        assert b"".join(b.data for b in blocks) == _DATA * 2
+        assert {b.member_start for b in blocks} == {0, len(_DATA)}
 
 
 def test_damaged_deflate_data_is_refused_or_caught_by_the_crc() -> None:

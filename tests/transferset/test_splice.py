@@ -16,6 +16,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 import deflate
 import pytest
@@ -23,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mirror.errors import IntegrityError
+from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta import member_header
 from mirror.transferset.inflate import Block, GzipBlocks
-from mirror.transferset.splice import Edit, NewFile, Splicer, splice_tree
+from mirror.transferset.splice import BitWriter, Edit, NewFile, Splicer, splice_tree
 from tests.fixtures.archives import EPOCH, Entry, tar_bytes
 
 MTIME = 1_800_000_000
@@ -281,10 +283,73 @@ def test_the_same_inputs_give_the_same_bytes_whatever_the_chunking() -> None:
         new=[("brand/new/x.html", b"x" * 70_000)],
     )
     first = _spliced(base, plan, chunk=65536)
+    for base_chunk, content_chunk in ((1000, 4096), (1 << 30, 1), (65536, 1 << 20)):
+        plan.asked.clear()
+        plan.chunk = content_chunk
+        assert _spliced(base, plan, chunk=base_chunk) == first
+
+
+@pytest.mark.parametrize(
+    ("tar_format", "pax_headers"),
+    [
+        (tarfile.GNU_FORMAT, None),
+        (tarfile.USTAR_FORMAT, None),
+        (tarfile.PAX_FORMAT, {"comment": "a global header, as git archive writes"}),
+    ],
+    ids=["gnu", "ustar", "pax global"],
+)
+def test_bases_of_each_tar_format_splice_to_the_planned_tree(
+    tar_format: int, pax_headers: dict[str, str] | None
+) -> None:
+    long_name = "site/" + "l" * 120 + "/page.html"
+    entries = [e for e in _site() if tar_format != tarfile.USTAR_FORMAT or e.name.isascii()]
+    if tar_format != tarfile.USTAR_FORMAT:
+        entries.append(Entry(long_name, _text(5_000, 9)))
+    tar = tar_bytes(entries, tar_format=tar_format, pax_headers=pax_headers)
+    base = _gzip(tar, 6, 2)
+    plan = _Plan(
+        decisions={"site/docs/page-04.html": False, "site/docs/big-one.html": b"short now"},
+        new=[("site/docs/new.html", b"new"), ("other/" + "d" * 150 + "/x.html", b"deep")],
+    )
+    if tar_format != tarfile.USTAR_FORMAT:
+        plan.decisions[long_name] = _text(7_000, 10)
+    spliced = _spliced(base, plan)
+    _check(spliced, base, plan)
+    assert _copied(base, spliced)[0] > 20
+
+
+def test_a_base_padded_with_zeros_after_its_gzip_stream_splices_alike() -> None:
+    base = _base("level 9")
+    plan = _Plan(decisions={"site/last.html": b"changed"})
+    first = _spliced(base, plan)
     plan.asked.clear()
-    assert _spliced(base, plan, chunk=1000) == first
-    plan.asked.clear()
-    assert _spliced(base, plan, chunk=1 << 30) == first
+    assert _spliced(base + b"\0" * 10240, plan) == first
+
+
+def test_a_simulator_site_spliced_to_its_next_export_is_that_export(tmp_path: Path) -> None:
+    """The vendor simulator's site (pages, CSS, JS, images) and its next export, 5% of the
+    pages changed: the base spliced under the plan of the two versions holds the next
+    export's tree, at the size of the vendor's own archive of it."""
+    bundles = [
+        build_bundle(
+            SiteSpec(
+                domain="docs.example.com", export_number=n, site_size=2 << 20, change_share=0.05
+            ),
+            tmp_path / f"{n}.tar.gz",
+        ).path.read_bytes()
+        for n in (0, 1)
+    ]
+    old, new = ({m[0]: m[3] for m in _members(b) if m[1] == "file"} for b in bundles)
+    plan = _Plan(
+        decisions={p: new.get(p, False) for p in old if new.get(p) != old[p]},
+        new=[(p, data) for p, data in new.items() if p not in old],
+    )
+    assert 0 < len(plan.decisions) < len(new) // 10
+    spliced = _spliced(bundles[0], plan)
+    assert {m[0]: m[3] for m in _members(spliced) if m[1] == "file"} == new
+    assert len(spliced) < len(bundles[1]) * 1.02
+    copied, total = _copied(bundles[0], spliced)
+    assert copied >= total * 0.75
 
 
 # ---- the golden: pinned bytes ----------------------------------------------------------------
@@ -374,6 +439,32 @@ def test_a_base_member_with_an_unsafe_name_is_refused() -> None:
 
 
 # ---- the Splicer alone: edits over a gzip stream -------------------------------------------
+
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 40), st.booleans()), max_size=40))
+def test_the_bit_writer_writes_deflate_bit_order(pieces: list[tuple[int, int, bool]]) -> None:
+    """Bits least significant first, whole bytes as they fill; `copy` takes `count` bits
+    from bit `shift` of some bytes; `align` pads with zeros to a byte."""
+    out = bytearray()
+    writer = BitWriter(out.extend)
+    reference, length = 0, 0
+    for value, count, as_copy in pieces:
+        value &= (1 << count) - 1
+        if as_copy:
+            shift = value % 8
+            raw = (value << shift | 0xFF).to_bytes((count + shift + 7) // 8 + 1, "little")
+            clear = value % 3 == 0
+            writer.copy(raw, shift, count, clear_final=clear)
+            value = (int.from_bytes(raw, "little") >> shift) & ((1 << count) - 1)
+            value &= ~1 if clear else -1
+        else:
+            writer.bits(value, count)
+        reference |= value << length
+        length += count
+        assert len(out) == length // 8
+    writer.align()
+    assert bytes(out) == reference.to_bytes((length + 7) // 8, "little")
 
 
 def _splice_edits(base: bytes, edits: list[Edit], *, level: int, piece: int, eager: bool) -> bytes:

@@ -44,7 +44,48 @@ def _long() -> list[Entry]:
     ]
 
 
+def _v7() -> bytes:
+    """Old (pre-POSIX) members: type "\\0", a directory being such a member whose name ends
+    in a slash, as tarfile reads them."""
+    out = b""
+    for name, data in (("olddir/", b""), ("olddir/a.txt", b"v7 file\n"), ("b.txt", b"b")):
+        info = tarfile.TarInfo(name)
+        info.type, info.size = tarfile.AREGTYPE, len(data)
+        out += info.tobuf(tarfile.USTAR_FORMAT) + data + b"\0" * (-len(data) % 512)
+    return out + b"\0" * 1024
+
+
+def _padded(block: bytes) -> bytes:
+    return block + b"\0" * (-len(block) % 512)
+
+
+def _hand_made(extensions: list[tuple[bytes, bytes]], data: bytes) -> bytes:
+    """A tar stream of one file "a.txt" holding `data`, after extension headers of the given
+    (type, records) as given, then a second member."""
+    out = b""
+    for kind, records in extensions:
+        header = tarfile.TarInfo("././@LongLink" if kind in tarfile.GNU_TYPES else "././@Pax")
+        header.type, header.size = kind, len(records)
+        out += header.tobuf(tarfile.GNU_FORMAT) + _padded(records)
+    member, after = tarfile.TarInfo("a.txt"), tarfile.TarInfo("after.txt")
+    member.size = len(data)
+    out += member.tobuf(tarfile.USTAR_FORMAT) + _padded(data) + after.tobuf(tarfile.USTAR_FORMAT)
+    return out + b"\0" * 1024
+
+
+PAX, LONG = tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME
+STACKED = {
+    "two pax": [(PAX, b"14 path=outer\n"), (PAX, b"14 path=inner\n11 size=9\n")],
+    "pax, long name": [(PAX, b"14 path=paxed\n"), (LONG, b"longname\0")],
+    "long name, pax": [(LONG, b"longname\0"), (PAX, b"14 path=paxed\n11 size=0\n")],
+    "two long names": [(LONG, b"first\0"), (LONG, b"second\0")],
+    "two pax sizes": [(PAX, b"13 size=700\n"), (PAX, b"12 size=20\n")],
+}
+
+
 ARCHIVES = {
+    **{f"stacked: {name}": _hand_made(headers, bytes(700)) for name, headers in STACKED.items()},
+    "v7": _v7(),
     "ustar": tar_bytes(_common(), tar_format=tarfile.USTAR_FORMAT),
     "gnu": tar_bytes(_common() + _long(), tar_format=tarfile.GNU_FORMAT),
     "pax": tar_bytes(
@@ -89,6 +130,8 @@ def test_the_archives_hold_what_the_cases_name() -> None:
     assert gnu.count(b"././@LongLink") == 5 and b"\0 L" in gnu and b"\0 K" in gnu
     assert b" path=" in pax and b"comment=" in pax
     assert b"comment=made by git archive" in ARCHIVES["pax global"]
+    with tarfile.open(fileobj=io.BytesIO(ARCHIVES["v7"])) as tar:
+        assert [m.type for m in tar] == [tarfile.DIRTYPE, tarfile.AREGTYPE, tarfile.AREGTYPE]
     at = _header(ustar, b"n" * 90)
     assert ustar[at + 345 : at + 345 + 121] == b"p" * 120 + b"\0"  # the ustar prefix field
     with tarfile.open(fileobj=io.BytesIO(ARCHIVES["pax global"])) as tar:
@@ -186,29 +229,13 @@ def test_a_header_with_a_wrong_checksum_is_refused(field: int) -> None:
 
 def _with_pax_records(records: bytes, data: bytes) -> bytes:
     """A tar stream of one file `data` after a pax header holding `records` as given."""
-    pax = tarfile.TarInfo("././@PaxHeader")
-    pax.type, pax.size = tarfile.XHDTYPE, len(records)
-    member = tarfile.TarInfo("a.txt")
-    member.size = len(data)
-
-    def padded(block: bytes) -> bytes:
-        return block + b"\0" * (-len(block) % 512)
-
-    return b"".join(
-        [
-            pax.tobuf(tarfile.USTAR_FORMAT),
-            padded(records),
-            member.tobuf(tarfile.USTAR_FORMAT),
-            padded(data),
-            b"\0" * 1024,
-        ]
-    )
+    return _hand_made([(tarfile.XHDTYPE, records)], data)
 
 
 def test_a_pax_size_is_read_over_the_headers() -> None:
     raw = _with_pax_records(b"12 size=700\n", bytes(700))
-    (unit,), end = _units(raw)
-    assert (unit.start, unit.end, unit.size, end) == (0, 2560, 700, 2560)
+    (unit, after), end = _units(raw)
+    assert (unit.start, unit.end, unit.size, after.start, end) == (0, 2560, 700, 2560, 3072)
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         assert tar.getmember("a.txt").size == 700
 
