@@ -124,6 +124,7 @@ class Splicer:
 
     def edit(self, edit: Edit) -> None:
         """The next edit, in base order; a block is spliced once the edits cover it."""
+        assert not self._blocks_ended or edit.kind == "insert", "only inserts follow the blocks"
         self._edits.append(edit)
         self.covered = max(self.covered, edit.end)
         if self._blocks_ended:
@@ -285,9 +286,14 @@ def splice_tree(
     zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
     with _TreeSplice(plan, write, mtime=mtime, level=level, limits=limits) as tree:
         blocks = GzipBlocks(base, label=label)
-        for block in blocks:
-            tree.block(block)
-        tree.finish(blocks.size)
+        try:
+            for block in blocks:
+                tree.block(block)
+            tree.finish(blocks.size)
+        except IntegrityError as exc:
+            if exc.message.startswith(label):
+                raise
+            raise IntegrityError(f"{label}: {exc.message}", hint=exc.hint) from None
 
 
 class _TreeSplice:
@@ -325,7 +331,7 @@ class _TreeSplice:
 
     def finish(self, base_size: int) -> None:
         if self._units.end is None:
-            raise IntegrityError("the base's tar stream has no end-of-archive blocks")
+            raise IntegrityError("its tar stream has no end-of-archive blocks")
         self._edit(Edit("drop", self._position, base_size))
         while self._queue:
             self._splicer.block(self._queue.popleft())

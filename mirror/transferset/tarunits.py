@@ -75,10 +75,14 @@ class TarUnits:
 
     def _parse(self, data: bytes) -> Unit | None:
         if self._reading is not None:
-            self._extension(self._reading, data)
-            self._reading = None
+            reading, self._reading = self._reading, None
+            start = self._at - BLOCK
             self._at += -(-len(data) // BLOCK) * BLOCK
             self._want = BLOCK
+            if reading == "global":
+                _check_global(_pax_records(data, start), start)
+                return Unit(start=start, end=self._at, path=None, kind="other", size=len(data))
+            self._extension(reading, data)
             return None
         if not data.strip(b"\0"):
             self.end = self._at
@@ -88,6 +92,12 @@ class TarUnits:
         size = _number(data[124:136], self._at)
         start = self._at if self._unit_start is None else self._unit_start
         extension = _EXTENSIONS.get(kind)
+        if extension == "global" and size > 0:
+            if self._unit_start is not None or not size <= _MAX_EXTENSION:
+                raise IntegrityError(f"tar stream: a pax global header at {self._at} out of place")
+            self._at += BLOCK
+            self._reading, self._want = extension, size
+            return None
         if extension is not None and extension != "global":
             if not 0 <= size <= _MAX_EXTENSION:
                 raise IntegrityError(f"tar stream: extension records of {size} bytes at {start}")
@@ -143,6 +153,14 @@ class TarUnits:
             if named:
                 records.pop("path", None)
             self._pax = records | self._pax
+
+
+def _check_global(records: dict[str, str], at: int) -> None:
+    """A global header that renames or resizes the members after it (tarfile applies its
+    `path` and `size`) is refused: the members' extents would not be what they say."""
+    for key in ("path", "size"):
+        if key in records:
+            raise IntegrityError(f"tar stream: the pax global header at {at} sets {key}")
 
 
 def _text(field: bytes) -> str:

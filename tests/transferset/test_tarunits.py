@@ -145,6 +145,15 @@ def test_a_pax_global_header_is_a_unit_without_a_path() -> None:
     assert units[0].end == 1024
 
 
+@pytest.mark.parametrize("key", ["path", "size"])
+def test_a_pax_global_header_that_renames_or_resizes_members_is_refused(key: str) -> None:
+    """tarfile applies a global header's path and size to the members after it, so their
+    names and extents would not be the headers' own: such a stream is not split up."""
+    stream = tar_bytes({"a.html": b"x"}, pax_headers={key: "7" if key == "size" else "b.html"})
+    with pytest.raises(IntegrityError, match=f"pax global header at 0 sets {key}"):
+        _units(stream)
+
+
 @pytest.mark.parametrize("chunk", [1, 511, 512, 513, 10240])
 @pytest.mark.parametrize("name", ["gnu", "pax global"])
 def test_any_chunking_gives_the_same_units(name: str, chunk: int) -> None:
