@@ -17,18 +17,13 @@ import pytest
 
 from mirror.errors import IntegrityError
 from mirror.transferset.inflate import Block, GzipBlocks, raw_blocks
+from tests.fixtures.archives import word_text
 
 WINDOW = 32 * 1024
 
 
 def _text(size: int, seed: int = 1) -> bytes:
-    """Compressible but not trivial bytes: words drawn from a small vocabulary."""
-    rng = random.Random(seed)
-    words = [bytes(rng.choices(range(97, 123), k=rng.randint(2, 9))) for _ in range(400)]
-    out = bytearray()
-    while len(out) < size:
-        out += rng.choice(words) + (b"\n" if rng.random() < 0.1 else b" ")
-    return bytes(out[:size])
+    return word_text(size, seed)
 
 
 def _deflate(data: bytes, level: int, *, mem_level: int = 8, flush_every: int = 0) -> bytes:

@@ -28,7 +28,7 @@ from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta import member_header
 from mirror.transferset.inflate import Block, GzipBlocks
 from mirror.transferset.splice import BitWriter, Edit, NewFile, Splicer, splice_tree
-from tests.fixtures.archives import EPOCH, Entry, tar_bytes
+from tests.fixtures.archives import EPOCH, Entry, tar_bytes, word_text
 
 MTIME = 1_800_000_000
 FAST = settings(
@@ -40,13 +40,7 @@ FAST = settings(
 
 
 def _text(size: int, seed: int) -> bytes:
-    """Compressible bytes, like a page: words of a small vocabulary."""
-    rng = random.Random(seed)
-    words = [bytes(rng.choices(range(97, 123), k=rng.randint(2, 9))) for _ in range(300)]
-    out = bytearray()
-    while len(out) < size:
-        out += rng.choice(words) + (b"\n" if rng.random() < 0.1 else b" ")
-    return bytes(out[:size])
+    return word_text(size, seed, words=300)
 
 
 def _site() -> list[Entry]:
