@@ -27,6 +27,7 @@ Promises: memory is one base block, one piece and its compressed form; input is 
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -236,8 +237,6 @@ class Splicer:
         )
 
     def _crc_update(self, data: bytes) -> None:
-        import zlib
-
         self._crc = zlib.crc32(data, self._crc)
         self._size += len(data)
 
