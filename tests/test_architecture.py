@@ -26,6 +26,7 @@ FOUNDATIONS = {
     "mirror.timestamps",
     "mirror.fsutil",
     "mirror.logs",
+    "mirror.httpserver",
     "mirror.archive",
     "mirror.versions",
     "mirror.sites",

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from mirror import __version__
 from mirror.errors import ConfigError
+from mirror.httpserver import QuietHTTPServer
 from mirror.sites import SiteSummary
 from mirror.store.models import ExportRun, RunState, SiteCheck
 
@@ -248,8 +249,7 @@ def parse_listen(listen: str) -> tuple[str, int] | None:
     return host, number
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietHTTPServer):
     metrics: DaemonMetrics
 
 

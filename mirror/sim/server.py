@@ -11,18 +11,18 @@ import ipaddress
 import logging
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
 from email.utils import formatdate
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from mirror.httpserver import QuietHTTPServer
 from mirror.sim.api import Reply, Request, SimApi, error_reply
 from mirror.sim.config import Faults, SimConfig
 from mirror.sim.links import s3_error_xml
@@ -36,8 +36,7 @@ MAX_BODY = 1024 * 1024
 SEED_AGENT_JOBS = (("aj_pr", "pr"), ("aj_nochange", "no_changes"), ("aj_failed", "failed"))
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietHTTPServer):
     request_queue_size = 128
     api_url = ""
 
@@ -48,15 +47,6 @@ class _Server(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that went away mid-request (reset, broken pipe: what download tests and
-        hostile clients do on purpose) is one debug line, not a traceback on stderr."""
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError):
-            log.debug("%s went away: %s", client_address[0], error)
-            return
-        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.connections_lock:

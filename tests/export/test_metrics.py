@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import platform
+import socket
+import struct
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -181,3 +185,26 @@ def test_each_site_has_its_gauges(served: tuple[DaemonMetrics, str], tmp_path: P
     assert 'mirror_site_last_acknowledged_sequence{site="staging"} 0.0' in text
     assert 'mirror_site_lost_sets{site="prod"} 0.0' in text
     assert 'mirror_site_oldest_unacknowledged_age_seconds{site="prod"} 0.0' in text
+
+
+def test_a_scraper_that_resets_mid_request_is_a_debug_line_not_a_traceback(
+    served: tuple[DaemonMetrics, str],
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The daemon's stderr is the journal: a client cut off mid-request (a scrape timed out)
+    must not print socketserver's traceback there."""
+    caplog.set_level(logging.DEBUG, logger="mirror.export.metrics")
+    _, url = served
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    for _ in range(3):
+        client = socket.create_connection((host, port or 80))
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # an RST: the server's next read fails with a reset
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "went away" not in caplog.text:
+        time.sleep(0.05)
+    assert "went away" in caplog.text
+    assert httpx.get(f"{url}/healthz").status_code in (200, 503)
+    assert "Traceback" not in capfd.readouterr().err

@@ -30,6 +30,7 @@ import httpx
 from mirror.archive import extract_archive, inspect_archive
 from mirror.completeness import PAGE_SUFFIXES, SiteScanner, css_references, html_references
 from mirror.errors import IntegrityError, MirrorError, OperationFailed
+from mirror.httpserver import QuietHTTPServer
 from mirror.integrity import CHUNK_SIZE
 
 SHOWN = 5
@@ -113,9 +114,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 def serving(root: Path, base: str = "") -> Iterator[str]:
     """A static file server for `root` on 127.0.0.1 (below `base`), for the `with` block."""
     handler = type("SiteHandler", (_Handler,), {"base": base})
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
-    )
+    server = QuietHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, name="mirror-site", daemon=True)
     thread.start()
     try:
