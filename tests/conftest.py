@@ -7,6 +7,7 @@ what it can itself (see the fixtures).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,25 @@ pytest_plugins = [
 # The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 
 REQUIRE_SERVERS = os.environ.get("MIRROR_REQUIRE_SERVERS") == "1"
+
+
+@pytest.fixture(autouse=True)
+def own_root_logger() -> Iterator[None]:
+    """Each test leaves the root logger as it found it: `setup_logging` (a command run in
+    process) points it at that test's captured stderr, which is closed once the test ends,
+    and every later record then printed "--- Logging error ---" with a traceback."""
+    root = logging.getLogger()
+    handlers, level = _not_pytests(root.handlers), root.level
+    try:
+        yield
+    finally:
+        pytests = [h for h in root.handlers if h not in _not_pytests(root.handlers)]
+        root.handlers[:] = pytests + handlers  # pytest adds and removes its own per phase
+        root.setLevel(level)
+
+
+def _not_pytests(handlers: list[logging.Handler]) -> list[logging.Handler]:
+    return [h for h in handlers if not type(h).__module__.startswith("_pytest")]
 
 
 @pytest.fixture
