@@ -12,7 +12,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, MirrorError, TemporaryFailure
 from mirror.export.outcome import RunEvent
 from mirror.export.runner import JobTimedOut, run_export
+from mirror.httpserver import QuietHTTPServer
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
@@ -479,7 +480,7 @@ class _LyingLengthHost:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/bundle.tar.gz"
 

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from sqlalchemy import select
 from mirror.archive import ArchiveLimits, extract_archive, inspect_archive
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
+from mirror.httpserver import QuietHTTPServer
 from mirror.integrity import hash_file
 from mirror.outbound.pack import pack
 from mirror.sim import Simulator
@@ -155,7 +156,7 @@ class _NestedVendor(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def nested_vendor() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _NestedVendor)
+    server = QuietHTTPServer(("127.0.0.1", 0), _NestedVendor)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
