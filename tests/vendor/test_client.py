@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
+from mirror.httpserver import QuietHTTPServer
 from mirror.logs import install_retry_log
 from mirror.sim import Simulator
 from mirror.vendor.client import (
@@ -180,7 +181,7 @@ class ScriptedServer:
             do_GET = _answer
             do_POST = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

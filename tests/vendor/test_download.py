@@ -10,7 +10,7 @@ import tracemalloc
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,6 +20,7 @@ import pytest
 
 from mirror.archive import ArchiveLimits, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
+from mirror.httpserver import QuietHTTPServer
 from mirror.sim import Simulator
 from mirror.vendor.client import BundleLink, VendorClient
 from mirror.vendor.download import (
@@ -466,7 +467,7 @@ class Scripted:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = (
             f"http://127.0.0.1:{self.server.server_address[1]}/b.tar.gz?X-Amz-Signature=s3cr3t"

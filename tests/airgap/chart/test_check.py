@@ -25,6 +25,7 @@ from mirror.errors import (
     NotFound,
     OperationFailed,
 )
+from mirror.httpserver import QuietHTTPServer
 from tests.airgap.chart.seeding import (
     DOMAIN,
     Seeded,
@@ -209,7 +210,7 @@ class _S3Refusal(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def refusing_server() -> Iterator[tuple[str, type[_S3Refusal]]]:
     handler = type("Refusal", (_S3Refusal,), {})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", handler
