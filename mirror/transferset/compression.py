@@ -48,7 +48,8 @@ LEVEL = 6
 STORED_BLOCK = 65535
 SERIAL_PIECES = 4
 MAX_WORKERS = 4
-_MEMBER_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+# a gzip member header with fixed fields: no name, mtime 0, XFL 0, OS 255
+MEMBER_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 class Compression(BaseModel):
@@ -227,7 +228,7 @@ class ChunkedGzip(_Output):
 
 def _gzip_member(piece: bytes, body: bytes | bytearray) -> bytes:
     trailer = struct.pack("<II", zlib.crc32(piece) & 0xFFFFFFFF, len(piece) & 0xFFFFFFFF)
-    return _MEMBER_HEADER + bytes(body) + trailer
+    return MEMBER_HEADER + bytes(body) + trailer
 
 
 def usable_cores() -> int:
@@ -330,7 +331,7 @@ class StoredGzip(_Output):
         self._pending = bytearray()
         self._crc = 0
         self._length = 0
-        self._out(_MEMBER_HEADER)
+        self._out(MEMBER_HEADER)
 
     def write(self, data: bytes) -> None:
         self._crc = zlib.crc32(data, self._crc)

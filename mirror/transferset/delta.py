@@ -295,8 +295,7 @@ class TreeArchive:
         self._emit(b"\0" * (-size % 512))
 
     def close(self) -> None:
-        self._emit(b"\0" * 1024)
-        self._emit(b"\0" * (-self._tar_bytes % RECORD_SIZE))
+        self._emit(archive_ending(self._tar_bytes))
         self._gzip.close()
         self._directories.close()
         self.closed = True
@@ -312,6 +311,12 @@ class TreeArchive:
     def _emit(self, data: bytes) -> None:
         self._tar_bytes += len(data)
         self._gzip.write(data)
+
+
+def archive_ending(tar_bytes: int) -> bytes:
+    """What ends a tree archive of `tar_bytes` so far: two zero blocks, then zero padding to
+    a `RECORD_SIZE` record."""
+    return b"\0" * (1024 + (-(tar_bytes + 1024) % RECORD_SIZE))
 
 
 def member_header(name: str, size: int, mtime: int, *, directory: bool) -> bytes:

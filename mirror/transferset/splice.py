@@ -36,13 +36,13 @@ from typing import Literal, Protocol
 from mirror.archive import ArchiveLimits, member_path
 from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
-from mirror.transferset.delta import RECORD_SIZE, member_header
+from mirror.transferset.compression import MEMBER_HEADER
+from mirror.transferset.delta import archive_ending, member_header
 from mirror.transferset.inflate import Block, GzipBlocks, crc32_combine, raw_blocks
 from mirror.transferset.tarunits import TarUnits, Unit
 
 WINDOW = 32 * 1024
 PIECE_SIZE = 1024 * 1024
-_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class Splicer:
         self._blocks_ended = False
         self._run_start = 0  # where the current run of kept base bytes began
         self._last_copied = False
-        write(_HEADER)
+        write(MEMBER_HEADER)
 
     def edit(self, edit: Edit) -> None:
         """The next edit, in base order; a block is spliced once the edits cover it."""
@@ -342,8 +342,7 @@ class _TreeSplice:
                 if self._directories.add(directory):
                     self._insert(member_header(directory + "/", 0, self._mtime, directory=True))
             self._write_file(new)
-        self._insert(b"\0" * 1024)
-        self._insert(b"\0" * (-self._length % RECORD_SIZE))
+        self._insert(archive_ending(self._length))
         self._splicer.close()
 
     def _unit(self, unit: Unit) -> None:
