@@ -96,8 +96,9 @@ DELTA = obj(
         "file_count": INT,
         "carried_files": INT,
         "compression": null(obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})),
+        "spliced": BOOL,
     },
-    optional=("compression",),
+    optional=("compression", "archive_sha256", "archive_size", "spliced"),
 )
 PACK_VERSION = obj(
     {

@@ -149,16 +149,24 @@ class PartEntry(_Strict):
 
 class DeltaEntry(_Strict):
     """What makes an item a delta: its blob is a delta blob (`transferset/delta.py`)
-    against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket; the
-    import rebuilds the tree archive, which must hash to `archive_sha256`."""
+    against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket.
+
+    Two ways the import makes the archive it publishes:
+    - the tree archive (`spliced` false): built from the file list alone, the same bytes on
+      both sides, so it must hash to the signed `archive_sha256` and `archive_size`;
+    - the spliced archive (`spliced` true, no archive digest): the base's object edited
+      (`transferset/splice.py`), proved member by member against the signed file list (every
+      kept base file hashed, every carried content checked); its sha256 and size are learnt as
+      it is written, recorded in the version's manifest and reported in the receipt."""
 
     base_version: str
     base_tree_sha256: Hex64
-    archive_sha256: Hex64
-    archive_size: int = Field(ge=0)
+    archive_sha256: Hex64 | None = None
+    archive_size: int | None = Field(default=None, ge=0)
     file_count: int = Field(ge=0)
     carried_files: int = Field(ge=0)
     compression: Compression | None = None
+    spliced: bool = False
 
     @field_validator("base_version")
     @classmethod
@@ -166,6 +174,17 @@ class DeltaEntry(_Strict):
         if not LABEL.match(value) or ".." in value:
             raise ValueError(f"not a version label: {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _archive(self) -> DeltaEntry:
+        digest = (self.archive_sha256 is None, self.archive_size is None)
+        if self.spliced and digest != (True, True):
+            raise ValueError("a spliced delta names no archive digest: it is learnt at import")
+        if not self.spliced and digest != (False, False):
+            raise ValueError("a tree-archive delta names its archive's sha256 and size")
+        if self.spliced and self.compression is None:
+            raise ValueError("a spliced delta names the compression of its changed regions")
+        return self
 
 
 PROVENANCE_DIR = "provenance"
@@ -268,12 +287,13 @@ class ManifestItem(_Strict):
         return f"{self.domain} {self.version}"
 
     @property
-    def published_sha256(self) -> str:
-        """The sha256 of the archive the import publishes for this item."""
+    def published_sha256(self) -> str | None:
+        """The sha256 of the archive the import publishes for this item; None for a spliced
+        delta, whose archive's digest the import learns as it writes it."""
         return self.delta.archive_sha256 if self.delta is not None else self.sha256
 
     @property
-    def published_size(self) -> int:
+    def published_size(self) -> int | None:
         return self.delta.archive_size if self.delta is not None else self.size
 
 
@@ -361,11 +381,20 @@ class Manifest(_Strict):
         for item in document["items"]:
             if item["delta"] is None:
                 del item["delta"]
-            elif item["delta"]["compression"] is None:
-                del item["delta"]["compression"]
+            else:
+                _drop_unset(item["delta"])
             if item["provenance"] is None:
                 del item["provenance"]
         return canonical_json(document)
+
+
+def _drop_unset(delta: dict[str, Any]) -> None:
+    """A tree-archive delta has the bytes it had before spliced deltas existed."""
+    for optional in ("compression", "archive_sha256", "archive_size"):
+        if delta[optional] is None:
+            del delta[optional]
+    if not delta["spliced"]:
+        del delta["spliced"]
 
 
 def sha256sums_text(manifest: Manifest, manifest_bytes: bytes, signature_bytes: bytes) -> bytes:
