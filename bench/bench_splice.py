@@ -67,6 +67,10 @@ class _Plan:
             return _file(path, self._pages[sha])
         return True
 
+    def kept(self, path: str, sha256: str, size: int) -> None:
+        if self._new[path] != sha256:  # what the import proves of each kept file
+            raise AssertionError(f"{path}: kept content is not the new version's")
+
     def added(self) -> Iterable[NewFile]:
         for path in sorted(set(self._new) - set(self._base)):
             yield _file(path, self._pages[self._new[path]])

@@ -23,14 +23,17 @@ The bytes, which both sides make from the same input and `Compression`:
   fixed codes.
 
 Promises: memory is one base block, one piece and its compressed form; input is read once.
+Each base file the plan keeps is hashed as its bytes pass and its digest handed to the plan
+(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from mirror.archive import ArchiveLimits, member_path
@@ -267,6 +270,21 @@ class TreePlan(Protocol):
         """The files the base does not hold, in the order they are appended."""
         ...
 
+    def kept(self, path: str, sha256: str, size: int) -> None:
+        """The digest of a file kept from the base, once its last byte has passed: the
+        plan proves it is the content it expected (raising stops the splice)."""
+        ...
+
+
+@dataclass
+class _KeptContent:
+    """The inflated range [start, end) of a kept file's content, hashed as it passes."""
+
+    path: str
+    start: int
+    end: int
+    hashing: hashlib._Hash = field(default_factory=hashlib.sha256)
+
 
 def splice_tree(
     base: Iterable[bytes],
@@ -314,6 +332,7 @@ class _TreeSplice:
         self._position = 0  # base offset the edits cover
         self._length = 0  # tar bytes of the new archive
         self._directories = SpillMap()
+        self._kept: deque[_KeptContent] = deque()
 
     def __enter__(self) -> _TreeSplice:
         return self
@@ -324,6 +343,7 @@ class _TreeSplice:
     def block(self, block: Block) -> None:
         for unit in self._units.feed(block.data):
             self._unit(unit)
+        self._hash_kept(block.data, block.start)
         self._queue.append(block)
         while self._queue and self._splicer.covered >= self._queue[0].end:
             self._splicer.block(self._queue.popleft())
@@ -331,6 +351,7 @@ class _TreeSplice:
     def finish(self, base_size: int) -> None:
         if self._units.end is None:
             raise IntegrityError("its tar stream has no end-of-archive blocks")
+        self._hash_kept(b"", base_size)
         self._edit(Edit("drop", self._position, base_size))
         while self._queue:
             self._splicer.block(self._queue.popleft())
@@ -355,11 +376,29 @@ class _TreeSplice:
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
         )
         if decision is True:
+            if unit.kind == "file" and path is not None:
+                content_end = unit.end - (-unit.size % 512)
+                self._kept.append(_KeptContent(path, content_end - unit.size, content_end))
             self._edit(Edit("keep", unit.start, unit.end))
         else:
             if isinstance(decision, NewFile):
                 self._write_file(decision)
             self._edit(Edit("drop", unit.start, unit.end))
+
+    def _hash_kept(self, data: bytes, start: int) -> None:
+        """Hash what of `data` (the base's inflated bytes from `start`) is kept files'
+        content; hand each finished one's digest to the plan."""
+        end = start + len(data)
+        with memoryview(data) as view:
+            while self._kept and self._kept[0].start <= end:
+                kept = self._kept[0]
+                low, high = max(kept.start, start), min(kept.end, end)
+                if high > low:
+                    kept.hashing.update(view[low - start : high - start])
+                if kept.end > end:
+                    break
+                self._kept.popleft()
+                self._plan.kept(kept.path, kept.hashing.hexdigest(), kept.end - kept.start)
 
     def _write_file(self, new: NewFile) -> None:
         self._insert(member_header(new.path, new.size, self._mtime, directory=False))

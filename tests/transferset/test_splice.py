@@ -106,6 +106,7 @@ class _Plan:
     new: list[tuple[str, bytes]] = field(default_factory=list)
     chunk: int = 4096
     asked: list[tuple[str, int]] = field(default_factory=list)
+    kept_digests: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def member(self, path: str, size: int) -> NewFile | bool:
         self.asked.append((path, size))
@@ -113,6 +114,9 @@ class _Plan:
         if isinstance(decision, bytes):
             return self._file(path, decision)
         return decision
+
+    def kept(self, path: str, sha256: str, size: int) -> None:
+        self.kept_digests[path] = (sha256, size)
 
     def added(self) -> Iterable[NewFile]:
         return [self._file(path, data) for path, data in self.new]
@@ -185,6 +189,12 @@ def _check(spliced: bytes, base: bytes, plan: _Plan) -> None:
     assert _members(spliced) == _expected(base_members, plan)
     files = [(name, len(content)) for name, kind, _, content in base_members if kind == "file"]
     assert plan.asked == files
+    kept = {
+        name: (hashlib.sha256(content).hexdigest(), len(content))
+        for name, kind, _, content in base_members
+        if kind == "file" and isinstance(content, bytes) and plan.decisions.get(name, True) is True
+    }
+    assert plan.kept_digests == kept
 
 
 def _key(block: Block) -> tuple[int, bytes | int]:
@@ -405,6 +415,24 @@ def test_new_content_of_another_length_than_its_size_is_refused(
         plan = Lying(new=[("site/new.html", content)])
     with pytest.raises(IntegrityError, match=rf"holds {given_size} bytes, .* says 100"):
         _spliced(_base("level 1"), plan)
+
+
+def test_a_plan_refusing_a_kept_file_stops_the_splice_before_the_end() -> None:
+    """What the plan's `kept` raises (the import: the base holds another content at that
+    path) ends the splice: no end-of-stream is written after it."""
+
+    class Doubting(_Plan):
+        def kept(self, path: str, sha256: str, size: int) -> None:
+            if path == "site/docs/page-10.html":
+                raise IntegrityError(f"{path}: not the content the file list names")
+            super().kept(path, sha256, size)
+
+    base, plan, out = _base("level 6 small blocks"), Doubting(), bytearray()
+    with pytest.raises(IntegrityError, match=r"page-10\.html: not the content"):
+        splice_tree([base], plan, out.extend, mtime=MTIME, level=6, label="base")
+    assert "site/docs/page-10.html" not in plan.kept_digests and plan.kept_digests
+    with pytest.raises(EOFError):
+        gzip.decompress(bytes(out))
 
 
 def test_a_base_without_end_of_archive_blocks_is_refused() -> None:
