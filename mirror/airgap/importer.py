@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mirror.airgap import layout, provenance, rebuild
-from mirror.airgap.multipart import Outcome, Staging
+from mirror.airgap.multipart import Outcome, StagedUpload, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
+from mirror.integrity import Digest, HashingWriter
 from mirror.sites import DEFAULT_SITE
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, Manifest, ManifestItem, iso_time
@@ -61,6 +62,7 @@ from mirror.versions import VersionLabel, VersionRef, newest
 log = logging.getLogger(__name__)
 
 BUNDLE_SHA256_META = "bundle-sha256"
+TREE_SHA256_META = "tree-sha256"
 
 Promote = Callable[[ObjectStore, str, str], Any]
 Status = Literal["published", "already there"]
@@ -289,19 +291,22 @@ def stage_bundles(
     work_dir: Path | None = None,
     there: Mapping[str, layout.VersionManifest] | None = None,
     bases: rebuild.Bases | None = None,
-) -> dict[str, Outcome]:
+) -> dict[str, Staged]:
     """Upload every version's bundle straight from the set's parts (a delta's: the archive
     rebuilt from its base, mirror.airgap.rebuild); complete them only once all have matched
-    the signed manifest (else all are aborted); the outcome by object key. Objects in
-    `there` (by key: versions there with the same tree, `same_tree_there`) are not sent."""
+    the signed manifest (else all are aborted); the outcome and the object's digest by key.
+    Objects in `there` (by key: versions there with the same tree, `same_tree_there`) are
+    not sent."""
     sequence = verified.manifest.sequence
-    skipped: dict[str, Outcome] = {}
+    skipped: dict[str, Staged] = {}
+    uploads: list[StagedUpload] = []
     with Staging(store) as staging:
         for item in verified.manifest.items:
-            if there and _bundle(store, item) in there:
-                skipped[_bundle(store, item)] = "exists"
+            key = _bundle(store, item)
+            if there and key in there:
+                skipped[key] = Staged("exists", Digest(there[key].sha256, there[key].size))
                 if on_progress is not None:
-                    on_progress(item.published_size)
+                    on_progress(there[key].size)
                 continue
             with rebuild.open_published(
                 verified.path,
@@ -313,18 +318,52 @@ def stage_bundles(
                 bases=bases,
             ) as reader:
                 try:
-                    staging.stage(
-                        _bundle(store, item),
-                        reader,
-                        sha256=item.published_sha256,
-                        size=item.published_size,
-                        content_type=_content_type(item.archive_format),
-                        on_progress=on_progress,
+                    uploads.append(
+                        staging.stage(
+                            key,
+                            reader,
+                            **_expected(item, bases),
+                            content_type=_content_type(item.archive_format),
+                            on_progress=on_progress,
+                        )
                     )
                 except IntegrityError as exc:
                     named = find_damaged_part(verified.path, item) if item.delta is None else None
                     raise (named or exc) from None
-        return {**staging.complete(), **skipped}
+        outcomes = staging.complete()
+    staged = {
+        u.key: Staged(outcomes[u.key], u.digest or _read_digest(store, u.key)) for u in uploads
+    }
+    return {**staged, **skipped}
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A bundle object in place: whether this import created it, and its sha256 and size
+    (a spliced delta's learnt as it was written)."""
+
+    outcome: Outcome
+    digest: Digest
+
+
+def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]:
+    """What the staged upload of `item` must hash to; a spliced delta's digest is learnt
+    (its object is named by its tree), the size hint its base's size."""
+    if item.published_sha256 is not None and item.published_size is not None:
+        return {"sha256": item.published_sha256, "size": item.published_size}
+    assert item.delta is not None
+    base = (bases or {}).get((item.domain, item.delta.base_version))
+    hint = (base.size if base is not None else 0) + item.size
+    return {"identity": {TREE_SHA256_META: item.tree_sha256}, "size_hint": hint}
+
+
+def _read_digest(store: ObjectStore, key: str) -> Digest:
+    """The digest of an object already in place that this import did not write (a spliced
+    delta's, published by an import killed before the version's manifest): read back."""
+    read = HashingWriter()
+    for chunk in store.open_stream(key):
+        read.write(chunk)
+    return read.result
 
 
 def same_tree_there(store: ObjectStore, item: ManifestItem) -> layout.VersionManifest | None:
@@ -473,22 +512,21 @@ def publish_version(
     store: ObjectStore,
     verified: VerifiedSet,
     item: ManifestItem,
-    bundle_status: Outcome,
+    bundle: Staged,
     *,
     imported_at: str,
     there: layout.VersionManifest | None = None,
 ) -> tuple[ImportedItem, layout.IndexEntry]:
     """The version's manifest, once its bundle is in place (or `there`: the version's
     manifest, the same tree in other bytes, kept); returns the item and its index entry."""
-    bundle = _bundle(store, item)
     key = layout.version_manifest_key(store, item.domain, item.version)
     if there is not None:
         return _published(store, item, there, key, "already there")
-    sha256, size = item.published_sha256, item.published_size
+    sha256, size = bundle.digest.sha256, bundle.digest.size
     document = layout.VersionManifest(
         domain=item.domain,
         version=item.version,
-        object=bundle,
+        object=_bundle(store, item),
         sha256=sha256,
         size=size,
         archive_format=item.archive_format,
@@ -504,13 +542,13 @@ def publish_version(
     )
     if manifest_status == "exists":
         stored = layout.read_version_manifest(store, item.domain, item.version)
-        if stored is None or stored.sha256 != sha256 or stored.object != bundle:
+        if stored is None or stored.sha256 != sha256 or stored.object != document.object:
             raise IntegrityError(
                 f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
             )
         document = stored
     status: Status = (
-        "published" if "created" in (bundle_status, manifest_status) else "already there"
+        "published" if "created" in (bundle.outcome, manifest_status) else "already there"
     )
     return _published(store, item, document, key, status)
 

@@ -1,13 +1,17 @@
-"""Rebuild a version carried as a delta into the tree archive the connected side signed.
+"""Rebuild a version carried as a delta into the archive the import publishes.
 
 A delta item carries the file list of the new tree and the contents its base does not hold
-(`mirror.transferset.delta`). The import publishes the tree archive of that list: the base
-version's object in the bucket gives the contents the delta did not carry.
+(`mirror.transferset.delta`). A tree-archive delta is published as the tree archive of
+that list (the base version's object in the bucket gives the contents the delta did not
+carry), which must hash to the signed digest. A spliced delta is published as the base's
+object edited (`mirror.airgap.spliced`), proved against the file list member by member;
+its digest is learnt by the upload that reads it.
 
 Promises:
 - `check_deltas` runs before anything is uploaded: every delta's base version is complete
-  in the bucket (its per-version manifest and its object exist; unless the delta's own
-  version is already there) with the tree the signed manifest names,
+  in the bucket (its per-version manifest and its object exist, and a spliced delta's base
+  object is a tar.gz; unless the delta's own version is already there) with the tree the
+  signed manifest names,
   and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
   base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
   directory without room for the largest rebuild.
@@ -47,6 +51,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
+from mirror.airgap.spliced import SPLICEABLE_FORMAT, SplicePlan, splice_base
 from mirror.airgap.workdir import (
     FreeSpace,
     check_space,
@@ -126,12 +131,15 @@ def check_deltas(
     for item in manifest.items:
         if item.delta is None:
             continue
-        require_reproducible(item.delta.compression)
+        if not item.delta.spliced:
+            require_reproducible(item.delta.compression)
         base = base_manifest(store, item, manifest.sequence, in_set, site=manifest.site)
         bases[item.domain, item.delta.base_version] = base
         if layout.read_version_manifest(store, item.domain, item.version) is None:
-            _require_base_object(store, item, base, carry_whole(manifest.sequence, manifest.site))
-        needed = max(needed, item.delta.archive_size + base.size)
+            remedy = carry_whole(manifest.sequence, manifest.site)
+            _require_base_object(store, item, base, remedy)
+            _require_spliceable(store, item, base, remedy)
+        needed = max(needed, (item.delta.archive_size or item.size) + base.size)
     if needed:
         root = work_root(work_dir)
         check_writable(root)
@@ -190,6 +198,20 @@ def _require_base_object(
         )
 
 
+def _require_spliceable(
+    store: Store, item: ManifestItem, base: layout.VersionManifest, remedy: str
+) -> None:
+    """A spliced delta edits its base's object: only a tar.gz one can be edited."""
+    assert item.delta is not None
+    if item.delta.spliced and base.archive_format != SPLICEABLE_FORMAT:
+        raise IntegrityError(
+            f"{item.label} is spliced from {item.domain} {item.delta.base_version}, whose "
+            f"object {store.bucket}/{base.object} is {base.archive_format}, not "
+            f"{SPLICEABLE_FORMAT}; nothing was published",
+            hint=remedy,
+        )
+
+
 # ---- the upload's source -----------------------------------------------------------------------
 
 
@@ -204,7 +226,9 @@ def import_bytes(set_dir: Path) -> int | None:
         manifest = parse_manifest(read_manifest_bytes(set_dir))
     except MirrorError:
         return total
-    return total + sum(i.published_size - i.size for i in manifest.items if i.delta is not None)
+    return total + sum(
+        (i.published_size or i.size) - i.size for i in manifest.items if i.delta is not None
+    )
 
 
 def open_published(
@@ -332,7 +356,9 @@ class RebuiltArchive:
             self._contents = _Contents(self.work / "contents")
             self._files = FileList(str(self.work))
             self._spool_delta(self._files)
-            self._take_missing(self._files)
+            assert self.item.delta is not None
+            if not self.item.delta.spliced:
+                self._take_missing(self._files)
         except OSError as exc:
             if is_disk_full(exc):
                 raise disk_full(self.root, None, "nothing was published") from None
@@ -477,16 +503,39 @@ class RebuiltArchive:
 
     def _generate(self, files: FileList, put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
+        self._contents.flush()
+        if self.item.delta.spliced:
+            self._splice(files, put)
+            return
         archive = TreeArchive(
             put,
             mtime=archive_mtime(self.item.exported_at),
             compression=self.item.delta.compression,
         )
-        self._contents.flush()
         for path, size, sha256 in files:
             archive.add_file(path, size, self._contents.chunks(sha256))
         archive.close()
+        assert self.item.delta.archive_sha256 is not None  # a tree-archive delta signs it
         self._require("the rebuilt archive", archive.sha256, self.item.delta.archive_sha256)
+
+    def _splice(self, files: FileList, put: Callable[[bytes], None]) -> None:
+        """The base's object edited (mirror.airgap.spliced), every member proved as it
+        passes; its digest is learnt by the upload that reads it."""
+        assert self._contents is not None and self.item.delta is not None
+        assert self.item.delta.compression is not None  # a spliced delta names it
+        base = self._base or base_manifest(self.store, self.item, self.sequence, site=self.site)
+        with SplicePlan(files, self._contents) as plan:
+            try:
+                splice_base(
+                    self.store,
+                    base,
+                    plan,
+                    put,
+                    mtime=archive_mtime(self.item.exported_at),
+                    level=self.item.delta.compression.level,
+                )
+            except IntegrityError as exc:
+                raise self._refused(f"{exc.message} (the base {self._base_label})") from None
 
 
 class _HashingStream:

@@ -1,0 +1,271 @@
+"""Importing spliced deltas (mirror/airgap/spliced.py through the import), against the S3
+server with real archives: simulator sites and hand-made trees, real signed sets."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mirror.airgap import chart, layout
+from mirror.airgap.importer import import_set
+from mirror.airgap.objectstore import ObjectStore
+from mirror.archive import inspect_archive, tree_hash
+from mirror.config import TargetSettings
+from mirror.errors import IntegrityError
+from mirror.sim.site import SiteSpec, build_bundle
+from mirror.transferset.format import RECEIPT
+from mirror.transferset.keys import SigningKey
+from tests.fixtures.archives import make_tar_gz, write_zip
+from tests.fixtures.deltasets import (
+    DeltaSpec,
+    SetItem,
+    delta_item,
+    full_item,
+    tree_files,
+    unpack,
+    write_set,
+)
+from tests.fixtures.s3 import bucket_listing
+
+pytestmark = pytest.mark.s3
+
+DOCS = "docs.example.com"
+V1, V2, V3 = "2026-11-21", "2026-11-22", "2026-11-23"
+T1, T2, T3 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z", "2026-11-23T03:00:00Z"
+MiB = 1024 * 1024
+BIG = os.urandom(9 * MiB)  # the spliced archives pass the 8 MiB part size: multipart uploads
+BASE = {
+    "index.html": b"<h1>home</h1>\n",
+    "guides/a.html": b"<p>a</p>\n" * 100,
+    "guides/c.html": b"<p>c</p>\n" * 100,
+    "guides/gone.html": b"<p>removed in the next version</p>\n",
+    "assets/big.bin": BIG,
+}
+NEW = {
+    "index.html": b"<h1>home, changed</h1>\n",
+    "moved/a.html": BASE["guides/a.html"],
+    "guides/c.html": BASE["guides/c.html"],
+    "guides/copy-of-c.html": BASE["guides/c.html"],
+    "assets/big.bin": BIG,
+}
+THIRD = {**NEW, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": BIG[::-1]}
+SPLICED = DeltaSpec(spliced=True)
+
+
+def hand_made(tmp_path: Path, name: str, files: dict[str, bytes]) -> tuple[Path, Path]:
+    bundle = make_tar_gz(tmp_path / f"{name}.tar.gz", files)
+    return bundle, unpack(bundle, tmp_path / name)
+
+
+def published(store: ObjectStore, version: str, tmp_path: Path) -> Path:
+    path = tmp_path / f"published-{version}.tar.gz"
+    path.write_bytes(b"".join(store.open_stream(store.key(DOCS, version, "bundle.tar.gz"))))
+    return path
+
+
+def no_uploads_left(store: ObjectStore) -> bool:
+    return not store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads")
+
+
+def test_a_spliced_delta_publishes_the_new_tree_at_the_vendors_size_and_chart_check_passes(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    signing: SigningKey,
+    trusted: Any,
+) -> None:
+    spec = SiteSpec(DOCS, export_number=0, pages=120, page_size=8192)
+    old = build_bundle(spec, tmp_path / "v1.tar.gz").path
+    new = build_bundle(
+        SiteSpec(DOCS, export_number=1, pages=120, page_size=8192), tmp_path / "v2.tar.gz"
+    ).path
+    old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs", SPLICED)
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    work = tmp_path / "work"
+    work.mkdir()
+
+    result = import_set(object_store, tmp_path / "s2", trusted, work_dir=work)
+
+    archive = published(object_store, V2, tmp_path)
+    data = archive.read_bytes()
+    assert (
+        inspect_archive(archive).tree_sha256 == item.tree_sha256 == inspect_archive(new).tree_sha256
+    )
+    assert len(data) <= 1.02 * new.stat().st_size  # the base's own blocks, not a recompression
+    digest = hashlib.sha256(data).hexdigest()
+    (imported,) = result.items
+    assert (imported.status, imported.ref.sha256, imported.ref.size) == (
+        "published",
+        digest,
+        len(data),
+    )
+    manifest = layout.read_version_manifest(object_store, DOCS, V2)
+    assert manifest is not None
+    assert (manifest.sha256, manifest.size, manifest.tree_sha256) == (
+        digest,
+        len(data),
+        item.tree_sha256,
+    )
+    receipt = json.loads((tmp_path / "s2" / RECEIPT).read_bytes())
+    assert (receipt["items"][0]["sha256"], receipt["items"][0]["tree_sha256"]) == (
+        digest,
+        item.tree_sha256,
+    )
+    assert list(work.iterdir()) == []
+
+    values = tmp_path / "values.yaml"
+    chart.write_values(chart.render_values(object_store, target_settings, DOCS, V2), values)
+    with httpx.Client(timeout=30) as http:
+        report = chart.check_values_file(values, object_store, http, warn=60)
+    assert report.error is None, report.error
+    assert report.actual_sha256 == report.expected_sha256 == digest
+
+
+def test_moves_removals_and_a_chain_of_spliced_deltas_give_each_version_its_tree(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A moved or copied page is carried (a splice keeps a base file only at its own path);
+    a removed one is dropped; a delta spliced from a spliced version (multipart, 9 MiB)."""
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    _, third_tree = hand_made(tmp_path, "v3", THIRD)
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    second = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b2", SPLICED)
+    # index, moved and copy carried; guides/c.html shares the copy's content: written too
+    assert second.delta is not None and second.delta.carried_files == 4
+    chain = write_set(tmp_path / "s2", [second], signing, sequence=2, previous=(1, first))
+    import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    third = delta_item(DOCS, V3, V2, new_tree, third_tree, T3, tmp_path / "b3", SPLICED)
+    write_set(tmp_path / "s3", [third], signing, sequence=3, previous=(2, chain))
+    import_set(object_store, tmp_path / "s3", trusted, work_dir=tmp_path)
+
+    for version, item, tree in ((V2, second, new_tree), (V3, third, third_tree)):
+        archive = published(object_store, version, tmp_path)
+        report = inspect_archive(archive)
+        assert report.tree_sha256 == item.tree_sha256
+        assert report.file_count == len(tree_files(tree))
+        manifest = layout.read_version_manifest(object_store, DOCS, version)
+        assert manifest is not None
+        assert manifest.sha256 == hashlib.sha256(archive.read_bytes()).hexdigest()
+    index = layout.read_index(object_store, DOCS)
+    assert index is not None and index.labels() == [V1, V2, V3]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("mirror-rebuild-")]
+
+
+def test_importing_a_spliced_delta_again_is_already_there_without_splicing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    import_set(object_store, tmp_path / "s2", trusted)
+    object_store.client.delete_object(  # without it any splice would fail: none happens
+        Bucket=object_store.bucket, Key=object_store.key(DOCS, V1, "bundle.tar.gz")
+    )
+    again = import_set(object_store, tmp_path / "s2", trusted, allow_replay=True)
+    assert [(i.status, i.tree_sha256) for i in again.items] == [("already there", item.tree_sha256)]
+
+
+def _base_imported_and_spliced_set(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    spec: DeltaSpec = SPLICED,
+) -> SetItem:
+    old, old_tree = hand_made(tmp_path, "v1", BASE)
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    return item
+
+
+def test_a_page_neither_carried_nor_in_the_base_at_its_path_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A content the base holds at another path (what a tree-archive delta may leave out)
+    is not enough for a splice: refused, naming the path and the remedy."""
+    _, new_tree = hand_made(tmp_path, "peek", NEW)
+    carried = [
+        e.sha256 for e in tree_files(new_tree) if e.path in ("index.html", "guides/copy-of-c.html")
+    ]
+    spec = DeltaSpec(spliced=True, carried=carried)
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted, spec)
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=r"moved/a\.html: its content .* neither") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "transfer pack --full --from-set 2 OUT" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def test_a_base_replaced_in_the_bucket_is_refused_as_such_and_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Objects are immutable to mirror, not to whoever holds the bucket's keys: a base whose
+    bytes are not its manifest's is named, though the splice met it as another tree first."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    other = make_tar_gz(tmp_path / "other.tar.gz", {**BASE, "index.html": b"<h1>tampered</h1>\n"})
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=object_store.key(DOCS, V1, "bundle.tar.gz"),
+        Body=other.read_bytes(),
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match="does not match its version manifest") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def test_a_spliced_delta_on_a_zip_base_is_refused_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    old = write_zip(tmp_path / "v1.zip", BASE)
+    old_tree = unpack(old, tmp_path / "v1")
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    whole = dataclasses.replace(full_item(DOCS, V1, old, T1), archive_format="zip")
+    first = write_set(tmp_path / "s1", [whole], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", SPLICED)
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=r"is zip, not tar\.gz") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+
+
+def test_a_file_list_naming_other_content_than_the_base_holds_at_a_kept_path_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Every kept base file is hashed as it passes: a list that says guides/c.html holds
+    other bytes of the same size, not carried, is refused at that file."""
+    _, new_tree = hand_made(tmp_path, "peek", NEW)
+    other = hashlib.sha256(b"<p>C</p>\n" * 100).hexdigest()
+    files = [
+        dataclasses.replace(e, sha256=other) if e.path == "guides/c.html" else e
+        for e in tree_files(new_tree)
+    ]
+    spec = DeltaSpec(
+        spliced=True, files=files, tree_sha256=tree_hash((e.path, e.sha256) for e in files)
+    )
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted, spec)
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=r"guides/c\.html: the base holds content") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
