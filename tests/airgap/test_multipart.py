@@ -139,16 +139,19 @@ def test_an_object_already_there_is_not_read_or_uploaded_again(store: MemoryBuck
 
 
 @pytest.mark.s3
-def test_memory_is_parts_in_flight_times_part_size(server: ObjectStore) -> None:
+@pytest.mark.parametrize("learnt", [False, True], ids=["known", "learnt"])
+def test_memory_is_parts_in_flight_times_part_size(server: ObjectStore, learnt: bool) -> None:
     """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most two parts
-    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object."""
+    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object,
+    whether its digest was known or is learnt."""
     data, sha = blob(40 * MiB)
     source = io.BytesIO(data)
+    how: dict[str, Any] = {"identity": TREE} if learnt else {"sha256": sha, "size": len(data)}
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         with Staging(server) as staging:
-            staging.stage(server.key("big"), source, sha256=sha, size=len(data))
+            staging.stage(server.key("big"), source, **how)
             staging.complete()
         _, peak = tracemalloc.get_traced_memory()
     finally:
