@@ -189,9 +189,10 @@ class StagedUpload:
     not known when the upload begins).
 
     `digest` is the sha256 and size read and sent once `stage` returned "staged". It stays
-    None for an upload that was "exists" without reading its source: a caller that needs
-    the digest of a learnt object already there learns it another way (its own records,
-    or by reading the object).
+    None for an upload that was "exists" before its source was read to the end (already
+    there, or published meanwhile by another import): a caller that needs the digest of a
+    learnt object already there learns it another way (its own records, or by reading the
+    object).
     """
 
     def __init__(
