@@ -2,12 +2,17 @@
 
 Promises:
 - `StagedUpload.stage(source)` reads its source once: the bytes are hashed (sha256)
-  and sent as multipart-upload parts as they are read; bytes that do not hash to
-  the promised sha256, or have another length, raise IntegrityError. Nothing is
-  visible until `complete()`, which writes the object with the same create-once
-  rule as every immutable object.
-- A key that already holds the same object (sha256 metadata and size) is neither
-  read nor uploaded again: the upload is "exists" from the start.
+  and sent as multipart-upload parts as they are read. A known upload (`sha256=` and
+  `size=` given) refuses bytes that do not hash to the promised sha256, or have another
+  length (IntegrityError). A learnt one (neither given: an archive made as it is
+  streamed) reads its source to the end and learns both; its `identity` metadata names
+  the object instead, and a source of more than MAX_PARTS parts (the part size is set
+  from `size_hint`) is refused (OperationFailed) and aborted. Either way `digest` is the
+  sha256 and size that were read and sent, once staged. Nothing is visible until
+  `complete()`, which writes the object with the same create-once rule as every
+  immutable object.
+- A key that already holds the same object (its identity metadata and, when known, its
+  size) is neither read nor uploaded again: the upload is "exists" from the start.
 - `Staging` runs a batch: its uploads share one bounded set of part senders, so at
   most `workers` parts (the one being read and the ones being sent or hashed)
   are in memory across the whole batch: memory = workers x part size. `complete()`
@@ -173,8 +178,22 @@ class PartSenders:
 
 
 class StagedUpload:
-    """One object of `size` bytes at `key` that must hash to `sha256`, staged as a multipart
-    upload and made visible by `complete()` (or dropped by `abort()`)."""
+    """One object at `key`, staged as a multipart upload and made visible by `complete()` (or
+    dropped by `abort()`).
+
+    Known (`sha256` and `size`): the bytes must be exactly those; `identity` (the metadata
+    that says "the same object") defaults to `{SHA256_META: sha256}`, and the sha256 is
+    stored with it. Learnt (neither): `identity` is required and names the object (e.g. its
+    tree's digest); the source is read to its end, in parts of at least
+    `size_hint / MAX_PARTS` bytes, and the object carries only `identity` (its sha256 is
+    not known when the upload begins).
+
+    `digest` is the sha256 and size read and sent once `stage` returned "staged". It stays
+    None for an upload that was "exists" before its source was read to the end (already
+    there, or published meanwhile by another import): a caller that needs the digest of a
+    learnt object already there learns it another way (its own records, or by reading the
+    object).
+    """
 
     def __init__(
         self,
@@ -182,40 +201,44 @@ class StagedUpload:
         senders: PartSenders,
         key: str,
         *,
-        sha256: str,
-        size: int,
+        sha256: str | None = None,
+        size: int | None = None,
+        identity: Mapping[str, str] | None = None,
+        size_hint: int = 0,
         content_type: str = OCTET_STREAM,
     ) -> None:
+        if (sha256 is None) != (size is None):
+            raise ValueError(f"{key}: give both sha256 and size (known), or neither (learnt)")
+        if sha256 is None and not identity:
+            raise ValueError(f"{key}: a learnt upload needs the identity naming its object")
         self.target = target
         self.senders = senders
         self.key = key
         self.sha256 = sha256
         self.size = size
+        self.identity: dict[str, str] = dict(identity or {SHA256_META: str(sha256)})
+        self.metadata = {SHA256_META: sha256, **self.identity} if sha256 else self.identity
         self.content_type = content_type
-        self.part_size = max(target.part_size, -(-size // MAX_PARTS))
+        self.part_size = max(
+            target.part_size, -(-(size_hint if size is None else size) // MAX_PARTS)
+        )
         self.upload_id = ""
         self.state: State = "new"
+        self.digest: Digest | None = None
         self._parts: list[Future[Part]] = []
         self._checked = 0
 
-    @property
-    def identity(self) -> dict[str, str]:
-        return {SHA256_META: self.sha256}
-
     def stage(self, source: Reader, on_progress: Progress | None = None) -> State:
-        """Send `source`'s bytes as parts, hashing them; IntegrityError when they do not match.
-        The parts may still be on their way when this returns; `complete` waits for them.
-        `on_progress` gets each part's size once it is on the server (all `size` bytes at
-        once when the object is already there and the source is not read)."""
-        if self.target.existing(self.key, self.identity, size=self.size) is not None:
+        """Send `source`'s bytes as parts, hashing them; IntegrityError when a known upload's
+        do not match. The parts may still be on their way when this returns; `complete`
+        waits for them. `on_progress` gets each part's size once it is on the server (the
+        object's whole size at once when it is already there and the source is not read)."""
+        facts = self.target.existing(self.key, self.identity, size=self.size)
+        if facts is not None:
             self.state = "exists"
             if on_progress is not None:
-                on_progress(self.size)
+                on_progress(int(facts["size"]))
             return self.state
-        if self.size > 0:
-            self.upload_id = self.target.start_upload(
-                self.key, identity=self.identity, content_type=self.content_type
-            )
         try:
             return self._send_all(source, on_progress)
         except _PublishedMeanwhile:
@@ -223,23 +246,26 @@ class StagedUpload:
 
     def _send_all(self, source: Reader, on_progress: Progress | None) -> State:
         """Read, hash and hand out the parts; check the whole once the source is read. The
-        hash runs on its own thread, in order, while the next part is read."""
+        hash runs on its own thread, in order, while the next part is read. The upload
+        begins with the first byte, so an empty object is never a multipart upload."""
         hashing = HashingWriter()
         hashed: Future[int] | None = None
         total = 0
-        while total <= self.size:
+        while True:
             self.senders.take_slot()
             try:
-                part = read_part(source, min(self.part_size, self.size + 1 - total))
+                part = read_part(source, self._next_part_size(total))
+                total += len(part)
+                number = len(self._parts) + 1
+                if part and (self.size is None or total <= self.size):
+                    self._begin(number)
+                else:
+                    self.senders.give_slot()
+                    break
             except BaseException:
                 self.senders.give_slot()
                 raise
-            total += len(part)
-            if not part or total > self.size:
-                self.senders.give_slot()
-                break
             hashed = self.senders.hasher.submit(hashing.write, part)
-            number = len(self._parts) + 1
             self._parts.append(
                 self.senders.pool.submit(self._send, number, part, hashed, on_progress)
             )
@@ -248,9 +274,31 @@ class StagedUpload:
         if hashed is not None:
             hashed.result()
         read = Digest(hashing.result.sha256, total)
-        check_whole(self.key, read, sha256=self.sha256, size=self.size)
+        if self.sha256 is not None and self.size is not None:
+            check_whole(self.key, read, sha256=self.sha256, size=self.size)
+        self.digest = read
         self.state = "staged"
         return self.state
+
+    def _next_part_size(self, total: int) -> int:
+        """A whole part; a known upload reads one byte past its size, to see a longer source."""
+        if self.size is None:
+            return self.part_size
+        return min(self.part_size, self.size + 1 - total)
+
+    def _begin(self, number: int) -> None:
+        """Start the upload at its first part; refuse a part past S3's MAX_PARTS (only a
+        learnt upload can meet it: a known one's part size is set from its size)."""
+        if number > MAX_PARTS:
+            raise OperationFailed(
+                f"{self.key}: the source holds more than {MAX_PARTS} parts of {self.part_size} "
+                f"bytes ({MAX_PARTS * self.part_size}), the most its upload can take (sized for "
+                "the size expected); nothing was published"
+            )
+        if not self.upload_id:
+            self.upload_id = self.target.start_upload(
+                self.key, identity=self.metadata, content_type=self.content_type
+            )
 
     def _send(
         self, number: int, part: bytearray, hashed: Future[int], on_progress: Progress | None
@@ -300,9 +348,10 @@ class StagedUpload:
         """Make the staged object visible (create-once); "exists" when it already was."""
         if self.state == "exists":
             return "exists"
-        if self.state != "staged":
+        if self.state != "staged" or self.digest is None:
             raise RuntimeError(f"{self.key}: complete() before stage() finished")
-        if self.size == 0:
+        size = self.digest.size
+        if size == 0:
             outcome = self.target.put_immutable(
                 self.key, b"", identity=self.identity, content_type=self.content_type
             )
@@ -312,7 +361,7 @@ class StagedUpload:
         try:
             with self._unless_swept():
                 outcome = self.target.complete_upload(
-                    self.key, self.upload_id, sent, identity=self.identity, size=self.size
+                    self.key, self.upload_id, sent, identity=self.identity, size=size
                 )
         except _PublishedMeanwhile:
             outcome = "exists"
@@ -339,8 +388,9 @@ class Staging:
     """A batch of staged uploads, completed together or aborted together (context manager).
 
     `stage(key, source, sha256=..., size=...)` stages one object from any byte stream
-    (a blob joined from a set's parts, a rebuilt archive); `complete()` makes them
-    all visible, in the order staged, once every one has matched.
+    (a blob joined from a set's parts, a rebuilt archive), or `stage(key, source,
+    identity=...)` one whose digest is learnt as it is read (a spliced archive);
+    `complete()` makes them all visible, in the order staged, once every one has matched.
     """
 
     def __init__(
@@ -372,13 +422,24 @@ class Staging:
         key: str,
         source: Reader,
         *,
-        sha256: str,
-        size: int,
+        sha256: str | None = None,
+        size: int | None = None,
+        identity: Mapping[str, str] | None = None,
+        size_hint: int = 0,
         content_type: str = OCTET_STREAM,
         on_progress: Progress | None = None,
     ) -> StagedUpload:
+        """Stage one object (StagedUpload: known with `sha256` and `size`, learnt with
+        `identity` alone); returns the upload, whose `digest` is what was read."""
         upload = StagedUpload(
-            self.target, self.senders, key, sha256=sha256, size=size, content_type=content_type
+            self.target,
+            self.senders,
+            key,
+            sha256=sha256,
+            size=size,
+            identity=identity,
+            size_hint=size_hint,
+            content_type=content_type,
         )
         self.uploads.append(upload)
         upload.stage(source, on_progress)

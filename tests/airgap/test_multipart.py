@@ -11,12 +11,22 @@ import io
 import os
 import tracemalloc
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
-from mirror.airgap.multipart import ORPHAN_GRACE, MultipartTarget, Staging, upload_blob
+from mirror.airgap import multipart
+from mirror.airgap.multipart import (
+    MAX_PARTS,
+    ORPHAN_GRACE,
+    MultipartTarget,
+    StagedUpload,
+    Staging,
+    upload_blob,
+)
 from mirror.airgap.objectstore import ObjectStore
-from mirror.errors import IntegrityError
+from mirror.errors import IntegrityError, OperationFailed
+from mirror.integrity import Digest
 from tests.airgap.memory import MemoryBucket
 
 MiB = 1024 * 1024
@@ -31,20 +41,26 @@ def open_uploads(store: MultipartTarget) -> list[str]:
     return sorted(upload.key for upload in store.open_uploads())
 
 
-def bucket_listing(store: MemoryBucket | MemoryBucket) -> dict[str, str]:
+def bucket_listing(store: MemoryBucket | ObjectStore) -> dict[str, str]:
     """{key: etag} of every object under the prefix, for "nothing changed" checks."""
     listing = {key: store.head(key) for key in store.list_keys()}
     return {key: facts["etag"] for key, facts in listing.items() if facts is not None}
 
 
 @pytest.fixture
-def server(object_store: MemoryBucket) -> ObjectStore:
+def server(object_store: ObjectStore) -> ObjectStore:
     return ObjectStore(object_store.client, object_store.bucket, part_size=5 * MiB, workers=2)
 
 
 @pytest.fixture
 def store() -> MemoryBucket:
     return MemoryBucket(part_size=5 * MiB)
+
+
+@pytest.fixture(params=["memory", pytest.param("seaweedfs", marks=pytest.mark.s3)])
+def either(request: pytest.FixtureRequest) -> Any:
+    """The in-memory bucket or SeaweedFS, both with 5 MiB parts."""
+    return request.getfixturevalue("store" if request.param == "memory" else "server")
 
 
 @pytest.mark.s3
@@ -123,16 +139,19 @@ def test_an_object_already_there_is_not_read_or_uploaded_again(store: MemoryBuck
 
 
 @pytest.mark.s3
-def test_memory_is_parts_in_flight_times_part_size(server: ObjectStore) -> None:
+@pytest.mark.parametrize("learnt", [False, True], ids=["known", "learnt"])
+def test_memory_is_parts_in_flight_times_part_size(server: ObjectStore, learnt: bool) -> None:
     """A 40 MiB object with 5 MiB parts and two senders: Python allocates at most two parts
-    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object."""
+    (and a read chunk and the HTTP machinery, under 3 MiB) at once, however large the object,
+    whether its digest was known or is learnt."""
     data, sha = blob(40 * MiB)
     source = io.BytesIO(data)
+    how: dict[str, Any] = {"identity": TREE} if learnt else {"sha256": sha, "size": len(data)}
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
         with Staging(server) as staging:
-            staging.stage(server.key("big"), source, sha256=sha, size=len(data))
+            staging.stage(server.key("big"), source, **how)
             staging.complete()
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -202,3 +221,155 @@ def test_two_imports_of_the_same_key_both_succeed(store: MemoryBucket) -> None:
             assert fast.complete() == {key: "created"}
         assert slow.complete() == {key: "exists"}
     assert open_uploads(store) == []
+
+
+# ---- learnt uploads: the sha256 and size are learnt as the source is read ------------------
+
+TREE = {"tree-sha256": "ab" * 32}
+
+
+class FailsAfter(io.BytesIO):
+    """A stream that breaks (OSError) once `after` bytes were read, as a splice meeting a
+    damaged base does."""
+
+    def __init__(self, data: bytes, after: int) -> None:
+        super().__init__(data)
+        self.after = after
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if self.tell() >= self.after:
+            raise OSError("the base archive cannot be read")
+        return super().read(size)
+
+
+def test_a_learnt_object_of_many_parts_completes_with_its_digest(either: Any) -> None:
+    data, sha = blob(11 * MiB)
+    key = either.key("spliced", "bundle.tar.gz")
+    with Staging(either) as staging:
+        upload = staging.stage(key, io.BytesIO(data), identity=TREE, content_type="x/y")
+        assert upload.state == "staged" and upload.digest == Digest(sha, len(data))
+        assert open_uploads(either) == [key] and bucket_listing(either) == {}
+        assert staging.complete() == {key: "created"}
+    assert b"".join(either.open_stream(key)) == data
+    head = either.existing(key, TREE, size=len(data))
+    assert head is not None and head["etag"].endswith('-3"') and head["content_type"] == "x/y"
+    assert open_uploads(either) == []
+
+
+def test_a_known_upload_has_its_digest_and_one_already_there_has_none(store: MemoryBucket) -> None:
+    data, sha = blob(3000)
+    with Staging(store) as staging:
+        known = staging.stage(store.key("k"), io.BytesIO(data), sha256=sha, size=len(data))
+        staging.complete()
+    assert known.digest == Digest(sha, len(data))
+    with Staging(store) as staging:
+        again = staging.stage(store.key("k"), Unreadable(), sha256=sha, size=len(data))
+    assert again.state == "exists" and again.digest is None
+
+
+def test_an_empty_learnt_object_is_created_without_a_multipart_upload(either: Any) -> None:
+    key = either.key("empty")
+    with Staging(either) as staging:
+        upload = staging.stage(key, io.BytesIO(b""), identity=TREE)
+        assert open_uploads(either) == []
+        assert staging.complete() == {key: "created"}
+    assert upload.digest == Digest(hashlib.sha256().hexdigest(), 0)
+    head = either.existing(key, TREE, size=0)
+    assert head is not None and head["sha256"] == upload.digest.sha256
+    assert open_uploads(either) == []
+
+
+def test_a_learnt_object_already_there_is_not_read_again(either: Any) -> None:
+    data, _ = blob(6 * MiB)
+    key = either.key("x")
+    with Staging(either) as staging:
+        staging.stage(key, io.BytesIO(data), identity=TREE)
+        staging.complete()
+    etag = bucket_listing(either)[key]
+    progress: list[int] = []
+    with Staging(either) as staging:
+        upload = staging.stage(key, Unreadable(), identity=TREE, on_progress=progress.append)
+        assert (upload.state, upload.digest) == ("exists", None)
+        assert staging.complete() == {key: "exists"}
+    assert progress == [len(data)]
+    assert bucket_listing(either) == {key: etag}
+    assert open_uploads(either) == []
+
+
+def test_a_learnt_object_onto_another_identity_is_refused(either: Any) -> None:
+    key = either.key("x")
+    assert either.put_immutable(key, b"other", identity={"tree-sha256": "cd" * 32}) == "created"
+    etag = bucket_listing(either)[key]
+    with pytest.raises(IntegrityError, match="tree-sha256 differs"), Staging(either) as staging:
+        staging.stage(key, Unreadable(), identity=TREE)
+    assert bucket_listing(either) == {key: etag}
+    assert open_uploads(either) == []
+
+
+def test_a_learnt_source_failing_midway_leaves_no_object_and_no_upload(either: Any) -> None:
+    data, _ = blob(12 * MiB)
+    key = either.key("broken")
+    with pytest.raises(OSError, match="cannot be read"), Staging(either) as staging:
+        staging.stage(key, FailsAfter(data, 7 * MiB), identity=TREE)
+    (upload,) = staging.uploads
+    assert upload.upload_id and upload.state == "aborted" and upload.digest is None
+    assert bucket_listing(either) == {}
+    assert open_uploads(either) == []
+
+
+def test_a_learnt_source_of_too_many_parts_is_refused_unless_its_size_was_hinted() -> None:
+    """S3 takes MAX_PARTS parts; the part size of a learnt upload comes from `size_hint`."""
+    store = MemoryBucket(part_size=16)
+    data = os.urandom(16 * MAX_PARTS + 1)
+    key = store.key("huge")
+    refused = pytest.raises(OperationFailed, match="more than 10000 parts of 16 bytes")
+    with refused, Staging(store) as staging:
+        staging.stage(key, io.BytesIO(data), identity=TREE)
+    assert staging.uploads[0].state == "aborted"
+    assert bucket_listing(store) == {} and open_uploads(store) == []
+    with Staging(store) as staging:
+        upload = staging.stage(key, io.BytesIO(data), identity=TREE, size_hint=len(data))
+        staging.complete()
+    assert upload.part_size == 17
+    assert b"".join(store.open_stream(key)) == data
+
+
+@pytest.mark.s3
+def test_the_server_is_left_no_upload_when_too_many_parts_are_refused(
+    server: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(multipart, "MAX_PARTS", 2)
+    data, sha = blob(11 * MiB)
+    key = server.key("huge")
+    with pytest.raises(OperationFailed, match="more than 2 parts"), Staging(server) as staging:
+        staging.stage(key, io.BytesIO(data), identity=TREE)
+    assert bucket_listing(server) == {} and open_uploads(server) == []
+    with Staging(server) as staging:
+        upload = staging.stage(key, io.BytesIO(data), identity=TREE, size_hint=len(data))
+        assert staging.complete() == {key: "created"}
+    assert upload.digest == Digest(sha, len(data))
+    assert b"".join(server.open_stream(key)) == data
+
+
+def test_two_learnt_imports_of_the_same_key_both_succeed(store: MemoryBucket) -> None:
+    """The slower one finds its upload swept: the same identity is there, so "exists"."""
+    data, _ = blob(6 * MiB)
+    key = store.key("x")
+    with Staging(store) as slow:
+        slow.stage(key, io.BytesIO(data), identity=TREE)
+        with Staging(store) as fast:
+            fast.stage(key, io.BytesIO(data), identity=TREE)
+            assert fast.complete() == {key: "created"}
+        assert slow.complete() == {key: "exists"}
+    assert open_uploads(store) == []
+
+
+@pytest.mark.parametrize(
+    "how",
+    [{"sha256": "0" * 64}, {"size": 3}, {}],
+    ids=["sha256-alone", "size-alone", "learnt-without-identity"],
+)
+def test_an_upload_is_either_known_or_learnt_with_an_identity(how: dict[str, Any]) -> None:
+    store = MemoryBucket()
+    with pytest.raises(ValueError, match=r"sha256 and size|identity"):
+        StagedUpload(store, multipart.PartSenders(1), store.key("x"), **how)
