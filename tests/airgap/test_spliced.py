@@ -269,3 +269,31 @@ def test_a_file_list_naming_other_content_than_the_base_holds_at_a_kept_path_pub
     assert "--full --from-set 2" in str(refused.value.hint)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert no_uploads_left(object_store)
+
+
+def test_an_import_killed_before_the_versions_manifest_learns_the_objects_digest_again(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """The spliced object is in place but not its version's manifest (a kill between the
+    two): the next import finds the object by its tree and reads it back for its digest."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    import_set(object_store, tmp_path / "s2", trusted)
+    manifest = layout.read_version_manifest(object_store, DOCS, V2)
+    assert manifest is not None
+    object_store.client.delete_object(
+        Bucket=object_store.bucket, Key=layout.version_manifest_key(object_store, DOCS, V2)
+    )
+    again = import_set(object_store, tmp_path / "s2", trusted, allow_replay=True)
+    (item,) = again.items
+    assert (item.status, item.ref.sha256, item.ref.size) == (
+        "published",
+        manifest.sha256,
+        manifest.size,
+    )
+    rewritten = layout.read_version_manifest(object_store, DOCS, V2)
+    assert rewritten is not None
+    assert (rewritten.sha256, rewritten.size, rewritten.object) == (
+        manifest.sha256,
+        manifest.size,
+        manifest.object,
+    )
