@@ -112,7 +112,7 @@ class PackedItem:
             "sha256": self.ref.sha256,
             "size": self.ref.size,
             "parts": self.parts,
-            "delta": self.delta.model_dump(exclude_none=True) if self.delta is not None else None,
+            "delta": self.delta.model_dump() if self.delta is not None else None,
         }
 
 
