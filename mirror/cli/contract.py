@@ -91,8 +91,8 @@ DELTA = obj(
     {
         "base_version": STR,
         "base_tree_sha256": SHA256,
-        "archive_sha256": SHA256,
-        "archive_size": INT,
+        "archive_sha256": null(SHA256),  # null for a spliced delta: learnt at import
+        "archive_size": null(INT),
         "file_count": INT,
         "carried_files": INT,
         "compression": null(obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})),

@@ -22,8 +22,18 @@ Promises:
   leave none behind.
 - V's file list must hash to V's recorded tree, and the base's to the base's recorded tree,
   or the delta is refused (IntegrityError: the store is inconsistent with its index).
-- The entry's `archive_sha256`/`archive_size` are those of the tree archive built in file-list
-  order with mtime `archive_mtime(exported_at)`: what the import rebuilds and proves.
+- A base whose bundle is a `tar.gz` gets a spliced delta (`DeltaEntry.spliced`): the import
+  edits the base's object in one pass over its members (`transferset/splice.py`), keeping a
+  base file only at its own path, so the delta carries every file of V that the base does not
+  hold at the same path with the same sha256 (a page moved or copied to a new path is
+  carried; contents still go once each). No tree archive is built (compressing the whole
+  tree is what made a delta pack slow): the entry names no archive digest (the import learns
+  it as it writes), its `compression` is the one the import compresses changed regions with,
+  and `carried_files` counts the files carried.
+- Any other base (a zip) gets a tree-archive delta: the blob carries the contents the base
+  lacks anywhere, and the entry's `archive_sha256`/`archive_size` are those of the tree
+  archive built in file-list order with mtime `archive_mtime(exported_at)`: what the import
+  rebuilds and proves.
 - `decide`: the delta is chosen when its blob is at most `ratio` of the bundle; `full`
   builds none.
 """
@@ -49,8 +59,8 @@ from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
-from mirror.store.models import Version
-from mirror.transferset.compression import current
+from mirror.store.models import Bundle, Version
+from mirror.transferset.compression import Compression, current
 from mirror.transferset.delta import (
     DeltaBlobWriter,
     TreeArchive,
@@ -68,6 +78,7 @@ NO_BASE = "no base"
 BASE_BLOB_MISSING = "base blob missing"
 NOT_SMALLER = "not smaller"
 FULL_ASKED = "--full"
+SPLICED_BASE_FORMAT = "tar.gz"
 
 
 @dataclass(frozen=True)
@@ -83,9 +94,13 @@ class Offered:
 
 @dataclass(frozen=True)
 class Base:
+    """A delta's base: its label, tree, bundle and that bundle's archive format (a `tar.gz`
+    base gets a spliced delta)."""
+
     label: VersionLabel
     tree_sha256: str
     bundle_sha256: str
+    format: str
 
 
 @dataclass
@@ -156,15 +171,22 @@ def choose_bases(
     domains = {item.ref.domain for item in offered}
     held = session.execute(
         select(
-            Version.id, Version.domain, Version.label, Version.tree_sha256, Version.bundle_sha256
+            Version.id,
+            Version.domain,
+            Version.label,
+            Version.tree_sha256,
+            Version.bundle_sha256,
+            Bundle.format,
         )
+        .join(Bundle, Bundle.sha256 == Version.bundle_sha256)
         .where(Version.domain.in_(domains))
         .where(Version.id.in_(list(held_ids)))
     ).all()
     known: dict[str, list[Base]] = {}
-    for version_id, domain, label, tree, bundle in held:
+    for version_id, domain, label, tree, bundle, archive_format in held:
         if version_id not in in_set:
-            known.setdefault(domain, []).append(Base(VersionLabel(label), tree, bundle))
+            base = Base(VersionLabel(label), tree, bundle, archive_format)
+            known.setdefault(domain, []).append(base)
     choices: dict[int, Base | str] = {}
     for item in offered:
         older = [base for base in known.get(item.ref.domain, []) if base.label < item.ref.label]
@@ -274,9 +296,10 @@ def _build(
     counted = HashingWriter(output)
     blob = DeltaBlobWriter(cast(BinaryIO, counted), spool_dir=str(store.tmp_dir))
     compression = current()
-    tree = TreeArchive(
-        lambda _data: None, mtime=archive_mtime(item.exported_at), compression=compression
-    )
+    tree = None
+    if base.format != SPLICED_BASE_FORMAT:
+        mtime = archive_mtime(item.exported_at)
+        tree = TreeArchive(lambda _data: None, mtime=mtime, compression=compression)
     with FileList(str(store.tmp_dir)) as files:
         sink = _Spooling(store.tmp_dir, base_tree, tree, blob, files)
         report = read_archive(store.open(item.ref.sha256), sink, limits)
@@ -286,8 +309,8 @@ def _build(
         if not store.digests_path(item.ref.sha256).is_file():
             digests.keep_report(store, item.ref.sha256, report)
         removed = _removed(base_tree.paths, report.digests)
-        tree.close()
-        carried = len(blob.carried)
+        carried = sink.carried if tree is None else len(blob.carried)
+        entry = _entry(base, tree, compression, file_count=len(files), carried=carried)
         blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in files)
     if output is not None:
         output.flush()
@@ -295,19 +318,42 @@ def _build(
     return DeltaBlob(
         sha256=counted.result.sha256,
         size=counted.size,
-        entry=DeltaEntry(
-            base_version=str(base.label),
-            base_tree_sha256=base.tree_sha256,
-            archive_sha256=tree.sha256,
-            archive_size=tree.size,
-            file_count=len(files),
-            compression=compression,
-            carried_files=carried,
-        ),
+        entry=entry,
         changed=sink.changed,
         added=sink.added,
         removed=removed,
         file=output,
+    )
+
+
+def _entry(
+    base: Base,
+    tree: TreeArchive | None,
+    compression: Compression,
+    *,
+    file_count: int,
+    carried: int,
+) -> DeltaEntry:
+    """The manifest's entry: spliced without a tree archive (`tree` None), else naming the
+    tree archive's digest (closed here, so its size and sha256 are known)."""
+    if tree is None:
+        return DeltaEntry(
+            base_version=str(base.label),
+            base_tree_sha256=base.tree_sha256,
+            file_count=file_count,
+            compression=compression,
+            carried_files=carried,
+            spliced=True,
+        )
+    tree.close()
+    return DeltaEntry(
+        base_version=str(base.label),
+        base_tree_sha256=base.tree_sha256,
+        archive_sha256=tree.sha256,
+        archive_size=tree.size,
+        file_count=file_count,
+        compression=compression,
+        carried_files=carried,
     )
 
 
@@ -372,14 +418,16 @@ class _Catcher(io.RawIOBase):
 
 class _Spooling:
     """A sink that spools each file of the new version to learn its hash, then appends it to
-    the tree archive and, when the base lacks its content, to the delta blob; the file list
-    goes to `files` (on disk)."""
+    the tree archive (none for a spliced delta) and, when carried, its content to the delta
+    blob; the file list goes to `files` (on disk). A spliced delta carries every file the
+    base does not hold at the same path with the same content; a tree-archive delta every
+    content the base lacks anywhere (module docstring)."""
 
     def __init__(
         self,
         spool_dir: Path,
         base: _BaseTree,
-        tree: TreeArchive,
+        tree: TreeArchive | None,
         blob: DeltaBlobWriter,
         files: FileList,
     ) -> None:
@@ -390,6 +438,7 @@ class _Spooling:
         self.files = files
         self.changed = 0
         self.added = 0
+        self.carried = 0
 
     def directory(self, path: str) -> None:
         pass
@@ -409,8 +458,13 @@ class _Spooling:
             self.added += 1
         elif before != sha256:
             self.changed += 1
-        spool.seek(0)
-        self._tree.add_file(path, size, read_chunks(spool))
-        if sha256 not in self._base.contents:
+        if self._tree is None:
+            carry = before != sha256
+        else:
+            spool.seek(0)
+            self._tree.add_file(path, size, read_chunks(spool))
+            carry = sha256 not in self._base.contents
+        if carry:
+            self.carried += 1
             spool.seek(0)
             self._blob.add_content(sha256, size, read_chunks(spool))

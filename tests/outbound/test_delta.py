@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from sqlalchemy import select
 
-from mirror.archive import extract_archive, inspect_archive
+from mirror.archive import extract_archive, inspect_archive, tree_hash
+from mirror.cli.contract import DELTA
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, TemporaryFailure
 from mirror.outbound.delta import (
@@ -32,8 +34,9 @@ from mirror.outbound.delta import (
 from mirror.outbound.pack import Selection, dry_run, pack
 from mirror.sites import DEFAULT_SITE, held_bases
 from mirror.store.app import App
-from mirror.store.models import Transfer, TransferItem, Version
+from mirror.store.models import Bundle, Transfer, TransferItem, Version
 from mirror.store.sitestate import site_facts
+from mirror.transferset.compression import current
 from mirror.transferset.delta import (
     DeltaContent,
     TreeArchive,
@@ -178,7 +181,11 @@ def test_pack_goes_full_without_a_base_and_as_delta_against_a_packed_one(
     second = pack(transfer_app, tmp_path / "s2")
     item = parse_manifest((tmp_path / "s2" / MANIFEST).read_bytes()).items[0]
     assert item.delta is not None and item.delta.base_version == "2026-11-18"
+    assert item.delta.spliced  # the base's bundle is a tar.gz (the index says so)
     assert second.items[0].delta == item.delta and item.sha256 != sha2
+    packed = second.items[0].as_dict()["delta"]  # `--json`: no archive digest, per the contract
+    assert (packed["archive_sha256"], packed["archive_size"]) == (None, None)
+    jsonschema.Draft202012Validator(DELTA).validate(packed)
     assert item.archive_format == "tar.gz" and item.size < first.total_bytes / 10
     assert second.total_bytes == item.size == os.path.getsize(tmp_path / "s2" / item.parts[0].name)
     verify_set(tmp_path / "s2", trusted)
@@ -192,7 +199,10 @@ def build(app: App, label: str, base_label: str, *, domain: str = DOCS, keep: bo
     """(the offered version, its DeltaBlob against `base_label`)."""
     (item,) = offered(app, label, domain=domain)
     (base,) = offered(app, base_label, domain=domain)
-    chosen = Base(base.ref.label, base.tree_sha256, base.ref.sha256)
+    with app.db.session() as session:
+        bundle = session.get(Bundle, base.ref.sha256)
+        assert bundle is not None
+        chosen = Base(base.ref.label, base.tree_sha256, base.ref.sha256, bundle.format)
     return item, build_delta(app.store, item, chosen, keep=keep)
 
 
@@ -219,38 +229,87 @@ def tree_of(app: App, sha256: str, dest: Path) -> dict[str, bytes]:
     }
 
 
-def test_a_delta_carries_only_the_contents_its_base_lacks(app: App, tmp_path: Path) -> None:
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_tar_gz_base_gets_a_spliced_delta_of_the_files_changed(app: App, tmp_path: Path) -> None:
+    """The import splices a tar.gz base: the entry names no archive digest and the
+    compression of the changed regions; the blob carries exactly the pages that changed,
+    each content hashing to its name; the file list hashes to the new tree."""
     _, base_sha = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
     _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
-    _item, delta = build(app, "2026-11-19", "2026-11-18")
+    item, delta = build(app, "2026-11-19", "2026-11-18")
     with delta:
         old = tree_of(app, base_sha, tmp_path / "old")
         new = tree_of(app, new_sha, tmp_path / "new")
-        old_contents = {hashlib.sha256(data).hexdigest() for data in old.values()}
-        lacking = {
-            hashlib.sha256(data).hexdigest(): data
-            for data in new.values()
-            if hashlib.sha256(data).hexdigest() not in old_contents
-        }
+        changed = {path for path, data in new.items() if old.get(path) != data}
         contents, files = blob_members(delta)
-        assert contents == lacking and len(contents) == 2
+        assert len(changed) == 2 and contents == {sha(new[path]): new[path] for path in changed}
+        assert all(sha(data) == name for name, data in contents.items())
         assert (delta.changed, delta.added, delta.removed) == (2, 0, 0)
         listed = parse_file_list(files, label="test")
-        assert {f.path: f.sha256 for f in listed} == {
-            p: hashlib.sha256(d).hexdigest() for p, d in new.items()
-        }
+        assert {f.path: f.sha256 for f in listed} == {p: sha(d) for p, d in new.items()}
         assert all(f.size == len(new[f.path]) and f.mode == 0o644 for f in listed)
-        assert delta.entry.file_count == len(new) and delta.entry.carried_files == 2
-        assert delta.entry.base_version == "2026-11-18"
-        assert delta.entry.base_tree_sha256 == inspect_archive(app.store.open(base_sha)).tree_sha256
+        assert tree_hash((f.path, f.sha256) for f in listed) == item.tree_sha256
+        entry = delta.entry
+        assert entry.spliced and (entry.archive_sha256, entry.archive_size) == (None, None)
+        assert entry.compression == current()
+        assert entry.file_count == len(new) and entry.carried_files == 2
+        assert entry.base_version == "2026-11-18"
+        assert entry.base_tree_sha256 == inspect_archive(app.store.open(base_sha)).tree_sha256
+
+
+PAGE, OTHER, KEPT = b"<h1>the page</h1>" * 50, b"<h1>other</h1>" * 50, b"<p>kept</p>" * 40
+FRESH = b"<p>new content used twice</p>" * 40
+BASE_TREE = {"a/index.html": PAGE, "b.html": OTHER, "kept.html": KEPT, "gone.html": b"old" * 99}
+NEW_TREE = {
+    "moved/a/index.html": PAGE,  # moved: the base holds it, at another path
+    "b.html": b"<h1>other, changed</h1>" * 50,
+    "copy-of-b.html": OTHER,  # the base's old b.html, copied to a new path
+    "kept.html": KEPT,
+    "c.html": FRESH,
+    "d/c.html": FRESH,  # the same new content twice
+}
+
+
+@pytest.mark.parametrize(
+    ("base_format", "carried_paths", "spliced"),
+    [
+        ("tar.gz", ["moved/a/index.html", "b.html", "copy-of-b.html", "c.html", "d/c.html"], True),
+        ("zip", ["b.html", "c.html"], False),  # only what the base lacks anywhere
+    ],
+)
+def test_what_a_delta_carries_depends_on_how_its_base_is_published(
+    app: App, base_format: str, carried_paths: list[str], spliced: bool
+) -> None:
+    """A spliced delta (tar.gz base) carries by path: every file the base does not hold at
+    the same path with the same content, moved and copied pages too (the import keeps a base
+    member only where it is); a tree-archive delta (zip base) carries the contents the base
+    lacks. Either way each content goes once, and a removed page is only absent from the
+    list."""
+    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format=base_format)
+    add_tree_version(app, DOCS, "2026-11-19", NEW_TREE)
+    _, delta = build(app, "2026-11-19", "2026-11-18")
+    with delta:
+        contents, files = blob_members(delta)
+    assert contents == {sha(NEW_TREE[path]): NEW_TREE[path] for path in carried_paths}
+    assert all(sha(data) == name for name, data in contents.items())
+    assert (delta.changed, delta.added, delta.removed) == (1, 4, 2)
+    assert delta.entry.file_count == 6 and delta.entry.spliced is spliced
+    assert delta.entry.carried_files == (len(carried_paths) if spliced else len(contents))
+    assert (delta.entry.archive_sha256 is None) is spliced
+    assert [f.path for f in parse_file_list(files, label="t")] == list(NEW_TREE)
 
 
 def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> None:
-    """Independent check: the tree archive built from V's extracted files, in the file
-    list's order, has the sha256 and size the entry names; the list hashes to V's tree."""
-    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    """Independent check, for a zip base (a tree-archive delta): the tree archive built from
+    V's extracted files, in the file list's order, has the sha256 and size the entry names;
+    the list hashes to V's tree."""
+    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format="zip")
     _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
     item, delta = build(app, "2026-11-19", "2026-11-18")
+    assert not delta.entry.spliced and delta.entry.compression == current()
     with delta:
         _, files = blob_members(delta)
     listed = parse_file_list(files, label="test")
@@ -270,30 +329,6 @@ def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> No
     assert delta.entry.archive_sha256 == digest.hexdigest() == archive.sha256
     assert delta.entry.archive_size == sum(sizes)
     assert archive_mtime(item.exported_at) == int(EXPORTED_AT.timestamp())
-
-
-def test_a_renamed_page_carries_nothing_and_a_shared_content_goes_once(app: App) -> None:
-    page, other = b"<h1>the page</h1>" * 50, b"<h1>other</h1>" * 50
-    fresh = b"<p>new content used twice</p>" * 40
-    add_tree_version(app, DOCS, "2026-11-18", {"a/index.html": page, "b.html": other})
-    add_tree_version(
-        app,
-        DOCS,
-        "2026-11-19",
-        {"moved/a/index.html": page, "b.html": other, "c.html": fresh, "d/c.html": fresh},
-    )
-    _, delta = build(app, "2026-11-19", "2026-11-18")
-    with delta:
-        contents, files = blob_members(delta)
-    assert contents == {hashlib.sha256(fresh).hexdigest(): fresh}
-    assert (delta.changed, delta.added, delta.removed) == (0, 3, 1)
-    assert delta.entry.file_count == 4 and delta.entry.carried_files == 1
-    assert [f.path for f in parse_file_list(files, label="t")] == [
-        "moved/a/index.html",
-        "b.html",
-        "c.html",
-        "d/c.html",
-    ]
 
 
 def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app: App) -> None:
