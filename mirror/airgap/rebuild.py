@@ -535,6 +535,7 @@ class RebuiltArchive:
                     level=self.item.delta.compression.level,
                 )
             except IntegrityError as exc:
+                self._take_from_base(frozenset())  # a damaged or other base, named as such
                 raise self._refused(f"{exc.message} (the base {self._base_label})") from None
 
 

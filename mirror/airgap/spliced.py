@@ -13,8 +13,10 @@ Promises:
   at that path). So the archive holds every listed file once, with its listed content,
   beside the base's directories.
 - `splice_base` streams the base object from the bucket through the splice to `write`, and
-  checks the base's bytes against its version manifest (sha256 and size) once read: a base
-  damaged or replaced in the bucket is refused as such, whatever the splice met first.
+  checks the base's bytes against its version manifest (sha256 and size) once read. When
+  the splice refuses anything, the caller names the cause by reading the base once more
+  (`rebuild.RebuiltArchive`: a base damaged, replaced or holding another tree is refused as
+  such, whatever the splice met first).
 - Memory does not grow with the site: the list's paths and the paths written are
   `mirror.spill` maps.
 """
@@ -133,21 +135,11 @@ def splice_base(
             yield chunk
 
     source = chunks()
-    try:
-        splice_tree(source, plan, write, mtime=mtime, level=level, label=where)
-        for _ in source:
-            pass
-    except IntegrityError:
-        for _ in source:
-            pass
-        _require_base(read.result, base, where)
-        raise
-    _require_base(read.result, base, where)
-
-
-def _require_base(read: Digest, base: layout.VersionManifest, where: str) -> None:
-    if read != Digest(base.sha256, base.size):
+    splice_tree(source, plan, write, mtime=mtime, level=level, label=where)
+    for _ in source:
+        pass
+    if read.result != Digest(base.sha256, base.size):
         raise IntegrityError(
-            f"{where} does not match its version manifest (damaged or replaced; "
+            f"{where} does not match its manifest (damaged or replaced; "
             "`mirror chart check` finds such versions)"
         )

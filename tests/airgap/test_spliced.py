@@ -223,7 +223,7 @@ def test_a_base_replaced_in_the_bucket_is_refused_as_such_and_publishes_nothing(
         Body=other.read_bytes(),
     )
     before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match="does not match its version manifest") as refused:
+    with pytest.raises(IntegrityError, match="does not match its manifest") as refused:
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert "--full --from-set 2" in str(refused.value.hint)
     assert bucket_listing(object_store.client, object_store.bucket) == before
