@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mirror.airgap import layout, provenance, rebuild
-from mirror.airgap.multipart import Outcome, StagedUpload, Staging
+from mirror.airgap.multipart import Outcome, Reader, StagedUpload, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
@@ -297,7 +297,6 @@ def stage_bundles(
     the signed manifest (else all are aborted); the outcome and the object's digest by key.
     Objects in `there` (by key: versions there with the same tree, `same_tree_there`) are
     not sent."""
-    sequence = verified.manifest.sequence
     skipped: dict[str, Staged] = {}
     uploads: list[StagedUpload] = []
     with Staging(store) as staging:
@@ -312,29 +311,41 @@ def stage_bundles(
                 verified.path,
                 item,
                 store,
-                sequence=sequence,
+                sequence=verified.manifest.sequence,
                 site=verified.manifest.site,
                 work_dir=work_dir,
                 bases=bases,
             ) as reader:
-                try:
-                    uploads.append(
-                        staging.stage(
-                            key,
-                            reader,
-                            **_expected(item, bases),
-                            content_type=_content_type(item.archive_format),
-                            on_progress=on_progress,
-                        )
-                    )
-                except IntegrityError as exc:
-                    named = find_damaged_part(verified.path, item) if item.delta is None else None
-                    raise (named or exc) from None
+                uploads.append(_stage(staging, verified, item, key, reader, bases, on_progress))
         outcomes = staging.complete()
     staged = {
         u.key: Staged(outcomes[u.key], u.digest or _read_digest(store, u.key)) for u in uploads
     }
     return {**staged, **skipped}
+
+
+def _stage(
+    staging: Staging,
+    verified: VerifiedSet,
+    item: ManifestItem,
+    key: str,
+    reader: Reader,
+    bases: rebuild.Bases | None,
+    on_progress: Callable[[int], None] | None,
+) -> StagedUpload:
+    """Stage `item`'s object at `key` from `reader`; a damaged part of a whole item is
+    named."""
+    try:
+        return staging.stage(
+            key,
+            reader,
+            **_expected(item, bases),
+            content_type=_content_type(item.archive_format),
+            on_progress=on_progress,
+        )
+    except IntegrityError as exc:
+        named = find_damaged_part(verified.path, item) if item.delta is None else None
+        raise (named or exc) from None
 
 
 @dataclass(frozen=True)
