@@ -56,6 +56,7 @@ from mirror.archive import ArchiveLimits, inspect_archive, read_archive
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
+from mirror.outbound import carried
 from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
@@ -71,7 +72,7 @@ from mirror.transferset.delta import (
 from mirror.transferset.format import DeltaEntry
 from mirror.versions import VersionLabel, VersionRef
 
-SPOOL_IN_MEMORY = 4 * 1024 * 1024
+SPOOL_IN_MEMORY = carried.SPOOL_IN_MEMORY  # one threshold for both ways of reading a bundle
 log = logging.getLogger(__name__)
 
 NO_BASE = "no base"
@@ -293,6 +294,11 @@ def _build(
     output: IO[bytes] | None,
     limits: ArchiveLimits,
 ) -> DeltaBlob:
+    if base.format == item.ref.format == SPLICED_BASE_FORMAT:
+        listing = digests.load(store, item.ref.sha256, item.tree_sha256, str(store.tmp_dir))
+        if listing is not None:
+            with listing:
+                return _build_spliced(store, item, base, base_tree, listing, output, limits)
     counted = HashingWriter(output)
     blob = DeltaBlobWriter(cast(BinaryIO, counted), spool_dir=str(store.tmp_dir))
     compression = current()
@@ -322,6 +328,45 @@ def _build(
         changed=sink.changed,
         added=sink.added,
         removed=removed,
+        file=output,
+    )
+
+
+def _build_spliced(
+    store: BlobStore,
+    item: Offered,
+    base: Base,
+    base_tree: _BaseTree,
+    listing: FileList,
+    output: IO[bytes] | None,
+    limits: ArchiveLimits,
+) -> DeltaBlob:
+    """A spliced delta from both versions' kept digests and one inflate of the new bundle
+    for the carried contents (`mirror.outbound.carried`)."""
+    counted = HashingWriter(output)
+    blob = DeltaBlobWriter(cast(BinaryIO, counted), spool_dir=str(store.tmp_dir))
+    found = carried.compare(listing, base_tree.paths.sorted_items())
+    with found.carried:
+        carried.take_contents(
+            store.open(item.ref.sha256),
+            found.carried,
+            blob,
+            spool_dir=store.tmp_dir,
+            label=str(item.ref.label),
+            limits=limits,
+        )
+        entry = _entry(base, None, current(), file_count=len(listing), carried=len(found.carried))
+    blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in listing)
+    if output is not None:
+        output.flush()
+        output.seek(0)
+    return DeltaBlob(
+        sha256=counted.result.sha256,
+        size=counted.size,
+        entry=entry,
+        changed=found.changed,
+        added=found.added,
+        removed=found.removed,
         file=output,
     )
 

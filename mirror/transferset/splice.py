@@ -33,8 +33,8 @@ import hashlib
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from mirror.archive import ArchiveLimits, member_path
 from mirror.errors import IntegrityError
@@ -42,7 +42,7 @@ from mirror.spill import SpillMap
 from mirror.transferset.compression import MEMBER_HEADER
 from mirror.transferset.delta import archive_ending, member_header
 from mirror.transferset.inflate import Block, GzipBlocks, crc32_combine, raw_blocks
-from mirror.transferset.tarunits import TarUnits, Unit
+from mirror.transferset.tarunits import MemberData, TarUnits, Unit
 
 WINDOW = 32 * 1024
 PIECE_SIZE = 1024 * 1024
@@ -276,16 +276,6 @@ class TreePlan(Protocol):
         ...
 
 
-@dataclass
-class _KeptContent:
-    """The inflated range [start, end) of a kept file's content, hashed as it passes."""
-
-    path: str
-    start: int
-    end: int
-    hashing: hashlib._Hash = field(default_factory=hashlib.sha256)
-
-
 def splice_tree(
     base: Iterable[bytes],
     plan: TreePlan,
@@ -332,7 +322,7 @@ class _TreeSplice:
         self._position = 0  # base offset the edits cover
         self._length = 0  # tar bytes of the new archive
         self._directories = SpillMap()
-        self._kept: deque[_KeptContent] = deque()
+        self._kept: MemberData[tuple[str, int, Any]] = MemberData()
 
     def __enter__(self) -> _TreeSplice:
         return self
@@ -377,8 +367,7 @@ class _TreeSplice:
         )
         if decision is True:
             if unit.kind == "file" and path is not None:
-                content_end = unit.end - (-unit.size % 512)
-                self._kept.append(_KeptContent(path, content_end - unit.size, content_end))
+                self._kept.want(unit, (path, unit.size, hashlib.sha256()))
             self._edit(Edit("keep", unit.start, unit.end))
         else:
             if isinstance(decision, NewFile):
@@ -388,17 +377,10 @@ class _TreeSplice:
     def _hash_kept(self, data: bytes, start: int) -> None:
         """Hash what of `data` (the base's inflated bytes from `start`) is kept files'
         content; hand each finished one's digest to the plan."""
-        end = start + len(data)
-        with memoryview(data) as view:
-            while self._kept and self._kept[0].start <= end:
-                kept = self._kept[0]
-                low, high = max(kept.start, start), min(kept.end, end)
-                if high > low:
-                    kept.hashing.update(view[low - start : high - start])
-                if kept.end > end:
-                    break
-                self._kept.popleft()
-                self._plan.kept(kept.path, kept.hashing.hexdigest(), kept.end - kept.start)
+        for (path, size, hashing), piece, last in self._kept.pieces(data, start):
+            hashing.update(piece)
+            if last:
+                self._plan.kept(path, hashing.hexdigest(), size)
 
     def _write_file(self, new: NewFile) -> None:
         self._insert(member_header(new.path, new.size, self._mtime, directory=False))

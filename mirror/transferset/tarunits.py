@@ -7,6 +7,9 @@ at the offsets the sizes give, and skips the rest. Names are resolved as Python'
 resolves them (which `mirror.archive` read when the bundle was checked): a pax `path` or a
 GNU long name first, else the ustar prefix and name; a pax `size` over the header's.
 
+`MemberData` gives the data of chosen members as the stream passes (the splice hashes what
+it keeps; a delta pack takes the contents it carries).
+
 Promises: memory is one header and its extension records; every header's checksum is
 checked; a stream that is not a tar stream is IntegrityError (exit 5). No I/O.
 """
@@ -14,8 +17,10 @@ checked; a stream that is not a tar stream is IntegrityError (exit 5). No I/O.
 from __future__ import annotations
 
 import tarfile
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from mirror.errors import IntegrityError
 
@@ -25,6 +30,7 @@ _FILE_TYPES = {tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE}
 _MAX_EXTENSION = 1024 * 1024
 
 Kind = Literal["file", "dir", "other"]
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -208,3 +214,45 @@ def _pax_records(data: bytes, at: int) -> dict[str, str]:
         if length <= 0:
             raise IntegrityError(f"tar stream: bad pax records at {at}")
     return records
+
+
+@dataclass
+class _Wanted(Generic[K]):
+    key: K
+    start: int
+    end: int
+
+
+class MemberData(Generic[K]):
+    """The data of the file members asked for, piece by piece as the stream passes.
+
+    `want(unit, key)` asks for a member `TarUnits.feed` gave (before the stream passes its
+    data); `pieces(data, start)` yields, for the stream's bytes `data` at offset `start`,
+    each wanted member's piece in them as `(key, piece, last)`, in stream order: every
+    member's pieces in order, the one that ends it with `last` true (an empty member's
+    only piece is empty). A piece is a view of `data`: use it before the next call.
+    Memory is the members wanted and not yet passed."""
+
+    def __init__(self) -> None:
+        self._wanted: deque[_Wanted[K]] = deque()
+
+    def want(self, unit: Unit, key: K) -> None:
+        end = unit.end - (-unit.size % BLOCK)
+        self._wanted.append(_Wanted(key, end - unit.size, end))
+
+    def pieces(self, data: bytes | memoryview, start: int) -> Iterator[tuple[K, memoryview, bool]]:
+        end = start + len(data)
+        view = memoryview(data)
+        while self._wanted and self._wanted[0].start <= end:
+            wanted = self._wanted[0]
+            low, high = max(wanted.start, start), min(wanted.end, end)
+            last = wanted.end <= end
+            yield wanted.key, view[low - start : high - start] if high > low else view[:0], last
+            if not last:
+                return
+            self._wanted.popleft()
+
+    @property
+    def pending(self) -> int:
+        """How many wanted members the stream has not passed the end of."""
+        return len(self._wanted)

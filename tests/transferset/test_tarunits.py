@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from mirror.errors import IntegrityError
-from mirror.transferset.tarunits import TarUnits, Unit
+from mirror.transferset.tarunits import MemberData, TarUnits, Unit
 from tests.fixtures.archives import Entry, tar_bytes
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-long-name" for n in range(5))
@@ -261,3 +261,33 @@ def test_extension_records_over_a_mebibyte_are_refused() -> None:
     raw = tar_bytes([Entry("a.txt", b"abc", pax={"comment": "c" * 2_000_000})])
     with pytest.raises(IntegrityError, match=r"^tar stream: extension records of 2000"):
         _units(raw)
+
+
+@pytest.mark.parametrize("chunk", [1, 511, 513, 10240, 1 << 20])
+def test_member_data_gives_each_wanted_members_bytes_in_order_whatever_the_chunking(
+    chunk: int,
+) -> None:
+    """Every second file is wanted (empty and long-named ones among them): the pieces of
+    each, joined, are its content as tarfile reads it; the last piece is flagged once."""
+    files = {"a.html": b"a" * 700, "empty.html": b"", "b/" + "n" * 120: b"long" * 300}
+    files |= {f"p{i}.txt": bytes([i]) * (i * 97) for i in range(12)}
+    stream = tar_bytes(files)
+    units, data_of = TarUnits(), MemberData[str]()
+    got: dict[str, bytearray] = {}
+    ended: list[str] = []
+    seen = 0
+    for at in range(0, len(stream), chunk):
+        piece = stream[at : at + chunk]
+        for unit in units.feed(piece):
+            if unit.kind == "file" and unit.path is not None:
+                seen += 1
+                if seen % 2:
+                    data_of.want(unit, unit.path)
+                    got[unit.path] = bytearray()
+        for path, part, last in data_of.pieces(piece, at):
+            got[path] += part
+            if last:
+                ended.append(path)
+    assert data_of.pending == 0 and sorted(ended) == sorted(got)
+    assert {path: bytes(data) for path, data in got.items()} == {p: files[p] for p in got}
+    assert len(got) >= 7
