@@ -85,6 +85,7 @@ from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
 
 PIPE_DEPTH = 4
+PIPE_PIECE = 1024 * 1024
 
 
 Bases = Mapping[tuple[str, str], layout.VersionManifest]
@@ -685,15 +686,30 @@ class _BaseFile:
 
 class _Pipe:
     """Runs `produce(put)` on a thread; `get` returns what it put, then None at its end.
-    An exception in the producer is raised by `get`; `close` stops the producer."""
+    An exception in the producer is raised by `get`; `close` stops the producer. What the
+    producer puts is handed over in pieces of about PIPE_PIECE bytes: a splice writes many
+    small pieces, and handing each to the reader would wake it (and wait for the GIL)
+    thousands of times."""
 
     def __init__(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
         self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(PIPE_DEPTH)
         self._stop = threading.Event()
+        self._pending = bytearray()
         self._thread = threading.Thread(
             target=self._run, args=(produce,), name="rebuild", daemon=True
         )
         self._thread.start()
+
+    def _gather(self, data: bytes) -> None:
+        self._pending += data
+        if len(self._pending) >= PIPE_PIECE:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._pending:
+            piece = bytes(self._pending)
+            self._pending.clear()
+            self._put(piece)
 
     def _put(self, item: bytes | BaseException | None) -> None:
         while not self._stop.is_set():
@@ -704,7 +720,8 @@ class _Pipe:
 
     def _run(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
         try:
-            produce(self._put)
+            produce(self._gather)
+            self._hand_over()
         except _Stopped:
             return
         except BaseException as exc:  # handed to the reader, which raises it
