@@ -318,18 +318,7 @@ def _build(
         carried = sink.carried if tree is None else len(blob.carried)
         entry = _entry(base, tree, compression, file_count=len(files), carried=carried)
         blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in files)
-    if output is not None:
-        output.flush()
-        output.seek(0)
-    return DeltaBlob(
-        sha256=counted.result.sha256,
-        size=counted.size,
-        entry=entry,
-        changed=sink.changed,
-        added=sink.added,
-        removed=removed,
-        file=output,
-    )
+    return _written(counted, output, entry, (sink.changed, sink.added, removed))
 
 
 def _build_spliced(
@@ -357,16 +346,28 @@ def _build_spliced(
         )
         entry = _entry(base, None, current(), file_count=len(listing), carried=len(found.carried))
     blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in listing)
+    return _written(counted, output, entry, (found.changed, found.added, found.removed))
+
+
+def _written(
+    counted: HashingWriter,
+    output: IO[bytes] | None,
+    entry: DeltaEntry,
+    counts: tuple[int, int, int],
+) -> DeltaBlob:
+    """The finished delta blob (its file, if kept, rewound), with the files changed, added
+    and removed."""
     if output is not None:
         output.flush()
         output.seek(0)
+    changed, added, removed = counts
     return DeltaBlob(
         sha256=counted.result.sha256,
         size=counted.size,
         entry=entry,
-        changed=found.changed,
-        added=found.added,
-        removed=found.removed,
+        changed=changed,
+        added=added,
+        removed=removed,
         file=output,
     )
 
