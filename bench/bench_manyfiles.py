@@ -172,6 +172,7 @@ def _forget_set(store: Path, keys: Path, out: Path) -> None:
     """Undo the pack of the second set (its record and its directory), to pack it again."""
     from mirror.config import settings_from_dict
     from mirror.outbound.records import forget_set
+    from mirror.sites import DEFAULT_SITE
     from mirror.store.app import App
 
     settings = settings_from_dict(
@@ -179,7 +180,7 @@ def _forget_set(store: Path, keys: Path, out: Path) -> None:
     )
     app = App(settings)
     try:
-        forget_set(app, 2)
+        forget_set(app, DEFAULT_SITE, 2)
     finally:
         app.close()
     shutil.rmtree(out)
