@@ -219,7 +219,8 @@ def _require_spliceable(
 def import_bytes(set_dir: Path) -> int | None:
     """The bytes an import of `set_dir` counts, for a progress total only (the manifest is
     not verified here): the set's files, each delta blob counted as the archive rebuilt
-    from it. None when unreadable."""
+    from it. None when unreadable, or when a spliced delta's archive (its size learnt as it
+    is written) makes the total unknown."""
     total = set_bytes(set_dir)
     if total is None:
         return None
@@ -227,9 +228,12 @@ def import_bytes(set_dir: Path) -> int | None:
         manifest = parse_manifest(read_manifest_bytes(set_dir))
     except MirrorError:
         return total
-    return total + sum(
-        (i.published_size or i.size) - i.size for i in manifest.items if i.delta is not None
-    )
+    for item in manifest.items:
+        if item.delta is not None:
+            if item.published_size is None:
+                return None
+            total += item.published_size - item.size
+    return total
 
 
 def open_published(

@@ -16,6 +16,7 @@ import pytest
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.rebuild import import_bytes
 from mirror.archive import inspect_archive, tree_hash
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError
@@ -122,6 +123,7 @@ def test_a_spliced_delta_publishes_the_new_tree_at_the_vendors_size_and_chart_ch
         item.tree_sha256,
     )
     assert list(work.iterdir()) == []
+    assert import_bytes(tmp_path / "s2") is None  # a progress bar without a total: learnt
 
     values = tmp_path / "values.yaml"
     chart.write_values(chart.render_values(object_store, target_settings, DOCS, V2), values)
