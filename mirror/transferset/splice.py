@@ -24,7 +24,9 @@ The bytes, which both sides make from the same input and `Compression`:
 
 Promises: memory is one base block, one piece and its compressed form; input is read once.
 Each base file the plan keeps is hashed as its bytes pass and its digest handed to the plan
-(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept.
+(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept. With
+`regular_only`, a base member that is neither a regular file nor a directory (a link, a
+device, a fifo) is IntegrityError: a side publishing a bundle's tree must not keep one.
 """
 
 from __future__ import annotations
@@ -285,13 +287,16 @@ def splice_tree(
     level: int,
     label: str,
     limits: ArchiveLimits | None = None,
+    regular_only: bool = False,
 ) -> None:
     """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`:
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
     zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
-    with _TreeSplice(plan, write, mtime=mtime, level=level, limits=limits) as tree:
+    with _TreeSplice(
+        plan, write, mtime=mtime, level=level, limits=limits, regular_only=regular_only
+    ) as tree:
         blocks = GzipBlocks(base, label=label)
         try:
             for block in blocks:
@@ -312,8 +317,10 @@ class _TreeSplice:
         mtime: int,
         level: int,
         limits: ArchiveLimits | None,
+        regular_only: bool,
     ) -> None:
         self._plan = plan
+        self._regular_only = regular_only
         self._splicer = Splicer(write, level=level)
         self._units = TarUnits()
         self._mtime = mtime
@@ -360,6 +367,11 @@ class _TreeSplice:
         if unit.start > self._position:
             self._edit(Edit("keep", self._position, unit.start))
         path = None if unit.path is None else member_path(unit.path, self._limits)
+        if self._regular_only and unit.kind == "other" and unit.path is not None:
+            raise IntegrityError(  # (a pax global header has no path: it names no member)
+                f"{unit.path}: a link, device or special member; a bundle holds only regular "
+                "files and directories"
+            )
         if unit.kind == "dir" and path is not None:
             self._directories.add(path)
         decision = (

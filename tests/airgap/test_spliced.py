@@ -22,7 +22,7 @@ from mirror.errors import IntegrityError
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import SigningKey
-from tests.fixtures.archives import make_tar_gz, write_zip
+from tests.fixtures.archives import Entry, entries_of, make_tar_gz, write_tar, write_zip
 from tests.fixtures.deltasets import (
     DeltaSpec,
     SetItem,
@@ -297,3 +297,43 @@ def test_an_import_killed_before_the_versions_manifest_learns_the_objects_digest
         manifest.size,
         manifest.object,
     )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        Entry("guides/evil", kind="symlink", target="/etc/shadow"),
+        Entry("guides/twin.html", kind="hardlink", target="index.html"),
+        Entry("guides/pipe", kind="fifo"),
+    ],
+    ids=lambda e: e.kind,
+)
+def test_a_base_rewritten_with_a_member_no_bundle_holds_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, extra: Entry
+) -> None:
+    """Whoever holds the bucket's keys may rewrite the base's manifest to the bytes they put:
+    the splice keeps a base's members it is not told to edit, so a link, a fifo or a device
+    among them would be published in a version the chart's pods refuse (or follow). A bundle
+    holds only regular files and directories (mirror.archive): the splice refuses the rest."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    other = write_tar(
+        tmp_path / "other.tar.gz", [*entries_of(BASE), extra], compresslevel=1
+    ).read_bytes()
+    key = object_store.key(DOCS, V1, "bundle.tar.gz")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=other)
+    base = layout.read_version_manifest(object_store, DOCS, V1)
+    assert base is not None
+    rewritten = base.model_copy(
+        update={"sha256": hashlib.sha256(other).hexdigest(), "size": len(other)}
+    )
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=layout.version_manifest_key(object_store, DOCS, V1),
+        Body=rewritten.to_bytes(),
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=f"{extra.name}.*only regular files") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
