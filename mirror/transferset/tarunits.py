@@ -5,7 +5,9 @@ ranges of its tar stream, so it needs each member's extent and name without copy
 data: `TarUnits` reads only the headers (and the pax and GNU long-name records before them)
 at the offsets the sizes give, and skips the rest. Names are resolved as Python's `tarfile`
 resolves them (which `mirror.archive` read when the bundle was checked): a pax `path` or a
-GNU long name first, else the ustar prefix and name; a pax `size` over the header's.
+GNU long name first, else the ustar prefix and name; a pax `size` over the header's. Pax
+`GNU.sparse.*` records (which make tarfile read a member under another name, size or
+content than its extent holds) are IntegrityError: a bundle's members are stored whole.
 
 `MemberData` gives the data of chosen members as the stream passes (the splice hashes what
 it keeps; a delta pack takes the contents it carries).
@@ -213,6 +215,8 @@ def _pax_records(data: bytes, at: int) -> dict[str, str]:
         pos += length
         if length <= 0:
             raise IntegrityError(f"tar stream: bad pax records at {at}")
+    if any(key.startswith("GNU.sparse.") for key in records):
+        raise IntegrityError(f"tar stream: GNU.sparse pax records at {at}")
     return records
 
 

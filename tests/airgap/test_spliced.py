@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +335,65 @@ def test_a_base_rewritten_with_a_member_no_bundle_holds_publishes_nothing(
     )
     before = bucket_listing(object_store.client, object_store.bucket)
     with pytest.raises(IntegrityError, match=f"{extra.name}.*only regular files") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def _rewrite_base(tmp_path: Path, object_store: ObjectStore, other: bytes) -> None:
+    """The base's object replaced by `other`, its manifest rewritten to match (whoever holds
+    the bucket's keys can); its tree field left as signed."""
+    key = object_store.key(DOCS, V1, "bundle.tar.gz")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=other)
+    base = layout.read_version_manifest(object_store, DOCS, V1)
+    assert base is not None
+    rewritten = base.model_copy(
+        update={"sha256": hashlib.sha256(other).hexdigest(), "size": len(other)}
+    )
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=layout.version_manifest_key(object_store, DOCS, V1),
+        Body=rewritten.to_bytes(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("records", "global_records"),
+    [
+        ({"GNU.sparse.name": "evil.html"}, {}),
+        ({"GNU.sparse.map": "0,0", "GNU.sparse.realsize": "900"}, {}),
+        ({}, {"GNU.sparse.name": "evil.html"}),
+    ],
+    ids=["renamed", "sparse-map", "global-rename"],
+)
+def test_a_base_whose_kept_file_tarfile_reads_as_another_publishes_nothing(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    records: dict[str, str],
+    global_records: dict[str, str],
+) -> None:
+    """A kept file's bytes are hashed as the splice reads its extent; pax GNU.sparse records
+    make tarfile (the chart's extraction, mirror.archive) read that member under another
+    name or as other content: a published tree that is not the signed one. Refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    raw = io.BytesIO()
+    with tarfile.open(
+        fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT, pax_headers=global_records
+    ) as tar:
+        for name, data in BASE.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if name == "guides/c.html":  # kept by the splice (unchanged in NEW)
+                info.pax_headers = records
+            tar.addfile(info, io.BytesIO(data))
+    _rewrite_base(tmp_path, object_store, raw.getvalue())
+    before = bucket_listing(object_store.client, object_store.bucket)
+    # named as the splice met it, or as the base read again (through tarfile) shows it
+    cause = r"GNU\.sparse|holds tree \w+, not the base tree|unsafe archive"
+    with pytest.raises(IntegrityError, match=rf"2026-11-21/bundle\.tar\.gz.*({cause})") as refused:
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert "--full --from-set 2" in str(refused.value.hint)
     assert bucket_listing(object_store.client, object_store.bucket) == before
