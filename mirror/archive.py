@@ -204,15 +204,15 @@ def read_archive_stream(
     stream: IO[bytes],
     fmt: Format,
     size: int,
-    sink: FileSink,
+    sink: FileSink | None,
     limits: ArchiveLimits = ArchiveLimits(),
     *,
     name: str,
 ) -> ArchiveReport:
     """`read_archive` over a tar archive's bytes as they are read from `stream` (one pass:
-    nothing is written to disk); `size` is the archive's announced size, for the ratio
-    guard; `name` stands for the archive in messages. A zip needs its file (its directory
-    is at its end): ValueError."""
+    nothing is written to disk; with no `sink`, `inspect_archive`); `size` is the archive's
+    announced size, for the ratio guard; `name` stands for the archive in messages. A zip
+    needs its file (its directory is at its end): ValueError."""
     if fmt == "zip":
         raise ValueError("a zip archive cannot be read as a stream")
     return _inspect(Path(name), fmt, size, lambda: cast(IO[bytes], _Borrowed(stream)), limits, sink)

@@ -398,3 +398,27 @@ def test_a_base_whose_kept_file_tarfile_reads_as_another_publishes_nothing(
     assert "--full --from-set 2" in str(refused.value.hint)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert no_uploads_left(object_store)
+
+
+def test_an_object_in_place_claiming_the_tree_but_holding_another_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """An object at the new version's key whose tree-sha256 metadata names the signed tree
+    is taken as this version spliced by an import killed before its manifest; its metadata
+    is only a claim (anyone with the bucket's keys can write it): the object is read back for
+    its digest, and its tree must be the signed one, else the digest recorded would make
+    `chart check` vouch for whatever it holds."""
+    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    junk = make_tar_gz(tmp_path / "junk.tar.gz", {"index.html": b"<h1>not this</h1>\n"})
+    key = object_store.key(DOCS, V2, "bundle.tar.gz")
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=key,
+        Body=junk.read_bytes(),
+        Metadata={"tree-sha256": item.tree_sha256},
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=rf"{V2}/bundle\.tar\.gz .*holds tree"):
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert layout.read_version_manifest(object_store, DOCS, V2) is None
