@@ -318,21 +318,8 @@ def test_a_base_rewritten_with_a_member_no_bundle_holds_publishes_nothing(
     among them would be published in a version the chart's pods refuse (or follow). A bundle
     holds only regular files and directories (mirror.archive): the splice refuses the rest."""
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
-    other = write_tar(
-        tmp_path / "other.tar.gz", [*entries_of(BASE), extra], compresslevel=1
-    ).read_bytes()
-    key = object_store.key(DOCS, V1, "bundle.tar.gz")
-    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=other)
-    base = layout.read_version_manifest(object_store, DOCS, V1)
-    assert base is not None
-    rewritten = base.model_copy(
-        update={"sha256": hashlib.sha256(other).hexdigest(), "size": len(other)}
-    )
-    object_store.client.put_object(
-        Bucket=object_store.bucket,
-        Key=layout.version_manifest_key(object_store, DOCS, V1),
-        Body=rewritten.to_bytes(),
-    )
+    other = write_tar(tmp_path / "other.tar.gz", [*entries_of(BASE), extra], compresslevel=1)
+    _rewrite_base(tmp_path, object_store, other.read_bytes())
     before = bucket_listing(object_store.client, object_store.bucket)
     with pytest.raises(IntegrityError, match=f"{extra.name}.*only regular files") as refused:
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
@@ -422,3 +409,21 @@ def test_an_object_in_place_claiming_the_tree_but_holding_another_publishes_noth
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert layout.read_version_manifest(object_store, DOCS, V2) is None
+
+
+def test_a_delta_blob_damaged_on_the_medium_is_named_as_such_and_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A bit flipped in the delta's part on the USB disk: the set is damaged, not the base
+    nor the packer; the error names the part (re-copy the set), and nothing is published."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    (part,) = (tmp_path / "s2" / "blobs").iterdir()
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    part.write_bytes(bytes(data))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert part.name in refused.value.message
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
