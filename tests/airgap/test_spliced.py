@@ -3,11 +3,13 @@ server with real archives: simulator sites and hand-made trees, real signed sets
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.archive import inspect_archive, tree_hash
 from mirror.config import TargetSettings
-from mirror.errors import IntegrityError
+from mirror.errors import IntegrityError, MirrorError
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import SigningKey
@@ -426,4 +428,34 @@ def test_a_delta_blob_damaged_on_the_medium_is_named_as_such_and_publishes_nothi
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert part.name in refused.value.message
     assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Two operators import the same set at once (9 MiB: multipart): one splices and
+    publishes; the other either finds it published meanwhile (read back, proved by its
+    tree) or is refused as a replay; the version's manifest names the object's bytes."""
+    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w2").mkdir()
+    copy = tmp_path / "s2-copy"
+    shutil.copytree(tmp_path / "s2", copy)
+
+    def run(set_dir: Path, work: Path) -> str:
+        try:
+            return import_set(object_store, set_dir, trusted, work_dir=work).items[0].status
+        except MirrorError as exc:
+            return f"refused: {exc.message}"
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(run, [tmp_path / "s2", copy], [tmp_path / "w1", tmp_path / "w2"]))
+    assert "published" in outcomes, outcomes
+    assert all(o in ("published", "already there") or "refused" in o for o in outcomes)
+    manifest = layout.read_version_manifest(object_store, DOCS, V2)
+    assert manifest is not None and manifest.tree_sha256 == item.tree_sha256
+    archive = published(object_store, V2, tmp_path)
+    assert manifest.sha256 == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert inspect_archive(archive).tree_sha256 == item.tree_sha256
     assert no_uploads_left(object_store)
