@@ -258,6 +258,12 @@ class TreePaths:
         self._seen.claim(path, path, is_dir=False)
         self._seen.files[path] = ""
 
+    def directory(self, path: str) -> None:
+        """A directory beside the files (an archive being written holds both)."""
+        if _normalise(path, self._limits) != path:
+            raise _unsafe(path, "is not a normalised path below the root")
+        self._seen.claim(path, path, is_dir=True)
+
     def close(self) -> None:
         self._seen.close()
 

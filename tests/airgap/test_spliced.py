@@ -459,3 +459,25 @@ def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
     assert manifest.sha256 == hashlib.sha256(archive.read_bytes()).hexdigest()
     assert inspect_archive(archive).tree_sha256 == item.tree_sha256
     assert no_uploads_left(object_store)
+
+
+@pytest.mark.parametrize(
+    "directory",
+    ["index.html/", "Guides/", "guides/c.html/deeper/"],
+    ids=["at a carried file", "a case twin", "below a kept file"],
+)
+def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, directory: str
+) -> None:
+    """A splice keeps the base's directories; one added to the base in the bucket (its
+    manifest rewritten) where the new tree has a file, or as a case twin of one, would
+    publish an archive `mirror.archive` refuses and a pod cannot unpack: refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match="unsafe archive") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
