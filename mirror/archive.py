@@ -908,6 +908,9 @@ def _tar_members(
 
 
 def _tar_member(forward: _Forward, info: tarfile.TarInfo) -> _Member:
+    if info.issparse() or any(key.startswith("GNU.sparse.") for key in info.pax_headers):
+        # unpacked under another name or with other bytes than it stores: never a file here
+        return _Member(info.name, "a GNU sparse file", info.size)
     if info.isreg():
         return _Member(info.name, "file", info.size, functools.partial(forward.member, info.size))
     if info.isdir():
