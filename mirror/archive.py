@@ -204,15 +204,15 @@ def read_archive_stream(
     stream: IO[bytes],
     fmt: Format,
     size: int,
-    sink: FileSink,
+    sink: FileSink | None,
     limits: ArchiveLimits = ArchiveLimits(),
     *,
     name: str,
 ) -> ArchiveReport:
     """`read_archive` over a tar archive's bytes as they are read from `stream` (one pass:
-    nothing is written to disk); `size` is the archive's announced size, for the ratio
-    guard; `name` stands for the archive in messages. A zip needs its file (its directory
-    is at its end): ValueError."""
+    nothing is written to disk; with no `sink`, `inspect_archive`); `size` is the archive's
+    announced size, for the ratio guard; `name` stands for the archive in messages. A zip
+    needs its file (its directory is at its end): ValueError."""
     if fmt == "zip":
         raise ValueError("a zip archive cannot be read as a stream")
     return _inspect(Path(name), fmt, size, lambda: cast(IO[bytes], _Borrowed(stream)), limits, sink)
@@ -257,6 +257,12 @@ class TreePaths:
             raise _unsafe(path, "is not a normalised path below the root")
         self._seen.claim(path, path, is_dir=False)
         self._seen.files[path] = ""
+
+    def directory(self, path: str) -> None:
+        """A directory beside the files (an archive being written holds both)."""
+        if _normalise(path, self._limits) != path:
+            raise _unsafe(path, "is not a normalised path below the root")
+        self._seen.claim(path, path, is_dir=True)
 
     def close(self) -> None:
         self._seen.close()
@@ -902,6 +908,9 @@ def _tar_members(
 
 
 def _tar_member(forward: _Forward, info: tarfile.TarInfo) -> _Member:
+    if info.issparse() or any(key.startswith("GNU.sparse.") for key in info.pax_headers):
+        # unpacked under another name or with other bytes than it stores: never a file here
+        return _Member(info.name, "a GNU sparse file", info.size)
     if info.isreg():
         return _Member(info.name, "file", info.size, functools.partial(forward.member, info.size))
     if info.isdir():

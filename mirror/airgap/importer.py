@@ -45,7 +45,7 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
-from mirror.integrity import Digest, HashingWriter
+from mirror.integrity import Digest
 from mirror.sites import DEFAULT_SITE
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, Manifest, ManifestItem, iso_time
@@ -318,8 +318,10 @@ def stage_bundles(
             ) as reader:
                 uploads.append(_stage(staging, verified, item, key, reader, bases, on_progress))
         outcomes = staging.complete()
+    trees = {_bundle(store, item): item.tree_sha256 for item in verified.manifest.items}
     staged = {
-        u.key: Staged(outcomes[u.key], u.digest or _read_digest(store, u.key)) for u in uploads
+        u.key: Staged(outcomes[u.key], u.digest or _read_digest(store, u.key, trees[u.key]))
+        for u in uploads
     }
     return {**staged, **skipped}
 
@@ -368,13 +370,25 @@ def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]
     return {"identity": {TREE_SHA256_META: item.tree_sha256}, "size_hint": hint}
 
 
-def _read_digest(store: ObjectStore, key: str) -> Digest:
+def _read_digest(store: ObjectStore, key: str, tree_sha256: str) -> Digest:
     """The digest of an object already in place that this import did not write (a spliced
-    delta's, published by an import killed before the version's manifest): read back."""
-    read = HashingWriter()
-    for chunk in store.open_stream(key):
-        read.write(chunk)
-    return read.result
+    delta's, published by an import killed before the version's manifest): read back, its
+    tree proved the signed one (its metadata only claims it; the digest recorded is what
+    `chart check` vouches for)."""
+    head = store.head(key)
+    where = f"{store.bucket}/{key}"
+    try:
+        tree, digest = rebuild.read_back(store, key, head["size"] if head is not None else 0)
+    except IntegrityError as exc:
+        tree, digest = exc.message, None
+    if tree != tree_sha256 or digest is None:
+        held = f"tree {tree[:12]}" if digest is not None else f"no such tree ({tree})"
+        raise IntegrityError(
+            f"{where} already exists and names tree {tree_sha256[:12]} but holds {held}; "
+            "objects are never overwritten",
+            hint="remove it by hand only if you are sure it is wrong",
+        )
+    return digest
 
 
 def same_tree_there(store: ObjectStore, item: ManifestItem) -> layout.VersionManifest | None:

@@ -236,6 +236,18 @@ def import_bytes(set_dir: Path) -> int | None:
     return total
 
 
+def read_back(store: Store, key: str, size: int) -> tuple[str, Digest]:
+    """The tree and digest of the tar.gz object at `key` (of `size` bytes), read once (as a
+    rebuild reads its base): an object in place is what its identity metadata claims only
+    once its bytes say so. IntegrityError when it is no safe archive."""
+    source = _HashingStream(store.open_stream(key))
+    where = f"{store.bucket}/{key}"
+    stream = cast(IO[bytes], source)
+    report = read_archive_stream(stream, "tar.gz", size, None, ArchiveLimits(), name=where)
+    source.drain()
+    return report.tree_sha256, source.digest
+
+
 def open_published(
     set_dir: Path,
     item: ManifestItem,
@@ -574,6 +586,10 @@ class _HashingStream:
 
     def matches(self, sha256: str, size: int) -> bool:
         return self._hashing.result == Digest(sha256, size)
+
+    @property
+    def digest(self) -> Digest:
+        return self._hashing.result
 
 
 class _Contents:

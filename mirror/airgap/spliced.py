@@ -11,7 +11,8 @@ Promises:
   content (else IntegrityError). The listed files the base does not hold are appended in
   file-list order and must be carried (else IntegrityError: neither carried nor in the base
   at that path). So the archive holds every listed file once, with its listed content,
-  beside the base's directories.
+  beside the base's directories. A base member that is neither a regular file nor a
+  directory is IntegrityError (no bundle holds one: the base is not what was imported).
 - `splice_base` streams the base object from the bucket through the splice to `write`, and
   checks the base's bytes against its version manifest (sha256 and size) once read. When
   the splice refuses anything, the caller names the cause by reading the base once more
@@ -135,7 +136,7 @@ def splice_base(
             yield chunk
 
     source = chunks()
-    splice_tree(source, plan, write, mtime=mtime, level=level, label=where)
+    splice_tree(source, plan, write, mtime=mtime, level=level, label=where, regular_only=True)
     for _ in source:
         pass
     if read.result != Digest(base.sha256, base.size):

@@ -5,7 +5,10 @@ ranges of its tar stream, so it needs each member's extent and name without copy
 data: `TarUnits` reads only the headers (and the pax and GNU long-name records before them)
 at the offsets the sizes give, and skips the rest. Names are resolved as Python's `tarfile`
 resolves them (which `mirror.archive` read when the bundle was checked): a pax `path` or a
-GNU long name first, else the ustar prefix and name; a pax `size` over the header's.
+GNU long name first, else the ustar prefix and name; a pax `size` over the header's; a V7
+directory by the header's own name field. Pax `GNU.sparse.*` records and GNU sparse members
+(which make tarfile read a member under another name, size or content than its extent
+holds) are IntegrityError: a bundle's members are stored whole.
 
 `MemberData` gives the data of chosen members as the stream passes (the splice hashes what
 it keeps; a delta pack takes the contents it carries).
@@ -123,10 +126,14 @@ class TarUnits:
                 size = int(self._pax["size"])
             except ValueError:
                 raise IntegrityError(f"tar stream: bad pax records at {self._at}") from None
+        if kind == tarfile.GNUTYPE_SPARSE:  # tarfile reads other extents than its header's
+            raise IntegrityError(f"tar stream: a GNU sparse member at {self._at}")
         if size < 0:  # a size that goes back would read the same header again, forever
             raise IntegrityError(f"tar stream: the header at {self._at} gives a negative size")
         path = None if extension == "global" else self._name(data, kind)
-        old_directory = kind == tarfile.AREGTYPE and (path or "").endswith("/")  # V7 tar
+        # a V7 directory: decided on the header's own name field, before any record renames
+        # it, as tarfile decides (else a renamed member's data would be read as headers)
+        old_directory = kind == tarfile.AREGTYPE and _text(data[0:100]).endswith("/")
         is_file = kind in _FILE_TYPES and not old_directory
         skips_data = is_file or kind not in tarfile.SUPPORTED_TYPES or extension == "global"
         end = data_start + (-(-size // BLOCK) * BLOCK if skips_data else 0)
@@ -213,6 +220,8 @@ def _pax_records(data: bytes, at: int) -> dict[str, str]:
         pos += length
         if length <= 0:
             raise IntegrityError(f"tar stream: bad pax records at {at}")
+    if any(key.startswith("GNU.sparse.") for key in records):
+        raise IntegrityError(f"tar stream: GNU.sparse pax records at {at}")
     return records
 
 

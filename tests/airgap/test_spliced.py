@@ -3,10 +3,14 @@ server with real archives: simulator sites and hand-made trees, real signed sets
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
+import io
 import json
 import os
+import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +23,11 @@ from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import import_bytes
 from mirror.archive import inspect_archive, tree_hash
 from mirror.config import TargetSettings
-from mirror.errors import IntegrityError
+from mirror.errors import IntegrityError, MirrorError
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import SigningKey
-from tests.fixtures.archives import make_tar_gz, write_zip
+from tests.fixtures.archives import Entry, entries_of, make_tar_gz, write_tar, write_zip
 from tests.fixtures.deltasets import (
     DeltaSpec,
     SetItem,
@@ -299,3 +303,183 @@ def test_an_import_killed_before_the_versions_manifest_learns_the_objects_digest
         manifest.size,
         manifest.object,
     )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        Entry("guides/evil", kind="symlink", target="/etc/shadow"),
+        Entry("guides/twin.html", kind="hardlink", target="index.html"),
+        Entry("guides/pipe", kind="fifo"),
+    ],
+    ids=lambda e: e.kind,
+)
+def test_a_base_rewritten_with_a_member_no_bundle_holds_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, extra: Entry
+) -> None:
+    """Whoever holds the bucket's keys may rewrite the base's manifest to the bytes they put:
+    the splice keeps a base's members it is not told to edit, so a link, a fifo or a device
+    among them would be published in a version the chart's pods refuse (or follow). A bundle
+    holds only regular files and directories (mirror.archive): the splice refuses the rest."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    other = write_tar(tmp_path / "other.tar.gz", [*entries_of(BASE), extra], compresslevel=1)
+    _rewrite_base(tmp_path, object_store, other.read_bytes())
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=f"{extra.name}.*only regular files") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def _rewrite_base(tmp_path: Path, object_store: ObjectStore, other: bytes) -> None:
+    """The base's object replaced by `other`, its manifest rewritten to match (whoever holds
+    the bucket's keys can); its tree field left as signed."""
+    key = object_store.key(DOCS, V1, "bundle.tar.gz")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=other)
+    base = layout.read_version_manifest(object_store, DOCS, V1)
+    assert base is not None
+    rewritten = base.model_copy(
+        update={"sha256": hashlib.sha256(other).hexdigest(), "size": len(other)}
+    )
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=layout.version_manifest_key(object_store, DOCS, V1),
+        Body=rewritten.to_bytes(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("records", "global_records"),
+    [
+        ({"GNU.sparse.name": "evil.html"}, {}),
+        ({"GNU.sparse.map": "0,0", "GNU.sparse.realsize": "900"}, {}),
+        ({}, {"GNU.sparse.name": "evil.html"}),
+    ],
+    ids=["renamed", "sparse-map", "global-rename"],
+)
+def test_a_base_whose_kept_file_tarfile_reads_as_another_publishes_nothing(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    records: dict[str, str],
+    global_records: dict[str, str],
+) -> None:
+    """A kept file's bytes are hashed as the splice reads its extent; pax GNU.sparse records
+    make tarfile (the chart's extraction, mirror.archive) read that member under another
+    name or as other content: a published tree that is not the signed one. Refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    raw = io.BytesIO()
+    with tarfile.open(
+        fileobj=raw, mode="w:gz", format=tarfile.PAX_FORMAT, pax_headers=global_records
+    ) as tar:
+        for name, data in BASE.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            if name == "guides/c.html":  # kept by the splice (unchanged in NEW)
+                info.pax_headers = records
+            tar.addfile(info, io.BytesIO(data))
+    _rewrite_base(tmp_path, object_store, raw.getvalue())
+    before = bucket_listing(object_store.client, object_store.bucket)
+    # named as the splice met it, or as the base read again (through tarfile) shows it
+    cause = r"GNU\.sparse|holds tree \w+, not the base tree|unsafe archive"
+    with pytest.raises(IntegrityError, match=rf"2026-11-21/bundle\.tar\.gz.*({cause})") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def test_an_object_in_place_claiming_the_tree_but_holding_another_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """An object at the new version's key whose tree-sha256 metadata names the signed tree
+    is taken as this version spliced by an import killed before its manifest; its metadata
+    is only a claim (anyone with the bucket's keys can write it): the object is read back for
+    its digest, and its tree must be the signed one, else the digest recorded would make
+    `chart check` vouch for whatever it holds."""
+    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    junk = make_tar_gz(tmp_path / "junk.tar.gz", {"index.html": b"<h1>not this</h1>\n"})
+    key = object_store.key(DOCS, V2, "bundle.tar.gz")
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=key,
+        Body=junk.read_bytes(),
+        Metadata={"tree-sha256": item.tree_sha256},
+    )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match=rf"{V2}/bundle\.tar\.gz .*holds tree"):
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert layout.read_version_manifest(object_store, DOCS, V2) is None
+
+
+def test_a_delta_blob_damaged_on_the_medium_is_named_as_such_and_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A bit flipped in the delta's part on the USB disk: the set is damaged, not the base
+    nor the packer; the error names the part (re-copy the set), and nothing is published."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    (part,) = (tmp_path / "s2" / "blobs").iterdir()
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    part.write_bytes(bytes(data))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert part.name in refused.value.message
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)
+
+
+def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Two operators import the same set at once (9 MiB: multipart): one splices and
+    publishes; the other either finds it published meanwhile (read back, proved by its
+    tree) or is refused as a replay; the version's manifest names the object's bytes."""
+    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w2").mkdir()
+    copy = tmp_path / "s2-copy"
+    shutil.copytree(tmp_path / "s2", copy)
+
+    def run(set_dir: Path, work: Path) -> str:
+        try:
+            return import_set(object_store, set_dir, trusted, work_dir=work).items[0].status
+        except MirrorError as exc:
+            return f"refused: {exc.message}"
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(run, [tmp_path / "s2", copy], [tmp_path / "w1", tmp_path / "w2"]))
+    assert "published" in outcomes, outcomes
+    assert all(o in ("published", "already there") or "refused" in o for o in outcomes)
+    manifest = layout.read_version_manifest(object_store, DOCS, V2)
+    assert manifest is not None and manifest.tree_sha256 == item.tree_sha256
+    archive = published(object_store, V2, tmp_path)
+    assert manifest.sha256 == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert inspect_archive(archive).tree_sha256 == item.tree_sha256
+    assert no_uploads_left(object_store)
+
+
+@pytest.mark.parametrize(
+    "directory",
+    ["index.html/", "Guides/", "guides/c.html/deeper/"],
+    ids=["at a carried file", "a case twin", "below a kept file"],
+)
+def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, directory: str
+) -> None:
+    """A splice keeps the base's directories; one added to the base in the bucket (its
+    manifest rewritten) where the new tree has a file, or as a case twin of one, would
+    publish an archive `mirror.archive` refuses and a pod cannot unpack: refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match="unsafe archive") as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "--full --from-set 2" in str(refused.value.hint)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no_uploads_left(object_store)

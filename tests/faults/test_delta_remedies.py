@@ -32,7 +32,7 @@ from mirror.store.app import App
 from mirror.store.models import Version
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import load_signing_key
-from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.archives import Entry, make_tar_gz, write_tar
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
@@ -158,6 +158,20 @@ def base_object_holds_another_tree(gap: Gap) -> None:
     _rewrite_manifest(gap.store, sha256=sha256, size=len(body))
 
 
+def base_object_rewritten_with_a_link(gap: Gap) -> None:
+    """The base's files all there, and a symlink beside them, its manifest rewritten to
+    match: the splice would keep the link in the new version."""
+    bundle, _ = gap.version(V1)
+    root = unpack(bundle, gap.tmp / "linked")
+    files = [Entry(f.path, (root / f.path).read_bytes()) for f in tree_files(root)]
+    link = Entry("evil", kind="symlink", target="/etc/shadow")
+    other = write_tar(gap.tmp / "linked.tar.gz", [*files, link], compresslevel=1)
+    body = other.read_bytes()
+    sha256 = hashlib.sha256(body).hexdigest()
+    _put(gap.store, layout.bundle_key(gap.store, DOCS, V1, "tar.gz"), body, {"sha256": sha256})
+    _rewrite_manifest(gap.store, sha256=sha256, size=len(body))
+
+
 Spec = Callable[[Path, Path], DeltaSpec | None]
 
 
@@ -250,6 +264,7 @@ def refusal(damage: Refusal, refused: str) -> Any:
         refusal(base_manifest_names_another_tree, "wrong base"),
         refusal(base_object_damaged, "does not match its manifest"),
         refusal(base_object_holds_another_tree, "not the base tree"),
+        refusal(base_object_rewritten_with_a_link, "evil"),
         refusal(base_in_the_same_set, "of the same set"),
         refusal(contents_neither_carried_nor_in_the_base, "neither in the delta nor in the base"),
         refusal(delta_rebuilds_another_archive, "the rebuilt archive hashes to"),

@@ -350,6 +350,22 @@ def test_tar_special_members_are_refused(tmp_path: Path, entry: Entry, match: st
 
 
 @pytest.mark.parametrize(
+    "records",
+    [
+        {"GNU.sparse.map": "0,0", "GNU.sparse.realsize": "900"},
+        {"GNU.sparse.name": "other.html"},
+    ],
+    ids=["sparse map", "sparse name"],
+)
+def test_tar_sparse_members_are_refused(tmp_path: Path, records: dict[str, str]) -> None:
+    """tarfile unpacks a GNU sparse member (pax GNU.sparse records) under another name or
+    with other content than its stored bytes: what a bundle's tree hash would not say."""
+    entry = Entry("page.html", b"<p>page</p>\n" * 70, pax=records)
+    path = write_tar(tmp_path / "x.tar.gz", [Entry("index.html", b"ok"), entry])
+    refused(path, "GNU sparse")
+
+
+@pytest.mark.parametrize(
     ("entry", "match"),
     [
         (Entry("link.html", kind="symlink", target="../../etc/passwd"), "is a symbolic link"),

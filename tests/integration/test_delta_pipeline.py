@@ -29,7 +29,7 @@ from tests.fixtures.versions import add_sim_version, delivered_labels
 
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"site_size": 6 << 20, "change_share": 0.02}
-V1, V2 = "2026-11-20", "2026-11-21"
+V1, V2, V3 = "2026-11-20", "2026-11-21", "2026-11-22"
 
 
 @pytest.mark.slow
@@ -113,6 +113,27 @@ def test_a_delta_crosses_the_gap_and_is_spliced_from_its_base_into_the_new_tree(
     finally:
         app.close()
     assert delivered[V2] is not None
+
+    # a chain: the next version is spliced from the spliced one (other bytes, same tree)
+    _add(document, V3, export_number=2)
+    third = json.loads(connected_side("--json", "transfer", "pack", str(usb / "set-3")).stdout)
+    assert [i["delta"]["base_version"] for i in third["items"]] == [V2]
+    assert parse_manifest((usb / "set-3" / MANIFEST).read_bytes()).items[0].delta.spliced  # type: ignore[union-attr]
+    airgapped_side("transfer", "import", str(usb / "set-3"))
+    stored3 = layout.read_version_manifest(object_store, DOCS, V3)
+    assert stored3 is not None and (stored3.model_extra or {})["delta_base"] == V2
+    body3 = s3_client.get_object(Bucket=target_settings.bucket, Key=stored3.object)["Body"].read()
+    spliced.write_bytes(body3)
+    assert inspect_archive(spliced).tree_sha256 == _tree_sha256(document, V3)
+    assert stored3.sha256 == hashlib.sha256(body3).hexdigest()
+    airgapped_side("chart", "values", DOCS, "--version", V3, "--out", str(values))
+    assert V3 in airgapped_side("chart", "check", str(values)).stdout
+    connected_side("transfer", "ack", str(usb / "set-3" / "receipt.json"))
+
+    airgapped_side("chart", "gc", "--domain", DOCS, "--keep", "1")
+    kept = [key.split("/")[-2] for key in bundles()]
+    assert V3 in kept and V1 not in kept, kept  # the spliced newest stays, whole
+    assert V3 in airgapped_side("chart", "check", str(values)).stdout
 
 
 def _add(document: dict[str, Any], label: str, *, export_number: int) -> None:

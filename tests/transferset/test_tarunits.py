@@ -55,6 +55,18 @@ def _v7() -> bytes:
     return out + b"\0" * 1024
 
 
+def _v7_renamed() -> bytes:
+    """Old members renamed by pax records: tarfile decides "a directory" on the header's own
+    name field, before any record renames it (a hostile base could hide members in the data
+    of a file read as a directory, or make a file of a directory)."""
+    out = b""
+    for name, path, data in (("a.txt", "d/", b"A" * 700), ("e/", "f.txt", b""), ("g", "g", b"")):
+        info = tarfile.TarInfo(name)
+        info.type, info.size, info.pax_headers = tarfile.AREGTYPE, len(data), {"path": path}
+        out += info.tobuf(tarfile.PAX_FORMAT) + _padded(data)
+    return out + b"\0" * 1024
+
+
 def _padded(block: bytes) -> bytes:
     return block + b"\0" * (-len(block) % 512)
 
@@ -86,6 +98,7 @@ STACKED = {
 ARCHIVES = {
     **{f"stacked: {name}": _hand_made(headers, bytes(700)) for name, headers in STACKED.items()},
     "v7": _v7(),
+    "v7 renamed": _v7_renamed(),
     "ustar": tar_bytes(_common(), tar_format=tarfile.USTAR_FORMAT),
     "gnu": tar_bytes(_common() + _long(), tar_format=tarfile.GNU_FORMAT),
     "pax": tar_bytes(
@@ -151,6 +164,21 @@ def test_a_pax_global_header_that_renames_or_resizes_members_is_refused(key: str
     names and extents would not be the headers' own: such a stream is not split up."""
     stream = tar_bytes({"a.html": b"x"}, pax_headers={key: "7" if key == "size" else "b.html"})
     with pytest.raises(IntegrityError, match=f"pax global header at 0 sets {key}"):
+        _units(stream)
+
+
+@pytest.mark.parametrize(
+    ("kind", "records"),
+    [(tarfile.GNUTYPE_SPARSE, {}), (tarfile.REGTYPE, {"GNU.sparse.name": "b.html"})],
+    ids=["sparse member", "sparse records"],
+)
+def test_a_sparse_member_is_refused(kind: bytes, records: dict[str, str]) -> None:
+    """tarfile reads a sparse member under another name, size or content than its extent
+    holds (what a splice hashes and keeps): no bundle's member is one."""
+    info = tarfile.TarInfo("a.html")
+    info.type, info.size, info.pax_headers = kind, 512, records
+    stream = info.tobuf(tarfile.PAX_FORMAT) + bytes(512) + bytes(1024)
+    with pytest.raises(IntegrityError, match="sparse"):
         _units(stream)
 
 
