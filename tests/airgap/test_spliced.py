@@ -79,6 +79,20 @@ def no_uploads_left(store: ObjectStore) -> bool:
     return not store.client.list_multipart_uploads(Bucket=store.bucket).get("Uploads")
 
 
+def refused_publishing_nothing(
+    store: ObjectStore, tmp_path: Path, trusted: Any, match: str
+) -> IntegrityError:
+    """Importing set s2 is refused (`match`) with the remedy of carrying it whole, and the
+    bucket is as it was: no object, no open upload."""
+    before = bucket_listing(store.client, store.bucket)
+    with pytest.raises(IntegrityError, match=match) as refused:
+        import_set(store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert "transfer pack --full --from-set 2 OUT" in str(refused.value.hint)
+    assert bucket_listing(store.client, store.bucket) == before
+    assert no_uploads_left(store)
+    return refused.value
+
+
 def test_a_spliced_delta_publishes_the_new_tree_at_the_vendors_size_and_chart_check_passes(
     tmp_path: Path,
     object_store: ObjectStore,
@@ -208,12 +222,9 @@ def test_a_page_neither_carried_nor_in_the_base_at_its_path_publishes_nothing(
     ]
     spec = DeltaSpec(spliced=True, carried=carried)
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted, spec)
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match=r"moved/a\.html: its content .* neither") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "transfer pack --full --from-set 2 OUT" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(
+        object_store, tmp_path, trusted, r"moved/a\.html: its content .* neither"
+    )
 
 
 def test_a_base_replaced_in_the_bucket_is_refused_as_such_and_publishes_nothing(
@@ -228,12 +239,7 @@ def test_a_base_replaced_in_the_bucket_is_refused_as_such_and_publishes_nothing(
         Key=object_store.key(DOCS, V1, "bundle.tar.gz"),
         Body=other.read_bytes(),
     )
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match="does not match its manifest") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(object_store, tmp_path, trusted, "does not match its manifest")
 
 
 def test_a_spliced_delta_on_a_zip_base_is_refused_before_any_upload(
@@ -247,11 +253,7 @@ def test_a_spliced_delta_on_a_zip_base_is_refused_before_any_upload(
     import_set(object_store, tmp_path / "s1", trusted)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", SPLICED)
     write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match=r"is zip, not tar\.gz") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
+    refused_publishing_nothing(object_store, tmp_path, trusted, r"is zip, not tar\.gz")
 
 
 def test_a_file_list_naming_other_content_than_the_base_holds_at_a_kept_path_publishes_nothing(
@@ -269,12 +271,9 @@ def test_a_file_list_naming_other_content_than_the_base_holds_at_a_kept_path_pub
         spliced=True, files=files, tree_sha256=tree_hash((e.path, e.sha256) for e in files)
     )
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted, spec)
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match=r"guides/c\.html: the base holds content") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(
+        object_store, tmp_path, trusted, r"guides/c\.html: the base holds content"
+    )
 
 
 def test_an_import_killed_before_the_versions_manifest_learns_the_objects_digest_again(
@@ -324,12 +323,7 @@ def test_a_base_rewritten_with_a_member_no_bundle_holds_publishes_nothing(
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
     other = write_tar(tmp_path / "other.tar.gz", [*entries_of(BASE), extra], compresslevel=1)
     _rewrite_base(tmp_path, object_store, other.read_bytes())
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match=f"{extra.name}.*only regular files") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(object_store, tmp_path, trusted, f"{extra.name}.*only regular files")
 
 
 def _rewrite_base(tmp_path: Path, object_store: ObjectStore, other: bytes) -> None:
@@ -381,14 +375,11 @@ def test_a_base_whose_kept_file_tarfile_reads_as_another_publishes_nothing(
                 info.pax_headers = records
             tar.addfile(info, io.BytesIO(data))
     _rewrite_base(tmp_path, object_store, raw.getvalue())
-    before = bucket_listing(object_store.client, object_store.bucket)
     # named as the splice met it, or as the base read again (through tarfile) shows it
     cause = r"GNU\.sparse|holds tree \w+, not the base tree|unsafe archive"
-    with pytest.raises(IntegrityError, match=rf"2026-11-21/bundle\.tar\.gz.*({cause})") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(
+        object_store, tmp_path, trusted, rf"2026-11-21/bundle\.tar\.gz.*({cause})"
+    )
 
 
 def test_an_object_in_place_claiming_the_tree_but_holding_another_publishes_nothing(
@@ -477,9 +468,4 @@ def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
     entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(IntegrityError, match="unsafe archive") as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert "--full --from-set 2" in str(refused.value.hint)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-    assert no_uploads_left(object_store)
+    refused_publishing_nothing(object_store, tmp_path, trusted, "unsafe archive")
