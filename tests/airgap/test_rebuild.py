@@ -34,13 +34,13 @@ from mirror.transferset.delta import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
-from tests.fixtures.archives import make_tar_gz
 from tests.fixtures.cli import REPO
 from tests.fixtures.deltasets import (
     DeltaSpec,
     SetItem,
     delta_item,
     full_item,
+    hand_made,
     tree_files,
     unpack,
     write_set,
@@ -136,11 +136,6 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
         report = chart.check_values_file(values, object_store, http, warn=60)
     assert report.error is None, report.error
     assert report.actual_sha256 == report.expected_sha256 == expected.sha256
-
-
-def hand_made(tmp_path: Path, name: str, files: dict[str, bytes]) -> tuple[Path, Path]:
-    bundle = make_tar_gz(tmp_path / f"{name}.tar.gz", files)
-    return bundle, unpack(bundle, tmp_path / name)
 
 
 BIG = os.urandom(9 * MiB)  # the rebuilt archives pass the 8 MiB part size: multipart uploads

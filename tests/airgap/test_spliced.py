@@ -33,6 +33,7 @@ from tests.fixtures.deltasets import (
     SetItem,
     delta_item,
     full_item,
+    hand_made,
     tree_files,
     unpack,
     write_set,
@@ -62,11 +63,6 @@ NEW = {
 }
 THIRD = {**NEW, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": BIG[::-1]}
 SPLICED = DeltaSpec(spliced=True)
-
-
-def hand_made(tmp_path: Path, name: str, files: dict[str, bytes]) -> tuple[Path, Path]:
-    bundle = make_tar_gz(tmp_path / f"{name}.tar.gz", files)
-    return bundle, unpack(bundle, tmp_path / name)
 
 
 def published(store: ObjectStore, version: str, tmp_path: Path) -> Path:
