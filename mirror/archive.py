@@ -259,7 +259,10 @@ class TreePaths:
         self._seen.files[path] = ""
 
     def directory(self, path: str) -> None:
-        """A directory beside the files (an archive being written holds both)."""
+        """A directory beside the files (an archive being written holds both); one known
+        already (the parent of a file checked) costs one lookup."""
+        if path in self._seen.directories:
+            return
         if _normalise(path, self._limits) != path:
             raise _unsafe(path, "is not a normalised path below the root")
         self._seen.claim(path, path, is_dir=True)
@@ -531,40 +534,36 @@ class _Paths:
     Twins are two different paths that one volume may store as one: equal after Unicode
     NFC normalisation (always refused: macOS and some NAS volumes normalise) or after case
     folding (refused unless `allow_case_twins`: Windows, macOS and most USB disks fold case).
-    On such a volume one would silently overwrite the other. The tables move to disk past
-    `spill.SPILL_AT` entries (memory flat in the file count); `files` maps each file to
-    "sha256 size"."""
+    On such a volume one would silently overwrite the other. One table finds both: keyed by
+    the folded form (NFC twins fold alike), or by the NFC form when case twins are allowed.
+    The tables move to disk past `spill.SPILL_AT` entries (memory flat in the file count);
+    `files` maps each file to "sha256 size"."""
 
     allow_case_twins: bool = False
     files: SpillMap = field(default_factory=SpillMap)
     directories: SpillMap = field(default_factory=SpillMap)
-    normalised: SpillMap = field(default_factory=SpillMap)
-    folded: SpillMap = field(default_factory=SpillMap)
+    twins: SpillMap = field(default_factory=SpillMap)
     recent: dict[str, None] = field(default_factory=dict)
 
     def close(self) -> None:
-        for table in (self.files, self.directories, self.normalised, self.folded):
+        for table in (self.files, self.directories, self.twins):
             table.close()
 
     def check_twins(self, name: str, clean: str) -> None:
         """Refuse `clean` (from member `name`) if an earlier, different path is its twin."""
         nfc = unicodedata.normalize("NFC", clean)
-        folded = unicodedata.normalize("NFC", nfc.casefold())
-        for table, key, how in (
-            (self.normalised, nfc, "after Unicode NFC normalisation"),
-            (self.folded, folded, "when letter case is ignored"),
-        ):
-            other_clean, _, other_name = table.setdefault(key, f"{clean}\0{name}").partition("\0")
-            if other_clean == clean:
-                continue
-            if how.startswith("when") and self.allow_case_twins:
-                continue
-            raise IntegrityError(
-                f"unsafe archive: members {_quote(other_name)} and {_quote(name)} name the same "
-                f"path {how} ({_quote(other_clean)} and {_quote(clean)}); on such a volume one "
-                "would overwrite the other"
-                + ("" if how.startswith("after") else " (store.allow_case_twins allows it)")
-            )
+        key = nfc if self.allow_case_twins else unicodedata.normalize("NFC", nfc.casefold())
+        other_clean, _, other_name = self.twins.setdefault(key, f"{clean}\0{name}").partition("\0")
+        if other_clean == clean:
+            return
+        same_nfc = unicodedata.normalize("NFC", other_clean) == nfc
+        how = "after Unicode NFC normalisation" if same_nfc else "when letter case is ignored"
+        raise IntegrityError(
+            f"unsafe archive: members {_quote(other_name)} and {_quote(name)} name the same "
+            f"path {how} ({_quote(other_clean)} and {_quote(clean)}); on such a volume one "
+            "would overwrite the other"
+            + ("" if same_nfc else " (store.allow_case_twins allows it)")
+        )
 
     def claim(self, name: str, clean: str, *, is_dir: bool) -> None:
         prefix = ""
@@ -582,7 +581,7 @@ class _Paths:
                 raise _unsafe(name, f"lies below '{parent}', which is a file")
             self.directories.add(parent)
             parent = parent.rpartition("/")[0]
-        self._remember(clean.rpartition("/")[0])
+        self._remember(clean if is_dir else clean.rpartition("/")[0])
         if is_dir:
             self.directories.add(clean)
 

@@ -9,7 +9,10 @@ deletes when it is closed, or when the process dies, as it never had a name ther
 Promises:
 - `SpillMap` is a str -> str mapping: the same answers in memory and on disk; up to
   `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
-  the database, whose page cache is `CACHE_KIB`.
+  the database, whose page cache is `CACHE_KIB`. On disk, a Bloom filter of the keys
+  (`BLOOM_BITS`, fixed) answers most lookups of absent keys without a statement, and new
+  keys wait in a buffer of at most `_BATCH` to be written in one statement: a key met for
+  the first time (the common case of the path checks) costs no statement of its own.
 - `get_many`, `update` and `insert` (new keys only) answer and store many entries in a few
   statements on disk.
 - `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order);
@@ -30,6 +33,9 @@ SPILL_AT = 20_000
 CACHE_KIB = 2048
 _BATCH = 4096
 _IN_LIST = 500  # keys a lookup of `get_many` (SQLite allows 32,766 parameters)
+BLOOM_BITS = 1 << 22  # 512 KiB a map on disk: 1.5% false answers at 400,000 keys
+_PROBE_MASK = BLOOM_BITS - 1
+_PROBE_SHIFT = 21
 
 
 class SpillMap:
@@ -40,6 +46,8 @@ class SpillMap:
         self._memory: dict[str, str] | None = {}
         self._db: sqlite3.Connection | None = None
         self._count = 0
+        self._bloom = bytearray()
+        self._pending: dict[str, str] = {}  # on disk: new keys not written yet
 
     def __enter__(self) -> Self:
         return self
@@ -53,6 +61,8 @@ class SpillMap:
             self._db = None
         self._memory = {}
         self._count = 0
+        self._bloom = bytearray()
+        self._pending = {}
 
     def __len__(self) -> int:
         return self._count
@@ -63,6 +73,9 @@ class SpillMap:
     def get(self, key: str) -> str | None:
         if self._memory is not None:
             return self._memory.get(key)
+        found = self._pending.get(key)
+        if found is not None or not self._may_hold(key):
+            return found
         assert self._db is not None
         row = self._db.execute("SELECT v FROM m WHERE k = ?", (key.encode(),)).fetchone()
         return None if row is None else str(row[0])
@@ -75,11 +88,14 @@ class SpillMap:
             if self._count > self._spill_at:
                 self._spill()
             return
+        if key in self._pending:
+            self._pending[key] = value
+            return
         assert self._db is not None
-        encoded = key.encode()
-        if self._db.execute("UPDATE m SET v = ? WHERE k = ?", (value, encoded)).rowcount == 0:
-            self._db.execute("INSERT INTO m (k, v) VALUES (?, ?)", (encoded, value))
-            self._count += 1
+        if not self._may_hold(key) or (
+            self._db.execute("UPDATE m SET v = ? WHERE k = ?", (value, key.encode())).rowcount == 0
+        ):
+            self._add_new(key, value)
 
     def setdefault(self, key: str, value: str) -> str:
         """The value of `key`, storing `value` first when there is none."""
@@ -88,15 +104,11 @@ class SpillMap:
                 return self._memory[key]
             self[key] = value
             return value
-        assert self._db is not None
-        encoded = key.encode()
-        if self._db.execute(
-            "INSERT OR IGNORE INTO m (k, v) VALUES (?, ?)", (encoded, value)
-        ).rowcount:
-            self._count += 1
-            return value
-        row = self._db.execute("SELECT v FROM m WHERE k = ?", (encoded,)).fetchone()
-        return str(row[0])
+        found = self.get(key)
+        if found is not None:
+            return found
+        self._add_new(key, value)
+        return value
 
     def add(self, key: str) -> bool:
         """Store `key` (value ""); whether it was new."""
@@ -110,13 +122,13 @@ class SpillMap:
         if self._memory is not None:
             memory = self._memory
             return {key: memory[key] for key in keys if key in memory}
-        assert self._db is not None
+        db = self._written()
         found: dict[str, str] = {}
         keys = list(keys)
         for at in range(0, len(keys), _IN_LIST):
             chunk = [key.encode() for key in keys[at : at + _IN_LIST]]
             query = f"SELECT k, v FROM m WHERE k IN ({','.join('?' * len(chunk))})"  # noqa: S608
-            for key, value in self._db.execute(query, chunk):
+            for key, value in db.execute(query, chunk):
                 found[bytes(key).decode()] = str(value)
         return found
 
@@ -126,11 +138,14 @@ class SpillMap:
         rest = self._in_memory(entries)
         if rest is None:
             return
-        assert self._db is not None
-        rows = [(value, key.encode()) for key, value in dict(rest).items()]
-        self._db.executemany("UPDATE m SET v = ? WHERE k = ?", rows)
-        inserted = self._db.executemany("INSERT OR IGNORE INTO m (v, k) VALUES (?, ?)", rows)
+        db = self._written()
+        latest = dict(rest)
+        rows = [(value, key.encode()) for key, value in latest.items()]
+        db.executemany("UPDATE m SET v = ? WHERE k = ?", rows)
+        inserted = db.executemany("INSERT OR IGNORE INTO m (v, k) VALUES (?, ?)", rows)
         self._count += inserted.rowcount
+        for key in latest:
+            self._mark(key)
 
     def insert(self, entries: Iterable[tuple[str, str]]) -> None:
         """Store every (key, value) of `entries`, whose keys are distinct and not stored yet
@@ -139,10 +154,12 @@ class SpillMap:
         rest = self._in_memory(entries)
         if rest is None:
             return
-        assert self._db is not None
+        db = self._written()
         rows = [(key.encode(), value) for key, value in rest]
-        self._db.executemany("INSERT INTO m (k, v) VALUES (?, ?)", rows)
+        db.executemany("INSERT INTO m (k, v) VALUES (?, ?)", rows)
         self._count += len(rows)
+        for key, _ in rows:
+            self._mark(key.decode())
 
     def _in_memory(self, entries: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]] | None:
         """Store `entries` one by one while the map is in memory: those left once it moved
@@ -160,10 +177,9 @@ class SpillMap:
         """Whether some key starts with `prefix` (not empty)."""
         if self._memory is not None:
             return any(key.startswith(prefix) for key in self._memory)
-        assert self._db is not None
         low = prefix.encode()
         high = low[:-1] + bytes([low[-1] + 1])  # UTF-8 has no 0xff byte: no overflow
-        row = self._db.execute("SELECT 1 FROM m WHERE k >= ? AND k < ? LIMIT 1", (low, high))
+        row = self._written().execute("SELECT 1 FROM m WHERE k >= ? AND k < ? LIMIT 1", (low, high))
         return row.fetchone() is not None
 
     def sorted_items(self) -> Iterator[tuple[str, str]]:
@@ -174,8 +190,7 @@ class SpillMap:
                 key = encoded.decode()
                 yield key, memory[key]
             return
-        assert self._db is not None
-        cursor = self._db.execute("SELECT k, v FROM m ORDER BY k")
+        cursor = self._written().execute("SELECT k, v FROM m ORDER BY k")
         while rows := cursor.fetchmany(_BATCH):
             for key, value in rows:
                 yield bytes(key).decode(), str(value)
@@ -188,11 +203,56 @@ class SpillMap:
         db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         db.execute("BEGIN")  # one transaction, never committed: no write-out per statement
         db.execute("CREATE TABLE m (k BLOB PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+        self._bloom = bytearray(BLOOM_BITS // 8)
+        for key in self._memory:
+            self._mark(key)
         db.executemany(
             "INSERT INTO m (k, v) VALUES (?, ?)",
-            ((key.encode(), value) for key, value in self._memory.items()),
+            sorted((key.encode(), value) for key, value in self._memory.items()),
         )
         self._db, self._memory = db, None
+
+    def _add_new(self, key: str, value: str) -> None:
+        """On disk: `key`, known absent, into the buffer of new keys."""
+        self._pending[key] = value
+        self._mark(key)
+        self._count += 1
+        if len(self._pending) >= _BATCH:
+            self._written()
+
+    def _written(self) -> sqlite3.Connection:
+        """The database, the buffer of new keys written to it first (one sorted batch)."""
+        assert self._db is not None
+        if self._pending:
+            self._db.executemany(
+                "INSERT INTO m (k, v) VALUES (?, ?)",
+                sorted((key.encode(), value) for key, value in self._pending.items()),
+            )
+            self._pending = {}
+        return self._db
+
+    def _probes(self, key: str) -> tuple[int, int, int]:
+        hashed = hash(key) & 0xFFFF_FFFF_FFFF_FFFF  # str hashes are cached by Python
+        return (
+            hashed & _PROBE_MASK,
+            (hashed >> _PROBE_SHIFT) & _PROBE_MASK,
+            (hashed >> 2 * _PROBE_SHIFT) & _PROBE_MASK,
+        )
+
+    def _may_hold(self, key: str) -> bool:
+        """False when `key` is surely not on disk (the Bloom filter has not seen it)."""
+        bloom = self._bloom
+        one, two, three = self._probes(key)
+        return bool(
+            bloom[one >> 3] >> (one & 7) & 1
+            and bloom[two >> 3] >> (two & 7) & 1
+            and bloom[three >> 3] >> (three & 7) & 1
+        )
+
+    def _mark(self, key: str) -> None:
+        bloom = self._bloom
+        for probe in self._probes(key):
+            bloom[probe >> 3] |= 1 << (probe & 7)
 
 
 class FileList:

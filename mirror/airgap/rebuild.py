@@ -61,7 +61,7 @@ from mirror.airgap.workdir import (
     remove_work_dir,
     work_root,
 )
-from mirror.archive import ArchiveLimits, Format, read_archive, read_archive_stream
+from mirror.archive import ArchiveLimits, Format, TreePaths, read_archive, read_archive_stream
 from mirror.errors import (
     IntegrityError,
     MirrorError,
@@ -307,6 +307,7 @@ class RebuiltArchive:
         self._lock: int | None = None
         self._contents: _Contents | None = None
         self._files: FileList | None = None
+        self._listed = TreePaths(self.limits)  # the list's paths, beside which a splice writes
         self._pipe: _Pipe | None = None
         self._buffer = bytearray()
         self._done = False
@@ -328,6 +329,7 @@ class RebuiltArchive:
         if self._files is not None:
             self._files.close()
             self._files = None
+        self._listed.close()
         if self.work is not None:
             remove_work_dir(self.work)
             self.work = None
@@ -450,7 +452,7 @@ class RebuiltArchive:
                     carried[member.sha256] = str(member.size)
                 else:
                     listed = True
-                    entries = read_file_list(member.stream, label=label, limits=self.limits)
+                    entries = read_file_list(member.stream, label=label, paths=self._listed)
                     files.extend((e.path, e.size, e.sha256) for e in entries)
             while blob.read(CHUNK_SIZE):
                 pass  # the blob's last part and its whole sha256 are checked at its end
@@ -550,6 +552,7 @@ class RebuiltArchive:
                     put,
                     mtime=archive_mtime(self.item.exported_at),
                     level=self.item.delta.compression.level,
+                    listed=self._listed,
                 )
             except IntegrityError as exc:
                 self._take_from_base(frozenset())  # a damaged or other base, named as such

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from mirror.airgap import layout
+from mirror.archive import TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
 from mirror.spill import FileList, SpillMap
@@ -121,10 +122,12 @@ def splice_base(
     *,
     mtime: int,
     level: int,
+    listed: TreePaths,
 ) -> None:
     """The spliced archive of `base` (its object streamed from `store`) under `plan`, to
     `write`; IntegrityError naming the base when its object is not spliceable, or not the
-    bytes its manifest names."""
+    bytes its manifest names. `listed` holds the checked paths of the plan's file list
+    (`read_file_list`): the base's directories must stand beside them."""
     where = f"{store.bucket}/{base.object}"
     if base.archive_format != SPLICEABLE_FORMAT:
         raise IntegrityError(f"{where} is a {base.archive_format} archive; a splice needs tar.gz")
@@ -136,7 +139,7 @@ def splice_base(
             yield chunk
 
     source = chunks()
-    splice_tree(source, plan, write, mtime=mtime, level=level, label=where, regular_only=True)
+    splice_tree(source, plan, write, mtime=mtime, level=level, label=where, listed=listed)
     for _ in source:
         pass
     if read.result != Digest(base.sha256, base.size):

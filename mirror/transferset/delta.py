@@ -27,7 +27,6 @@ whose manifest names no compression, as stored deflate blocks.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import io
 import math
 import re
@@ -95,19 +94,28 @@ def parse_file_list(
 
 
 def read_file_list(
-    stream: IO[bytes], *, label: str, limits: ArchiveLimits | None = None
+    stream: IO[bytes],
+    *,
+    label: str,
+    limits: ArchiveLimits | None = None,
+    paths: TreePaths | None = None,
 ) -> Iterator[TreeFile]:
     """`parse_file_list` as the list is read from `stream`: a canonical list (what every
     packer writes) entry by entry, any other JSON whole (up to `MAX_FILE_LIST_BYTES`). The
-    paths are checked as they pass; a refusal can come after entries were given."""
+    paths are checked as they pass, by `paths` when given (which then holds them for the
+    caller, who closes it); a refusal can come after entries were given."""
     where = f"{label}: {FILE_LIST_NAME}"
-    with contextlib.closing(TreePaths(limits or ArchiveLimits())) as checker:
+    checker = TreePaths(limits or ArchiveLimits()) if paths is None else paths
+    try:
         for entry in _FileListReader(stream, where).entries():
             try:
                 checker.check(entry.path)
             except IntegrityError as exc:
                 raise IntegrityError(f"{where}: {exc.message}") from None
             yield entry
+    finally:
+        if paths is None:
+            checker.close()
 
 
 class _FileListReader:

@@ -186,6 +186,7 @@ class _Input:
         self._buffer = bytearray()
         self._base = 0
         self._ended = False
+        self._last = b""  # the chunk that arrived last
 
     @property
     def end(self) -> int:
@@ -198,6 +199,7 @@ class _Input:
                 self._ended = True
             elif chunk:
                 self._buffer += chunk
+                self._last = bytes(chunk)
                 return True
         return False
 
@@ -218,6 +220,9 @@ class _Input:
         return self._base + found
 
     def since(self, offset: int) -> bytes:
+        """The bytes from `offset` on: the last chunk itself when it starts there (no copy)."""
+        if offset == self.end - len(self._last):
+            return self._last
         return bytes(self._buffer[offset - self._base :])
 
     def release(self, offset: int) -> None:
@@ -238,7 +243,7 @@ class _RawInflater:
         self._member_start = inflated
         self.inflated = inflated
         self.end = offset
-        self._held: ctypes.Array[ctypes.c_char] | None = None
+        self._held = b""  # what zlib reads now, kept alive while it does
 
     def blocks(self) -> Iterator[Block]:
         lib = _libz()
@@ -252,11 +257,12 @@ class _RawInflater:
             yield from self._run(lib, stream)
         finally:
             lib.inflateEnd(ctypes.byref(stream))
-            self._held = None
+            self._held = b""
 
     def _run(self, lib: ctypes.CDLL, stream: _ZStream) -> Iterator[Block]:
         out = ctypes.create_string_buffer(_OUT_SIZE)
-        data = bytearray()
+        data: list[bytes] = []
+        inflated = 0
         while True:
             exhausted = stream.avail_in == 0 and not self._feed(stream)
             stream.next_out = ctypes.addressof(out)
@@ -264,8 +270,10 @@ class _RawInflater:
             code = lib.inflate(ctypes.byref(stream), Z_BLOCK)
             if code not in (Z_OK, Z_STREAM_END, Z_BUF_ERROR):
                 raise IntegrityError(f"not a deflate stream ({(stream.msg or b'?').decode()})")
-            data += ctypes.string_at(out, _OUT_SIZE - stream.avail_out)
-            if len(data) > MAX_BLOCK:
+            if stream.avail_out < _OUT_SIZE:
+                data.append(ctypes.string_at(out, _OUT_SIZE - stream.avail_out))
+                inflated += _OUT_SIZE - stream.avail_out
+            if inflated > MAX_BLOCK:
                 raise IntegrityError(f"a deflate block inflates to more than {MAX_BLOCK} bytes")
             if code == Z_BUF_ERROR and stream.avail_out:
                 raise IntegrityError(
@@ -279,8 +287,9 @@ class _RawInflater:
                 # zlib stops after the final block's end code (a boundary) before it
                 # reports the end: what the end adds is the padding to a byte, no block
                 if bit > self._bit and (data or code != Z_STREAM_END):
-                    yield self._block(bit, bytes(data))
+                    yield self._block(bit, data[0] if len(data) == 1 else b"".join(data))
                     data.clear()
+                    inflated = 0
                 if code == Z_STREAM_END:
                     self.end = consumed
                     return
@@ -290,8 +299,8 @@ class _RawInflater:
         if not source.has(self._fed):
             return False
         chunk = source.since(self._fed)
-        self._held = ctypes.create_string_buffer(chunk, len(chunk))
-        stream.next_in = ctypes.addressof(self._held)
+        self._held = chunk  # zlib reads the bytes object's own buffer: no copy
+        stream.next_in = ctypes.cast(ctypes.c_char_p(chunk), ctypes.c_void_p).value
         stream.avail_in = len(chunk)
         self._fed += len(chunk)
         return True

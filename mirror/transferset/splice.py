@@ -24,11 +24,12 @@ The bytes, which both sides make from the same input and `Compression`:
 
 Promises: memory is one base block, one piece and its compressed form; input is read once.
 Each base file the plan keeps is hashed as its bytes pass and its digest handed to the plan
-(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept. With
-`regular_only`, a base member that is neither a regular file nor a directory (a link, a
-device, a fifo) is IntegrityError: a side publishing a bundle's tree must not keep one;
-nor a path an archive checked by `mirror.archive` could not hold beside the others (a
-directory where a file is, name twins).
+(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept. Given
+`listed` (the checked paths of every file the plan writes: the signed list's), a base member
+that is neither a regular file nor a directory (a link, a device, a fifo) is IntegrityError,
+as a side publishing a bundle's tree must not keep one; so is a directory an archive checked
+by `mirror.archive` could not hold beside those files (where a file is, below one, a name
+twin). The files themselves were checked with the list.
 """
 
 from __future__ import annotations
@@ -289,16 +290,14 @@ def splice_tree(
     level: int,
     label: str,
     limits: ArchiveLimits | None = None,
-    regular_only: bool = False,
+    listed: TreePaths | None = None,
 ) -> None:
     """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`:
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
     zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
-    with _TreeSplice(
-        plan, write, mtime=mtime, level=level, limits=limits, regular_only=regular_only
-    ) as tree:
+    with _TreeSplice(plan, write, mtime=mtime, level=level, limits=limits, listed=listed) as tree:
         blocks = GzipBlocks(base, label=label)
         try:
             for block in blocks:
@@ -319,10 +318,10 @@ class _TreeSplice:
         mtime: int,
         level: int,
         limits: ArchiveLimits | None,
-        regular_only: bool,
+        listed: TreePaths | None,
     ) -> None:
         self._plan = plan
-        self._regular_only = regular_only
+        self._listed = listed
         self._splicer = Splicer(write, level=level)
         self._units = TarUnits()
         self._mtime = mtime
@@ -332,15 +331,12 @@ class _TreeSplice:
         self._length = 0  # tar bytes of the new archive
         self._directories = SpillMap()
         self._kept: MemberData[tuple[str, int, Any]] = MemberData()
-        self._paths = TreePaths(self._limits) if regular_only else None
 
     def __enter__(self) -> _TreeSplice:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._directories.close()
-        if self._paths is not None:
-            self._paths.close()
 
     def block(self, block: Block) -> None:
         for unit in self._units.feed(block.data):
@@ -363,7 +359,7 @@ class _TreeSplice:
             for depth in range(1, len(parts)):
                 directory = "/".join(parts[:depth])
                 if self._directories.add(directory):
-                    self._claim(directory, is_dir=True)
+                    self._claim(directory)
                     self._insert(member_header(directory + "/", 0, self._mtime, directory=True))
             self._write_file(new)
         self._insert(archive_ending(self._length))
@@ -373,20 +369,19 @@ class _TreeSplice:
         if unit.start > self._position:
             self._edit(Edit("keep", self._position, unit.start))
         path = None if unit.path is None else member_path(unit.path, self._limits)
-        if self._regular_only and unit.kind == "other" and unit.path is not None:
+        if self._listed is not None and unit.kind == "other" and unit.path is not None:
             raise IntegrityError(  # (a pax global header has no path: it names no member)
                 f"{unit.path}: a link, device or special member; a bundle holds only regular "
                 "files and directories"
             )
         if unit.kind == "dir" and path is not None:
             self._directories.add(path)
-            self._claim(path, is_dir=True)
+            self._claim(path)
         decision = (
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
         )
         if decision is True:
             if unit.kind == "file" and path is not None:
-                self._claim(path, is_dir=False)
                 self._kept.want(unit, (path, unit.size, hashlib.sha256()))
             self._edit(Edit("keep", unit.start, unit.end))
         else:
@@ -402,14 +397,13 @@ class _TreeSplice:
             if last:
                 self._plan.kept(path, hashing.hexdigest(), size)
 
-    def _claim(self, path: str, *, is_dir: bool) -> None:
-        """With `regular_only`, every path the archive will hold is one an archive checked by
-        `mirror.archive` could hold (no file and directory at one path, no name twins)."""
-        if self._paths is not None:
-            (self._paths.directory if is_dir else self._paths.check)(path)
+    def _claim(self, directory: str) -> None:
+        """Given `listed`, a directory the archive holds is one an archive checked by
+        `mirror.archive` could hold beside the listed files."""
+        if self._listed is not None:
+            self._listed.directory(directory)
 
     def _write_file(self, new: NewFile) -> None:
-        self._claim(new.path, is_dir=False)
         self._insert(member_header(new.path, new.size, self._mtime, directory=False))
         self._insert_chunks(new)
         self._insert(b"\0" * (-new.size % 512))

@@ -71,3 +71,56 @@ def test_batches_carry_on_on_disk_once_the_map_moved_there() -> None:
         table.insert([("x", "1"), ("y", "2"), ("z", "3")])
         assert table._memory is None and len(table) == 3
         assert [value for _, value in table.sorted_items()] == ["1", "2", "3"]
+
+
+def test_on_disk_a_new_or_absent_key_costs_no_statement_of_its_own() -> None:
+    """The Bloom filter and the buffer of new keys (module docstring): statements are
+    counted with SQLite's own trace hook."""
+    statements: list[str] = []
+    with SpillMap(10) as table:
+        for n in range(11):
+            table.add(f"seed/{n}")
+        assert table._db is not None
+        table._db.set_trace_callback(statements.append)
+        for n in range(1000):
+            assert table.get(f"absent/{n}") is None
+            assert f"absent/{n}" not in table
+        for n in range(spill._BATCH - 1):
+            assert table.add(f"new/{n}") is True
+        assert len(statements) < 20  # a few false answers of the filter, nothing a key
+        statements.clear()
+        assert table.add(f"new/{spill._BATCH}") is True  # the buffer is full: one batch
+        assert statements and all(s.startswith("INSERT INTO m") for s in statements)
+        assert table.get("new/7") == "" and table.get("seed/3") == ""
+
+
+def test_on_disk_the_map_answers_as_a_dict_does() -> None:
+    """Thousands of mixed operations past the spill, each answered as a dict answers it."""
+    import random
+
+    rng = random.Random(7)
+    model: dict[str, str] = {}
+    with SpillMap(50) as table:
+        for step in range(20_000):
+            key, value = f"k{rng.randrange(3000)}", str(step)
+            what = rng.randrange(6)
+            if what == 0:
+                table[key] = value
+                model[key] = value
+            elif what == 1:
+                assert table.setdefault(key, value) == model.setdefault(key, value)
+            elif what == 2:
+                assert table.get(key) == model.get(key)
+            elif what == 3:
+                assert (key in table) == (key in model)
+            elif what == 4 and step % 97 == 0:
+                batch = [(f"k{rng.randrange(3000)}", value) for _ in range(30)]
+                table.update(batch)
+                model.update(batch)
+            elif what == 5 and step % 89 == 0:
+                prefix = f"k{rng.randrange(30)}"
+                assert table.has_prefix(prefix) == any(k.startswith(prefix) for k in model)
+            assert len(table) == len(model)
+        assert table._db is not None
+        assert list(table.sorted_items()) == sorted(model.items(), key=lambda kv: kv[0].encode())
+        assert table.get_many(list(model)[:700]) == {k: model[k] for k in list(model)[:700]}
