@@ -332,7 +332,7 @@ def base_missing(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
 
 def missing_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
     spec = DeltaSpec(carried=[_sha(DELTA_NEW["guides/b.html"])])
-    return spec, None, ["index.html", "neither in the delta nor in the base"]
+    return spec, None, ["index.html", "its content", "nothing was published"]
 
 
 def swapped_content(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
@@ -367,31 +367,33 @@ def wrong_archive_sha256(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list
 
 
 DeltaDamage = Callable[[DeltaTrees], tuple[DeltaSpec, "str | None", list[str]]]
+BOTH_KINDS = (
+    wrong_base,
+    base_missing,
+    missing_content,
+    swapped_content,
+    file_list_not_the_signed_tree,
+    path_escaping_the_root,
+)
 
 
-def delta_tampering(damage: DeltaDamage) -> Any:
-    case = f"13 delta: {damage.__name__.replace('_', ' ')}"
+def delta_tampering(damage: DeltaDamage, *, spliced: bool) -> Any:
+    kind = "spliced delta" if spliced else "delta"
+    case = f"13 {kind}: {damage.__name__.replace('_', ' ')}"
     fault = pytest.mark.fault(case, "exit 5, bucket unchanged")
-    return pytest.param(damage, marks=fault, id=damage.__name__)
+    return pytest.param(damage, spliced, marks=fault, id=f"{kind}-{damage.__name__}")
 
 
 @pytest.mark.parametrize(
-    "damage",
+    ("damage", "spliced"),
     [
-        delta_tampering(damage)
-        for damage in (
-            wrong_base,
-            base_missing,
-            missing_content,
-            swapped_content,
-            file_list_not_the_signed_tree,
-            path_escaping_the_root,
-            wrong_archive_sha256,
-        )
+        *(delta_tampering(damage, spliced=False) for damage in (*BOTH_KINDS, wrong_archive_sha256)),
+        *(delta_tampering(damage, spliced=True) for damage in BOTH_KINDS),
     ],
 )
 def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     damage: DeltaDamage,
+    spliced: bool,
     delta_trees: DeltaTrees,
     tmp_path: Path,
     object_store: ObjectStore,
@@ -403,6 +405,7 @@ def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     shutil.copytree(trees.base_set, first)
     import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
     spec, base_tree, named = damage(trees)
+    spec.spliced = spliced
     base_root = trees.other_base if base_tree == "other" else trees.base
     item = delta_item(
         DOCS, NEW_VERSION, BASE_VERSION, base_root, trees.new, NEW_EXPORTED, tmp_path / "b", spec
@@ -433,7 +436,9 @@ def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
 
 
 @pytest.mark.fault("13 delta: none (control)", "exit 0, the rebuilt version in the index")
+@pytest.mark.parametrize("spliced", [False, True], ids=["delta", "spliced delta"])
 def test_the_untouched_delta_imports(
+    spliced: bool,
     delta_trees: DeltaTrees,
     tmp_path: Path,
     object_store: ObjectStore,
@@ -445,7 +450,14 @@ def test_the_untouched_delta_imports(
     shutil.copytree(trees.base_set, first)
     import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
     item = delta_item(
-        DOCS, NEW_VERSION, BASE_VERSION, trees.base, trees.new, NEW_EXPORTED, tmp_path / "b"
+        DOCS,
+        NEW_VERSION,
+        BASE_VERSION,
+        trees.base,
+        trees.new,
+        NEW_EXPORTED,
+        tmp_path / "b",
+        DeltaSpec(spliced=spliced),
     )
     good = tmp_path / "good"
     write_set(
@@ -463,3 +475,54 @@ def test_the_untouched_delta_imports(
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None
     assert [v["version"] for v in index["versions"]] == [BASE_VERSION, NEW_VERSION]
+
+
+@pytest.mark.fault(
+    "13 spliced delta: signed with an archive digest, or a tree-archive delta without one",
+    "exit 5, bucket unchanged",
+)
+@pytest.mark.parametrize("spliced", [False, True], ids=["delta", "spliced delta"])
+def test_a_delta_entry_of_the_wrong_shape_is_refused_before_anything(
+    spliced: bool,
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """A signer's manifest whose delta entry is neither kind (`spliced` flipped): refused
+    when the manifest is read, the bucket as it was."""
+    trees = delta_trees
+    first = tmp_path / "base-set"
+    shutil.copytree(trees.base_set, first)
+    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
+    item = delta_item(
+        DOCS,
+        NEW_VERSION,
+        BASE_VERSION,
+        trees.base,
+        trees.new,
+        NEW_EXPORTED,
+        tmp_path / "b",
+        DeltaSpec(spliced=spliced),
+    )
+    victim = tmp_path / "victim"
+    previous = (1, trees.base_manifest_sha256)
+    write_set(victim, [item], load_signing_key(trees.key_pair[0]), sequence=2, previous=previous)
+
+    def flipped(document: dict[str, Any]) -> None:
+        (entry,) = document["items"]
+        entry["delta"]["spliced"] = not spliced
+
+    resign(victim, trees.key_pair[0], flipped)
+    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
+    del document["transfer"]
+    config = write_config(tmp_path / "airgap.toml", document)
+    before = bucket_listing(object_store.client, object_store.bucket)
+
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
+
+    assert result.returncode == 5, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "manifest.json: items.0.delta: a " in result.stderr, result.stderr
+    assert ("tree-archive" if spliced else "spliced") in result.stderr, result.stderr
+    assert bucket_listing(object_store.client, object_store.bucket) == before
