@@ -11,7 +11,7 @@ Promises:
   `spill_at` entries it is a dict (a small site pays nothing), then every entry moves to
   the database, whose page cache is `CACHE_KIB`. On disk, a Bloom filter of the keys
   (`BLOOM_BITS`, fixed) answers most lookups of absent keys without a statement, and new
-  keys wait in a buffer of at most `_BATCH` to be written in one statement: a key met for
+  keys wait in a buffer of at most `_PENDING` to be written in one statement: a key met for
   the first time (the common case of the path checks) costs no statement of its own.
 - `get_many`, `update` and `insert` (new keys only) answer and store many entries in a few
   statements on disk.
@@ -30,12 +30,13 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Self
 
 SPILL_AT = 20_000
-CACHE_KIB = 2048
+CACHE_KIB = 512
 _BATCH = 4096
+_PENDING = 1024  # new keys a map on disk holds before one batched statement
 _IN_LIST = 500  # keys a lookup of `get_many` (SQLite allows 32,766 parameters)
-BLOOM_BITS = 1 << 22  # 512 KiB a map on disk: 1.5% false answers at 400,000 keys
-_PROBE_MASK = BLOOM_BITS - 1
-_PROBE_SHIFT = 21
+BLOOM_BITS = 1 << 21  # 256 KiB a map on disk: 1.5% false answers at 200,000 keys
+_MASK = BLOOM_BITS - 1
+_SHIFT = 21
 
 
 class SpillMap:
@@ -217,7 +218,7 @@ class SpillMap:
         self._pending[key] = value
         self._mark(key)
         self._count += 1
-        if len(self._pending) >= _BATCH:
+        if len(self._pending) >= _PENDING:
             self._written()
 
     def _written(self) -> sqlite3.Connection:
@@ -231,18 +232,11 @@ class SpillMap:
             self._pending = {}
         return self._db
 
-    def _probes(self, key: str) -> tuple[int, int, int]:
-        hashed = hash(key) & 0xFFFF_FFFF_FFFF_FFFF  # str hashes are cached by Python
-        return (
-            hashed & _PROBE_MASK,
-            (hashed >> _PROBE_SHIFT) & _PROBE_MASK,
-            (hashed >> 2 * _PROBE_SHIFT) & _PROBE_MASK,
-        )
-
     def _may_hold(self, key: str) -> bool:
         """False when `key` is surely not on disk (the Bloom filter has not seen it)."""
+        hashed = hash(key)  # str hashes are cached by Python; three probes of 22 bits
         bloom = self._bloom
-        one, two, three = self._probes(key)
+        one, two, three = hashed & _MASK, (hashed >> _SHIFT) & _MASK, (hashed >> 2 * _SHIFT) & _MASK
         return bool(
             bloom[one >> 3] >> (one & 7) & 1
             and bloom[two >> 3] >> (two & 7) & 1
@@ -250,8 +244,9 @@ class SpillMap:
         )
 
     def _mark(self, key: str) -> None:
+        hashed = hash(key)
         bloom = self._bloom
-        for probe in self._probes(key):
+        for probe in (hashed & _MASK, (hashed >> _SHIFT) & _MASK, (hashed >> 2 * _SHIFT) & _MASK):
             bloom[probe >> 3] |= 1 << (probe & 7)
 
 

@@ -84,7 +84,7 @@ from mirror.transferset.delta import (
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
 
-PIPE_DEPTH = 4
+PIPE_DEPTH = 2
 PIPE_PIECE = 1024 * 1024
 
 
@@ -377,6 +377,7 @@ class RebuiltArchive:
             self._spool_delta(self._files)
             assert self.item.delta is not None
             if not self.item.delta.spliced:
+                self._listed.close()  # only a splice checks paths beside the list's
                 self._take_missing(self._files)
         except OSError as exc:
             if is_disk_full(exc):

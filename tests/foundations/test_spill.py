@@ -85,11 +85,11 @@ def test_on_disk_a_new_or_absent_key_costs_no_statement_of_its_own() -> None:
         for n in range(1000):
             assert table.get(f"absent/{n}") is None
             assert f"absent/{n}" not in table
-        for n in range(spill._BATCH - 1):
+        for n in range(spill._PENDING - 1):
             assert table.add(f"new/{n}") is True
         assert len(statements) < 20  # a few false answers of the filter, nothing a key
         statements.clear()
-        assert table.add(f"new/{spill._BATCH}") is True  # the buffer is full: one batch
+        assert table.add(f"new/{spill._PENDING}") is True  # the buffer is full: one batch
         assert statements and all(s.startswith("INSERT INTO m") for s in statements)
         assert table.get("new/7") == "" and table.get("seed/3") == ""
 
