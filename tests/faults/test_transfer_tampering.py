@@ -256,8 +256,20 @@ def baseline(
     first = tmp_path / "s1"
     shutil.copytree(sets.s1, first)
     import_set(store, first, load_trusted_keys([sets.key_pair[1]]))
-    document = transfer_config(tmp_path / "airgap-store", sets.key_pair, target_settings)
+    return airgap_config(tmp_path, sets.key_pair, target_settings)
+
+
+def airgap_config(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    work: Path | None = None,
+) -> Path:
+    """The air-gapped side's config file (no signing key; `work` as its work directory)."""
+    document = transfer_config(tmp_path / "airgap-store", key_pair, target_settings)
     del document["transfer"]
+    if work is not None:
+        document["target"]["work_dir"] = str(work)
     return write_config(tmp_path / "airgap.toml", document)
 
 
@@ -384,6 +396,34 @@ def delta_tampering(damage: DeltaDamage, *, spliced: bool) -> Any:
     return pytest.param(damage, spliced, marks=fault, id=f"{kind}-{damage.__name__}")
 
 
+def signed_delta_set(
+    trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    spec: DeltaSpec,
+    base_root: Path | None = None,
+) -> Path:
+    """The base set imported into the bucket, then set 2: the new version as a delta of
+    `base_root` (the base's own tree by default) made by `spec`, correctly signed."""
+    first = tmp_path / "base-set"
+    shutil.copytree(trees.base_set, first)
+    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
+    item = delta_item(
+        DOCS,
+        NEW_VERSION,
+        BASE_VERSION,
+        base_root or trees.base,
+        trees.new,
+        NEW_EXPORTED,
+        tmp_path / "b",
+        spec,
+    )
+    delta_set = tmp_path / "delta-set"
+    previous = (1, trees.base_manifest_sha256)
+    write_set(delta_set, [item], load_signing_key(trees.key_pair[0]), sequence=2, previous=previous)
+    return delta_set
+
+
 @pytest.mark.parametrize(
     ("damage", "spliced"),
     [
@@ -401,24 +441,13 @@ def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     fault_got: list[str],
 ) -> None:
     trees = delta_trees
-    first = tmp_path / "base-set"
-    shutil.copytree(trees.base_set, first)
-    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
     spec, base_tree, named = damage(trees)
     spec.spliced = spliced
     base_root = trees.other_base if base_tree == "other" else trees.base
-    item = delta_item(
-        DOCS, NEW_VERSION, BASE_VERSION, base_root, trees.new, NEW_EXPORTED, tmp_path / "b", spec
-    )
-    victim = tmp_path / "victim"
-    previous = (1, trees.base_manifest_sha256)
-    write_set(victim, [item], load_signing_key(trees.key_pair[0]), sequence=2, previous=previous)
+    victim = signed_delta_set(trees, tmp_path, object_store, spec, base_root)
     work = tmp_path / "work"
     work.mkdir()
-    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
-    del document["transfer"]
-    document["target"]["work_dir"] = str(work)
-    config = write_config(tmp_path / "airgap.toml", document)
+    config = airgap_config(tmp_path, trees.key_pair, target_settings, work)
     client, bucket = object_store.client, object_store.bucket
     before = bucket_listing(client, bucket)
 
@@ -446,30 +475,8 @@ def test_the_untouched_delta_imports(
 ) -> None:
     """The control: the same steps with an honest delta succeed, so the battery can fail."""
     trees = delta_trees
-    first = tmp_path / "base-set"
-    shutil.copytree(trees.base_set, first)
-    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
-    item = delta_item(
-        DOCS,
-        NEW_VERSION,
-        BASE_VERSION,
-        trees.base,
-        trees.new,
-        NEW_EXPORTED,
-        tmp_path / "b",
-        DeltaSpec(spliced=spliced),
-    )
-    good = tmp_path / "good"
-    write_set(
-        good,
-        [item],
-        load_signing_key(trees.key_pair[0]),
-        sequence=2,
-        previous=(1, trees.base_manifest_sha256),
-    )
-    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
-    del document["transfer"]
-    config = write_config(tmp_path / "airgap.toml", document)
+    good = signed_delta_set(trees, tmp_path, object_store, DeltaSpec(spliced=spliced))
+    config = airgap_config(tmp_path, trees.key_pair, target_settings)
     result = mirror_cli("--config", str(config), "transfer", "import", str(good))
     assert result.returncode == 0, result.stderr
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
@@ -492,31 +499,14 @@ def test_a_delta_entry_of_the_wrong_shape_is_refused_before_anything(
     """A signer's manifest whose delta entry is neither kind (`spliced` flipped): refused
     when the manifest is read, the bucket as it was."""
     trees = delta_trees
-    first = tmp_path / "base-set"
-    shutil.copytree(trees.base_set, first)
-    import_set(object_store, first, load_trusted_keys([trees.key_pair[1]]))
-    item = delta_item(
-        DOCS,
-        NEW_VERSION,
-        BASE_VERSION,
-        trees.base,
-        trees.new,
-        NEW_EXPORTED,
-        tmp_path / "b",
-        DeltaSpec(spliced=spliced),
-    )
-    victim = tmp_path / "victim"
-    previous = (1, trees.base_manifest_sha256)
-    write_set(victim, [item], load_signing_key(trees.key_pair[0]), sequence=2, previous=previous)
+    victim = signed_delta_set(trees, tmp_path, object_store, DeltaSpec(spliced=spliced))
 
     def flipped(document: dict[str, Any]) -> None:
         (entry,) = document["items"]
         entry["delta"]["spliced"] = not spliced
 
     resign(victim, trees.key_pair[0], flipped)
-    document = transfer_config(tmp_path / "airgap-store", trees.key_pair, target_settings)
-    del document["transfer"]
-    config = write_config(tmp_path / "airgap.toml", document)
+    config = airgap_config(tmp_path, trees.key_pair, target_settings)
     before = bucket_listing(object_store.client, object_store.bucket)
 
     result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
