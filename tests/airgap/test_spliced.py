@@ -465,3 +465,24 @@ def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files
     entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
     refused_publishing_nothing(object_store, tmp_path, trusted, "unsafe archive")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        Entry(".", data=b"<script>evil</script>"),
+        Entry("guides/..", data=b"<script>evil</script>"),
+        Entry("./", data=b"<script>evil</script>"),
+    ],
+    ids=["dot", "dot-dot below a directory", "dot-slash"],
+)
+def test_a_base_rewritten_with_a_file_at_the_root_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, extra: Entry
+) -> None:
+    """A file member whose name is the root itself ('.', 'guides/..') names no path the
+    plan is asked about: kept as it is, it would publish bytes the signed tree does not
+    hold, in an archive `mirror.archive` refuses ('has an empty path'). Refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    entries = [*entries_of(BASE), extra]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    refused_publishing_nothing(object_store, tmp_path, trusted, "empty path")
