@@ -259,8 +259,12 @@ class TreePaths:
         self._seen.files[path] = ""
 
     def directory(self, path: str) -> None:
-        """A directory beside the files (an archive being written holds both); one known
+        """A directory member beside the files (an archive being written holds both),
+        counted with them against `max_files` as `mirror.archive` counts members; one known
         already (the parent of a file checked) costs one lookup."""
+        self._count += 1
+        if self._count > self._limits.max_files:
+            raise _unsafe(path, f"is past the limit of {self._limits.max_files} members")
         if path in self._seen.directories:
             return
         if _normalise(path, self._limits) != path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -21,7 +22,7 @@ from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import import_bytes
-from mirror.archive import inspect_archive, tree_hash
+from mirror.archive import ArchiveLimits, inspect_archive, tree_hash
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError, MirrorError
 from mirror.sim.site import SiteSpec, build_bundle
@@ -486,3 +487,25 @@ def test_a_base_rewritten_with_a_file_at_the_root_publishes_nothing(
     entries = [*entries_of(BASE), extra]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
     refused_publishing_nothing(object_store, tmp_path, trusted, "empty path")
+
+
+def test_a_base_rewritten_with_more_directories_than_an_archive_may_hold_members_publishes_nothing(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`mirror.archive` counts every member (directories too) against `max_files`; the
+    list's files are counted as it is read, and each directory a splice writes must count
+    beside them, or a base padded with empty directories in the bucket publishes an archive
+    `mirror.archive` refuses ('past the limit of N members'). The limit lowered to 10 here:
+    the new tree's 5 files and 2 directories fit, 30 more directories do not."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    monkeypatch.setattr(
+        "mirror.airgap.rebuild.ArchiveLimits", functools.partial(ArchiveLimits, max_files=10)
+    )
+    padding = [Entry(f"pad{i}/", kind="dir") for i in range(30)]
+    entries = [*padding, *entries_of(BASE)]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    refused_publishing_nothing(object_store, tmp_path, trusted, "past the limit of 10 members")
