@@ -452,18 +452,41 @@ def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
 
 
 @pytest.mark.parametrize(
-    "directory",
-    ["index.html/", "Guides/", "guides/c.html/deeper/"],
-    ids=["at a carried file", "a case twin", "below a kept file"],
+    "directories",
+    [
+        ["index.html/"],
+        ["Guides/"],
+        ["guides/c.html/deeper/"],
+        ["guides/./c.html/"],
+        ["moved/A.html/"],
+        ["x/", "X/"],
+        ["caf\u00e9/", "cafe\u0301/"],
+        ["x/y/", "X/z/"],
+    ],
+    ids=[
+        "at a carried file",
+        "a case twin",
+        "below a kept file",
+        "at a kept file, not normalised",
+        "a case twin of an added file",
+        "two case twins of the base",
+        "two NFC twins of the base",
+        "below case twins",
+    ],
 )
 def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files_publishes_nothing(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, directory: str
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    directories: list[str],
 ) -> None:
     """A splice keeps the base's directories; one added to the base in the bucket (its
-    manifest rewritten) where the new tree has a file, or as a case twin of one, would
-    publish an archive `mirror.archive` refuses and a pod cannot unpack: refused."""
+    manifest rewritten) where the new tree has a file, or as a case or NFC twin of a path
+    the archive holds, would publish an archive `mirror.archive` refuses and a pod cannot
+    unpack: refused."""
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
-    entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
+    entries = [*(Entry(d, kind="dir") for d in directories), *entries_of(BASE)]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
     refused_publishing_nothing(object_store, tmp_path, trusted, "unsafe archive")
 
