@@ -371,8 +371,9 @@ class _TreeSplice:
         path = None if unit.path is None else member_path(unit.path, self._limits)
         if self._listed is not None and unit.path is not None:
             self._refuse_unlisted(unit.path, unit.kind, path)
-        if unit.kind == "dir" and path is not None:
-            self._directories.add(path)
+        if unit.kind == "dir":
+            if path is not None:
+                self._directories.add(path)
             self._claim(path)
         decision = (
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
@@ -407,9 +408,10 @@ class _TreeSplice:
         if kind == "file" and path is None:
             raise IntegrityError(f"unsafe archive: member '{name}' has an empty path")
 
-    def _claim(self, directory: str) -> None:
-        """Given `listed`, a directory the archive holds is one an archive checked by
-        `mirror.archive` could hold beside the listed files."""
+    def _claim(self, directory: str | None) -> None:
+        """Given `listed`, a directory the archive holds (None: one naming the root) is one
+        an archive checked by `mirror.archive` could hold beside the listed files, and
+        counts as a member."""
         if self._listed is not None:
             self._listed.directory(directory)
 

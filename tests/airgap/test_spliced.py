@@ -512,12 +512,14 @@ def test_a_base_rewritten_with_a_file_at_the_root_publishes_nothing(
     refused_publishing_nothing(object_store, tmp_path, trusted, "empty path")
 
 
+@pytest.mark.parametrize("name", ["pad{}/", "./"], ids=["directories", "the root again"])
 def test_a_base_rewritten_with_more_directories_than_an_archive_may_hold_members_publishes_nothing(
     tmp_path: Path,
     object_store: ObjectStore,
     signing: SigningKey,
     trusted: Any,
     monkeypatch: pytest.MonkeyPatch,
+    name: str,
 ) -> None:
     """`mirror.archive` counts every member (directories too) against `max_files`; the
     list's files are counted as it is read, and each directory a splice writes must count
@@ -528,7 +530,7 @@ def test_a_base_rewritten_with_more_directories_than_an_archive_may_hold_members
     monkeypatch.setattr(
         "mirror.airgap.rebuild.ArchiveLimits", functools.partial(ArchiveLimits, max_files=10)
     )
-    padding = [Entry(f"pad{i}/", kind="dir") for i in range(30)]
+    padding = [Entry(name.format(i), kind="dir") for i in range(30)]
     entries = [*padding, *entries_of(BASE)]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
     refused_publishing_nothing(object_store, tmp_path, trusted, "past the limit of 10 members")
