@@ -258,10 +258,15 @@ class TreePaths:
         self._seen.claim(path, path, is_dir=False)
         self._seen.files[path] = ""
 
-    def directory(self, path: str) -> None:
-        """A directory beside the files (an archive being written holds both); one known
-        already (the parent of a file checked) costs one lookup."""
-        if path in self._seen.directories:
+    def directory(self, path: str | None) -> None:
+        """A directory member beside the files (an archive being written holds both),
+        counted with them against `max_files` as `mirror.archive` counts members (None: one
+        naming the root itself, './', a member of no path); one known already (the parent
+        of a file checked) costs one lookup."""
+        self._count += 1
+        if self._count > self._limits.max_files:
+            raise _unsafe(path or ".", f"is past the limit of {self._limits.max_files} members")
+        if path is None or path in self._seen.directories:
             return
         if _normalise(path, self._limits) != path:
             raise _unsafe(path, "is not a normalised path below the root")

@@ -15,7 +15,8 @@ Promises:
   the first time (the common case of the path checks) costs no statement of its own.
 - `get_many`, `update` and `insert` (new keys only) answer and store many entries in a few
   statements on disk.
-- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order);
+- `sorted_items` gives the entries by the UTF-8 bytes of their keys (the tree hash's order;
+  a lone surrogate, which no checked path holds, by its `surrogatepass` bytes);
   `has_prefix` says whether a key starts with a string (one range lookup on disk).
 - `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
   iterated in the order appended, as often as asked.
@@ -78,7 +79,7 @@ class SpillMap:
         if found is not None or not self._may_hold(key):
             return found
         assert self._db is not None
-        row = self._db.execute("SELECT v FROM m WHERE k = ?", (key.encode(),)).fetchone()
+        row = self._db.execute("SELECT v FROM m WHERE k = ?", (_bytes(key),)).fetchone()
         return None if row is None else str(row[0])
 
     def __setitem__(self, key: str, value: str) -> None:
@@ -94,7 +95,7 @@ class SpillMap:
             return
         assert self._db is not None
         if not self._may_hold(key) or (
-            self._db.execute("UPDATE m SET v = ? WHERE k = ?", (value, key.encode())).rowcount == 0
+            self._db.execute("UPDATE m SET v = ? WHERE k = ?", (value, _bytes(key))).rowcount == 0
         ):
             self._add_new(key, value)
 
@@ -127,10 +128,10 @@ class SpillMap:
         found: dict[str, str] = {}
         keys = list(keys)
         for at in range(0, len(keys), _IN_LIST):
-            chunk = [key.encode() for key in keys[at : at + _IN_LIST]]
+            chunk = [_bytes(key) for key in keys[at : at + _IN_LIST]]
             query = f"SELECT k, v FROM m WHERE k IN ({','.join('?' * len(chunk))})"  # noqa: S608
             for key, value in db.execute(query, chunk):
-                found[bytes(key).decode()] = str(value)
+                found[_text(key)] = str(value)
         return found
 
     def update(self, entries: Iterable[tuple[str, str]]) -> None:
@@ -141,7 +142,7 @@ class SpillMap:
             return
         db = self._written()
         latest = dict(rest)
-        rows = [(value, key.encode()) for key, value in latest.items()]
+        rows = [(value, _bytes(key)) for key, value in latest.items()]
         db.executemany("UPDATE m SET v = ? WHERE k = ?", rows)
         inserted = db.executemany("INSERT OR IGNORE INTO m (v, k) VALUES (?, ?)", rows)
         self._count += inserted.rowcount
@@ -156,11 +157,11 @@ class SpillMap:
         if rest is None:
             return
         db = self._written()
-        rows = [(key.encode(), value) for key, value in rest]
+        rows = [(_bytes(key), value) for key, value in rest]
         db.executemany("INSERT INTO m (k, v) VALUES (?, ?)", rows)
         self._count += len(rows)
         for key, _ in rows:
-            self._mark(key.decode())
+            self._mark(_text(key))
 
     def _in_memory(self, entries: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str]] | None:
         """Store `entries` one by one while the map is in memory: those left once it moved
@@ -178,7 +179,7 @@ class SpillMap:
         """Whether some key starts with `prefix` (not empty)."""
         if self._memory is not None:
             return any(key.startswith(prefix) for key in self._memory)
-        low = prefix.encode()
+        low = _bytes(prefix)
         high = low[:-1] + bytes([low[-1] + 1])  # UTF-8 has no 0xff byte: no overflow
         row = self._written().execute("SELECT 1 FROM m WHERE k >= ? AND k < ? LIMIT 1", (low, high))
         return row.fetchone() is not None
@@ -187,14 +188,14 @@ class SpillMap:
         """Every entry, by the UTF-8 bytes of its key."""
         if self._memory is not None:
             memory = self._memory
-            for encoded in sorted(key.encode() for key in memory):
-                key = encoded.decode()
+            for encoded in sorted(_bytes(key) for key in memory):
+                key = _text(encoded)
                 yield key, memory[key]
             return
         cursor = self._written().execute("SELECT k, v FROM m ORDER BY k")
         while rows := cursor.fetchmany(_BATCH):
             for key, value in rows:
-                yield bytes(key).decode(), str(value)
+                yield bytes(key).decode("utf-8", "surrogatepass"), str(value)  # _text, inlined
 
     def _spill(self) -> None:
         assert self._memory is not None
@@ -209,7 +210,9 @@ class SpillMap:
             self._mark(key)
         db.executemany(
             "INSERT INTO m (k, v) VALUES (?, ?)",
-            sorted((key.encode(), value) for key, value in self._memory.items()),
+            sorted(
+                (key.encode("utf-8", "surrogatepass"), value) for key, value in self._memory.items()
+            ),
         )
         self._db, self._memory = db, None
 
@@ -227,7 +230,10 @@ class SpillMap:
         if self._pending:
             self._db.executemany(
                 "INSERT INTO m (k, v) VALUES (?, ?)",
-                sorted((key.encode(), value) for key, value in self._pending.items()),
+                sorted(
+                    (key.encode("utf-8", "surrogatepass"), value)
+                    for key, value in self._pending.items()
+                ),
             )
             self._pending = {}
         return self._db
@@ -248,6 +254,16 @@ class SpillMap:
         bloom = self._bloom
         for probe in (hashed & _MASK, (hashed >> _SHIFT) & _MASK, (hashed >> 2 * _SHIFT) & _MASK):
             bloom[probe >> 3] |= 1 << (probe & 7)
+
+
+def _bytes(key: str) -> bytes:
+    """A key as stored and ordered: its UTF-8 bytes; a lone surrogate (a str need not be
+    valid UTF-8) passes as its three bytes, so any str is a key, as in a dict."""
+    return key.encode("utf-8", "surrogatepass")
+
+
+def _text(stored: bytes) -> str:
+    return bytes(stored).decode("utf-8", "surrogatepass")
 
 
 class FileList:

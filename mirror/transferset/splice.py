@@ -369,13 +369,11 @@ class _TreeSplice:
         if unit.start > self._position:
             self._edit(Edit("keep", self._position, unit.start))
         path = None if unit.path is None else member_path(unit.path, self._limits)
-        if self._listed is not None and unit.kind == "other" and unit.path is not None:
-            raise IntegrityError(  # (a pax global header has no path: it names no member)
-                f"{unit.path}: a link, device or special member; a bundle holds only regular "
-                "files and directories"
-            )
-        if unit.kind == "dir" and path is not None:
-            self._directories.add(path)
+        if self._listed is not None and unit.path is not None:
+            self._refuse_unlisted(unit.path, unit.kind, path)
+        if unit.kind == "dir":
+            if path is not None:
+                self._directories.add(path)
             self._claim(path)
         decision = (
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
@@ -397,9 +395,23 @@ class _TreeSplice:
             if last:
                 self._plan.kept(path, hashing.hexdigest(), size)
 
-    def _claim(self, directory: str) -> None:
-        """Given `listed`, a directory the archive holds is one an archive checked by
-        `mirror.archive` could hold beside the listed files."""
+    @staticmethod
+    def _refuse_unlisted(name: str, kind: str, path: str | None) -> None:
+        """A member kept whatever the plan says, that no bundle holds: a link, a device, a
+        fifo; a file named as the root itself ('.', 'd/..'), which the plan is never asked
+        about. (A pax global header has no path: it names no member.)"""
+        if kind == "other":
+            raise IntegrityError(
+                f"{name}: a link, device or special member; a bundle holds only regular "
+                "files and directories"
+            )
+        if kind == "file" and path is None:
+            raise IntegrityError(f"unsafe archive: member '{name}' has an empty path")
+
+    def _claim(self, directory: str | None) -> None:
+        """Given `listed`, a directory the archive holds (None: one naming the root) is one
+        an archive checked by `mirror.archive` could hold beside the listed files, and
+        counts as a member."""
         if self._listed is not None:
             self._listed.directory(directory)
 

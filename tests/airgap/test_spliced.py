@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -21,7 +22,7 @@ from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import import_bytes
-from mirror.archive import inspect_archive, tree_hash
+from mirror.archive import ArchiveLimits, inspect_archive, tree_hash
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError, MirrorError
 from mirror.sim.site import SiteSpec, build_bundle
@@ -451,17 +452,85 @@ def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
 
 
 @pytest.mark.parametrize(
-    "directory",
-    ["index.html/", "Guides/", "guides/c.html/deeper/"],
-    ids=["at a carried file", "a case twin", "below a kept file"],
+    "directories",
+    [
+        ["index.html/"],
+        ["Guides/"],
+        ["guides/c.html/deeper/"],
+        ["guides/./c.html/"],
+        ["moved/A.html/"],
+        ["x/", "X/"],
+        ["caf\u00e9/", "cafe\u0301/"],
+        ["x/y/", "X/z/"],
+    ],
+    ids=[
+        "at a carried file",
+        "a case twin",
+        "below a kept file",
+        "at a kept file, not normalised",
+        "a case twin of an added file",
+        "two case twins of the base",
+        "two NFC twins of the base",
+        "below case twins",
+    ],
 )
 def test_a_base_rewritten_with_a_directory_no_bundle_could_hold_beside_its_files_publishes_nothing(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, directory: str
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    directories: list[str],
 ) -> None:
     """A splice keeps the base's directories; one added to the base in the bucket (its
-    manifest rewritten) where the new tree has a file, or as a case twin of one, would
-    publish an archive `mirror.archive` refuses and a pod cannot unpack: refused."""
+    manifest rewritten) where the new tree has a file, or as a case or NFC twin of a path
+    the archive holds, would publish an archive `mirror.archive` refuses and a pod cannot
+    unpack: refused."""
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
-    entries = [Entry(directory, kind="dir"), *entries_of(BASE)]
+    entries = [*(Entry(d, kind="dir") for d in directories), *entries_of(BASE)]
     _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
     refused_publishing_nothing(object_store, tmp_path, trusted, "unsafe archive")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        Entry(".", data=b"<script>evil</script>"),
+        Entry("guides/..", data=b"<script>evil</script>"),
+        Entry("./", data=b"<script>evil</script>"),
+    ],
+    ids=["dot", "dot-dot below a directory", "dot-slash"],
+)
+def test_a_base_rewritten_with_a_file_at_the_root_publishes_nothing(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, extra: Entry
+) -> None:
+    """A file member whose name is the root itself ('.', 'guides/..') names no path the
+    plan is asked about: kept as it is, it would publish bytes the signed tree does not
+    hold, in an archive `mirror.archive` refuses ('has an empty path'). Refused."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    entries = [*entries_of(BASE), extra]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    refused_publishing_nothing(object_store, tmp_path, trusted, "empty path")
+
+
+@pytest.mark.parametrize("name", ["pad{}/", "./"], ids=["directories", "the root again"])
+def test_a_base_rewritten_with_more_directories_than_an_archive_may_hold_members_publishes_nothing(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    signing: SigningKey,
+    trusted: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+) -> None:
+    """`mirror.archive` counts every member (directories too) against `max_files`; the
+    list's files are counted as it is read, and each directory a splice writes must count
+    beside them, or a base padded with empty directories in the bucket publishes an archive
+    `mirror.archive` refuses ('past the limit of N members'). The limit lowered to 10 here:
+    the new tree's 5 files and 2 directories fit, 30 more directories do not."""
+    _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    monkeypatch.setattr(
+        "mirror.airgap.rebuild.ArchiveLimits", functools.partial(ArchiveLimits, max_files=10)
+    )
+    padding = [Entry(name.format(i), kind="dir") for i in range(30)]
+    entries = [*padding, *entries_of(BASE)]
+    _rewrite_base(tmp_path, object_store, write_tar(tmp_path / "o.tar.gz", entries).read_bytes())
+    refused_publishing_nothing(object_store, tmp_path, trusted, "past the limit of 10 members")

@@ -124,3 +124,26 @@ def test_on_disk_the_map_answers_as_a_dict_does() -> None:
         assert table._db is not None
         assert list(table.sorted_items()) == sorted(model.items(), key=lambda kv: kv[0].encode())
         assert table.get_many(list(model)[:700]) == {k: model[k] for k in list(model)[:700]}
+
+
+@pytest.mark.parametrize("spill_at", [100, 0])
+def test_a_key_with_a_lone_surrogate_is_a_key_as_in_a_dict(
+    spill_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A str key need not be valid UTF-8 (a lone surrogate, as `surrogateescape` decodes a
+    byte): the map holds it as a dict does, in memory and on disk. On disk a new key waits
+    in the buffer: it must not fail later, at another key's write, nor leave every later
+    statement failing."""
+    monkeypatch.setattr(spill, "_PENDING", 2)
+    odd = ["\udcff", "a\udc80b", "a"]
+    with SpillMap(spill_at) as table:
+        for n, key in enumerate(odd):
+            table[key] = str(n)
+        table.add("b")  # the buffer is written here
+        assert [table.get(key) for key in odd] == ["0", "1", "2"]
+        assert table.get_many([*odd, "c"]) == {"\udcff": "0", "a\udc80b": "1", "a": "2"}
+        assert table.has_prefix("a\udc80") and not table.has_prefix("\udc80")
+        order = sorted([*odd, "b"], key=lambda k: k.encode("utf-8", "surrogatepass"))
+        assert [key for key, _ in table.sorted_items()] == order
+        table.update([("\udcff", "u")])
+        assert table.get("\udcff") == "u" and len(table) == 4
