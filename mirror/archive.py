@@ -649,7 +649,7 @@ def _check_members(
                     sink.directory(clean)
             continue
         if clean is None:
-            raise _unsafe(member.name, "has an empty path")
+            raise file_at_the_root(member.name)
         seen.claim(member.name, clean, is_dir=False)
         tally.declared(member.name, member.declared_size)
         digest, size = _copy_member(path, member, clean, tally, sink)
@@ -753,6 +753,12 @@ def _has_index_html(files: SpillMap) -> bool:
         if len(tops) > 1:
             return False
     return len(tops) == 1 and f"{tops.pop()}/index.html" in files
+
+
+def file_at_the_root(name: str) -> IntegrityError:
+    """The refusal of a file member whose name is the root itself ('.', 'd/..'): no tree
+    holds a file there."""
+    return _unsafe(name, "has an empty path")
 
 
 def _unsafe(name: str, rule: str) -> IntegrityError:

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mirror.archive import ArchiveLimits, TreePaths, member_path
+from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path
 from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
 from mirror.transferset.compression import MEMBER_HEADER
@@ -406,7 +406,7 @@ class _TreeSplice:
                 "files and directories"
             )
         if kind == "file" and path is None:
-            raise IntegrityError(f"unsafe archive: member '{name}' has an empty path")
+            raise file_at_the_root(name)
 
     def _claim(self, directory: str | None) -> None:
         """Given `listed`, a directory the archive holds (None: one naming the root) is one
