@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.fsutil import disk_full, fsync_dir, hash_workers, is_disk_full, map_on_cores
-from mirror.integrity import Digest, hash_file, hash_stream, mismatch
+from mirror.integrity import Digest, hash_file, hash_mapped_file, hash_stream, mismatch
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class BlobStore:
             to_hash.append(sha256)
         paths = [self.blob_path(sha256) for sha256 in to_hash]
         digests = (
-            map_on_cores(hash_file, paths, workers)
+            map_on_cores(hash_mapped_file, paths, workers)
             if hashing is None
             else map(hashing.digest, to_hash, paths)
         )
@@ -234,11 +234,11 @@ class BlobHashing:
         self._futures: dict[str, Future[Digest]] = {}
         with contextlib.suppress(OSError):  # an unreadable store: verify reports it as before
             for sha256 in store.iter_blobs():
-                self._futures[sha256] = self._pool.submit(hash_file, store.blob_path(sha256))
+                self._futures[sha256] = self._pool.submit(hash_mapped_file, store.blob_path(sha256))
 
     def digest(self, sha256: str, path: Path) -> Digest:
         future = self._futures.get(sha256)
-        return future.result() if future is not None else hash_file(path)
+        return future.result() if future is not None else hash_mapped_file(path)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

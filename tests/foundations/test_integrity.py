@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import io
+import mmap
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mirror import integrity
 from mirror.errors import IntegrityError
 from mirror.integrity import (
     CHUNK_SIZE,
+    MAP_WINDOW,
     BackgroundSha256,
     Digest,
     HashingWriter,
     hash_bytes,
     hash_file,
+    hash_mapped_file,
     hash_stream,
     iter_file,
     mismatch,
@@ -100,3 +106,61 @@ def test_mismatch_is_the_one_wording() -> None:
     error = mismatch("content", "a" * 64, "b" * 64, hint="restore it")
     assert error.message == "content hashes to aaaaaaaaaaaa…, expected bbbbbbbbbbbb…"
     assert error.hint == "restore it"
+
+
+WINDOWS = bytes(range(251)) * (MAP_WINDOW * 2 // 251 + 3)  # two windows and a bit
+
+
+@pytest.mark.parametrize("size", [0, 1, MAP_WINDOW - 1, MAP_WINDOW, MAP_WINDOW + 1, len(WINDOWS)])
+def test_hash_mapped_file_gives_what_hash_file_gives(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "blob"
+    path.write_bytes(WINDOWS[:size])
+    assert hash_mapped_file(path) == hash_file(path) == Digest(hash_bytes(WINDOWS[:size]), size)
+
+
+def test_hash_mapped_file_reads_what_the_kernel_will_not_populate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An advice the kernel refuses (EINVAL, as a kernel before 5.14 refuses
+    MADV_POPULATE_READ) hashes every window by reading it."""
+    path = tmp_path / "blob"
+    path.write_bytes(WINDOWS)
+    monkeypatch.setattr("mirror.integrity.MADV_POPULATE_READ", 0x7FFF)
+    with path.open("rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    with mapped, pytest.raises(OSError):
+        mapped.madvise(0x7FFF)
+    assert hash_mapped_file(path) == Digest(hash_bytes(WINDOWS), len(WINDOWS))
+
+
+@pytest.mark.parametrize("when", ["before its window is mapped", "once its window is mapped"])
+def test_a_file_cut_short_while_hashed_is_read_not_a_sigbus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """Cut short after its size was taken: the second window cannot be mapped (Python sees
+    the file is shorter) or, once mapped, populated (the kernel's EFAULT, where touching the
+    pages would have raised SIGBUS). The rest is read: the digest of what the file now holds,
+    as `hash_file` gives it."""
+    path = tmp_path / "blob"
+    path.write_bytes(WINDOWS)
+    cut = MAP_WINDOW + 12345
+    populated: list[int] = []
+
+    class CutShort(mmap.mmap):
+        def madvise(self, option: int, start: int = 0, length: int = 0) -> None:
+            populated.append(len(self))
+            if when == "once its window is mapped" and len(populated) == 2:
+                os.truncate(path, cut)
+            super().madvise(option, start, length or len(self))
+
+    real_window = integrity._hash_window
+
+    def window(fd: int, offset: int, length: int, digest: Any) -> bool:
+        if when == "before its window is mapped" and offset == MAP_WINDOW:
+            os.truncate(path, cut)
+        return real_window(fd, offset, length, digest)
+
+    monkeypatch.setattr(integrity.mmap, "mmap", CutShort)
+    monkeypatch.setattr(integrity, "_hash_window", window)
+    assert hash_mapped_file(path) == Digest(hash_bytes(WINDOWS[:cut]), cut) == hash_file(path)
+    assert len(populated) == (2 if when == "once its window is mapped" else 1)
