@@ -36,6 +36,7 @@ FOUNDATIONS = {
     "mirror.links",
     "mirror.progress",
     "mirror.spill",
+    "mirror.heap",
 }
 SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "oneway", "cli", "sim")
 

@@ -12,8 +12,6 @@ command (`mirror store list --json`): they are moved to the front in one place.
 
 from __future__ import annotations
 
-import atexit
-import gc as garbage_collector
 import importlib
 import json
 import logging
@@ -24,7 +22,7 @@ from typing import Any, NoReturn
 
 import click
 
-from mirror import __version__
+from mirror import __version__, heap
 from mirror.cli.common import CliContext
 from mirror.cli.contract import ERROR_SCHEMA, apply_help
 from mirror.errors import EXIT_FAILED, EXIT_TEMPORARY, EXIT_USAGE, MirrorError
@@ -263,13 +261,10 @@ def _missing_command(exc: click.UsageError) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the command and map every way it can end to an exit code.
-
-    At exit the interpreter's last two collections would walk every object the imports made
-    (SQLAlchemy, pydantic, botocore: 0.2-0.3 s of every command on this project's machine).
-    The heap is frozen instead, after every other exit handler: what is still alive is torn
-    down by reference counting as before (files flushed and closed), and the memory goes back
-    to the system with the process."""
-    atexit.register(garbage_collector.freeze)
+    The heap is set up first (`mirror.heap`): large blocks go back to the system when freed,
+    and exit does not walk every imported object."""
+    heap.return_large_blocks()
+    heap.skip_the_exit_collections()
     args = hoist_global_options(list(argv if argv is not None else sys.argv[1:]))
     options = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in options
