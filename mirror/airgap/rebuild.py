@@ -42,15 +42,13 @@ Promises:
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
-import threading
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
+from mirror.airgap.pipe import Pipe
 from mirror.airgap.spliced import SPLICEABLE_FORMAT, SplicePlan, splice_base
 from mirror.airgap.workdir import (
     FreeSpace,
@@ -83,10 +81,6 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
-
-PIPE_DEPTH = 2
-PIPE_PIECE = 1024 * 1024
-
 
 Bases = Mapping[tuple[str, str], layout.VersionManifest]
 """Base manifests by (domain, version), as `check_deltas` proved them."""
@@ -308,7 +302,7 @@ class RebuiltArchive:
         self._contents: _Contents | None = None
         self._files: FileList | None = None
         self._listed = TreePaths(self.limits)  # the list's paths, beside which a splice writes
-        self._pipe: _Pipe | None = None
+        self._pipe: Pipe | None = None
         self._buffer = bytearray()
         self._done = False
         self._failed: BaseException | None = None
@@ -351,7 +345,7 @@ class RebuiltArchive:
     def _read(self, want: int) -> bytes:
         if self._pipe is None and not self._done:
             files = self._prepare()
-            self._pipe = _Pipe(lambda put: self._generate(files, put))
+            self._pipe = Pipe(lambda put: self._generate(files, put), name="rebuild")
         while len(self._buffer) < want and self._pipe is not None:
             piece = self._pipe.get()
             if piece is None:
@@ -706,65 +700,3 @@ class _BaseFile:
 
     def __exit__(self, *exc: object) -> None:
         self.adding.__exit__(*exc)
-
-
-class _Pipe:
-    """Runs `produce(put)` on a thread; `get` returns what it put, then None at its end.
-    An exception in the producer is raised by `get`; `close` stops the producer. What the
-    producer puts is handed over in pieces of about PIPE_PIECE bytes: a splice writes many
-    small pieces, and handing each to the reader would wake it (and wait for the GIL)
-    thousands of times."""
-
-    def __init__(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
-        self._queue: queue.Queue[bytes | BaseException | None] = queue.Queue(PIPE_DEPTH)
-        self._stop = threading.Event()
-        self._pending = bytearray()
-        self._thread = threading.Thread(
-            target=self._run, args=(produce,), name="rebuild", daemon=True
-        )
-        self._thread.start()
-
-    def _gather(self, data: bytes) -> None:
-        self._pending += data
-        if len(self._pending) >= PIPE_PIECE:
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        if self._pending:
-            piece = bytes(self._pending)
-            self._pending.clear()
-            self._put(piece)
-
-    def _put(self, item: bytes | BaseException | None) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(queue.Full):
-                self._queue.put(item, timeout=0.1)
-                return
-        raise _Stopped
-
-    def _run(self, produce: Callable[[Callable[[bytes], None]], None]) -> None:
-        try:
-            produce(self._gather)
-            self._hand_over()
-        except _Stopped:
-            return
-        except BaseException as exc:  # handed to the reader, which raises it
-            with contextlib.suppress(_Stopped):
-                self._put(exc)
-            return
-        with contextlib.suppress(_Stopped):
-            self._put(None)
-
-    def get(self) -> bytes | None:
-        item = self._queue.get()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-class _Stopped(Exception):
-    """The reader closed the pipe: the producer stops."""

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from mirror.airgap import layout
+from mirror.airgap.pipe import Pipe
 from mirror.archive import TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
@@ -127,21 +128,26 @@ def splice_base(
     """The spliced archive of `base` (its object streamed from `store`) under `plan`, to
     `write`; IntegrityError naming the base when its object is not spliceable, or not the
     bytes its manifest names. `listed` holds the checked paths of the plan's file list
-    (`read_file_list`): the base's directories must stand beside them."""
+    (`read_file_list`): the base's directories must stand beside them. The base is fetched
+    and hashed on a thread of its own (`Pipe`), a few pieces ahead of the splice."""
     where = f"{store.bucket}/{base.object}"
     if base.archive_format != SPLICEABLE_FORMAT:
         raise IntegrityError(f"{where} is a {base.archive_format} archive; a splice needs tar.gz")
     read = HashingWriter()
 
-    def chunks() -> Iterator[bytes]:
+    def fetch(put: Callable[[bytes], None]) -> None:
         for chunk in store.open_stream(base.object):
             read.write(chunk)
-            yield chunk
+            put(chunk)
 
-    source = chunks()
-    splice_tree(source, plan, write, mtime=mtime, level=level, label=where, listed=listed)
-    for _ in source:
-        pass
+    pipe = Pipe(fetch, name="base")
+    try:
+        source = iter(pipe.get, None)
+        splice_tree(source, plan, write, mtime=mtime, level=level, label=where, listed=listed)
+        for _ in source:
+            pass
+    finally:
+        pipe.close()
     if read.result != Digest(base.sha256, base.size):
         raise IntegrityError(
             f"{where} does not match its manifest (damaged or replaced; "
