@@ -34,9 +34,8 @@ from mirror.errors import IntegrityError
 
 CHUNK_SIZE = 1024 * 1024
 MAP_WINDOW = 4 * 1024 * 1024
-MADV_POPULATE_READ = getattr(
-    mmap, "MADV_POPULATE_READ", 22
-)  # Linux's value; Python 3.11 lacks the name
+# Linux's value where Python (3.11) does not name it
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 SHORT = 12
 
 
