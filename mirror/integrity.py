@@ -19,10 +19,12 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import mmap
 import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -37,6 +39,8 @@ MAP_WINDOW = 4 * 1024 * 1024
 MADV_POPULATE_READ = getattr(
     mmap, "MADV_POPULATE_READ", 22
 )  # Linux's value; Python 3.11 lacks the name
+# Opening a FIFO returns at once (to be refused); no newline translation where there is any.
+READ_NO_WAIT = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 SHORT = 12
 
 
@@ -108,9 +112,13 @@ def hash_mapped_file(path: Path) -> Digest:
     error, a file truncated meanwhile, a kernel before 5.14 or another system) is read as
     `hash_file` reads it from there on, so every failure is the OSError or the short digest
     that `hash_file` would give. Only a file truncated by another process in the instant
-    between a window's population and its hashing kills the process (SIGBUS)."""
+    between a window's population and its hashing kills the process (SIGBUS).
+
+    What is not a regular file (links followed) is refused with an OSError before a byte is
+    read, where `hash_file` would wait for a FIFO's writer forever, read a device such as
+    /dev/zero without end, or fail on a directory."""
     digest = hashlib.sha256()
-    with path.open("rb", buffering=0) as handle:
+    with _open_regular(path) as handle:
         end = os.fstat(handle.fileno()).st_size if sys.platform == "linux" else 0
         size = 0
         while size < end and _hash_window(
@@ -120,6 +128,16 @@ def hash_mapped_file(path: Path) -> Digest:
         handle.seek(size)
         size += _hash_reads(handle, digest, None)
     return Digest(digest.hexdigest(), size)
+
+
+def _open_regular(path: Path) -> IO[bytes]:
+    """`path` opened for reading when it is a regular file; OSError (EINVAL) otherwise. The
+    open itself does not wait: O_NONBLOCK returns a FIFO's end at once, to be refused."""
+    fd = os.open(path, READ_NO_WAIT)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return open(fd, "rb", buffering=0)
 
 
 def _hash_window(fd: int, offset: int, length: int, digest: Any) -> bool:

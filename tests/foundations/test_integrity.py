@@ -6,6 +6,7 @@ import hashlib
 import io
 import mmap
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,27 @@ def test_a_file_cut_short_while_hashed_is_read_not_a_sigbus(
     monkeypatch.setattr(integrity, "_hash_window", window)
     assert hash_mapped_file(path) == Digest(hash_bytes(WINDOWS[:cut]), cut) == hash_file(path)
     assert len(populated) == (2 if when == "once its window is mapped" else 1)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_hash_mapped_file_refuses_what_is_not_a_regular_file_without_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO was opened, which waits for a writer (here one comes after 2 s; none would
+    under blobs/), a device read (a link to /dev/zero never ends; /dev/null here): both are
+    refused before a byte is read, as a directory is."""
+    path = tmp_path / "blob"
+    writer = threading.Timer(2, lambda: os.close(os.open(path, os.O_WRONLY)))
+    writer.daemon = True
+    if kind == "fifo":
+        os.mkfifo(path)
+        writer.start()
+    elif kind == "device":
+        path.symlink_to("/dev/null")
+    else:
+        path.mkdir()
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            hash_mapped_file(path)
+    finally:
+        writer.cancel()

@@ -91,7 +91,9 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         path = app.store.blob_path(sha)
         reason = ""
         try:
-            if hash_file(path).sha256 != sha:
+            if not path.is_file():  # a FIFO would be waited on, /dev/zero read without end
+                reason = "not a regular file"
+            elif hash_file(path).sha256 != sha:
                 reason = "content does not match its name"
             else:
                 report = inspect_archive(path, app.settings.store.archive_limits())
