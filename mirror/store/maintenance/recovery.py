@@ -15,6 +15,7 @@ runs them in order at start-up, and `store verify --repair` reconciles orphans t
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -102,9 +103,8 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         except IntegrityError as exc:
             reason = f"archive refused: {exc}"
         if reason:
-            app.store.remove(sha)
-            removed.append(sha)
-            log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
+            if _removed(app, sha, reason):
+                removed.append(sha)
             continue
         with app.db.session() as session:
             if not add_bundle(session, sha, path.stat().st_size, report):
@@ -113,6 +113,21 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         adopted.append(sha)
         log.info("adopted orphan blob", extra={"sha256": sha})
     return adopted, removed
+
+
+def _removed(app: App, sha: str, reason: str) -> bool:
+    """Remove orphan blob `sha`, logged; a directory with files in it under a blob's name is
+    left for the operator (a warning naming it), not a start-up that fails."""
+    try:
+        app.store.remove(sha)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        left = f"{reason}, left: a directory with files in it ({app.store.blob_path(sha)})"
+        log.warning("orphan blob not removed", extra={"sha256": sha, "reason": left})
+        return False
+    log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
+    return True
 
 
 def upgrade_schema(app: App, attempts: int = 4, sleep: Callable[[float], None] = time.sleep) -> str:
