@@ -30,6 +30,7 @@ from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive
 from mirror.integrity import hash_file
 from mirror.store import digests
 from mirror.store.app import App
+from mirror.store.blobs import NOT_A_FILE
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import named_by_active_runs
 from mirror.store.models import Bundle, ExportRun
@@ -92,8 +93,8 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         path = app.store.blob_path(sha)
         reason = ""
         try:
-            if not path.is_file():  # a FIFO would be waited on, /dev/zero read without end
-                reason = "not a regular file"
+            if not app.store.has(sha):  # a FIFO would be waited on, /dev/zero read without end
+                reason = NOT_A_FILE
             elif hash_file(path).sha256 != sha:
                 reason = "content does not match its name"
             else:
