@@ -10,6 +10,7 @@ so moving a finished download into place is one atomic rename.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
@@ -116,6 +117,7 @@ class BlobStore:
                 return target
             log.warning("blob %s no longer matches its name; replacing it", sha256[:12])
         target.parent.mkdir(parents=True, exist_ok=True)
+        _make_way(target)
         with open(temp_file, "rb") as handle:
             os.fsync(handle.fileno())
         os.chmod(temp_file, 0o444)
@@ -234,6 +236,25 @@ class BlobStore:
     def free_bytes(self) -> int:
         self.ensure()
         return shutil.disk_usage(self.root).free
+
+
+def _make_way(target: Path) -> None:
+    """A directory where a blob belongs (no download leaves one; verify calls it `not a
+    regular file`) is removed when empty, so the rename can replace it; one with files in it
+    is refused (IntegrityError, exit 5), not emptied: what it holds is the operator's."""
+    try:
+        if not stat.S_ISDIR(target.lstat().st_mode):
+            return
+        target.rmdir()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise IntegrityError(
+            f"{target} is a directory with files in it, where blob {target.name[:12]}… belongs",
+            hint="move that directory out of the store, then run the same command again",
+        ) from None
 
 
 class BlobHashing:
