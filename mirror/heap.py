@@ -7,7 +7,8 @@ Promises:
   threshold to the largest block freed, up to 32 MiB, and carves the next such blocks from
   the heap, where they stay once freed: the 200,000-file rebuild peaked 16 MiB higher
   (bench/RESULTS.md). Smaller blocks (1 MiB reads) keep glibc's fast reuse. Without glibc's
-  `mallopt` (musl, another system) nothing is changed.
+  `mallopt` (musl, another system), or with a threshold set in the environment, nothing is
+  changed.
 - `skip_the_exit_collections`: at exit, after every other exit handler, the heap is frozen,
   so the interpreter's last two collections do not walk every object the imports made
   (SQLAlchemy, pydantic, botocore: 0.2-0.3 s a command on 2 cores). What is still alive is
@@ -24,13 +25,21 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import os
 
 MMAP_THRESHOLD = 4 * 1024 * 1024
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 def return_large_blocks() -> bool:
-    """Fix glibc's mmap threshold at MMAP_THRESHOLD; False where there is no glibc to tell."""
+    """Fix glibc's mmap threshold at MMAP_THRESHOLD; False where there is no glibc to tell,
+    or where the environment already set one (MALLOC_MMAP_THRESHOLD_, or
+    glibc.malloc.mmap_threshold in GLIBC_TUNABLES): an operator's or a measurement's
+    setting is kept, not silently replaced."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,46 @@ def _kept_after_freeing(mode: str) -> int:
 def test_large_blocks_go_back_to_the_system_once_freed() -> None:
     assert _kept_after_freeing("untold") >= 20 * MiB  # what the heap kept without it
     assert _kept_after_freeing("told") < 2 * MiB
+
+
+# Whether a 1 MiB block is mapped apart (glibc's count of such bytes, mallinfo2, glibc 2.33+):
+# under a 512 KiB threshold it is; under MMAP_THRESHOLD it is carved from the heap.
+ONE_MIB_MAPPED = """
+import ctypes
+from mirror import heap
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+told = heap.return_large_blocks()
+block = bytearray(1 << 20)
+print(told, mallinfo2().hblkhd >= 1 << 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"MALLOC_MMAP_THRESHOLD_": "524288"},
+        {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=524288"},
+    ],
+)
+def test_a_threshold_set_in_the_environment_is_kept(setting: dict[str, str]) -> None:
+    """An operator's tuning, or a measurement of another threshold, was silently replaced
+    by MMAP_THRESHOLD at every command's start."""
+    env = {**os.environ, **setting}
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_MIB_MAPPED], capture_output=True, text=True, env=env
+    )
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    alone = {k: v for k, v in env.items() if k not in setting}
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_MIB_MAPPED], capture_output=True, text=True, env=alone
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr
 
 
 def test_exit_freezes_the_heap_after_later_handlers_and_still_flushes(tmp_path: Path) -> None:
