@@ -114,8 +114,9 @@ def hash_mapped_file(path: Path) -> Digest:
     53 of 54 processes hashing a 64 MiB file without the lease). Without a lease, and for
     what could not be populated (an I/O error, a kernel before 5.14), the file is read as
     `hash_file` reads it from there on, so every failure is the OSError or the short digest
-    that `hash_file` would give. Only a hash that outlasts the lease (lease-break-time, 45 s
-    by default, while a writer waits) can still be cut short under it (SIGBUS).
+    that `hash_file` would give. Once a writer waits, the rest is read too, so a hash that
+    outlasts the lease (lease-break-time, 45 s by default) is cut short as `hash_file`'s
+    would be, never by SIGBUS.
 
     What is not a regular file (links followed) is refused with an OSError before a byte is
     read, where `hash_file` would wait for a FIFO's writer forever, read a device such as
@@ -124,8 +125,10 @@ def hash_mapped_file(path: Path) -> Digest:
     with _open_regular(path) as handle:
         end = _mappable_size(handle.fileno())
         size = 0
-        while size < end and _hash_window(
-            handle.fileno(), size, min(MAP_WINDOW, end - size), digest
+        while (
+            size < end
+            and _lease_held(handle.fileno())
+            and _hash_window(handle.fileno(), size, min(MAP_WINDOW, end - size), digest)
         ):
             size += min(MAP_WINDOW, end - size)
         handle.seek(size)
@@ -161,6 +164,15 @@ def _mappable_size(fd: int) -> int:
     except OSError:
         return 0
     return os.fstat(fd).st_size
+
+
+def _lease_held(fd: int) -> bool:
+    """Whether the read lease still holds writers off: once one waits (the lease is being
+    broken), the rest of the file is read, never mapped, so a truncation after
+    lease-break-time finds no mapped page to take away."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
 
 
 def _hash_window(fd: int, offset: int, length: int, digest: Any) -> bool:

@@ -142,14 +142,15 @@ def test_hash_mapped_file_reads_what_the_kernel_will_not_populate(
 def test_a_file_cut_short_while_hashed_is_read_not_a_sigbus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
-    """Cut short after its size was taken, the lease gone (broken after lease-break-time; it
-    would otherwise hold this very truncation off): the second window cannot be mapped
-    (Python sees the file is shorter) or, once mapped, populated (the kernel's EFAULT, where
-    touching the pages would have raised SIGBUS). The rest is read: the digest of what the
-    file now holds, as `hash_file` gives it."""
+    """Cut short after its size was taken, as if no lease held the truncation off (the
+    kernel's EFAULT is also what an I/O error gives, a FUSE file's EIO for one): the second
+    window cannot be mapped (Python sees the file is shorter) or, once mapped, populated
+    (EFAULT, where touching the pages would have raised SIGBUS). The rest is read: the
+    digest of what the file now holds, as `hash_file` gives it."""
     path = tmp_path / "blob"
     path.write_bytes(WINDOWS)
     monkeypatch.setattr(integrity, "_mappable_size", lambda fd: os.fstat(fd).st_size)
+    monkeypatch.setattr(integrity, "_lease_held", lambda fd: True)
     cut = MAP_WINDOW + 12345
     populated: list[int] = []
 
@@ -225,3 +226,40 @@ def test_a_file_rewritten_in_place_while_hashed_waits_for_the_hash(tmp_path: Pat
             rewrite.write(data)
         cuts += 1
     assert hashing.wait(10) == 0 and cuts > 0
+
+
+# Hashes the file named by argv[1] with each window 0.2 s slower, telling when one starts.
+SLOW_WINDOWS = """
+import sys, time
+from pathlib import Path
+from mirror import integrity
+mapped = []
+real = integrity._hash_window
+def slow(*args):
+    mapped.append(args[1])
+    print("mapping", flush=True)
+    time.sleep(0.2)
+    return real(*args)
+integrity._hash_window = slow
+digest = integrity.hash_mapped_file(Path(sys.argv[1]))
+print(digest.sha256, len(mapped))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's leases")
+def test_once_a_writer_waits_the_rest_is_read_not_mapped(tmp_path: Path) -> None:
+    """A writer that waits on the lease longer than lease-break-time (45 s) gets the file
+    anyway: a hash still mapping windows then could be cut short under them (SIGBUS). From
+    the moment one waits the rest is read; the writer goes on once the hash is done."""
+    path = tmp_path / "blob"
+    data = os.urandom(16 * MAP_WINDOW)
+    path.write_bytes(data)
+    hashing = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WINDOWS, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert hashing.stdout is not None and hashing.stdout.readline() == "mapping\n"
+    os.close(os.open(path, os.O_WRONLY))  # waits for the hash
+    out, _ = hashing.communicate(timeout=60)
+    sha256, mapped = out.split()[-2:]
+    assert sha256 == hash_bytes(data) and hashing.returncode == 0
+    assert int(mapped) <= 2, out  # of 16 windows
