@@ -116,7 +116,9 @@ def hash_mapped_file(path: Path) -> Digest:
     `hash_file` reads it from there on, so every failure is the OSError or the short digest
     that `hash_file` would give. Once a writer waits, the rest is read too, so a hash that
     outlasts the lease (lease-break-time, 45 s by default) is cut short as `hash_file`'s
-    would be, never by SIGBUS.
+    would be. SIGBUS is left only to a window's milliseconds stalled from outside: the
+    process stopped longer than lease-break-time while a writer waits, or a populated page
+    reclaimed under memory pressure whose re-read fails.
 
     What is not a regular file (links followed) is refused with an OSError before a byte is
     read, where `hash_file` would wait for a FIFO's writer forever, read a device such as
