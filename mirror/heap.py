@@ -7,12 +7,17 @@ Promises:
   threshold to the largest block freed, up to 32 MiB, and carves the next such blocks from
   the heap, where they stay once freed: the 200,000-file rebuild peaked 16 MiB higher
   (bench/RESULTS.md). Smaller blocks (1 MiB reads) keep glibc's fast reuse. Without glibc's
-  `mallopt` (musl, another system) nothing is changed.
+  `mallopt` (musl, another system), or with a threshold set in the environment, nothing is
+  changed.
 - `skip_the_exit_collections`: at exit, after every other exit handler, the heap is frozen,
   so the interpreter's last two collections do not walk every object the imports made
   (SQLAlchemy, pydantic, botocore: 0.2-0.3 s a command on 2 cores). What is still alive is
-  torn down by reference counting as before (files flushed and closed); only garbage in
-  reference cycles is left to the system, which takes the memory back with the process.
+  torn down by reference counting as before (files flushed and closed), except what only
+  those collections reach: an object in a reference cycle, alive (held by a module) or
+  garbage, is never finalized, so a buffered file held through one is not flushed. Hence
+  every file mirror writes is closed by its owner before exit (`with`, `close`); at exit
+  only the standard streams are open (flushed by the interpreter itself) and logging's
+  handlers are flushed by its own exit handler. The memory goes back with the process.
 """
 
 from __future__ import annotations
@@ -20,13 +25,21 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import os
 
 MMAP_THRESHOLD = 4 * 1024 * 1024
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 def return_large_blocks() -> bool:
-    """Fix glibc's mmap threshold at MMAP_THRESHOLD; False where there is no glibc to tell."""
+    """Fix glibc's mmap threshold at MMAP_THRESHOLD; False where there is no glibc to tell,
+    or where the environment already set one (MALLOC_MMAP_THRESHOLD_, or
+    glibc.malloc.mmap_threshold in GLIBC_TUNABLES): an operator's or a measurement's
+    setting is kept, not silently replaced."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):

@@ -10,10 +10,12 @@ so moving a finished download into place is one atomic rename.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from mirror.fsutil import disk_full, fsync_dir, hash_workers, is_disk_full, map_
 from mirror.integrity import Digest, hash_file, hash_mapped_file, hash_stream, mismatch
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MISSING = "indexed but not on disk"
+NOT_A_FILE = "not a regular file"
 log = logging.getLogger(__name__)
 
 
@@ -113,6 +117,7 @@ class BlobStore:
                 return target
             log.warning("blob %s no longer matches its name; replacing it", sha256[:12])
         target.parent.mkdir(parents=True, exist_ok=True)
+        _make_way(target)
         with open(temp_file, "rb") as handle:
             os.fsync(handle.fileno())
         os.chmod(temp_file, 0o444)
@@ -124,7 +129,7 @@ class BlobStore:
         """Whether blob `sha256` is on disk with `size` bytes that hash to its name."""
         path = self.blob_path(sha256)
         try:
-            return path.stat().st_size == size and hash_file(path).sha256 == sha256
+            return self._seen(sha256, size) is None and hash_file(path).sha256 == sha256
         except FileNotFoundError:
             return False
 
@@ -143,17 +148,18 @@ class BlobStore:
 
     def remove(self, sha256: str) -> int:
         """Delete a blob, and its file digests; returns the bytes freed (0 if it was not
-        there)."""
+        there). What no download leaves under a blob's name goes too (a link, a FIFO, an
+        empty directory: OSError when it holds anything)."""
         path = self.blob_path(sha256)
         with contextlib.suppress(FileNotFoundError):
             self.digests_path(sha256).unlink()
         try:
-            size = path.stat().st_size
-            path.unlink()
+            found = path.lstat()
+            path.rmdir() if stat.S_ISDIR(found.st_mode) else path.unlink()
         except FileNotFoundError:
             return 0
         fsync_dir(path.parent)
-        return size
+        return found.st_size if stat.S_ISREG(found.st_mode) else 0
 
     def iter_blobs(self) -> Iterator[str]:
         """Every blob name on disk (well-formed names only)."""
@@ -176,24 +182,20 @@ class BlobStore:
         workers: int | None = None,
         hashing: BlobHashing | None = None,
     ) -> list[BlobProblem]:
-        """Re-hash every blob: missing (indexed, not on disk), corrupt (size or bytes differ),
-        extra; sorted by sha256 within kind. The hashing is spread over `workers` threads (one
-        per usable core, at most 8), with the same findings in the same order; with `hashing`
-        (started earlier), its digests are used."""
+        """Re-hash every blob: missing (indexed, not on disk), corrupt (not a regular file,
+        size or bytes differ), extra; sorted by sha256 within kind. The hashing is spread over
+        `workers` threads (one per usable core, at most 8), with the same findings in the same
+        order; with `hashing` (started earlier), its digests are used."""
         on_disk = set(self.iter_blobs())
         problems: dict[str, BlobProblem] = {}
         to_hash: list[str] = []
         for sha256, size in sorted(expected.items()):
             if sha256 not in on_disk:
-                problems[sha256] = BlobProblem("missing", sha256, "indexed but not on disk")
-                continue
-            actual_size = self.blob_path(sha256).stat().st_size
-            if actual_size != size:
-                problems[sha256] = BlobProblem(
-                    "corrupt", sha256, f"size {actual_size}, expected {size}"
-                )
-                continue
-            to_hash.append(sha256)
+                problems[sha256] = BlobProblem("missing", sha256, MISSING)
+            elif problem := self._seen(sha256, size):
+                problems[sha256] = problem
+            else:
+                to_hash.append(sha256)
         paths = [self.blob_path(sha256) for sha256 in to_hash]
         digests = (
             map_on_cores(hash_mapped_file, paths, workers)
@@ -210,6 +212,19 @@ class BlobStore:
         ]
         return [problems[sha256] for sha256 in sorted(problems)] + extra
 
+    def _seen(self, sha256: str, size: int) -> BlobProblem | None:
+        """What an indexed blob's file shows before it is hashed; None: hash it. Only a regular
+        file is hashed: a FIFO would be waited on, a link to /dev/zero read without end."""
+        try:
+            found = self.blob_path(sha256).stat()
+        except FileNotFoundError:  # removed meanwhile, or a link to nothing
+            return BlobProblem("missing", sha256, MISSING)
+        if not stat.S_ISREG(found.st_mode):
+            return BlobProblem("corrupt", sha256, NOT_A_FILE)
+        if found.st_size != size:
+            return BlobProblem("corrupt", sha256, f"size {found.st_size}, expected {size}")
+        return None
+
     def temp_files(self) -> list[Path]:
         if not self.tmp_dir.is_dir():
             return []
@@ -221,6 +236,25 @@ class BlobStore:
     def free_bytes(self) -> int:
         self.ensure()
         return shutil.disk_usage(self.root).free
+
+
+def _make_way(target: Path) -> None:
+    """A directory where a blob belongs (no download leaves one; verify calls it `not a
+    regular file`) is removed when empty, so the rename can replace it; one with files in it
+    is refused (IntegrityError, exit 5), not emptied: what it holds is the operator's."""
+    try:
+        if not stat.S_ISDIR(target.lstat().st_mode):
+            return
+        target.rmdir()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise IntegrityError(
+            f"{target} is a directory with files in it, where blob {target.name[:12]}… belongs",
+            hint="move that directory out of the store, then run the same command again",
+        ) from None
 
 
 class BlobHashing:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 from pathlib import Path
 
@@ -79,3 +80,76 @@ def test_a_lost_index_is_named_as_lost_and_no_empty_one_replaces_it(
     (tmp_path / "mirror.db.moved").rename(index)  # the remedy: the index restored
     verified = mirror_cli("--config", str(config), "store", "verify")
     assert verified.returncode == 0, verified.stderr
+
+
+def _make_odd(blobs: Path, names: list[str]) -> dict[str, str]:
+    """Blob names made into what no download leaves: a FIFO (opening it waits for a writer),
+    a link to /dev/zero (reading it never ends), a link to nothing, an empty directory."""
+    made = {}
+    for name, kind in zip(names, ("fifo", "zero", "dangling", "directory"), strict=True):
+        path = blobs / name[:2] / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        else:
+            path.symlink_to("/dev/zero" if kind == "zero" else blobs / "nothing")
+        made[name] = kind
+    return made
+
+
+@pytest.mark.fault(
+    "indexed blobs replaced by a FIFO, a link to /dev/zero, a link to nothing, a directory",
+    "verify names each (exit 5) and ends",
+)
+def test_what_is_not_a_regular_file_under_blobs_is_named_and_never_waited_on(
+    tmp_path: Path, fault_got: list[str]
+) -> None:
+    """`store verify` hashes every name under blobs/ in the background: it printed its
+    findings, then waited forever at exit for the thread reading /dev/zero or waiting for
+    the FIFO's writer; a link to nothing was an `unexpected FileNotFoundError` (exit 1)."""
+    store = tmp_path / "store"
+    with open_app(store) as app:
+        indexed = [add_version(app, "docs.example.com", f"2026-11-2{n}")[1] for n in range(4)]
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    odd = _make_odd(store / "blobs" / "sha256", indexed)
+    verified = mirror_cli("--config", str(config), "store", "verify", timeout=60)
+    assert verified.returncode == 5, verified.stderr
+    assert verified.stdout.splitlines() == [
+        f"missing {sha}: indexed but not on disk"
+        if odd[sha] == "dangling"
+        else f"corrupt {sha}: not a regular file"
+        for sha in sorted(odd)
+    ]
+    fault_got.append(f"exit {verified.returncode}, {len(odd)} named")
+
+
+@pytest.mark.fault(
+    "extra names under blobs: a FIFO, a link to /dev/zero, a link to nothing, a directory",
+    "verify lists them as extra; --repair (the remedy) removes them; verify exit 0",
+)
+def test_verify_repair_removes_odd_extra_blobs_without_waiting_on_them(
+    tmp_path: Path, fault_got: list[str]
+) -> None:
+    """`--repair` re-hashed extra blobs to adopt them: it waited for the FIFO's writer or
+    read /dev/zero forever, and a directory was an `unexpected IsADirectoryError`; the same
+    step runs when an export or the daemon starts."""
+    store = tmp_path / "store"
+    with open_app(store) as app:
+        add_version(app, "docs.example.com", "2026-11-20")
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    extras = sorted(_make_odd(store / "blobs" / "sha256", [f"{n:x}" * 64 for n in range(10, 14)]))
+    found = mirror_cli("--json", "--config", str(config), "store", "verify", timeout=60)
+    assert found.returncode == 5, found.stderr
+    assert [p["sha256"] for p in json.loads(found.stdout)["problems"]] == extras
+    repaired = mirror_cli(
+        "--json", "--config", str(config), "store", "verify", "--repair", timeout=60
+    )
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert sorted(json.loads(repaired.stdout)["removed"]) == extras
+    assert not [e for e in extras if os.path.lexists(store / "blobs" / "sha256" / e[:2] / e)]
+    assert mirror_cli("--config", str(config), "store", "verify").returncode == 0
+    fault_got.append(f"--repair removed {len(extras)}; verify exit 0")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.cli import cli_env, write_config
+from tests.fixtures.versions import add_version, open_app
 
 MiB = 1024 * 1024
 
@@ -41,6 +46,46 @@ def test_large_blocks_go_back_to_the_system_once_freed() -> None:
     assert _kept_after_freeing("told") < 2 * MiB
 
 
+# Whether a 1 MiB block is mapped apart (glibc's count of such bytes, mallinfo2, glibc 2.33+):
+# under a 512 KiB threshold it is; under MMAP_THRESHOLD it is carved from the heap.
+ONE_MIB_MAPPED = """
+import ctypes
+from mirror import heap
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+mallinfo2 = ctypes.CDLL(None).mallinfo2
+mallinfo2.restype = MallInfo2
+told = heap.return_large_blocks()
+block = bytearray(1 << 20)
+print(told, mallinfo2().hblkhd >= 1 << 20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"MALLOC_MMAP_THRESHOLD_": "524288"},
+        {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=524288"},
+    ],
+)
+def test_a_threshold_set_in_the_environment_is_kept(setting: dict[str, str]) -> None:
+    """An operator's tuning, or a measurement of another threshold, was silently replaced
+    by MMAP_THRESHOLD at every command's start."""
+    env = {**os.environ, **setting}
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_MIB_MAPPED], capture_output=True, text=True, env=env
+    )
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    alone = {k: v for k, v in env.items() if k not in setting}
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_MIB_MAPPED], capture_output=True, text=True, env=alone
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr
+
+
 def test_exit_freezes_the_heap_after_later_handlers_and_still_flushes(tmp_path: Path) -> None:
     """Frozen at exit, after the handlers registered later (they still see a live heap),
     before the interpreter's collections; a file left open is still flushed."""
@@ -58,3 +103,59 @@ left_open.write("flushed")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["first 0", "then True"]
     assert out.read_text() == "flushed"
+
+
+# `mirror ARGS` run to its real exit, listing what is still open just before the heap is
+# frozen (every handler registered later has run): what only the last collections would close.
+OPEN_AT_EXIT = """
+import atexit, gc, io, json, socket, sqlite3, sys
+from mirror import heap
+from mirror.cli import main
+
+def still_open():
+    found = []
+    for item in gc.get_objects():
+        if isinstance(item, io.IOBase) and not item.closed and item.fileno() > 2:
+            found.append(repr(item))
+        elif isinstance(item, socket.socket) and item.fileno() >= 0:
+            found.append(repr(item))
+        elif isinstance(item, sqlite3.Connection):
+            try:
+                item.total_changes
+            except sqlite3.ProgrammingError:  # closed
+                continue
+            found.append("an sqlite3 connection")
+    print(json.dumps(found), file=sys.__stderr__)
+
+freeze_first = heap.skip_the_exit_collections  # registered first, so run after still_open
+heap.skip_the_exit_collections = lambda: (freeze_first(), atexit.register(still_open))
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [("store", "verify"), ("--json", "store", "verify"), ("store", "list")]
+)
+def test_nothing_is_left_for_the_exit_collections_to_close(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """The freeze means no finalizer runs for an object in a reference cycle at exit: every
+    file, socket and index connection a command opened is closed before, on the error path
+    too (a damaged blob: exit 5)."""
+    store = tmp_path / "store"
+    with open_app(store) as app:
+        _, sha256 = add_version(app, "docs.example.com", "2026-11-20")
+        add_version(app, "docs.example.com", "2026-11-21")
+    damaged = store / "blobs" / "sha256" / sha256[:2] / sha256
+    damaged.chmod(0o644)
+    damaged.write_bytes(damaged.read_bytes()[::-1])
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_AT_EXIT, "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
+    assert done.returncode == (0 if args[-1] == "list" else 5), done.stderr
+    assert json.loads(done.stderr.splitlines()[-1]) == [], done.stderr

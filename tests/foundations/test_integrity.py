@@ -6,6 +6,11 @@ import hashlib
 import io
 import mmap
 import os
+import random
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +142,15 @@ def test_hash_mapped_file_reads_what_the_kernel_will_not_populate(
 def test_a_file_cut_short_while_hashed_is_read_not_a_sigbus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
-    """Cut short after its size was taken: the second window cannot be mapped (Python sees
-    the file is shorter) or, once mapped, populated (the kernel's EFAULT, where touching the
-    pages would have raised SIGBUS). The rest is read: the digest of what the file now holds,
-    as `hash_file` gives it."""
+    """Cut short after its size was taken, as if no lease held the truncation off (the
+    kernel's EFAULT is also what an I/O error gives, a FUSE file's EIO for one): the second
+    window cannot be mapped (Python sees the file is shorter) or, once mapped, populated
+    (EFAULT, where touching the pages would have raised SIGBUS). The rest is read: the
+    digest of what the file now holds, as `hash_file` gives it."""
     path = tmp_path / "blob"
     path.write_bytes(WINDOWS)
+    monkeypatch.setattr(integrity, "_mappable_size", lambda fd: os.fstat(fd).st_size)
+    monkeypatch.setattr(integrity, "_lease_held", lambda fd: True)
     cut = MAP_WINDOW + 12345
     populated: list[int] = []
 
@@ -164,3 +172,94 @@ def test_a_file_cut_short_while_hashed_is_read_not_a_sigbus(
     monkeypatch.setattr(integrity, "_hash_window", window)
     assert hash_mapped_file(path) == Digest(hash_bytes(WINDOWS[:cut]), cut) == hash_file(path)
     assert len(populated) == (2 if when == "once its window is mapped" else 1)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_hash_mapped_file_refuses_what_is_not_a_regular_file_without_waiting(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO was opened, which waits for a writer (here one comes after 2 s; none would
+    under blobs/), a device read (a link to /dev/zero never ends; /dev/null here): both are
+    refused before a byte is read, as a directory is."""
+    path = tmp_path / "blob"
+    writer = threading.Timer(2, lambda: os.close(os.open(path, os.O_WRONLY)))
+    writer.daemon = True
+    if kind == "fifo":
+        os.mkfifo(path)
+        writer.start()
+    elif kind == "device":
+        path.symlink_to("/dev/null")
+    else:
+        path.mkdir()
+    try:
+        with pytest.raises(OSError, match="not a regular file"):
+            hash_mapped_file(path)
+    finally:
+        writer.cancel()
+
+
+# Hashes the file named by argv[1] ten times (a process of its own: SIGBUS kills it).
+HASH_TEN_TIMES = """
+import sys
+from pathlib import Path
+from mirror.integrity import hash_mapped_file
+for _ in range(10):
+    hash_mapped_file(Path(sys.argv[1]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's leases")
+def test_a_file_rewritten_in_place_while_hashed_waits_for_the_hash(tmp_path: Path) -> None:
+    """Another process cuts the file short and writes it again every few ms (`cp` over a
+    blob does both): mapped without a lease, 53 of 54 hashing processes died of SIGBUS; with
+    it, the writer waits until each hash is done and every hash ends."""
+    path = tmp_path / "blob"
+    data = os.urandom(64 * 1024 * 1024)
+    path.write_bytes(data)
+    hashing = subprocess.Popen([sys.executable, "-c", HASH_TEN_TIMES, str(path)])
+    deadline = time.monotonic() + 120
+    cuts = 0
+    while hashing.poll() is None and time.monotonic() < deadline:
+        os.truncate(path, random.randrange(len(data)))
+        time.sleep(0.002)
+        with path.open("r+b") as rewrite:
+            rewrite.write(data)
+        cuts += 1
+    assert hashing.wait(10) == 0 and cuts > 0
+
+
+# Hashes the file named by argv[1] with each window 0.2 s slower, telling when one starts.
+SLOW_WINDOWS = """
+import sys, time
+from pathlib import Path
+from mirror import integrity
+mapped = []
+real = integrity._hash_window
+def slow(*args):
+    mapped.append(args[1])
+    print("mapping", flush=True)
+    time.sleep(0.2)
+    return real(*args)
+integrity._hash_window = slow
+digest = integrity.hash_mapped_file(Path(sys.argv[1]))
+print(digest.sha256, len(mapped))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's leases")
+def test_once_a_writer_waits_the_rest_is_read_not_mapped(tmp_path: Path) -> None:
+    """A writer that waits on the lease longer than lease-break-time (45 s) gets the file
+    anyway: a hash still mapping windows then could be cut short under them (SIGBUS). From
+    the moment one waits the rest is read; the writer goes on once the hash is done."""
+    path = tmp_path / "blob"
+    data = os.urandom(16 * MAP_WINDOW)
+    path.write_bytes(data)
+    hashing = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WINDOWS, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert hashing.stdout is not None and hashing.stdout.readline() == "mapping\n"
+    os.close(os.open(path, os.O_WRONLY))  # waits for the hash
+    out, _ = hashing.communicate(timeout=60)
+    sha256, mapped = out.split()[-2:]
+    assert sha256 == hash_bytes(data) and hashing.returncode == 0
+    assert int(mapped) <= 2, out  # of 16 windows

@@ -114,3 +114,25 @@ def test_a_blob_stored_after_background_hashing_began_is_hashed_when_asked(
         late_path.write_bytes(b"LATE")  # damaged: only a hash taken now can tell
         problems = store.verify({first_sha: 5, late_sha: 4}, hashing=hashing)
     assert [(p.kind, p.sha256) for p in problems] == [("corrupt", late_sha)]
+
+
+def test_adopt_replaces_an_empty_directory_and_names_one_with_files_in_it(
+    store_dir: Path,
+) -> None:
+    """`store verify` reports a directory under a blob's name as `not a regular file` and
+    its remedy is the next export, which adopts the download: the rename failed on it
+    (an `unexpected IsADirectoryError`)."""
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    store.blob_path(sha).mkdir(parents=True)
+    assert store.adopt(temp, sha, 5).read_bytes() == b"hello"
+
+    other, other_sha = _temp_with(store, "b.part", b"other")
+    (store.blob_path(other_sha) / "kept").mkdir(parents=True)
+    with pytest.raises(IntegrityError, match="is a directory with files in it") as refused:
+        store.adopt(other, other_sha, 5)
+    assert refused.value.exit_code == 5
+    assert (store.blob_path(other_sha) / "kept").is_dir() and other.read_bytes() == b"other"
+    assert refused.value.hint is not None and "move that directory out" in refused.value.hint
+    store.blob_path(other_sha).rename(store_dir / "moved")  # the remedy
+    assert store.adopt(other, other_sha, 5).read_bytes() == b"other"

@@ -15,6 +15,7 @@ runs them in order at start-up, and `store verify --repair` reconciles orphans t
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ from mirror.fsutil import VALIDATOR_SUFFIX, pid_alive
 from mirror.integrity import hash_file
 from mirror.store import digests
 from mirror.store.app import App
+from mirror.store.blobs import NOT_A_FILE
 from mirror.store.bundles import add_bundle
 from mirror.store.inventory import named_by_active_runs
 from mirror.store.models import Bundle, ExportRun
@@ -91,7 +93,9 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         path = app.store.blob_path(sha)
         reason = ""
         try:
-            if hash_file(path).sha256 != sha:
+            if not app.store.has(sha):  # a FIFO would be waited on, /dev/zero read without end
+                reason = NOT_A_FILE
+            elif hash_file(path).sha256 != sha:
                 reason = "content does not match its name"
             else:
                 report = inspect_archive(path, app.settings.store.archive_limits())
@@ -100,9 +104,8 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         except IntegrityError as exc:
             reason = f"archive refused: {exc}"
         if reason:
-            app.store.remove(sha)
-            removed.append(sha)
-            log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
+            if _removed(app, sha, reason):
+                removed.append(sha)
             continue
         with app.db.session() as session:
             if not add_bundle(session, sha, path.stat().st_size, report):
@@ -111,6 +114,21 @@ def reconcile_orphan_blobs(app: App) -> tuple[list[str], list[str]]:
         adopted.append(sha)
         log.info("adopted orphan blob", extra={"sha256": sha})
     return adopted, removed
+
+
+def _removed(app: App, sha: str, reason: str) -> bool:
+    """Remove orphan blob `sha`, logged; a directory with files in it under a blob's name is
+    left for the operator (a warning naming it), not a start-up that fails."""
+    try:
+        app.store.remove(sha)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        left = f"{reason}, left: a directory with files in it ({app.store.blob_path(sha)})"
+        log.warning("orphan blob not removed", extra={"sha256": sha, "reason": left})
+        return False
+    log.warning("removed orphan blob", extra={"sha256": sha, "reason": reason})
+    return True
 
 
 def upgrade_schema(app: App, attempts: int = 4, sleep: Callable[[float], None] = time.sleep) -> str:
