@@ -6,9 +6,11 @@ Promises:
   a rebuild's pieces) goes back to the system when it is freed. glibc otherwise raises its
   threshold to the largest block freed, up to 32 MiB, and carves the next such blocks from
   the heap, where they stay once freed: the 200,000-file rebuild peaked 16 MiB higher
-  (bench/RESULTS.md). Smaller blocks (1 MiB reads) keep glibc's fast reuse. Without glibc's
-  `mallopt` (musl, another system), or with a threshold set in the environment, nothing is
-  changed.
+  (bench/RESULTS.md). Smaller blocks (1 MiB reads) keep glibc's fast reuse: the heap's top
+  is trimmed only past TRIM_THRESHOLD (glibc's own rule, twice the mmap threshold, which a
+  fixed threshold otherwise turns off: trimming at 128 KiB made every 1 MiB read fault its
+  pages in again, 0.3 CPU s a GiB). Without glibc's `mallopt` (musl, another system), or
+  with a threshold set in the environment, nothing is changed.
 - `skip_the_exit_collections`: at exit, after every other exit handler, the heap is frozen,
   so the interpreter's last two collections do not walk every object the imports made
   (SQLAlchemy, pydantic, botocore: 0.2-0.3 s a command on 2 cores). What is still alive is
@@ -28,17 +30,22 @@ import gc
 import os
 
 MMAP_THRESHOLD = 4 * 1024 * 1024
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
+_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
+_M_MMAP_THRESHOLD = -3
+_SETTINGS = {
+    "mmap_threshold": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+    "trim_threshold": (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+}
 
 
 def return_large_blocks() -> bool:
-    """Fix glibc's mmap threshold at MMAP_THRESHOLD; False where there is no glibc to tell,
-    or where the environment already set one (MALLOC_MMAP_THRESHOLD_, or
-    glibc.malloc.mmap_threshold in GLIBC_TUNABLES): an operator's or a measurement's
-    setting is kept, not silently replaced."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get(
-        "GLIBC_TUNABLES", ""
-    ):
+    """Fix glibc's mmap and trim thresholds at MMAP_THRESHOLD and TRIM_THRESHOLD; False where
+    there is no glibc to tell, or where the environment already set either
+    (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, or the same in GLIBC_TUNABLES): an
+    operator's or a measurement's setting is kept, not silently replaced."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(f"MALLOC_{name.upper()}_" in os.environ or name in tunables for name in _SETTINGS):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -46,7 +53,7 @@ def return_large_blocks() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return all(mallopt(option, value) for option, value in _SETTINGS.values())
 
 
 def skip_the_exit_collections() -> None:

@@ -46,6 +46,41 @@ def test_large_blocks_go_back_to_the_system_once_freed() -> None:
     assert _kept_after_freeing("told") < 2 * MiB
 
 
+# Whether the heap keeps a freed 1 MiB block's pages for the next read (glibc's heap size,
+# mallinfo2's `arena`, glibc 2.33+), or trims them and faults them in again next time.
+READ_FREED = """
+import ctypes, sys
+from mirror import heap
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "told":
+    assert heap.return_large_blocks()
+else:
+    libc.mallopt(-3, heap.MMAP_THRESHOLD)  # the mmap threshold alone
+read = b"x" * (1 << 20)
+grown = libc.mallinfo2().arena
+del read
+print(libc.mallinfo2().arena >= grown - (64 << 10))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_a_freed_read_stays_in_the_heap_for_the_next() -> None:
+    """Fixing the mmap threshold alone fixes the trim threshold at 128 KiB: every 1 MiB read
+    freed was trimmed, and the next one faulted its pages in again."""
+    kept = [
+        subprocess.run(
+            [sys.executable, "-c", READ_FREED, mode], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for mode in ("told", "threshold alone")
+    ]
+    assert kept == [["True"], ["False"]]
+
+
 # Whether a 1 MiB block is mapped apart (glibc's count of such bytes, mallinfo2, glibc 2.33+):
 # under a 512 KiB threshold it is; under MMAP_THRESHOLD it is carved from the heap.
 ONE_MIB_MAPPED = """
@@ -69,6 +104,7 @@ print(told, mallinfo2().hblkhd >= 1 << 20)
     [
         {"MALLOC_MMAP_THRESHOLD_": "524288"},
         {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=524288"},
+        {"MALLOC_TRIM_THRESHOLD_": "262144"},
     ],
 )
 def test_a_threshold_set_in_the_environment_is_kept(setting: dict[str, str]) -> None:
