@@ -198,12 +198,15 @@ class BlobStore:
                 to_hash.append(sha256)
         paths = [self.blob_path(sha256) for sha256 in to_hash]
         digests = (
-            map_on_cores(hash_mapped_file, paths, workers)
+            map_on_cores(hash_blob, paths, workers)
             if hashing is None
             else map(hashing.digest, to_hash, paths)
         )
         for sha256, actual in zip(to_hash, digests, strict=True):
-            if actual.sha256 != sha256:
+            if isinstance(actual, OSError):
+                detail = f"cannot be read: {actual.strerror or actual}"
+                problems[sha256] = BlobProblem("corrupt", sha256, detail)
+            elif actual.sha256 != sha256:
                 detail = str(mismatch("content", actual.sha256, sha256))
                 problems[sha256] = BlobProblem("corrupt", sha256, detail)
         extra = [
@@ -257,6 +260,15 @@ def _make_way(target: Path) -> None:
         ) from None
 
 
+def hash_blob(path: Path) -> Digest | OSError:
+    """A blob's digest (`hash_mapped_file`), or the OSError reading it gave: verify reports an
+    unreadable blob (an I/O error, a mode it may not read) beside the others, and goes on."""
+    try:
+        return hash_mapped_file(path)
+    except OSError as exc:
+        return exc
+
+
 class BlobHashing:
     """Every blob on disk being hashed on one thread per core (hashlib releases the GIL),
     started before the index is read: `store verify` spends the index's start-up (importing
@@ -265,14 +277,14 @@ class BlobHashing:
 
     def __init__(self, store: BlobStore, workers: int | None = None) -> None:
         self._pool = ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="hash")
-        self._futures: dict[str, Future[Digest]] = {}
+        self._futures: dict[str, Future[Digest | OSError]] = {}
         with contextlib.suppress(OSError):  # an unreadable store: verify reports it as before
             for sha256 in store.iter_blobs():
-                self._futures[sha256] = self._pool.submit(hash_mapped_file, store.blob_path(sha256))
+                self._futures[sha256] = self._pool.submit(hash_blob, store.blob_path(sha256))
 
-    def digest(self, sha256: str, path: Path) -> Digest:
+    def digest(self, sha256: str, path: Path) -> Digest | OSError:
         future = self._futures.get(sha256)
-        return future.result() if future is not None else hash_mapped_file(path)
+        return future.result() if future is not None else hash_blob(path)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

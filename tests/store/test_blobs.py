@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -7,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.integrity import Digest, mismatch
+from mirror.store import blobs as blobs_module
 from mirror.store.blobs import BlobStore
 
 
@@ -136,3 +139,37 @@ def test_adopt_replaces_an_empty_directory_and_names_one_with_files_in_it(
     assert refused.value.hint is not None and "move that directory out" in refused.value.hint
     store.blob_path(other_sha).rename(store_dir / "moved")  # the remedy
     assert store.adopt(other, other_sha, 5).read_bytes() == b"other"
+
+
+@pytest.mark.parametrize("started_early", [False, True])
+def test_an_unreadable_blob_is_named_and_the_rest_still_verified(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch, started_early: bool
+) -> None:
+    """An I/O error (a bad sector) reading one blob ended `store verify` as `unexpected
+    OSError` (exit 1), before any other blob was reported: it is a finding like the others."""
+    store = BlobStore(store_dir)
+    blobs, expected = {}, {}
+    for name, data in (("a", b"first"), ("b", b"second"), ("c", b"third")):
+        temp, sha = _temp_with(store, f"{name}.part", data)
+        store.adopt(temp, sha, len(data))
+        blobs[name], expected[sha] = sha, len(data)
+    damaged = store.blob_path(blobs["c"])
+    os.chmod(damaged, 0o644)
+    damaged.write_bytes(b"THIRD")
+    unreadable = store.blob_path(blobs["a"])
+    real = blobs_module.hash_mapped_file
+
+    def failing_disk(path: Path) -> Digest:
+        if path == unreadable:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+        return real(path)
+
+    monkeypatch.setattr(blobs_module, "hash_mapped_file", failing_disk)
+    with store.hash_in_background() as hashing:
+        problems = store.verify(expected, hashing=hashing if started_early else None)
+    assert {(p.kind, p.sha256): p.detail for p in problems} == {
+        ("corrupt", blobs["a"]): "cannot be read: Input/output error",
+        ("corrupt", blobs["c"]): str(
+            mismatch("content", hashlib.sha256(b"THIRD").hexdigest(), blobs["c"])
+        ),
+    }
