@@ -11,13 +11,16 @@ import gzip
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import deflate  # noqa: F401 - imported here, so this process never finds the planted one
 import pytest
 
 from mirror.transferset.compression import ChunkedGzip
-from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.cli import cli_env, mirror_cli, write_config
 from tests.fixtures.versions import add_version, open_app
 
 SITE_BYTES = b"".join(b"<p>page %d of the guide</p>\n" % n * 40 for n in range(2000))
@@ -153,3 +156,50 @@ def test_verify_repair_removes_odd_extra_blobs_without_waiting_on_them(
     assert not [e for e in extras if os.path.lexists(store / "blobs" / "sha256" / e[:2] / e)]
     assert mirror_cli("--config", str(config), "store", "verify").returncode == 0
     fault_got.append(f"--repair removed {len(extras)}; verify exit 0")
+
+
+WITHOUT_READ_OVERRIDE = [
+    "setpriv",
+    "--inh-caps=-dac_override,-dac_read_search",
+    "--bounding-set=-dac_override,-dac_read_search",
+    "--",
+]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root's capabilities to drop, and util-linux's setpriv",
+)
+@pytest.mark.fault(
+    "an indexed blob the user may not read (mode 000)",
+    "verify names it (exit 5), verifies the rest; --repair names the export as the remedy",
+)
+def test_a_blob_the_user_may_not_read_is_a_finding(tmp_path: Path, fault_got: list[str]) -> None:
+    """It ended `store verify` as `unexpected PermissionError` (exit 1) before any finding.
+    Run as an operator without root's right to read any file (its capabilities dropped)."""
+    store = tmp_path / "store"
+    with open_app(store) as app:
+        shas = [add_version(app, "docs.example.com", f"2026-11-2{n}")[1] for n in range(3)]
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(store)}})
+    unreadable = sorted(shas)[1]
+    blob = store / "blobs" / "sha256" / unreadable[:2] / unreadable
+    blob.chmod(0)
+    command = [*WITHOUT_READ_OVERRIDE, sys.executable, "-m", "mirror", "--config", str(config)]
+    verified = subprocess.run(
+        [*command, "store", "verify"], capture_output=True, text=True, env=cli_env(), timeout=60
+    )
+    assert verified.returncode == 5, verified.stderr
+    assert verified.stdout.splitlines() == [
+        f"corrupt {unreadable}: cannot be read: Permission denied"
+    ]
+    assert len(verified.stderr.strip().splitlines()) == 1 and "Traceback" not in verified.stderr
+    repaired = subprocess.run(
+        [*command, "store", "verify", "--repair"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
+    assert repaired.returncode == 5, repaired.stderr
+    assert f"not repaired {unreadable}: corrupt and no good copy is here" in repaired.stdout
+    fault_got.append(f"exit {verified.returncode}, 1 named, 2 verified; --repair exit 5")
