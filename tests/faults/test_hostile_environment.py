@@ -13,14 +13,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import deflate  # noqa: F401 - imported here, so this process never finds the planted one
 import pytest
 
 from mirror.transferset.compression import ChunkedGzip
-from tests.fixtures.cli import cli_env, mirror_cli, write_config
+from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli, write_config
 from tests.fixtures.versions import add_version, open_app
 
 SITE_BYTES = b"".join(b"<p>page %d of the guide</p>\n" % n * 40 for n in range(2000))
@@ -184,7 +183,7 @@ def test_a_blob_the_user_may_not_read_is_a_finding(tmp_path: Path, fault_got: li
     unreadable = sorted(shas)[1]
     blob = store / "blobs" / "sha256" / unreadable[:2] / unreadable
     blob.chmod(0)
-    command = [*WITHOUT_READ_OVERRIDE, sys.executable, "-m", "mirror", "--config", str(config)]
+    command = [*WITHOUT_READ_OVERRIDE, *mirror_argv("--config", str(config))]
     verified = subprocess.run(
         [*command, "store", "verify"], capture_output=True, text=True, env=cli_env(), timeout=60
     )
