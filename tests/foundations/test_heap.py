@@ -46,9 +46,8 @@ def test_large_blocks_go_back_to_the_system_once_freed() -> None:
     assert _kept_after_freeing("told") < 2 * MiB
 
 
-# Whether the heap keeps a freed 1 MiB block's pages for the next read (glibc's heap size,
-# mallinfo2's `arena`, glibc 2.33+), or trims them and faults them in again next time.
-READ_FREED = """
+# glibc's own account of its heap (mallinfo2, glibc 2.33+), for the scripts below.
+MALLINFO = """
 import ctypes, sys
 from mirror import heap
 class MallInfo2(ctypes.Structure):
@@ -57,6 +56,13 @@ class MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
+"""
+
+# Whether the heap keeps a freed 1 MiB block's pages for the next read (glibc's heap size,
+# mallinfo2's `arena`, glibc 2.33+), or trims them and faults them in again next time.
+READ_FREED = (
+    MALLINFO
+    + """
 if sys.argv[1] == "told":
     assert heap.return_large_blocks()
 else:
@@ -66,6 +72,7 @@ grown = libc.mallinfo2().arena
 del read
 print(libc.mallinfo2().arena >= grown - (64 << 10))
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
@@ -83,19 +90,14 @@ def test_a_freed_read_stays_in_the_heap_for_the_next() -> None:
 
 # Whether a 1 MiB block is mapped apart (glibc's count of such bytes, mallinfo2, glibc 2.33+):
 # under a 512 KiB threshold it is; under MMAP_THRESHOLD it is carved from the heap.
-ONE_MIB_MAPPED = """
-import ctypes
-from mirror import heap
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-mallinfo2 = ctypes.CDLL(None).mallinfo2
-mallinfo2.restype = MallInfo2
+ONE_MIB_MAPPED = (
+    MALLINFO
+    + """
 told = heap.return_large_blocks()
 block = bytearray(1 << 20)
-print(told, mallinfo2().hblkhd >= 1 << 20)
+print(told, libc.mallinfo2().hblkhd >= 1 << 20)
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
