@@ -35,7 +35,6 @@ twin). The files themselves were checked with the list.
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
 from mirror.transferset.compression import MEMBER_HEADER
 from mirror.transferset.delta import archive_ending, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, crc32_combine, raw_blocks
+from mirror.transferset.inflate import Block, GzipBlocks, crc32, crc32_combine, raw_blocks
 from mirror.transferset.tarunits import MemberData, TarUnits, Unit
 
 WINDOW = 32 * 1024
@@ -245,7 +244,7 @@ class Splicer:
         )
 
     def _crc_update(self, data: bytes) -> None:
-        self._crc = zlib.crc32(data, self._crc)
+        self._crc = crc32(data, self._crc)
         self._size += len(data)
 
 
