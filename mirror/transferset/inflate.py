@@ -29,7 +29,7 @@ from zlib_ng.zlib_ng import crc32
 
 from mirror.errors import ConfigError, IntegrityError
 
-__all__ = ["MAX_BLOCK", "Block", "GzipBlocks", "crc32", "crc32_combine", "raw_blocks"]
+__all__ = ["MAX_BLOCK", "Block", "GzipBlocks", "crc32", "raw_blocks"]
 
 Z_OK = 0
 Z_STREAM_END = 1
@@ -75,8 +75,6 @@ def _libz() -> ctypes.CDLL:
         lib.zng_inflate.argtypes = [pointer, ctypes.c_int]
         lib.zng_inflateEnd.argtypes = [pointer]
         lib.zlibng_version.restype = ctypes.c_char_p
-        lib.zng_crc32_combine.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int64]
-        lib.zng_crc32_combine.restype = ctypes.c_uint32
     except (OSError, AttributeError):
         raise ConfigError(
             "the zlib-ng wheel installed does not export zlib-ng's inflate (zng_inflate)",
@@ -85,18 +83,12 @@ def _libz() -> ctypes.CDLL:
     return lib
 
 
-def crc32_combine(first: int, second: int, second_length: int) -> int:
-    """The CRC-32 of two byte strings joined, from theirs and the second's length."""
-    return int(_libz().zng_crc32_combine(first, second, second_length))
-
-
 @dataclass(frozen=True)
 class Block:
     """One deflate block: `raw` holds its bits, from bit `shift` of `raw[0]` for `bits`
     bits (the block header's first bit, BFINAL, is the first of them); `data` is what it
     inflates to, starting at offset `start` of the inflated stream. `member_start` is where
-    its gzip member's inflated bytes start: no back-reference reaches before it. `crc` is
-    the CRC-32 of `data`."""
+    its gzip member's inflated bytes start: no back-reference reaches before it."""
 
     raw: bytes
     shift: int
@@ -104,7 +96,6 @@ class Block:
     data: bytes
     start: int
     member_start: int
-    crc: int
 
     @property
     def kind(self) -> int:
@@ -146,7 +137,7 @@ class GzipBlocks:
             crc = 0
             try:
                 for block in inflater.blocks():
-                    crc = crc32_combine(crc, block.crc, len(block.data))
+                    crc = crc32(block.data, crc)
                     yield block
             except IntegrityError as exc:
                 raise IntegrityError(f"{self._label}: {exc.message}") from None
@@ -327,7 +318,6 @@ class _RawInflater:
             data=data,
             start=self.inflated,
             member_start=self._member_start,
-            crc=crc32(data),
         )
         self.inflated += len(data)
         return block

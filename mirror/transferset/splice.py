@@ -7,24 +7,29 @@ the pinned libdeflate. Compressing a whole site is what made a delta pack and a 
 import cost several times a full import; this costs one inflate of the base and the
 compression of the changed pages, at the base's own ratio.
 
-The bytes, which both sides make from the same input and `Compression`:
+The bytes (only the importing side makes them: what both sides agree on is the tree):
 - one gzip member with fixed header fields (as `transferset/compression.py`'s pieces) and
   one deflate stream; its CRC-32 and length trailer;
 - the uncompressed stream is described by `Edit`s over the base's inflated stream in its
   order: `keep` a range of it, `drop` a range, `insert` new bytes;
 - a base block is copied when its bytes and the 32 KiB before it (or back to its gzip
-  member's start) are one run of kept bytes with nothing inserted or dropped inside; a
-  stored block is written again as a stored block at this stream's alignment; the final
+  member's start) are one run of kept bytes with nothing inserted or dropped inside. It is
+  copied as bytes, not shifted: where the output does not stand at the bit of a byte at
+  which the block began in the base, empty blocks (`transferset/padding.py`) take it
+  there first (once for a run of blocks: they follow each other in both streams), so
+  every byte but the first and last is the base's (a stored block's too); the final
   block flag of a copied block is cleared;
 - everything else is gathered, in order, and compressed one-shot by libdeflate at `level`
   in pieces of `piece_size` bytes (a shorter piece just before each copied block and at
-  the end), each piece's blocks written in turn with the final flag cleared, but for the
-  very last piece; an archive ending in a copied block ends with an empty final block of
-  fixed codes.
+  the end), each beginning at a byte boundary and its blocks non-final, followed by
+  empty blocks to a byte boundary (`compress_piece`); the stream ends with an empty final
+  block of fixed codes.
 
-Promises: memory is one base block, one piece and its compressed form; input is read once.
-Each base file the plan keeps is hashed as its bytes pass and its digest handed to the plan
-(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept. Given
+Promises: memory is one base block and a few pieces (at most 2 wait on the worker thread
+that compresses them while the splice goes on, and at most `piece_size` bytes of output
+behind them); input is read once. Each base file the plan
+keeps is hashed as its bytes pass and its digest handed to the plan (`TreePlan.kept`), so a
+side that trusts only a signed file list proves what it kept. Given
 `listed` (the checked paths of every file the plan writes: the signed list's), a base member
 that is neither a regular file nor a directory (a link, a device, a fifo) is IntegrityError,
 as a side publishing a bundle's tree must not keep one; so is a directory an archive checked
@@ -37,6 +42,7 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -45,7 +51,8 @@ from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
 from mirror.transferset.compression import MEMBER_HEADER
 from mirror.transferset.delta import archive_ending, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, crc32, crc32_combine, raw_blocks
+from mirror.transferset.inflate import Block, GzipBlocks, crc32, raw_blocks
+from mirror.transferset.padding import padding
 from mirror.transferset.tarunits import MemberData, TarUnits, Unit
 
 WINDOW = 32 * 1024
@@ -67,33 +74,49 @@ class Edit:
 
 
 class BitWriter:
-    """Deflate's bit order (least significant first) into whole bytes given to `write`."""
+    """Deflate's bit order (least significant first) into whole bytes given to `write`;
+    base blocks copied as bytes once the output stands at their bit (`realign`)."""
 
     def __init__(self, write: Callable[[bytes], object]) -> None:
         self._write = write
         self._acc = 0
         self._count = 0
 
+    @property
+    def held(self) -> int:
+        """Bits written into the byte not given yet (0-7): the stream's bit in its byte."""
+        return self._count
+
     def bits(self, value: int, count: int) -> None:
         self._acc |= value << self._count
         self._count += count
         self._emit()
 
+    def realign(self, shift: int) -> None:
+        """Empty blocks (`transferset/padding.py`) up to bit `shift` of a byte: call only
+        between blocks."""
+        self.bits(*padding(self._count, shift))
+
     def copy(self, raw: bytes, shift: int, count: int, *, clear_final: bool) -> None:
-        """`count` bits of `raw` from bit `shift` of its first byte."""
-        value = int.from_bytes(raw, "little") >> shift
-        value &= (1 << count) - 1
-        if clear_final:
-            value &= ~1
-        self.bits(value, count)
+        """`count` bits of `raw` from bit `shift` of its first byte, where the output
+        stands at bit `shift` too (`realign`): bytes copied, not shifted."""
+        assert self._count == shift, "realign first"
+        end = shift + count
+        if end < 8:
+            self.bits(raw[0] >> shift & ((1 << count) - 1) & ~int(clear_final), count)
+            return
+        first = raw[0] >> shift & ~int(clear_final)
+        self._write(bytes(((self._acc | first << shift) & 0xFF,)))
+        whole = end // 8
+        if whole > 1:
+            self._write(raw[1:whole])
+        self._count = end % 8
+        self._acc = raw[whole] & ((1 << self._count) - 1) if self._count else 0
 
     def align(self) -> None:
+        """Zero bits to the next byte: only after the final block."""
         self._count += -self._count % 8
         self._emit()
-
-    def aligned_bytes(self, data: bytes) -> None:
-        assert self._count == 0
-        self._write(data)
 
     def _emit(self) -> None:
         whole = self._count // 8
@@ -103,8 +126,77 @@ class BitWriter:
             self._count -= whole * 8
 
 
+def compress_piece(piece: bytes, level: int) -> bytes:
+    """`piece` compressed one-shot by libdeflate at `level` into non-final blocks, then
+    empty blocks to a byte boundary: whole bytes that a deflate stream standing at a byte
+    boundary takes as they are."""
+    import deflate
+
+    deflated = bytes(deflate.deflate_compress(piece, level))
+    blocks = raw_blocks(deflated)
+    end = sum(block.bits for block in blocks)
+    final = end - blocks[-1].bits  # libdeflate marks its last block final
+    body = bytearray(deflated[: (end + 7) // 8])
+    body[final // 8] &= ~(1 << final % 8)
+    out = bytearray(body[: end // 8])
+    tail = BitWriter(out.extend)
+    if end % 8:
+        tail.bits(body[end // 8] & ((1 << end % 8) - 1), end % 8)
+    tail.realign(0)
+    return bytes(out)
+
+
+class _InOrder:
+    """Bytes, and pieces compressed on a worker thread, given to `write` in the order they
+    came; at most `depth` pieces, and `held` bytes behind them, wait at a time."""
+
+    def __init__(
+        self, write: Callable[[bytes], object], worker: Executor, *, depth: int, held: int
+    ) -> None:
+        self._write = write
+        self._worker = worker
+        self._depth = depth
+        self._most_held = held
+        self._waiting: deque[bytes | Future[bytes]] = deque()
+        self._futures = 0
+        self._held = 0
+
+    def put(self, data: bytes) -> None:
+        if not self._waiting:
+            self._write(data)
+            return
+        self._waiting.append(data)
+        self._held += len(data)
+        if self._held > self._most_held:
+            self._give(keep=0)
+
+    def compress(self, piece: bytes, level: int) -> None:
+        self._waiting.append(self._worker.submit(compress_piece, piece, level))
+        self._futures += 1
+        self._give(keep=self._depth)
+
+    def drain(self) -> None:
+        self._give(keep=0)
+
+    def _give(self, *, keep: int) -> None:
+        """Write what is ready from the head; wait while more than `keep` pieces wait."""
+        while self._waiting:
+            head = self._waiting[0]
+            if isinstance(head, Future):
+                if self._futures <= keep and not head.done():
+                    return
+                data = head.result()
+                self._futures -= 1
+            else:
+                data = head
+                self._held -= len(data)
+            self._waiting.popleft()
+            self._write(data)
+
+
 class Splicer:
-    """Writes the spliced gzip (module docstring) of the base's `Block`s under `Edit`s."""
+    """Writes the spliced gzip (module docstring) of the base's `Block`s under `Edit`s;
+    pieces are compressed on `worker` (a thread of its own when None) while it goes on."""
 
     def __init__(
         self,
@@ -112,12 +204,12 @@ class Splicer:
         *,
         level: int,
         piece_size: int = PIECE_SIZE,
+        worker: Executor | None = None,
     ) -> None:
-        import deflate
-
-        self._compress = deflate.deflate_compress
-        self._write = write
-        self._bits = BitWriter(write)
+        self._own_worker = worker is None
+        self._worker = worker or ThreadPoolExecutor(1, thread_name_prefix="splice")
+        self._out = _InOrder(write, self._worker, depth=2, held=piece_size)
+        self._bits = BitWriter(self._out.put)
         self._level = level
         self._piece_size = piece_size
         self._pending = bytearray()
@@ -127,8 +219,7 @@ class Splicer:
         self.covered = 0
         self._blocks_ended = False
         self._run_start = 0  # where the current run of kept base bytes began
-        self._last_copied = False
-        write(MEMBER_HEADER)
+        self._out.put(MEMBER_HEADER)
 
     def edit(self, edit: Edit) -> None:
         """The next edit, in base order; a block is spliced once the edits cover it."""
@@ -153,22 +244,28 @@ class Splicer:
             self._run_start = block.start
             for chunk in self._edits.popleft().chunks():
                 self._gather(chunk)
-        self._flush(final=False)
+        self._flush()
         self._copy(block)
         self._take_edits(block.end, gather=None)
 
     def close(self) -> None:
-        """After the last block: what the edits insert at the end, then the trailer."""
+        """After the last block: what the edits insert at the end, then an empty final
+        block and the trailer."""
         self._take_edits(None, gather=None)
-        if self._pending or not self._last_copied:
-            self._flush(final=True)
-        else:
-            self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
+        self._flush()
+        self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
         self._bits.align()
-        self._write(
+        self._out.put(
             (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
             + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
         )
+        self._out.drain()
+        self.stop()
+
+    def stop(self) -> None:
+        """End the worker this splicer started (pieces not written are dropped)."""
+        if self._own_worker:
+            self._worker.shutdown(cancel_futures=True)
 
     def _copyable(self, block: Block) -> bool:
         """Only kept bytes in the block, in one run reaching back as far as its references
@@ -206,46 +303,29 @@ class Splicer:
                 return
 
     def _gather(self, data: bytes) -> None:
-        self._crc_update(data)
+        self._crc = crc32(data, self._crc)
+        self._size += len(data)
         self._pending += data
-        self._last_copied = False
         while len(self._pending) >= self._piece_size:
             piece = bytes(self._pending[: self._piece_size])
             del self._pending[: self._piece_size]
-            self._deflate(piece, final=False)
+            self._deflate(piece)
 
-    def _flush(self, *, final: bool) -> None:
-        if self._pending or final:
+    def _flush(self) -> None:
+        if self._pending:
             piece = bytes(self._pending)
             self._pending.clear()
-            self._deflate(piece, final=final)
+            self._deflate(piece)
 
-    def _deflate(self, piece: bytes, *, final: bool) -> None:
-        blocks = raw_blocks(bytes(self._compress(piece, self._level)))
-        for n, block in enumerate(blocks):
-            self._emit(block, clear_final=not (final and n == len(blocks) - 1))
+    def _deflate(self, piece: bytes) -> None:
+        self._bits.realign(0)
+        self._out.compress(piece, self._level)
 
     def _copy(self, block: Block) -> None:
-        self._crc = crc32_combine(self._crc, block.crc, len(block.data))
+        self._crc = crc32(block.data, self._crc)
         self._size += len(block.data)
-        self._emit(block, clear_final=True)
-        self._last_copied = True
-
-    def _emit(self, block: Block, *, clear_final: bool) -> None:
-        if block.kind != 0:
-            self._bits.copy(block.raw, block.shift, block.bits, clear_final=clear_final)
-            return
-        final = 0 if clear_final else 1
-        self._bits.bits(final, 3)
-        self._bits.align()
-        length = len(block.data)
-        self._bits.aligned_bytes(
-            length.to_bytes(2, "little") + (length ^ 0xFFFF).to_bytes(2, "little") + block.data
-        )
-
-    def _crc_update(self, data: bytes) -> None:
-        self._crc = crc32(data, self._crc)
-        self._size += len(data)
+        self._bits.realign(block.shift)
+        self._bits.copy(block.raw, block.shift, block.bits, clear_final=True)
 
 
 # ---- the tree: which of the base's members stay -------------------------------------------
@@ -321,7 +401,8 @@ class _TreeSplice:
     ) -> None:
         self._plan = plan
         self._listed = listed
-        self._splicer = Splicer(write, level=level)
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="splice")
+        self._splicer = Splicer(write, level=level, worker=self._worker)
         self._units = TarUnits()
         self._mtime = mtime
         self._limits = limits or ArchiveLimits()
@@ -335,6 +416,7 @@ class _TreeSplice:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._worker.shutdown(cancel_futures=True)
         self._directories.close()
 
     def block(self, block: Block) -> None:
