@@ -273,6 +273,7 @@ class FileList:
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115
         self._count = 0
         self._bytes = 0
+        self._read = False  # the file was read since the last append: seek to its end
 
     def __enter__(self) -> Self:
         return self
@@ -292,7 +293,9 @@ class FileList:
         if "\n" in path:
             raise ValueError(f"a path with a line break: {path!r}")
         line = f"{sha256} {size} {path}\n".encode()
-        self._file.seek(self._bytes)
+        if self._read:  # a seek flushes the write buffer: only after a read
+            self._file.seek(self._bytes)
+            self._read = False
         self._file.write(line)
         self._bytes += len(line)
         self._count += 1
@@ -304,6 +307,7 @@ class FileList:
     def __iter__(self) -> Iterator[tuple[str, int, str]]:
         self._file.flush()
         self._file.seek(0)
+        self._read = True
         done = 0
         for raw in self._file:
             done += len(raw)

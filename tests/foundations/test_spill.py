@@ -62,6 +62,19 @@ def test_a_file_list_keeps_its_order_and_leaves_nothing(tmp_path: Path) -> None:
         assert list(files) == entries
 
 
+def test_a_file_list_appended_to_after_a_read_goes_on_at_its_end(tmp_path: Path) -> None:
+    """Appends are buffered (no seek, which flushes, between two of them); one after a read,
+    whole or stopped early, still lands after the last entry."""
+    entries = [(f"p/{n}.html", n, f"{n:064x}") for n in range(2_000)]
+    with FileList(str(tmp_path)) as files:
+        files.extend(entries[:1_000])
+        assert list(files) == entries[:1_000]
+        files.extend(entries[1_000:1_500])
+        assert next(iter(files)) == entries[0]
+        files.extend(entries[1_500:])
+        assert list(files) == entries
+
+
 def test_batches_carry_on_on_disk_once_the_map_moved_there() -> None:
     with SpillMap(3) as table:
         table.update([("a", "1"), ("b", "2"), ("c", "3"), ("d", "4"), ("a", "5"), ("e", "6")])
