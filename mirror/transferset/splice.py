@@ -224,7 +224,11 @@ class Splicer:
     def edit(self, edit: Edit) -> None:
         """The next edit, in base order; a block is spliced once the edits cover it."""
         assert not self._blocks_ended or edit.kind == "insert", "only inserts follow the blocks"
-        self._edits.append(edit)
+        last = self._edits[-1] if self._edits else None
+        if last is not None and edit.kind == last.kind == "keep" and last.end == edit.start:
+            self._edits[-1] = Edit("keep", last.start, edit.end)  # one run, one edit
+        else:
+            self._edits.append(edit)
         self.covered = max(self.covered, edit.end)
         if self._blocks_ended:
             self._take_edits(None, gather=None)
