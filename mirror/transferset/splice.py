@@ -254,17 +254,19 @@ class Splicer:
 
     def close(self) -> None:
         """After the last block: what the edits insert at the end, then an empty final
-        block and the trailer."""
-        self._take_edits(None, gather=None)
-        self._flush()
-        self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
-        self._bits.align()
-        self._out.put(
-            (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
-            + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
-        )
-        self._out.drain()
-        self.stop()
+        block and the trailer; the worker this splicer started is ended, whatever is raised."""
+        try:
+            self._take_edits(None, gather=None)
+            self._flush()
+            self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
+            self._bits.align()
+            self._out.put(
+                (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
+                + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
+            )
+            self._out.drain()
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         """End the worker this splicer started (pieces not written are dropped)."""
