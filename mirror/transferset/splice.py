@@ -133,7 +133,10 @@ def compress_piece(piece: bytes, level: int) -> bytes:
     import deflate
 
     deflated = bytes(deflate.deflate_compress(piece, level))
-    blocks = raw_blocks(deflated)
+    try:
+        blocks = raw_blocks(deflated)
+    except IntegrityError as exc:  # not the base's fault: no refusal of it
+        raise RuntimeError(f"libdeflate's output does not inflate: {exc.message}") from None
     end = sum(block.bits for block in blocks)
     final = end - blocks[-1].bits  # libdeflate marks its last block final
     body = bytearray(deflated[: (end + 7) // 8])
@@ -148,7 +151,8 @@ def compress_piece(piece: bytes, level: int) -> bytes:
 
 class _InOrder:
     """Bytes, and pieces compressed on a worker thread, given to `write` in the order they
-    came; at most `depth` pieces, and `held` bytes behind them, wait at a time."""
+    came; once a call returns, at most `depth` pieces wait, and at most `held` bytes
+    behind them."""
 
     def __init__(
         self, write: Callable[[bytes], object], worker: Executor, *, depth: int, held: int
