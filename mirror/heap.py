@@ -20,6 +20,11 @@ Promises:
   every file mirror writes is closed by its owner before exit (`with`, `close`); at exit
   only the standard streams are open (flushed by the interpreter itself) and logging's
   handlers are flushed by its own exit handler. The memory goes back with the process.
+- `no_collections_from_now`: no collection of reference cycles for the rest of the process,
+  for a command whose start-up and work make objects that all live until it exits (`store
+  verify`: its imports make tens of thousands, and every collection walked them again for
+  nothing: 160 collections, 0.06 s of CPU while its blobs hash). Cyclic garbage made after
+  it goes back with the process, so it is for a command's last stretch, never a loop.
 """
 
 from __future__ import annotations
@@ -60,3 +65,8 @@ def skip_the_exit_collections() -> None:
     """Freeze the heap at exit (registered now, so it runs after every handler registered
     later)."""
     atexit.register(gc.freeze)
+
+
+def no_collections_from_now() -> None:
+    """Turn the collector off; it stays off until the process ends (the exit freeze stands)."""
+    gc.disable()

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mirror import heap
 from mirror.cli.common import DOMAIN, CliContext, pass_cli, reads_only
 from mirror.errors import IntegrityError
 from mirror.units import format_size
@@ -102,9 +103,12 @@ def store_verify(cli: CliContext, repair: bool) -> None:
 
 def verified(cli: CliContext) -> VerifyReport:
     """`verify_store`, the blobs hashing from the start: the index's start-up (SQLAlchemy's
-    import, the query) runs while they hash, instead of before."""
+    import, the query) runs while they hash, instead of before, with no cyclic collection
+    walking what those imports made (`heap.no_collections_from_now`: the command ends
+    after this)."""
     from mirror.store.blobs import BlobStore
 
+    heap.no_collections_from_now()
     with BlobStore(cli.settings.store.path).hash_in_background() as hashing:
         from mirror.store.inventory import verify_store
 
