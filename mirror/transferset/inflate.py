@@ -29,7 +29,7 @@ from zlib_ng.zlib_ng import crc32
 
 from mirror.errors import ConfigError, IntegrityError
 
-__all__ = ["MAX_BLOCK", "Block", "GzipBlocks", "crc32", "raw_blocks"]
+__all__ = ["MAX_BLOCK", "Block", "GzipBlocks", "crc32", "final_block", "raw_blocks"]
 
 Z_OK = 0
 Z_STREAM_END = 1
@@ -38,6 +38,7 @@ Z_BLOCK = 5
 _AT_BOUNDARY = 128
 _UNUSED_BITS = 63  # data_type's low bits: bits held but not used (64 flags the last block)
 _OUT_SIZE = 1024 * 1024
+_COUNT_SIZE = 64 * 1024  # the output buffer of an inflate that keeps nothing
 MAX_BLOCK = 64 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT = 2, 4, 8, 16
@@ -115,6 +116,19 @@ def raw_blocks(deflated: bytes) -> list[Block]:
     if inflater.end != len(deflated):
         raise IntegrityError("a deflate stream goes on after its final block")
     return blocks
+
+
+def final_block(deflated: bytes) -> tuple[int, int]:
+    """Where the final block of the one raw deflate stream `deflated` begins and ends, in
+    bits (`raw_blocks` without keeping what the blocks inflate to)."""
+    source = _Input(iter((deflated,)))
+    inflater = _RawInflater(source, 0, 0, out_size=0)
+    start = end = 0
+    for block in inflater.blocks():
+        start, end = end, end + block.bits
+    if inflater.end != len(deflated):
+        raise IntegrityError("a deflate stream goes on after its final block")
+    return start, end
 
 
 class GzipBlocks:
@@ -234,8 +248,11 @@ class _RawInflater:
     """One raw deflate stream of `source` from offset `offset`, block by block; `end` is
     the offset past its last byte once the final block was read."""
 
-    def __init__(self, source: _Input, offset: int, inflated: int) -> None:
+    def __init__(
+        self, source: _Input, offset: int, inflated: int, *, out_size: int = _OUT_SIZE
+    ) -> None:
         self._source = source
+        self._out_size = out_size  # 0: what blocks inflate to is counted, not kept
         self._fed = offset  # the offset past the last byte handed to zlib
         self._bit = offset * 8  # where the next block begins
         self._member_start = inflated
@@ -260,19 +277,21 @@ class _RawInflater:
             self._held = b""
 
     def _run(self, lib: ctypes.CDLL, stream: _ZStream) -> Iterator[Block]:
-        out = ctypes.create_string_buffer(_OUT_SIZE)
+        size = self._out_size or _COUNT_SIZE
+        out = ctypes.create_string_buffer(size)
         data: list[bytes] = []
         inflated = 0
         while True:
             exhausted = stream.avail_in == 0 and not self._feed(stream)
             stream.next_out = ctypes.addressof(out)
-            stream.avail_out = _OUT_SIZE
+            stream.avail_out = size
             code = lib.zng_inflate(ctypes.byref(stream), Z_BLOCK)
             if code not in (Z_OK, Z_STREAM_END, Z_BUF_ERROR):
                 raise IntegrityError(f"not a deflate stream ({(stream.msg or b'?').decode()})")
-            if stream.avail_out < _OUT_SIZE:
-                data.append(ctypes.string_at(out, _OUT_SIZE - stream.avail_out))
-                inflated += _OUT_SIZE - stream.avail_out
+            if stream.avail_out < size:
+                if self._out_size:
+                    data.append(ctypes.string_at(out, size - stream.avail_out))
+                inflated += size - stream.avail_out
             if inflated > MAX_BLOCK:
                 raise IntegrityError(f"a deflate block inflates to more than {MAX_BLOCK} bytes")
             if code == Z_BUF_ERROR and stream.avail_out:
@@ -286,7 +305,7 @@ class _RawInflater:
                 bit = consumed * 8 - (stream.data_type & _UNUSED_BITS)
                 # zlib stops after the final block's end code (a boundary) before it
                 # reports the end: what the end adds is the padding to a byte, no block
-                if bit > self._bit and (data or code != Z_STREAM_END):
+                if bit > self._bit and (inflated or code != Z_STREAM_END):
                     yield self._block(bit, data[0] if len(data) == 1 else b"".join(data))
                     data.clear()
                     inflated = 0

@@ -25,9 +25,9 @@ The bytes (only the importing side makes them: what both sides agree on is the t
   empty blocks to a byte boundary (`compress_piece`); the stream ends with an empty final
   block of fixed codes.
 
-Promises: memory is one base block and a few pieces (at most 2 wait on the worker thread
-that compresses them while the splice goes on, and at most `piece_size` bytes of output
-behind them); input is read once. Each base file the plan
+Promises: memory is one base block and a few pieces (one is compressed on a worker thread
+while the splice goes on, with at most `piece_size` bytes of output waiting behind it);
+input is read once. Each base file the plan
 keeps is hashed as its bytes pass and its digest handed to the plan (`TreePlan.kept`), so a
 side that trusts only a signed file list proves what it kept. Given
 `listed` (the checked paths of every file the plan writes: the signed list's), a base member
@@ -51,7 +51,7 @@ from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
 from mirror.transferset.compression import MEMBER_HEADER
 from mirror.transferset.delta import archive_ending, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, crc32, raw_blocks
+from mirror.transferset.inflate import Block, GzipBlocks, crc32, final_block
 from mirror.transferset.padding import padding
 from mirror.transferset.tarunits import MemberData, TarUnits, Unit
 
@@ -134,18 +134,18 @@ def compress_piece(piece: bytes, level: int) -> bytes:
 
     deflated = bytes(deflate.deflate_compress(piece, level))
     try:
-        blocks = raw_blocks(deflated)
+        final, end = final_block(deflated)  # libdeflate marks its last block final
     except IntegrityError as exc:  # not the base's fault: no refusal of it
         raise RuntimeError(f"libdeflate's output does not inflate: {exc.message}") from None
-    end = sum(block.bits for block in blocks)
-    final = end - blocks[-1].bits  # libdeflate marks its last block final
-    body = bytearray(deflated[: (end + 7) // 8])
-    body[final // 8] &= ~(1 << final % 8)
-    out = bytearray(body[: end // 8])
-    tail = BitWriter(out.extend)
-    if end % 8:
-        tail.bits(body[end // 8] & ((1 << end % 8) - 1), end % 8)
-    tail.realign(0)
+    out = bytearray(deflated[: end // 8])
+    tail = deflated[end // 8] & ((1 << end % 8) - 1) if end % 8 else 0
+    if final // 8 < len(out):
+        out[final // 8] &= ~(1 << final % 8)
+    else:  # the flag is among the bits of the last byte
+        tail &= ~(1 << final % 8)
+    writer = BitWriter(out.extend)
+    writer.bits(tail, end % 8)
+    writer.realign(0)
     return bytes(out)
 
 
@@ -212,7 +212,7 @@ class Splicer:
     ) -> None:
         self._own_worker = worker is None
         self._worker = worker or ThreadPoolExecutor(1, thread_name_prefix="splice")
-        self._out = _InOrder(write, self._worker, depth=2, held=piece_size)
+        self._out = _InOrder(write, self._worker, depth=1, held=piece_size)
         self._bits = BitWriter(self._out.put)
         self._level = level
         self._piece_size = piece_size

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from mirror.errors import IntegrityError
-from mirror.transferset.inflate import Block, GzipBlocks, raw_blocks
+from mirror.transferset.inflate import Block, GzipBlocks, final_block, raw_blocks
 from tests.fixtures.archives import word_text
 
 WINDOW = 32 * 1024
@@ -298,3 +298,19 @@ def test_raw_blocks_reads_one_deflate_stream_in_memory() -> None:
         raw_blocks(deflated + b"\0")
     with pytest.raises(IntegrityError, match="ends before its final block"):
         raw_blocks(deflated[:-10])
+
+
+@pytest.mark.parametrize(("level", "mem_level"), [(0, 8), (1, 1), (6, 8), (9, 1)])
+def test_final_block_is_where_raw_blocks_puts_the_last_block(level: int, mem_level: int) -> None:
+    """`final_block` finds the final block's bits without keeping what the stream inflates
+    to, and refuses what `raw_blocks` refuses."""
+    data = _text(300_000)
+    deflated = _deflate(data, level, mem_level=mem_level)
+    blocks = raw_blocks(deflated)
+    end = sum(block.bits for block in blocks)
+    assert len(blocks) > 1
+    assert final_block(deflated) == (end - blocks[-1].bits, end)
+    with pytest.raises(IntegrityError, match="goes on after its final block"):
+        final_block(deflated + b"\0")
+    with pytest.raises(IntegrityError, match="ends before its final block"):
+        final_block(deflated[:-10])
