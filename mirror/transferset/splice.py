@@ -25,11 +25,9 @@ The bytes (only the importing side makes them: what both sides agree on is the t
   empty blocks to a byte boundary (`compress_piece`); the stream ends with an empty final
   block of fixed codes.
 
-Promises: memory is one base block and a few pieces (one is compressed on a worker thread
-while the splice goes on, with at most `piece_size` bytes of output waiting behind it);
-input is read once. Each base file the plan
-keeps is hashed as its bytes pass and its digest handed to the plan (`TreePlan.kept`), so a
-side that trusts only a signed file list proves what it kept. Given
+Promises: memory is one base block, one piece and its compressed form; input is read once.
+Each base file the plan keeps is hashed as its bytes pass and its digest handed to the plan
+(`TreePlan.kept`), so a side that trusts only a signed file list proves what it kept. Given
 `listed` (the checked paths of every file the plan writes: the signed list's), a base member
 that is neither a regular file nor a directory (a link, a device, a fifo) is IntegrityError,
 as a side publishing a bundle's tree must not keep one; so is a directory an archive checked
@@ -42,7 +40,6 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -149,58 +146,8 @@ def compress_piece(piece: bytes, level: int) -> bytes:
     return bytes(out)
 
 
-class _InOrder:
-    """Bytes, and pieces compressed on a worker thread, given to `write` in the order they
-    came; once a call returns, at most `depth` pieces wait, and at most `held` bytes
-    behind them."""
-
-    def __init__(
-        self, write: Callable[[bytes], object], worker: Executor, *, depth: int, held: int
-    ) -> None:
-        self._write = write
-        self._worker = worker
-        self._depth = depth
-        self._most_held = held
-        self._waiting: deque[bytes | Future[bytes]] = deque()
-        self._futures = 0
-        self._held = 0
-
-    def put(self, data: bytes) -> None:
-        if not self._waiting:
-            self._write(data)
-            return
-        self._waiting.append(data)
-        self._held += len(data)
-        if self._held > self._most_held:
-            self._give(keep=0)
-
-    def compress(self, piece: bytes, level: int) -> None:
-        self._waiting.append(self._worker.submit(compress_piece, piece, level))
-        self._futures += 1
-        self._give(keep=self._depth)
-
-    def drain(self) -> None:
-        self._give(keep=0)
-
-    def _give(self, *, keep: int) -> None:
-        """Write what is ready from the head; wait while more than `keep` pieces wait."""
-        while self._waiting:
-            head = self._waiting[0]
-            if isinstance(head, Future):
-                if self._futures <= keep and not head.done():
-                    return
-                data = head.result()
-                self._futures -= 1
-            else:
-                data = head
-                self._held -= len(data)
-            self._waiting.popleft()
-            self._write(data)
-
-
 class Splicer:
-    """Writes the spliced gzip (module docstring) of the base's `Block`s under `Edit`s;
-    pieces are compressed on `worker` (a thread of its own when None) while it goes on."""
+    """Writes the spliced gzip (module docstring) of the base's `Block`s under `Edit`s."""
 
     def __init__(
         self,
@@ -208,12 +155,9 @@ class Splicer:
         *,
         level: int,
         piece_size: int = PIECE_SIZE,
-        worker: Executor | None = None,
     ) -> None:
-        self._own_worker = worker is None
-        self._worker = worker or ThreadPoolExecutor(1, thread_name_prefix="splice")
-        self._out = _InOrder(write, self._worker, depth=1, held=piece_size)
-        self._bits = BitWriter(self._out.put)
+        self._write = write
+        self._bits = BitWriter(write)
         self._level = level
         self._piece_size = piece_size
         self._pending = bytearray()
@@ -223,7 +167,7 @@ class Splicer:
         self.covered = 0
         self._blocks_ended = False
         self._run_start = 0  # where the current run of kept base bytes began
-        self._out.put(MEMBER_HEADER)
+        write(MEMBER_HEADER)
 
     def edit(self, edit: Edit) -> None:
         """The next edit, in base order; a block is spliced once the edits cover it."""
@@ -258,24 +202,15 @@ class Splicer:
 
     def close(self) -> None:
         """After the last block: what the edits insert at the end, then an empty final
-        block and the trailer; the worker this splicer started is ended, whatever is raised."""
-        try:
-            self._take_edits(None, gather=None)
-            self._flush()
-            self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
-            self._bits.align()
-            self._out.put(
-                (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
-                + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
-            )
-            self._out.drain()
-        finally:
-            self.stop()
-
-    def stop(self) -> None:
-        """End the worker this splicer started (pieces not written are dropped)."""
-        if self._own_worker:
-            self._worker.shutdown(cancel_futures=True)
+        block and the trailer."""
+        self._take_edits(None, gather=None)
+        self._flush()
+        self._bits.bits(0b011, 3 + 7)  # BFINAL, fixed codes, end-of-block (7 zero bits)
+        self._bits.align()
+        self._write(
+            (self._crc & 0xFFFFFFFF).to_bytes(4, "little")
+            + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
+        )
 
     def _copyable(self, block: Block) -> bool:
         """Only kept bytes in the block, in one run reaching back as far as its references
@@ -329,7 +264,7 @@ class Splicer:
 
     def _deflate(self, piece: bytes) -> None:
         self._bits.realign(0)
-        self._out.compress(piece, self._level)
+        self._write(compress_piece(piece, self._level))
 
     def _copy(self, block: Block) -> None:
         self._crc = crc32(block.data, self._crc)
@@ -411,8 +346,7 @@ class _TreeSplice:
     ) -> None:
         self._plan = plan
         self._listed = listed
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="splice")
-        self._splicer = Splicer(write, level=level, worker=self._worker)
+        self._splicer = Splicer(write, level=level)
         self._units = TarUnits()
         self._mtime = mtime
         self._limits = limits or ArchiveLimits()
@@ -426,7 +360,6 @@ class _TreeSplice:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._worker.shutdown(cancel_futures=True)
         self._directories.close()
 
     def block(self, block: Block) -> None:

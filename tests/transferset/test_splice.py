@@ -12,7 +12,6 @@ import itertools
 import random
 import subprocess
 import tarfile
-import threading
 import zlib
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
@@ -607,22 +606,3 @@ def test_pieces_are_compressed_apart_at_the_piece_size() -> None:
     assert gzip.decompress(spliced) == data
     sizes = [len(b.data) for b in GzipBlocks([spliced], label="out")]
     assert [size for size in sizes if size] == [3_000, 3_000, 3_000, 1_000]
-
-
-def test_a_piece_failing_on_the_worker_is_raised_by_close_which_ends_the_worker(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """What compress_piece raises on the worker thread comes out of the splice, and the
-    thread a Splicer started ends with it (close stops its worker whatever is raised)."""
-    import mirror.transferset.splice as splice
-
-    def failing(piece: bytes, level: int) -> bytes:
-        raise MemoryError("no room for a piece")
-
-    monkeypatch.setattr(splice, "compress_piece", failing)
-    splicer = Splicer(bytearray().extend, level=6, piece_size=1_000)
-    splicer.end_of_blocks()
-    splicer.edit(Edit("insert", 0, 0, b"x" * 500))
-    with pytest.raises(MemoryError, match="no room"):
-        splicer.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("splice")]
