@@ -314,3 +314,26 @@ def test_final_block_is_where_raw_blocks_puts_the_last_block(level: int, mem_lev
         final_block(deflated + b"\0")
     with pytest.raises(IntegrityError, match="ends before its final block"):
         final_block(deflated[:-10])
+
+
+def test_a_zlib_ng_library_that_cannot_be_loaded_is_one_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A zlib-ng wheel whose library does not load (or does not export `zng_*`) is refused in
+    one line naming the remedy (exit 2), not an unexpected ctypes error."""
+    import ctypes
+
+    from mirror.errors import ConfigError
+    from mirror.transferset import inflate
+
+    def unloadable(name: str, *args: object, **kwargs: object) -> ctypes.CDLL:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    inflate._libz.cache_clear()
+    monkeypatch.setattr(ctypes, "CDLL", unloadable)
+    try:
+        with pytest.raises(ConfigError, match="zlib-ng") as raised:
+            list(GzipBlocks([gzip.compress(b"x" * 1000)], label="base"))
+        assert raised.value.exit_code == 2 and "requirements.lock" in (raised.value.hint or "")
+    finally:
+        inflate._libz.cache_clear()
