@@ -108,10 +108,11 @@ class Block:
         return self.start + len(self.data)
 
 
-def raw_blocks(deflated: bytes) -> list[Block]:
-    """The blocks of one raw deflate stream held in memory (a piece compressed here)."""
+def raw_blocks(deflated: bytes, *, keep_data: bool = True) -> list[Block]:
+    """The blocks of one raw deflate stream held in memory (a piece compressed here); with
+    `keep_data` false, what they inflate to is counted, not kept (their `data` is empty)."""
     source = _Input(iter((deflated,)))
-    inflater = _RawInflater(source, 0, 0)
+    inflater = _RawInflater(source, 0, 0, keep_data=keep_data)
     blocks = list(inflater.blocks())
     if inflater.end != len(deflated):
         raise IntegrityError("a deflate stream goes on after its final block")
@@ -120,15 +121,10 @@ def raw_blocks(deflated: bytes) -> list[Block]:
 
 def final_block(deflated: bytes) -> tuple[int, int]:
     """Where the final block of the one raw deflate stream `deflated` begins and ends, in
-    bits (`raw_blocks` without keeping what the blocks inflate to)."""
-    source = _Input(iter((deflated,)))
-    inflater = _RawInflater(source, 0, 0, out_size=0)
-    start = end = 0
-    for block in inflater.blocks():
-        start, end = end, end + block.bits
-    if inflater.end != len(deflated):
-        raise IntegrityError("a deflate stream goes on after its final block")
-    return start, end
+    bits."""
+    blocks = raw_blocks(deflated, keep_data=False)
+    end = sum(block.bits for block in blocks)
+    return end - blocks[-1].bits, end
 
 
 class GzipBlocks:
@@ -249,10 +245,10 @@ class _RawInflater:
     the offset past its last byte once the final block was read."""
 
     def __init__(
-        self, source: _Input, offset: int, inflated: int, *, out_size: int = _OUT_SIZE
+        self, source: _Input, offset: int, inflated: int, *, keep_data: bool = True
     ) -> None:
         self._source = source
-        self._out_size = out_size  # 0: what blocks inflate to is counted, not kept
+        self._keep_data = keep_data
         self._fed = offset  # the offset past the last byte handed to zlib
         self._bit = offset * 8  # where the next block begins
         self._member_start = inflated
@@ -277,7 +273,7 @@ class _RawInflater:
             self._held = b""
 
     def _run(self, lib: ctypes.CDLL, stream: _ZStream) -> Iterator[Block]:
-        size = self._out_size or _COUNT_SIZE
+        size = _OUT_SIZE if self._keep_data else _COUNT_SIZE
         out = ctypes.create_string_buffer(size)
         data: list[bytes] = []
         inflated = 0
@@ -289,7 +285,7 @@ class _RawInflater:
             if code not in (Z_OK, Z_STREAM_END, Z_BUF_ERROR):
                 raise IntegrityError(f"not a deflate stream ({(stream.msg or b'?').decode()})")
             if stream.avail_out < size:
-                if self._out_size:
+                if self._keep_data:
                     data.append(ctypes.string_at(out, size - stream.avail_out))
                 inflated += size - stream.avail_out
             if inflated > MAX_BLOCK:

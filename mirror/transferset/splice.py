@@ -248,8 +248,7 @@ class Splicer:
                 return
 
     def _gather(self, data: bytes) -> None:
-        self._crc = crc32(data, self._crc)
-        self._size += len(data)
+        self._count(data)
         self._pending += data
         while len(self._pending) >= self._piece_size:
             piece = bytes(self._pending[: self._piece_size])
@@ -267,10 +266,14 @@ class Splicer:
         self._write(compress_piece(piece, self._level))
 
     def _copy(self, block: Block) -> None:
-        self._crc = crc32(block.data, self._crc)
-        self._size += len(block.data)
+        self._count(block.data)
         self._bits.realign(block.shift)
         self._bits.copy(block.raw, block.shift, block.bits, clear_final=True)
+
+    def _count(self, data: bytes) -> None:
+        """`data` joins the output's uncompressed bytes: its CRC-32 and length."""
+        self._crc = crc32(data, self._crc)
+        self._size += len(data)
 
 
 # ---- the tree: which of the base's members stay -------------------------------------------

@@ -320,7 +320,8 @@ def test_a_zlib_ng_library_that_cannot_be_loaded_is_one_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A zlib-ng wheel whose library does not load (or does not export `zng_*`) is refused in
-    one line naming the remedy (exit 2), not an unexpected ctypes error."""
+    one line naming the remedy (exit 2), not an unexpected ctypes error. The loader is
+    replaced here because no such broken wheel can be installed beside the locked one."""
     import ctypes
 
     from mirror.errors import ConfigError
