@@ -366,6 +366,9 @@ def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]
         return {"sha256": item.published_sha256, "size": item.published_size}
     assert item.delta is not None
     base = (bases or {}).get((item.domain, item.delta.base_version))
+    if rebuild.recipe_applies(item, base):
+        assert item.delta.recipe is not None
+        return {"sha256": item.delta.recipe.sha256, "size": item.delta.recipe.size}
     hint = (base.size if base is not None else 0) + item.size
     return {"identity": {TREE_SHA256_META: item.tree_sha256}, "size_hint": hint}
 

@@ -70,7 +70,9 @@ from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
 from mirror.spill import FileList, SpillMap
 from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
+    RECIPE_SEGMENTS,
     DeltaContent,
+    DeltaRecipePart,
     TreeArchive,
     TreeFile,
     archive_mtime,
@@ -81,6 +83,7 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
+from mirror.transferset.recipe import MAX_SEGMENTS_BYTES, Segments, read_segments, replay
 
 Bases = Mapping[tuple[str, str], layout.VersionManifest]
 """Base manifests by (domain, version), as `check_deltas` proved them."""
@@ -262,6 +265,18 @@ def open_published(
     )
 
 
+def recipe_applies(item: ManifestItem, base: layout.VersionManifest | None) -> bool:
+    """Whether the import publishes `item` by replaying its splice recipe: its base object
+    (as `base`, its version manifest, names it) is the one the pack spliced. Otherwise a
+    spliced delta is spliced here, proved file by file."""
+    recipe = item.delta.recipe if item.delta is not None else None
+    return (
+        recipe is not None
+        and base is not None
+        and (base.sha256, base.size) == (recipe.base_sha256, recipe.base_size)
+    )
+
+
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
     """The extra fields of a per-version manifest for a version carried as a delta."""
     if item.delta is None:
@@ -299,10 +314,12 @@ class RebuiltArchive:
         self.limits = limits or ArchiveLimits()
         self.work: Path | None = None
         self._lock: int | None = None
-        self._contents: _Contents | None = None
+        self._contents: Contents | None = None
         self._files: FileList | None = None
         self._listed = TreePaths(self.limits)  # the list's paths, beside which a splice writes
         self._pipe: Pipe | None = None
+        self._segments: Segments | None = None
+        self._literals: IO[bytes] | None = None
         self._buffer = bytearray()
         self._done = False
         self._failed: BaseException | None = None
@@ -320,6 +337,9 @@ class RebuiltArchive:
         if self._contents is not None:
             self._contents.close()
             self._contents = None
+        if self._literals is not None:
+            self._literals.close()
+            self._literals = None
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -366,10 +386,15 @@ class RebuiltArchive:
     def _prepare(self) -> FileList:
         try:
             self.work, self._lock = locked_work_dir(self.root)
-            self._contents = _Contents(self.work / "contents")
+            self._contents = Contents(self.work / "contents")
             self._files = FileList(str(self.work))
-            self._spool_delta(self._files)
             assert self.item.delta is not None
+            if self.item.delta.recipe is not None and self._base is None:
+                self._base = base_manifest(self.store, self.item, self.sequence, site=self.site)
+            if recipe_applies(self.item, self._base):
+                self._segments = self._read_recipe()
+                return self._files
+            self._spool_delta(self._files)
             if not self.item.delta.spliced:
                 self._listed.close()  # only a splice checks paths beside the list's
                 self._take_missing(self._files)
@@ -380,6 +405,41 @@ class RebuiltArchive:
                 f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
             ) from None
         return self._files
+
+    def _read_recipe(self) -> Segments:
+        """The splice recipe's segments, checked, and its literals, spooled; the blob's
+        other members are read past (the recipe's archive is signed: no file list or
+        content is needed to prove it)."""
+        assert self.work is not None and self.item.delta is not None
+        recipe = self.item.delta.recipe
+        assert recipe is not None
+        check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
+        segments = b""
+        literals = 0
+        self._literals = open(self.work / "literals", "w+b")  # noqa: SIM115 (closed in close)
+        with BlobReader(self.set_dir, self.item) as blob:
+            for member in read_delta_blob(cast(IO[bytes], blob), label=self.item.label):
+                if isinstance(member, DeltaRecipePart) and member.name == RECIPE_SEGMENTS:
+                    segments = member.stream.read(MAX_SEGMENTS_BYTES + 1)
+                elif isinstance(member, DeltaRecipePart):
+                    for chunk in read_chunks(member.stream):
+                        literals += self._literals.write(chunk)
+                else:
+                    for _ in read_chunks(member.stream):
+                        pass
+            while blob.read(CHUNK_SIZE):
+                pass  # the blob's last part and its whole sha256 are checked at its end
+        self._literals.seek(0)
+        try:
+            return read_segments(
+                segments,
+                base_size=recipe.base_size,
+                literal_size=literals,
+                size=recipe.size,
+                label=self.item.label,
+            )
+        except IntegrityError as exc:
+            raise self._refused(exc.message) from None
 
     def _take_missing(self, files: FileList) -> None:
         """The contents the delta did not carry, from the base; refused when one is in
@@ -445,6 +505,9 @@ class RebuiltArchive:
                 if isinstance(member, DeltaContent):
                     self._spool(member.sha256, member.size, member.stream, "the delta")
                     carried[member.sha256] = str(member.size)
+                elif isinstance(member, DeltaRecipePart):
+                    for _ in read_chunks(member.stream):
+                        pass  # not replayed: this base object is not the recipe's
                 else:
                     listed = True
                     entries = read_file_list(member.stream, label=label, paths=self._listed)
@@ -518,6 +581,9 @@ class RebuiltArchive:
     def _generate(self, files: FileList, put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
         self._contents.flush()
+        if self._segments is not None:
+            self._replay(put)
+            return
         if self.item.delta.spliced:
             self._splice(files, put)
             return
@@ -552,6 +618,23 @@ class RebuiltArchive:
             except IntegrityError as exc:
                 self._take_from_base(frozenset())  # a damaged or other base, named as such
                 raise self._refused(f"{exc.message} (the base {self._base_label})") from None
+
+    def _replay(self, put: Callable[[bytes], None]) -> None:
+        """The recipe's archive over the base's object, which must be the bytes its
+        manifest (and the recipe) names; the archive's signed digest is the upload's to
+        check."""
+        assert self._segments is not None and self._literals is not None
+        assert self._base is not None
+        base = self._base
+        source = _HashingStream(self.store.open_stream(base.object))
+        replay(iter(lambda: source.read(CHUNK_SIZE), b""), self._segments, self._literals, put)
+        source.drain()
+        if not source.matches(base.sha256, base.size):
+            raise self._refused(
+                f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
+                "match its manifest (damaged or replaced; `mirror chart check` finds such "
+                "versions)"
+            )
 
 
 class _HashingStream:
@@ -590,14 +673,21 @@ class _HashingStream:
         return self._hashing.result
 
 
-class _Contents:
+class Contents:
     """The contents a rebuild keeps, once each, appended to one file of the work directory
-    (one file, not one per content: a site's thousands of pages cost no inodes or renames).
+    (one file, not one per content: a site's thousands of pages cost no inodes or renames);
+    also the contents a pack's splice inserts (`mirror.outbound.recipe`).
     A content that is not kept is cut off again at once, so the file holds only kept ones."""
 
     def __init__(self, path: Path) -> None:
         self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
         self.where = SpillMap()  # sha256 -> "offset size"
+
+    def __enter__(self) -> Contents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __contains__(self, sha256: str) -> bool:
         return sha256 in self.where
@@ -631,7 +721,7 @@ class _Adding:
     learns its digest elsewhere and hands it to `finish`); `finish(wanted)` keeps it when
     its sha256 is wanted and not yet kept, else cuts it off. Leaving early cuts it off too."""
 
-    def __init__(self, contents: _Contents, *, hashing: bool = True) -> None:
+    def __init__(self, contents: Contents, *, hashing: bool = True) -> None:
         self.contents = contents
         self.start = contents.handle.seek(0, os.SEEK_END)
         self.written = HashingWriter(contents.handle) if hashing else None
@@ -668,7 +758,7 @@ class _Adding:
 class _NeededContents:
     """An archive sink keeping, once each, the contents a rebuild still needs (by sha256)."""
 
-    def __init__(self, contents: _Contents, needed: Container[str]) -> None:
+    def __init__(self, contents: Contents, needed: Container[str]) -> None:
         self.contents = contents
         self.needed = needed
 

@@ -41,7 +41,7 @@ _BATCH = 8192
 
 
 class Carried(Protocol):
-    """The contents the delta carried, checked and spooled (`rebuild._Contents`)."""
+    """The contents the delta carried, checked and spooled (`rebuild.Contents`)."""
 
     def __contains__(self, sha256: str) -> bool: ...
 

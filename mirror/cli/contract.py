@@ -97,8 +97,12 @@ DELTA = obj(
         "carried_files": INT,
         "compression": null(obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})),
         "spliced": BOOL,
+        # a spliced delta's archive as the pack made it (transferset/recipe.py)
+        "recipe": null(
+            obj({"base_sha256": SHA256, "base_size": INT, "sha256": SHA256, "size": INT})
+        ),
     },
-    optional=("compression", "archive_sha256", "archive_size", "spliced"),
+    optional=("compression", "archive_sha256", "archive_size", "spliced", "recipe"),
 )
 PACK_VERSION = obj(
     {

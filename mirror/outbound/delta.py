@@ -52,11 +52,12 @@ from typing import IO, Any, BinaryIO, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from mirror.airgap.rebuild import Contents
 from mirror.archive import ArchiveLimits, inspect_archive, read_archive
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
-from mirror.outbound import carried
+from mirror.outbound import carried, recipe
 from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
@@ -69,7 +70,7 @@ from mirror.transferset.delta import (
     archive_mtime,
     read_chunks,
 )
-from mirror.transferset.format import DeltaEntry
+from mirror.transferset.format import DeltaEntry, SpliceRecipe
 from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = carried.SPOOL_IN_MEMORY  # one threshold for both ways of reading a bundle
@@ -335,16 +336,39 @@ def _build_spliced(
     counted = HashingWriter(output)
     blob = DeltaBlobWriter(cast(BinaryIO, counted), spool_dir=str(store.tmp_dir))
     found = carried.compare(listing, base_tree.paths.sorted_items())
-    with found.carried:
+    compression = current()
+    with (
+        found.carried,
+        tempfile.TemporaryDirectory(dir=store.tmp_dir) as spool,
+        Contents(Path(spool) / "contents") as contents,
+    ):
         carried.take_contents(
             store.open(item.ref.sha256),
             found.carried,
-            blob,
+            cast(DeltaBlobWriter, recipe.CarriedSpool(blob, contents)),
             spool_dir=store.tmp_dir,
             label=str(item.ref.label),
             limits=limits,
         )
-        entry = _entry(base, None, current(), file_count=len(listing), carried=len(found.carried))
+        made = recipe.make_recipe(
+            store.open(base.bundle_sha256),
+            base.bundle_sha256,
+            listing,
+            contents,
+            blob,
+            mtime=archive_mtime(item.exported_at),
+            level=compression.level,
+            label=str(item.ref.label),
+            spool_dir=store.tmp_dir,
+        )
+        entry = _entry(
+            base,
+            None,
+            compression,
+            file_count=len(listing),
+            carried=len(found.carried),
+            recipe=made,
+        )
     blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in listing)
     return _written(counted, output, entry, (found.changed, found.added, found.removed))
 
@@ -379,6 +403,7 @@ def _entry(
     *,
     file_count: int,
     carried: int,
+    recipe: SpliceRecipe | None = None,
 ) -> DeltaEntry:
     """The manifest's entry: spliced without a tree archive (`tree` None), else naming the
     tree archive's digest (closed here, so its size and sha256 are known)."""
@@ -390,6 +415,7 @@ def _entry(
             compression=compression,
             carried_files=carried,
             spliced=True,
+            recipe=recipe,
         )
     tree.close()
     return DeltaEntry(

@@ -9,9 +9,11 @@ names, so `archive.tree_hash` over (path, sha256) is the version's `tree_sha256`
 is the one `archive.extract_archive` gives every file (0644): a site's files carry no other.
 
 The delta blob: a tar.gz holding `content/<sha256>` for each distinct content the base tree
-does not hold (once, however many paths use it: a moved page costs nothing), then
-`files.json` as its last member. Its bytes are whatever the packer's zlib made of it; the
-signed manifest names its sha256 and its parts like any blob.
+does not hold (once, however many paths use it: a moved page costs nothing), then, for a
+spliced delta the pack made itself, its recipe (`recipe/segments` and `recipe/literals`,
+whose format `transferset/recipe.py` owns), then `files.json` as its last member. Its
+bytes are whatever the packer's zlib made of it; the signed manifest names its sha256 and
+its parts like any blob.
 
 The tree archive: the one archive both sides build from a file list and the contents,
 byte for byte, so the import can prove its rebuild against the sha256 the connected side
@@ -47,6 +49,8 @@ from mirror.transferset.format import canonical_json, parse_strict_json, strict_
 
 FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
+RECIPE_SEGMENTS = "recipe/segments"
+RECIPE_LITERALS = "recipe/literals"
 CONTENT_DIR = "content"
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
@@ -426,6 +430,14 @@ class DeltaBlobWriter:
             return
         self._member(f"{CONTENT_DIR}/{sha256}", size, chunks)
 
+    def add_recipe(self, segments: IO[bytes], literals: IO[bytes]) -> None:
+        """A splice recipe's two members (`transferset/recipe.py`), read from the start of
+        the two files: after the contents, before the file list."""
+        for name, source in ((RECIPE_SEGMENTS, segments), (RECIPE_LITERALS, literals)):
+            size = source.seek(0, io.SEEK_END)
+            source.seek(0)
+            self._member(name, size, read_chunks(source))
+
     def finish(self, files: Iterable[TreeFile]) -> None:
         with tempfile.TemporaryFile(dir=self._spool_dir) as listing:
             write_file_list(files, listing.write)
@@ -465,14 +477,28 @@ class DeltaFileList:
     stream: IO[bytes]
 
 
-def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent | DeltaFileList]:
-    """The carried contents in blob order, then the file list (last). IntegrityError
-    (exit 5) for anything else: another member, a content twice, a missing or early list.
-    The contents' hashes are not checked here: the caller hashes what it reads."""
+@dataclass(frozen=True)
+class DeltaRecipePart:
+    """One member of a splice recipe (`name`: its segments, then its literals): read
+    `stream` before asking for the next member."""
+
+    name: str
+    size: int
+    stream: IO[bytes]
+
+
+def read_delta_blob(
+    stream: IO[bytes], *, label: str
+) -> Iterator[DeltaContent | DeltaRecipePart | DeltaFileList]:
+    """The carried contents in blob order, then a splice recipe's segments and literals
+    when it has one, then the file list (last). IntegrityError (exit 5) for anything else:
+    another member, a content twice, a missing or early list, a recipe's members out of
+    order. The contents' hashes are not checked here: the caller hashes what it reads."""
     import gzip
 
     seen = SpillMap()
     files = False
+    recipe: list[str] = []
     try:
         with (
             gzip.GzipFile(fileobj=stream, mode="rb") as plain,
@@ -489,11 +515,19 @@ def read_delta_blob(stream: IO[bytes], *, label: str) -> Iterator[DeltaContent |
                 if info.name == FILE_LIST_NAME:
                     if info.size > MAX_FILE_LIST_BYTES:
                         raise IntegrityError(f"{label}: the delta's file list is too large")
+                    if len(recipe) == 1:
+                        raise IntegrityError(f"{label}: the delta's recipe has no literals")
                     files = True
                     yield DeltaFileList(info.size, reader)
                     continue
+                if info.name in (RECIPE_SEGMENTS, RECIPE_LITERALS):
+                    recipe.append(info.name)
+                    if recipe != [RECIPE_SEGMENTS, RECIPE_LITERALS][: len(recipe)]:
+                        raise IntegrityError(f"{label}: the delta's recipe is out of order")
+                    yield DeltaRecipePart(info.name, info.size, reader)
+                    continue
                 match = _CONTENT_NAME.match(info.name)
-                if match is None:
+                if match is None or recipe:
                     raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
                 if not seen.add(match.group(1)):
                     raise IntegrityError(f"{label}: the delta carries {match.group(1)} twice")

@@ -147,6 +147,17 @@ class PartEntry(_Strict):
     sha256: Hex64
 
 
+class SpliceRecipe(_Strict):
+    """A spliced delta's archive as the pack made it (`transferset/recipe.py`): replayed
+    over a base object of `base_sha256` and `base_size`, it is `size` bytes hashing to
+    `sha256`."""
+
+    base_sha256: Hex64
+    base_size: int = Field(ge=0)
+    sha256: Hex64
+    size: int = Field(ge=0)
+
+
 class DeltaEntry(_Strict):
     """What makes an item a delta: its blob is a delta blob (`transferset/delta.py`)
     against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket.
@@ -157,7 +168,9 @@ class DeltaEntry(_Strict):
     - the spliced archive (`spliced` true, no archive digest): the base's object edited
       (`transferset/splice.py`), proved member by member against the signed file list (every
       kept base file hashed, every carried content checked); its sha256 and size are learnt as
-      it is written, recorded in the version's manifest and reported in the receipt."""
+      it is written, recorded in the version's manifest and reported in the receipt. With a
+      `recipe` (the archive as the pack made it), an import whose base object is the
+      recipe's base publishes the recipe's archive instead, proved by its signed digest."""
 
     base_version: str
     base_tree_sha256: Hex64
@@ -167,6 +180,7 @@ class DeltaEntry(_Strict):
     carried_files: int = Field(ge=0)
     compression: Compression | None = None
     spliced: bool = False
+    recipe: SpliceRecipe | None = None
 
     @field_validator("base_version")
     @classmethod
@@ -184,6 +198,8 @@ class DeltaEntry(_Strict):
             raise ValueError("a tree-archive delta names its archive's sha256 and size")
         if self.spliced and self.compression is None:
             raise ValueError("a spliced delta names the compression of its changed regions")
+        if self.recipe is not None and not self.spliced:
+            raise ValueError("only a spliced delta has a recipe")
         return self
 
 
@@ -390,7 +406,7 @@ class Manifest(_Strict):
 
 def _drop_unset(delta: dict[str, Any]) -> None:
     """A tree-archive delta has the bytes it had before spliced deltas existed."""
-    for optional in ("compression", "archive_sha256", "archive_size"):
+    for optional in ("compression", "archive_sha256", "archive_size", "recipe"):
         if delta[optional] is None:
             del delta[optional]
     if not delta["spliced"]:

@@ -89,7 +89,8 @@ class Block:
     """One deflate block: `raw` holds its bits, from bit `shift` of `raw[0]` for `bits`
     bits (the block header's first bit, BFINAL, is the first of them); `data` is what it
     inflates to, starting at offset `start` of the inflated stream. `member_start` is where
-    its gzip member's inflated bytes start: no back-reference reaches before it."""
+    its gzip member's inflated bytes start: no back-reference reaches before it. `offset`
+    is where `raw[0]` stands in the compressed stream."""
 
     raw: bytes
     shift: int
@@ -97,6 +98,7 @@ class Block:
     data: bytes
     start: int
     member_start: int
+    offset: int
 
     @property
     def kind(self) -> int:
@@ -333,6 +335,7 @@ class _RawInflater:
             data=data,
             start=self.inflated,
             member_start=self._member_start,
+            offset=first,
         )
         self.inflated += len(data)
         return block

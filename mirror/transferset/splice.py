@@ -74,8 +74,13 @@ class BitWriter:
     """Deflate's bit order (least significant first) into whole bytes given to `write`;
     base blocks copied as bytes once the output stands at their bit (`realign`)."""
 
-    def __init__(self, write: Callable[[bytes], object]) -> None:
+    def __init__(
+        self,
+        write: Callable[[bytes], object],
+        copied: Callable[[int, bytes], object] | None = None,
+    ) -> None:
         self._write = write
+        self._copied = copied or (lambda _offset, data: write(data))
         self._acc = 0
         self._count = 0
 
@@ -94,19 +99,27 @@ class BitWriter:
         between blocks."""
         self.bits(*padding(self._count, shift))
 
-    def copy(self, raw: bytes, shift: int, count: int, *, clear_final: bool) -> None:
+    def copy(
+        self, raw: bytes, shift: int, count: int, *, clear_final: bool, offset: int = 0
+    ) -> None:
         """`count` bits of `raw` from bit `shift` of its first byte, where the output
-        stands at bit `shift` too (`realign`): bytes copied, not shifted."""
+        stands at bit `shift` too (`realign`): bytes copied, not shifted. The bytes that
+        are `raw`'s own (all but the first, and the first too when it comes out unchanged)
+        go to `copied` with their offset, `raw[0]` standing at `offset`."""
         assert self._count == shift, "realign first"
         end = shift + count
         if end < 8:
             self.bits(raw[0] >> shift & ((1 << count) - 1) & ~int(clear_final), count)
             return
         first = raw[0] >> shift & ~int(clear_final)
-        self._write(bytes(((self._acc | first << shift) & 0xFF,)))
         whole = end // 8
-        if whole > 1:
-            self._write(raw[1:whole])
+        head = (self._acc | first << shift) & 0xFF
+        if head == raw[0]:
+            self._copied(offset, raw[:whole])
+        else:
+            self._write(bytes((head,)))
+            if whole > 1:
+                self._copied(offset + 1, raw[1:whole])
         self._count = end % 8
         self._acc = raw[whole] & ((1 << self._count) - 1) if self._count else 0
 
@@ -155,9 +168,10 @@ class Splicer:
         *,
         level: int,
         piece_size: int = PIECE_SIZE,
+        copied: Callable[[int, bytes], object] | None = None,
     ) -> None:
         self._write = write
-        self._bits = BitWriter(write)
+        self._bits = BitWriter(write, copied)
         self._level = level
         self._piece_size = piece_size
         self._pending = bytearray()
@@ -268,7 +282,7 @@ class Splicer:
     def _copy(self, block: Block) -> None:
         self._count(block.data)
         self._bits.realign(block.shift)
-        self._bits.copy(block.raw, block.shift, block.bits, clear_final=True)
+        self._bits.copy(block.raw, block.shift, block.bits, clear_final=True, offset=block.offset)
 
     def _count(self, data: bytes) -> None:
         """`data` joins the output's uncompressed bytes: its CRC-32 and length."""
@@ -318,13 +332,20 @@ def splice_tree(
     label: str,
     limits: ArchiveLimits | None = None,
     listed: TreePaths | None = None,
+    copied: Callable[[int, bytes], object] | None = None,
+    prove_kept: bool = True,
 ) -> None:
-    """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`:
+    """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`
+    (the bytes copied from the base to `copied` with their offset in it, when given; with
+    `prove_kept` false, kept files are not hashed, nor handed to `plan.kept`: a side that
+    proved the base's bytes by their digest):
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
     zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
-    with _TreeSplice(plan, write, mtime=mtime, level=level, limits=limits, listed=listed) as tree:
+    splicer = Splicer(write, level=level, copied=copied)
+    with _TreeSplice(plan, splicer, mtime=mtime, limits=limits, listed=listed) as tree:
+        tree.prove_kept = prove_kept
         blocks = GzipBlocks(base, label=label)
         try:
             for block in blocks:
@@ -340,16 +361,15 @@ class _TreeSplice:
     def __init__(
         self,
         plan: TreePlan,
-        write: Callable[[bytes], object],
+        splicer: Splicer,
         *,
         mtime: int,
-        level: int,
         limits: ArchiveLimits | None,
         listed: TreePaths | None,
     ) -> None:
         self._plan = plan
         self._listed = listed
-        self._splicer = Splicer(write, level=level)
+        self._splicer = splicer
         self._units = TarUnits()
         self._mtime = mtime
         self._limits = limits or ArchiveLimits()
@@ -358,6 +378,7 @@ class _TreeSplice:
         self._length = 0  # tar bytes of the new archive
         self._directories = SpillMap()
         self._kept: MemberData[tuple[str, int, Any]] = MemberData()
+        self.prove_kept = True
 
     def __enter__(self) -> _TreeSplice:
         return self
@@ -406,7 +427,7 @@ class _TreeSplice:
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
         )
         if decision is True:
-            if unit.kind == "file" and path is not None:
+            if unit.kind == "file" and path is not None and self.prove_kept:
                 self._kept.want(unit, (path, unit.size, hashlib.sha256()))
             self._edit(Edit("keep", unit.start, unit.end))
         else:
