@@ -31,7 +31,7 @@ from pathlib import Path
 from mirror.airgap.rebuild import Contents
 from mirror.airgap.spliced import SplicePlan
 from mirror.errors import IntegrityError
-from mirror.integrity import HashingWriter, mismatch
+from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.spill import FileList
 from mirror.transferset.delta import DeltaBlobWriter, read_chunks
 from mirror.transferset.format import SpliceRecipe
@@ -51,7 +51,8 @@ class CarriedSpool:
         self.contents = contents
 
     def add_content(self, sha256: str, size: int, chunks: Iterable[bytes]) -> None:
-        with self.contents.adding() as adding:
+        """Hashed already: `carried.take_contents` hands on only contents it proved."""
+        with self.contents.adding(hashing=False) as adding:
 
             def kept() -> Iterator[bytes]:
                 for chunk in chunks:
@@ -59,7 +60,8 @@ class CarriedSpool:
                     yield chunk
 
             self._blob.add_content(sha256, size, kept())
-            adding.finish({sha256})
+            if adding.size == size:
+                adding.finish({sha256}, Digest(sha256, size))
 
 
 def make_recipe(

@@ -20,16 +20,37 @@ I/O beyond `chunks`.
 from __future__ import annotations
 
 import ctypes
+import gzip
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
+from typing import IO, cast
 
+from zlib_ng import gzip_ng
 from zlib_ng.zlib_ng import crc32
 
 from mirror.errors import ConfigError, IntegrityError
 
-__all__ = ["MAX_BLOCK", "Block", "GzipBlocks", "crc32", "final_block", "raw_blocks"]
+__all__ = [
+    "MAX_BLOCK",
+    "Block",
+    "GzipBlocks",
+    "crc32",
+    "final_block",
+    "gzip_file",
+    "raw_blocks",
+]
+
+
+def gzip_file(fileobj: IO[bytes], mode: str, *, compresslevel: int = 6) -> gzip.GzipFile:
+    """`gzip.GzipFile` with the pinned zlib-ng's deflate and inflate (its own subclass): here
+    three times zlib's inflate speed and twice its deflate's; mtime 0 when writing."""
+    made = gzip_ng.GzipFile(  # type: ignore[no-untyped-call]  # the module has no annotations
+        fileobj=fileobj, mode=mode, compresslevel=compresslevel, mtime=0
+    )
+    return cast(gzip.GzipFile, made)
+
 
 Z_OK = 0
 Z_STREAM_END = 1

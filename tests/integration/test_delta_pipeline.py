@@ -2,7 +2,9 @@
 pack the first version whole, import it, bring the receipt back (`transfer ack`), pack the
 next as a delta, import it, then render values and `chart check` them. The published object
 is the base's object spliced (a tar.gz base): its tree hash is the stored version's, its size
-the vendor's bundle's, and its sha256, learnt at import, is in its manifest and the receipt.
+the vendor's bundle's, and its sha256 is in its manifest and the receipt. The first delta's
+base went whole, so its import replays the pack's recipe (the signed archive); the next one's
+base is that spliced object, not the bundle the pack spliced, so it is spliced again.
 
 Realistic simulator sites (HTML, CSS/JS, images) with a share of pages changed; a real
 store, a real S3 server, real signatures and subprocesses."""
@@ -73,7 +75,9 @@ def test_a_delta_crosses_the_gap_and_is_spliced_from_its_base_into_the_new_tree(
     manifest = parse_manifest((usb / "set-2" / MANIFEST).read_bytes())
     delta_item = manifest.items[0]
     assert delta_item.delta is not None and delta_item.delta.spliced
-    assert delta_item.delta.archive_sha256 is None  # learnt at import, not signed
+    assert delta_item.delta.archive_sha256 is None  # a splice's is learnt at import
+    recipe = delta_item.delta.recipe  # the archive as the pack made it from V1's bundle
+    assert recipe is not None and recipe.base_sha256 == _version_row(document, V1)[0]
     bundle_v2 = _bundle_size(document, V2)
     assert delta_item.size <= bundle_v2 * 0.10, (delta_item.size, bundle_v2)
 
@@ -88,6 +92,7 @@ def test_a_delta_crosses_the_gap_and_is_spliced_from_its_base_into_the_new_tree(
     body = s3_client.get_object(Bucket=target_settings.bucket, Key=stored.object)["Body"].read()
     assert published["sha256"] == stored.sha256 == hashlib.sha256(body).hexdigest()
     assert published["size"] == stored.size == len(body)
+    assert (stored.sha256, stored.size) == (recipe.sha256, recipe.size)  # V1 went whole: replayed
     spliced = tmp_path / "spliced.tar.gz"
     spliced.write_bytes(body)
     assert inspect_archive(spliced).tree_sha256 == _tree_sha256(document, V2)
@@ -126,6 +131,9 @@ def test_a_delta_crosses_the_gap_and_is_spliced_from_its_base_into_the_new_tree(
     spliced.write_bytes(body3)
     assert inspect_archive(spliced).tree_sha256 == _tree_sha256(document, V3)
     assert stored3.sha256 == hashlib.sha256(body3).hexdigest()
+    recipe3 = parse_manifest((usb / "set-3" / MANIFEST).read_bytes()).items[0].delta.recipe  # type: ignore[union-attr]
+    # made from V2's bundle, which is not V2's object here (spliced): spliced again instead
+    assert recipe3 is not None and stored3.sha256 != recipe3.sha256
     airgapped_side("chart", "values", DOCS, "--version", V3, "--out", str(values))
     assert V3 in airgapped_side("chart", "check", str(values)).stdout
     connected_side("transfer", "ack", str(usb / "set-3" / "receipt.json"))

@@ -17,6 +17,7 @@ from mirror.transferset.compression import STORED_BLOCK, ChunkedGzip, Compressio
 from mirror.transferset.delta import (
     DeltaBlobWriter,
     DeltaContent,
+    DeltaRecipePart,
     TreeArchive,
     TreeFile,
     check_tree,
@@ -210,6 +211,22 @@ def test_a_delta_blob_round_trips_and_carries_each_content_once() -> None:
     assert parse_file_list(files, label="v2") == entries
 
 
+def test_a_recipe_travels_after_the_contents_and_before_the_file_list() -> None:
+    entries = _entries(TREE)
+    out = io.BytesIO()
+    writer = DeltaBlobWriter(out)
+    writer.add_content(SHA_A, 1, [b"a"])
+    writer.add_recipe(io.BytesIO(b'{"format":1,"segments":[]}'), io.BytesIO(b"literal"))
+    writer.finish(entries)
+    names = []
+    for member in read_delta_blob(io.BytesIO(out.getvalue()), label="v2"):
+        read = member.stream.read()
+        names.append(member.name if isinstance(member, DeltaRecipePart) else type(member).__name__)
+        if isinstance(member, DeltaRecipePart) and member.name == "recipe/literals":
+            assert read == b"literal"
+    assert names == ["DeltaContent", "recipe/segments", "recipe/literals", "DeltaFileList"]
+
+
 def _tar_gz(members: list[tuple[str, bytes]]) -> bytes:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
@@ -232,6 +249,16 @@ SHA_A = hashlib.sha256(b"a").hexdigest()
         ([(f"content/{SHA_A}", b"a"), (f"content/{SHA_A}", b"a"), ("files.json", LIST)], "twice"),
         ([("../escape", b"a"), ("files.json", LIST)], "holds '../escape'"),
         ([("content/nothex", b"a"), ("files.json", LIST)], "holds 'content/nothex'"),
+        ([("recipe/literals", b"x"), ("files.json", LIST)], "recipe is out of order"),
+        ([("recipe/segments", b"{}"), ("files.json", LIST)], "recipe has no literals"),
+        (
+            [("recipe/segments", b"{}"), ("recipe/literals", b""), ("recipe/literals", b"")],
+            "recipe is out of order",
+        ),
+        (
+            [("recipe/segments", b"{}"), ("recipe/literals", b""), (f"content/{SHA_A}", b"a")],
+            f"holds 'content/{SHA_A}'",
+        ),
     ],
 )
 def test_a_malformed_delta_blob_is_refused(members: list[tuple[str, bytes]], message: str) -> None:
