@@ -436,7 +436,7 @@ class RebuiltArchive:
                 base_size=recipe.base_size,
                 literal_size=literals,
                 size=recipe.size,
-                label=self.item.label,
+                label="the delta blob",
             )
         except IntegrityError as exc:
             raise self._refused(exc.message) from None
@@ -621,13 +621,21 @@ class RebuiltArchive:
 
     def _replay(self, put: Callable[[bytes], None]) -> None:
         """The recipe's archive over the base's object, which must be the bytes its
-        manifest (and the recipe) names; the archive's signed digest is the upload's to
-        check."""
+        manifest (and the recipe) names, and the archive the bytes the recipe's signed
+        digest names (checked here to be refused as this delta, before the upload's own
+        check of the same digest)."""
         assert self._segments is not None and self._literals is not None
-        assert self._base is not None
+        assert self._base is not None and self.item.delta is not None
+        assert self.item.delta.recipe is not None
         base = self._base
         source = _HashingStream(self.store.open_stream(base.object))
-        replay(iter(lambda: source.read(CHUNK_SIZE), b""), self._segments, self._literals, put)
+        archive = HashingWriter()
+
+        def write(data: bytes) -> None:
+            archive.write(data)
+            put(data)
+
+        replay(iter(lambda: source.read(CHUNK_SIZE), b""), self._segments, self._literals, write)
         source.drain()
         if not source.matches(base.sha256, base.size):
             raise self._refused(
@@ -635,6 +643,10 @@ class RebuiltArchive:
                 "match its manifest (damaged or replaced; `mirror chart check` finds such "
                 "versions)"
             )
+        signed = self.item.delta.recipe
+        self._require(
+            "the archive of the delta's recipe", archive.result, signed.sha256, signed.size
+        )
 
 
 class _HashingStream:

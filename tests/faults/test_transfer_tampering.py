@@ -25,12 +25,13 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from mirror.transferset.delta import TreeFile
-from mirror.transferset.format import MANIFEST, SIGNATURE, parse_manifest
+from mirror.transferset.format import MANIFEST, SIGNATURE, SpliceRecipe, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from tests.fixtures.archives import make_tar_gz
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
+    RecipeDamage,
     delta_item,
     full_item,
     tree_files,
@@ -462,6 +463,148 @@ def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
     assert not (victim / "receipt.json").exists()
     assert list(work.iterdir()) == []
+
+
+def _recipe_spec(trees: DeltaTrees, damage: RecipeDamage | None = None) -> DeltaSpec:
+    """A spliced delta carrying the recipe the pack makes over the base's bundle."""
+    return DeltaSpec(spliced=True, recipe_base=trees.root / "base.tar.gz", recipe_damage=damage)
+
+
+def _wrong_digest(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    return segments, literals, recipe.model_copy(update={"sha256": "0" * 64})
+
+
+def _literal_flipped(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    return segments, literals[:-9] + bytes([literals[-9] ^ 1]) + literals[-8:], recipe
+
+
+def _copy_past_the_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    document = json.loads(segments)
+    document["segments"][0][1] = recipe.base_size
+    return json.dumps(document).encode(), literals, recipe
+
+
+def _other_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    """A recipe over other base bytes: the import splices instead (no damage, a fallback)."""
+    return segments, literals, recipe.model_copy(update={"base_sha256": "1" * 64})
+
+
+RecipeParts = tuple[bytes, bytes, SpliceRecipe]
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        pytest.param(
+            _wrong_digest,
+            "the archive of the delta's recipe hashes to",
+            marks=pytest.mark.fault("13 recipe: signed archive digest wrong", "exit 5"),
+        ),
+        pytest.param(
+            _literal_flipped,
+            "the archive of the delta's recipe hashes to",
+            marks=pytest.mark.fault("13 recipe: a literal byte flipped", "exit 5"),
+        ),
+        pytest.param(
+            _copy_past_the_base,
+            "does not read the base forward",
+            marks=pytest.mark.fault("13 recipe: a copy past the base's end", "exit 5"),
+        ),
+    ],
+    ids=["wrong digest", "literal flipped", "copy past the base"],
+)
+def test_a_wrong_recipe_signed_by_the_packer_publishes_nothing(
+    damage: RecipeDamage,
+    named: str,
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """What a compromised packer's recipe makes is proved against the signed digest before
+    anything is published: one line, exit 5, the bucket and the work directory as they were."""
+    trees = delta_trees
+    victim = signed_delta_set(trees, tmp_path, object_store, _recipe_spec(trees, damage))
+    work = tmp_path / "work"
+    work.mkdir()
+    config = airgap_config(tmp_path, trees.key_pair, target_settings, work)
+    client, bucket = object_store.client, object_store.bucket
+    before = bucket_listing(client, bucket)
+
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
+
+    assert result.returncode == 5, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert named in result.stderr and NEW_VERSION in result.stderr, result.stderr
+    assert "--full --from-set 2" in result.stderr, result.stderr
+    assert bucket_listing(client, bucket) == before
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.fault("13 recipe: none (control), and one over other base bytes", "exit 0")
+@pytest.mark.parametrize("damage", [None, _other_base], ids=["replayed", "spliced instead"])
+def test_an_honest_recipe_is_replayed_and_one_over_other_bytes_is_spliced_instead(
+    damage: RecipeDamage | None,
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """The control of the battery above; and a recipe whose base is not the bucket's object
+    (a base published from a delta, say) costs only speed: the file-by-file splice, which
+    makes the same bytes from the same base."""
+    trees = delta_trees
+    good = signed_delta_set(trees, tmp_path, object_store, _recipe_spec(trees, damage))
+    recipe = parse_manifest((good / MANIFEST).read_bytes()).items[0].delta.recipe  # type: ignore[union-attr]
+    assert recipe is not None
+    config = airgap_config(tmp_path, trees.key_pair, target_settings)
+
+    result = mirror_cli("--config", str(config), "--json", "transfer", "import", str(good))
+
+    assert result.returncode == 0, result.stderr
+    (published,) = json.loads(result.stdout)["items"]
+    assert published["sha256"] == recipe.sha256  # the same bytes either way: deterministic
+    head = object_store.head(published["object"])
+    assert head is not None
+    # a replayed archive is uploaded as known bytes, a splice's named by its tree
+    assert (head["sha256"] == recipe.sha256) is (damage is None), head["metadata"]
+    body = object_store.client.get_object(Bucket=object_store.bucket, Key=published["object"])
+    data = body["Body"].read()
+    assert hashlib.sha256(data).hexdigest() == published["sha256"]
+    unpacked = tmp_path / "published"
+    (tmp_path / "published.tar.gz").write_bytes(data)
+    assert tree_files(unpack(tmp_path / "published.tar.gz", unpacked)) == tree_files(trees.new)
+
+
+@pytest.mark.fault(
+    "13 recipe: the base object replaced in the bucket", "exit 5, the bucket unchanged"
+)
+def test_a_base_object_replaced_under_an_honest_recipe_publishes_nothing(
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """The bucket's base object is not what its manifest names (the recipe's base): the
+    replay reads it, and the base's check refuses it, naming it, before anything is
+    published."""
+    trees = delta_trees
+    victim = signed_delta_set(trees, tmp_path, object_store, _recipe_spec(trees))
+    client, bucket = object_store.client, object_store.bucket
+    key = object_store.key(DOCS, BASE_VERSION, "bundle.tar.gz")
+    original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=bytes([original[0]]) + b"\0" + original[2:])
+    config = airgap_config(tmp_path, trees.key_pair, target_settings)
+    before = bucket_listing(client, bucket)
+
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
+
+    assert result.returncode == 5, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "does not match its manifest" in result.stderr, result.stderr
+    assert "--full --from-set 2" in result.stderr, result.stderr
+    assert bucket_listing(client, bucket) == before
 
 
 @pytest.mark.fault("13 delta: none (control)", "exit 0, the rebuilt version in the index")
