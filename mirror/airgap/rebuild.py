@@ -630,12 +630,10 @@ class RebuiltArchive:
         base = self._base
         source = _HashingStream(self.store.open_stream(base.object))
         archive = HashingWriter()
-
-        def write(data: bytes) -> None:
-            archive.write(data)
-            put(data)
-
-        replay(iter(lambda: source.read(CHUNK_SIZE), b""), self._segments, self._literals, write)
+        chunks = iter(lambda: source.read(CHUNK_SIZE), b"")
+        for piece in replay(chunks, self._segments, self._literals):
+            archive.write(piece)
+            put(piece)
         source.drain()
         if not source.matches(base.sha256, base.size):
             raise self._refused(

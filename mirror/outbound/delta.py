@@ -350,24 +350,28 @@ def _build_spliced(
             label=str(item.ref.label),
             limits=limits,
         )
-        made = recipe.make_recipe(
-            store.open(base.bundle_sha256),
-            base.bundle_sha256,
+        base_object = recipe.base_object(store, base.bundle_sha256)
+        with recipe.make_recipe(
+            store,
+            base_object,
             listing,
             contents,
-            blob,
             mtime=archive_mtime(item.exported_at),
             level=compression.level,
             label=str(item.ref.label),
-            spool_dir=store.tmp_dir,
-        )
+        ) as made:
+            if made is not None and output is not None:  # a real pack, not a dry run
+                recipe.keep(store, item.ref.sha256, base_object, made)
+            carried_recipe = made if made is not None and made.worth_carrying else None
+            if carried_recipe is not None:
+                blob.add_recipe(carried_recipe.segments, carried_recipe.literals)
         entry = _entry(
             base,
             None,
             compression,
             file_count=len(listing),
             carried=len(found.carried),
-            recipe=made,
+            recipe=carried_recipe.entry if carried_recipe is not None else None,
         )
     blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in listing)
     return _written(counted, output, entry, (found.changed, found.added, found.removed))

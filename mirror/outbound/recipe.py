@@ -1,45 +1,65 @@
 """The pack's side of a spliced delta: the archive made here, recorded as its recipe.
 
-The pack holds the base's bundle, which is the base's object in the bucket when the base was
-carried whole. So it splices that bundle itself, with the import's own plan
-(`mirror.airgap.spliced.SplicePlan`: the same file list, the same carried contents, the same
-decisions) and the pinned libdeflate, and records the archive as a recipe
-(`transferset/recipe.py`) in the delta blob; the manifest signs the archive's digest. An
-import whose base object is that bundle replays it instead of splicing.
+A spliced delta's import edits its base's object in the bucket (`mirror.airgap.spliced`).
+The splice is deterministic (the pinned libdeflate, the padding), so the pack can make the
+same archive when it knows the base object's bytes: it splices them itself, with the
+import's own plan (`mirror.airgap.spliced.SplicePlan`: the same file list, carried contents
+and decisions), records the archive as a recipe (`transferset/recipe.py`) and signs its
+digest. An import whose base object is those bytes replays the recipe instead of splicing.
+
+The base object's bytes, as the pack takes them to be: the base's bundle, or, when the base
+itself was packed here as a spliced delta, the archive of its kept recipe (replayed over its
+own base's object, down to a bundle). Wherever the base went whole, or was spliced from other
+bytes, the guess is wrong and costs only speed: the import splices, proving every file.
+
+Every recipe made by a real pack is kept beside the new version's bundle
+(`BlobStore.recipe_path`, removed with the bundle), one file: a line of canonical JSON
+``{"base_bundle", "base_sha256", "base_size", "format": 1, "literals", "segments",
+"sha256", "size"}`` (the two members' lengths), then the segments, then the literals.
 
 Promises:
-- `make_recipe` reads the base's bundle once, hashing it: a bundle that is not the bytes the
-  index records is IntegrityError (the store is inconsistent with its index), and no recipe
-  names it. Kept files are not hashed again: the bundle's digest proves them, and the
-  carried contents were hashed as they were taken (`mirror.outbound.carried`).
+- `make_recipe` reads the base object's bytes once, hashing them: the only read of the
+  base's bundle in a delta pack (its files come from its kept digests). Kept files are not
+  hashed again: the base's digest proves them, and the carried contents were hashed as
+  they were taken (`mirror.outbound.carried`). A kept recipe whose archive is not the digest
+  it names is removed (logged) and the bundle taken instead; a bundle that is not the bytes
+  its name says gets no recipe (logged, naming `mirror store verify`): the delta does not
+  need one.
 - A base the splice refuses (a link or a device in it) gets no recipe (None, logged): the
-  import then refuses or splices it as before, with the remedy it names. Nor does an
-  archive of which more than `MAX_LITERAL_SHARE` is not the base's bytes: the recipe would
-  carry most of it again, where the splice needs only the changed files (a small site, or
-  most of it changed).
+  import then refuses or splices as before, with the remedy it names. A recipe of which more
+  than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it would carry
+  most of the archive again, where the splice needs only the changed files.
+- A kept recipe that cannot be read or written is logged and skipped, never failing a pack.
 - Memory is the splice's: the literals and segments go to nameless temp files under the
-  store's tmp dir, as the contents do.
+  store's tmp dir, as the contents do; a chain of kept recipes is replayed as a stream.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
 import tempfile
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO
 
 from mirror.airgap.rebuild import Contents
 from mirror.airgap.spliced import SplicePlan
 from mirror.errors import IntegrityError
-from mirror.integrity import Digest, HashingWriter, mismatch
+from mirror.integrity import Digest, HashingWriter
 from mirror.spill import FileList
+from mirror.store.blobs import BlobStore
 from mirror.transferset.delta import DeltaBlobWriter, read_chunks
-from mirror.transferset.format import SpliceRecipe
-from mirror.transferset.recipe import RecipeWriter
+from mirror.transferset.format import SpliceRecipe, canonical_json
+from mirror.transferset.recipe import RecipeWriter, read_segments, replay
 from mirror.transferset.splice import splice_tree
 
 log = logging.getLogger(__name__)
 MAX_LITERAL_SHARE = 0.1
+MAX_CHAIN = 16
+FORMAT = 1
 
 
 class CarriedSpool:
@@ -64,39 +84,130 @@ class CarriedSpool:
                 adding.finish({sha256}, Digest(sha256, size))
 
 
+@dataclass(frozen=True)
+class BaseObject:
+    """The base object's bytes as the pack takes them to be: `chunks()` gives them, they
+    must hash to `sha256`; `kept` when they are a kept recipe's archive, not a bundle."""
+
+    bundle_sha256: str
+    sha256: str
+    chunks: Callable[[], Iterator[bytes]]
+    kept: bool
+
+
+@dataclass
+class MadeRecipe:
+    """A recipe made (its members in temp files) and its manifest entry."""
+
+    entry: SpliceRecipe
+    segments: IO[bytes]
+    literals: IO[bytes]
+
+    @property
+    def worth_carrying(self) -> bool:
+        return self.literals.seek(0, os.SEEK_END) <= self.entry.size * MAX_LITERAL_SHARE
+
+
+def base_object(store: BlobStore, bundle_sha256: str) -> BaseObject:
+    """The base object of the version whose bundle is `bundle_sha256` (module docstring)."""
+    kept = _kept_object(store, bundle_sha256, MAX_CHAIN)
+    return kept or _bundle(store, bundle_sha256)
+
+
+@contextlib.contextmanager
 def make_recipe(
-    bundle: Path,
-    bundle_sha256: str,
+    store: BlobStore,
+    base: BaseObject,
     files: FileList,
     contents: Contents,
-    blob: DeltaBlobWriter,
     *,
     mtime: int,
     level: int,
     label: str,
-    spool_dir: Path,
+) -> Iterator[MadeRecipe | None]:
+    """The recipe of the archive spliced from `base` under the plan of `files` and
+    `contents` (module docstring); its temp files live as long as the context."""
+    with (
+        tempfile.TemporaryFile(dir=store.tmp_dir) as segments,
+        tempfile.TemporaryFile(dir=store.tmp_dir) as literals,
+    ):
+        entry: SpliceRecipe | None = None
+        try:
+            entry = _splice(base, files, contents, segments, literals, mtime, level, label)
+        except _OtherBytes as exc:
+            if base.kept:
+                log.warning("%s: the kept recipe of its base is damaged; removed", label)
+                _forget(store, base.bundle_sha256)
+                for handle in (segments, literals):
+                    handle.seek(0)
+                    handle.truncate()
+                base = _bundle(store, base.bundle_sha256)
+                with contextlib.suppress(_OtherBytes):
+                    entry = _splice(base, files, contents, segments, literals, mtime, level, label)
+            if entry is None:
+                log.warning(
+                    "%s: no splice recipe: the base's stored bundle %s hashes to %s; "
+                    "run `mirror store verify`",
+                    label,
+                    base.bundle_sha256[:12],
+                    exc.sha256[:12],
+                )
+        yield None if entry is None else MadeRecipe(entry, segments, literals)
+
+
+def keep(store: BlobStore, bundle_sha256: str, base: BaseObject, made: MadeRecipe) -> None:
+    """Keep `made` beside the bundle of the version it makes (module docstring)."""
+    target = store.recipe_path(bundle_sha256)
+    temp = store.temp_path(f"recipe-{os.getpid()}-{bundle_sha256}")
+    sizes = {name: handle.seek(0, os.SEEK_END) for name, handle in _members(made)}
+    header = {**made.entry.model_dump(), "base_bundle": base.bundle_sha256, "format": FORMAT}
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as out:
+            out.write(canonical_json({**header, **sizes}) + b"\n")
+            for _, handle in _members(made):
+                handle.seek(0)
+                for chunk in read_chunks(handle):
+                    out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, target)
+    except OSError as exc:
+        log.warning("cannot keep the splice recipe of bundle %s: %s", bundle_sha256[:12], exc)
+        with contextlib.suppress(OSError):
+            temp.unlink()
+
+
+def _members(made: MadeRecipe) -> list[tuple[str, IO[bytes]]]:
+    return [("segments", made.segments), ("literals", made.literals)]
+
+
+def _splice(
+    base: BaseObject,
+    files: FileList,
+    contents: Contents,
+    segments: IO[bytes],
+    literals: IO[bytes],
+    mtime: int,
+    level: int,
+    label: str,
 ) -> SpliceRecipe | None:
-    """The recipe of the spliced archive of `bundle` (the base) under the plan of `files`
-    and `contents`, added to `blob`; its signed entry (module docstring)."""
+    """The recipe's entry; None when the splice refuses the base; _OtherBytes when the
+    base's bytes are not its digest."""
     contents.flush()
     read = HashingWriter()
 
-    def base() -> Iterator[bytes]:
-        with bundle.open("rb") as handle:
-            for chunk in read_chunks(handle):
-                read.write(chunk)
-                yield chunk
+    def source() -> Iterator[bytes]:
+        for chunk in base.chunks():
+            read.write(chunk)
+            yield chunk
 
-    with (
-        tempfile.TemporaryFile(dir=spool_dir) as segments,
-        tempfile.TemporaryFile(dir=spool_dir) as literals,
-        SplicePlan(files, contents) as plan,
-    ):
-        writer = RecipeWriter(segments, literals)
-        source = base()
+    writer = RecipeWriter(segments, literals)
+    chunks = source()
+    with SplicePlan(files, contents) as plan:
         try:
             splice_tree(
-                source,
+                chunks,
                 plan,
                 writer.write,
                 mtime=mtime,
@@ -105,31 +216,87 @@ def make_recipe(
                 copied=writer.copied,
                 prove_kept=False,
             )
+            for _ in chunks:
+                pass
         except IntegrityError as exc:
+            for _ in chunks:
+                pass
+            if read.result.sha256 != base.sha256:
+                raise _OtherBytes(read.result.sha256) from None
             log.warning("%s: no splice recipe (%s)", label, exc.message)
             return None
-        for _ in source:
-            pass
-        if read.result.sha256 != bundle_sha256:
-            raise mismatch(
-                f"{label}: the base's stored bundle",
-                read.result.sha256,
-                bundle_sha256,
-                hint="the store is inconsistent with its index: run `mirror store verify`",
-            )
-        archive = writer.finish()
-        if literals.tell() > archive.size * MAX_LITERAL_SHARE:
-            log.info(
-                "%s: no splice recipe (%d of its archive's %d bytes are not the base's)",
-                label,
-                literals.tell(),
-                archive.size,
-            )
-            return None
-        blob.add_recipe(segments, literals)
+    if read.result.sha256 != base.sha256:
+        raise _OtherBytes(read.result.sha256)
+    archive = writer.finish()
     return SpliceRecipe(
-        base_sha256=bundle_sha256,
-        base_size=read.size,
-        sha256=archive.sha256,
-        size=archive.size,
+        base_sha256=base.sha256, base_size=read.size, sha256=archive.sha256, size=archive.size
     )
+
+
+def _bundle(store: BlobStore, bundle_sha256: str) -> BaseObject:
+    path = store.open(bundle_sha256)
+
+    def chunks() -> Iterator[bytes]:
+        with path.open("rb") as handle:
+            yield from read_chunks(handle)
+
+    return BaseObject(bundle_sha256, bundle_sha256, chunks, kept=False)
+
+
+def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject | None:
+    """The archive of the kept recipe of the version whose bundle is `bundle_sha256`,
+    replayed down to a bundle; None when there is none whole (or the chain is too long)."""
+    path = store.recipe_path(bundle_sha256)
+    try:
+        with path.open("rb") as handle:
+            header = json.loads(handle.readline(64 * 1024))
+            segments = handle.read(header["segments"])
+        base_bundle = header["base_bundle"]
+        if (
+            header["format"] != FORMAT
+            or path.stat().st_size
+            != len(canonical_json(header)) + 1 + header["segments"] + header["literals"]
+        ):
+            raise ValueError("not a whole kept recipe")
+        entry = SpliceRecipe(**{k: header[k] for k in SpliceRecipe.model_fields})
+        checked = read_segments(
+            segments,
+            base_size=entry.base_size,
+            literal_size=header["literals"],
+            size=entry.size,
+            label=str(path),
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, IntegrityError) as exc:
+        log.warning("the kept splice recipe %s is unusable (%s); removed", path, exc)
+        _forget(store, bundle_sha256)
+        return None
+    if entry.base_sha256 == base_bundle:
+        base = _bundle(store, base_bundle) if store.has(base_bundle) else None
+    else:
+        base = _kept_object(store, base_bundle, depth - 1) if depth > 1 else None
+    if base is None or base.sha256 != entry.base_sha256:
+        return None
+    start = len(canonical_json(header)) + 1 + header["segments"]
+
+    def chunks() -> Iterator[bytes]:
+        assert base is not None
+        with path.open("rb") as literals:
+            literals.seek(start)
+            yield from replay(base.chunks(), checked, literals)
+
+    return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True)
+
+
+def _forget(store: BlobStore, bundle_sha256: str) -> None:
+    with contextlib.suppress(OSError):
+        store.recipe_path(bundle_sha256).unlink()
+
+
+class _OtherBytes(Exception):
+    """The base object's bytes hash to `sha256`, not to the digest they were taken for."""
+
+    def __init__(self, sha256: str) -> None:
+        super().__init__(sha256)
+        self.sha256 = sha256

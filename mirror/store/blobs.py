@@ -47,6 +47,7 @@ class BlobStore:
         self.root = root
         self.blobs_dir = root / "blobs" / "sha256"
         self.digests_dir = root / "digests" / "sha256"
+        self.recipes_dir = root / "recipes" / "sha256"
         self.tmp_dir = root / "tmp"
 
     def ensure(self) -> None:
@@ -80,6 +81,11 @@ class BlobStore:
     def digests_path(self, sha256: str) -> Path:
         """Where blob `sha256`'s file digests are kept (`store.digests` owns the format)."""
         return self.digests_dir / sha256[:2] / f"{self.blob_path(sha256).name}.gz"
+
+    def recipe_path(self, sha256: str) -> Path:
+        """Where the splice recipe of the version whose bundle is blob `sha256` is kept
+        (`mirror.outbound.recipe` owns the format)."""
+        return self.recipes_dir / sha256[:2] / self.blob_path(sha256).name
 
     def temp_path(self, name: str) -> Path:
         """A path under tmp/ for a partial file; `name` must be a plain file name."""
@@ -147,12 +153,13 @@ class BlobStore:
         return digest.sha256, digest.size
 
     def remove(self, sha256: str) -> int:
-        """Delete a blob, and its file digests; returns the bytes freed (0 if it was not
-        there). What no download leaves under a blob's name goes too (a link, a FIFO, an
-        empty directory: OSError when it holds anything)."""
+        """Delete a blob, and its file digests and kept recipe; returns the bytes freed (0 if
+        it was not there). What no download leaves under a blob's name goes too (a link, a
+        FIFO, an empty directory: OSError when it holds anything)."""
         path = self.blob_path(sha256)
-        with contextlib.suppress(FileNotFoundError):
-            self.digests_path(sha256).unlink()
+        for sidecar in (self.digests_path(sha256), self.recipe_path(sha256)):
+            with contextlib.suppress(FileNotFoundError):
+                sidecar.unlink()
         try:
             found = path.lstat()
             path.rmdir() if stat.S_ISDIR(found.st_mode) else path.unlink()

@@ -22,15 +22,15 @@ Promises:
 - `read_segments` accepts only segments that read the base forward (each copy at or past the
   end of the one before, inside the base) and whose literals and copies add up to the sizes
   given; anything else is IntegrityError (exit 5) naming the recipe.
-- `replay` writes the archive from the base's chunks, the segments and the literals, in
-  pieces of at most `PIECE` bytes, and reads the base to its end (the caller checks its
-  digest; the archive's is signed, for the upload to check).
+- `replay` gives the archive from the base's chunks, the segments and the literals, in
+  pieces of at most `PIECE` bytes (a literal run may make one longer), and reads the base to
+  its end (the caller checks the digests: the base's, and the archive's signed one).
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import IO
 
 from mirror.errors import IntegrityError
@@ -151,37 +151,31 @@ def read_segments(
     return Segments(values)
 
 
-def replay(
-    base: Iterable[bytes],
-    segments: Segments,
-    literals: IO[bytes],
-    write: Callable[[bytes], object],
-) -> None:
-    """The archive (module docstring) to `write`."""
+def replay(base: Iterable[bytes], segments: Segments, literals: IO[bytes]) -> Iterator[bytes]:
+    """The archive (module docstring), in pieces of at most `PIECE` bytes."""
     cursor = _Cursor(iter(base))
     out = bytearray()
-
-    def emit(data: bytes | memoryview) -> None:
-        if not out and len(data) >= PIECE:
-            write(bytes(data))
-            return
-        out.extend(data)
-        if len(out) >= PIECE:
-            write(bytes(out))
-            out.clear()
-
     for literal, offset, copy in segments:
         while literal:
             data = literals.read(min(literal, PIECE))
             if not data:
                 raise IntegrityError(f"{LITERALS_NAME} ends before its recipe")
             literal -= len(data)
-            emit(data)
+            out += data
         cursor.skip_to(offset)
         for view in cursor.take(copy):
-            emit(view)
+            if len(out) + len(view) > PIECE and out:
+                yield bytes(out)
+                out.clear()
+            if len(view) >= PIECE:
+                yield bytes(view)
+            else:
+                out += view
+        if len(out) >= PIECE:
+            yield bytes(out)
+            out.clear()
     if out:
-        write(bytes(out))
+        yield bytes(out)
     cursor.drain()
 
 

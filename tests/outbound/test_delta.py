@@ -361,9 +361,13 @@ def _damage(app: App, sha256: str) -> None:
     path.write_bytes(b"\x1f\x8b" + b"not the bundle" * 100)
 
 
-def test_the_base_side_comes_from_its_kept_digests_not_its_bundle(app: App) -> None:
-    """With the base's digests kept (at export), the pack never reads the base's bundle:
-    the same delta comes out when that bundle is damaged."""
+def test_the_base_side_comes_from_its_kept_digests_not_its_bundle(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the base's digests kept (at export), the pack reads the base's bundle only to
+    make its splice recipe: the same delta comes out when that bundle is damaged, with no
+    recipe (the bundle of this small site makes none worth carrying anyway), and the log
+    names the remedy."""
     _, base_sha = add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
     add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
     assert app.store.digests_path(base_sha).is_file()
@@ -371,10 +375,13 @@ def test_the_base_side_comes_from_its_kept_digests_not_its_bundle(app: App) -> N
     with whole:
         expected = blob_members(whole)
     _damage(app, base_sha)
-    _, delta = build(app, "2026-11-19", "2026-11-18")
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        _, delta = build(app, "2026-11-19", "2026-11-18")
     with delta:
         assert blob_members(delta) == expected
         assert (delta.entry, delta.changed, delta.removed) == (whole.entry, 2, 0)
+    assert f"no splice recipe: the base's stored bundle {base_sha[:12]}" in caplog.text
+    assert "mirror store verify" in caplog.text
 
 
 def test_a_base_stored_before_digests_were_kept_is_read_once_and_then_kept(
@@ -446,15 +453,18 @@ def test_dry_run_reports_each_version_and_writes_nothing(transfer_app: App, tmp_
     assert docs["carried"] == "delta" and docs["base_version"] == "2026-11-18"
     assert (docs["files_changed"], docs["files_added"], docs["files_removed"]) == (2, 0, 0)
     assert docs["saving"] == docs["full_size"] - docs["delta_size"] > docs["full_size"] * 0.8
-    real = pack(app, tmp_path / "real")
-    assert [c.as_dict() for c in real.versions] == [c.as_dict() for c in planned.versions]
-    assert real.total_bytes == planned.total_bytes
-    assert [i.as_dict() for i in real.items] == [i.as_dict() for i in planned.items]
-    assert not out.exists() and os.listdir(out.parent) == []
     files_after = sorted(
         p for p in store_dir_of(app).rglob("*") if p.is_file() and p.suffix != ".db"
     )
     assert files_after == files_before and db_before != b""
+    assert not out.exists() and os.listdir(out.parent) == []
+    real = pack(app, tmp_path / "real")
+    assert [c.as_dict() for c in real.versions] == [c.as_dict() for c in planned.versions]
+    assert real.total_bytes == planned.total_bytes
+    assert [i.as_dict() for i in real.items] == [i.as_dict() for i in planned.items]
+    kept = {p for p in store_dir_of(app).rglob("*") if p.is_file() and p.suffix != ".db"}
+    recipes = kept - set(files_before)
+    assert [p.relative_to(store_dir_of(app)).parts[0] for p in recipes] == ["recipes"]
 
 
 def store_dir_of(app: App) -> Path:
