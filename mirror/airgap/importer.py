@@ -361,7 +361,8 @@ class Staged:
 
 def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]:
     """What the staged upload of `item` must hash to; a spliced delta's digest is learnt
-    (its object is named by its tree), the size hint its base's size."""
+    (its object is named by its tree), the size hint its base's size, unless its recipe is
+    replayed (`rebuild.recipe_applies`: the signed digest)."""
     if item.published_sha256 is not None and item.published_size is not None:
         return {"sha256": item.published_sha256, "size": item.published_size}
     assert item.delta is not None

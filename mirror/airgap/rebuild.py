@@ -5,7 +5,9 @@ A delta item carries the file list of the new tree and the contents its base doe
 that list (the base version's object in the bucket gives the contents the delta did not
 carry), which must hash to the signed digest. A spliced delta is published as the base's
 object edited (`mirror.airgap.spliced`), proved against the file list member by member;
-its digest is learnt by the upload that reads it.
+its digest is learnt by the upload that reads it. A spliced delta whose recipe's base is
+the base's object (`recipe_applies`) is published by replaying the recipe
+(`transferset/recipe.py`) over that object: its archive must hash to the signed digest.
 
 Promises:
 - `check_deltas` runs before anything is uploaded: every delta's base version is complete

@@ -4,8 +4,9 @@ A spliced delta (`DeltaEntry.spliced`) signs no archive digest: the archive is t
 object the bucket holds, edited (`mirror.transferset.splice`), and what is proved is its tree.
 
 Promises:
-- `SplicePlan` decides each base file from the signed file list alone, in one pass of the
-  base: a path the list lacks is dropped; a second member at a path already written is
+- `SplicePlan` (which the pack uses too, to make the archive it records as a recipe:
+  `mirror.outbound.recipe`) decides each base file from the signed file list alone, in one
+  pass of the base: a path the list lacks is dropped; a second member at a path already written is
   dropped; a listed path whose content the delta carries gets that content in its place;
   any other listed path is kept, and its bytes, hashed as they pass, must be the listed
   content (else IntegrityError). The listed files the base does not hold are appended in

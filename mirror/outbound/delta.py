@@ -11,8 +11,9 @@ Promises:
   bundle is in the store. A version
   in the set being packed is never a base; nothing is ever assumed delivered. No such
   version: V goes whole, with the reason (`NO_BASE`, `BASE_BLOB_MISSING`).
-- `build_delta` reads only the new version's bundle, streaming: the base's side (its paths
-  and contents) comes from the file digests kept beside its bundle (`store.digests`). A base
+- `build_delta` reads the new version's bundle, streaming: the base's side (its paths
+  and contents) comes from the file digests kept beside its bundle (`store.digests`); the
+  base's bundle is read only for a spliced delta's recipe (`outbound/recipe.py`). A base
   stored before digests were kept (or whose listing is damaged) has its bundle read once
   instead, logged, and its digests are kept then, as are the new version's, so the next
   pack reads one bundle. Memory is flat in the file count: the file lists and the base's
@@ -22,7 +23,8 @@ Promises:
   leave none behind.
 - V's file list must hash to V's recorded tree, and the base's to the base's recorded tree,
   or the delta is refused (IntegrityError: the store is inconsistent with its index).
-- A base whose bundle is a `tar.gz` gets a spliced delta (`DeltaEntry.spliced`): the import
+- A base whose bundle is a `tar.gz` gets a spliced delta (`DeltaEntry.spliced`), with the
+  recipe of the archive made here when it is worth carrying (`outbound/recipe.py`): the import
   edits the base's object in one pass over its members (`transferset/splice.py`), keeping a
   base file only at its own path, so the delta carries every file of V that the base does not
   hold at the same path with the same sha256 (a page moved or copied to a new path is

@@ -1,5 +1,5 @@
-"""Each stored bundle's file digests, kept beside it, so a delta pack reads only the new
-bundle: the base's side of the delta comes from here.
+"""Each stored bundle's file digests, kept beside it, so a delta pack takes the base's files
+from here, not from reading its bundle.
 
 The listing of blob `sha256` is `ROOT/digests/sha256/ab/<sha256>.gz` (`BlobStore.digests_path`):
 gzip of a first line ``mirror-file-digests 1 <tree_sha256>`` then one line per regular file,

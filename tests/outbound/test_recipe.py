@@ -1,0 +1,127 @@
+"""The pack's splice recipes (mirror/outbound/recipe.py): made over the base object's bytes,
+kept beside the new bundle, replayed for the next delta; a damaged one removed. Real
+simulator exports in a real store; every replayed object is read back as a tar.gz."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from mirror.archive import inspect_archive
+from mirror.outbound.recipe import base_object
+from mirror.store.app import App
+from tests.fixtures.versions import add_sim_version
+from tests.outbound.test_delta import DOCS, SITE, build
+
+V1, V2, V3 = "2026-11-18", "2026-11-19", "2026-11-20"
+
+
+def _versions(app: App, count: int) -> list[str]:
+    """The bundles' sha256 of `count` successive exports of the site."""
+    return [
+        add_sim_version(app, DOCS, label, export_number=n, **SITE)[1]
+        for n, label in enumerate((V1, V2, V3)[:count])
+    ]
+
+
+def _header(app: App, bundle_sha256: str) -> dict[str, object]:
+    with app.store.recipe_path(bundle_sha256).open("rb") as kept:
+        document: dict[str, object] = json.loads(kept.readline())
+    return document
+
+
+def _object(app: App, bundle_sha256: str, tmp_path: Path) -> tuple[str, str]:
+    """The sha256 and tree of the version's object as the pack takes it to be."""
+    base = base_object(app.store, bundle_sha256)
+    data = b"".join(base.chunks())
+    path = tmp_path / f"{bundle_sha256[:12]}.tar.gz"
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest(), inspect_archive(path).tree_sha256
+
+
+def test_a_pack_keeps_the_recipe_it_made_and_it_replays_to_the_new_tree(
+    app: App, tmp_path: Path
+) -> None:
+    v1, v2 = _versions(app, 2)
+    _, delta = build(app, V2, V1)
+    delta.close()
+    header = _header(app, v2)
+    assert (header["base_bundle"], header["base_sha256"]) == (v1, v1)
+    sha256, tree = _object(app, v2, tmp_path)
+    assert sha256 == header["sha256"] != v2
+    assert tree == inspect_archive(app.store.open(v2)).tree_sha256
+    assert base_object(app.store, v2).kept and not base_object(app.store, v1).kept
+
+
+def test_a_dry_run_keeps_no_recipe(app: App) -> None:
+    _, v2 = _versions(app, 2)
+    _, delta = build(app, V2, V1, keep=False)
+    delta.close()
+    assert not app.store.recipe_path(v2).exists()
+
+
+def test_the_next_delta_is_made_over_the_object_the_kept_recipe_makes(
+    app: App, tmp_path: Path
+) -> None:
+    _, v2, v3 = _versions(app, 3)
+    build(app, V2, V1)[1].close()
+    build(app, V3, V2)[1].close()
+    header = _header(app, v3)
+    assert header["base_bundle"] == v2 and header["base_sha256"] == _header(app, v2)["sha256"]
+    _, tree = _object(app, v3, tmp_path)  # two recipes replayed, down to V1's bundle
+    assert tree == inspect_archive(app.store.open(v3)).tree_sha256
+
+
+def test_a_damaged_kept_recipe_is_removed_and_the_bundle_taken(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, v2, v3 = _versions(app, 3)
+    build(app, V2, V1)[1].close()
+    kept = app.store.recipe_path(v2)
+    data = bytearray(kept.read_bytes())
+    data[-20] ^= 1  # a literal byte: the header and the segments still read well
+    kept.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        build(app, V3, V2)[1].close()
+    assert "the kept recipe of its base is damaged; removed" in caplog.text
+    assert not kept.exists()
+    assert _header(app, v3)["base_sha256"] == v2  # made over V2's bundle instead
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda data: data[:-1], lambda data: b"{not json\n" + data, lambda data: b""],
+    ids=["truncated", "no header", "empty"],
+)
+def test_an_unreadable_kept_recipe_is_removed_and_the_bundle_is_the_object(
+    app: App, caplog: pytest.LogCaptureFixture, damage: object
+) -> None:
+    _, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()
+    kept = app.store.recipe_path(v2)
+    kept.write_bytes(damage(kept.read_bytes()))  # type: ignore[operator]
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        base = base_object(app.store, v2)
+    assert (base.sha256, base.kept) == (v2, False)
+    assert "is unusable" in caplog.text and not kept.exists()
+
+
+def test_a_kept_recipe_goes_with_its_bundle(app: App) -> None:
+    _, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()
+    assert app.store.recipe_path(v2).exists()
+    app.store.remove(v2)
+    assert not app.store.recipe_path(v2).exists()
+
+
+def test_a_recipe_over_a_base_bundle_that_is_gone_is_no_object(app: App) -> None:
+    """The chain ends at a bundle removed from the store: the version's own bundle is all
+    the pack can take."""
+    v1, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()
+    app.store.remove(v1)
+    base = base_object(app.store, v2)
+    assert (base.sha256, base.kept) == (v2, False)
