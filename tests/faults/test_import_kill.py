@@ -254,20 +254,21 @@ def kill_delta_import(
     "the second import publishes the version exactly once, hashing right",
 )
 @pytest.mark.parametrize(
-    "spliced",
+    "kind",
     [
-        pytest.param(  # what a zip base gets; make test runs the kind packs make of tar.gz
-            False,
+        pytest.param(  # what a zip base gets; make test runs the kinds packs make of tar.gz
+            "tree archive",
             id="tree archive",
             marks=pytest.mark.skipif(
                 os.environ.get("MIRROR_FAULT_ALL") != "1", reason="make faults runs it"
             ),
         ),
-        pytest.param(True, id="spliced"),
+        pytest.param("spliced", id="spliced"),
+        pytest.param("recipe", id="recipe replayed"),
     ],
 )
 def test_a_killed_delta_import_publishes_the_version_exactly_once(
-    spliced: bool,
+    kind: str,
     tmp_path: Path,
     key_pair: tuple[Path, Path],
     signing: Any,
@@ -313,7 +314,10 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
                 new_root,
                 exported,
                 tmp_path / "b",
-                DeltaSpec(spliced=spliced),
+                DeltaSpec(
+                    spliced=kind != "tree archive",
+                    recipe_base=base_bundle if kind == "recipe" else None,
+                ),
             )
             set_dir = tmp_path / f"set-{number}"
             previous = write_set(
@@ -327,6 +331,8 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
                 assert again.returncode == 0, again.stderr
             assert item.delta is not None
             published[version] = item.delta.archive_sha256 or learnt(object_store, item)
+            if item.delta.recipe is not None:  # replayed: the signed archive, not one learnt
+                assert published[version] == item.delta.recipe.sha256
             if killed != "end":
                 where.append(killed)
                 break
