@@ -43,6 +43,7 @@ from mirror.airgap import layout, provenance, rebuild
 from mirror.airgap.multipart import Outcome, Reader, StagedUpload, Staging
 from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.probe import require_safe_writes
+from mirror.airgap.replayed import recipe_applies
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.integrity import Digest
@@ -362,12 +363,12 @@ class Staged:
 def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]:
     """What the staged upload of `item` must hash to; a spliced delta's digest is learnt
     (its object is named by its tree), the size hint its base's size, unless its recipe is
-    replayed (`rebuild.recipe_applies`: the signed digest)."""
+    replayed (`replayed.recipe_applies`: the signed digest)."""
     if item.published_sha256 is not None and item.published_size is not None:
         return {"sha256": item.published_sha256, "size": item.published_size}
     assert item.delta is not None
     base = (bases or {}).get((item.domain, item.delta.base_version))
-    if rebuild.recipe_applies(item, base):
+    if recipe_applies(item, base):
         assert item.delta.recipe is not None
         return {"sha256": item.delta.recipe.sha256, "size": item.delta.recipe.size}
     hint = (base.size if base is not None else 0) + item.size

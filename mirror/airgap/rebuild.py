@@ -6,8 +6,8 @@ that list (the base version's object in the bucket gives the contents the delta 
 carry), which must hash to the signed digest. A spliced delta is published as the base's
 object edited (`mirror.airgap.spliced`), proved against the file list member by member;
 its digest is learnt by the upload that reads it. A spliced delta whose recipe's base is
-the base's object (`recipe_applies`) is published by replaying the recipe
-(`transferset/recipe.py`) over that object: its archive must hash to the signed digest.
+the base's object is published by replaying the recipe over that object
+(`mirror.airgap.replayed`): its archive must hash to the signed digest.
 
 Promises:
 - `check_deltas` runs before anything is uploaded: every delta's base version is complete
@@ -51,6 +51,7 @@ from typing import IO, Any, Protocol, cast
 
 from mirror.airgap import layout
 from mirror.airgap.pipe import Pipe
+from mirror.airgap.replayed import ReplayedRecipe, recipe_applies
 from mirror.airgap.spliced import SPLICEABLE_FORMAT, SplicePlan, splice_base
 from mirror.airgap.workdir import (
     FreeSpace,
@@ -72,7 +73,6 @@ from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
 from mirror.spill import FileList, SpillMap
 from mirror.transferset.compression import require_reproducible
 from mirror.transferset.delta import (
-    RECIPE_SEGMENTS,
     DeltaContent,
     DeltaRecipePart,
     TreeArchive,
@@ -85,7 +85,6 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
-from mirror.transferset.recipe import MAX_SEGMENTS_BYTES, Segments, read_segments, replay
 
 Bases = Mapping[tuple[str, str], layout.VersionManifest]
 """Base manifests by (domain, version), as `check_deltas` proved them."""
@@ -267,18 +266,6 @@ def open_published(
     )
 
 
-def recipe_applies(item: ManifestItem, base: layout.VersionManifest | None) -> bool:
-    """Whether the import publishes `item` by replaying its splice recipe: its base object
-    (as `base`, its version manifest, names it) is the one the pack spliced. Otherwise a
-    spliced delta is spliced here, proved file by file."""
-    recipe = item.delta.recipe if item.delta is not None else None
-    return (
-        recipe is not None
-        and base is not None
-        and (base.sha256, base.size) == (recipe.base_sha256, recipe.base_size)
-    )
-
-
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
     """The extra fields of a per-version manifest for a version carried as a delta."""
     if item.delta is None:
@@ -320,8 +307,7 @@ class RebuiltArchive:
         self._files: FileList | None = None
         self._listed = TreePaths(self.limits)  # the list's paths, beside which a splice writes
         self._pipe: Pipe | None = None
-        self._segments: Segments | None = None
-        self._literals: IO[bytes] | None = None
+        self._replayed: ReplayedRecipe | None = None
         self._buffer = bytearray()
         self._done = False
         self._failed: BaseException | None = None
@@ -339,9 +325,9 @@ class RebuiltArchive:
         if self._contents is not None:
             self._contents.close()
             self._contents = None
-        if self._literals is not None:
-            self._literals.close()
-            self._literals = None
+        if self._replayed is not None:
+            self._replayed.close()
+            self._replayed = None
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -394,7 +380,9 @@ class RebuiltArchive:
             if self.item.delta.recipe is not None and self._base is None:
                 self._base = base_manifest(self.store, self.item, self.sequence, site=self.site)
             if recipe_applies(self.item, self._base):
-                self._segments = self._read_recipe()
+                self._replayed = ReplayedRecipe.read(
+                    self.set_dir, self.item, self.work, self._refused
+                )
                 return self._files
             self._spool_delta(self._files)
             if not self.item.delta.spliced:
@@ -407,41 +395,6 @@ class RebuiltArchive:
                 f"cannot rebuild {self.item.label} in {self.root}: {exc.strerror or exc}"
             ) from None
         return self._files
-
-    def _read_recipe(self) -> Segments:
-        """The splice recipe's segments, checked, and its literals, spooled; the blob's
-        other members are read past (the recipe's archive is signed: no file list or
-        content is needed to prove it)."""
-        assert self.work is not None and self.item.delta is not None
-        recipe = self.item.delta.recipe
-        assert recipe is not None
-        check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
-        segments = b""
-        literals = 0
-        self._literals = open(self.work / "literals", "w+b")  # noqa: SIM115 (closed in close)
-        with BlobReader(self.set_dir, self.item) as blob:
-            for member in read_delta_blob(cast(IO[bytes], blob), label=self.item.label):
-                if isinstance(member, DeltaRecipePart) and member.name == RECIPE_SEGMENTS:
-                    segments = member.stream.read(MAX_SEGMENTS_BYTES + 1)
-                elif isinstance(member, DeltaRecipePart):
-                    for chunk in read_chunks(member.stream):
-                        literals += self._literals.write(chunk)
-                else:
-                    for _ in read_chunks(member.stream):
-                        pass
-            while blob.read(CHUNK_SIZE):
-                pass  # the blob's last part and its whole sha256 are checked at its end
-        self._literals.seek(0)
-        try:
-            return read_segments(
-                segments,
-                base_size=recipe.base_size,
-                literal_size=literals,
-                size=recipe.size,
-                label="the delta blob",
-            )
-        except IntegrityError as exc:
-            raise self._refused(exc.message) from None
 
     def _take_missing(self, files: FileList) -> None:
         """The contents the delta did not carry, from the base; refused when one is in
@@ -583,8 +536,9 @@ class RebuiltArchive:
     def _generate(self, files: FileList, put: Callable[[bytes], None]) -> None:
         assert self._contents is not None and self.item.delta is not None
         self._contents.flush()
-        if self._segments is not None:
-            self._replay(put)
+        if self._replayed is not None:
+            assert self._base is not None  # read with it (_prepare)
+            self._replayed.generate(self.store, self._base, put, self._refused)
             return
         if self.item.delta.spliced:
             self._splice(files, put)
@@ -620,33 +574,6 @@ class RebuiltArchive:
             except IntegrityError as exc:
                 self._take_from_base(frozenset())  # a damaged or other base, named as such
                 raise self._refused(f"{exc.message} (the base {self._base_label})") from None
-
-    def _replay(self, put: Callable[[bytes], None]) -> None:
-        """The recipe's archive over the base's object, which must be the bytes its
-        manifest (and the recipe) names, and the archive the bytes the recipe's signed
-        digest names (checked here to be refused as this delta, before the upload's own
-        check of the same digest)."""
-        assert self._segments is not None and self._literals is not None
-        assert self._base is not None and self.item.delta is not None
-        assert self.item.delta.recipe is not None
-        base = self._base
-        source = _HashingStream(self.store.open_stream(base.object))
-        archive = HashingWriter()
-        chunks = iter(lambda: source.read(CHUNK_SIZE), b"")
-        for piece in replay(chunks, self._segments, self._literals):
-            archive.write(piece)
-            put(piece)
-        source.drain()
-        if not source.matches(base.sha256, base.size):
-            raise self._refused(
-                f"{self.store.bucket}/{base.object} (the base {self._base_label}) does not "
-                "match its manifest (damaged or replaced; `mirror chart check` finds such "
-                "versions)"
-            )
-        signed = self.item.delta.recipe
-        self._require(
-            "the archive of the delta's recipe", archive.result, signed.sha256, signed.size
-        )
 
 
 class _HashingStream:

@@ -352,31 +352,44 @@ def _build_spliced(
             label=str(item.ref.label),
             limits=limits,
         )
-        base_object = recipe.base_object(store, base.bundle_sha256)
-        with recipe.make_recipe(
-            store,
-            base_object,
-            listing,
-            contents,
-            mtime=archive_mtime(item.exported_at),
-            level=compression.level,
-            label=str(item.ref.label),
-        ) as made:
-            if made is not None and output is not None:  # a real pack, not a dry run
-                recipe.keep(store, item.ref.sha256, base_object, made)
-            carried_recipe = made if made is not None and made.worth_carrying else None
-            if carried_recipe is not None:
-                blob.add_recipe(carried_recipe.segments, carried_recipe.literals)
-        entry = _entry(
-            base,
-            None,
-            compression,
-            file_count=len(listing),
-            carried=len(found.carried),
-            recipe=carried_recipe.entry if carried_recipe is not None else None,
-        )
+        made = _recipe(store, item, base, listing, contents, blob, kept=output is not None)
+        count = len(found.carried)
+        entry = _entry(base, None, compression, file_count=len(listing), carried=count, recipe=made)
     blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in listing)
     return _written(counted, output, entry, (found.changed, found.added, found.removed))
+
+
+def _recipe(
+    store: BlobStore,
+    item: Offered,
+    base: Base,
+    files: FileList,
+    contents: Contents,
+    blob: DeltaBlobWriter,
+    *,
+    kept: bool,
+) -> SpliceRecipe | None:
+    """The splice recipe of `item`'s archive over `base`'s object (`outbound/recipe.py`):
+    kept beside its bundle by a real pack (`kept`), added to `blob` when worth carrying (its
+    entry then, else None)."""
+    base_object = recipe.base_object(store, base.bundle_sha256)
+    with recipe.make_recipe(
+        store,
+        base_object,
+        files,
+        contents,
+        mtime=archive_mtime(item.exported_at),
+        level=current().level,
+        label=str(item.ref.label),
+    ) as made:
+        if made is None:
+            return None
+        if kept:
+            recipe.keep(store, item.ref.sha256, base_object, made)
+        if not made.worth_carrying:
+            return None
+        blob.add_recipe(made.segments, made.literals)
+        return made.entry
 
 
 def _written(

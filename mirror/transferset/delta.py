@@ -53,6 +53,7 @@ FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
 RECIPE_SEGMENTS = "recipe/segments"
 RECIPE_LITERALS = "recipe/literals"
+RECIPE_MEMBERS = (RECIPE_SEGMENTS, RECIPE_LITERALS)  # in this order
 CONTENT_DIR = "content"
 FILE_MODE = 0o644
 DIRECTORY_MODE = 0o755
@@ -435,7 +436,7 @@ class DeltaBlobWriter:
     def add_recipe(self, segments: IO[bytes], literals: IO[bytes]) -> None:
         """A splice recipe's two members (`transferset/recipe.py`), read from the start of
         the two files: after the contents, before the file list."""
-        for name, source in ((RECIPE_SEGMENTS, segments), (RECIPE_LITERALS, literals)):
+        for name, source in zip(RECIPE_MEMBERS, (segments, literals), strict=True):
             size = source.seek(0, io.SEEK_END)
             source.seek(0)
             self._member(name, size, read_chunks(source))
@@ -515,15 +516,12 @@ def read_delta_blob(
                 if info.name == FILE_LIST_NAME:
                     if info.size > MAX_FILE_LIST_BYTES:
                         raise IntegrityError(f"{label}: the delta's file list is too large")
-                    if len(recipe) == 1:
-                        raise IntegrityError(f"{label}: the delta's recipe has no literals")
+                    _in_order(recipe, info.name, label)
                     files = True
                     yield DeltaFileList(info.size, reader)
                     continue
-                if info.name in (RECIPE_SEGMENTS, RECIPE_LITERALS):
-                    recipe.append(info.name)
-                    if recipe != [RECIPE_SEGMENTS, RECIPE_LITERALS][: len(recipe)]:
-                        raise IntegrityError(f"{label}: the delta's recipe is out of order")
+                if info.name in RECIPE_MEMBERS:
+                    _in_order(recipe, info.name, label)
                     yield DeltaRecipePart(info.name, info.size, reader)
                     continue
                 match = _CONTENT_NAME.match(info.name)
@@ -540,6 +538,18 @@ def read_delta_blob(
         seen.close()
     if not files:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
+
+
+def _in_order(recipe: list[str], name: str, label: str) -> None:
+    """A recipe's members (`recipe`: those read so far) come both, in their order, before
+    the file list."""
+    if name == FILE_LIST_NAME:
+        if len(recipe) == 1:
+            raise IntegrityError(f"{label}: the delta's recipe has no literals")
+        return
+    recipe.append(name)
+    if recipe != list(RECIPE_MEMBERS[: len(recipe)]):
+        raise IntegrityError(f"{label}: the delta's recipe is out of order")
 
 
 def read_chunks(stream: IO[bytes]) -> Iterator[bytes]:

@@ -27,14 +27,12 @@ from mirror.outbound.delta import (
     NO_BASE,
     NOT_SMALLER,
     Base,
-    Offered,
-    build_delta,
     choose_bases,
 )
 from mirror.outbound.pack import Selection, dry_run, pack
 from mirror.sites import DEFAULT_SITE, held_bases
 from mirror.store.app import App
-from mirror.store.models import Bundle, Transfer, TransferItem, Version
+from mirror.store.models import Transfer, TransferItem, Version
 from mirror.store.sitestate import site_facts
 from mirror.transferset.compression import current
 from mirror.transferset.delta import (
@@ -47,7 +45,7 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
 from mirror.transferset.reader import verify_set
-from mirror.versions import VersionLabel, VersionRef
+from tests.fixtures.packing import build, offered
 from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version, deliver
 
@@ -74,24 +72,6 @@ def index_app(
     application = make_app(store_dir, key_pair, database)
     yield application
     application.close()
-
-
-def offered(app: App, *labels: str, domain: str = DOCS) -> list[Offered]:
-    with app.db.session() as session:
-        rows = session.execute(
-            select(Version)
-            .where(Version.domain == domain, Version.label.in_(labels))
-            .order_by(Version.label)
-        ).scalars()
-        return [
-            Offered(
-                v.id,
-                VersionRef(v.domain, VersionLabel(v.label), v.bundle_sha256, 0, "tar.gz"),
-                v.tree_sha256,
-                iso_time(v.created_at),
-            )
-            for v in rows
-        ]
 
 
 def bases_of(app: App, *labels: str) -> dict[str, str]:
@@ -193,17 +173,6 @@ def test_pack_goes_full_without_a_base_and_as_delta_against_a_packed_one(
 
 
 # ---- what a delta holds -----------------------------------------------------------------
-
-
-def build(app: App, label: str, base_label: str, *, domain: str = DOCS, keep: bool = True) -> Any:
-    """(the offered version, its DeltaBlob against `base_label`)."""
-    (item,) = offered(app, label, domain=domain)
-    (base,) = offered(app, base_label, domain=domain)
-    with app.db.session() as session:
-        bundle = session.get(Bundle, base.ref.sha256)
-        assert bundle is not None
-        chosen = Base(base.ref.label, base.tree_sha256, base.ref.sha256, bundle.format)
-    return item, build_delta(app.store, item, chosen, keep=keep)
 
 
 def blob_members(delta: Any) -> tuple[dict[str, bytes], bytes]:

@@ -7,16 +7,18 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mirror.archive import inspect_archive
 from mirror.outbound.recipe import base_object
 from mirror.store.app import App
+from tests.fixtures.packing import DOCS, build
 from tests.fixtures.versions import add_sim_version
-from tests.outbound.test_delta import DOCS, SITE, build
 
 V1, V2, V3 = "2026-11-18", "2026-11-19", "2026-11-20"
+SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
 
 
 def _versions(app: App, count: int) -> list[str]:

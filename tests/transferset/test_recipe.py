@@ -1,7 +1,8 @@
 """The splice recipe (mirror/transferset/recipe.py): a spliced archive recorded as the base's
 bytes it copies and the literals it adds, replayed over the base into the same bytes. The
-bases are test_splice's real tar.gz streams (zlib at several levels, multi-member); every
-recording is checked against the splice's own output, byte for byte."""
+bases are the splice's real tar.gz streams (zlib at several levels, multi-member); every
+recording is checked against the splice's own output, byte for byte (whose tree the
+splice's tests check)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from hypothesis import given
 from mirror.errors import IntegrityError
 from mirror.transferset.recipe import RecipeWriter, Segments, read_segments, replay
 from mirror.transferset.splice import splice_tree
-from tests.transferset.test_splice import FAST, MTIME, _base, _check, _Plan, _plans, _spliced, _text
+from tests.fixtures.splicing import FAST, MTIME, Plan, plans, spliced, text
+from tests.fixtures.splicing import base_gz as _base
 
 
-def _recorded(base: bytes, plan: _Plan, *, level: int = 6) -> tuple[bytes, bytes, str, int]:
+def _recorded(base: bytes, plan: Plan, *, level: int = 6) -> tuple[bytes, bytes, str, int]:
     """The recipe's segments and literals, and the archive's sha256 and size."""
     segments, literals = io.BytesIO(), io.BytesIO()
     writer = RecipeWriter(segments, literals)
@@ -45,25 +47,24 @@ def _segments(data: bytes, base: bytes, literals: bytes, size: int) -> Segments:
 
 
 @FAST
-@given(_plans())
-def test_a_recorded_splice_replays_to_the_splices_own_bytes(case: tuple[str, _Plan, int]) -> None:
+@given(plans())
+def test_a_recorded_splice_replays_to_the_splices_own_bytes(case: tuple[str, Plan, int]) -> None:
     name, plan, level = case
     base = _base(name)
-    expected = _spliced(base, plan, level=level)
+    expected = spliced(base, plan, level=level)
     plan.asked.clear()
     data, literals, sha256, size = _recorded(base, plan, level=level)
     assert (sha256, size) == (hashlib.sha256(expected).hexdigest(), len(expected))
     segments = _segments(data, base, literals, size)
     for chunk in (1, 4096, 1 << 30):
         assert _replayed(base, segments, literals, chunk=chunk) == expected
-    _check(expected, base, plan)
 
 
 def test_one_changed_page_is_a_few_segments_and_little_literal() -> None:
     """Copies that continue one another are one segment: a base block boundary inside a
     copied run costs nothing."""
     base = _base("level 6 small blocks")
-    plan = _Plan(decisions={"site/docs/page-10.html": b"<html>changed</html>\n"})
+    plan = Plan(decisions={"site/docs/page-10.html": b"<html>changed</html>\n"})
     data, literals, _, size = _recorded(base, plan)
     segments = _segments(data, base, literals, size)
     assert len(segments) <= 6
@@ -74,7 +75,7 @@ def test_one_changed_page_is_a_few_segments_and_little_literal() -> None:
 def test_nothing_changed_is_one_copy_of_the_base_but_its_last_blocks() -> None:
     """The last block or two hold the end-of-archive, written again (test_splice)."""
     base = _base("level 6 small blocks")
-    data, literals, _, size = _recorded(base, _Plan())
+    data, literals, _, size = _recorded(base, Plan())
     segments = _segments(data, base, literals, size)
     assert [copy > 0 for _, _, copy in segments][:1] == [True] and len(segments) <= 2
     assert sum(copy for _, _, copy in segments) >= len(base) * 0.9
@@ -111,7 +112,7 @@ def test_a_document_of_another_shape_is_refused(document: bytes) -> None:
 
 def test_literals_or_a_base_shorter_than_the_recipe_are_refused() -> None:
     base = _base("level 1")
-    plan = _Plan(decisions={"site/docs/big-one.html": _text(5000, 3)})
+    plan = Plan(decisions={"site/docs/big-one.html": text(5000, 3)})
     data, literals, _, size = _recorded(base, plan)
     segments = _segments(data, base, literals, size)
     with pytest.raises(IntegrityError, match="recipe/literals ends before its recipe"):
@@ -124,7 +125,7 @@ def test_a_replay_reads_the_base_to_its_end() -> None:
     """The caller hashes the base as it passes: every byte must pass, the ones no copy
     takes included."""
     base = _base("level 6 small blocks")
-    data, literals, _, size = _recorded(base, _Plan())
+    data, literals, _, size = _recorded(base, Plan())
     segments = _segments(data, base, literals, size)
     seen = bytearray()
 

@@ -12,16 +12,12 @@ import itertools
 import random
 import subprocess
 import tarfile
-import zlib
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 
 import deflate
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from mirror.errors import IntegrityError
@@ -30,114 +26,20 @@ from mirror.transferset.delta import member_header
 from mirror.transferset.inflate import Block, GzipBlocks
 from mirror.transferset.padding import padding
 from mirror.transferset.splice import BitWriter, Edit, NewFile, Splicer, splice_tree
-from tests.fixtures.archives import EPOCH, Entry, tar_bytes, word_text
-
-MTIME = 1_800_000_000
-FAST = settings(
-    max_examples=25,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+from tests.fixtures.archives import EPOCH, Entry, tar_bytes
+from tests.fixtures.splicing import (
+    BASES,
+    FAST,
+    MTIME,
 )
-
-
-def _text(size: int, seed: int) -> bytes:
-    return word_text(size, seed, words=300)
-
-
-def _site() -> list[Entry]:
-    """About 400 KiB of tar: pages, two files spanning many blocks, an incompressible one,
-    a link, an empty file, a long non-ASCII name, a file whose directory has no member."""
-    entries = [Entry("site/", kind="dir"), Entry("site/docs/", kind="dir")]
-    entries += [
-        Entry(f"site/docs/page-{n:02d}.html", _text(200 + 97 * n, seed=n)) for n in range(30)
-    ]
-    entries += [
-        Entry("site/docs/big-one.html", _text(120_000, seed=100)),
-        Entry("site/assets/", kind="dir"),
-        Entry("site/assets/noise.bin", random.Random(7).randbytes(40_000)),
-        Entry("site/assets/link.css", kind="symlink", target="../docs/page-01.html"),
-        Entry("site/assets/empty.txt", b""),
-        Entry("site/" + "\u00e9" * 70 + "/index.html", _text(3_000, seed=101)),
-        Entry("loose/orphan.html", _text(1_000, seed=102)),
-        Entry("site/docs/big-two.html", _text(150_000, seed=103)),
-        Entry("site/last.html", b"<html>the end</html>\n"),
-    ]
-    return entries
-
-
-@cache
-def _site_tar() -> bytes:
-    return tar_bytes(_site())
-
-
-def _gzip(data: bytes, level: int, mem_level: int) -> bytes:
-    compressor = zlib.compressobj(level, zlib.DEFLATED, 31, mem_level)
-    return compressor.compress(data) + compressor.flush()
-
-
-BASES = {
-    "level 0": ((0, 8),),
-    "level 1": ((1, 8),),
-    "level 6 small blocks": ((6, 1),),
-    "level 9": ((9, 9),),
-    "three members": ((6, 2), (0, 8), (9, 8)),
-    "five members, small blocks": ((1, 1), (6, 1), (6, 1), (9, 2), (1, 1)),
-}
-
-
-@cache
-def _base(name: str) -> bytes:
-    """The site's tar stream, gzip'd as `BASES[name]` says: one member per (level, memory
-    level), cut at offsets that fall inside members' data and headers alike."""
-    tar, parts = _site_tar(), BASES[name]
-    rng = random.Random(name)
-    cuts = sorted(rng.sample(range(1, len(tar)), len(parts) - 1))
-    bounds = [0, *cuts, len(tar)]
-    return b"".join(
-        _gzip(tar[a:b], *part) for a, b, part in zip(bounds, bounds[1:], parts, strict=False)
-    )
-
-
-@dataclass
-class _Plan:
-    """A `TreePlan`: per base file True, False or new content; the added files in order.
-    Records what it was asked."""
-
-    decisions: dict[str, bool | bytes] = field(default_factory=dict)
-    new: list[tuple[str, bytes]] = field(default_factory=list)
-    chunk: int = 4096
-    asked: list[tuple[str, int]] = field(default_factory=list)
-    kept_digests: dict[str, tuple[str, int]] = field(default_factory=dict)
-
-    def member(self, path: str, size: int) -> NewFile | bool:
-        self.asked.append((path, size))
-        decision = self.decisions.get(path, True)
-        if isinstance(decision, bytes):
-            return self._file(path, decision)
-        return decision
-
-    def kept(self, path: str, sha256: str, size: int) -> None:
-        self.kept_digests[path] = (sha256, size)
-
-    def added(self) -> Iterable[NewFile]:
-        return [self._file(path, data) for path, data in self.new]
-
-    def _file(self, path: str, data: bytes) -> NewFile:
-        step = self.chunk
-
-        def chunks() -> Iterator[bytes]:
-            return (data[i : i + step] for i in range(0, len(data), step))
-
-        return NewFile(path, len(data), chunks)
-
-
-def _spliced(base: bytes, plan: _Plan, *, level: int = 6, chunk: int = 65536) -> bytes:
-    out = bytearray()
-    pieces = (base[i : i + chunk] for i in range(0, len(base), chunk))
-    splice_tree(pieces, plan, out.extend, mtime=MTIME, level=level, label="base")
-    return bytes(out)
-
+from tests.fixtures.splicing import Plan as _Plan
+from tests.fixtures.splicing import base_gz as _base
+from tests.fixtures.splicing import gzipped as _gzip
+from tests.fixtures.splicing import plans as _plans
+from tests.fixtures.splicing import site as _site
+from tests.fixtures.splicing import site_tar as _site_tar
+from tests.fixtures.splicing import spliced as _spliced
+from tests.fixtures.splicing import text as _text
 
 Member = tuple[str, str, int, bytes | str]
 
@@ -217,37 +119,6 @@ def _copied(base: bytes, spliced: bytes) -> tuple[int, int]:
 
 
 # ---- random plans -------------------------------------------------------------------------
-
-ADDED = [
-    "site/docs/new-page.html",
-    "brand/new/deep/dir/index.html",
-    "brand/new/other.html",
-    "loose/second.html",
-    "site/assets/\u00fc" * 30 + ".css",
-    "top.txt",
-    "site/assets/img/logo.png",
-]
-
-
-@st.composite
-def _plans(draw: st.DrawFn) -> tuple[str, _Plan, int]:
-    base = draw(st.sampled_from(sorted(BASES)))
-    rng = random.Random(draw(st.integers(0, 2**32)))
-    plan = _Plan(chunk=draw(st.sampled_from([1000, 4096, 1 << 20])))
-    files = [e for e in _site() if e.kind == "file"]
-    for entry in files:
-        choice = draw(st.sampled_from(["keep", "keep", "keep", "drop", "edit", "new"]))
-        if choice == "drop":
-            plan.decisions[entry.name] = False
-        elif choice == "edit" and entry.data:
-            at = rng.randrange(len(entry.data))
-            size = rng.choice([1, 10, 300, 5000])
-            plan.decisions[entry.name] = entry.data[:at] + _text(size, at) + entry.data[at + 1 :]
-        elif choice == "new":
-            plan.decisions[entry.name] = _text(rng.choice([0, 1, 700, 90_000]), rng.randrange(99))
-    for path in draw(st.lists(st.sampled_from(ADDED), unique=True, max_size=4)):
-        plan.new.append((path, _text(rng.choice([0, 5, 3000, 70_000]), rng.randrange(99))))
-    return base, plan, draw(st.sampled_from([0, 1, 6, 9]))
 
 
 @FAST
