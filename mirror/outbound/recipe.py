@@ -25,10 +25,14 @@ Promises:
   it names is removed (logged) and the bundle taken instead; a bundle that is not the bytes
   its name says gets no recipe (logged, naming `mirror store verify`): the delta does not
   need one.
-- A base the splice refuses (a link or a device in it) gets no recipe (None, logged): the
-  import then refuses or splices as before, with the remedy it names. A recipe of which more
-  than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it would carry
-  most of the archive again, where the splice needs only the changed files.
+- A base the splice refuses (a link or a device in it) gets no recipe (None, logged), nor
+  does a splice whose archive the import's would refuse: the new tree's paths are checked
+  beside every directory it keeps or writes, as the import checks them (`ArchiveLimits()`:
+  a directory kept where the new tree has a file, or a case twin of one, is an archive
+  `mirror.archive` refuses). The import then refuses or splices as before, with the
+  remedy it names; a replay would have published that archive unchecked. A recipe of
+  which more than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it
+  would carry most of the archive again, where the splice needs only the changed files.
 - A kept recipe that cannot be read or written is logged and skipped, never failing a pack.
 - Memory is the splice's: the literals and segments go to nameless temp files under the
   store's tmp dir, as the contents do; a chain of kept recipes is replayed as a stream.
@@ -47,6 +51,7 @@ from typing import IO
 
 from mirror.airgap.rebuild import Contents
 from mirror.airgap.spliced import SplicePlan
+from mirror.archive import ArchiveLimits, TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
 from mirror.spill import FileList
@@ -204,8 +209,13 @@ def _splice(
 
     writer = RecipeWriter(segments, literals)
     chunks = source()
-    with SplicePlan(files, contents) as plan:
+    with (
+        SplicePlan(files, contents) as plan,
+        contextlib.closing(TreePaths(ArchiveLimits())) as listed,
+    ):
         try:
+            for path, _, _ in files:
+                listed.check(path)  # as the import reads the list: `read_file_list`
             splice_tree(
                 chunks,
                 plan,
@@ -213,6 +223,7 @@ def _splice(
                 mtime=mtime,
                 level=level,
                 label=f"the base of {label}",
+                listed=listed,
                 copied=writer.copied,
                 prove_kept=False,
             )

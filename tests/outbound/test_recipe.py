@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ import pytest
 from mirror.archive import inspect_archive
 from mirror.outbound.recipe import base_object
 from mirror.store.app import App
-from tests.fixtures.versions import add_sim_version
+from tests.fixtures.archives import Entry, write_tar
+from tests.fixtures.versions import add_sim_version, store_archive
 from tests.outbound.test_delta import DOCS, SITE, build
 
 V1, V2, V3 = "2026-11-18", "2026-11-19", "2026-11-20"
@@ -125,3 +127,43 @@ def test_a_recipe_over_a_base_bundle_that_is_gone_is_no_object(app: App) -> None
     app.store.remove(v1)
     base = base_object(app.store, v2)
     assert (base.sha256, base.kept) == (v2, False)
+
+
+BIG = os.urandom(2 * 1024 * 1024)  # kept by the splice: the recipe is worth carrying
+
+
+def _tree_version(app: App, label: str, entries: list[Entry]) -> str:
+    app.store.ensure()
+    path = write_tar(app.store.tmp_dir / f"{label}.tar.gz", entries, compresslevel=1)
+    return store_archive(app, DOCS, label, path)[1]
+
+
+@pytest.mark.parametrize(
+    ("base", "new"),
+    [
+        (
+            [Entry("Guides", kind="dir"), Entry("Guides/a.html", b"<p>a</p>\n")],
+            [Entry("guides", kind="dir"), Entry("guides/a.html", b"<p>a</p>\n")],
+        ),
+        (
+            [Entry("docs", kind="dir"), Entry("docs/a.html", b"<p>a</p>\n")],
+            [Entry("docs", b"<p>docs is a page now</p>\n")],
+        ),
+    ],
+    ids=["a directory renamed to its case twin", "a directory become a file"],
+)
+def test_a_splice_the_import_would_refuse_makes_no_recipe(
+    app: App, tmp_path: Path, base: list[Entry], new: list[Entry]
+) -> None:
+    """A splice keeps the base's directories; one beside a file of the new tree, or a case
+    twin of one, makes an archive `mirror.archive` refuses, so the import's splice refuses
+    it (its paths checked beside the list's). A recipe of it would be replayed and that
+    archive published, unchecked: the pack makes none, and the import splices and refuses
+    with its remedy, as without recipes."""
+    big = Entry("assets/big.bin", BIG)
+    _tree_version(app, V1, [*base, Entry("assets", kind="dir"), big])
+    v2 = _tree_version(app, V2, [*new, Entry("assets", kind="dir"), big])
+    _, delta = build(app, V2, V1)
+    delta.close()
+    assert delta.entry.spliced and delta.entry.recipe is None
+    assert not app.store.recipe_path(v2).exists()
