@@ -623,9 +623,9 @@ class RebuiltArchive:
 
     def _replay(self, put: Callable[[bytes], None]) -> None:
         """The recipe's archive over the base's object, which must be the bytes its
-        manifest (and the recipe) names, and the archive the bytes the recipe's signed
-        digest names (checked here to be refused as this delta, before the upload's own
-        check of the same digest)."""
+        manifest (and the recipe) names (one cut short is named as such, not as the
+        recipe's), and the archive the bytes the recipe's signed digest names (checked here
+        to be refused as this delta, before the upload's own check of the same digest)."""
         assert self._segments is not None and self._literals is not None
         assert self._base is not None and self.item.delta is not None
         assert self.item.delta.recipe is not None
@@ -633,9 +633,13 @@ class RebuiltArchive:
         source = _HashingStream(self.store.open_stream(base.object))
         archive = HashingWriter()
         chunks = iter(lambda: source.read(CHUNK_SIZE), b"")
-        for piece in replay(chunks, self._segments, self._literals):
-            archive.write(piece)
-            put(piece)
+        failed: IntegrityError | None = None
+        try:
+            for piece in replay(chunks, self._segments, self._literals):
+                archive.write(piece)
+                put(piece)
+        except IntegrityError as exc:
+            failed = exc
         source.drain()
         if not source.matches(base.sha256, base.size):
             raise self._refused(
@@ -643,6 +647,8 @@ class RebuiltArchive:
                 "match its manifest (damaged or replaced; `mirror chart check` finds such "
                 "versions)"
             )
+        if failed is not None:
+            raise self._refused(f"the delta's recipe: {failed.message}")
         signed = self.item.delta.recipe
         self._require(
             "the archive of the delta's recipe", archive.result, signed.sha256, signed.size
