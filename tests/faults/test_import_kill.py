@@ -264,10 +264,11 @@ def kill_delta_import(
             ),
         ),
         pytest.param(True, id="spliced"),
+        pytest.param("recipe", id="replayed"),  # the pack's recipe over the base's object
     ],
 )
 def test_a_killed_delta_import_publishes_the_version_exactly_once(
-    spliced: bool,
+    spliced: bool | str,
     tmp_path: Path,
     key_pair: tuple[Path, Path],
     signing: Any,
@@ -313,7 +314,10 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
                 new_root,
                 exported,
                 tmp_path / "b",
-                DeltaSpec(spliced=spliced),
+                DeltaSpec(
+                    spliced=bool(spliced),
+                    recipe_base=base_bundle if spliced == "recipe" else None,
+                ),
             )
             set_dir = tmp_path / f"set-{number}"
             previous = write_set(
@@ -327,6 +331,9 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
                 assert again.returncode == 0, again.stderr
             assert item.delta is not None
             published[version] = item.delta.archive_sha256 or learnt(object_store, item)
+            if item.delta.recipe is not None:  # replayed: the signed archive, uploaded as known
+                head = object_store.head(bundle)
+                assert head is not None and head["sha256"] == item.delta.recipe.sha256
             if killed != "end":
                 where.append(killed)
                 break
