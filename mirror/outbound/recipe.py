@@ -33,7 +33,8 @@ Promises:
   remedy it names; a replay would have published that archive unchecked. A recipe of
   which more than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it
   would carry most of the archive again, where the splice needs only the changed files.
-- A kept recipe that cannot be read or written is logged and skipped, never failing a pack.
+- A kept recipe that cannot be read or written is logged and skipped, never failing a pack
+  (whatever a broken disk leaves in it: a pack that failed on it would fail every time).
 - Memory is the splice's: the literals and segments go to nameless temp files under the
   store's tmp dir, as the contents do; a chain of kept recipes is replayed as a stream.
 """
@@ -263,6 +264,7 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
             header = json.loads(handle.readline(64 * 1024))
             segments = handle.read(header["segments"])
         base_bundle = header["base_bundle"]
+        store.recipe_path(base_bundle)  # a sha256's hex, or ValueError
         if (
             header["format"] != FORMAT
             or path.stat().st_size
@@ -279,7 +281,15 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
         )
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, IntegrityError) as exc:
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        RecursionError,
+        IntegrityError,
+    ) as exc:
         log.warning("the kept splice recipe %s is unusable (%s); removed", path, exc)
         _forget(store, bundle_sha256)
         return None

@@ -93,14 +93,45 @@ def test_a_damaged_kept_recipe_is_removed_and_the_bundle_taken(
     assert _header(app, v3)["base_sha256"] == v2  # made over V2's bundle instead
 
 
+def _base_bundle_flipped(data: bytes) -> bytes:
+    """One bit of the header's base bundle flipped: a digit becomes a letter past 'f', a
+    letter its capital (the hex is lower case); the line still reads as JSON."""
+    at = data.index(b'"base_bundle":"') + len(b'"base_bundle":"')
+    return data[:at] + bytes([data[at] ^ (0x40 if data[at] < 0x40 else 0x20)]) + data[at + 1 :]
+
+
+def _header_with(data: bytes, **fields: object) -> bytes:
+    header, _, rest = data.partition(b"\n")
+    document = {**json.loads(header), **fields}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode() + b"\n" + rest
+
+
 @pytest.mark.parametrize(
     "damage",
-    [lambda data: data[:-1], lambda data: b"{not json\n" + data, lambda data: b""],
-    ids=["truncated", "no header", "empty"],
+    [
+        lambda data: data[:-1],
+        lambda data: b"{not json\n" + data,
+        lambda data: b"",
+        _base_bundle_flipped,
+        lambda data: _header_with(data, base_bundle=5),
+        lambda data: _header_with(data, segments=10**30),
+        lambda data: b"[" * 70_000 + b"\n" + data,
+    ],
+    ids=[
+        "truncated",
+        "no header",
+        "empty",
+        "base bundle not hex",
+        "base bundle a number",
+        "a length past any file",
+        "nested too deep",
+    ],
 )
 def test_an_unreadable_kept_recipe_is_removed_and_the_bundle_is_the_object(
     app: App, caplog: pytest.LogCaptureFixture, damage: object
 ) -> None:
+    """Whatever a broken disk leaves in a kept recipe, the pack goes on without it: a pack
+    that failed on it would fail the same way every time after."""
     _, v2 = _versions(app, 2)
     build(app, V2, V1)[1].close()
     kept = app.store.recipe_path(v2)
