@@ -45,6 +45,7 @@ Promises:
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
@@ -697,8 +698,13 @@ class Contents:
     also the contents a pack's splice inserts (`mirror.outbound.recipe`).
     A content that is not kept is cut off again at once, so the file holds only kept ones."""
 
-    def __init__(self, path: Path) -> None:
-        self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
+    def __init__(self, path: Path | None = None, *, directory: Path | None = None) -> None:
+        """In the file `path`, or in a nameless temp file in `directory`: a process killed
+        leaves nothing there."""
+        if path is not None:
+            self.handle: IO[bytes] = open(path, "w+b")  # noqa: SIM115 (closed in close)
+        else:
+            self.handle = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (the same)
         self.where = SpillMap()  # sha256 -> "offset size"
 
     def __enter__(self) -> Contents:

@@ -341,8 +341,7 @@ def _build_spliced(
     compression = current()
     with (
         found.carried,
-        tempfile.TemporaryDirectory(dir=store.tmp_dir) as spool,
-        Contents(Path(spool) / "contents") as contents,
+        Contents(directory=store.tmp_dir) as contents,  # nameless: a killed pack leaves none
     ):
         carried.take_contents(
             store.open(item.ref.sha256),
