@@ -214,7 +214,25 @@ def decide(
 ) -> Choice:
     """Build the delta of `item` against `base` and say whether it goes as one. With `keep`,
     a chosen delta holds its blob in an open temp file (the caller closes the Choice's
-    delta); otherwise only its size and hash are learnt."""
+    delta); otherwise only its size and hash are learnt. With `keep` (a real pack), a
+    version that goes whole has no kept recipe after (`outbound/recipe.py`): its object on
+    the air-gapped side is its bundle."""
+    choice = _decide(store, item, base, ratio=ratio, full=full, keep=keep, limits=limits)
+    if keep and not choice.as_delta:
+        recipe.forget(store, item.ref.sha256)
+    return choice
+
+
+def _decide(
+    store: BlobStore,
+    item: Offered,
+    base: Base | str,
+    *,
+    ratio: float,
+    full: bool,
+    keep: bool,
+    limits: ArchiveLimits | None,
+) -> Choice:
     if full:
         return Choice(item, reason=FULL_ASKED)
     if isinstance(base, str):

@@ -13,7 +13,8 @@ own base's object, down to a bundle). Wherever the base went whole, or was splic
 bytes, the guess is wrong and costs only speed: the import splices, proving every file.
 
 Every recipe made by a real pack is kept beside the new version's bundle
-(`BlobStore.recipe_path`, removed with the bundle), one file: a line of canonical JSON
+(`BlobStore.recipe_path`, removed with the bundle, and by a real pack that sends the
+version whole: `forget`), one file: a line of canonical JSON
 ``{"base_bundle", "base_sha256", "base_size", "format": 1, "literals", "segments",
 "sha256", "size"}`` (the two members' lengths), then the segments, then the literals.
 
@@ -143,7 +144,7 @@ def make_recipe(
         except _OtherBytes as exc:
             if base.kept:
                 log.warning("%s: the kept recipe of its base is damaged; removed", label)
-                _forget(store, base.bundle_sha256)
+                forget(store, base.bundle_sha256)
                 for handle in (segments, literals):
                     handle.seek(0)
                     handle.truncate()
@@ -291,7 +292,7 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
         IntegrityError,
     ) as exc:
         log.warning("the kept splice recipe %s is unusable (%s); removed", path, exc)
-        _forget(store, bundle_sha256)
+        forget(store, bundle_sha256)
         return None
     if entry.base_sha256 == base_bundle:
         base = _bundle(store, base_bundle) if store.has(base_bundle) else None
@@ -310,7 +311,9 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
     return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True)
 
 
-def _forget(store: BlobStore, bundle_sha256: str) -> None:
+def forget(store: BlobStore, bundle_sha256: str) -> None:
+    """No kept recipe for the version whose bundle is `bundle_sha256` (its object is taken
+    to be that bundle)."""
     with contextlib.suppress(OSError):
         store.recipe_path(bundle_sha256).unlink()
 

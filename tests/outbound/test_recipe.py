@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from mirror.archive import inspect_archive
+from mirror.outbound.delta import Base, decide
 from mirror.outbound.recipe import base_object
 from mirror.store.app import App
+from mirror.versions import VersionLabel
 from tests.fixtures.archives import Entry, write_tar
 from tests.fixtures.versions import add_sim_version, store_archive
-from tests.outbound.test_delta import DOCS, SITE, build
+from tests.outbound.test_delta import DOCS, SITE, build, offered
 
 V1, V2, V3 = "2026-11-18", "2026-11-19", "2026-11-20"
 
@@ -198,3 +200,31 @@ def test_a_splice_the_import_would_refuse_makes_no_recipe(
     delta.close()
     assert delta.entry.spliced and delta.entry.recipe is None
     assert not app.store.recipe_path(v2).exists()
+
+
+@pytest.mark.parametrize(
+    ("full", "ratio", "keep"),
+    [(False, 0.0, True), (True, 0.5, True), (False, 0.0, False)],
+    ids=["not smaller", "full asked", "a dry run changes nothing"],
+)
+def test_a_version_a_pack_sends_whole_keeps_no_recipe(
+    app: App, full: bool, ratio: float, keep: bool
+) -> None:
+    """Its object on the air-gapped side is its bundle: a recipe kept for it (made by this
+    very decision, or by an earlier pack that sent it as a delta) would have the next
+    delta's recipe made over other bytes, and every one after it: never replayed, their
+    literals carried for nothing."""
+    v1, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()  # an earlier pack sent V2 as a delta
+    before = app.store.recipe_path(v2).read_bytes()
+    (item,) = offered(app, V2)
+    base = Base(VersionLabel(V1), offered(app, V1)[0].tree_sha256, v1, "tar.gz")
+    choice = decide(app.store, item, base, ratio=ratio, full=full, keep=keep)
+    if choice.delta is not None:
+        choice.delta.close()
+    assert not choice.as_delta
+    if keep:
+        assert not app.store.recipe_path(v2).exists()
+        assert base_object(app.store, v2).sha256 == v2
+    else:
+        assert app.store.recipe_path(v2).read_bytes() == before
