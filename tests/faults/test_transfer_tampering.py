@@ -484,6 +484,11 @@ def _copy_past_the_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) 
     return json.dumps(document).encode(), literals, recipe
 
 
+def _size_past_any_disk(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    """A size the upload would cut into parts of terabytes, each a buffer of its size."""
+    return segments, literals, recipe.model_copy(update={"size": 2**62})
+
+
 def _other_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
     """A recipe over other base bytes: the import splices instead (no damage, a fallback)."""
     return segments, literals, recipe.model_copy(update={"base_sha256": "1" * 64})
@@ -510,8 +515,13 @@ RecipeParts = tuple[bytes, bytes, SpliceRecipe]
             "does not read the base forward",
             marks=pytest.mark.fault("13 recipe: a copy past the base's end", "exit 5"),
         ),
+        pytest.param(
+            _size_past_any_disk,
+            "and the literals its delta carries can make",
+            marks=pytest.mark.fault("13 recipe: an archive size past any disk", "exit 5"),
+        ),
     ],
-    ids=["wrong digest", "literal flipped", "copy past the base"],
+    ids=["wrong digest", "literal flipped", "copy past the base", "size past any disk"],
 )
 def test_a_wrong_recipe_signed_by_the_packer_publishes_nothing(
     damage: RecipeDamage,
