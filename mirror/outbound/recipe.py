@@ -46,6 +46,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -261,6 +262,8 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
     replayed down to a bundle; None when there is none whole (or the chain is too long)."""
     path = store.recipe_path(bundle_sha256)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would be waited on, forever
+            raise ValueError("not a regular file")
         with path.open("rb") as handle:
             header = json.loads(handle.readline(64 * 1024))
             segments = handle.read(header["segments"])

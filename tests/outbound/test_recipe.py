@@ -228,3 +228,20 @@ def test_a_version_a_pack_sends_whole_keeps_no_recipe(
         assert base_object(app.store, v2).sha256 == v2
     else:
         assert app.store.recipe_path(v2).read_bytes() == before
+
+
+@pytest.mark.timeout(60)
+def test_a_kept_recipe_that_is_no_regular_file_is_not_waited_on(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO where a kept recipe belongs would hold every pack at its open, forever (no
+    writer comes): it is no recipe, removed, and the bundle taken."""
+    _, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()
+    kept = app.store.recipe_path(v2)
+    kept.unlink()
+    os.mkfifo(kept)
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        base = base_object(app.store, v2)
+    assert (base.sha256, base.kept) == (v2, False)
+    assert "is unusable" in caplog.text and not kept.exists()
