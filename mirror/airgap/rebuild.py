@@ -14,9 +14,10 @@ Promises:
   in the bucket (its per-version manifest and its object exist, and a spliced delta's base
   object is a tar.gz; unless the delta's own version is already there) with the tree the
   signed manifest names,
-  and is not another item of the same set; otherwise IntegrityError (exit 5) naming the
-  base, the bucket and the remedy. It also refuses (TemporaryFailure, exit 75) a work
-  directory without room for the largest rebuild.
+  and is not another item of the same set, and a recipe that will be replayed names an
+  archive its base and its delta can make (`_require_recipe_size`); otherwise
+  IntegrityError (exit 5) naming the base, the bucket and the remedy. It also refuses
+  (TemporaryFailure, exit 75) a work directory without room for the largest rebuild.
 - Every refusal of a delta this side cannot rebuild (its base missing, another version,
   damaged or holding another tree; a content neither carried nor in the base; a delta
   whose blob, file list or contents are wrong, or that does not rebuild to the signed
@@ -45,6 +46,7 @@ Promises:
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
@@ -85,6 +87,8 @@ from mirror.transferset.delta import (
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
 from mirror.transferset.reader import BlobReader, check_files, read_manifest_bytes, set_bytes
+
+MAX_DEFLATE_RATIO = 1032  # deflate's longest match, 258 bytes, costs at least two bits
 
 Bases = Mapping[tuple[str, str], layout.VersionManifest]
 """Base manifests by (domain, version), as `check_deltas` proved them."""
@@ -138,6 +142,7 @@ def check_deltas(
             remedy = carry_whole(manifest.sequence, manifest.site)
             _require_base_object(store, item, base, remedy)
             _require_spliceable(store, item, base, remedy)
+            _require_recipe_size(item, base, remedy)
         needed = max(needed, (item.delta.archive_size or item.size) + base.size)
     if needed:
         root = work_root(work_dir)
@@ -207,6 +212,22 @@ def _require_spliceable(
             f"{item.label} is spliced from {item.domain} {item.delta.base_version}, whose "
             f"object {store.bucket}/{base.object} is {base.archive_format}, not "
             f"{SPLICEABLE_FORMAT}; nothing was published",
+            hint=remedy,
+        )
+
+
+def _require_recipe_size(item: ManifestItem, base: layout.VersionManifest, remedy: str) -> None:
+    """A replayed recipe's signed size is the upload's known size (its parts are cut from
+    it, each a buffer): it cannot pass its base's bytes (copied forward, once at most) plus
+    its literals, which the delta blob carries deflated (at most `MAX_DEFLATE_RATIO`:1)."""
+    recipe = item.delta.recipe if item.delta is not None else None
+    if recipe is None or not recipe_applies(item, base):
+        return
+    if recipe.size > base.size + item.size * MAX_DEFLATE_RATIO:
+        raise IntegrityError(
+            f"{item.label}: its recipe names an archive of {recipe.size} bytes, more than its "
+            f"base ({base.size} bytes) and the literals its delta carries can make; nothing "
+            "was published",
             hint=remedy,
         )
 
@@ -618,8 +639,13 @@ class Contents:
     also the contents a pack's splice inserts (`mirror.outbound.recipe`).
     A content that is not kept is cut off again at once, so the file holds only kept ones."""
 
-    def __init__(self, path: Path) -> None:
-        self.handle = open(path, "w+b")  # noqa: SIM115 (closed in close)
+    def __init__(self, path: Path | None = None, *, directory: Path | None = None) -> None:
+        """In the file `path`, or in a nameless temp file in `directory`: a process killed
+        leaves nothing there."""
+        if path is not None:
+            self.handle: IO[bytes] = open(path, "w+b")  # noqa: SIM115 (closed in close)
+        else:
+            self.handle = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (the same)
         self.where = SpillMap()  # sha256 -> "offset size"
 
     def __enter__(self) -> Contents:

@@ -98,15 +98,24 @@ class ReplayedRecipe:
                 yield chunk
 
         archive = HashingWriter()
-        for piece in replay(source(), self._segments, self._literals):
-            archive.write(piece)
-            put(piece)
+        chunks = source()
+        failed: IntegrityError | None = None
+        try:
+            for piece in replay(chunks, self._segments, self._literals):
+                archive.write(piece)
+                put(piece)
+        except IntegrityError as exc:  # a base cut short is named as the base, below
+            failed = exc
+        for _ in chunks:
+            pass
         if read.result != Digest(base.sha256, base.size):
             raise refuse(
                 f"{store.bucket}/{base.object} (the base {base.domain} {base.version}) does "
                 "not match its manifest "
                 "(damaged or replaced; `mirror chart check` finds such versions)"
             )
+        if failed is not None:
+            raise refuse(f"the delta's recipe: {failed.message}")
         try:
             require_digest("the archive of the delta's recipe", archive.result, *self._signed)
         except IntegrityError as exc:

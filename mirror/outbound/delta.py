@@ -214,16 +214,22 @@ def decide(
 ) -> Choice:
     """Build the delta of `item` against `base` and say whether it goes as one. With `keep`,
     a chosen delta holds its blob in an open temp file (the caller closes the Choice's
-    delta); otherwise only its size and hash are learnt."""
+    delta); otherwise only its size and hash are learnt. With `keep` (a real pack), a
+    version that goes whole has no kept recipe after (`outbound/recipe.py`): its object on
+    the air-gapped side is its bundle."""
     if full:
-        return Choice(item, reason=FULL_ASKED)
-    if isinstance(base, str):
-        return Choice(item, reason=base)
-    delta = build_delta(store, item, base, keep=keep, limits=limits)
-    if delta.size <= item.ref.size * ratio:
-        return Choice(item, base, delta)
-    delta.close()
-    return Choice(item, base, delta, NOT_SMALLER)
+        choice = Choice(item, reason=FULL_ASKED)
+    elif isinstance(base, str):
+        choice = Choice(item, reason=base)
+    else:
+        delta = build_delta(store, item, base, keep=keep, limits=limits)
+        if delta.size <= item.ref.size * ratio:
+            return Choice(item, base, delta)
+        delta.close()
+        choice = Choice(item, base, delta, NOT_SMALLER)
+    if keep:
+        recipe.forget(store, item.ref.sha256)
+    return choice
 
 
 def build_delta(
@@ -341,8 +347,7 @@ def _build_spliced(
     compression = current()
     with (
         found.carried,
-        tempfile.TemporaryDirectory(dir=store.tmp_dir) as spool,
-        Contents(Path(spool) / "contents") as contents,
+        Contents(directory=store.tmp_dir) as contents,  # nameless: a killed pack leaves none
     ):
         carried.take_contents(
             store.open(item.ref.sha256),

@@ -13,7 +13,8 @@ own base's object, down to a bundle). Wherever the base went whole, or was splic
 bytes, the guess is wrong and costs only speed: the import splices, proving every file.
 
 Every recipe made by a real pack is kept beside the new version's bundle
-(`BlobStore.recipe_path`, removed with the bundle), one file: a line of canonical JSON
+(`BlobStore.recipe_path`, removed with the bundle, and by a real pack that sends the
+version whole: `forget`), one file: a line of canonical JSON
 ``{"base_bundle", "base_sha256", "base_size", "format": 1, "literals", "segments",
 "sha256", "size"}`` (the two members' lengths), then the segments, then the literals.
 
@@ -25,11 +26,16 @@ Promises:
   it names is removed (logged) and the bundle taken instead; a bundle that is not the bytes
   its name says gets no recipe (logged, naming `mirror store verify`): the delta does not
   need one.
-- A base the splice refuses (a link or a device in it) gets no recipe (None, logged): the
-  import then refuses or splices as before, with the remedy it names. A recipe of which more
-  than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it would carry
-  most of the archive again, where the splice needs only the changed files.
-- A kept recipe that cannot be read or written is logged and skipped, never failing a pack.
+- A base the splice refuses (a link or a device in it) gets no recipe (None, logged), nor
+  does a splice whose archive the import's would refuse: the new tree's paths are checked
+  beside every directory it keeps or writes, as the import checks them (`ArchiveLimits()`:
+  a directory kept where the new tree has a file, or a case twin of one, is an archive
+  `mirror.archive` refuses). The import then refuses or splices as before, with the
+  remedy it names; a replay would have published that archive unchecked. A recipe of
+  which more than `MAX_LITERAL_SHARE` is not the base's bytes is kept but not carried: it
+  would carry most of the archive again, where the splice needs only the changed files.
+- A kept recipe that cannot be read or written is logged and skipped, never failing a pack
+  (whatever a broken disk leaves in it: a pack that failed on it would fail every time).
 - Memory is the splice's: the literals and segments go to nameless temp files under the
   store's tmp dir, as the contents do; a chain of kept recipes is replayed as a stream.
 """
@@ -40,6 +46,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -47,13 +54,14 @@ from typing import IO
 
 from mirror.airgap.rebuild import Contents
 from mirror.airgap.spliced import SplicePlan
+from mirror.archive import ArchiveLimits, TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
 from mirror.spill import FileList
 from mirror.store.blobs import BlobStore
 from mirror.transferset.delta import DeltaBlobWriter, read_chunks
 from mirror.transferset.format import SpliceRecipe, canonical_json
-from mirror.transferset.recipe import RecipeWriter, read_segments, replay
+from mirror.transferset.recipe import RecipeWriter, Segments, read_segments, replay
 from mirror.transferset.splice import splice_tree
 
 log = logging.getLogger(__name__)
@@ -137,7 +145,7 @@ def make_recipe(
         except _OtherBytes as exc:
             if base.kept:
                 log.warning("%s: the kept recipe of its base is damaged; removed", label)
-                _forget(store, base.bundle_sha256)
+                forget(store, base.bundle_sha256)
                 for handle in (segments, literals):
                     handle.seek(0)
                     handle.truncate()
@@ -204,8 +212,8 @@ def _splice(
 
     writer = RecipeWriter(segments, literals)
     chunks = source()
-    with SplicePlan(files, contents) as plan:
-        try:
+    try:
+        with SplicePlan(files, contents) as plan, _listed(files) as listed:
             splice_tree(
                 chunks,
                 plan,
@@ -213,24 +221,35 @@ def _splice(
                 mtime=mtime,
                 level=level,
                 label=f"the base of {label}",
+                listed=listed,
                 copied=writer.copied,
                 prove_kept=False,
             )
-            for _ in chunks:
-                pass
-        except IntegrityError as exc:
-            for _ in chunks:
-                pass
-            if read.result.sha256 != base.sha256:
-                raise _OtherBytes(read.result.sha256) from None
-            log.warning("%s: no splice recipe (%s)", label, exc.message)
-            return None
+    except IntegrityError as exc:
+        for _ in chunks:
+            pass
+        if read.result.sha256 != base.sha256:
+            raise _OtherBytes(read.result.sha256) from None
+        log.warning("%s: no splice recipe (%s)", label, exc.message)
+        return None
+    for _ in chunks:
+        pass
     if read.result.sha256 != base.sha256:
         raise _OtherBytes(read.result.sha256)
     archive = writer.finish()
     return SpliceRecipe(
         base_sha256=base.sha256, base_size=read.size, sha256=archive.sha256, size=archive.size
     )
+
+
+@contextlib.contextmanager
+def _listed(files: FileList) -> Iterator[TreePaths]:
+    """The new tree's paths checked as the import checks its file list (`read_file_list`),
+    for the splice to check the directories it keeps or writes beside them."""
+    with contextlib.closing(TreePaths(ArchiveLimits())) as listed:
+        for path, _, _ in files:
+            listed.check(path)
+        yield listed
 
 
 def _bundle(store: BlobStore, bundle_sha256: str) -> BaseObject:
@@ -247,16 +266,53 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
     """The archive of the kept recipe of the version whose bundle is `bundle_sha256`,
     replayed down to a bundle; None when there is none whole (or the chain is too long)."""
     path = store.recipe_path(bundle_sha256)
+    kept = _read_kept(store, bundle_sha256)
+    if kept is None:
+        return None
+    base_bundle, entry, checked, start = kept
+    if entry.base_sha256 == base_bundle:
+        base = _bundle(store, base_bundle) if store.has(base_bundle) else None
+    else:
+        base = _kept_object(store, base_bundle, depth - 1) if depth > 1 else None
+    if base is None or base.sha256 != entry.base_sha256:
+        return None
+
+    def chunks() -> Iterator[bytes]:
+        assert base is not None
+        with path.open("rb") as literals:
+            literals.seek(start)
+            yield from replay(base.chunks(), checked, literals)
+
+    return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True)
+
+
+_UNUSABLE = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    IntegrityError,
+)
+
+
+def _read_kept(
+    store: BlobStore, bundle_sha256: str
+) -> tuple[str, SpliceRecipe, Segments, int] | None:
+    """The kept recipe's base bundle, entry, checked segments and where its literals
+    start; None when there is none, or (logged and removed) none whole and well-formed."""
+    path = store.recipe_path(bundle_sha256)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would be waited on, forever
+            raise ValueError("not a regular file")
         with path.open("rb") as handle:
             header = json.loads(handle.readline(64 * 1024))
             segments = handle.read(header["segments"])
         base_bundle = header["base_bundle"]
-        if (
-            header["format"] != FORMAT
-            or path.stat().st_size
-            != len(canonical_json(header)) + 1 + header["segments"] + header["literals"]
-        ):
+        store.recipe_path(base_bundle)  # a sha256's hex, or ValueError
+        start = len(canonical_json(header)) + 1 + header["segments"]
+        if header["format"] != FORMAT or path.stat().st_size != start + header["literals"]:
             raise ValueError("not a whole kept recipe")
         entry = SpliceRecipe(**{k: header[k] for k in SpliceRecipe.model_fields})
         checked = read_segments(
@@ -268,28 +324,16 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
         )
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, IntegrityError) as exc:
+    except _UNUSABLE as exc:
         log.warning("the kept splice recipe %s is unusable (%s); removed", path, exc)
-        _forget(store, bundle_sha256)
+        forget(store, bundle_sha256)
         return None
-    if entry.base_sha256 == base_bundle:
-        base = _bundle(store, base_bundle) if store.has(base_bundle) else None
-    else:
-        base = _kept_object(store, base_bundle, depth - 1) if depth > 1 else None
-    if base is None or base.sha256 != entry.base_sha256:
-        return None
-    start = len(canonical_json(header)) + 1 + header["segments"]
-
-    def chunks() -> Iterator[bytes]:
-        assert base is not None
-        with path.open("rb") as literals:
-            literals.seek(start)
-            yield from replay(base.chunks(), checked, literals)
-
-    return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True)
+    return base_bundle, entry, checked, start
 
 
-def _forget(store: BlobStore, bundle_sha256: str) -> None:
+def forget(store: BlobStore, bundle_sha256: str) -> None:
+    """No kept recipe for the version whose bundle is `bundle_sha256` (its object is taken
+    to be that bundle)."""
     with contextlib.suppress(OSError):
         store.recipe_path(bundle_sha256).unlink()
 

@@ -23,8 +23,9 @@ Promises:
   end of the one before, inside the base) and whose literals and copies add up to the sizes
   given; anything else is IntegrityError (exit 5) naming the recipe.
 - `replay` gives the archive from the base's chunks, the segments and the literals, in
-  pieces of at most `PIECE` bytes (a literal run may make one longer), and reads the base to
-  its end (the caller checks the digests: the base's, and the archive's signed one).
+  pieces of at most `PIECE` bytes (or a base chunk's size: a long literal run, a new file
+  of hundreds of MiB, is read and given a piece at a time), and reads the base to its end
+  (the caller checks the digests: the base's, and the archive's signed one).
 """
 
 from __future__ import annotations
@@ -161,6 +162,9 @@ def replay(base: Iterable[bytes], segments: Segments, literals: IO[bytes]) -> It
             if not data:
                 raise IntegrityError(f"{LITERALS_NAME} ends before its recipe")
             literal -= len(data)
+            if len(out) + len(data) > PIECE and out:
+                yield bytes(out)
+                out.clear()
             out += data
         cursor.skip_to(offset)
         for view in cursor.take(copy):

@@ -331,8 +331,10 @@ def test_a_killed_delta_import_publishes_the_version_exactly_once(
                 assert again.returncode == 0, again.stderr
             assert item.delta is not None
             published[version] = item.delta.archive_sha256 or learnt(object_store, item)
-            if item.delta.recipe is not None:  # replayed: the signed archive, not one learnt
+            if item.delta.recipe is not None:  # replayed: the signed archive, uploaded as known
                 assert published[version] == item.delta.recipe.sha256
+                head = object_store.head(bundle)
+                assert head is not None and head["sha256"] == item.delta.recipe.sha256
             if killed != "end":
                 where.append(killed)
                 break

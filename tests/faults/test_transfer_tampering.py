@@ -409,6 +409,11 @@ def _copy_past_the_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) 
     return json.dumps(document).encode(), literals, recipe
 
 
+def _size_past_any_disk(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
+    """A size the upload would cut into parts of terabytes, each a buffer of its size."""
+    return segments, literals, recipe.model_copy(update={"size": 2**62})
+
+
 def _other_base(segments: bytes, literals: bytes, recipe: SpliceRecipe) -> RecipeParts:
     """A recipe over other base bytes: the import splices instead (no damage, a fallback)."""
     return segments, literals, recipe.model_copy(update={"base_sha256": "1" * 64})
@@ -433,10 +438,18 @@ def recipe_copying_past_the_base(trees: DeltaTrees) -> tuple[DeltaSpec, str | No
     return spec, None, ["does not read the base forward", NEW_VERSION, REMEDY]
 
 
+def recipe_naming_a_size_past_any_disk(
+    trees: DeltaTrees,
+) -> tuple[DeltaSpec, str | None, list[str]]:
+    spec = _recipe_spec(trees, _size_past_any_disk)
+    return spec, None, ["and the literals its delta carries can make", NEW_VERSION, REMEDY]
+
+
 RECIPE_DAMAGES = (
     recipe_signed_with_a_wrong_digest,
     recipe_with_a_literal_flipped,
     recipe_copying_past_the_base,
+    recipe_naming_a_size_past_any_disk,
 )
 
 
@@ -550,10 +563,21 @@ def test_an_honest_recipe_is_replayed_and_one_over_other_bytes_is_spliced_instea
     assert tree_files(unpack(tmp_path / "published.tar.gz", unpacked)) == tree_files(trees.new)
 
 
+def _byte_replaced(original: bytes) -> bytes:
+    return bytes([original[0]]) + b"\0" + original[2:]
+
+
+def _truncated(original: bytes) -> bytes:
+    return original[: len(original) // 2]
+
+
 @pytest.mark.fault(
-    "13 recipe: the base object replaced in the bucket", "exit 5, the bucket unchanged"
+    "13 recipe: the base object replaced or truncated in the bucket",
+    "exit 5, the bucket unchanged",
 )
+@pytest.mark.parametrize("replace", [_byte_replaced, _truncated], ids=["replaced", "truncated"])
 def test_a_base_object_replaced_under_an_honest_recipe_publishes_nothing(
+    replace: Callable[[bytes], bytes],
     delta_trees: DeltaTrees,
     tmp_path: Path,
     object_store: ObjectStore,
@@ -561,13 +585,13 @@ def test_a_base_object_replaced_under_an_honest_recipe_publishes_nothing(
 ) -> None:
     """The bucket's base object is not what its manifest names (the recipe's base): the
     replay reads it, and the base's check refuses it, naming it, before anything is
-    published."""
+    published; one cut short too (the replay meets its end before its recipe's)."""
     trees = delta_trees
     victim = signed_delta_set(trees, tmp_path, object_store, _recipe_spec(trees))
     client, bucket = object_store.client, object_store.bucket
     key = object_store.key(DOCS, BASE_VERSION, "bundle.tar.gz")
     original = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    client.put_object(Bucket=bucket, Key=key, Body=bytes([original[0]]) + b"\0" + original[2:])
+    client.put_object(Bucket=bucket, Key=key, Body=replace(original))
     config = airgap_config(tmp_path, trees.key_pair, target_settings)
     before = bucket_listing(client, bucket)
 

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mirror.archive import inspect_archive
+from mirror.outbound.delta import Base, decide
 from mirror.outbound.recipe import base_object
 from mirror.store.app import App
-from tests.fixtures.packing import DOCS, build
-from tests.fixtures.versions import add_sim_version
+from mirror.versions import VersionLabel
+from tests.fixtures.archives import Entry, write_tar
+from tests.fixtures.packing import DOCS, build, offered
+from tests.fixtures.versions import add_sim_version, store_archive
 
 V1, V2, V3 = "2026-11-18", "2026-11-19", "2026-11-20"
 SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
@@ -93,14 +97,45 @@ def test_a_damaged_kept_recipe_is_removed_and_the_bundle_taken(
     assert _header(app, v3)["base_sha256"] == v2  # made over V2's bundle instead
 
 
+def _base_bundle_flipped(data: bytes) -> bytes:
+    """One bit of the header's base bundle flipped: a digit becomes a letter past 'f', a
+    letter its capital (the hex is lower case); the line still reads as JSON."""
+    at = data.index(b'"base_bundle":"') + len(b'"base_bundle":"')
+    return data[:at] + bytes([data[at] ^ (0x40 if data[at] < 0x40 else 0x20)]) + data[at + 1 :]
+
+
+def _header_with(data: bytes, **fields: object) -> bytes:
+    header, _, rest = data.partition(b"\n")
+    document = {**json.loads(header), **fields}
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode() + b"\n" + rest
+
+
 @pytest.mark.parametrize(
     "damage",
-    [lambda data: data[:-1], lambda data: b"{not json\n" + data, lambda data: b""],
-    ids=["truncated", "no header", "empty"],
+    [
+        lambda data: data[:-1],
+        lambda data: b"{not json\n" + data,
+        lambda data: b"",
+        _base_bundle_flipped,
+        lambda data: _header_with(data, base_bundle=5),
+        lambda data: _header_with(data, segments=10**30),
+        lambda data: b"[" * 70_000 + b"\n" + data,
+    ],
+    ids=[
+        "truncated",
+        "no header",
+        "empty",
+        "base bundle not hex",
+        "base bundle a number",
+        "a length past any file",
+        "nested too deep",
+    ],
 )
 def test_an_unreadable_kept_recipe_is_removed_and_the_bundle_is_the_object(
     app: App, caplog: pytest.LogCaptureFixture, damage: object
 ) -> None:
+    """Whatever a broken disk leaves in a kept recipe, the pack goes on without it: a pack
+    that failed on it would fail the same way every time after."""
     _, v2 = _versions(app, 2)
     build(app, V2, V1)[1].close()
     kept = app.store.recipe_path(v2)
@@ -127,3 +162,88 @@ def test_a_recipe_over_a_base_bundle_that_is_gone_is_no_object(app: App) -> None
     app.store.remove(v1)
     base = base_object(app.store, v2)
     assert (base.sha256, base.kept) == (v2, False)
+
+
+BIG = os.urandom(2 * 1024 * 1024)  # kept by the splice: the recipe is worth carrying
+
+
+def _tree_version(app: App, label: str, entries: list[Entry]) -> str:
+    app.store.ensure()
+    path = write_tar(app.store.tmp_dir / f"{label}.tar.gz", entries, compresslevel=1)
+    return store_archive(app, DOCS, label, path)[1]
+
+
+@pytest.mark.parametrize(
+    ("base", "new"),
+    [
+        (
+            [Entry("Guides", kind="dir"), Entry("Guides/a.html", b"<p>a</p>\n")],
+            [Entry("guides", kind="dir"), Entry("guides/a.html", b"<p>a</p>\n")],
+        ),
+        (
+            [Entry("docs", kind="dir"), Entry("docs/a.html", b"<p>a</p>\n")],
+            [Entry("docs", b"<p>docs is a page now</p>\n")],
+        ),
+    ],
+    ids=["a directory renamed to its case twin", "a directory become a file"],
+)
+def test_a_splice_the_import_would_refuse_makes_no_recipe(
+    app: App, tmp_path: Path, base: list[Entry], new: list[Entry]
+) -> None:
+    """A splice keeps the base's directories; one beside a file of the new tree, or a case
+    twin of one, makes an archive `mirror.archive` refuses, so the import's splice refuses
+    it (its paths checked beside the list's). A recipe of it would be replayed and that
+    archive published, unchecked: the pack makes none, and the import splices and refuses
+    with its remedy, as without recipes."""
+    big = Entry("assets/big.bin", BIG)
+    _tree_version(app, V1, [*base, Entry("assets", kind="dir"), big])
+    v2 = _tree_version(app, V2, [*new, Entry("assets", kind="dir"), big])
+    _, delta = build(app, V2, V1)
+    delta.close()
+    assert delta.entry.spliced and delta.entry.recipe is None
+    assert not app.store.recipe_path(v2).exists()
+
+
+@pytest.mark.parametrize(
+    ("full", "ratio", "keep"),
+    [(False, 0.0, True), (True, 0.5, True), (False, 0.0, False)],
+    ids=["not smaller", "full asked", "a dry run changes nothing"],
+)
+def test_a_version_a_pack_sends_whole_keeps_no_recipe(
+    app: App, full: bool, ratio: float, keep: bool
+) -> None:
+    """Its object on the air-gapped side is its bundle: a recipe kept for it (made by this
+    very decision, or by an earlier pack that sent it as a delta) would have the next
+    delta's recipe made over other bytes, and every one after it: never replayed, their
+    literals carried for nothing."""
+    v1, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()  # an earlier pack sent V2 as a delta
+    before = app.store.recipe_path(v2).read_bytes()
+    (item,) = offered(app, V2)
+    base = Base(VersionLabel(V1), offered(app, V1)[0].tree_sha256, v1, "tar.gz")
+    choice = decide(app.store, item, base, ratio=ratio, full=full, keep=keep)
+    if choice.delta is not None:
+        choice.delta.close()
+    assert not choice.as_delta
+    if keep:
+        assert not app.store.recipe_path(v2).exists()
+        assert base_object(app.store, v2).sha256 == v2
+    else:
+        assert app.store.recipe_path(v2).read_bytes() == before
+
+
+@pytest.mark.timeout(60)
+def test_a_kept_recipe_that_is_no_regular_file_is_not_waited_on(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A FIFO where a kept recipe belongs would hold every pack at its open, forever (no
+    writer comes): it is no recipe, removed, and the bundle taken."""
+    _, v2 = _versions(app, 2)
+    build(app, V2, V1)[1].close()
+    kept = app.store.recipe_path(v2)
+    kept.unlink()
+    os.mkfifo(kept)
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        base = base_object(app.store, v2)
+    assert (base.sha256, base.kept) == (v2, False)
+    assert "is unusable" in caplog.text and not kept.exists()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 
 from mirror.errors import IntegrityError
-from mirror.transferset.recipe import RecipeWriter, Segments, read_segments, replay
+from mirror.transferset.recipe import PIECE, RecipeWriter, Segments, read_segments, replay
 from mirror.transferset.splice import splice_tree
 from tests.fixtures.splicing import FAST, MTIME, Plan, plans, spliced, text
 from tests.fixtures.splicing import base_gz as _base
@@ -137,3 +137,16 @@ def test_a_replay_reads_the_base_to_its_end() -> None:
     for _ in replay(pieces(), segments, io.BytesIO(literals)):  # type: ignore[arg-type]
         pass
     assert bytes(seen) == base
+
+
+def test_a_long_literal_run_is_replayed_in_pieces_of_at_most_piece_bytes() -> None:
+    """A new file of hundreds of MiB is one literal run (everything written between two
+    copies): memory must hold a piece of it, not all of it, at either side."""
+    base = b"b" * 100
+    literal = bytes(range(256)) * ((3 * PIECE + 5) // 256 + 1)
+    data = json.dumps({"format": 1, "segments": [[len(literal), 10, 50], [7, 60, 0]]}).encode()
+    literals = literal + b"literal"
+    segments = _segments(data, base, literals, len(literals) + 50)
+    pieces = list(replay(iter([base]), segments, io.BytesIO(literals)))
+    assert b"".join(pieces) == literal + base[10:60] + b"literal"
+    assert max(len(piece) for piece in pieces) <= PIECE
