@@ -14,7 +14,10 @@ bytes, the guess is wrong and costs only speed: the import splices, proving ever
 
 Every recipe made by a real pack is kept beside the new version's bundle
 (`BlobStore.recipe_path`, removed with the bundle, and by a real pack that sends the
-version whole: `forget`), one file: a line of canonical JSON
+version whole: `forget`). When its chain of kept recipes down to a file is `KEEP_WHOLE_AT`
+long, the object it makes is kept whole too (`BlobStore.object_path`, removed with them),
+and later chains start there: none grows long, and none needs a bundle older than that,
+which retention removes in time. A kept recipe is one file: a line of canonical JSON
 ``{"base_bundle", "base_sha256", "base_size", "format": 1, "literals", "segments",
 "sha256", "size"}`` (the two members' lengths), then the segments, then the literals.
 
@@ -50,6 +53,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from mirror.airgap.rebuild import Contents
@@ -67,6 +71,7 @@ from mirror.transferset.splice import splice_tree
 log = logging.getLogger(__name__)
 MAX_LITERAL_SHARE = 0.1
 MAX_CHAIN = 16
+KEEP_WHOLE_AT = 8
 FORMAT = 1
 
 
@@ -95,12 +100,14 @@ class CarriedSpool:
 @dataclass(frozen=True)
 class BaseObject:
     """The base object's bytes as the pack takes them to be: `chunks()` gives them, they
-    must hash to `sha256`; `kept` when they are a kept recipe's archive, not a bundle."""
+    must hash to `sha256`; `kept` when they are a kept recipe's archive, not a bundle;
+    `depth`, how many kept recipes are replayed to give them (0: a file read)."""
 
     bundle_sha256: str
     sha256: str
     chunks: Callable[[], Iterator[bytes]]
     kept: bool
+    depth: int = 0
 
 
 @dataclass
@@ -184,6 +191,37 @@ def keep(store: BlobStore, bundle_sha256: str, base: BaseObject, made: MadeRecip
         log.warning("cannot keep the splice recipe of bundle %s: %s", bundle_sha256[:12], exc)
         with contextlib.suppress(OSError):
             temp.unlink()
+        return
+    with contextlib.suppress(FileNotFoundError):
+        store.object_path(bundle_sha256).unlink()  # another recipe's, if any
+    if base.depth + 1 >= KEEP_WHOLE_AT:
+        _keep_whole(store, bundle_sha256)
+
+
+def _keep_whole(store: BlobStore, bundle_sha256: str) -> None:
+    """The object the kept recipe of `bundle_sha256` makes, kept whole (replayed once, its
+    digest checked): the next recipes' chains start here, so none grows past
+    `KEEP_WHOLE_AT` and none depends on a bundle older than that (which retention removes)."""
+    made = _kept_object(store, bundle_sha256, MAX_CHAIN)
+    if made is None:
+        return
+    target = store.object_path(bundle_sha256)
+    temp = store.temp_path(f"object-{os.getpid()}-{bundle_sha256}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(temp, "wb") as out:
+            written = HashingWriter(out)
+            for chunk in made.chunks():
+                written.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if written.result.sha256 != made.sha256:
+            raise OSError(f"it hashes to {written.result.sha256[:12]}, not {made.sha256[:12]}")
+        os.replace(temp, target)
+    except (OSError, IntegrityError) as exc:
+        log.warning("cannot keep the object of bundle %s whole: %s", bundle_sha256[:12], exc)
+        with contextlib.suppress(OSError):
+            temp.unlink()
 
 
 def _members(made: MadeRecipe) -> list[tuple[str, IO[bytes]]]:
@@ -254,12 +292,12 @@ def _listed(files: FileList) -> Iterator[TreePaths]:
 
 def _bundle(store: BlobStore, bundle_sha256: str) -> BaseObject:
     path = store.open(bundle_sha256)
+    return BaseObject(bundle_sha256, bundle_sha256, lambda: _file_chunks(path), kept=False)
 
-    def chunks() -> Iterator[bytes]:
-        with path.open("rb") as handle:
-            yield from read_chunks(handle)
 
-    return BaseObject(bundle_sha256, bundle_sha256, chunks, kept=False)
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        yield from read_chunks(handle)
 
 
 def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject | None:
@@ -270,6 +308,9 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
     if kept is None:
         return None
     base_bundle, entry, checked, start = kept
+    whole = store.object_path(bundle_sha256)
+    if whole.is_file():  # kept whole: read, not replayed (its digest is checked as it is)
+        return BaseObject(bundle_sha256, entry.sha256, lambda: _file_chunks(whole), kept=True)
     if entry.base_sha256 == base_bundle:
         base = _bundle(store, base_bundle) if store.has(base_bundle) else None
     else:
@@ -283,7 +324,7 @@ def _kept_object(store: BlobStore, bundle_sha256: str, depth: int) -> BaseObject
             literals.seek(start)
             yield from replay(base.chunks(), checked, literals)
 
-    return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True)
+    return BaseObject(bundle_sha256, entry.sha256, chunks, kept=True, depth=base.depth + 1)
 
 
 _UNUSABLE = (
@@ -334,8 +375,9 @@ def _read_kept(
 def forget(store: BlobStore, bundle_sha256: str) -> None:
     """No kept recipe for the version whose bundle is `bundle_sha256` (its object is taken
     to be that bundle)."""
-    with contextlib.suppress(OSError):
-        store.recipe_path(bundle_sha256).unlink()
+    for kept in (store.recipe_path(bundle_sha256), store.object_path(bundle_sha256)):
+        with contextlib.suppress(OSError):
+            kept.unlink()
 
 
 class _OtherBytes(Exception):

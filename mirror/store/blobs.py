@@ -48,6 +48,7 @@ class BlobStore:
         self.blobs_dir = root / "blobs" / "sha256"
         self.digests_dir = root / "digests" / "sha256"
         self.recipes_dir = root / "recipes" / "sha256"
+        self.objects_dir = root / "objects" / "sha256"
         self.tmp_dir = root / "tmp"
 
     def ensure(self) -> None:
@@ -86,6 +87,11 @@ class BlobStore:
         """Where the splice recipe of the version whose bundle is blob `sha256` is kept
         (`mirror.outbound.recipe` owns the format)."""
         return self.recipes_dir / sha256[:2] / self.blob_path(sha256).name
+
+    def object_path(self, sha256: str) -> Path:
+        """Where the object the kept recipe of the version whose bundle is blob `sha256`
+        makes is kept whole, when it is (`mirror.outbound.recipe`)."""
+        return self.objects_dir / sha256[:2] / self.blob_path(sha256).name
 
     def temp_path(self, name: str) -> Path:
         """A path under tmp/ for a partial file; `name` must be a plain file name."""
@@ -153,11 +159,12 @@ class BlobStore:
         return digest.sha256, digest.size
 
     def remove(self, sha256: str) -> int:
-        """Delete a blob, and its file digests and kept recipe; returns the bytes freed (0 if
-        it was not there). What no download leaves under a blob's name goes too (a link, a
-        FIFO, an empty directory: OSError when it holds anything)."""
+        """Delete a blob, and its file digests, kept recipe and kept object; returns the bytes
+        freed (0 if it was not there). What no download leaves under a blob's name goes too
+        (a link, a FIFO, an empty directory: OSError when it holds anything)."""
         path = self.blob_path(sha256)
-        for sidecar in (self.digests_path(sha256), self.recipe_path(sha256)):
+        sidecars = (self.digests_path(sha256), self.recipe_path(sha256), self.object_path(sha256))
+        for sidecar in sidecars:
             with contextlib.suppress(FileNotFoundError):
                 sidecar.unlink()
         try:

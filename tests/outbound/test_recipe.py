@@ -247,3 +247,50 @@ def test_a_kept_recipe_that_is_no_regular_file_is_not_waited_on(
         base = base_object(app.store, v2)
     assert (base.sha256, base.kept) == (v2, False)
     assert "is unusable" in caplog.text and not kept.exists()
+
+
+def test_a_long_chain_keeps_its_object_whole_and_later_chains_start_there(
+    app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With objects kept whole every second recipe: the third version's object is a file,
+    read (not replayed), and the fourth version's recipe is made over it even once the
+    bundles below it are gone, as retention removes them."""
+    monkeypatch.setattr("mirror.outbound.recipe.KEEP_WHOLE_AT", 2)
+    labels = (V1, V2, V3, "2026-11-21")
+    shas = [
+        add_sim_version(app, DOCS, label, export_number=n, **SITE)[1]
+        for n, label in enumerate(labels)
+    ]
+    build(app, V2, V1)[1].close()
+    assert not app.store.object_path(shas[1]).exists()
+    build(app, V3, V2)[1].close()
+    whole = app.store.object_path(shas[2])
+    assert (
+        whole.is_file()
+        and hashlib.sha256(whole.read_bytes()).hexdigest() == _header(app, shas[2])["sha256"]
+    )
+    app.store.remove(shas[0])
+    app.store.remove(shas[1])
+    base = base_object(app.store, shas[2])
+    assert (base.kept, base.depth, base.sha256) == (True, 0, _header(app, shas[2])["sha256"])
+    build(app, labels[3], V3)[1].close()
+    assert _header(app, shas[3])["base_sha256"] == _header(app, shas[2])["sha256"]
+    _, tree = _object(app, shas[3], tmp_path)
+    assert tree == inspect_archive(app.store.open(shas[3])).tree_sha256
+
+
+def test_a_damaged_whole_object_is_removed_with_its_recipe_and_the_bundle_taken(
+    app: App, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr("mirror.outbound.recipe.KEEP_WHOLE_AT", 1)
+    _, v2, v3 = _versions(app, 3)
+    build(app, V2, V1)[1].close()
+    whole = app.store.object_path(v2)
+    data = bytearray(whole.read_bytes())
+    data[len(data) // 2] ^= 1
+    whole.write_bytes(bytes(data))
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        build(app, V3, V2)[1].close()
+    assert "the kept recipe of its base is damaged; removed" in caplog.text
+    assert not whole.exists() and not app.store.recipe_path(v2).exists()
+    assert _header(app, v3)["base_sha256"] == v2
