@@ -45,6 +45,7 @@ Promises:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Container, Iterator, Mapping
@@ -401,9 +402,10 @@ class RebuiltArchive:
             if self.item.delta.recipe is not None and self._base is None:
                 self._base = base_manifest(self.store, self.item, self.sequence, site=self.site)
             if recipe_applies(self.item, self._base):
-                self._replayed = ReplayedRecipe.read(
-                    self.set_dir, self.item, self.work, self._refused
-                )
+                with self._remedy_named():
+                    self._replayed = ReplayedRecipe.read(
+                        self.set_dir, self.item, self.work, self._refused
+                    )
                 return self._files
             self._spool_delta(self._files)
             if not self.item.delta.spliced:
@@ -445,20 +447,24 @@ class RebuiltArchive:
         assert self.item.delta is not None
         return f"{self.item.domain} {self.item.delta.base_version}"
 
+    @contextlib.contextmanager
+    def _remedy_named(self) -> Iterator[None]:
+        """A refusal of what the delta's blob holds names the remedy (carrying it whole)."""
+        try:
+            yield
+        except IntegrityError as exc:
+            if exc.hint is not None:
+                raise
+            raise IntegrityError(exc.message, hint=carry_whole(self.sequence, self.site)) from None
+
     def _spool_delta(self, files: FileList) -> None:
         """The carried contents, spooled and checked, and the file list (into `files`),
         checked against the signed tree. Parts first: a part the medium damaged is named
         as such."""
         check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
         with SpillMap() as carried:
-            try:
+            with self._remedy_named():
                 self._read_delta(carried, files)
-            except IntegrityError as exc:
-                if exc.hint is not None:
-                    raise
-                raise IntegrityError(
-                    exc.message, hint=carry_whole(self.sequence, self.site)
-                ) from None
             with SpillMap() as sizes:
                 for _, length, sha256 in files:
                     sizes[sha256] = str(length)

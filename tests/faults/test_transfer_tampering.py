@@ -445,7 +445,15 @@ def recipe_naming_a_size_past_any_disk(
     return spec, None, ["and the literals its delta carries can make", NEW_VERSION, REMEDY]
 
 
+def recipe_blob_cut_short(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
+    """A blob signed as it is, cut short: read on the replay's path, not the splice's."""
+    spec = _recipe_spec(trees)
+    spec.blob_damage = lambda blob: blob[: len(blob) // 2]
+    return spec, None, ["the delta blob is not a readable tar.gz", REMEDY]
+
+
 RECIPE_DAMAGES = (
+    recipe_blob_cut_short,
     recipe_signed_with_a_wrong_digest,
     recipe_with_a_literal_flipped,
     recipe_copying_past_the_base,
