@@ -171,7 +171,8 @@ def make_recipe(
 
 
 def keep(store: BlobStore, bundle_sha256: str, base: BaseObject, made: MadeRecipe) -> None:
-    """Keep `made` beside the bundle of the version it makes (module docstring)."""
+    """Keep `made` beside the bundle of the version it makes (module docstring). The old
+    whole object goes first: a recipe is never kept beside an object it does not make."""
     target = store.recipe_path(bundle_sha256)
     temp = store.temp_path(f"recipe-{os.getpid()}-{bundle_sha256}")
     sizes = {name: handle.seek(0, os.SEEK_END) for name, handle in _members(made)}
@@ -186,14 +187,14 @@ def keep(store: BlobStore, bundle_sha256: str, base: BaseObject, made: MadeRecip
                     out.write(chunk)
             out.flush()
             os.fsync(out.fileno())
+        with contextlib.suppress(FileNotFoundError):
+            store.object_path(bundle_sha256).unlink()  # another recipe's, if any
         os.replace(temp, target)
     except OSError as exc:
         log.warning("cannot keep the splice recipe of bundle %s: %s", bundle_sha256[:12], exc)
         with contextlib.suppress(OSError):
             temp.unlink()
         return
-    with contextlib.suppress(FileNotFoundError):
-        store.object_path(bundle_sha256).unlink()  # another recipe's, if any
     if base.depth + 1 >= KEEP_WHOLE_AT:
         _keep_whole(store, bundle_sha256)
 

@@ -294,3 +294,19 @@ def test_a_damaged_whole_object_is_removed_with_its_recipe_and_the_bundle_taken(
     assert "the kept recipe of its base is damaged; removed" in caplog.text
     assert not whole.exists() and not app.store.recipe_path(v2).exists()
     assert _header(app, v3)["base_sha256"] == v2
+
+
+def test_an_object_that_cannot_be_removed_fails_no_pack_and_gets_no_recipe_beside_it(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something where the version's whole object belongs that cannot be unlinked (here a
+    directory) is logged: the pack goes on, and no new recipe is kept that the old object
+    would not match."""
+    _, v2 = _versions(app, 2)
+    stuck = app.store.object_path(v2)
+    stuck.mkdir(parents=True)
+    with caplog.at_level("WARNING", logger="mirror.outbound.recipe"):
+        build(app, V2, V1)[1].close()
+    assert "cannot keep the splice recipe" in caplog.text
+    assert not app.store.recipe_path(v2).exists()
+    assert not list(app.store.tmp_dir.iterdir())
