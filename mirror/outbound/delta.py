@@ -390,7 +390,7 @@ def _recipe(
         if made is None:
             return None
         if kept:
-            recipe.keep(store, item.ref.sha256, base_object, made)
+            recipe.keep(store, item.ref.sha256, made)
         if not made.worth_carrying:
             return None
         blob.add_recipe(made.segments, made.literals)

@@ -112,11 +112,13 @@ class BaseObject:
 
 @dataclass
 class MadeRecipe:
-    """A recipe made (its members in temp files) and its manifest entry."""
+    """A recipe made (its members in temp files), its manifest entry and the base object
+    it was made over (the bundle, when a damaged kept base was forgotten)."""
 
     entry: SpliceRecipe
     segments: IO[bytes]
     literals: IO[bytes]
+    base: BaseObject
 
     @property
     def worth_carrying(self) -> bool:
@@ -167,12 +169,13 @@ def make_recipe(
                     base.bundle_sha256[:12],
                     exc.sha256[:12],
                 )
-        yield None if entry is None else MadeRecipe(entry, segments, literals)
+        yield None if entry is None else MadeRecipe(entry, segments, literals, base)
 
 
-def keep(store: BlobStore, bundle_sha256: str, base: BaseObject, made: MadeRecipe) -> None:
+def keep(store: BlobStore, bundle_sha256: str, made: MadeRecipe) -> None:
     """Keep `made` beside the bundle of the version it makes (module docstring). The old
     whole object goes first: a recipe is never kept beside an object it does not make."""
+    base = made.base
     target = store.recipe_path(bundle_sha256)
     temp = store.temp_path(f"recipe-{os.getpid()}-{bundle_sha256}")
     sizes = {name: handle.seek(0, os.SEEK_END) for name, handle in _members(made)}

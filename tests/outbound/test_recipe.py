@@ -310,3 +310,20 @@ def test_an_object_that_cannot_be_removed_fails_no_pack_and_gets_no_recipe_besid
     assert "cannot keep the splice recipe" in caplog.text
     assert not app.store.recipe_path(v2).exists()
     assert not list(app.store.tmp_dir.iterdir())
+
+
+def test_a_recipe_made_over_the_bundle_instead_counts_its_chain_from_there(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged kept base sends the recipe to the base's bundle: its chain is one long,
+    not the damaged chain's length plus one, and no object is kept whole for it."""
+    monkeypatch.setattr("mirror.outbound.recipe.KEEP_WHOLE_AT", 2)
+    _, v2, v3 = _versions(app, 3)
+    build(app, V2, V1)[1].close()
+    kept = app.store.recipe_path(v2)
+    data = bytearray(kept.read_bytes())
+    data[-20] ^= 1  # a literal byte: V2's kept object is not its digest
+    kept.write_bytes(bytes(data))
+    build(app, V3, V2)[1].close()
+    assert _header(app, v3)["base_sha256"] == v2
+    assert not app.store.object_path(v3).exists()
