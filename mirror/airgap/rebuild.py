@@ -120,6 +120,17 @@ def carry_whole(sequence: int, site: str | None = None) -> str:
     )
 
 
+@contextlib.contextmanager
+def _remedy_named(sequence: int, site: str | None) -> Iterator[None]:
+    """A refusal of what a delta's blob holds names the remedy (`carry_whole`)."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if exc.hint is not None:
+            raise
+        raise IntegrityError(exc.message, hint=carry_whole(sequence, site)) from None
+
+
 def check_deltas(
     store: Store,
     manifest: Manifest,
@@ -402,7 +413,7 @@ class RebuiltArchive:
             if self.item.delta.recipe is not None and self._base is None:
                 self._base = base_manifest(self.store, self.item, self.sequence, site=self.site)
             if recipe_applies(self.item, self._base):
-                with self._remedy_named():
+                with _remedy_named(self.sequence, self.site):
                     self._replayed = ReplayedRecipe.read(
                         self.set_dir, self.item, self.work, self._refused
                     )
@@ -447,23 +458,13 @@ class RebuiltArchive:
         assert self.item.delta is not None
         return f"{self.item.domain} {self.item.delta.base_version}"
 
-    @contextlib.contextmanager
-    def _remedy_named(self) -> Iterator[None]:
-        """A refusal of what the delta's blob holds names the remedy (carrying it whole)."""
-        try:
-            yield
-        except IntegrityError as exc:
-            if exc.hint is not None:
-                raise
-            raise IntegrityError(exc.message, hint=carry_whole(self.sequence, self.site)) from None
-
     def _spool_delta(self, files: FileList) -> None:
         """The carried contents, spooled and checked, and the file list (into `files`),
         checked against the signed tree. Parts first: a part the medium damaged is named
         as such."""
         check_files(self.set_dir, [(p.name, p.size, p.sha256) for p in self.item.parts])
         with SpillMap() as carried:
-            with self._remedy_named():
+            with _remedy_named(self.sequence, self.site):
                 self._read_delta(carried, files)
             with SpillMap() as sizes:
                 for _, length, sha256 in files:
