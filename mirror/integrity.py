@@ -27,7 +27,7 @@ import queue
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -232,6 +232,13 @@ class HashingWriter:
     @property
     def result(self) -> Digest:
         return Digest(self._digest.hexdigest(), self.size)
+
+
+def tee(chunks: Iterable[bytes], write: Callable[[bytes], object]) -> Iterator[bytes]:
+    """`chunks` as they pass, each handed to `write` first (a running hash, a spool)."""
+    for chunk in chunks:
+        write(chunk)
+        yield chunk
 
 
 def mismatch(what: str, actual: str, expected: str, *, hint: str | None = None) -> IntegrityError:

@@ -22,14 +22,14 @@ Promises:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, cast
 
 from mirror.airgap import layout
 from mirror.airgap.spliced import BaseObjects
 from mirror.errors import IntegrityError
-from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest
+from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter, require_digest, tee
 from mirror.transferset.delta import RECIPE_SEGMENTS, DeltaRecipePart, read_chunks, read_delta_blob
 from mirror.transferset.format import ManifestItem, SpliceRecipe
 from mirror.transferset.reader import BlobReader, check_files
@@ -91,14 +91,8 @@ class ReplayedRecipe:
     ) -> None:
         """The archive over `base`'s object from `store`, to `put` (module docstring)."""
         read = HashingWriter()
-
-        def source() -> Iterator[bytes]:
-            for chunk in store.open_stream(base.object):
-                read.write(chunk)
-                yield chunk
-
         archive = HashingWriter()
-        chunks = source()
+        chunks = tee(store.open_stream(base.object), read.write)
         failed: IntegrityError | None = None
         try:
             for piece in replay(chunks, self._segments, self._literals):

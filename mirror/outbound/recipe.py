@@ -60,7 +60,7 @@ from mirror.airgap.rebuild import Contents
 from mirror.airgap.spliced import SplicePlan
 from mirror.archive import ArchiveLimits, TreePaths
 from mirror.errors import IntegrityError
-from mirror.integrity import Digest, HashingWriter
+from mirror.integrity import Digest, HashingWriter, tee
 from mirror.spill import FileList
 from mirror.store.blobs import BlobStore
 from mirror.transferset.delta import DeltaBlobWriter, read_chunks
@@ -86,13 +86,7 @@ class CarriedSpool:
     def add_content(self, sha256: str, size: int, chunks: Iterable[bytes]) -> None:
         """Hashed already: `carried.take_contents` hands on only contents it proved."""
         with self.contents.adding(hashing=False) as adding:
-
-            def kept() -> Iterator[bytes]:
-                for chunk in chunks:
-                    adding.write(chunk)
-                    yield chunk
-
-            self._blob.add_content(sha256, size, kept())
+            self._blob.add_content(sha256, size, tee(chunks, adding.write))
             if adding.size == size:
                 adding.finish({sha256}, Digest(sha256, size))
 
@@ -246,14 +240,8 @@ def _splice(
     base's bytes are not its digest."""
     contents.flush()
     read = HashingWriter()
-
-    def source() -> Iterator[bytes]:
-        for chunk in base.chunks():
-            read.write(chunk)
-            yield chunk
-
     writer = RecipeWriter(segments, literals)
-    chunks = source()
+    chunks = tee(base.chunks(), read.write)
     try:
         with SplicePlan(files, contents) as plan, _listed(files) as listed:
             splice_tree(
