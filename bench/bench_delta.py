@@ -97,8 +97,8 @@ def _cpu_seconds() -> float:
 def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: ManifestItem) -> float:
     """MiB/s of the rebuild alone: the base imported, the archive read to its end."""
     from mirror.airgap.importer import import_set
-    from mirror.airgap.objectstore import ObjectStore, make_s3_client
     from mirror.airgap.rebuild import RebuiltArchive
+    from mirror.airgap.s3.objectstore import ObjectStore, make_s3_client
     from mirror.config import TargetSettings
     from mirror.transferset.format import parse_manifest
     from mirror.transferset.keys import load_trusted_keys

@@ -14,8 +14,8 @@ from bench.setting import Setting
 DOWNLOAD_CODE = """
 import sys, httpx
 from pathlib import Path
-from mirror.vendor.client import BundleLink
-from mirror.vendor.download import download_bundle
+from mirror.vendorapi.client import BundleLink
+from mirror.vendorapi.download import download_bundle
 url, dest, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 link = BundleLink(job_id="bench", url=url, size_bytes=None, expires_at=None)
 with httpx.Client(timeout=60) as http:

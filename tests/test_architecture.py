@@ -38,7 +38,17 @@ FOUNDATIONS = {
     "mirror.spill",
     "mirror.heap",
 }
-SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "oneway", "cli", "sim")
+SIDES = (
+    "vendorapi",
+    "store",
+    "export",
+    "transferset",
+    "outbound",
+    "airgap",
+    "oneway",
+    "cli",
+    "sim",
+)
 
 
 def module_name(path: Path) -> str:
@@ -96,10 +106,10 @@ GRAPH = graph()
 # What each layer may import (besides itself and the standard library / third parties).
 ALLOWED: dict[str, set[str]] = {
     "foundation": {"foundation"},
-    "vendor": {"foundation"},
+    "vendorapi": {"foundation"},
     "store": {"foundation"},
     "transferset": {"foundation"},
-    "export": {"foundation", "vendor", "store"},
+    "export": {"foundation", "vendorapi", "store"},
     "airgap": {"foundation", "transferset"},
     "oneway": {"foundation", "transferset"},
     "outbound": {"foundation", "store", "transferset", "airgap"},
@@ -130,7 +140,7 @@ def test_every_import_follows_the_dependency_rules() -> None:
     assert violations() == []
 
 
-@pytest.mark.parametrize("side", ["airgap", "transferset", "vendor", "foundation"])
+@pytest.mark.parametrize("side", ["airgap", "transferset", "vendorapi", "foundation"])
 def test_no_database_library_where_no_database_belongs(side: str) -> None:
     offenders = {
         module: sorted(targets & DATABASE_LIBRARIES)
@@ -142,7 +152,7 @@ def test_no_database_library_where_no_database_belongs(side: str) -> None:
 
 def test_the_rules_see_every_package() -> None:
     layers = {layer(module) for module in GRAPH}
-    assert {"foundation", "vendor", "store", "export", "transferset", "airgap", "cli"} <= layers
+    assert {"foundation", "vendorapi", "store", "export", "transferset", "airgap", "cli"} <= layers
     assert GRAPH["mirror.cli"], "the import graph must see the CLI's imports"
 
 
@@ -156,7 +166,8 @@ def test_the_air_gapped_side_loads_no_database_in_a_fresh_interpreter() -> None:
         f"for name in {modules!r}: importlib.import_module(name)\n"
         "print(json.dumps(sorted(m for m in sys.modules "
         "if m.split('.')[0] in ('sqlalchemy', 'alembic', 'psycopg') "
-        "or m.startswith(('mirror.store', 'mirror.export', 'mirror.vendor', 'mirror.outbound')))))"
+        "or m.startswith(('mirror.store', 'mirror.export', 'mirror.vendorapi', "
+        "'mirror.outbound')))))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],

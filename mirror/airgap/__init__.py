@@ -16,7 +16,7 @@ What it holds:
 
 Every module above the S3 store meets storage through a narrow Protocol (`conditional.
 JsonStore`, `layout.Bucket`, `multipart.MultipartTarget`, `rebuild.Store`, `chart.bucket.
-BucketStore`, `chart.gc.GcStore`); tests/airgap/memory.py implements them all in memory,
+BucketStore`, `chart.gc.GcStore`); tests/fixtures/memory.py implements them all in memory,
 held to the real server by tests/airgap/test_contracts.py.
 
 What it may import: the foundations (mirror.errors, mirror.integrity, mirror.versions,

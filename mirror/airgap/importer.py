@@ -3,11 +3,11 @@
 Promises:
 - Nothing is read from the set before the bucket has answered (a missing
   bucket or refused credentials is a one-line error) and has shown that it verifies
-  checksums and honours conditional writes (mirror.airgap.probe), and nothing is published
+  checksums and honours conditional writes (mirror.airgap.s3.probe), and nothing is published
   before the whole set has been verified and the sequence checked against the
   bucket's import state (replay and rollback are refused, exit 5).
 - The media is read once: the signature, listing, sizes, tool and SHA256SUMS are
-  checked first, then every bundle is staged (mirror.airgap.multipart) straight
+  checked first, then every bundle is staged (mirror.airgap.s3.multipart) straight
   from the set's parts, each part checked against its signed sha256 as it passes
   and the whole blob hashed on the way up. No bundle is completed before every
   bundle of the set has matched; on any mismatch or error every upload of the
@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mirror.airgap import layout, provenance, rebuild
-from mirror.airgap.multipart import Outcome, Reader, StagedUpload, Staging
-from mirror.airgap.objectstore import ObjectStore
-from mirror.airgap.probe import require_safe_writes
 from mirror.airgap.replayed import recipe_applies
+from mirror.airgap.s3.multipart import Outcome, Reader, StagedUpload, Staging
+from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.airgap.s3.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.integrity import Digest

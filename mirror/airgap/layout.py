@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mirror.airgap.conditional import JsonStore, read_modify_write
+from mirror.airgap.s3.conditional import JsonStore, read_modify_write
 from mirror.errors import IntegrityError
 from mirror.transferset.format import canonical_json
 
@@ -38,7 +38,7 @@ MAX_IMPORT_HISTORY = 1000
 
 
 class Bucket(JsonStore, Protocol):
-    """What the layout needs of mirror.airgap.objectstore.ObjectStore."""
+    """What the layout needs of mirror.airgap.s3.objectstore.ObjectStore."""
 
     @property
     def bucket(self) -> str: ...

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mirror.airgap import layout
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.transferset.format import Manifest

@@ -96,7 +96,7 @@ Bases = Mapping[tuple[str, str], layout.VersionManifest]
 
 
 class Store(layout.Bucket, Protocol):
-    """What a rebuild needs of mirror.airgap.objectstore.ObjectStore."""
+    """What a rebuild needs of mirror.airgap.s3.objectstore.ObjectStore."""
 
     @property
     def prefix(self) -> str: ...

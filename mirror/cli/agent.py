@@ -6,13 +6,13 @@ import click
 
 from mirror.cli.common import DURATION, CliContext, pass_cli
 from mirror.errors import OperationFailed
-from mirror.vendor.agentjobs import (
+from mirror.vendorapi.agentjobs import (
     agent_job_document,
     describe_agent_job,
     status_line,
     watch_agent_job,
 )
-from mirror.vendor.client import AgentJob, VendorClient
+from mirror.vendorapi.client import AgentJob, VendorClient
 
 project_option = click.option(
     "--project",

@@ -17,13 +17,13 @@ from mirror.timestamps import utcnow
 from mirror.units import format_duration, format_size
 
 if TYPE_CHECKING:
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.s3.objectstore import ObjectStore
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
 def _store(cli: CliContext) -> ObjectStore:
-    from mirror.airgap.credentials import open_object_store
+    from mirror.airgap.s3.credentials import open_object_store
 
     return open_object_store(cli.settings.target)
 

@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 
 from mirror.airgap.chart.check import CheckReport
-from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.provenance import check_in_bucket
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.cli.common import CliContext
 from mirror.errors import ConfigError, MirrorError, NotFound
 from mirror.transferset.keys import load_trusted_keys

@@ -17,7 +17,7 @@ from mirror.export.outcome import ExportOutcome, RunEvent
 from mirror.export.runner import run_export
 from mirror.timestamps import rfc3339, rfc3339_or_none
 from mirror.units import format_size
-from mirror.vendor.client import BundleLink, ExportJob, VendorClient
+from mirror.vendorapi.client import BundleLink, ExportJob, VendorClient
 
 _VENDOR_VERSION = click.option(
     "--vendor-version",

@@ -24,8 +24,8 @@ def check_command(cli: CliContext) -> None:
     Writes only under PREFIX/.mirror-probe/ and removes what it wrote. Exits with the
     code of the first failed check (0 when none failed; warnings do not fail).
     """
-    from mirror.airgap.credentials import open_object_store
-    from mirror.airgap.probe import run_checks
+    from mirror.airgap.s3.credentials import open_object_store
+    from mirror.airgap.s3.probe import run_checks
 
     target = cli.settings.target
     store = open_object_store(target)

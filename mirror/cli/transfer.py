@@ -20,7 +20,7 @@ from mirror.transferset.keys import PublicKey, load_trusted_keys
 from mirror.units import format_size
 
 if TYPE_CHECKING:
-    from mirror.airgap.objectstore import ObjectStore
+    from mirror.airgap.s3.objectstore import ObjectStore
     from mirror.outbound.delta import Choice
     from mirror.outbound.pack import PackResult
     from mirror.progress import ByteTask
@@ -51,7 +51,7 @@ def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]
 
 
 def _object_store(settings: Settings) -> ObjectStore:
-    from mirror.airgap.credentials import open_object_store
+    from mirror.airgap.s3.credentials import open_object_store
 
     return open_object_store(settings.target)
 

@@ -8,5 +8,5 @@ schedule deferrals (`deferrals`), the daemon (`daemon`, `inflight`, `worker`, `d
 (`recovery`; the steps are the store's), status (`status`), metrics (`metrics`) and the
 live display of a run (`progress`).
 
-May import: foundations, `mirror.vendor`, `mirror.store` (docs/architecture.md).
+May import: foundations, `mirror.vendorapi`, `mirror.store` (docs/architecture.md).
 """

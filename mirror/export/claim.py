@@ -42,7 +42,7 @@ from mirror.fsutil import pid_alive
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import rfc3339
-from mirror.vendor.client import BundleLink
+from mirror.vendorapi.client import BundleLink
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from mirror.archive import ArchiveReport
 from mirror.export.claim import RunSnapshot
 from mirror.store.models import RunState
-from mirror.vendor.client import ExportJob
+from mirror.vendorapi.client import ExportJob
 from mirror.versions import VersionRef
 
 PROGRESS_EVENT_SECONDS = 0.1

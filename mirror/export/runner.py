@@ -83,9 +83,9 @@ from mirror.store.app import App
 from mirror.store.bundles import add_bundle, add_version, latest_version, version_ref
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.timestamps import utcnow
-from mirror.vendor.client import BundleLink, ExportJob, VendorClient
-from mirror.vendor.download import LinkFailed, download_bundle
-from mirror.vendor.transport import StartRefused
+from mirror.vendorapi.client import BundleLink, ExportJob, VendorClient
+from mirror.vendorapi.download import LinkFailed, download_bundle
+from mirror.vendorapi.transport import StartRefused
 from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from mirror.export.claim import DueCheck, LostLease, RunClaim, RunSnapshot
 from mirror.export.outcome import RunEvent
 from mirror.store.app import App
 from mirror.store.models import RunState
-from mirror.vendor.client import VendorClient
+from mirror.vendorapi.client import VendorClient
 
 log = logging.getLogger("mirror.export.runner")  # one logger for the whole run
 

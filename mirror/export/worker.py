@@ -27,8 +27,8 @@ from mirror.export.metrics import DaemonMetrics
 from mirror.export.outcome import RunEvent
 from mirror.export.runner import JobTimedOut, run_export
 from mirror.store.app import App
-from mirror.vendor.client import VendorClient
-from mirror.vendor.transport import build_http_client
+from mirror.vendorapi.client import VendorClient
+from mirror.vendorapi.transport import build_http_client
 
 log = logging.getLogger(__name__)
 

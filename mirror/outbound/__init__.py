@@ -9,6 +9,6 @@ import and ack in one step where the target is reachable), `selfbundle` and `loc
 tool itself as one signed offline installer, its wheels held against the lock file).
 
 May import: foundations, `mirror.store`, `mirror.transferset`, and `mirror.airgap` (only
-`push`, which imports where the target is reachable). Never `export`, `vendor` or `cli`
+`push`, which imports where the target is reachable). Never `export`, `vendorapi` or `cli`
 (tests/test_architecture.py).
 """

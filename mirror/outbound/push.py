@@ -22,7 +22,7 @@ from typing import Any
 
 from mirror.airgap import layout
 from mirror.airgap.importer import ImportResult, Promote, import_set
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.outbound.ack import AckResult, ack
 from mirror.outbound.pack import Selection, pack, signing_key_from, temporary_set_dir
 from mirror.outbound.records import forget_set

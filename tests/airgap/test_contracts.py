@@ -19,21 +19,21 @@ from mirror.airgap import layout
 from mirror.airgap.chart.bucket import BucketStore
 from mirror.airgap.chart.gc import GcStore
 from mirror.airgap.chart.values import link_target
-from mirror.airgap.conditional import JsonStore, WriteConflict, read_modify_write
-from mirror.airgap.multipart import (
+from mirror.airgap.rebuild import Store
+from mirror.airgap.s3.conditional import JsonStore, WriteConflict, read_modify_write
+from mirror.airgap.s3.multipart import (
     SHA256_META,
     MultipartTarget,
     Staging,
     UploadGone,
     upload_blob,
 )
-from mirror.airgap.objectstore import ObjectStore
-from mirror.airgap.rebuild import Store
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.links import link_expiry
 from mirror.timestamps import utcnow
-from tests.airgap.memory import MemoryBucket
+from tests.fixtures.memory import MemoryBucket
 
 
 @pytest.fixture(params=["memory", pytest.param("seaweedfs", marks=pytest.mark.s3)])

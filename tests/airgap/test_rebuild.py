@@ -18,12 +18,12 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import (
     RebuiltArchive,
     check_deltas,
     import_bytes,
 )
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.airgap.workdir import LOCK_NAME, WORK_PREFIX, locked_work_dir, remove_abandoned
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings

@@ -20,8 +20,8 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
 from mirror.airgap.rebuild import import_bytes
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import ArchiveLimits, inspect_archive, tree_hash
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError, MirrorError

@@ -236,7 +236,7 @@ def test_help_imports_no_command_and_no_library_beyond_click(tmp_path: Path) -> 
     unwanted = {*HEAVY_FOR_EVERYONE, "sqlalchemy", "pydantic", "stamina", "mirror.config"}
     assert modules & unwanted == set()
     assert not any(
-        name.startswith(("mirror.vendor", "mirror.store", "mirror.export")) for name in modules
+        name.startswith(("mirror.vendorapi", "mirror.store", "mirror.export")) for name in modules
     )
 
 
@@ -255,7 +255,9 @@ def test_status_imports_only_the_index_and_settings(tmp_path: Path) -> None:
     unused = ("sqlalchemy.dialects.postgresql", "alembic", "stamina", "tenacity")
     assert not any(name.startswith(unused) for name in modules)
     assert not any(
-        name.startswith(("mirror.vendor", "mirror.airgap", "mirror.transferset", "mirror.outbound"))
+        name.startswith(
+            ("mirror.vendorapi", "mirror.airgap", "mirror.transferset", "mirror.outbound")
+        )
         for name in modules
     )
 

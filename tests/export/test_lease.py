@@ -19,7 +19,7 @@ from mirror.export.runner import run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun
-from mirror.vendor.client import VendorClient
+from mirror.vendorapi.client import VendorClient
 
 
 def make_app(store: Path, poll: str = "0.05s", **daemon: Any) -> App:

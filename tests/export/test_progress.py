@@ -49,5 +49,5 @@ def test_the_byte_counter_loads_nothing_of_the_connected_side() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout
     assert "mirror.progress" in loaded
-    for above in ("mirror.export", "mirror.store", "mirror.vendor", "sqlalchemy"):
+    for above in ("mirror.export", "mirror.store", "mirror.vendorapi", "sqlalchemy"):
         assert f"'{above}" not in loaded, loaded

@@ -42,7 +42,7 @@ from mirror.sim import MALICIOUS_KINDS, Simulator
 from mirror.store import digests
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
-from mirror.vendor.client import ExportJob, VendorClient
+from mirror.vendorapi.client import ExportJob, VendorClient
 
 MiB = 1024 * 1024
 FAST_API = {"poll_interval": "0.02s", "max_poll_interval": "0.1s"}

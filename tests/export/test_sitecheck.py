@@ -21,7 +21,7 @@ from mirror.export.sitecheck import accept, judge
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, SiteCheck, Version
-from mirror.vendor.client import VendorClient
+from mirror.vendorapi.client import VendorClient
 
 FAST_API = {"poll_interval": "0.02s", "max_poll_interval": "0.1s"}
 

@@ -27,7 +27,7 @@ from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.inventory import verify_store
 from mirror.store.models import ExportRun, RunState, Version
-from mirror.vendor.download import CHECKPOINT_BYTES
+from mirror.vendorapi.download import CHECKPOINT_BYTES
 from tests.fixtures.cli import mirror_cli, start_mirror, write_config
 from tests.fixtures.daemon import index
 

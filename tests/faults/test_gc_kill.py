@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mirror.airgap import layout
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from tests.airgap.chart.seeding import assert_index_complete, seed_version
 from tests.fixtures.cli import mirror_cli, write_config

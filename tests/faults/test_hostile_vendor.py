@@ -28,8 +28,8 @@ from mirror.httpserver import QuietHTTPServer
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import ExportRun, RunState
-from mirror.vendor.client import BundleLink, VendorClient
-from mirror.vendor.download import LinkFailed, download_bundle
+from mirror.vendorapi.client import BundleLink, VendorClient
+from mirror.vendorapi.download import LinkFailed, download_bundle
 from tests.fixtures.cli import mirror_cli, write_config
 
 MiB = 1024 * 1024

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import layout
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.vendor.transport import DNS_ATTEMPTS
+from mirror.vendorapi.transport import DNS_ATTEMPTS
 from tests.fixtures.cli import mirror_cli, write_config
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from mirror.airgap import layout
 from mirror.airgap.chart.promotion import promote
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
 from tests.fixtures.cli import mirror_cli

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from mirror.airgap import layout
-from mirror.airgap.multipart import Staging
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.multipart import Staging
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import MirrorError
 from tests.fixtures.cli import mirror_cli

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import tree_hash
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack

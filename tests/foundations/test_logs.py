@@ -180,8 +180,8 @@ print(sorted(getattr(h, "__name__", type(h).__name__) for h in get_on_retry_hook
 @pytest.mark.parametrize(
     "before",
     [
-        "setup_logging(); import mirror.vendor.client",  # a command module loaded after
-        "import mirror.vendor.client; setup_logging()",  # the CLI resolves it first
+        "setup_logging(); import mirror.vendorapi.client",  # a command module loaded after
+        "import mirror.vendorapi.client; setup_logging()",  # the CLI resolves it first
         "setup_logging()",  # a command that never retries
     ],
 )
@@ -190,7 +190,7 @@ def test_retries_log_mirrors_line_once_logging_is_set_up(before: str) -> None:
     if "client" not in before:  # stamina is only loaded here, to read its hooks
         code = code.replace(
             "from stamina",
-            "assert 'stamina' not in sys.modules\nimport mirror.vendor.client\nfrom stamina",
+            "assert 'stamina' not in sys.modules\nimport mirror.vendorapi.client\nfrom stamina",
         )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
@@ -199,7 +199,7 @@ def test_retries_log_mirrors_line_once_logging_is_set_up(before: str) -> None:
 
 
 def test_a_library_user_without_logging_keeps_staminas_hooks() -> None:
-    code = _RETRY_HOOKS.format(before="import mirror.vendor.client")
+    code = _RETRY_HOOKS.format(before="import mirror.vendorapi.client")
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from mirror.airgap import chart
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import extract_archive
 from mirror.config import TargetSettings
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version

@@ -28,8 +28,8 @@ from sqlalchemy import func, select
 from mirror import __version__
 from mirror.store.app import App
 from mirror.store.models import DomainSchedule, ExportRun, RunState, Version
-from mirror.vendor.client import VendorClient
-from mirror.vendor.transport import build_http_client
+from mirror.vendorapi.client import VendorClient
+from mirror.vendorapi.transport import build_http_client
 from tests.fixtures.cli import mirror_cli
 from tests.fixtures.daemon import (
     DaemonProcess,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import layout
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App

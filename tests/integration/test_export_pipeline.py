@@ -22,7 +22,7 @@ from mirror.export.runner import run_export
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
-from mirror.vendor.client import VendorClient
+from mirror.vendorapi.client import VendorClient
 from tests.fixtures.cli import mirror_cli, on_a_terminal, write_config
 
 MiB = 1024 * 1024

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from tests.fixtures.cli import mirror_cli, start_mirror
 from tests.fixtures.s3 import import_config

@@ -12,7 +12,7 @@ import pytest
 
 from mirror.airgap.importer import import_set
 from mirror.airgap.layout import read_index
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError
 from mirror.outbound.pack import Selection, pack

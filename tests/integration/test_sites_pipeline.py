@@ -26,7 +26,7 @@ import pytest
 
 from mirror.airgap import layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.ack import ack
 from mirror.outbound.pack import Selection, pack

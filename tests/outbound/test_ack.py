@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import settings_from_dict
 from mirror.errors import IntegrityError, NotFound
 from mirror.outbound.ack import ack

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap.importer import import_set
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import settings_from_dict
 from mirror.errors import ConfigError
 from mirror.outbound.ack import ack

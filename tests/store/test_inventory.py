@@ -20,8 +20,8 @@ from mirror.store.app import App
 from mirror.store.blobs import BlobStore
 from mirror.store.inventory import list_versions, verify_store
 from mirror.store.models import ExportRun, Version
-from mirror.vendor.client import VendorClient
-from mirror.vendor.download import Validator, save_validator
+from mirror.vendorapi.client import VendorClient
+from mirror.vendorapi.download import Validator, save_validator
 from tests.fixtures.versions import deliver
 
 

@@ -9,7 +9,7 @@ again what expires, `gc` removes old versions through a journal.
 What it may import: the foundations and mirror.airgap's `layout` and `conditional`, and
 it meets the bucket only through its Protocols (`BucketStore`, `GcStore`, `layout.Bucket`),
 never through the S3 object store itself; the CLI hands it an ObjectStore, tests an
-in-memory bucket (tests/airgap/memory.py).
+in-memory bucket (tests/fixtures/memory.py).
 """
 
 from mirror.airgap.chart.bucket import (

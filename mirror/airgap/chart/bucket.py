@@ -20,7 +20,7 @@ SHOWN_VERSIONS = 12
 
 
 class BucketStore(layout.Bucket, Protocol):
-    """What the chart needs of mirror.airgap.objectstore.ObjectStore."""
+    """What the chart needs of mirror.airgap.s3.objectstore.ObjectStore."""
 
     def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]: ...
 

@@ -50,7 +50,7 @@ PROMOTED_MEANWHILE = "promoted meanwhile"
 
 
 class GcStore(layout.Bucket, Protocol):
-    """What gc needs of mirror.airgap.objectstore.ObjectStore."""
+    """What gc needs of mirror.airgap.s3.objectstore.ObjectStore."""
 
     @property
     def prefix(self) -> str: ...

@@ -24,7 +24,7 @@ from typing import Literal
 
 from mirror.airgap import layout
 from mirror.airgap.chart.bucket import complete_version, require_index
-from mirror.airgap.conditional import WriteConflict
+from mirror.airgap.s3.conditional import WriteConflict
 from mirror.errors import OperationFailed
 from mirror.timestamps import rfc3339, utcnow
 from mirror.versions import VersionLabel

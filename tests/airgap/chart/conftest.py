@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from tests.airgap.chart.seeding import Seeded, seed_version
 
 

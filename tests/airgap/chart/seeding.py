@@ -15,8 +15,8 @@ import httpx
 from botocore.config import Config
 
 from mirror.airgap import chart, layout
-from mirror.airgap.multipart import upload_blob
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.multipart import upload_blob
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.integrity import hash_file
 from mirror.versions import label_key

@@ -16,7 +16,7 @@ from tests.airgap.chart.seeding import (
     DOMAIN,
     seed_version,
 )
-from tests.airgap.memory import MemoryBucket
+from tests.fixtures.memory import MemoryBucket
 
 
 @pytest.fixture

@@ -20,12 +20,12 @@ from mirror.airgap.chart.gc import (
     gc_domain,
     protected_versions,
 )
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, NotFound
 from tests.airgap.chart.seeding import DOMAIN, assert_index_complete, seed_version
-from tests.airgap.memory import MemoryBucket
 from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.memory import MemoryBucket
 
 OTHER = "api.example.com"
 

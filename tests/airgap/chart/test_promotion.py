@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import chart, layout
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import (
     OperationFailed,
@@ -21,7 +21,7 @@ from tests.airgap.chart.seeding import (
     Seeded,
     seed_version,
 )
-from tests.airgap.memory import MemoryBucket
+from tests.fixtures.memory import MemoryBucket
 
 # --- current.json history --------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import chart
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import (
     ConfigError,

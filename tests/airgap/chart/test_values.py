@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mirror.airgap import chart
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import (
     ConfigError,

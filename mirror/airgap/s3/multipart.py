@@ -36,7 +36,7 @@ Promises:
   An upload that meets NoSuchUpload (a part or its completion) because another import of
   the same object published it and swept this one is "exists", not a failure.
 - Staging meets the object store only through `MultipartTarget` (what the S3 object store,
-  mirror.airgap.objectstore, and the tests' in-memory bucket implement): no S3 library,
+  mirror.airgap.s3.objectstore, and the tests' in-memory bucket implement): no S3 library,
   no request of its own.
 """
 

@@ -10,14 +10,14 @@ Promises:
   with `If-Match` on the ETag that was read; losing a race is a WriteConflict
   (a TemporaryFailure, exit 75) and never a lost update. Callers change them
   through `conditional.read_modify_write`, which reads again and retries.
-- Uploads stream in parts with bounded memory (mirror.airgap.multipart: staged
+- Uploads stream in parts with bounded memory (mirror.airgap.s3.multipart: staged
   uploads, completed only once their bytes matched); a blob whose bytes do not hash
   to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
 
-Reads, links, listing and removal are mirror.airgap.s3bucket's (`S3Bucket`, which this
-extends with every write); the checksums the server verifies are mirror.airgap.s3checksums'.
-`ObjectStore` is the S3 `MultipartTarget` of mirror.airgap.multipart's staging.
+Reads, links, listing and removal are mirror.airgap.s3.bucket's (`S3Bucket`, which this
+extends with every write); the checksums the server verifies are mirror.airgap.s3.checksums'.
+`ObjectStore` is the S3 `MultipartTarget` of mirror.airgap.s3.multipart's staging.
 """
 
 from __future__ import annotations
@@ -31,17 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
-from mirror.airgap.conditional import WriteConflict
-from mirror.airgap.multipart import (
-    SHA256_META,
-    OpenUpload,
-    Outcome,
-    Part,
-    UploadGone,
-    same_object,
-)
-from mirror.airgap.s3bucket import S3_ERRORS, S3Bucket
-from mirror.airgap.s3checksums import (
+from mirror.airgap.s3.bucket import S3_ERRORS, S3Bucket
+from mirror.airgap.s3.checksums import (
     DAMAGED_HINT,
     PartChecksum,
     algorithm_args,
@@ -50,13 +41,22 @@ from mirror.airgap.s3checksums import (
     part_checksum,
     stored_object_problem,
 )
-from mirror.airgap.s3client import make_s3_client
-from mirror.airgap.s3errors import (
+from mirror.airgap.s3.client import make_s3_client
+from mirror.airgap.s3.conditional import WriteConflict
+from mirror.airgap.s3.errors import (
     CONFLICT_CODES,
     MISSING_KEY_CODES,
     UNSUPPORTED_CODES,
     error_code,
     http_status,
+)
+from mirror.airgap.s3.multipart import (
+    SHA256_META,
+    OpenUpload,
+    Outcome,
+    Part,
+    UploadGone,
+    same_object,
 )
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
@@ -248,7 +248,7 @@ class ObjectStore(S3Bucket):
             with self._lock:
                 self.conditional_writes = True
 
-    # ---- the MultipartTarget of mirror.airgap.multipart ------------------------------------
+    # ---- the MultipartTarget of mirror.airgap.s3.multipart ------------------------------------
 
     def start_upload(self, key: str, *, identity: Mapping[str, str], content_type: str) -> str:
         with self.call("create multipart upload", key):

@@ -25,7 +25,7 @@ What callers can rely on:
 
 Retry policy, and why it is a small loop rather than `stamina.retry_context`:
   Reads (job status, bundle link, agent job) are retried on connection errors, timeouts, 408,
-  429 and 5xx with `mirror.vendor.retry`'s backoff (stamina's formula: exponential from
+  429 and 5xx with `mirror.vendorapi.retry`'s backoff (stamina's formula: exponential from
   `wait_initial`, capped at `wait_max`, plus up to `wait_jitter` of random jitter). A
   `Retry-After` header (delta seconds or an HTTP date) is the minimum wait for that attempt.
   The whole call is bounded by `retry_attempts` attempts and `retry_timeout` seconds in total;
@@ -78,12 +78,12 @@ from mirror.errors import (
 )
 from mirror.logs import REDACTED, install_wanted_retry_log, register_secret
 from mirror.timestamps import utcnow
-from mirror.vendor.answers import (
+from mirror.vendorapi.answers import (
     AUTH_HINT,
     vendor_text,
 )
-from mirror.vendor.retry import Backoff
-from mirror.vendor.transport import (
+from mirror.vendorapi.retry import Backoff
+from mirror.vendorapi.transport import (
     AdminTransport,
     StartRefused,
     build_http_client,

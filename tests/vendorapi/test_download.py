@@ -22,8 +22,8 @@ from mirror.archive import ArchiveLimits, inspect_archive
 from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
 from mirror.httpserver import QuietHTTPServer
 from mirror.sim import Simulator
-from mirror.vendor.client import BundleLink, VendorClient
-from mirror.vendor.download import (
+from mirror.vendorapi.client import BundleLink, VendorClient
+from mirror.vendorapi.download import (
     CHECKPOINT_BYTES,
     DownloadResult,
     LinkFailed,
@@ -36,8 +36,8 @@ from mirror.vendor.download import (
     save_validator,
     validator_path,
 )
-from mirror.vendor.socketbody import SocketBody
-from mirror.vendor.transport import DNS_ATTEMPTS
+from mirror.vendorapi.socketbody import SocketBody
+from mirror.vendorapi.transport import DNS_ATTEMPTS
 
 MiB = 1024 * 1024
 
@@ -413,7 +413,7 @@ def test_presigned_query_never_logged(
     signature = dict(p.split("=", 1) for p in urlsplit(link.url).query.split("&"))[
         "X-Amz-Signature"
     ]
-    ours = [r for r in caplog.records if r.name.startswith("mirror.vendor.download")]
+    ours = [r for r in caplog.records if r.name.startswith("mirror.vendorapi.download")]
     assert ours, "expected log lines about the cuts"
     for record in ours:
         assert signature not in record.getMessage() and "X-Amz-" not in record.getMessage()

@@ -57,14 +57,14 @@ from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, Temp
 from mirror.fsutil import is_disk_full
 from mirror.links import is_expired_answer, s3_error, safe_url
 from mirror.timestamps import utcnow
-from mirror.vendor.client import BundleLink
-from mirror.vendor.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
-from mirror.vendor.retry import Backoff, parse_retry_after
-from mirror.vendor.socketbody import SocketBody
-from mirror.vendor.speedlimit import SpeedLimit
-from mirror.vendor.transport import DNS_ATTEMPTS, name_resolution_error
-from mirror.vendor.validators import Restart as _Restart
-from mirror.vendor.validators import (
+from mirror.vendorapi.client import BundleLink
+from mirror.vendorapi.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
+from mirror.vendorapi.retry import Backoff, parse_retry_after
+from mirror.vendorapi.socketbody import SocketBody
+from mirror.vendorapi.speedlimit import SpeedLimit
+from mirror.vendorapi.transport import DNS_ATTEMPTS, name_resolution_error
+from mirror.vendorapi.validators import Restart as _Restart
+from mirror.vendorapi.validators import (
     ResumeGuard,
     Validator,
     load_validator,

@@ -1,6 +1,6 @@
 """One bucket under one prefix on an S3 API: key names, reads, links, listing, removal.
 
-The part of the object store that never creates anything (mirror.airgap.objectstore adds
+The part of the object store that never creates anything (mirror.airgap.s3.objectstore adds
 the writes). `chart` reads, presigns and deletes through it.
 
 Promises:
@@ -8,7 +8,7 @@ Promises:
   segments, so no document can name an object outside the prefix.
 - A missing object is None (`head`, `read_json`) or NotFound (`open_stream`), never an
   exception of the S3 library; every other refusal is one MirrorError line naming the
-  bucket and key (mirror.airgap.s3errors), never a credential.
+  bucket and key (mirror.airgap.s3.errors), never a credential.
 - A JSON document is refused (IntegrityError) when it is larger than MAX_JSON_BYTES, not
   a JSON object, or not the bytes the server reports storing (its MD5 ETag), so a bit
   flipped on the way back is never parsed, changed and written back whole.
@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
-from mirror.airgap.multipart import SHA256_META
-from mirror.airgap.s3checksums import read_back_intact
-from mirror.airgap.s3errors import (
+from mirror.airgap.s3.checksums import read_back_intact
+from mirror.airgap.s3.errors import (
     MISSING_BUCKET_CODES,
     MISSING_KEY_CODES,
     error_code,
     http_status,
     s3_failure,
 )
+from mirror.airgap.s3.multipart import SHA256_META
 from mirror.errors import ConfigError, IntegrityError, MirrorError, NotFound
 from mirror.integrity import CHUNK_SIZE
 from mirror.logs import redacted_url

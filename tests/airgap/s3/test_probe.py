@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mirror.airgap.objectstore import ObjectStore, make_s3_client
-from mirror.airgap.probe import require_safe_writes, run_checks
+from mirror.airgap.s3.objectstore import ObjectStore, make_s3_client
+from mirror.airgap.s3.probe import require_safe_writes, run_checks
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
 from tests.fixtures.cli import mirror_cli, write_config

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mirror.airgap import multipart
-from mirror.airgap.multipart import (
+from mirror.airgap.s3 import multipart
+from mirror.airgap.s3.multipart import (
     MAX_PARTS,
     ORPHAN_GRACE,
     MultipartTarget,
@@ -24,10 +24,10 @@ from mirror.airgap.multipart import (
     Staging,
     upload_blob,
 )
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, OperationFailed
 from mirror.integrity import Digest
-from tests.airgap.memory import MemoryBucket
+from tests.fixtures.memory import MemoryBucket
 
 MiB = 1024 * 1024
 

@@ -8,8 +8,8 @@ from email.utils import format_datetime
 
 import httpx
 
-from mirror.vendor import client, download, transport
-from mirror.vendor.retry import Backoff, backoff_delay, parse_retry_after
+from mirror.vendorapi import client, download, transport
+from mirror.vendorapi.retry import Backoff, backoff_delay, parse_retry_after
 
 NOW = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
 

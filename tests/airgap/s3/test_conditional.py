@@ -9,8 +9,8 @@ import pytest
 
 from mirror.airgap import layout
 from mirror.airgap.chart import listed_versions
-from mirror.airgap.conditional import ATTEMPTS, WriteConflict, read_modify_write
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.conditional import ATTEMPTS, WriteConflict, read_modify_write
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError, TemporaryFailure
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mirror.airgap.multipart import upload_blob
-from mirror.airgap.objectstore import ObjectStore, make_s3_client
+from mirror.airgap.s3.multipart import upload_blob
+from mirror.airgap.s3.objectstore import ObjectStore, make_s3_client
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, IntegrityError, NotFound, TemporaryFailure
 from tests.fixtures.s3 import TEST_CREDENTIALS, bucket_listing, client_as

@@ -31,9 +31,9 @@ from typing import BinaryIO, Protocol
 from mirror.errors import TemporaryFailure
 from mirror.fsutil import disk_full, remove_interrupted_writes
 from mirror.integrity import CHUNK_SIZE, HashingWriter, iter_file
-from mirror.vendor.validators import Validator, load_validator, validator_path
+from mirror.vendorapi.validators import Validator, load_validator, validator_path
 
-log = logging.getLogger("mirror.vendor.download")  # one logger for the whole download
+log = logging.getLogger("mirror.vendorapi.download")  # one logger for the whole download
 
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 CHECKPOINT_SECONDS = 30.0

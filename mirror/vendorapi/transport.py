@@ -1,5 +1,5 @@
 """The request side of the vendor's admin API: one request with the key, its answer read
-capped, and the retry policy around it (described in `mirror.vendor.client`'s docstring).
+capped, and the retry policy around it (described in `mirror.vendorapi.client`'s docstring).
 
 Promises: the API key travels only in the Authorization header of requests to `base_url`
 and is scrubbed from every message; `exchange` answers with a 2xx or an answer retrying
@@ -26,7 +26,7 @@ from stamina.instrumentation import RetryDetails, get_on_retry_hooks
 from mirror import __version__
 from mirror.errors import ConfigError, MirrorError, TemporaryFailure
 from mirror.logs import REDACTED, redact
-from mirror.vendor.answers import (
+from mirror.vendorapi.answers import (
     CUT,
     ERROR_BODY_LIMIT,
     RETRYABLE_STATUSES,
@@ -35,10 +35,10 @@ from mirror.vendor.answers import (
     status_error,
     vendor_text,
 )
-from mirror.vendor.retry import Backoff, parse_retry_after
+from mirror.vendorapi.retry import Backoff, parse_retry_after
 
-log = logging.getLogger("mirror.vendor.client")  # one logger for the vendor API
-RETRY_NAME = "mirror.vendor.client.VendorClient"  # a Prometheus label: fixed, no job ids
+log = logging.getLogger("mirror.vendorapi.client")  # one logger for the vendor API
+RETRY_NAME = "mirror.vendorapi.client.VendorClient"  # a Prometheus label: fixed, no job ids
 
 USER_AGENT = f"mirror/{__version__}"
 START_RETRYABLE_STATUSES = frozenset({408, 503})

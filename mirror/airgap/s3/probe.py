@@ -26,15 +26,15 @@ from typing import Any, Literal
 import botocore.exceptions
 import httpx
 
-from mirror.airgap.objectstore import ObjectStore, without_conditional_writes
-from mirror.airgap.s3checksums import md5_hex, part_checksum
-from mirror.airgap.s3errors import (
+from mirror.airgap.s3.checksums import md5_hex, part_checksum
+from mirror.airgap.s3.errors import (
     DIGEST_CODES,
     UNSUPPORTED_CODES,
     error_code,
     http_status,
     s3_failure,
 )
+from mirror.airgap.s3.objectstore import ObjectStore, without_conditional_writes
 from mirror.errors import ConfigError, MirrorError
 from mirror.logs import redacted_url
 

@@ -13,14 +13,14 @@ import pytest
 
 from mirror.errors import NotFound, TemporaryFailure
 from mirror.sim import Simulator
-from mirror.vendor.agentjobs import (
+from mirror.vendorapi.agentjobs import (
     agent_job_document,
     describe_agent_job,
     status_line,
     watch_agent_job,
 )
-from mirror.vendor.client import AgentJob, VendorClient
-from tests.vendor.test_client import JSON, FakeTime, Scripted, ScriptedServer, scripted  # noqa: F401
+from mirror.vendorapi.client import AgentJob, VendorClient
+from tests.vendorapi.test_client import JSON, FakeTime, Scripted, ScriptedServer, scripted  # noqa: F401
 
 
 @pytest.fixture

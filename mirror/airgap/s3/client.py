@@ -6,7 +6,7 @@ Promises:
   naming the endpoint, not a command that waits twelve minutes.
 - Payloads are not hashed for SigV4 (UNSIGNED-PAYLOAD): every body that is written
   carries its own checksum for the server to verify instead (Content-MD5 on small
-  objects; a CRC32 or MD5 on each upload part, mirror.airgap.multipart), so each byte
+  objects; a CRC32 or MD5 on each upload part, mirror.airgap.s3.multipart), so each byte
   is hashed once for sha256 and once by a cheap checksum, not twice by sha256.
   Headers, the method and the key stay signed.
 - Credentials come from boto3's usual chain and are registered as secrets, so no log
@@ -56,7 +56,7 @@ def make_s3_client(target: TargetSettings, *, max_attempts: int = 5) -> S3Client
         response_checksum_validation="when_required",
     )
     session = boto3.session.Session()
-    credentials = session.get_credentials()  # mistakes in its source: mirror.airgap.credentials
+    credentials = session.get_credentials()  # mistakes in its source: mirror.airgap.s3.credentials
     if credentials is not None:
         frozen = credentials.get_frozen_credentials()
         for secret in (frozen.access_key, frozen.secret_key, frozen.token):

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from mirror.errors import TemporaryFailure
 from mirror.timestamps import rfc3339_or_none
 from mirror.units import format_duration
-from mirror.vendor.client import AgentJob
+from mirror.vendorapi.client import AgentJob
 
 
 class AgentJobReader(Protocol):

@@ -16,7 +16,7 @@ import os
 
 import botocore.exceptions
 
-from mirror.airgap.objectstore import ObjectStore
+from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, ConfigError, MirrorError
 

@@ -34,7 +34,7 @@ from mirror.errors import (
 from mirror.httpserver import QuietHTTPServer
 from mirror.logs import install_retry_log
 from mirror.sim import Simulator
-from mirror.vendor.client import (
+from mirror.vendorapi.client import (
     AUTH_HINT,
     BundleLink,
     ExportJob,
@@ -46,7 +46,7 @@ from mirror.vendor.client import (
     parse_number,
     parse_timestamp,
 )
-from mirror.vendor.transport import (
+from mirror.vendorapi.transport import (
     DNS_ATTEMPTS,
     DNS_WAIT_MAX,
     StartRefused,
@@ -885,7 +885,7 @@ def test_requests_are_logged_at_debug_without_secrets(
     job = client.start_export(DOMAIN)
     sim.set_faults(rate_limit_next=1, retry_after="0")
     client.export_status(job.job_id)
-    lines = [r for r in caplog.records if r.name == "mirror.vendor.client"]
+    lines = [r for r in caplog.records if r.name == "mirror.vendorapi.client"]
     assert [(r.method, r.path, r.status) for r in lines] == [  # type: ignore[attr-defined]
         ("POST", "/v1/static-export/jobs", 202),
         ("GET", f"/v1/static-export/jobs/{job.job_id}", 429),
@@ -894,7 +894,7 @@ def test_requests_are_logged_at_debug_without_secrets(
     assert all(r.levelno == logging.DEBUG for r in lines)
     retries = [r for r in caplog.records if r.name == "stamina"]  # via stamina's retry hooks
     assert [getattr(r, "stamina.callable") for r in retries] == [
-        "mirror.vendor.client.VendorClient.export_status"
+        "mirror.vendorapi.client.VendorClient.export_status"
     ]
     everything = caplog.text + " ".join(str(r.__dict__) for r in caplog.records)
     assert sim.key not in everything
