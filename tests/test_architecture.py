@@ -18,26 +18,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mirror"
 
-FOUNDATIONS = {
-    "mirror",
-    "mirror.errors",
-    "mirror.config",
-    "mirror.units",
-    "mirror.timestamps",
-    "mirror.fsutil",
-    "mirror.logs",
-    "mirror.httpserver",
-    "mirror.archive",
-    "mirror.versions",
-    "mirror.sites",
-    "mirror.integrity",
-    "mirror.completeness",
-    "mirror.hostnames",
-    "mirror.links",
-    "mirror.progress",
-    "mirror.spill",
-    "mirror.heap",
-}
+ENTRY_POINTS = {"mirror.__main__", "mirror.demo"}
 SIDES = (
     "vendorapi",
     "store",
@@ -57,13 +38,15 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> str:
-    """`foundation`, one of SIDES, or the module itself for the top-level odd ones out."""
-    if module in FOUNDATIONS:
-        return "foundation"
+    """The layer is the package: one of SIDES, the entry points by name, and everything else
+    in `mirror` (its top-level modules and the packages that are no side, such as
+    `mirror.archive`) the foundation."""
     parts = module.split(".")
     if len(parts) >= 2 and parts[1] in SIDES:
         return parts[1]
-    return module
+    if module in ENTRY_POINTS:
+        return module
+    return "foundation"
 
 
 def imports_of(path: Path) -> set[str]:
