@@ -268,6 +268,10 @@ class ServeSettings(_Section):
     """Connections served at once; one more is answered 503 at once."""
     domains: list[str] | None = None
     """The domains to serve (unset: every domain with an index in the bucket)."""
+    require_provenance: bool = False
+    """Refuse (502) a version without a provenance statement signed by `target.trusted_keys`
+    (a version imported from a set that carried none); with it unset, a version's statement
+    is still verified whenever it has one and keys are trusted."""
 
     @field_validator("listen")
     @classmethod

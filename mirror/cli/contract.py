@@ -768,6 +768,17 @@ CONTRACTS: dict[str, Contract] = {
         None,
         notes=("Refuses to start (exit 2) when [[exports]] lists no domain.",),
     ),
+    "serve": Contract(
+        "Runs until stopped; prints the address it listens on, then one log line per response "
+        "(JSON lines on stderr when not at a terminal).",
+        "mirror --config /etc/mirror/config.toml serve",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH),
+        None,
+        notes=(
+            "Refuses to start (exit 2) when the bucket is unset, serve.listen cannot be bound, "
+            "or serve.require_provenance is set without target.trusted_keys.",
+        ),
+    ),
     "sim serve": Contract(
         "Runs until stopped; prints its URL and key.",
         "mirror sim serve --port 0",

@@ -68,18 +68,28 @@ class _StateCollector(Collector):
     def __init__(self, state: Callable[[], Gauges]) -> None:
         self.state = state
 
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # read when scraped, not when registered (the service is not built yet)
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         seen = self.state()
         yield _gauge("ready", "1 once every domain's current version is verified", seen.ready)
         yield _gauge("bucket_up", "1 when the last read of the pointers worked", seen.bucket_up)
         if seen.pointers_age is not None:
-            yield _gauge("pointers_age_seconds", "Seconds since the pointers were read",
-                         seen.pointers_age)
-        yield _gauge("pointers_from_disk", "1 while serving on pointers an earlier run saved",
-                     seen.pointers_from_disk)
+            yield _gauge(
+                "pointers_age_seconds", "Seconds since the pointers were read", seen.pointers_age
+            )
+        yield _gauge(
+            "pointers_from_disk",
+            "1 while serving on pointers an earlier run saved",
+            seen.pointers_from_disk,
+        )
         yield _gauge("cache_bytes", "Bytes of cached bundles", seen.cache_bytes)
-        current = GaugeMetricFamily("mirror_serve_current_info", "Each domain's current version",
-                                    labels=["domain", "version"])
+        current = GaugeMetricFamily(
+            "mirror_serve_current_info",
+            "Each domain's current version",
+            labels=["domain", "version"],
+        )
         for domain, version in sorted(seen.current.items()):
             current.add_metric([domain, version], 1)
         yield current
@@ -87,11 +97,16 @@ class _StateCollector(Collector):
 
 
 def _served(seen: Gauges) -> Iterator[GaugeMetricFamily]:
-    last = GaugeMetricFamily("mirror_serve_last_served_info", "The version last served per domain",
-                             labels=["domain", "version", "current"])
-    age = GaugeMetricFamily("mirror_serve_served_version_age_seconds",
-                            "Age of the version last served since the vendor exported it",
-                            labels=["domain"])
+    last = GaugeMetricFamily(
+        "mirror_serve_last_served_info",
+        "The version last served per domain",
+        labels=["domain", "version", "current"],
+    )
+    age = GaugeMetricFamily(
+        "mirror_serve_served_version_age_seconds",
+        "Age of the version last served since the vendor exported it",
+        labels=["domain"],
+    )
     for domain, served in sorted(seen.last_served.items()):
         last.add_metric([domain, served.version, str(served.current).lower()], 1)
         if served.exported is not None:
@@ -111,14 +126,16 @@ class ServeMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.responses = self._counter("responses", "Responses by HTTP status", "code")
         self.bytes_served = self._counter("bytes_served", "Body bytes sent")
-        self.served = self._counter("served", "Bundle responses per version",
-                                    "domain", "version", "current")
+        self.served = self._counter(
+            "served", "Bundle responses per version", "domain", "version", "current"
+        )
         self.hits = self._counter("cache_hits", "Bundle requests served from the verified cache")
         self.fills = self._counter("cache_fills", "Bundles fetched from the bucket and verified")
         self.evictions = self._counter("cache_evictions", "Bundles evicted to fit cache_max")
         self.dropped = self._counter("cache_dropped", "Cached files found damaged and dropped")
-        self.refused = self._counter("refused", "Objects that did not match their manifest",
-                                     "domain", "version")
+        self.refused = self._counter(
+            "refused", "Objects that did not match their manifest", "domain", "version"
+        )
         self.cut = self._counter("clients_cut", "Clients cut after serve.idle_timeout")
         self.registry.register(_StateCollector(state))
 

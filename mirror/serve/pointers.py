@@ -93,8 +93,13 @@ def read_domain(bucket: layout.Bucket, domain: str) -> DomainView:
     document = layout.read_current(bucket, domain)
     versions: dict[str, Listed] = {}
     for entry in index.versions if index is not None else []:
-        ref = VersionRef(domain, VersionLabel(entry.version), entry.sha256.lower(), entry.size,
-                         layout.format_of(entry))
+        ref = VersionRef(
+            domain,
+            VersionLabel(entry.version),
+            entry.sha256.lower(),
+            entry.size,
+            layout.format_of(entry),
+        )
         versions[entry.version] = Listed(ref, entry.object)
     try:
         rollback: str | None = rollback_target(document, domain)
@@ -103,9 +108,7 @@ def read_domain(bucket: layout.Bucket, domain: str) -> DomainView:
     return DomainView(domain, versions, current_of(document, list(versions)), rollback)
 
 
-def read_pointers(
-    bucket: Listing, wanted: Sequence[str] | None, previous: Pointers
-) -> Pointers:
+def read_pointers(bucket: Listing, wanted: Sequence[str] | None, previous: Pointers) -> Pointers:
     """Every domain's view (`wanted`, or every domain with an index in the bucket). A domain
     that fails keeps its previous view; a failure to list the domains at all is raised."""
     domains = list(wanted) if wanted is not None else bucket_domains(bucket)
@@ -144,8 +147,13 @@ def _from_document(document: dict[str, Any]) -> Pointers:
     for domain, view in document["domains"].items():
         versions = {}
         for item in view["versions"]:
-            ref = VersionRef(domain, VersionLabel(item["version"]), str(item["sha256"]),
-                             int(item["size"]), str(item["format"]))
+            ref = VersionRef(
+                domain,
+                VersionLabel(item["version"]),
+                str(item["sha256"]),
+                int(item["size"]),
+                str(item["format"]),
+            )
             versions[item["version"]] = Listed(ref, str(item["object"]))
         views[domain] = DomainView(domain, versions, view["current"], view["rollback"])
     read_at = document.get("read_at")

@@ -58,8 +58,15 @@ class Trust:
 class Supply:
     """Fills and re-verifications of the cache, one at a time per bundle (module docstring)."""
 
-    def __init__(self, cache: Cache, bucket: ServeBucket, trust: Trust, *, on_refused: Refused,
-                 on_fill: Callable[[Entry], None]) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        bucket: ServeBucket,
+        trust: Trust,
+        *,
+        on_refused: Refused,
+        on_fill: Callable[[Entry], None],
+    ) -> None:
         self.cache = cache
         self.bucket = bucket
         self.trust = trust
@@ -104,13 +111,18 @@ class Supply:
         try:
             self._fill(listed)
         except IntegrityError as exc:
-            log.error("refused %s: %s", _name(listed), exc,
-                      extra={"domain": listed.ref.domain, "version": str(listed.ref.label)})
+            log.error(
+                "refused %s: %s",
+                _name(listed),
+                exc,
+                extra={"domain": listed.ref.domain, "version": str(listed.ref.label)},
+            )
             self.on_refused(listed, exc)
             raise
         except MirrorError as exc:
-            raise TemporaryFailure(f"{_name(listed)} is not cached and the object store "
-                                   f"cannot be read: {exc}") from None
+            raise TemporaryFailure(
+                f"{_name(listed)} is not cached and the object store cannot be read: {exc}"
+            ) from None
 
     def _fill(self, listed: Listed) -> None:
         ref = listed.ref
@@ -131,8 +143,12 @@ class Supply:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
-        log.info("cached %s (%d bytes, sha256 verified)", _name(listed), ref.size,
-                 extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256})
+        log.info(
+            "cached %s (%d bytes, sha256 verified)",
+            _name(listed),
+            ref.size,
+            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
+        )
         self.on_fill(entry)
 
     def _download(self, listed: Listed, temp: Path) -> None:
@@ -161,13 +177,18 @@ class Supply:
         try:
             if self.trust.keys:
                 proven = check_in_bucket(self.bucket, ref.domain, str(ref.label), self.trust.keys)
-                predicate, facts["key_id"], facts["verified"] = proven.predicate, proven.key_id, True
+                predicate, facts["key_id"], facts["verified"] = (
+                    proven.predicate,
+                    proven.key_id,
+                    True,
+                )
             else:
                 predicate = read_statement(self.bucket, ref.domain, str(ref.label))
         except NotFound:
             if self.trust.required:
-                raise IntegrityError(f"{_name(listed)} has no provenance and "
-                                     "serve.require_provenance is set") from None
+                raise IntegrityError(
+                    f"{_name(listed)} has no provenance and serve.require_provenance is set"
+                ) from None
             return {**facts, "present": False}
         except IntegrityError:
             if self.trust.keys:
