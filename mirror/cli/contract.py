@@ -655,13 +655,20 @@ CONTRACTS: dict[str, Contract] = {
                 "version": STR,
                 "key": STR,
                 "sha256": SHA256,
-                "url_mode": STR,
+                "url_mode": {"enum": ["presigned", "plain", "serve"]},
                 "bundle_url": STR,
                 "expires_at": null(TIME),
+                "moving": BOOL,
                 "values": STR,
                 "out": STR,
             },
             optional=("values", "out"),
+        ),
+        notes=(
+            "`url_mode` `serve`: `bundle_url` is mirror serve's link (serve.public_url), the "
+            "version's own (immutable), or with --moving the domain's current one (`moving` "
+            "true; `version` is the one current when rendered, the values say "
+            "`version: current`). Neither expires: `expires_at` is null.",
         ),
     ),
     "chart promote": Contract(

@@ -5,9 +5,10 @@
                                          and rollback (within serve.poll_interval)
     /healthz  /readyz  /metrics  /       liveness, readiness, Prometheus, the status page
 
-The path after `/domains` is the bucket's own layout (`PREFIX/DOMAIN/VERSION/bundle.EXT`,
-mirror.airgap.layout) with the prefix left out, so `chart check` reads a served link as it
-reads a bucket link; `current` is no version label, so the two never meet.
+The path after `/domains` is the bucket's own layout (`PREFIX/DOMAIN/VERSION/bundle.EXT`)
+with the prefix left out, so `chart check` reads a served link as it reads a bucket link;
+`current` is no version label, so the two never meet. mirror.airgap.layout owns the names
+(`served_path`), as it owns the bucket's.
 
 Promises: a target is matched only in full against that grammar after ONE percent-decoding:
 a domain must be a lower-case hostname (mirror.hostnames), a label a version label
@@ -25,11 +26,11 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
+from mirror.airgap.layout import MOVING, SERVED_ROOT, served_path
 from mirror.hostnames import is_domain
 from mirror.versions import is_label
 
 MAX_TARGET = 1024
-CURRENT = "current"
 FORMATS = ("tar.gz", "tar", "zip", "tar.xz", "tar.bz2")
 CONTENT_TYPES = {
     "tar.gz": "application/gzip",
@@ -75,9 +76,7 @@ class Refusal:
 Route = Page | BundleRoute
 
 
-def bundle_path(domain: str, label: str | None, archive_format: str) -> str:
-    """The path of a version's bundle (`label` None: the moving one), as parse_target reads it."""
-    return f"/domains/{domain}/{label or CURRENT}/bundle.{archive_format}"
+bundle_path = served_path  # the one owner of the names is mirror.airgap.layout
 
 
 def parse_target(target: str) -> Route | Refusal:
@@ -103,12 +102,12 @@ def parse_target(target: str) -> Route | Refusal:
 
 
 def _bundle(segments: list[str]) -> BundleRoute | None:
-    if len(segments) != 4 or segments[0] != "domains" or not segments[3].startswith("bundle."):
+    if len(segments) != 4 or segments[0] != SERVED_ROOT or not segments[3].startswith("bundle."):
         return None
     domain, label, filename = segments[1], segments[2], segments[3]
     archive_format = filename.removeprefix("bundle.")
     if not is_domain(domain) or archive_format not in FORMATS:
         return None
-    if label == CURRENT:
+    if label == MOVING:
         return BundleRoute(domain, None, archive_format)
     return BundleRoute(domain, label, archive_format) if is_label(label) else None

@@ -28,6 +28,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import IO, Any
 
+from mirror.airgap.layout import SERVER_NAME, VERSION_HEADER
 from mirror.errors import IntegrityError, MirrorError
 from mirror.httpserver import QuietHTTPServer
 from mirror.serve import ranges
@@ -86,7 +87,7 @@ class Handler(BaseHTTPRequestHandler):
     """One connection: requests read by http.server, answered here (module docstring)."""
 
     protocol_version = "HTTP/1.1"
-    server_version = "mirror-serve"
+    server_version = SERVER_NAME
     sys_version = ""
     server: ServeServer
 
@@ -227,7 +228,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("ETag", etag)
         digest = base64.b64encode(bytes.fromhex(ref.sha256)).decode()
         self.send_header("Repr-Digest", f"sha-256=:{digest}:")
-        self.send_header("Mirror-Version", str(ref.label))
+        self.send_header(VERSION_HEADER, str(ref.label))
         self.send_header("Cache-Control", IMMUTABLE if route.pinned else "no-cache")
         if not route.pinned:
             self.send_header("Content-Location", bundle_path(ref.domain, ref.label, ref.format))
