@@ -34,7 +34,7 @@ def plan(method: str, headers: Mapping[str, str], etag: str, size: int) -> Plan:
     """The answer to `method` with these request `headers` (names lower-case) for a bundle
     of `size` bytes whose strong entity tag is `etag` (quoted)."""
     if_none_match = headers.get("if-none-match")
-    if if_none_match is not None and _matches(if_none_match, etag, weak=True):
+    if if_none_match is not None and _weakly_named(if_none_match, etag):
         return Plan(304)
     whole = Plan(200, 0, size)
     wanted = headers.get("range")
@@ -46,14 +46,11 @@ def plan(method: str, headers: Mapping[str, str], etag: str, size: int) -> Plan:
     return _ranged(wanted, size) or whole
 
 
-def _matches(header: str, etag: str, *, weak: bool) -> bool:
+def _weakly_named(header: str, etag: str) -> bool:
     """Whether an If-None-Match list names `etag` (weak comparison: W/ is ignored)."""
     if header.strip() == "*":
         return True
-    tags = _TAG.findall(header)
-    if weak:
-        tags = [tag.removeprefix("W/") for tag in tags]
-    return etag in tags
+    return etag in [tag.removeprefix("W/") for tag in _TAG.findall(header)]
 
 
 def _ranged(header: str, size: int) -> Plan | None:

@@ -90,7 +90,7 @@ def parse_target(target: str) -> Route | Refusal:
         return Refusal(400, "request target holds a byte that no served path has")
     if _ENCODED_SEPARATOR.search(path) or _BAD_ESCAPE.search(path):
         return Refusal(400, "request target holds an encoded separator, NUL or a broken escape")
-    decoded = unquote(path, errors="strict")
+    decoded = unquote(path, encoding="latin-1")  # any byte past ASCII is refused below
     segments = decoded.split("/")[1:]
     if any(segment in (".", "..") for segment in segments) or "%" in decoded:
         return Refusal(400, "request target holds a dot segment or a double encoding")

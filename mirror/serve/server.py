@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 ALLOW = "GET, HEAD"
 MAX_LINE = 8192
 MAX_HEADERS = 16384
+ERROR_LINE = 200
 IMMUTABLE = "public, max-age=31536000, immutable"
 BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -119,6 +120,8 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _answer(self) -> None:
+        if self.request_version == "HTTP/0.9":
+            return self.send_error(400, "HTTP/0.9 requests are not served")
         if len(str(self.headers)) > MAX_HEADERS:
             self.close_connection = True
             return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
@@ -180,8 +183,10 @@ class Handler(BaseHTTPRequestHandler):
         """http.server's refusals (a malformed request line, headers too long or too many,
         an unsupported version) as one line; the limits' own codes (414, 431) are 400."""
         self.close_connection = True
+        if self.request_version in ("", "HTTP/0.9"):  # answered with a status line all the same
+            self.request_version = "HTTP/1.1"
         status = 400 if code in (414, 431) else code
-        self._plain(status, message or "bad request")
+        self._plain(status, (message or "bad request")[:ERROR_LINE])
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         return None  # one line per response is _finish's

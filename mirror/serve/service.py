@@ -67,6 +67,7 @@ class Service:
             trust,
             on_refused=self._refused,
             on_fill=lambda _: self.metrics.fills.inc(),
+            hold=settings.poll_interval,
         )
         self.pointers = Pointers()
         self.pointers_from_disk = False

@@ -12,6 +12,9 @@ this run; it is the only way a bundle becomes servable. Promises:
   is written, and admitted only when its size and sha256 are the manifest's. Anything else
   is an IntegrityError naming the version (the caller answers 502): the temporary file is
   removed, nothing is cached, nothing is sent.
+- A refused bundle is answered from that refusal for `hold` seconds (the poll interval)
+  before the bucket is asked again: a pod restarting in a loop does not fetch a bad object
+  again and again.
 - A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
   the S3 client's deadline (mirror.airgap.s3client).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +70,7 @@ class Supply:
         *,
         on_refused: Refused,
         on_fill: Callable[[Entry], None],
+        hold: float = 30.0,
     ) -> None:
         self.cache = cache
         self.bucket = bucket
@@ -73,6 +78,9 @@ class Supply:
         self.on_refused = on_refused
         self.on_fill = on_fill
         self._flights: dict[str, _Flight] = {}
+        self._followers = 0
+        self._refusals: dict[str, tuple[float, IntegrityError]] = {}
+        self.hold = hold
         self._lock = threading.Lock()
 
     def ensure(self, listed: Listed) -> Entry:
@@ -82,10 +90,15 @@ class Supply:
         if entry is not None and entry.verified:
             return entry
         with self._lock:
+            refused = self._refusals.get(sha256)
+            if refused is not None and refused[0] > time.monotonic():
+                raise refused[1]
             flight = self._flights.get(sha256)
             leader = flight is None
             if flight is None:
                 flight = self._flights[sha256] = _Flight()
+            else:
+                self._followers += 1
         if leader:
             try:
                 self._settle(listed)
@@ -95,7 +108,10 @@ class Supply:
                 with self._lock:
                     del self._flights[sha256]
                 flight.done.set()
-        flight.done.wait()
+        else:
+            flight.done.wait()
+            with self._lock:
+                self._followers -= 1
         if flight.error is not None:
             raise flight.error
         found = self.cache.get(sha256)
@@ -103,10 +119,15 @@ class Supply:
             raise TemporaryFailure(f"{_name(listed)} left the cache at once; ask again")
         return found
 
+    def waiting(self) -> int:
+        """How many requests wait for a fill another one leads."""
+        with self._lock:
+            return self._followers
+
     def _settle(self, listed: Listed) -> None:
         sha256 = listed.ref.sha256
         entry = self.cache.get(sha256)
-        if entry is not None and self.cache.verify(sha256):
+        if entry is not None and (entry.verified or self.cache.verify(sha256)):
             return
         try:
             self._fill(listed)
@@ -118,6 +139,8 @@ class Supply:
                 extra={"domain": listed.ref.domain, "version": str(listed.ref.label)},
             )
             self.on_refused(listed, exc)
+            with self._lock:
+                self._refusals[listed.ref.sha256] = (time.monotonic() + self.hold, exc)
             raise
         except MirrorError as exc:
             raise TemporaryFailure(
