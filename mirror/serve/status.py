@@ -29,6 +29,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; }
 table { border-collapse: collapse; width: 100%; margin: .5em 0; }
 th, td { text-align: left; padding: .25em .6em; border-bottom: 1px solid #ddd; }
 th { background: #f4f4f4; } code { font-size: .9em; }
+td:first-child, td:nth-child(3), td:nth-child(6) { white-space: nowrap; }
 .ok { color: #0a6b2b; } .bad { color: #a30d0d; font-weight: bold; }
 .note { color: #555; }
 """
