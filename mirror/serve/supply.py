@@ -12,9 +12,9 @@ this run; it is the only way a bundle becomes servable. Promises:
   is written, and admitted only when its size and sha256 are the manifest's. Anything else
   is an IntegrityError naming the version (the caller answers 502): the temporary file is
   removed, nothing is cached, nothing is sent.
-- A refused bundle is answered from that refusal for `hold` seconds (the poll interval)
-  before the bucket is asked again: a pod restarting in a loop does not fetch a bad object
-  again and again.
+- A refused bundle is answered from that refusal for `hold` seconds (the poll interval);
+  after that the object is fetched again only once its ETag changed (one HEAD): neither a
+  pod restarting in a loop nor the poller downloads a bad object again and again.
 - A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
   the S3 client's deadline (mirror.airgap.s3client).
 """
@@ -50,6 +50,21 @@ class _Flight:
     error: MirrorError | None = None
 
 
+class _Held(Exception):
+    """An earlier refusal, still true: raised again without being counted again."""
+
+    def __init__(self, error: IntegrityError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class _Refusal:
+    until: float
+    error: IntegrityError
+    etag: str | None
+
+
 @dataclass(frozen=True)
 class Trust:
     """What a version must prove: its provenance signed by one of `keys` (when any), and,
@@ -79,7 +94,7 @@ class Supply:
         self.on_fill = on_fill
         self._flights: dict[str, _Flight] = {}
         self._followers = 0
-        self._refusals: dict[str, tuple[float, IntegrityError]] = {}
+        self._refusals: dict[str, _Refusal] = {}
         self.hold = hold
         self._lock = threading.Lock()
 
@@ -91,8 +106,8 @@ class Supply:
             return entry
         with self._lock:
             refused = self._refusals.get(sha256)
-            if refused is not None and refused[0] > time.monotonic():
-                raise refused[1]
+            if refused is not None and refused.until > time.monotonic():
+                raise refused.error
             flight = self._flights.get(sha256)
             leader = flight is None
             if flight is None:
@@ -129,8 +144,12 @@ class Supply:
         entry = self.cache.get(sha256)
         if entry is not None and (entry.verified or self.cache.verify(sha256)):
             return
+        etag: str | None = None
         try:
+            etag = self._unchanged_refusal(listed)
             self._fill(listed)
+        except _Held as held:
+            raise held.error from None
         except IntegrityError as exc:
             log.error(
                 "refused %s: %s",
@@ -140,12 +159,26 @@ class Supply:
             )
             self.on_refused(listed, exc)
             with self._lock:
-                self._refusals[listed.ref.sha256] = (time.monotonic() + self.hold, exc)
+                self._refusals[sha256] = _Refusal(time.monotonic() + self.hold, exc, etag)
             raise
         except MirrorError as exc:
             raise TemporaryFailure(
                 f"{_name(listed)} is not cached and the object store cannot be read: {exc}"
             ) from None
+        with self._lock:
+            self._refusals.pop(sha256, None)
+
+    def _unchanged_refusal(self, listed: Listed) -> str | None:
+        """The object's ETag now; the earlier refusal again (not counted, held anew) when the
+        object is still the one refused."""
+        facts = self.bucket.head(listed.object)
+        etag = None if facts is None else str(facts["etag"])
+        with self._lock:
+            refused = self._refusals.get(listed.ref.sha256)
+            if refused is not None and etag is not None and refused.etag == etag:
+                refused.until = time.monotonic() + self.hold
+                raise _Held(refused.error)
+        return etag
 
     def _fill(self, listed: Listed) -> None:
         ref = listed.ref

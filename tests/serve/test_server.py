@@ -210,6 +210,27 @@ def test_an_object_replaced_in_the_bucket_is_never_served(
     assert versions[V1].sha256 not in json.loads((cache / "cache.json").read_text())["entries"]
 
 
+def test_a_refused_object_is_fetched_again_only_once_it_changed(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    stored = bucket.objects[versions[V1].key]
+    forged = bytes([stored.data[0] ^ 0xFF]) + stored.data[1:]
+    bucket.objects[versions[V1].key] = type(stored)(forged, stored.metadata, "", '"forged"')
+    counted = SwitchableBucket(bucket)
+    with serving(counted, tmp_path / "cache", refresh=False) as running:
+        running.service.supply.hold = 0.0  # the poll interval, gone at once
+        for _ in range(3):
+            running.refresh()
+            assert raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz"))).status == 502
+        # V1 is the rollback target: fetched at the first turn, and never again
+        assert counted.streams.count(versions[V1].key) == 1
+        assert running.counter("refused_total", domain=DOMAIN, version=V1) == 1
+        bucket.objects[versions[V1].key] = stored  # put right (a new ETag)
+        healed = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+    assert healed.content == versions[V1].archive.read_bytes()
+    assert counted.streams.count(versions[V1].key) == 2
+
+
 def test_a_manifest_that_names_another_bundle_is_refused(
     bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
