@@ -168,7 +168,10 @@ class TargetSettings(_Section):
     ca_bundle: str = ""
     addressing_style: Literal["path", "virtual", "auto"] = "path"
     trusted_keys: list[Path] = Field(default_factory=list)
-    url_mode: Literal["presigned", "plain"] = "presigned"
+    url_mode: Literal["presigned", "plain", "serve"] = "presigned"
+    """How `chart values` links the bundle: `presigned` (an S3 link, 7 days at most), `plain`
+    (`public_base_url`: a bucket readable in the cluster) or `serve` (`serve.public_url`: the
+    URL of `mirror serve`, which never expires)."""
     presign_ttl: Duration = 7 * 86400.0
     presign_endpoint_url: str = ""
     public_base_url: str = ""
@@ -243,6 +246,53 @@ class SiteSettings(_Section):
         return self.domains is None or domain in self.domains
 
 
+class ServeSettings(_Section):
+    """`mirror serve` (mirror.serve): the bucket's versions over HTTP for the vendor's pods,
+    verified, from a local cache."""
+
+    listen: str = "0.0.0.0:8080"
+    public_url: str = ""
+    """The address the pods use (`http://mirror-serve.docs-mirror.svc:8080`): the base of
+    the links `chart values` renders with `target.url_mode = "serve"`."""
+    cache_dir: Path = Path("/var/cache/mirror/serve")
+    cache_max: Size = Field(default=20 * 1024**3, ge=0)
+    """Bytes of bundles kept; least recently served go first, never a domain's current
+    version or its rollback target."""
+    idle_timeout: Duration = Field(default=30.0, gt=0)
+    """A client that sends or takes nothing for this long is cut (a stalled pod never holds
+    a thread longer)."""
+    poll_interval: Duration = Field(default=30.0, ge=1.0)
+    """How often the bucket's pointers are read: the moving URL follows `chart promote` and
+    `chart rollback` within this time (plus one bucket deadline)."""
+    max_clients: int = Field(default=512, ge=1)
+    """Connections served at once; one more is answered 503 at once."""
+    domains: list[str] | None = None
+    """The domains to serve (unset: every domain with an index in the bucket)."""
+    require_provenance: bool = False
+    """Refuse (502) a version without a provenance statement signed by `target.trusted_keys`
+    (a version imported from a set that carried none); with it unset, a version's statement
+    is still verified whenever it has one and keys are trusted."""
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        if not re.match(r"^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$", value):
+            raise ValueError(f"must be HOST:PORT, got {value!r}")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an http(s) URL like http://mirror-serve:8080, got {value!r}")
+        return value.rstrip("/")
+
+    @field_validator("domains")
+    @classmethod
+    def _domains(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else [normalize_domain(domain) for domain in value]
+
+
 class ChartSettings(_Section):
     values_path: str = ""
     on_change: str = ""
@@ -260,6 +310,7 @@ class Settings(_Section):
     transfer: TransferSettings = Field(default_factory=TransferSettings)
     target: TargetSettings = Field(default_factory=TargetSettings)
     chart: ChartSettings = Field(default_factory=ChartSettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
     sites: list[SiteSettings] = Field(default_factory=list)
     source: Path | None = Field(default=None, exclude=True)
 

@@ -29,6 +29,11 @@ def label_key(label: str) -> tuple[str, int]:
     return (match.group(1), int(match.group(2) or 1))
 
 
+def is_label(value: str) -> bool:
+    """Whether `value` is a version label as `next_label` makes them (`2026-11-21`, `.2`...)."""
+    return _LABEL.match(value) is not None
+
+
 def next_label(existing: Iterable[str], when: datetime) -> str:
     """The label for a new version exported at `when` (UTC), after all `existing` ones.
 

@@ -74,6 +74,20 @@ def state_key(store: Bucket) -> str:
     return store.key(*STATE_PARTS)
 
 
+# `mirror serve` publishes the same names over HTTP (mirror.serve.routes parses them):
+#     /domains/DOMAIN/VERSION/bundle.EXT   one version, immutable
+#     /domains/DOMAIN/current/bundle.EXT   the domain's current version, moving
+SERVED_ROOT = "domains"
+MOVING = "current"  # no version label can be this (mirror.versions.is_label)
+VERSION_HEADER = "Mirror-Version"  # the label of the version a bundle answer carries
+SERVER_NAME = "mirror-serve"  # its Server header
+
+
+def served_path(domain: str, version: str | None, archive_format: str) -> str:
+    """The path of a version's bundle under `mirror serve` (`version` None: the moving one)."""
+    return f"/{SERVED_ROOT}/{domain}/{version or MOVING}/bundle.{archive_format}"
+
+
 def format_of(entry: IndexEntry) -> str:
     """The archive format of an index entry's bundle, from its object key (`bundle.EXT`)."""
     return entry.object.rsplit("/", 1)[-1].removeprefix("bundle.")

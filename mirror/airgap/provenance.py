@@ -14,8 +14,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from mirror.airgap import layout
 from mirror.airgap.s3.objectstore import ObjectStore
@@ -26,6 +26,15 @@ from mirror.transferset.keys import PublicKey
 from mirror.transferset.provenance import MAX_ENVELOPE, Provenance, verify_provenance
 
 SHA256_IDENTITY = "provenance-sha256"
+
+
+class StatementStore(layout.Bucket, Protocol):
+    """What reading a published statement needs of the bucket (ObjectStore; `mirror serve`'s
+    read-only bucket)."""
+
+    def head(self, key: str) -> dict[str, Any] | None: ...
+
+    def open_stream(self, key: str) -> Iterator[bytes]: ...
 
 
 def publish(
@@ -46,7 +55,7 @@ def publish(
 
 
 def check_in_bucket(
-    store: ObjectStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
+    store: StatementStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
 ) -> Provenance:
     """The version's published statement, verified against its manifest's bundle."""
     described = layout.read_version_manifest(store, domain, version)
@@ -62,7 +71,7 @@ def check_in_bucket(
     return proven
 
 
-def read_statement(store: ObjectStore, domain: str, version: str) -> dict[str, Any]:
+def read_statement(store: StatementStore, domain: str, version: str) -> dict[str, Any]:
     """The predicate of a version's published statement, NOT verified (for display only,
     where no key is trusted); NotFound when there is none."""
     key = layout.provenance_key(store, domain, version)
@@ -84,7 +93,7 @@ def _subject(described: layout.VersionManifest) -> str:
     return str(original) if original else described.sha256
 
 
-def _read(store: ObjectStore, key: str) -> list[bytes]:
+def _read(store: StatementStore, key: str) -> list[bytes]:
     if store.head(key) is None:
         raise NotFound(
             f"{store.bucket}/{key} does not exist: the version was imported without provenance"

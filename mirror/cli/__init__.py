@@ -215,6 +215,10 @@ COMMANDS: dict[str, tuple[Target, str]] = {
         "mirror.cli.chart:chart",
         "Values for the vendor's Helm chart, and which version of each domain is live.",
     ),
+    "serve": (
+        "mirror.cli.serve:serve_command",
+        "Serve the bucket's versions to the vendor's pods: verified, at links that never expire.",
+    ),
     "target": (
         "mirror.cli.target:target_group",
         "The air-gapped side's object store: probe what it really does.",

@@ -40,14 +40,29 @@ def chart() -> None:
 )
 @click.option("--version", "version", metavar="V", hidden=True, help="Deprecated: --pin.")
 @click.option(
+    "--moving",
+    is_flag=True,
+    help='Link the current version, following promote and rollback (url_mode "serve").',
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the values to FILE (atomically) instead of stdout.",
 )
 @pass_cli
-def values_command(cli: CliContext, domain: str, version: str | None, out: Path | None) -> None:
+def values_command(
+    cli: CliContext, domain: str, version: str | None, moving: bool, out: Path | None
+) -> None:
     """Render staticExport values for DOMAIN's current (or pinned) version."""
-    values = charts.render_values(_store(cli), cli.settings.target, domain, version)
+    settings = cli.settings
+    values = charts.render_values(
+        _store(cli),
+        settings.target,
+        domain,
+        version,
+        served_at=settings.serve.public_url,
+        moving=moving,
+    )
     data = values.as_dict()
     if out is not None:
         charts.write_values(values, out)
@@ -177,7 +192,13 @@ def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     settings = cli.settings
     chosen = list(domains) or [export.domain for export in settings.exports]
     try:
-        results = charts.refresh_values(_store(cli), settings.target, settings.chart, chosen)
+        results = charts.refresh_values(
+            _store(cli),
+            settings.target,
+            settings.chart,
+            chosen,
+            served_at=settings.serve.public_url,
+        )
     except charts.RefreshFailed as exc:
         for result in exc.results:
             cli.say(result.line())

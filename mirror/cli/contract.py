@@ -655,13 +655,20 @@ CONTRACTS: dict[str, Contract] = {
                 "version": STR,
                 "key": STR,
                 "sha256": SHA256,
-                "url_mode": STR,
+                "url_mode": {"enum": ["presigned", "plain", "serve"]},
                 "bundle_url": STR,
                 "expires_at": null(TIME),
+                "moving": BOOL,
                 "values": STR,
                 "out": STR,
             },
             optional=("values", "out"),
+        ),
+        notes=(
+            "`url_mode` `serve`: `bundle_url` is mirror serve's link (serve.public_url), the "
+            "version's own (immutable), or with --moving the domain's current one (`moving` "
+            "true; `version` is the one current when rendered, the values say "
+            "`version: current`). Neither expires: `expires_at` is null.",
         ),
     ),
     "chart promote": Contract(
@@ -767,6 +774,17 @@ CONTRACTS: dict[str, Contract] = {
         (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
         None,
         notes=("Refuses to start (exit 2) when [[exports]] lists no domain.",),
+    ),
+    "serve": Contract(
+        "Runs until stopped; prints the address it listens on, then one log line per response "
+        "(JSON lines on stderr when not at a terminal).",
+        "mirror --config /etc/mirror/config.toml serve",
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH),
+        None,
+        notes=(
+            "Refuses to start (exit 2) when the bucket is unset, serve.listen cannot be bound, "
+            "or serve.require_provenance is set without target.trusted_keys.",
+        ),
     ),
     "sim serve": Contract(
         "Runs until stopped; prints its URL and key.",

@@ -17,8 +17,9 @@ import pytest
 
 from mirror.airgap import layout
 from mirror.airgap.chart.bucket import BucketStore
-from mirror.airgap.chart.gc import GcStore
+from mirror.airgap.chart.gc import GcStore, Listing
 from mirror.airgap.chart.values import link_target
+from mirror.airgap.provenance import StatementStore
 from mirror.airgap.rebuild import Store
 from mirror.airgap.s3.conditional import JsonStore, WriteConflict, read_modify_write
 from mirror.airgap.s3.multipart import (
@@ -32,6 +33,7 @@ from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.links import link_expiry
+from mirror.serve.bucket import ServeBucket
 from mirror.timestamps import utcnow
 from tests.fixtures.memory import MemoryBucket
 
@@ -104,8 +106,8 @@ class TestBucket:
 
 
 class TestReads:
-    """rebuild.Store, chart.bucket.BucketStore, chart.gc.GcStore: HEAD, GET, links, LIST,
-    DELETE."""
+    """rebuild.Store, chart.bucket.BucketStore, chart.gc.GcStore, serve.bucket.ServeBucket
+    (which reads through HEAD, GET and LIST only): HEAD, GET, links, LIST, DELETE."""
 
     def test_head_of_a_missing_object_is_none(self, store: Any) -> None:
         assert store.head(store.key("nothing")) is None
@@ -243,9 +245,10 @@ def test_the_fake_and_the_store_implement_every_protocol() -> None:
     every Protocol member exists on both."""
     stores: list[MemoryBucket | ObjectStore] = [MemoryBucket(), ObjectStore(cast(Any, None), "b")]
     as_protocols: list[
-        tuple[JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget]
-    ] = [(store, store, store, store, store, store) for store in stores]
-    for protocol in (JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget):
+        tuple[JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget, ServeBucket]
+    ] = [(store, store, store, store, store, store, store) for store in stores]
+    protocols = (JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget)
+    for protocol in (*protocols, ServeBucket, StatementStore, Listing):
         names = [name for name in vars(protocol) if not name.startswith("_")]
         names += list(getattr(protocol, "__annotations__", {}))
         for store in stores:

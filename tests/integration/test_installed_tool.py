@@ -12,70 +12,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import tarfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mirror import __version__
-from mirror.outbound.selfbundle import ToolBundle
-from tests.fixtures.artefact import offline_env
+from tests.fixtures.artefact import Installed, clean_env
 from tests.fixtures.cli import REPO
-from tests.fixtures.s3 import TEST_CREDENTIALS
 
 DOMAIN = "docs.acme.test"
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-@dataclass(frozen=True)
-class Installed:
-    """The installed tool: its command, its venv's python, and the unpacked artefact."""
-
-    mirror: Path
-    python: Path
-    unpacked: Path
-
-
-@pytest.fixture(scope="module")
-def installed(
-    built: tuple[ToolBundle, Path, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Installed:
-    """Installed once for the module, from the run's artefact (tests/fixtures/artefact.py)."""
-    made, _, public = built
-    work = tmp_path_factory.mktemp("installed")
-    with tarfile.open(made.path) as archive:
-        archive.extractall(work, filter="data")
-    unpacked = work / f"mirror-tool-{__version__}"
-    root = work / "root"
-    python = getattr(sys, "_base_executable", sys.executable)
-    argv = ["./install.sh", "--key", str(public), "--root", str(root)]
-    argv += ["--python", python, "--no-systemd"]
-    done = subprocess.run(
-        argv, cwd=unpacked, env=offline_env(), capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return Installed(
-        mirror=root / "usr" / "local" / "bin" / "mirror",
-        python=root / "opt" / "mirror" / "bin" / "python",
-        unpacked=unpacked,
-    )
-
-
-def clean_env(home: Path, **extra: str) -> dict[str, str]:
-    """Only what an operator's shell has: no PYTHONPATH, no venv, no source tree."""
-    return {
-        "PATH": SYSTEM_PATH,
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
-        "COLUMNS": "120",
-        **TEST_CREDENTIALS,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        **extra,
-    }
 
 
 def test_every_package_of_the_source_tree_is_installed(

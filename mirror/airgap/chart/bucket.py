@@ -102,7 +102,16 @@ def current_version(store: layout.Bucket, domain: str) -> str:
     document = layout.read_current(store, domain)
     if document is not None and document.current:
         return document.current
-    label = newest(listed_versions(store, domain))
+    label = current_of(document, listed_versions(store, domain))
     if label is None:
         raise NotFound(f"domain {domain} has no complete version in the bucket yet")
-    return str(label)
+    return label
+
+
+def current_of(document: layout.Current | None, listed: Sequence[str]) -> str | None:
+    """The current version by these documents: the promoted one, or (none promoted) the
+    newest of `listed`; None when there is neither."""
+    if document is not None and document.current:
+        return document.current
+    label = newest(listed)
+    return None if label is None else str(label)

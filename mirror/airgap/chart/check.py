@@ -3,6 +3,9 @@
 Promises: the link is fetched without S3 credentials, hashed while it streams
 (memory does not grow with the bundle), and compared with the version's
 manifest; every failure becomes one MirrorError in the report with its exit code.
+A `mirror serve` link to the current version (`.../DOMAIN/current/bundle.EXT`) is compared
+with the manifest of the version the answer names (`Mirror-Version`), which `version` in
+the report then is; mirror serve's refusal of an object (502) is an IntegrityError.
 """
 
 from __future__ import annotations
@@ -15,8 +18,16 @@ from typing import Any
 
 import httpx
 
+from mirror.airgap import layout
 from mirror.airgap.chart.bucket import BucketStore, BundleVersion, complete_version
-from mirror.airgap.chart.values import LinkTarget, isoformat, link_target, read_values_file
+from mirror.airgap.chart.values import (
+    LinkTarget,
+    ValuesFile,
+    isoformat,
+    link_target,
+    read_values_file,
+)
+from mirror.airgap.layout import SERVER_NAME, VERSION_HEADER
 from mirror.errors import (
     AuthError,
     IntegrityError,
@@ -31,6 +42,7 @@ from mirror.timestamps import utcnow
 from mirror.units import format_duration
 
 ERROR_BODY_LIMIT = 64 * 1024
+ERROR_LINE_LIMIT = 300
 DEFAULT_WARN = 86400.0
 
 Clock = Callable[[], datetime]
@@ -140,6 +152,8 @@ def check_values_file(
     moment = now()
     if expires_at is not None:
         report.seconds_left = (expires_at - moment).total_seconds()
+    if target.version == layout.MOVING:
+        return _check_moving(path, http, values, target, store, report, moment)
     try:
         bundle = complete_version(store, target.domain, target.version)
     except NotFound as exc:
@@ -150,6 +164,44 @@ def check_values_file(
         or _fetch_and_compare(path, http, values.bundle_url, target, bundle, report, moment)
         or _expiring(path, target, report, moment, warn)
     )
+    return _fail(report, *finding) if finding else report
+
+
+def _check_moving(
+    path: Path,
+    http: httpx.Client,
+    values: ValuesFile,
+    target: LinkTarget,
+    store: BucketStore,
+    report: CheckReport,
+    moment: datetime,
+) -> CheckReport:
+    """A `mirror serve` link to the domain's current version: fetched first, then compared
+    with the manifest of the version it says it served (its `Mirror-Version` header)."""
+    try:
+        fetched = _fetch_sha256(http, values.bundle_url)
+    except httpx.HTTPError as exc:
+        return _fail(report, *_unreachable(path, target, exc))
+    refused = _refusal(path, fetched, target, report, moment)
+    if refused is not None:
+        return _fail(report, *refused)
+    if not fetched.served_version:
+        return _fail(
+            report,
+            "mismatch",
+            IntegrityError(
+                f"{target.host} did not say which version of {target.domain} it served (no "
+                f"Mirror-Version header): the bundleUrl of {path} is not mirror serve's"
+            ),
+        )
+    served = LinkTarget(target.domain, fetched.served_version, target.filename, target.host)
+    report.version = served.version
+    try:
+        bundle = complete_version(store, served.domain, served.version)
+    except NotFound as exc:
+        return _fail(report, "missing", exc)
+    report.expected_sha256 = bundle.ref.sha256
+    finding = _compare(path, fetched, served, bundle, report)
     return _fail(report, *finding) if finding else report
 
 
@@ -178,12 +230,22 @@ def _fetch_and_compare(
     try:
         fetched = _fetch_sha256(http, url)
     except httpx.HTTPError as exc:
-        return "unreachable", TemporaryFailure(
-            f"cannot fetch the bundleUrl of {path} from {target.host}: {type(exc).__name__}: {exc}"
-        )
+        return _unreachable(path, target, exc)
     refused = _refusal(path, fetched, target, report, moment)
     if refused is not None:
         return refused
+    return _compare(path, fetched, target, bundle, report)
+
+
+def _unreachable(path: Path, target: LinkTarget, exc: httpx.HTTPError) -> Finding:
+    return "unreachable", TemporaryFailure(
+        f"cannot fetch the bundleUrl of {path} from {target.host}: {type(exc).__name__}: {exc}"
+    )
+
+
+def _compare(
+    path: Path, fetched: _Fetched, target: LinkTarget, bundle: BundleVersion, report: CheckReport
+) -> Finding | None:
     report.actual_sha256 = fetched.sha256
     report.size = fetched.size
     if fetched.sha256 != bundle.ref.sha256:
@@ -202,12 +264,20 @@ def _refusal(
 ) -> Finding | None:
     """What a non-200 answer means for the chart."""
     if fetched.status == 404:
+        said = f": {fetched.line}" if fetched.served_by_mirror and fetched.line else ""
         return "missing", NotFound(
             f"{target.host} has no object for {target.domain} {target.version} "
-            f"({target.filename}, HTTP 404) although its manifest exists"
+            f"({target.filename}, HTTP 404){said}"
+            + ("" if said else " although its manifest exists")
         )
     if fetched.status == 403 and fetched.expired:
         return "expired", _expired_error(report, report.expires_at, moment)
+    if fetched.status == 502 and fetched.served_by_mirror:
+        return "mismatch", IntegrityError(
+            f"mirror serve at {target.host} refused {target.domain} {target.version}: "
+            f"{fetched.line or 'the object does not match its manifest'}",
+            hint="the object in the bucket was replaced or damaged; do not deploy it",
+        )
     if fetched.status in (401, 403):
         return "refused", AuthError(
             f"{target.host} refused the bundleUrl of {path} (HTTP {fetched.status}"
@@ -240,6 +310,11 @@ class _Fetched:
     size: int = 0
     code: str = ""
     expired: bool = False
+    served_version: str = ""
+    """`mirror serve`'s Mirror-Version header: the version it sent."""
+    served_by_mirror: bool = False
+    line: str = ""
+    """The first line of an error answer's body (mirror serve answers errors in one line)."""
 
 
 def _fetch_sha256(http: httpx.Client, url: str) -> _Fetched:
@@ -256,8 +331,16 @@ def _fetch_sha256(http: httpx.Client, url: str) -> _Fetched:
                 status=response.status_code,
                 code=s3_error(text).code,
                 expired=is_expired_answer(response.status_code, text),
+                served_by_mirror=response.headers.get("server", "").startswith(SERVER_NAME),
+                line=" ".join(text.strip().splitlines()[:1])[:ERROR_LINE_LIMIT],
             )
         hashing = HashingWriter()
         for chunk in response.iter_bytes(CHUNK_SIZE):
             hashing.write(chunk)
-        return _Fetched(status=200, sha256=hashing.result.sha256, size=hashing.size)
+        return _Fetched(
+            status=200,
+            sha256=hashing.result.sha256,
+            size=hashing.size,
+            served_version=response.headers.get(VERSION_HEADER, ""),
+            served_by_mirror=response.headers.get("server", "").startswith(SERVER_NAME),
+        )

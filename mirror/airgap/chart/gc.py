@@ -49,17 +49,21 @@ NEWEST = "newest"
 PROMOTED_MEANWHILE = "promoted meanwhile"
 
 
-class GcStore(layout.Bucket, Protocol):
-    """What gc needs of mirror.airgap.s3.objectstore.ObjectStore."""
+class Listing(layout.Bucket, Protocol):
+    """What finding the bucket's domains needs (`bucket_domains`; gc, `mirror serve`)."""
 
     @property
     def prefix(self) -> str: ...
 
+    def list_keys(self, prefix: str = "") -> list[str]: ...
+
+
+class GcStore(Listing, Protocol):
+    """What gc needs of mirror.airgap.s3.objectstore.ObjectStore."""
+
     def head(self, key: str) -> dict[str, Any] | None: ...
 
     def delete(self, key: str) -> None: ...
-
-    def list_keys(self, prefix: str = "") -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,7 @@ def gc_domain(
     )
 
 
-def bucket_domains(store: GcStore) -> list[str]:
+def bucket_domains(store: Listing) -> list[str]:
     """Every domain with an index in the bucket, sorted."""
     root = f"{store.prefix}/" if store.prefix else ""
     found: set[str] = set()

@@ -99,9 +99,9 @@ def refresh_reason(
         return "unreadable"
     if (link.domain, link.version) != (domain, version) or values.version not in (None, version):
         return f"version {values.version or link.version} -> {version}"
-    if target.url_mode == "plain":
+    if target.url_mode in ("plain", "serve"):
         if expires_at is not None:
-            return "url_mode is now plain"
+            return f"url_mode is now {target.url_mode}"
         return None
     if expires_at is None:
         return "url_mode is now presigned"
@@ -120,6 +120,7 @@ def refresh_values(
     domains: list[str],
     *,
     now: Clock = utcnow,
+    served_at: str = "",
 ) -> list[RefreshResult]:
     """Render each domain's values file again where needed and run chart.on_change for it.
 
@@ -137,9 +138,8 @@ def refresh_values(
             expires_at = _existing_expiry(path)
             results.append(RefreshResult(domain, path, version, "fresh", "still valid", expires_at))
             continue
-        result, failure = _render(
-            store, target, hook, RefreshResult(domain, path, version, "rendered", reason, None)
-        )
+        planned = RefreshResult(domain, path, version, "rendered", reason, None)
+        result, failure = _render(store, target, hook, planned, served_at)
         results.append(result)
         if failure is not None:
             failures.append(failure)
@@ -149,12 +149,16 @@ def refresh_values(
 
 
 def _render(
-    store: BucketStore, target: TargetSettings, hook: list[str], planned: RefreshResult
+    store: BucketStore,
+    target: TargetSettings,
+    hook: list[str],
+    planned: RefreshResult,
+    served_at: str,
 ) -> tuple[RefreshResult, str | None]:
     """Write the `planned` values file and run the hook on it; the result and the hook's
     failure, if any."""
     domain, path, version = planned.domain, planned.path, planned.version
-    values = render_values(store, target, domain, version)
+    values = render_values(store, target, domain, version, served_at=served_at)
     write_values(values, path)
     log.info("values rendered", extra={"domain": domain, "version": version, "path": str(path)})
     hook_exit: int | None = None

@@ -16,7 +16,13 @@ from urllib.parse import quote, unquote, urlsplit
 
 import yaml
 
-from mirror.airgap.chart.bucket import BucketStore, complete_version, current_version
+from mirror.airgap import layout
+from mirror.airgap.chart.bucket import (
+    BucketStore,
+    BundleVersion,
+    complete_version,
+    current_version,
+)
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
 from mirror.fsutil import atomic_writer
@@ -28,16 +34,20 @@ isoformat = rfc3339  # the one timestamp form of our documents and messages
 
 @dataclass(frozen=True)
 class ChartValues:
-    """Rendered values for one version; `expires_at` is None for a plain URL."""
+    """Rendered values for one version; `expires_at` is None for a link that does not expire.
+    `moving`: the link is `mirror serve`'s URL of the domain's current version (which
+    follows promote and rollback); `version` is then the one current when rendered, and the
+    values say `version: current`."""
 
     domain: str
     version: str
     key: str
     sha256: str
     bundle_url: str
-    url_mode: Literal["presigned", "plain"]
+    url_mode: Literal["presigned", "plain", "serve"]
     expires_at: datetime | None
     ttl: float | None
+    moving: bool = False
 
     def helm_values(self) -> dict[str, Any]:
         """The `staticExport` section of the chart's values."""
@@ -45,21 +55,29 @@ class ChartValues:
             "staticExport": {
                 "enabled": True,
                 "bundleUrl": self.bundle_url,
-                "version": self.version,
+                "version": layout.MOVING if self.moving else self.version,
             }
         }
 
     def expiry_note(self) -> str:
+        if self.moving:
+            return (
+                "bundleUrl is mirror serve's link to the current version: it follows promote "
+                "and rollback and does not expire"
+            )
+        if self.url_mode == "serve":
+            return "bundleUrl is mirror serve's link to this version and does not expire"
         if self.expires_at is None:
             return "bundleUrl is a plain URL and does not expire"
         ttl = format_duration(self.ttl) if self.ttl is not None else "?"
         return f"bundleUrl expires {isoformat(self.expires_at)} (presigned, {ttl})"
 
     def text(self) -> str:
+        how = "--moving" if self.moving else f"--pin {self.version}"
         header = [
             f"# {self.expiry_note()}",
             f"# bundle sha256 {self.sha256} ({self.domain} {self.version})",
-            f"# rendered by: mirror chart values {self.domain} --pin {self.version}",
+            f"# rendered by: mirror chart values {self.domain} {how}",
         ]
         body = yaml.safe_dump(self.helm_values(), sort_keys=False, width=1_000_000)
         return "\n".join(header) + "\n" + body
@@ -73,7 +91,35 @@ class ChartValues:
             "url_mode": self.url_mode,
             "bundle_url": self.bundle_url,
             "expires_at": isoformat(self.expires_at) if self.expires_at else None,
+            "moving": self.moving,
         }
+
+
+def served_url(public_url: str, bundle: BundleVersion, *, moving: bool) -> str:
+    """`mirror serve`'s link to the bundle (`moving`: to the domain's current version)."""
+    if not public_url:
+        raise ConfigError(
+            'target.url_mode is "serve" but serve.public_url is empty; set it to the '
+            "address the pods use to reach mirror serve (http://mirror-serve.NAMESPACE.svc:8080)"
+        )
+    ref = bundle.ref
+    path = layout.served_path(ref.domain, None if moving else str(ref.label), ref.format)
+    return public_url.rstrip("/") + quote(path, safe="/")
+
+
+def _served_values(bundle: BundleVersion, served_at: str, *, moving: bool) -> ChartValues:
+    ref = bundle.ref
+    return ChartValues(
+        domain=ref.domain,
+        version=str(ref.label),
+        key=bundle.key,
+        sha256=ref.sha256,
+        bundle_url=served_url(served_at, bundle, moving=moving),
+        url_mode="serve",
+        expires_at=None,
+        ttl=None,
+        moving=moving,
+    )
 
 
 def plain_url(target: TargetSettings, key: str) -> str:
@@ -90,10 +136,22 @@ def render_values(
     target: TargetSettings,
     domain: str,
     version: str | None = None,
+    *,
+    served_at: str = "",
+    moving: bool = False,
 ) -> ChartValues:
-    """Values for `version` of `domain`, or for its current version when None."""
+    """Values for `version` of `domain`, or for its current version when None. With
+    `target.url_mode = "serve"` the link is `mirror serve`'s at `served_at` (serve.public_url):
+    the version's own by default, the moving link to the current version with `moving`."""
+    if moving and (target.url_mode != "serve" or version is not None):
+        raise ConfigError(
+            "only mirror serve has a link that follows the current version: --moving needs "
+            'target.url_mode = "serve" and no --pin'
+        )
     chosen = version or current_version(store, domain)
     bundle = complete_version(store, domain, chosen)
+    if target.url_mode == "serve":
+        return _served_values(bundle, served_at, moving=moving)
     if target.url_mode == "plain":
         return ChartValues(
             domain=domain,

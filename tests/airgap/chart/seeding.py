@@ -64,10 +64,13 @@ def seed_version(
     domain: str = DOMAIN,
     in_index: bool = True,
     with_manifest: bool = True,
+    archive: Path | None = None,
 ) -> Seeded:
-    """Publish a real tar.gz site as `version`, in the bucket formats of INTERFACES.md."""
-    site = {**sample_site(), "version.txt": f"{domain} {version}\n".encode()}
-    archive = write_tar(workdir / f"{domain}-{version}.tar.gz", site)
+    """Publish a real tar.gz site as `version` (or the tar.gz `archive`), in the bucket
+    formats of INTERFACES.md."""
+    if archive is None:
+        site = {**sample_site(), "version.txt": f"{domain} {version}\n".encode()}
+        archive = write_tar(workdir / f"{domain}-{version}.tar.gz", site)
     sha256, size = hash_file(archive).sha256, archive.stat().st_size
     key = store.key(domain, version, "bundle.tar.gz")
     with archive.open("rb") as source:

@@ -1,0 +1,26 @@
+"""`mirror serve`: the bucket's versions over HTTP for the vendor's pods (mirror/serve/)."""
+
+from __future__ import annotations
+
+import click
+
+from mirror.cli.common import CliContext, pass_cli
+from mirror.logs import setup_logging
+
+
+@click.command("serve")
+@pass_cli
+def serve_command(cli: CliContext) -> None:
+    """Serve every domain's versions from a verified local cache until stopped (SIGTERM).
+
+    Settings: [serve] (listen, public_url, cache_dir, cache_max, idle_timeout,
+    poll_interval) and [target] (the bucket, read with a read-only identity). URLs:
+    /domains/DOMAIN/VERSION/bundle.EXT (immutable) and /domains/DOMAIN/current/bundle.EXT
+    (follows promote and rollback within serve.poll_interval); /healthz, /readyz, /metrics
+    and a status page on /.
+    """
+    from mirror.serve.run import run_serve
+
+    if cli.verbosity >= 0:
+        setup_logging(max(1, cli.verbosity))
+    run_serve(cli.settings, announce=lambda line: click.echo(line))

@@ -1,0 +1,238 @@
+"""The local cache of verified bundles: what `mirror serve` sends, and only that.
+
+    CACHE_DIR/bundles/<sha256>   a bundle, read-only, whose bytes hashed to its name
+    CACHE_DIR/cache.json         the record: per bundle its size, digest, versions, provenance
+                                 facts and when it was last served
+    CACHE_DIR/tmp/               fills in progress (emptied at start)
+    CACHE_DIR/pointers.json      the pointers last read (mirror.serve.pointers)
+
+Promises:
+- A file enters only whole and verified (`admit`: renamed into place by the filler, which
+  hashed it as it was written); a file is handed out (`open_verified`) only when it was
+  verified in this run and its inode, size, modification and change times are still the
+  ones seen then, so a file written to since (any write changes its ctime) is dropped,
+  never sent.
+- Restarted, the cache trusts nothing: every recorded file is `unverified` until hashed
+  again against its recorded size and sha256 (`verify`); a damaged or missing one is
+  dropped and its record with it. Files nobody recorded are removed.
+- `evict` removes the least recently served bundles until the total is at most
+  `max_bytes`, never one whose sha256 is protected (a domain's current version and its
+  rollback target); a file being sent is unaffected (it is open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from mirror.fsutil import atomic_write_bytes
+from mirror.integrity import hash_file
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+Fingerprint = tuple[int, int, int, int]
+
+
+@dataclass
+class Entry:
+    """One cached bundle. `fingerprint` is set once it was verified in this run."""
+
+    sha256: str
+    size: int
+    format: str
+    versions: set[tuple[str, str]] = field(default_factory=set)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    last_used: float = 0.0
+    fingerprint: Fingerprint | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.fingerprint is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "format": self.format,
+            "versions": sorted([list(pair) for pair in self.versions]),
+            "provenance": self.provenance,
+            "last_used": round(self.last_used, 3),
+        }
+
+
+def fingerprint(status: os.stat_result) -> Fingerprint:
+    return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+class Cache:
+    """The bundles under one directory (module docstring). Thread-safe."""
+
+    def __init__(self, directory: Path, max_bytes: int) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.bundles = directory / "bundles"
+        self.tmp = directory / "tmp"
+        self.record = directory / "cache.json"
+        self.entries: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> list[Entry]:
+        """Load the record, clear interrupted fills and unrecorded files; returns the entries
+        (all unverified until `verify`)."""
+        for folder in (self.bundles, self.tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.tmp)
+        self.tmp.mkdir()
+        self.entries = self._load()
+        for path in self.bundles.iterdir():
+            if path.name not in self.entries:
+                log.warning("removing %s: the cache has no record of it", path)
+                _remove(path)
+        for sha256 in [s for s in self.entries if not (self.bundles / s).is_file()]:
+            log.warning("the cached bundle %s is gone; dropping its record", sha256)
+            del self.entries[sha256]
+        self.persist()
+        return list(self.entries.values())
+
+    def _load(self) -> dict[str, Entry]:
+        try:
+            document = json.loads(self.record.read_bytes())
+            if document.get("format") != FORMAT:
+                raise ValueError(f"format {document.get('format')!r}")
+            return {sha: _entry(sha, item) for sha, item in document["entries"].items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("the cache record %s is unreadable (%s); starting empty", self.record, exc)
+            return {}
+
+    def persist(self) -> None:
+        with self._lock:
+            entries = {sha: entry.as_dict() for sha, entry in sorted(self.entries.items())}
+        document = {"format": FORMAT, "entries": entries}
+        atomic_write_bytes(self.record, json.dumps(document, indent=1).encode() + b"\n")
+
+    def path(self, sha256: str) -> Path:
+        return self.bundles / sha256
+
+    def get(self, sha256: str) -> Entry | None:
+        with self._lock:
+            return self.entries.get(sha256)
+
+    def verify(self, sha256: str) -> bool:
+        """Hash a recorded file again: True (and usable) when it is its recorded size and
+        digest; False, and dropped, when it is not."""
+        entry = self.get(sha256)
+        if entry is None:
+            return False
+        path = self.path(sha256)
+        try:
+            before = path.stat()
+            digest = hash_file(path).sha256 if before.st_size == entry.size else None
+            after = path.stat()
+        except OSError as exc:
+            self.drop(sha256, f"it cannot be read: {exc.strerror}")
+            return False
+        if digest == sha256 and fingerprint(before) == fingerprint(after):
+            with self._lock:
+                entry.fingerprint = fingerprint(after)
+            return True
+        self.drop(sha256, "its bytes are not the ones recorded")
+        return False
+
+    def drop(self, sha256: str, why: str) -> None:
+        with self._lock:
+            entry = self.entries.pop(sha256, None)
+        if entry is not None:
+            log.warning("dropping the cached bundle %s: %s", sha256, why)
+            _remove(self.path(sha256))
+            self.persist()
+
+    @contextlib.contextmanager
+    def open_verified(self, sha256: str) -> Iterator[IO[bytes] | None]:
+        """The verified file, open, for the `with` block; None when there is none (or it was
+        changed since it was verified: then it is dropped)."""
+        entry = self.get(sha256)
+        if entry is None or entry.fingerprint is None:
+            yield None
+            return
+        try:
+            handle = open(self.path(sha256), "rb")  # noqa: SIM115 (closed below)
+        except OSError:
+            self.drop(sha256, "it cannot be opened")
+            yield None
+            return
+        with handle:
+            if fingerprint(os.fstat(handle.fileno())) != entry.fingerprint:
+                self.drop(sha256, "it was changed after it was verified")
+                yield None
+                return
+            entry.last_used = time.time()
+            yield handle
+
+    def temp_path(self, sha256: str) -> Path:
+        return self.tmp / f"{sha256}.{os.getpid()}.{threading.get_ident()}.part"
+
+    def admit(self, temp: Path, entry: Entry) -> None:
+        """Move a verified fill into place and record it."""
+        target = self.path(entry.sha256)
+        temp.chmod(0o444)
+        os.replace(temp, target)
+        entry.fingerprint = fingerprint(target.stat())
+        entry.last_used = time.time()
+        with self._lock:
+            known = self.entries.get(entry.sha256)
+            if known is not None:
+                entry.versions |= known.versions
+            self.entries[entry.sha256] = entry
+        self.persist()
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(entry.size for entry in self.entries.values())
+
+    def evict(self, protected: set[str]) -> list[Entry]:
+        """Remove least recently served bundles until the total fits `max_bytes`."""
+        removed: list[Entry] = []
+        with self._lock:
+            total = sum(entry.size for entry in self.entries.values())
+            for entry in sorted(self.entries.values(), key=lambda e: e.last_used):
+                if total <= self.max_bytes:
+                    break
+                if entry.sha256 in protected:
+                    continue
+                del self.entries[entry.sha256]
+                total -= entry.size
+                removed.append(entry)
+        for entry in removed:
+            log.info("evicted %s (%d bytes) from the cache", entry.sha256, entry.size)
+            _remove(self.path(entry.sha256))
+        if removed:
+            self.persist()
+        return removed
+
+
+def _entry(sha256: str, item: dict[str, Any]) -> Entry:
+    return Entry(
+        sha256=sha256,
+        size=int(item["size"]),
+        format=str(item["format"]),
+        versions={(str(d), str(v)) for d, v in item.get("versions", [])},
+        provenance=dict(item.get("provenance") or {}),
+        last_used=float(item.get("last_used", 0.0)),
+    )
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.chmod(0o644)
+        path.unlink()

@@ -1,0 +1,331 @@
+"""The socket edge of `mirror serve`: the standard library's HTTP/1.1 server, one thread per
+connection, bundles sent from the cache with `sendfile`.
+
+Why this server (measured, bench/RESULTS.md "mirror serve: the HTTP server"): with 50
+clients fetching a 256 MiB file it used less memory (21 MiB peak against aiohttp's 38 MiB)
+and less CPU than aiohttp's `FileResponse` (which also sends with sendfile), and its
+per-socket timeout cuts a stalled client after `serve.idle_timeout`, where aiohttp kept one
+connected for as long as it was measured (100 s; it has no send timeout). Requests are
+parsed by `http.server` (no parser of ours); this module only routes and answers.
+
+Promises: every response carries Content-Length; every answer that is not a bundle is one
+line of text; a bundle is sent only from a verified cache file (mirror.serve.cache) after
+its plan (mirror.serve.ranges); a client that takes or sends nothing for
+`serve.idle_timeout` is cut, in its own thread, so it never holds up another; more than
+`serve.max_clients` connections at once are answered 503 at once; a request line, target
+or header section longer than the limits is 400. One log line per response (logger
+`mirror.serve.access`: client, method, path, status, bytes, duration, and for a bundle its
+domain, version and sha256).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import IO, Any
+
+from mirror.airgap.layout import SERVER_NAME, VERSION_HEADER
+from mirror.errors import IntegrityError, MirrorError
+from mirror.httpserver import QuietHTTPServer
+from mirror.serve import ranges
+from mirror.serve.cache import Entry
+from mirror.serve.metrics import CONTENT_TYPE
+from mirror.serve.pointers import Listed
+from mirror.serve.routes import CONTENT_TYPES, BundleRoute, Page, Refusal, bundle_path, parse_target
+from mirror.serve.service import Fetch, Service
+from mirror.serve.status import render_status
+from mirror.timestamps import utcnow
+
+access = logging.getLogger("mirror.serve.access")
+log = logging.getLogger(__name__)
+
+ALLOW = "GET, HEAD"
+MAX_LINE = 8192
+MAX_HEADERS = 16384
+ERROR_LINE = 200
+IMMUTABLE = "public, max-age=31536000, immutable"
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 32\r\nConnection: close\r\nRetry-After: 5\r\n\r\n"
+    b"too many clients; try again soon"
+)
+
+
+class ServeServer(QuietHTTPServer):
+    """The listener: a thread per connection, at most `max_clients` at once."""
+
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], service: Service) -> None:
+        self.service = service
+        self.slots = threading.BoundedSemaphore(service.settings.max_clients)
+        handler = type("Handler", (Handler,), {"timeout": service.settings.idle_timeout})
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection: requests read by http.server, answered here (module docstring)."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = SERVER_NAME
+    sys_version = ""
+    server: ServeServer
+
+    def setup(self) -> None:
+        self.started = time.monotonic()
+        super().setup()
+
+    @property
+    def service(self) -> Service:
+        return self.server.service
+
+    def handle_one_request(self) -> None:
+        try:
+            self.raw_requestline = self.rfile.readline(MAX_LINE + 1)
+            self.started = time.monotonic()
+            if len(self.raw_requestline) > MAX_LINE:
+                self.requestline, self.request_version, self.command = "", "HTTP/1.1", ""
+                self.send_error(400, "request line too long")
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():
+                return
+            self._answer()
+            self.wfile.flush()
+        except TimeoutError:
+            log.debug("closing %s: idle for %ss", self.client_address[0], self.timeout)
+            self.close_connection = True
+
+    def _answer(self) -> None:
+        if self.request_version == "HTTP/0.9":
+            return self.send_error(400, "HTTP/0.9 requests are not served")
+        if len(str(self.headers)) > MAX_HEADERS:
+            self.close_connection = True
+            return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
+        if self.command not in ("GET", "HEAD"):
+            return self._plain(405, f"method {self.command} is not allowed", {"Allow": ALLOW})
+        route = parse_target(self.path)
+        if isinstance(route, Refusal):
+            return self._plain(route.status, route.reason)
+        if isinstance(route, Page):
+            return self._page(route)
+        return self._bundle(route)
+
+    # ---- pages -----------------------------------------------------------------------------
+
+    def _page(self, page: Page) -> None:
+        if page.name == "healthz":
+            return self._plain(200, "ok")
+        if page.name == "readyz":
+            why = self.service.not_ready()
+            return self._plain(200, "ready") if why is None else self._plain(503, why)
+        if page.name == "metrics":
+            return self._body(200, self.service.metrics.exposition(), CONTENT_TYPE)
+        page_bytes = render_status(self.service).encode()
+        return self._body(200, page_bytes, "text/html; charset=utf-8")
+
+    def _plain(
+        self,
+        status: int,
+        line: str,
+        headers: dict[str, str] | None = None,
+        listed: Listed | None = None,
+    ) -> None:
+        self._body(status, (line + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
+
+    def _body(
+        self,
+        status: int,
+        body: bytes,
+        kind: str,
+        headers: dict[str, str] | None = None,
+        listed: Listed | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        sent = 0
+        if self.command != "HEAD":
+            self.wfile.write(body)
+            sent = len(body)
+        self._finish(status, sent, listed)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's refusals (a malformed request line, headers too long or too many,
+        an unsupported version) as one line; the limits' own codes (414, 431) are 400."""
+        self.close_connection = True
+        if self.request_version in ("", "HTTP/0.9"):  # answered with a status line all the same
+            self.request_version = "HTTP/1.1"
+        status = 400 if code in (414, 431) else code
+        self._plain(status, (message or "bad request")[:ERROR_LINE])
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        return None  # one line per response is _finish's
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s: " + format, self.client_address[0], *args)
+
+    # ---- bundles ---------------------------------------------------------------------------
+
+    def _bundle(self, route: BundleRoute, again: bool = True) -> None:
+        found = self.service.resolve(route)
+        if isinstance(found, Refusal):
+            return self._plain(found.status, found.reason)
+        entry = self.service.cache.get(found.ref.sha256)
+        hit = entry is not None and entry.verified
+        try:
+            entry = self.service.supply.ensure(found)
+        except IntegrityError as exc:
+            return self._plain(502, f"refused {exc.message}", listed=found)
+        except MirrorError as exc:
+            return self._plain(503, exc.message, {"Retry-After": "10"})
+        with self.service.cache.open_verified(found.ref.sha256) as handle:
+            if handle is not None:
+                if hit:
+                    self.service.metrics.hits.inc()
+                return self._send(route, found, entry, handle)
+        if again:  # changed since it was verified: dropped; fill it again once
+            self.service.metrics.dropped.inc()
+            return self._bundle(route, again=False)
+        return self._plain(
+            503,
+            f"version {found.ref.label} of {found.ref.domain} is not "
+            "available from the cache; ask again",
+            {"Retry-After": "10"},
+        )
+
+    def _send(self, route: BundleRoute, listed: Listed, entry: Entry, handle: IO[bytes]) -> None:
+        ref = listed.ref
+        etag = f'"{ref.sha256}"'
+        plan = ranges.plan(self.command, self._conditions(), etag, ref.size)
+        if plan.status in (200, 206):
+            self.service.served(listed, entry)
+        self.send_response(plan.status)
+        self.send_header("ETag", etag)
+        digest = base64.b64encode(bytes.fromhex(ref.sha256)).decode()
+        self.send_header("Repr-Digest", f"sha-256=:{digest}:")
+        self.send_header(VERSION_HEADER, str(ref.label))
+        self.send_header("Cache-Control", IMMUTABLE if route.pinned else "no-cache")
+        if not route.pinned:
+            self.send_header("Content-Location", bundle_path(ref.domain, ref.label, ref.format))
+        self.send_header("Accept-Ranges", "bytes")
+        if plan.content_range:
+            self.send_header("Content-Range", plan.content_range)
+        if plan.status != 304:
+            self.send_header(
+                "Content-Type", CONTENT_TYPES.get(ref.format, "application/octet-stream")
+            )
+            self.send_header("Content-Length", str(plan.length))
+        self.end_headers()
+        sent, cut = 0, False
+        if self.command == "GET" and plan.length:
+            sent, cut = self._sendfile(handle, plan.start, plan.length)
+        self._finish(plan.status, sent, listed, cut=cut)
+
+    def _sendfile(self, handle: IO[bytes], start: int, length: int) -> tuple[int, bool]:
+        """Send `length` bytes of the file from `start`: (bytes sent, whether the client was
+        cut). A stalled client raises TimeoutError in socket.sendfile after the idle timeout
+        (it waits on the socket's own timeout); one that went away, a ConnectionError."""
+        try:
+            return self.connection.sendfile(handle, start, length), False
+        except (TimeoutError, ConnectionError) as exc:
+            self.close_connection = True
+            if isinstance(exc, TimeoutError):
+                self.service.metrics.cut.inc()
+                log.info("cut %s: took nothing for %ss", self.client_address[0], self.timeout)
+            return max(0, handle.tell() - start), True
+
+    def _conditions(self) -> dict[str, str]:
+        wanted = ("if-none-match", "range", "if-range")
+        return {
+            name: ", ".join(self.headers.get_all(name) or [])
+            for name in wanted
+            if self.headers.get(name) is not None
+        }
+
+    # ---- one line per response -------------------------------------------------------------
+
+    def _finish(
+        self, status: int, sent: int, listed: Listed | None = None, *, cut: bool = False
+    ) -> None:
+        seconds = time.monotonic() - self.started
+        ref = listed.ref if listed is not None else None
+        path = _shown(getattr(self, "path", ""))
+        fetch = Fetch(
+            utcnow(),
+            self.client_address[0],
+            self.command or "-",
+            path,
+            status,
+            sent,
+            seconds,
+            ref.domain if ref else None,
+            str(ref.label) if ref else None,
+        )
+        self.service.record(fetch)
+        access.info(
+            "%s %s %d%s",
+            fetch.method,
+            path,
+            status,
+            " (cut)" if cut else "",
+            extra={
+                "client": fetch.client,
+                "method": fetch.method,
+                "path": path,
+                "status": status,
+                "bytes": sent,
+                "duration_ms": round(seconds * 1000, 1),
+                "domain": fetch.domain,
+                "version": fetch.version,
+                "sha256": ref.sha256 if ref else None,
+            },
+        )
+
+
+def _shown(path: str) -> str:
+    """A request target as a log line may hold it: printable, escaped, bounded."""
+    text = path.encode("latin-1", "replace").decode("ascii", "backslashreplace")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return text[:300]
+
+
+def listen(address: str, service: Service) -> ServeServer:
+    """The server bound to `address` (HOST:PORT; `[::1]:8080` for IPv6)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    server_class = ServeServer6 if ":" in host else ServeServer
+    return server_class((host, int(port)), service)
+
+
+class ServeServer6(ServeServer):
+    address_family = socket.AF_INET6

@@ -1,0 +1,247 @@
+"""The service's state and decisions between the socket and the cache: which version a route
+names, whether the service is ready, what the pointers are, and the poller that keeps them.
+
+Promises:
+- The pointers are read at start and then every `serve.poll_interval`; a read that fails
+  keeps the pointers read before (or, right after a restart, the ones saved in
+  `CACHE_DIR/pointers.json`), and says so (`bucket_error`, the status page, the
+  `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
+- After each read every domain's current version and rollback target are filled, then the
+  rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
+  current version or a rollback target).
+- Ready (`/readyz`) once every domain's current version is cached and verified.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from mirror.config import ServeSettings
+from mirror.errors import IntegrityError, MirrorError
+from mirror.serve import pointers as pointer_file
+from mirror.serve.bucket import ServeBucket
+from mirror.serve.cache import Cache, Entry
+from mirror.serve.metrics import Gauges, Served, ServeMetrics
+from mirror.serve.pointers import DomainView, Listed, Pointers, read_pointers
+from mirror.serve.routes import BundleRoute, Refusal, bundle_path
+from mirror.serve.supply import Supply, Trust
+from mirror.timestamps import parse_zoned, utcnow
+
+log = logging.getLogger(__name__)
+
+RECENT = 20
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One response, as the log line and the status page's last fetches show it."""
+
+    at: datetime
+    client: str
+    method: str
+    path: str
+    status: int
+    bytes: int
+    seconds: float
+    domain: str | None = None
+    version: str | None = None
+
+
+class Service:
+    """One `mirror serve`: the bucket, the cache, the pointers and the poller."""
+
+    def __init__(self, settings: ServeSettings, bucket: ServeBucket, trust: Trust) -> None:
+        self.settings = settings
+        self.bucket = bucket
+        self.cache = Cache(settings.cache_dir, settings.cache_max)
+        self.metrics = ServeMetrics(self.gauges)
+        self.supply = Supply(
+            self.cache,
+            bucket,
+            trust,
+            on_refused=self._refused,
+            on_fill=lambda _: self.metrics.fills.inc(),
+            hold=settings.poll_interval,
+        )
+        self.pointers = Pointers()
+        self.pointers_from_disk = False
+        self.bucket_error: str | None = None
+        self.bucket_down_since: datetime | None = None
+        self.recent: deque[Fetch] = deque(maxlen=RECENT)
+        self.last_served: dict[str, Served] = {}
+        self.stop = threading.Event()
+        self.polls = 0
+        self._polled = threading.Condition()
+
+    @property
+    def pointers_path(self) -> str:
+        return str(self.settings.cache_dir / "pointers.json")
+
+    def start(self) -> None:
+        """Open the cache (nothing in it verified yet) and load the saved pointers."""
+        self.cache.open()
+        saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
+        if saved is not None:
+            self.pointers, self.pointers_from_disk = saved, True
+
+    # ---- the poller ------------------------------------------------------------------------
+
+    def poll(self) -> bool:
+        """Read the pointers once; True when the bucket answered."""
+        try:
+            found = read_pointers(self.bucket, self.settings.domains, self.pointers)
+        except MirrorError as exc:
+            self._bucket_failed(str(exc))
+            return False
+        self.pointers, self.pointers_from_disk = found, False
+        if found.errors:
+            self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
+        else:
+            self.bucket_error, self.bucket_down_since = None, None
+        pointer_file.save(self.settings.cache_dir / "pointers.json", found)
+        return not found.errors
+
+    def _bucket_failed(self, error: str) -> None:
+        if self.bucket_error is None:
+            log.warning(
+                "cannot read the pointers from the bucket; serving what was read before: %s", error
+            )
+            self.bucket_down_since = utcnow()
+        self.bucket_error = error
+
+    def settle(self) -> None:
+        """Fill every current version and rollback target, verify the rest, trim the cache."""
+        for view in list(self.pointers.domains.values()):
+            for label in (view.current, view.rollback):
+                if label is not None and label in view.versions:
+                    self._ensure_quietly(view.versions[label])
+        for entry in list(self.cache.entries.values()):
+            if (
+                not entry.verified
+                and not self.stop.is_set()
+                and not self.cache.verify(entry.sha256)
+            ):
+                self.metrics.dropped.inc()
+        evicted = self.cache.evict(self.protected())
+        self.metrics.evictions.inc(len(evicted))
+
+    def _ensure_quietly(self, listed: Listed) -> None:
+        try:
+            self.supply.ensure(listed)
+        except MirrorError as exc:
+            log.warning(
+                "%s", exc, extra={"domain": listed.ref.domain, "version": str(listed.ref.label)}
+            )
+
+    def run_poller(self) -> None:
+        """Poll and settle until `stop` is set."""
+        while not self.stop.is_set():
+            self.poll()
+            self.settle()
+            with self._polled:
+                self.polls += 1
+                self._polled.notify_all()
+            self.stop.wait(self.settings.poll_interval)
+
+    def protected(self) -> set[str]:
+        found: set[str] = set()
+        for view in self.pointers.domains.values():
+            found |= view.protected()
+        return found
+
+    # ---- decisions -------------------------------------------------------------------------
+
+    def resolve(self, route: BundleRoute) -> Listed | Refusal:
+        """The version a bundle route names, or a 404 line saying why there is none."""
+        view = self.pointers.domains.get(route.domain)
+        if view is None:
+            return Refusal(404, f"no domain {route.domain} is served here")
+        label = route.label or view.current
+        if label is None:
+            return Refusal(404, f"{route.domain} has no current version")
+        listed = view.versions.get(label)
+        if listed is None:
+            return Refusal(404, f"no version {label} of {route.domain}")
+        if listed.ref.format != route.format:
+            where = bundle_path(route.domain, route.label, listed.ref.format)
+            return Refusal(
+                404, f"version {label} of {route.domain} is a {listed.ref.format} bundle: {where}"
+            )
+        return listed
+
+    def is_current(self, listed: Listed) -> bool:
+        view = self.pointers.domains.get(listed.ref.domain)
+        return view is not None and view.current == listed.ref.label
+
+    def not_ready(self) -> str | None:
+        """Why the service is not ready, or None when it is."""
+        if not self.pointers.domains:
+            return "no domain read from the bucket yet"
+        for domain, view in sorted(self.pointers.domains.items()):
+            listed = view.versions.get(view.current) if view.current else None
+            if listed is None:
+                return f"{domain} has no current version"
+            entry = self.cache.get(listed.ref.sha256)
+            if entry is None or not entry.verified:
+                return f"{domain}'s current version {view.current} is not cached and verified yet"
+        return None
+
+    def wait_polled(self, count: int, timeout: float) -> bool:
+        """Block until `count` polls have finished (tests, start-up)."""
+        with self._polled:
+            return self._polled.wait_for(lambda: self.polls >= count, timeout)
+
+    # ---- what happened ---------------------------------------------------------------------
+
+    def _refused(self, listed: Listed, error: IntegrityError) -> None:
+        self.metrics.refused.labels(listed.ref.domain, str(listed.ref.label)).inc()
+
+    def served(self, listed: Listed, entry: Entry) -> None:
+        current = self.is_current(listed)
+        self.metrics.served.labels(
+            listed.ref.domain, str(listed.ref.label), str(current).lower()
+        ).inc()
+        self.last_served[listed.ref.domain] = Served(
+            str(listed.ref.label), current, exported_time(entry)
+        )
+
+    def record(self, fetch: Fetch) -> None:
+        self.metrics.responses.labels(str(fetch.status)).inc()
+        self.metrics.bytes_served.inc(fetch.bytes)
+        self.recent.append(fetch)
+
+    def gauges(self) -> Gauges:
+        read_at = self.pointers.read_at
+        return Gauges(
+            ready=self.not_ready() is None,
+            bucket_up=self.bucket_error is None and not self.pointers_from_disk,
+            pointers_age=(utcnow() - read_at).total_seconds() if read_at else None,
+            pointers_from_disk=self.pointers_from_disk,
+            cache_bytes=self.cache.total(),
+            current=current_labels(self.pointers.domains.values()),
+            last_served=dict(self.last_served),
+            now=time.time(),
+        )
+
+
+def current_labels(views: Iterable[DomainView]) -> dict[str, str]:
+    return {view.domain: view.current for view in views if view.current is not None}
+
+
+def exported_time(entry: Entry) -> float | None:
+    """When the vendor exported the bundle (its provenance's completion, else the manifest's
+    export time), as Unix time; None when neither is known."""
+    for key in ("completed_at", "exported_at"):
+        value = entry.provenance.get(key)
+        if isinstance(value, str) and value:
+            try:
+                return parse_zoned(value).timestamp()
+            except ValueError:
+                continue
+    return None

@@ -1,0 +1,269 @@
+"""Bundles into the cache, verified, one fill per bundle however many clients ask at once.
+
+`Supply.ensure(listed)` returns once the version's bundle is in the cache and verified in
+this run; it is the only way a bundle becomes servable. Promises:
+
+- Single flight: while a bundle is being filled (or, after a restart, hashed again), every
+  other request for it waits for that one fill and shares its outcome; none starts its own.
+- Verified before use: the version's `manifest.json` must name the same bundle (sha256,
+  size, object) as the index; when `target.trusted_keys` are set its signed provenance is
+  verified against that bundle (mirror.airgap.provenance; required with
+  `serve.require_provenance`); the object is streamed into a temporary file, hashed as it
+  is written, and admitted only when its size and sha256 are the manifest's. Anything else
+  is an IntegrityError naming the version (the caller answers 502): the temporary file is
+  removed, nothing is cached, nothing is sent.
+- A refused bundle is answered from that refusal for `hold` seconds (the poll interval);
+  after that the object is fetched again only once its ETag changed (one HEAD): neither a
+  pod restarting in a loop nor the poller downloads a bad object again and again.
+- A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
+  the S3 client's deadline (mirror.airgap.s3.client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mirror.airgap import layout
+from mirror.airgap.provenance import check_in_bucket, read_statement
+from mirror.errors import IntegrityError, MirrorError, NotFound, TemporaryFailure
+from mirror.integrity import HashingWriter
+from mirror.serve.bucket import ServeBucket
+from mirror.serve.cache import Cache, Entry
+from mirror.serve.pointers import Listed
+from mirror.transferset.keys import PublicKey
+
+log = logging.getLogger(__name__)
+
+Refused = Callable[[Listed, IntegrityError], None]
+
+
+@dataclass
+class _Flight:
+    done: threading.Event = field(default_factory=threading.Event)
+    error: MirrorError | None = None
+
+
+class _Held(Exception):
+    """An earlier refusal, still true: raised again without being counted again."""
+
+    def __init__(self, error: IntegrityError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class _Refusal:
+    until: float
+    error: IntegrityError
+    etag: str | None
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What a version must prove: its provenance signed by one of `keys` (when any), and,
+    with `required`, that it has one at all."""
+
+    keys: Mapping[str, PublicKey]
+    required: bool = False
+
+
+class Supply:
+    """Fills and re-verifications of the cache, one at a time per bundle (module docstring)."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        bucket: ServeBucket,
+        trust: Trust,
+        *,
+        on_refused: Refused,
+        on_fill: Callable[[Entry], None],
+        hold: float = 30.0,
+    ) -> None:
+        self.cache = cache
+        self.bucket = bucket
+        self.trust = trust
+        self.on_refused = on_refused
+        self.on_fill = on_fill
+        self._flights: dict[str, _Flight] = {}
+        self._followers = 0
+        self._refusals: dict[str, _Refusal] = {}
+        self.hold = hold
+        self._lock = threading.Lock()
+
+    def ensure(self, listed: Listed) -> Entry:
+        """The verified cache entry of `listed`'s bundle, filled or re-verified if need be."""
+        sha256 = listed.ref.sha256
+        entry = self.cache.get(sha256)
+        if entry is not None and entry.verified:
+            return entry
+        with self._lock:
+            refused = self._refusals.get(sha256)
+            if refused is not None and refused.until > time.monotonic():
+                raise refused.error
+            flight = self._flights.get(sha256)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[sha256] = _Flight()
+            else:
+                self._followers += 1
+        if leader:
+            try:
+                self._settle(listed)
+            except MirrorError as exc:
+                flight.error = exc
+            finally:
+                with self._lock:
+                    del self._flights[sha256]
+                flight.done.set()
+        else:
+            flight.done.wait()
+            with self._lock:
+                self._followers -= 1
+        if flight.error is not None:
+            raise flight.error
+        found = self.cache.get(sha256)
+        if found is None or not found.verified:
+            raise TemporaryFailure(f"{_name(listed)} left the cache at once; ask again")
+        return found
+
+    def waiting(self) -> int:
+        """How many requests wait for a fill another one leads."""
+        with self._lock:
+            return self._followers
+
+    def _settle(self, listed: Listed) -> None:
+        sha256 = listed.ref.sha256
+        entry = self.cache.get(sha256)
+        if entry is not None and (entry.verified or self.cache.verify(sha256)):
+            return
+        etag: str | None = None
+        try:
+            etag = self._unchanged_refusal(listed)
+            self._fill(listed)
+        except _Held as held:
+            raise held.error from None
+        except IntegrityError as exc:
+            log.error(
+                "refused %s: %s",
+                _name(listed),
+                exc,
+                extra={"domain": listed.ref.domain, "version": str(listed.ref.label)},
+            )
+            self.on_refused(listed, exc)
+            with self._lock:
+                self._refusals[sha256] = _Refusal(time.monotonic() + self.hold, exc, etag)
+            raise
+        except MirrorError as exc:
+            raise TemporaryFailure(
+                f"{_name(listed)} is not cached and the object store cannot be read: {exc}"
+            ) from None
+        with self._lock:
+            self._refusals.pop(sha256, None)
+
+    def _unchanged_refusal(self, listed: Listed) -> str | None:
+        """The object's ETag now; the earlier refusal again (not counted, held anew) when the
+        object is still the one refused."""
+        facts = self.bucket.head(listed.object)
+        etag = None if facts is None else str(facts["etag"])
+        with self._lock:
+            refused = self._refusals.get(listed.ref.sha256)
+            if refused is not None and etag is not None and refused.etag == etag:
+                refused.until = time.monotonic() + self.hold
+                raise _Held(refused.error)
+        return etag
+
+    def _fill(self, listed: Listed) -> None:
+        ref = listed.ref
+        manifest = layout.read_version_manifest(self.bucket, ref.domain, str(ref.label))
+        if manifest is None:
+            raise IntegrityError(f"{_name(listed)} has no manifest.json in the bucket")
+        named = (manifest.sha256.lower(), manifest.size, manifest.object)
+        if named != (ref.sha256, ref.size, listed.object):
+            raise IntegrityError(
+                f"{_name(listed)}: its manifest names another bundle than the index"
+            )
+        facts = self._provenance(listed, manifest)
+        temp = self.cache.temp_path(ref.sha256)
+        try:
+            self._download(listed, temp)
+            entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
+            self.cache.admit(temp, entry)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+        log.info(
+            "cached %s (%d bytes, sha256 verified)",
+            _name(listed),
+            ref.size,
+            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
+        )
+        self.on_fill(entry)
+
+    def _download(self, listed: Listed, temp: Path) -> None:
+        """The object into `temp`, hashed as it is written; IntegrityError unless it is the
+        manifest's bytes (a larger object is cut off as soon as it passes the size)."""
+        ref = listed.ref
+        with open(temp, "wb") as out:
+            hashing = HashingWriter(out)
+            for chunk in self.bucket.open_stream(listed.object):
+                hashing.write(chunk)
+                if hashing.size > ref.size:
+                    break
+        got = hashing.result
+        if (got.sha256, hashing.size) != (ref.sha256, ref.size):
+            raise IntegrityError(
+                f"{_name(listed)}: the object in the bucket is not the bundle its manifest "
+                f"names (sha256 {got.sha256[:16]}…, {hashing.size} bytes; expected "
+                f"{ref.sha256[:16]}…, {ref.size} bytes)"
+            )
+
+    def _provenance(self, listed: Listed, manifest: layout.VersionManifest) -> dict[str, Any]:
+        """What the status page and the age metric show of the version's provenance:
+        verified when keys are trusted, else read for display only."""
+        ref = listed.ref
+        facts: dict[str, Any] = {"exported_at": manifest.exported_at, "verified": False}
+        try:
+            if self.trust.keys:
+                proven = check_in_bucket(self.bucket, ref.domain, str(ref.label), self.trust.keys)
+                predicate, facts["key_id"], facts["verified"] = (
+                    proven.predicate,
+                    proven.key_id,
+                    True,
+                )
+            else:
+                predicate = read_statement(self.bucket, ref.domain, str(ref.label))
+        except NotFound:
+            if self.trust.required:
+                raise IntegrityError(
+                    f"{_name(listed)} has no provenance and serve.require_provenance is set"
+                ) from None
+            return {**facts, "present": False}
+        except IntegrityError:
+            if self.trust.keys:
+                raise
+            return {**facts, "present": False}
+        return {**facts, "present": True, **_described(predicate)}
+
+
+def _described(predicate: Mapping[str, Any]) -> dict[str, Any]:
+    vendor = predicate.get("vendor") or {}
+    completeness = predicate.get("completeness") or {}
+    acceptance = predicate.get("acceptance") or {}
+    return {
+        "completed_at": vendor.get("completed_at"),
+        "job_id": vendor.get("job_id"),
+        "summary": completeness.get("summary"),
+        "accepted": acceptance.get("reason"),
+    }
+
+
+def _name(listed: Listed) -> str:
+    return f"version {listed.ref.label} of {listed.ref.domain}"

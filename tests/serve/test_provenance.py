@@ -1,0 +1,104 @@
+"""mirror serve and a version's signed provenance: verified before a byte is cached when keys
+are trusted, required with serve.require_provenance, and shown (never trusted) otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from mirror.serve.routes import bundle_path
+from mirror.serve.supply import Trust
+from mirror.transferset.keys import load_signing_key, load_trusted_keys
+from tests.airgap.chart.seeding import DOMAIN, seed_version
+from tests.fixtures.memory import MemoryBucket
+from tests.fixtures.s3 import new_key_pair
+from tests.fixtures.serving import get, publish_statement, raw, serving
+
+V1 = "2026-11-20"
+VENDOR = {"completed_at": "2026-11-20T01:00:00Z", "job_id": "job-7"}
+
+
+def test_a_statement_by_a_trusted_key_is_verified_and_shown(
+    tmp_path: Path, signing: Any, trusted: dict[str, Any]
+) -> None:
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1)
+    summary = "40 pages, 0 broken links"
+    publish_statement(
+        bucket, signing, DOMAIN, V1, seeded.sha256, vendor=VENDOR, completeness={"summary": summary}
+    )
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted, required=True)) as running:
+        served = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+        page = httpx.get(running.url + "/").text
+        metrics = httpx.get(running.url + "/metrics").text
+    assert served.content == seeded.archive.read_bytes()
+    assert f"signed by {signing.key_id}" in page and summary in page
+    assert "2026-11-20T01:00:00Z" in page
+    assert f'mirror_serve_served_version_age_seconds{{domain="{DOMAIN}"}}' in metrics
+
+
+def test_a_statement_by_another_key_is_refused(tmp_path: Path, trusted: dict[str, Any]) -> None:
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1)
+    (tmp_path / "other").mkdir()
+    other = load_signing_key(new_key_pair(tmp_path / "other")[0])
+    publish_statement(bucket, other, DOMAIN, V1, seeded.sha256, vendor=VENDOR)
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted)) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
+        ready = httpx.get(running.url + "/readyz")
+    assert answer.status == 502 and b"which is not trusted here" in answer.body
+    assert seeded.archive.read_bytes()[:32] not in answer.raw
+    assert ready.status_code == 503
+
+
+def test_a_statement_about_another_bundle_is_refused(
+    tmp_path: Path, signing: Any, trusted: dict[str, Any]
+) -> None:
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1)
+    publish_statement(bucket, signing, DOMAIN, V1, "0" * 64, vendor=VENDOR)
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted)) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
+    assert answer.status == 502 and b"about bundle" in answer.body
+    assert seeded.archive.read_bytes()[:32] not in answer.raw
+
+
+def test_required_provenance_refuses_a_version_without_one(
+    tmp_path: Path, trusted: dict[str, Any]
+) -> None:
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted, required=True)) as running:
+        required = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
+    with serving(bucket, tmp_path / "cache2", trust=Trust(trusted)) as running:
+        optional = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+        page = httpx.get(running.url + "/").text
+    assert required.status == 502 and b"has no provenance" in required.body
+    assert optional.status_code == 200
+    assert "<td>none</td>" in page
+
+
+def test_without_trusted_keys_a_statement_is_shown_as_unverified(
+    tmp_path: Path, signing: Any
+) -> None:
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1)
+    publish_statement(
+        bucket,
+        signing,
+        DOMAIN,
+        V1,
+        seeded.sha256,
+        vendor=VENDOR,
+        completeness={"summary": "12 pages"},
+    )
+    with serving(bucket, tmp_path / "cache") as running:
+        assert httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz")).status_code == 200
+        page = httpx.get(running.url + "/").text
+    assert "present, not verified" in page and "12 pages" in page
+
+
+def test_keys_load_as_the_cli_loads_them(key_pair: tuple[Path, Path]) -> None:
+    assert list(load_trusted_keys([key_pair[1]])) == [load_signing_key(key_pair[0]).key_id]
