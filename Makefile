@@ -18,12 +18,18 @@ all: test
 # Python ships (install.sh meets that one on the operator's machine).
 LOCK := requirements.lock
 DEV_LOCK := requirements-dev.lock
-$(STAMP): pyproject.toml setup.py $(LOCK) $(DEV_LOCK)
+# checkov (tests/deploy) pins boto3 exactly, so it gets a venv of its own inside this one,
+# from its own lock (tests/deploy/checkov.in); the tests find it at $(VENV)/checkov.
+CHECKOV_LOCK := requirements-checkov.lock
+CHECKOV_VENV := $(VENV)/checkov
+$(STAMP): pyproject.toml setup.py $(LOCK) $(DEV_LOCK) $(CHECKOV_LOCK)
 	$(PYTHON) -m venv $(VENV)
 	awk '/^uv==/ {p = 1; print; next} p && /^ / {print; next} {p = 0}' $(DEV_LOCK) > $(VENV)/uv.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --require-hashes -r $(VENV)/uv.txt
 	UV_LINK_MODE=copy UV_NATIVE_TLS=1 $(VENV)/bin/uv pip install -q --python $(PY) --require-hashes -r $(DEV_LOCK)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PYTHON) -m venv --without-pip $(CHECKOV_VENV)
+	UV_LINK_MODE=copy UV_NATIVE_TLS=1 $(VENV)/bin/uv pip install -q --python $(CHECKOV_VENV)/bin/python --require-hashes -r $(CHECKOV_LOCK)
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -35,6 +41,8 @@ UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --universal --python-vers
 lock: venv
 	$(UV_COMPILE) -o $(LOCK)
 	$(UV_COMPILE) --extra dev -c $(LOCK) -o $(DEV_LOCK)
+	$(VENV)/bin/uv pip compile tests/deploy/checkov.in --universal --python-version 3.11 \
+		--generate-hashes $(LOCK_ARGS) -o $(CHECKOV_LOCK)
 
 lint: venv
 	$(VENV)/bin/ruff check mirror tests bench migrations

@@ -5,7 +5,10 @@ Promises:
   bucket or refused credentials is a one-line error) and has shown that it verifies
   checksums and honours conditional writes (mirror.airgap.s3.probe), and nothing is published
   before the whole set has been verified and the sequence checked against the
-  bucket's import state (replay and rollback are refused, exit 5).
+  bucket's import state (replay and rollback are refused, exit 5). Told `skip_imported`, a
+  set this bucket already imported (its sequence, with the very manifest recorded) is
+  verified and then left alone: nothing is published, promoted or written, and the result
+  says `already_imported` (a re-run of a finished import is a success, not a replay).
 - The media is read once: the signature, listing, sizes, tool and SHA256SUMS are
   checked first, then every bundle is staged (mirror.airgap.s3.multipart) straight
   from the set's parts, each part checked against its signed sha256 as it passes
@@ -34,7 +37,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -104,6 +107,7 @@ class ImportResult:
     promoted: list[tuple[str, str]] = field(default_factory=list)
     never_seen: list[int] = field(default_factory=list)
     site: str | None = None
+    already_imported: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +117,7 @@ class ImportResult:
             "manifest_sha256": self.manifest_sha256,
             "source_id": self.source_id,
             "replayed": self.replayed,
+            "already_imported": self.already_imported,
             "items": [item.as_dict() for item in self.items],
             "notes": self.notes,
             "receipt": str(self.receipt) if self.receipt else None,
@@ -135,6 +140,7 @@ def import_set(
     trusted: Mapping[str, PublicKey],
     *,
     allow_replay: bool = False,
+    skip_imported: bool = False,
     promote: Promote | None = None,
     receipt_key: SigningKey | None = None,
     receipt_path: Path | None = None,
@@ -153,11 +159,14 @@ def import_set(
         trusted,
         receipt,
         allow_replay=allow_replay,
+        skip_imported=skip_imported,
         promoting=promote is not None,
         on_verify_progress=on_verify_progress,
         work_dir=work_dir,
         site=site,
     )
+    if admitted.already_imported:
+        return _already_imported(admitted, receipt)
     verified, notes = admitted.verified, admitted.notes
     imported_at = iso_time(now())
     items, entries = _publish_all(store, admitted, imported_at, on_progress, work_dir)
@@ -193,6 +202,20 @@ def _result(
     )
 
 
+def _already_imported(admitted: Admitted, receipt: Path) -> ImportResult:
+    """The result of a set skipped as already imported: nothing published, the receipt its
+    first import wrote named where it still is."""
+    sequence = admitted.verified.manifest.sequence
+    notes = [f"set {sequence} was already imported here (the same signed manifest): nothing done"]
+    if not receipt.is_file():
+        notes.append(
+            f"no receipt at {receipt}: `mirror transfer import --allow-replay` without --promote "
+            "writes it again, changing nothing in the bucket"
+        )
+    found = receipt if receipt.is_file() else None
+    return replace(_result(admitted, [], []), notes=notes, already_imported=True, receipt=found)
+
+
 def _admit(
     store: ObjectStore,
     set_dir: Path,
@@ -200,6 +223,7 @@ def _admit(
     receipt: Path,
     *,
     allow_replay: bool,
+    skip_imported: bool = False,
     promoting: bool,
     on_verify_progress: Callable[[int], None] | None,
     work_dir: Path | None,
@@ -220,6 +244,8 @@ def _admit(
     notes: list[str] = []
     state = layout.read_import_state(store)
     check_chain_site(state, verified)
+    if skip_imported and imported_before(state, verified):
+        return Admitted(verified, True, notes, {}, {}, already_imported=True)
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
     bases = rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
     for domain in dict.fromkeys(item.domain for item in verified.manifest.items):
@@ -246,6 +272,8 @@ class Admitted:
     bases: rebuild.Bases
     provenance: Mapping[tuple[str, str], bytes]
     never_seen: list[int] = field(default_factory=list)
+    already_imported: bool = False
+    """This very set is in the bucket's import state, and the import was told to skip it."""
 
 
 def _publish_all(
@@ -428,6 +456,12 @@ def _promote_newest(
     return promoted
 
 
+def imported_before(state: layout.ImportState | None, verified: VerifiedSet) -> bool:
+    """This very set (its sequence, with the same signed manifest) is in the import state."""
+    history = state.history() if state is not None else {}
+    return history.get(verified.manifest.sequence, "") == verified.manifest_sha256
+
+
 def check_sequence(
     state: layout.ImportState | None,
     verified: VerifiedSet,
@@ -446,10 +480,10 @@ def check_sequence(
         return False
     last, last_hash = state.last_sequence, state.manifest_sha256
     history = state.history()
-    sequence, digest = manifest.sequence, verified.manifest_sha256
+    sequence = manifest.sequence
     problem: str | None = None
     replay = False
-    if sequence in history and history[sequence] == digest:
+    if imported_before(state, verified):
         replay = True
         problem = f"set {sequence} was already imported (replay)"
     elif sequence in history:

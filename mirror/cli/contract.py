@@ -158,6 +158,7 @@ IMPORT = obj(
         "manifest_sha256": SHA256,
         "source_id": STR,
         "replayed": BOOL,
+        "already_imported": BOOL,
         "items": array(
             obj(
                 {
@@ -587,6 +588,11 @@ CONTRACTS: dict[str, Contract] = {
         "mirror transfer import /media/usb/set --promote --json",
         _ANY,
         IMPORT,
+        notes=(
+            "With --skip-imported, the very set this bucket already imported exits 0 with "
+            "`already_imported` true, `items` and `promoted` empty, and `receipt` the one its "
+            "first import wrote (null when it is no longer there); without it, exit 5.",
+        ),
     ),
     "transfer ack": Contract(
         "The versions a receipt marked delivered. `signature`: `verified (key ID)`, or, "

@@ -20,6 +20,7 @@ from mirror.transferset.keys import PublicKey, load_trusted_keys
 from mirror.units import format_size
 
 if TYPE_CHECKING:
+    from mirror.airgap.importer import ImportResult
     from mirror.airgap.s3.objectstore import ObjectStore
     from mirror.outbound.delta import Choice
     from mirror.outbound.pack import PackResult
@@ -230,6 +231,11 @@ def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> N
 @click.option(
     "--allow-replay", is_flag=True, help="Import a set already imported, or an older one."
 )
+@click.option(
+    "--skip-imported",
+    is_flag=True,
+    help="A set already imported here (the same manifest) exits 0, changing nothing.",
+)
 @click.option("--promote", is_flag=True, help="Make each domain's newest imported version current.")
 @click.option(
     "--receipt",
@@ -244,11 +250,16 @@ def transfer_import(
     cli: CliContext,
     set_dir: Path,
     allow_replay: bool,
+    skip_imported: bool,
     promote: bool,
     receipt_path: Path | None,
     keys: tuple[Path, ...],
 ) -> None:
-    """Verify a transfer set, then publish it into the object store (air-gapped side)."""
+    """Verify a transfer set, then publish it into the object store (air-gapped side).
+
+    A set this bucket already imported is refused (exit 5) unless --allow-replay imports it
+    again; --skip-imported makes it a success that changes nothing, so a job that imports
+    whatever set is in place can run again safely."""
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set, receipt_key_from
     from mirror.airgap.rebuild import import_bytes
@@ -263,6 +274,7 @@ def transfer_import(
             set_dir,
             trusted,
             allow_replay=allow_replay,
+            skip_imported=skip_imported,
             promote=hook,
             receipt_key=receipt_key_from(settings.transfer.signing_key),
             receipt_path=receipt_path,
@@ -271,7 +283,17 @@ def transfer_import(
             work_dir=settings.target.work_dir,
             site=settings.target.site,
         )
-    lines = [f"imported set {result.sequence} from {result.source_id} into bucket {store.bucket}:"]
+    cli.emit(result.as_dict(), _import_lines(result, store.bucket))
+
+
+def _import_lines(result: ImportResult, bucket: str) -> list[str]:
+    if result.already_imported:
+        lines = [f"set {result.sequence} from {result.source_id} is already in bucket {bucket}"]
+        lines += [f"note: {note}" for note in result.notes]
+        if result.receipt is not None:
+            lines.append(f"receipt {result.receipt} (from its first import)")
+        return lines
+    lines = [f"imported set {result.sequence} from {result.source_id} into bucket {bucket}:"]
     lines += [f"  {i.ref.domain} {i.ref.label}  {i.status}  {i.object}" for i in result.items]
     lines += [f"  promoted {d} {v}" for d, v in result.promoted]
     lines += [f"note: {note}" for note in result.notes]
@@ -279,7 +301,7 @@ def transfer_import(
     lines.append(
         f"receipt {result.receipt} ({signed}): carry it back and run `mirror transfer ack`"
     )
-    cli.emit(result.as_dict(), lines)
+    return lines
 
 
 @transfer_group.command("ack")

@@ -149,6 +149,81 @@ def test_replay_is_refused_and_allowed_on_request(
             assert after[key] == etag
 
 
+def test_a_finished_set_run_again_is_skipped_when_asked(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    """--skip-imported (the Kubernetes import Job): the very set imported before is a success
+    that changes nothing, not even the import state, the index, the promotion or the receipt."""
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    first = import_set(object_store, tmp_path / "set", trusted)
+    receipt = (tmp_path / "set" / RECEIPT).read_bytes()
+    before = listing(object_store)
+    calls: list[tuple[str, str]] = []
+
+    def promote(store: ObjectStore, domain: str, version: str) -> None:
+        calls.append((domain, version))
+
+    again = import_set(object_store, tmp_path / "set", trusted, skip_imported=True, promote=promote)
+    assert again.already_imported and again.items == [] and again.promoted == [] and calls == []
+    assert again.receipt == first.receipt and again.sequence == first.sequence
+    assert (tmp_path / "set" / RECEIPT).read_bytes() == receipt
+    assert listing(object_store) == before
+    assert again.as_dict()["already_imported"] is True
+    assert first.as_dict()["already_imported"] is False
+
+
+def test_skip_imported_still_refuses_a_different_or_older_set(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
+) -> None:
+    """Only the very set recorded is skipped: the same sequence signed over another manifest,
+    or an older set, is refused (exit 5) as without the option."""
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "s1")
+    add_version(app, DOCS, "2026-11-21")
+    pack(app, tmp_path / "s2")
+    import_set(object_store, tmp_path / "s2", trusted)
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match="rollback") as info:
+        import_set(object_store, tmp_path / "s1", trusted, skip_imported=True)
+    assert info.value.exit_code == 5
+    signing = load_signing_key(key_pair[0])
+    document = json.loads((tmp_path / "s2" / MANIFEST).read_bytes())
+    document["created_at"] = "2030-01-01T00:00:00Z"
+    data = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+    (tmp_path / "s2" / MANIFEST).write_bytes(data)
+    (tmp_path / "s2" / SIGNATURE).write_bytes(signing.signature_document(data))
+    (tmp_path / "s2" / "SHA256SUMS").unlink()  # a re-signed manifest leaves it stale
+    with pytest.raises(IntegrityError, match="different manifest") as info:
+        import_set(object_store, tmp_path / "s2", trusted, skip_imported=True)
+    assert info.value.exit_code == 5
+    assert listing(object_store) == before
+
+
+def test_a_skipped_set_without_its_receipt_names_the_remedy_and_the_remedy_works(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted, promote=chart.promote)
+    current = object_store.read_json(object_store.key(DOCS, "current.json"))[0]
+    (tmp_path / "set" / RECEIPT).unlink()
+    before = listing(object_store)
+    skipped = import_set(object_store, tmp_path / "set", trusted, skip_imported=True)
+    assert skipped.receipt is None
+    (note,) = [n for n in skipped.notes if n.startswith("no receipt at")]
+    assert "`mirror transfer import --allow-replay` without --promote" in note
+    again = import_set(object_store, tmp_path / "set", trusted, allow_replay=True)
+    assert again.receipt is not None and again.receipt.is_file()
+    document, _ = read_receipt(again.receipt, trusted, accept_unsigned=True)
+    assert document.sequence == skipped.sequence and document.items[0].domain == DOCS
+    after = listing(object_store)
+    for key, etag in before.items():  # the bundles and manifests are left as they were
+        if "/_mirror/" not in key and not key.endswith("index.json"):
+            assert after[key] == etag, key
+    assert object_store.read_json(object_store.key(DOCS, "current.json"))[0] == current
+
+
 def test_rollback_and_broken_chain_are_refused(
     app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path, key_pair: Any
 ) -> None:

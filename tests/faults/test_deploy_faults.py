@@ -2,8 +2,10 @@
 
 A misspelt environment variable is silently ignored (the EC2 metadata lookup it should
 disable stays on); a mounted service-account token is a credential nobody needs; without a
-NetworkPolicy a compromised pod reaches anything; S3 credentials in environment variables
-show in the pod spec and every process's environment; and an import Job whose only
+NetworkPolicy a compromised pod reaches anything, and mirror-serve, the one pod that
+listens, must let in the vendor's pods and no one else; S3 credentials in environment
+variables show in the pod spec and every process's environment, and mirror-serve needs none
+that write; and an import Job whose only
 scratch space is a 128 Mi /tmp cannot rebuild a delta of any real site.
 """
 
@@ -21,7 +23,13 @@ import botocore.session
 import pytest
 
 from tests.fixtures.cli import REPO
-from tests.fixtures.manifests import DEPLOY, pod_specs, resources
+from tests.fixtures.manifests import (
+    DEPLOY,
+    pod_labels,
+    pod_specs,
+    resources,
+    secrets_the_readme_makes,
+)
 
 MIRROR_SOURCE = REPO / "mirror"
 BOTOCORE_SOURCE = Path(botocore.__file__).parent
@@ -79,37 +87,64 @@ def test_no_pod_mounts_a_service_account_token(fault_got: list[str]) -> None:
     assert mounted == []
 
 
-@pytest.mark.fault("18.6 network reach of the pods", "no ingress; egress DNS + S3 port only")
-def test_a_network_policy_allows_dns_and_the_object_store_only(fault_got: list[str]) -> None:
+@pytest.mark.fault(
+    "18.6 network reach of the pods",
+    "egress DNS + S3 port only; ingress none, mirror-serve: the vendor's pods on 8080 only",
+)
+def test_network_policies_allow_dns_the_object_store_and_the_vendors_pods_only(
+    fault_got: list[str],
+) -> None:
+    """Policies add up, so each pod's reach is the union of the policies that select it."""
     policies = [r for r in resources() if r["kind"] == "NetworkPolicy"]
-    fault_got.append(f"{len(policies)} NetworkPolicy")
-    (policy,) = policies
-    spec = policy["spec"]
-    selector = spec["podSelector"]["matchLabels"]
-    for name, _ in pod_specs():
-        template = next(r for r in resources() if r["metadata"]["name"] == name)
-        labels = _template_labels(template)
-        assert selector.items() <= labels.items(), (name, labels)
-    assert set(spec["policyTypes"]) == {"Ingress", "Egress"} and spec["ingress"] == []
+    fault_got.append(f"{len(policies)} NetworkPolicies")
     s3_port = urlsplit(config_map()["target"]["endpoint_url"]).port
-    ports = {(p["protocol"], p["port"]) for rule in spec["egress"] for p in rule["ports"]}
-    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", s3_port)}
-    assert all(rule.get("to") for rule in spec["egress"])  # each to named peers only
+    deployment = next(r for r in resources() if r["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (serve_port,) = container["ports"]
+    for name, _ in pod_specs():
+        ingress, egress = reach(policies, pod_labels(name))
+        ports = {(p["protocol"], p["port"]) for rule in egress for p in rule["ports"]}
+        assert ports == {("UDP", 53), ("TCP", 53), ("TCP", s3_port)}, name
+        assert all(rule.get("to") for rule in egress), name  # each to named peers only
+        if name != "mirror-serve":
+            assert ingress == [], name
+            continue
+        (rule,) = ingress
+        assert rule["ports"] == [{"protocol": "TCP", "port": serve_port["containerPort"]}]
+        (peer,) = rule["from"]  # one peer: that namespace AND that label, never {} (anyone)
+        assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
+        fault_got[-1] += f"; mirror-serve from {peer['podSelector']['matchLabels']}"
 
 
-def _template_labels(resource: dict[str, Any]) -> dict[str, str]:
-    spec = resource["spec"]
-    if "jobTemplate" in spec:  # a CronJob's pods are its Job template's
-        spec = spec["jobTemplate"]["spec"]
-    labels: dict[str, str] = spec["template"]["metadata"]["labels"]
-    return labels
+def reach(
+    policies: list[dict[str, Any]], labels: dict[str, str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(ingress rules, egress rules) allowed to a pod with `labels`; a direction no policy
+    isolates would be open to anything, which fails here."""
+    ingress: list[dict[str, Any]] | None = None
+    egress: list[dict[str, Any]] | None = None
+    for policy in policies:
+        spec = policy["spec"]
+        assert set(spec["podSelector"]) <= {"matchLabels"}  # no expressions to misread
+        if not spec["podSelector"].get("matchLabels", {}).items() <= labels.items():
+            continue
+        if "Ingress" in spec["policyTypes"]:
+            ingress = [*(ingress or []), *spec.get("ingress", [])]
+        if "Egress" in spec["policyTypes"]:
+            egress = [*(egress or []), *spec.get("egress", [])]
+    assert ingress is not None and egress is not None, f"not isolated: {labels}"
+    return ingress, egress
 
 
 @pytest.mark.fault("18.6 S3 credentials in the pods", "a mounted file, not env vars")
 def test_s3_credentials_are_a_mounted_file_botocore_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault_got: list[str]
 ) -> None:
-    secret = next(r for r in resources() if r["metadata"]["name"] == "mirror-s3")
+    """The file each pod reads is the one the README's `kubectl create secret` puts in its
+    Secret, and botocore finds the keys in it as the pod's process would; mirror-serve gets
+    the read-only identity, the others the import's."""
+    secrets, _ = secrets_the_readme_makes(tmp_path)
+    made = {s["metadata"]["name"]: s["data"] for s in secrets}
     for pod, spec, container in containers():
         assert "envFrom" not in container, pod
         env = {v["name"]: v.get("value") for v in container.get("env", [])}
@@ -117,19 +152,21 @@ def test_s3_credentials_are_a_mounted_file_botocore_reads(
         path = Path(env["AWS_SHARED_CREDENTIALS_FILE"])
         mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent))
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-        assert mount["readOnly"] is True and volume["secret"]["secretName"] == "mirror-s3", pod
-        assert path.name in secret["stringData"], pod
-    # botocore finds the credentials in that file, as the pod's process would
-    (tmp_path / "credentials").write_text(secret["stringData"]["credentials"])
+        assert mount["readOnly"] is True, pod
+        secret = volume["secret"]["secretName"]
+        assert secret == ("mirror-s3-readonly" if pod == "mirror-serve" else "mirror-s3"), pod
+        assert path.name in made[secret], pod
     for name in [n for n in os.environ if n.startswith("AWS_")]:
         monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    credentials = botocore.session.Session().get_credentials()
-    assert credentials is not None and credentials.method == "shared-credentials-file"
-    fault_got.append(f"botocore: {credentials.method}")
-    assert credentials.access_key == "CHANGE-ME"
+    for secret, key_id in [("mirror-s3", "import-key-id"), ("mirror-s3-readonly", "read-key-id")]:
+        (tmp_path / secret).write_bytes(made[secret]["credentials"])
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / secret))
+        credentials = botocore.session.Session().get_credentials()
+        assert credentials is not None and credentials.method == "shared-credentials-file"
+        assert credentials.access_key == key_id, secret
+        fault_got.append(f"{secret}: botocore {credentials.method}")
 
 
 @pytest.mark.fault("18.6 import Job room to rebuild a delta", "work_dir its own volume, sized")

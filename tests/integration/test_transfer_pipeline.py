@@ -110,6 +110,24 @@ def test_pack_verify_import_ack_by_hand(
     assert replay.returncode == 5
     assert "already imported" in replay.stderr and len(replay.stderr.strip().splitlines()) == 1
     assert bucket_listing(s3_client, target_settings.bucket) == keys
+    # what the Kubernetes import Job runs: the same finished set again is a success
+    receipt_bytes = (set_dir / "receipt.json").read_bytes()
+    skipped = mirror_cli(
+        "--config",
+        str(sides["airgap"]),
+        "--json",
+        "transfer",
+        "import",
+        str(set_dir),
+        "--promote",
+        "--skip-imported",
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    document = json.loads(skipped.stdout)
+    assert document["already_imported"] is True and document["items"] == []
+    assert document["promoted"] == [] and document["receipt"] == str(set_dir / "receipt.json")
+    assert bucket_listing(s3_client, target_settings.bucket) == keys
+    assert (set_dir / "receipt.json").read_bytes() == receipt_bytes
 
     acked = mirror_cli(
         "--config", str(sides["connected"]), "transfer", "ack", str(set_dir / "receipt.json")
