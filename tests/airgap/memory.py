@@ -6,7 +6,14 @@
 - `rebuild.Store`, `chart.bucket.BucketStore`, `chart.gc.GcStore`: HEAD, streaming GET,
   presigned links, sorted listing, idempotent DELETE;
 - `multipart.MultipartTarget`: uploads in parts completed create-once, aborts, the open
-  uploads under the prefix.
+  uploads under the prefix;
+- `probe.ProbeStore`: `client`, the few calls of boto3's S3 client the write probe makes
+  (`MemoryClient`: PUT with a checksum and conditions, DELETE by key or VersionId, the
+  versions under a prefix, the bucket's Date, multipart begin, list and abort).
+
+`MemoryBucket(versioned=True)` keeps every version as a versioned S3 bucket does: each
+write a new version with its VersionId, a delete by key a delete marker (the versions
+stay), a delete by VersionId that version or marker gone for good.
 
 It is held to the real server's behaviour by tests/airgap/test_contracts.py, which runs one
 suite per Protocol against this fake and against SeaweedFS: a behaviour a test relies on
@@ -23,8 +30,11 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 from urllib.parse import quote
+
+import botocore.exceptions
 
 from mirror.airgap.conditional import WriteConflict
 from mirror.airgap.multipart import (
@@ -35,7 +45,7 @@ from mirror.airgap.multipart import (
     UploadGone,
     same_object,
 )
-from mirror.airgap.s3checksums import md5_hex
+from mirror.airgap.s3checksums import PartChecksum, crc32_base64, md5_base64, md5_hex
 from mirror.errors import IntegrityError, NotFound, OperationFailed
 from mirror.integrity import hash_bytes
 from mirror.timestamps import utcnow
@@ -51,6 +61,15 @@ class StoredObject:
     content_type: str
     etag: str
     last_modified: datetime = field(default_factory=utcnow)
+    version_id: str | None = None
+
+
+@dataclass(frozen=True)
+class KeptVersion:
+    """One version a versioned bucket keeps at a key: an object, or (None) a delete marker."""
+
+    version_id: str
+    stored: StoredObject | None
 
 
 @dataclass
@@ -66,14 +85,25 @@ class MemoryBucket:
     """One bucket under one prefix, in memory (module docstring). `objects` is by key."""
 
     def __init__(
-        self, bucket: str = "memory", prefix: str = "static-export", *, part_size: int = 1024
+        self,
+        bucket: str = "memory",
+        prefix: str = "static-export",
+        *,
+        part_size: int = 1024,
+        versioned: bool = False,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.part_size = part_size
         self.workers = 2
+        self.versioned = versioned
         self.objects: dict[str, StoredObject] = {}
+        self.versions: dict[str, list[KeptVersion]] = {}  # oldest first, when versioned
         self.uploads: dict[str, _Upload] = {}
+        self.part_checksum: PartChecksum = "crc32"
+        self.emulate_conditional = False
+        self.where = f"{ENDPOINT}/{bucket}"
+        self.client = MemoryClient(self)
         self._lock = threading.Lock()
 
     # ---- layout.Bucket, conditional.JsonStore --------------------------------------------
@@ -107,9 +137,36 @@ class MemoryBucket:
         self, key: str, data: bytes, metadata: Mapping[str, str], content_type: str, parts: int = 0
     ) -> StoredObject:
         etag = md5_hex(data) if not parts else f"{md5_hex(data)}-{parts}"
-        stored = StoredObject(data, dict(metadata), content_type, f'"{etag}"')
+        version = uuid.uuid4().hex if self.versioned else None
+        stored = StoredObject(data, dict(metadata), content_type, f'"{etag}"', version_id=version)
         self.objects[key] = stored
+        if version is not None:
+            self.versions.setdefault(key, []).append(KeptVersion(version, stored))
         return stored
+
+    def _remove(self, key: str, version_id: str | None) -> KeptVersion | None:
+        """DELETE (under the lock): by key, the object, or on a versioned bucket a new delete
+        marker (returned); by VersionId, that version or marker (returned, None if none)."""
+        kept = self.versions.get(key, [])
+        if not self.versioned or version_id is None:
+            self.objects.pop(key, None)
+            if not self.versioned:
+                return None
+            marker = KeptVersion(uuid.uuid4().hex, None)
+            kept.append(marker)
+            self.versions[key] = kept
+            return marker
+        gone = next((version for version in kept if version.version_id == version_id), None)
+        if gone is not None:
+            kept.remove(gone)
+            latest = kept[-1].stored if kept else None
+            if latest is None:
+                self.objects.pop(key, None)
+            else:
+                self.objects[key] = latest
+        if not kept:
+            self.versions.pop(key, None)
+        return gone
 
     # ---- reads, links, listing, removal ----------------------------------------------------
 
@@ -149,7 +206,7 @@ class MemoryBucket:
 
     def delete(self, key: str) -> None:
         with self._lock:
-            self.objects.pop(key, None)
+            self._remove(key, None)
 
     # ---- immutable objects and multipart.MultipartTarget -----------------------------------
 
@@ -218,3 +275,90 @@ class MemoryBucket:
                 for upload_id, upload in self.uploads.items()
                 if upload.key.startswith(prefix)
             ]
+
+
+class MemoryClient:
+    """The calls of boto3's S3 client that `mirror.airgap.probe` makes, on a MemoryBucket,
+    answered as SeaweedFS answers them (tests/airgap/test_contracts.py, TestProbeStore):
+    keyword arguments in (boto3's names, capitals and all), the answer's fields out, a
+    refusal a botocore ClientError."""
+
+    def __init__(self, bucket: MemoryBucket) -> None:
+        self._bucket = bucket
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes, **extra: Any) -> dict[str, Any]:
+        if not isinstance(Body, bytes | bytearray):
+            raise TypeError(f"Body must be bytes, not {type(Body).__name__}")  # as boto3 checks
+        data = bytes(Body)
+        sent = {name: extra[name] for name in ("ContentMD5", "ChecksumCRC32") if name in extra}
+        if sent and sent != {name: _checksum(name, data) for name in sent}:
+            raise _refusal("PutObject", "BadDigest", 400)
+        bucket = self._bucket
+        with bucket._lock:
+            current = bucket.objects.get(Key)
+            if extra.get("IfNoneMatch") == "*" and current is not None:
+                raise _refusal("PutObject", "PreconditionFailed", 412)
+            if "IfMatch" in extra and (current is None or current.etag != extra["IfMatch"]):
+                raise _refusal("PutObject", "PreconditionFailed", 412)
+            stored = bucket._store(Key, data, {}, "application/octet-stream")
+        answer: dict[str, Any] = {"ETag": stored.etag}
+        if stored.version_id is not None:
+            answer["VersionId"] = stored.version_id
+        return answer
+
+    def delete_object(
+        self, *, Bucket: str, Key: str, VersionId: str | None = None
+    ) -> dict[str, Any]:
+        with self._bucket._lock:
+            gone = self._bucket._remove(Key, VersionId)
+        if gone is None:
+            return {}
+        answer: dict[str, Any] = {"VersionId": gone.version_id}
+        if gone.stored is None:
+            answer["DeleteMarker"] = True
+        return answer
+
+    def list_object_versions(self, *, Bucket: str, Prefix: str = "") -> dict[str, Any]:
+        versions: list[dict[str, Any]] = []
+        markers: list[dict[str, Any]] = []
+        with self._bucket._lock:
+            for key in sorted(self._bucket.versions):
+                if key.startswith(Prefix):
+                    kept = self._bucket.versions[key]
+                    for place, version in enumerate(reversed(kept)):
+                        entry = {"Key": key, "VersionId": version.version_id, "IsLatest": not place}
+                        (versions if version.stored is not None else markers).append(entry)
+            if not self._bucket.versioned:
+                versions = [
+                    {"Key": key, "VersionId": "null", "IsLatest": True}
+                    for key in self._bucket.list_keys(Prefix)
+                ]
+        return {"Versions": versions, "DeleteMarkers": markers}
+
+    def head_bucket(self, *, Bucket: str) -> dict[str, Any]:
+        date = format_datetime(utcnow(), usegmt=True)
+        return {"ResponseMetadata": {"HTTPStatusCode": 200, "HTTPHeaders": {"date": date}}}
+
+    def create_multipart_upload(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+        upload = self._bucket.start_upload(Key, identity={}, content_type="binary/octet-stream")
+        return {"UploadId": upload}
+
+    def list_multipart_uploads(self, *, Bucket: str, Prefix: str = "") -> dict[str, Any]:
+        listed = [u for u in self._bucket.open_uploads() if u.key.startswith(Prefix)]
+        return {"Uploads": [{"Key": u.key, "UploadId": u.upload_id} for u in listed]}
+
+    def abort_multipart_upload(self, *, Bucket: str, Key: str, UploadId: str) -> dict[str, Any]:
+        self._bucket.abort_upload(Key, UploadId)
+        return {}
+
+
+def _checksum(name: str, data: bytes) -> str:
+    return crc32_base64(data) if name == "ChecksumCRC32" else md5_base64(data)
+
+
+def _refusal(operation: str, code: str, status: int) -> botocore.exceptions.ClientError:
+    answer: Any = {
+        "Error": {"Code": code, "Message": code},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return botocore.exceptions.ClientError(answer, operation)
