@@ -254,12 +254,15 @@ def test_the_readme_recipe_verifies_whole_and_delta_versions_in_the_bucket_and_a
         add_tree_version(app, SPLICED, V1, pages(1, 40))
         add_tree_version(app, ZIPPED, V1, pages(2, 40), archive_format="zip")
         run(sides.connected, "transfer", "pack", str(sides.usb / "set-1"))
-        run(sides.airgap, "transfer", "import", str(sides.usb / "set-1"))
+        whole = run(sides.airgap, "transfer", "import", str(sides.usb / "set-1"))
         add_sim_version(app, DOCS, V2, export_number=1, site_size=1 << 20, change_share=0.02)
         add_tree_version(app, SPLICED, V2, pages(1, 40, changed=8))
         add_tree_version(app, ZIPPED, V2, pages(2, 40, changed=2), archive_format="zip")
     finally:
         app.close()
+    first = parse_manifest((sides.usb / "set-1" / MANIFEST).read_bytes())
+    subjects = {item.domain: item.provenance.subject_sha256 for item in first.items}  # type: ignore[union-attr]
+    assert {item["domain"]: item["sha256"] for item in whole["items"]} == subjects  # byte for byte
     run(sides.connected, "transfer", "pack", str(sides.usb / "set-2"))
     manifest = parse_manifest((sides.usb / "set-2" / MANIFEST).read_bytes())
     deltas = {item.domain: item.delta for item in manifest.items}
