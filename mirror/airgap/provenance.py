@@ -1,12 +1,21 @@
 """Provenance in the bucket: published beside each version's manifest, verified where it lies.
 
+The statement is about the vendor's bundle and its site tree (`transferset/provenance.py`).
+A version imported whole is that bundle; one imported as a delta is an archive of the same
+tree in other bytes (spliced, replayed or rebuilt here), whose digest the connected side
+could not always sign: the tree is what covers every object a version may have.
+
 Promises: `publish` writes each carried statement (already verified by `verify_set`) once,
 at `layout.provenance_key`, before the version's manifest, so a version whose manifest is
 there has its provenance there too; an object already there with other bytes is refused
 (IntegrityError, objects are never overwritten). `check_in_bucket` reads a version's
-statement and verifies it against the trusted keys and the bundle the version's manifest
-names (`chart check --provenance`): one IntegrityError (exit 5), or NotFound (exit 3) when
-the version has none.
+statement and verifies it against the trusted keys and the domain, version and tree the
+version's manifest names (`chart history` and `chart check --provenance`); `check_object`
+proves the version's object is what the statement is about: its subject when the manifest
+names those bytes (`chart check` compares the object it fetches with the manifest), else the
+object read back, whose tree must be the signed one and whose bytes the manifest's. Either
+fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
+Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
 """
 
 from __future__ import annotations
@@ -17,10 +26,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from mirror.airgap import layout
+from mirror.airgap import layout, rebuild
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
-from mirror.integrity import hash_bytes
+from mirror.integrity import hash_bytes, require_digest
 from mirror.transferset.format import Manifest
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.provenance import MAX_ENVELOPE, Provenance, verify_provenance
@@ -57,18 +66,44 @@ def publish(
 def check_in_bucket(
     store: StatementStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
 ) -> Provenance:
-    """The version's published statement, verified against its manifest's bundle."""
+    """The version's published statement, signed by a trusted key and about the domain,
+    version and tree its manifest names (module docstring)."""
+    described = _described(store, domain, version)
+    key = layout.provenance_key(store, domain, version)
+    where = f"{store.bucket}/{key}"
+    proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
+    said = proven.predicate
+    if (said.get("domain"), said.get("version")) != (domain, version):
+        raise IntegrityError(f"{where}: the statement is about another version than {version}")
+    if said.get("tree_sha256") != described.tree_sha256:
+        raise IntegrityError(f"{where}: the statement is about another site tree")
+    return proven
+
+
+def check_object(store: ObjectStore, domain: str, version: str, proven: Provenance) -> None:
+    """The version's object is the site `proven` is about (module docstring): a delta's
+    archive is read back whole, once."""
+    described = _described(store, domain, version)
+    if described.sha256 == proven.sha256:
+        return  # the signed bundle itself: its bytes are the manifest's digest
+    where = f"{store.bucket}/{described.object}"
+    try:
+        tree, digest = rebuild.read_back(store, described.object, described.size)
+    except IntegrityError as exc:
+        raise IntegrityError(f"{where} is not the site its provenance is about: {exc}") from None
+    if tree != proven.predicate.get("tree_sha256"):
+        raise IntegrityError(
+            f"{where} holds tree {tree[:16]}…, not the tree its provenance signs; "
+            "changed after the import"
+        )
+    require_digest(where, digest, described.sha256, described.size)
+
+
+def _described(store: layout.Bucket, domain: str, version: str) -> layout.VersionManifest:
     described = layout.read_version_manifest(store, domain, version)
     if described is None:
         raise NotFound(f"{store.bucket}: no version {version} of {domain}")
-    key = layout.provenance_key(store, domain, version)
-    data = b"".join(_read(store, key))
-    proven = verify_provenance(
-        data, trusted, sha256=_subject(described), what=f"{store.bucket}/{key}"
-    )
-    if proven.predicate.get("tree_sha256") != described.tree_sha256:
-        raise IntegrityError(f"{store.bucket}/{key}: the statement is about another site tree")
-    return proven
+    return described
 
 
 def read_statement(store: StatementStore, domain: str, version: str) -> dict[str, Any]:
@@ -84,13 +119,6 @@ def read_statement(store: StatementStore, domain: str, version: str) -> dict[str
     if not isinstance(predicate, dict):
         raise IntegrityError(f"{store.bucket}/{key}: not a provenance statement")
     return predicate
-
-
-def _subject(described: layout.VersionManifest) -> str:
-    """The bundle the statement is about: the published one, or for a version rebuilt from a
-    delta the bundle it was made from (the statement's tree is checked against it too)."""
-    original = getattr(described, "provenance_subject", None)
-    return str(original) if original else described.sha256
 
 
 def _read(store: StatementStore, key: str) -> list[bytes]:

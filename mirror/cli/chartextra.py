@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from mirror.airgap.chart.check import CheckReport
-from mirror.airgap.provenance import check_in_bucket
+from mirror.airgap.provenance import check_in_bucket, check_object
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.cli.common import CliContext
 from mirror.errors import ConfigError, MirrorError, NotFound
@@ -28,6 +28,7 @@ def provenance_check(
         return ConfigError("no trusted public keys", hint="set target.trusted_keys")
     try:
         proven = check_in_bucket(store, report.domain, report.version, trusted)
+        check_object(store, report.domain, report.version, proven)
     except MirrorError as exc:
         document["provenance"] = {"verified": False, "error": str(exc)}
         return exc

@@ -1,19 +1,25 @@
 """Signed provenance of a version: an in-toto Statement v1 in a DSSE envelope, bytes in and out.
 
 Where a version came from and what was checked, readable by any in-toto/DSSE tool and by
-`openssl` (README "Checking a version's provenance by hand"): the statement's subject is
-the bundle (`DOMAIN/LABEL/bundle.EXT`, its sha256), its predicate (`PREDICATE_TYPE`) names
-the vendor project, domain and job, when the export started and completed, the vendor's
-`pageCount`, the completeness report's digest and summary, the checks passed, any
-acceptance and its reason, and the tool's version. Like `trust.py`, nothing here opens a
+`openssl` and Python's standard library (README "Checking a version's provenance by hand"):
+the statement's subject is the bundle (`DOMAIN/LABEL/bundle.EXT`, its sha256), its
+predicate (`PREDICATE_TYPE`) names the site's tree hash, the vendor project, domain and
+job, when the export started and completed, the vendor's `pageCount`, the completeness
+report's digest and summary, the checks passed, any acceptance and its reason, and the
+tool's version. Like `trust.py`, nothing here opens a
 file. Promises:
 
 - `sign_statement` signs the DSSE pre-authentication encoding (PAE) of the statement with
   the transfer key (Ed25519); the envelope's `keyid` is the key id `mirror keys show` prints;
 - `verify_provenance` checks, in this order, the envelope's form and payload type, a
   signature by a trusted key over the PAE (before the payload is parsed at all), the
-  statement's type and predicate type, and that its one subject is exactly the expected
-  bundle sha256; any failure is one IntegrityError (exit 5) naming what is wrong;
+  statement's type and predicate type, and that it has one subject, a sha256, exactly the
+  expected bundle's when one is expected; any failure is one IntegrityError (exit 5) naming
+  what is wrong;
+- the predicate's `tree_sha256` (`mirror.archive`'s tree hash) is what covers every object
+  of the version, the bundle itself or an archive of the same tree in other bytes that a
+  delta's import made (`mirror.airgap.provenance.check_object`, and the README's recipe by
+  hand);
 - the statement and envelope are canonical JSON (sorted keys, two-space indent), so the
   same provenance always has the same bytes and the README's `sed` recipe reads them.
 """
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirror.errors import IntegrityError
-from mirror.transferset.format import ManifestItem
+from mirror.transferset.format import HEX64, ManifestItem
 from mirror.transferset.keys import KEY_ID_LENGTH, PublicKey, SigningKey
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -89,10 +95,11 @@ def verify_provenance(
     envelope: bytes,
     trusted: Mapping[str, PublicKey],
     *,
-    sha256: str,
+    sha256: str | None = None,
     what: str = NAME,
 ) -> Provenance:
-    """The provenance in `envelope`, once signed by a trusted key and about bundle `sha256`."""
+    """The provenance in `envelope`, once signed by a trusted key and, when `sha256` is
+    given, about that bundle (else about the one bundle it names, in `Provenance.sha256`)."""
     payload, signatures = _envelope(envelope, what)
     key_id = _signed_by(payload, signatures, trusted, what)
     document = _json(payload, f"{what}: the statement")
@@ -108,14 +115,16 @@ def verify_provenance(
     subject = subjects[0]
     digest = subject.get("digest")
     named = digest.get("sha256") if isinstance(digest, dict) else None
-    if named != sha256:
+    if not isinstance(named, str) or not HEX64.match(named):
+        raise IntegrityError(f"{what}: the statement's subject has no sha256")
+    if sha256 is not None and named != sha256:
         raise IntegrityError(
-            f"{what}: the statement is about bundle {str(named)[:16]}…, not {sha256[:16]}…"
+            f"{what}: the statement is about bundle {named[:16]}…, not {sha256[:16]}…"
         )
     predicate = document.get("predicate")
     if not isinstance(predicate, dict):
         raise IntegrityError(f"{what}: the statement has no predicate")
-    return Provenance(str(subject.get("name", "")), sha256, predicate, key_id, envelope)
+    return Provenance(str(subject.get("name", "")), named, predicate, key_id, envelope)
 
 
 def check_item(envelope: bytes, item: ManifestItem, trusted: Mapping[str, PublicKey]) -> Provenance:

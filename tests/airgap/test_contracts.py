@@ -13,6 +13,7 @@ import os
 from datetime import timedelta
 from typing import Any, cast
 
+import botocore.exceptions
 import pytest
 
 from mirror.airgap import layout
@@ -21,7 +22,9 @@ from mirror.airgap.chart.gc import GcStore, Listing
 from mirror.airgap.chart.values import link_target
 from mirror.airgap.provenance import StatementStore
 from mirror.airgap.rebuild import Store
+from mirror.airgap.s3.checksums import part_checksum
 from mirror.airgap.s3.conditional import JsonStore, WriteConflict, read_modify_write
+from mirror.airgap.s3.errors import DIGEST_CODES, error_code, http_status
 from mirror.airgap.s3.multipart import (
     SHA256_META,
     MultipartTarget,
@@ -30,6 +33,7 @@ from mirror.airgap.s3.multipart import (
     upload_blob,
 )
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.airgap.s3.probe import PROBE_DIR, Probe, ProbeStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.links import link_expiry
@@ -239,16 +243,120 @@ class TestMultipartTarget:
         assert store.open_uploads() == []
 
 
+@pytest.fixture(
+    params=[
+        "memory",
+        "memory, versioned",
+        pytest.param("seaweedfs", marks=pytest.mark.s3),
+        pytest.param("seaweedfs, versioned", marks=pytest.mark.s3),
+    ]
+)
+def probed(request: pytest.FixtureRequest) -> Any:
+    """A store for the write probe: the fake or the real server, keeping versions or not."""
+    versioned = request.param.endswith("versioned")
+    if request.param.startswith("memory"):
+        return MemoryBucket(versioned=versioned)
+    return request.getfixturevalue("versioned_object_store" if versioned else "object_store")
+
+
+def kept(store: Any, prefix: str) -> list[tuple[str, bool]]:
+    """(key, is a delete marker) of every version the bucket keeps under `prefix`."""
+    listed = store.client.list_object_versions(Bucket=store.bucket, Prefix=prefix)
+    return sorted(
+        [(entry["Key"], False) for entry in listed.get("Versions", [])]
+        + [(entry["Key"], True) for entry in listed.get("DeleteMarkers", [])]
+    )
+
+
+def versioned(store: Any) -> bool:
+    if isinstance(store, MemoryBucket):
+        return store.versioned
+    answer = store.client.get_bucket_versioning(Bucket=store.bucket)
+    return bool(answer.get("Status") == "Enabled")
+
+
+class TestProbeStore:
+    """probe.ProbeStore: the S3 calls the write probe makes, and that it leaves nothing."""
+
+    def test_a_put_names_its_version_only_where_versions_are_kept(self, probed: Any) -> None:
+        key = probed.key("p", "a")
+        answer = probed.client.put_object(Bucket=probed.bucket, Key=key, Body=b"a")
+        assert ("VersionId" in answer) is versioned(probed)
+        assert kept(probed, key) == [(key, False)]
+
+    def test_a_delete_by_key_keeps_versions_under_a_marker_a_delete_by_id_keeps_nothing(
+        self, probed: Any
+    ) -> None:
+        key, client, bucket = probed.key("p", "b"), probed.client, probed.bucket
+        ids = [
+            client.put_object(Bucket=bucket, Key=key, Body=b).get("VersionId") for b in (b"x", b"y")
+        ]
+        hidden = client.delete_object(Bucket=bucket, Key=key)
+        if not versioned(probed):
+            assert ids == [None, None] and "DeleteMarker" not in hidden
+            assert kept(probed, key) == []
+            return
+        assert hidden["DeleteMarker"] is True
+        assert kept(probed, key) == [(key, False), (key, False), (key, True)]
+        for version in [*ids, hidden["VersionId"]]:
+            client.delete_object(Bucket=bucket, Key=key, VersionId=version)
+        assert kept(probed, key) == []
+        gone = client.delete_object(Bucket=bucket, Key=probed.key("p", "never"))
+        assert gone["DeleteMarker"] is True  # a delete by key of nothing makes a marker too
+
+    def test_a_wrong_checksum_or_a_failed_condition_is_refused_and_writes_nothing(
+        self, probed: Any
+    ) -> None:
+        key, client, bucket = probed.key("p", "c"), probed.client, probed.bucket
+        for checksum in (part_checksum("crc32", b"other"), part_checksum("md5", b"other")):
+            with pytest.raises(botocore.exceptions.ClientError) as refused:
+                client.put_object(Bucket=bucket, Key=key, Body=b"body", **checksum)
+            assert error_code(refused.value) in DIGEST_CODES
+        etag = client.put_object(Bucket=bucket, Key=key, Body=b"body")["ETag"]
+        for condition in ({"IfNoneMatch": "*"}, {"IfMatch": '"0000000000000000"'}):
+            with pytest.raises(botocore.exceptions.ClientError) as refused:
+                client.put_object(Bucket=bucket, Key=key, Body=b"new", **condition)
+            assert http_status(refused.value) == 412
+        client.put_object(Bucket=bucket, Key=key, Body=b"new", IfMatch=etag)
+        assert len(kept(probed, key)) == (2 if versioned(probed) else 1)
+
+    def test_the_probe_removes_exactly_what_it_wrote(self, probed: Any) -> None:
+        """The import's check, and every check of `target check` but the presigned GET
+        (the fake's links lead nowhere): no version, no delete marker, no upload left, and
+        another object under the probes' folder untouched."""
+        neighbour = probed.key(PROBE_DIR, "kept")
+        probed.client.put_object(Bucket=probed.bucket, Key=neighbour, Body=b"kept")
+        probe = Probe(probed)
+        assert probe.checksum_protection() == "enforced"
+        assert probe.conditional_writes() == "honoured"
+        assert abs(probe.clock_skew()) < 120
+        probe.multipart()
+        assert probe.written  # what is there because of the probe, until cleaned
+        probe.clean()
+        assert kept(probed, probed.key(PROBE_DIR)) == [(neighbour, False)]
+        listed = probed.client.list_multipart_uploads(Bucket=probed.bucket, Prefix=probe.key)
+        assert listed.get("Uploads", []) == []
+
+
 def test_the_fake_and_the_store_implement_every_protocol() -> None:
     """mypy checks the assignment (`mypy --strict tests/airgap/test_contracts.py`): the fake
     and the S3 store are each every storage Protocol of mirror.airgap. Here, at run time,
     every Protocol member exists on both."""
     stores: list[MemoryBucket | ObjectStore] = [MemoryBucket(), ObjectStore(cast(Any, None), "b")]
     as_protocols: list[
-        tuple[JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget, ServeBucket]
-    ] = [(store, store, store, store, store, store, store) for store in stores]
+        tuple[
+            JsonStore,
+            layout.Bucket,
+            Store,
+            BucketStore,
+            GcStore,
+            MultipartTarget,
+            ServeBucket,
+            ProbeStore,
+        ]
+    ] = [(store, store, store, store, store, store, store, store) for store in stores]
     protocols = (JsonStore, layout.Bucket, Store, BucketStore, GcStore, MultipartTarget)
-    for protocol in (*protocols, ServeBucket, StatementStore, Listing):
+    for protocol in (*protocols, ServeBucket, StatementStore, Listing, ProbeStore):
         names = [name for name in vars(protocol) if not name.startswith("_")]
         names += list(getattr(protocol, "__annotations__", {}))
         for store in stores:

@@ -4,17 +4,25 @@ command line (simulator, store, transfer set, SeaweedFS bucket, chart values, HT
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import os
+import random
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mirror.config import TargetSettings
+from mirror.config import TargetSettings, settings_from_dict
 from mirror.sim import Simulator
+from mirror.store.app import App
+from mirror.transferset.format import MANIFEST, parse_manifest
 from tests.fixtures.cli import mirror_cli, write_config
-from tests.fixtures.s3 import bucket_listing, transfer_config
+from tests.fixtures.docs import documented
+from tests.fixtures.s3 import READ_ONLY_CREDENTIALS, bucket_listing, gap_sides, transfer_config
+from tests.fixtures.versions import add_sim_version, add_tree_version
 
 pytestmark = pytest.mark.s3
 
@@ -163,3 +171,144 @@ def test_a_tampered_statement_is_refused_and_a_good_site_is_served_whole(
     document = json.loads(tampered.stdout)
     assert document["status"] == "provenance-failed" and document["exit_code"] == 5
     assert document["provenance"]["verified"] is False
+
+
+ZIPPED = "docs.zipped.test"
+SPLICED = "docs.spliced.test"
+DOCS = "docs.example.com"
+V1, V2 = "2026-11-20", "2026-11-21"
+EXAMPLE = {  # what the README's recipe names, and what this test puts in its place
+    "s3": "s3://docs-bundles/static-export/docs.example.com/2026-11-24",
+    "endpoint": "https://minio.internal:9000",
+    "credentials": "/etc/mirror/s3-credentials",
+    "key": "/etc/mirror/transfer.pub",
+}
+
+
+def pages(seed: int, count: int, changed: int = 0) -> dict[str, bytes]:
+    """`count` pages of random bytes (a delta must be smaller than the bundle), the first
+    `changed` of them new."""
+    rng = random.Random(seed)
+    site = {f"p/{n:03}.html": rng.randbytes(8192) for n in range(count)}
+    fresh = random.Random(seed + 1)
+    site.update({f"p/{n:03}.html": fresh.randbytes(8192) for n in range(changed)})
+    return {"index.html": b"<html>home</html>\n", **site}
+
+
+def by_hand(
+    tmp_path: Path, target: TargetSettings, key: Path, domain: str, version: str, name: str
+) -> subprocess.CompletedProcess[str]:
+    """The README's fetch and verify blocks, as written, in a directory of their own: aws-cli
+    with the cluster's read-only keys, openssl and python3."""
+    work = tmp_path / "by-hand" / f"{domain}-{version}"
+    work.mkdir(parents=True)
+    credentials = work.parent / "read-only-credentials"
+    credentials.write_text(
+        "[default]\n"
+        f"aws_access_key_id = {READ_ONLY_CREDENTIALS['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {READ_ONLY_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}\n"
+    )
+    script = documented("provenance-fetch") + documented("provenance-verify")
+    actual = {
+        "s3": f"s3://{target.bucket}/{target.prefix}/{domain}/{version}",
+        "endpoint": target.endpoint_url,
+        "credentials": str(credentials),
+        "key": str(key),
+    }
+    for what, example in EXAMPLE.items():
+        assert example in script, f"the README's recipe no longer names {example}"
+        script = script.replace(example, actual[what])
+    script = script.replace("bundle.tar.gz", name)
+    bin_dir = str(Path(sys.executable).parent)  # aws-cli, from the dev lock
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(work),
+        "LANG": "C.UTF-8",
+    }
+    return subprocess.run(
+        ["sh", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.slow
+def test_the_readme_recipe_verifies_whole_and_delta_versions_in_the_bucket_and_a_tampered_one_fails(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    s3_client: Any,
+) -> None:
+    """A version imported whole (tar.gz, zip) and as each kind of delta: the pack's recipe
+    replayed (a simulator site), spliced file by file (a recipe of mostly new bytes is not
+    carried) and the tree archive (a zip base). The bucket holds archives of the signed
+    trees in other bytes; the recipe proves them, and `chart check --provenance` too."""
+    sides = gap_sides(tmp_path, key_pair, target_settings, presign_ttl="2d")
+
+    def run(config: Path, *args: str) -> dict[str, Any]:
+        done = mirror_cli("--config", str(config), "--json", *args)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    app = App(settings_from_dict(sides.connected_document))
+    try:
+        add_sim_version(app, DOCS, V1, export_number=0, site_size=1 << 20, change_share=0.02)
+        add_tree_version(app, SPLICED, V1, pages(1, 40))
+        add_tree_version(app, ZIPPED, V1, pages(2, 40), archive_format="zip")
+        run(sides.connected, "transfer", "pack", str(sides.usb / "set-1"))
+        whole = run(sides.airgap, "transfer", "import", str(sides.usb / "set-1"))
+        add_sim_version(app, DOCS, V2, export_number=1, site_size=1 << 20, change_share=0.02)
+        add_tree_version(app, SPLICED, V2, pages(1, 40, changed=8))
+        add_tree_version(app, ZIPPED, V2, pages(2, 40, changed=2), archive_format="zip")
+    finally:
+        app.close()
+    first = parse_manifest((sides.usb / "set-1" / MANIFEST).read_bytes())
+    subjects = {item.domain: item.provenance.subject_sha256 for item in first.items}  # type: ignore[union-attr]
+    assert {item["domain"]: item["sha256"] for item in whole["items"]} == subjects  # byte for byte
+    run(sides.connected, "transfer", "pack", str(sides.usb / "set-2"))
+    manifest = parse_manifest((sides.usb / "set-2" / MANIFEST).read_bytes())
+    deltas = {item.domain: item.delta for item in manifest.items}
+    assert all(delta is not None for delta in deltas.values()), deltas
+    assert deltas[DOCS].recipe is not None  # type: ignore[union-attr]
+    assert deltas[SPLICED].spliced and deltas[SPLICED].recipe is None  # type: ignore[union-attr]
+    assert not deltas[ZIPPED].spliced  # type: ignore[union-attr]
+    imported = run(sides.airgap, "transfer", "import", str(sides.usb / "set-2"))
+    published = {item["domain"]: item["sha256"] for item in imported["items"]}
+    signed = {item.domain: item.provenance.subject_sha256 for item in manifest.items}  # type: ignore[union-attr]
+    assert all(published[domain] != signed[domain] for domain in published)  # other bytes
+
+    key = key_pair[1]
+    for domain, version, name in [
+        (DOCS, V1, "bundle.tar.gz"),
+        (ZIPPED, V1, "bundle.zip"),
+        (DOCS, V2, "bundle.tar.gz"),
+        (SPLICED, V2, "bundle.tar.gz"),
+        (ZIPPED, V2, "bundle.tar.gz"),
+    ]:
+        checked = by_hand(tmp_path, target_settings, key, domain, version, name)
+        assert checked.returncode == 0, (domain, version, checked.stdout, checked.stderr)
+        assert "Signature Verified Successfully" in checked.stdout
+        assert f"{name}: tree OK" in checked.stdout
+        values = tmp_path / f"{domain}-{version}.yaml"
+        run(sides.airgap, "chart", "values", domain, "--pin", version, "--out", str(values))
+        assert run(sides.airgap, "chart", "check", str(values), "--provenance")["provenance"][
+            "verified"
+        ]
+
+    # The delta's object replaced by another site, its manifest rewritten to match it: only
+    # the signed tree tells.
+    bucket, prefix = target_settings.bucket, target_settings.prefix
+    other = s3_client.get_object(Bucket=bucket, Key=f"{prefix}/{DOCS}/{V1}/bundle.tar.gz")
+    body = other["Body"].read()
+    s3_client.put_object(Bucket=bucket, Key=f"{prefix}/{DOCS}/{V2}/bundle.tar.gz", Body=body)
+    tampered = by_hand(tmp_path / "tampered", target_settings, key, DOCS, V2, "bundle.tar.gz")
+    assert tampered.returncode != 0 and "Signature Verified Successfully" in tampered.stdout
+    assert tampered.stderr.rstrip().endswith("FAILED"), tampered.stderr
+    manifest_key = f"{prefix}/{DOCS}/{V2}/manifest.json"
+    described = json.loads(s3_client.get_object(Bucket=bucket, Key=manifest_key)["Body"].read())
+    described.update(sha256=hashlib.sha256(body).hexdigest(), size=len(body))
+    s3_client.put_object(Bucket=bucket, Key=manifest_key, Body=json.dumps(described).encode())
+    values = tmp_path / f"{DOCS}-{V2}.yaml"
+    refused = mirror_cli(
+        "--config", str(sides.airgap), "chart", "check", str(values), "--provenance"
+    )
+    assert refused.returncode == 5, refused.stderr
+    assert "not the tree its provenance signs" in refused.stderr

@@ -2,7 +2,10 @@
 
 Promises:
 - Every probe writes only under `PREFIX/.mirror-probe/`, one fresh key per run, and
-  removes what it wrote (open uploads included), whatever the outcome.
+  removes exactly what it wrote (open uploads included), whatever the outcome: on a
+  versioned bucket each version it wrote by its VersionId (a delete by key there only
+  hides them under a delete marker, kept forever), and a delete marker, if a delete by key
+  made one; nothing else, and no marker left.
 - Each check is one row: name, status (`ok`, `warn`, `fail`, `skipped`), a detail line,
   and for a failure the MirrorError an operation would meet (its exit code).
 - `require_safe_writes` is what `transfer import` runs first: a server that stores
@@ -21,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import botocore.exceptions
 import httpx
 
-from mirror.airgap.s3.checksums import md5_hex, part_checksum
+from mirror.airgap.s3.checksums import PartChecksum, md5_hex, part_checksum
 from mirror.airgap.s3.errors import (
     DIGEST_CODES,
     UNSUPPORTED_CODES,
@@ -64,25 +67,78 @@ class Check:
         }
 
 
-class Probe:
-    """Probes against one store, on one key under PREFIX/.mirror-probe/."""
+class ProbeStore(Protocol):
+    """What a probe needs of a store: its bucket and where it is, its key names, the S3
+    client whose calls it makes (boto3's, or tests/fixtures/memory.py's), the checksum its
+    uploads send and whether conditional writes may be emulated."""
 
-    def __init__(self, store: ObjectStore, *, verify: str | bool = True) -> None:
+    @property
+    def bucket(self) -> str: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def emulate_conditional(self) -> bool: ...
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def part_checksum(self) -> PartChecksum: ...
+
+    def key(self, *parts: str) -> str: ...
+
+    def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]: ...
+
+
+_S3_ERRORS = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+
+
+class Probe:
+    """Probes against one store, on one key under PREFIX/.mirror-probe/; `written` holds what
+    is there because of them (module docstring): the VersionId of each write, or None where
+    the bucket named none (not versioned)."""
+
+    def __init__(self, store: ProbeStore, *, verify: str | bool = True) -> None:
         self.store = store
         self.verify = verify
         self.key = store.key(PROBE_DIR, uuid.uuid4().hex)
         self.client = store.client
+        self.written: list[str | None] = []
 
     def _put(self, data: bytes, **extra: Any) -> dict[str, Any]:
-        return dict(
+        answer = dict(
             self.client.put_object(Bucket=self.store.bucket, Key=self.key, Body=data, **extra)
         )
+        version = answer.get("VersionId")
+        if version is not None or None not in self.written:
+            self.written.append(version)
+        return answer
+
+    def remove_written(self) -> None:
+        """Delete what `written` holds, newest first; one that cannot be deleted stays listed
+        (raised, unless `clean` is the caller). A delete by key (no VersionId known) that
+        made a delete marker (the bucket was versioned after all) removes that marker too."""
+        while self.written:
+            version = self.written[-1]
+            extra = {"VersionId": version} if version is not None else {}
+            answer = self.client.delete_object(Bucket=self.store.bucket, Key=self.key, **extra)
+            self.written.pop()
+            marker = answer.get("VersionId")
+            if version is None and answer.get("DeleteMarker") and marker:
+                self.written.append(str(marker))
 
     def clean(self) -> None:
-        errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
-        with contextlib.suppress(*errors):
-            self.client.delete_object(Bucket=self.store.bucket, Key=self.key)
-        with contextlib.suppress(*errors):
+        """Remove what the probes wrote and any upload they left, whatever fails: a write
+        that cannot be deleted is given up and the next one tried (a failure is the check's
+        to report, not the cleaning's)."""
+        while self.written:
+            with contextlib.suppress(*_S3_ERRORS):
+                self.remove_written()
+            if self.written:
+                self.written.pop()
+        with contextlib.suppress(*_S3_ERRORS):
             uploads = self.client.list_multipart_uploads(Bucket=self.store.bucket, Prefix=self.key)
             for upload in uploads.get("Uploads", []):
                 self.client.abort_multipart_upload(
@@ -109,7 +165,7 @@ class Probe:
     def conditional_writes(self) -> Conditional:
         """Write the key, then write it again with If-None-Match: * and a wrong If-Match."""
         with contextlib.suppress(botocore.exceptions.ClientError):
-            self.client.delete_object(Bucket=self.store.bucket, Key=self.key)
+            self.remove_written()  # the checksum probe's, so the key is new again
         etag = self._put(BODY, **part_checksum("md5", BODY))["ETag"]
         for condition in ({"IfNoneMatch": "*"}, {"IfMatch": '"0000000000000000"'}):
             try:
@@ -242,7 +298,7 @@ _CHECKS: list[tuple[str, Callable[[Probe], Check]]] = [
 ]
 
 
-def checksums_ignored(store: ObjectStore) -> ConfigError:
+def checksums_ignored(store: ProbeStore) -> ConfigError:
     other = "md5" if store.part_checksum == "crc32" else "crc32"
     return ConfigError(
         f"the object store ({store.where}) accepted bytes with a wrong {store.part_checksum} "

@@ -119,3 +119,19 @@ def test_every_check_reports_on_a_real_server(object_store: ObjectStore) -> None
     checks = run_checks(object_store)
     assert [check.status for check in checks] == ["ok"] * 6
     assert all(check.error is None for check in checks)
+
+
+def test_the_import_check_and_target_check_leave_nothing_in_a_versioned_bucket(
+    tmp_path: Path, versioned_object_store: ObjectStore, target_settings: TargetSettings
+) -> None:
+    """A bucket that keeps every version: each write the probes made is deleted by its
+    VersionId, and no delete marker is made (a delete by key left two versions and a marker
+    behind at every import, for good)."""
+    store = versioned_object_store
+    require_safe_writes(store)
+    checked = mirror_cli(
+        "--config", str(check_config(tmp_path, target_settings)), "target", "check", "--json"
+    )
+    assert checked.returncode == 0, checked.stderr
+    listed = store.client.list_object_versions(Bucket=store.bucket)
+    assert listed.get("Versions", []) == [] and listed.get("DeleteMarkers", []) == []
