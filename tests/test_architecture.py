@@ -263,6 +263,7 @@ def test_functions_and_classes_stay_small() -> None:
 # whose functions were brought to 40 lines: held there until the caps above are lowered.
 SPLIT_CLASSES = {
     "mirror.vendorapi.download": "_Download",
+    "mirror.export.daemon": "Daemon",
 }
 SPLIT_CLASS_LINES = 250
 SHORT_FUNCTION_PACKAGES = ("mirror.export", "mirror.vendorapi", "mirror.store")
