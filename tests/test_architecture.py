@@ -265,6 +265,7 @@ SPLIT_CLASSES = {
     "mirror.vendorapi.download": "_Download",
     "mirror.export.daemon": "Daemon",
     "mirror.export.runner": "_Runner",
+    "mirror.export.claim": "RunClaim",
 }
 SPLIT_CLASS_LINES = 250
 SHORT_FUNCTION_PACKAGES = ("mirror.export", "mirror.vendorapi", "mirror.store")
