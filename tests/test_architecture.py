@@ -291,3 +291,15 @@ def test_the_split_classes_stay_well_under_the_cap() -> None:
     }
     assert all(held.values()), f"a split class is gone: update SPLIT_CLASSES ({held})"
     assert {name: lines for name, lines in held.items() if lines >= SPLIT_CLASS_LINES} == {}
+
+
+def test_functions_of_the_connected_side_stay_within_40_lines() -> None:
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    too_long = [
+        f"{module}.{name}: {lines} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (module := module_name(path)).startswith(SHORT_FUNCTION_PACKAGES)
+        for name, lines in sizes(path, functions).items()
+        if lines > SHORT_FUNCTION_LINES
+    ]
+    assert too_long == []
