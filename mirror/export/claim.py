@@ -40,9 +40,16 @@ from mirror.export.budget import (
 )
 from mirror.export.deferrals import lock_domain
 from mirror.export.heldrun import HeldRun, LostLease, RunSnapshot
-from mirror.export.lease import HeldByOther, NotDue, lease_held_by_other, owner_host
+from mirror.export.lease import (
+    Heartbeat,
+    HeldByOther,
+    NotDue,
+    lease_held_by_other,
+    owner_host,
+)
 from mirror.fsutil import pid_alive
 from mirror.store.app import App
+from mirror.store.binding import StoreBinding
 from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import rfc3339
 
@@ -99,6 +106,11 @@ class RunClaim:
     def current(self) -> RunSnapshot:
         return self.held.current
 
+    @property
+    def heartbeat(self) -> Heartbeat | None:
+        """The thread keeping our lease alive while the run is held."""
+        return self.held.heartbeat
+
     def claim(self) -> None:
         """Take the domain's active run (or create one) under our lease."""
         for _ in range(5):
@@ -142,6 +154,7 @@ class RunClaim:
         the database write lock (SQLite): a replica whose view is stale finds the run
         another one just finished and raises NotDue instead of exporting again.
         """
+        binding = self.app.binding  # read (or bound) in its own transaction, before this one
         now = self.now()
         try:
             with self.db.session() as session:
@@ -155,14 +168,14 @@ class RunClaim:
                     return False  # claim again: take it over or report who holds it
                 self.check_due(session, now)
                 check_start_budget(session, now, self.per_hour, self.domain, None)
-                created = self.add_run(session, now)
+                created = self.add_run(session, now, binding)
         except sqlalchemy.exc.IntegrityError:
             return False  # another process created the domain's active run just now
         self.reserved_at_claim = True
         self.held.hold(created)
         return True
 
-    def add_run(self, session: Session, now: datetime) -> RunSnapshot:
+    def add_run(self, session: Session, now: datetime, binding: StoreBinding) -> RunSnapshot:
         """The new run's row, PENDING, its start stamped (budgeted) and leased to us."""
         row = ExportRun(
             domain=self.domain,
@@ -180,7 +193,7 @@ class RunClaim:
         )
         session.add(row)
         session.flush()
-        row.partial_name = self.app.binding.partial_name(row.id)
+        row.partial_name = binding.partial_name(row.id)
         session.flush()
         return RunSnapshot.of(row)
 
