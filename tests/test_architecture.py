@@ -242,3 +242,49 @@ def test_functions_and_classes_stay_small() -> None:
                 if lines > limit:
                     too_long.append(f"{module_name(path)}.{node.name}: {lines} lines")
     assert too_long == []
+
+
+# Classes that neared the cap and were split by responsibility (issue 35), and the packages
+# whose functions were brought to 40 lines: held there until the caps above are lowered.
+SPLIT_CLASSES = {
+    "mirror.vendorapi.download": "_Download",
+    "mirror.export.daemon": "Daemon",
+    "mirror.export.runner": "_Runner",
+    "mirror.export.claim": "RunClaim",
+}
+SPLIT_CLASS_LINES = 250
+SHORT_FUNCTION_PACKAGES = ("mirror.export", "mirror.vendorapi", "mirror.store")
+SHORT_FUNCTION_LINES = 40
+
+
+def sizes(path: Path, kind: type[ast.AST] | tuple[type[ast.AST], ...]) -> dict[str, int]:
+    """Lines of every definition of `kind` in `path`, by name (the longest of a name)."""
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, kind) and node.end_lineno is not None:
+            assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            lines = node.end_lineno - node.lineno + 1
+            found[node.name] = max(found.get(node.name, 0), lines)
+    return found
+
+
+def test_the_split_classes_stay_well_under_the_cap() -> None:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    held = {
+        f"{module}.{name}": sizes(modules[module], ast.ClassDef).get(name, 0)
+        for module, name in SPLIT_CLASSES.items()
+    }
+    assert all(held.values()), f"a split class is gone: update SPLIT_CLASSES ({held})"
+    assert {name: lines for name, lines in held.items() if lines >= SPLIT_CLASS_LINES} == {}
+
+
+def test_functions_of_the_connected_side_stay_within_40_lines() -> None:
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    too_long = [
+        f"{module}.{name}: {lines} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (module := module_name(path)).startswith(SHORT_FUNCTION_PACKAGES)
+        for name, lines in sizes(path, functions).items()
+        if lines > SHORT_FUNCTION_LINES
+    ]
+    assert too_long == []

@@ -15,22 +15,31 @@ Promises:
 - The start budget (`api.max_starts_per_hour`, shared by all domains and replicas) is
   checked and stamped in one transaction, serialised by an advisory lock on PostgreSQL and
   the write lock on SQLite.
+
+The run once held, and every write to it, is `heldrun.HeldRun`; the budget's arithmetic
+and lock are `budget`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 
 import sqlalchemy.exc
-from sqlalchemy import CursorResult, select, text, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from mirror.errors import TemporaryFailure
+from mirror.export.budget import (
+    budget_outlook,
+    budget_wait,
+    check_start_budget,
+    start_budget_wait,
+)
 from mirror.export.deferrals import lock_domain
+from mirror.export.heldrun import HeldRun, LostLease, RunSnapshot
 from mirror.export.lease import (
     Heartbeat,
     HeldByOther,
@@ -40,93 +49,30 @@ from mirror.export.lease import (
 )
 from mirror.fsutil import pid_alive
 from mirror.store.app import App
+from mirror.store.binding import StoreBinding
 from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import rfc3339
-from mirror.vendorapi.client import BundleLink
+
+__all__ = [
+    "DueCheck",
+    "LostLease",
+    "RunClaim",
+    "RunSnapshot",
+    "budget_outlook",
+    "budget_wait",
+    "start_budget_wait",
+    "warn_unknown_start",
+]
 
 log = logging.getLogger(__name__)
-
-_BUDGET_LOCK_KEY = 0x6D69_7272_6F72  # "mirror": serialises start-budget checks on PostgreSQL
 
 DueCheck = Callable[[Session, datetime], datetime | None]
 """Given the claim's transaction and now: None when the domain is due, else when it will be."""
 
 
-@dataclass(frozen=True)
-class RunSnapshot:
-    """The columns of an `export_runs` row that drive the state machine."""
-
-    id: int
-    domain: str
-    state: str
-    active: bool
-    requested_version: str | None
-    requested_paths: list[str] | None
-    vendor_job_id: str | None
-    vendor_started_at: datetime | None
-    bundle_url: str | None
-    bundle_expires_at: datetime | None
-    expected_size: int | None
-    partial_name: str | None
-    bytes_done: int
-    sha256: str | None
-    version_label: str | None
-    error: str | None
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    finished_at: datetime | None
-    page_count: int | None = None
-
-    @classmethod
-    def of(cls, row: ExportRun) -> RunSnapshot:
-        return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})
-
-    def link(self) -> BundleLink | None:
-        if not self.bundle_url or not self.vendor_job_id:
-            return None
-        return BundleLink(
-            job_id=self.vendor_job_id,
-            url=self.bundle_url,
-            size_bytes=self.expected_size,
-            expires_at=self.bundle_expires_at,
-        )
-
-
-def budget_wait(started: Sequence[datetime], now: datetime, per_hour: int) -> float:
-    """Seconds until another start fits in `per_hour` starts per rolling hour (0 = now).
-
-    `started` are the start times within the last hour, oldest first.
-    """
-    if per_hour <= 0 or len(started) < per_hour:
-        return 0.0
-    frees_at = started[len(started) - per_hour] + timedelta(hours=1)
-    return max((frees_at - now).total_seconds(), 0.001)
-
-
-def start_budget_wait(
-    session: Session, now: datetime, per_hour: int, *, exclude_run_id: int | None = None
-) -> float:
-    """Seconds until a start is allowed (0 = now), from the vendor starts of the last hour.
-
-    The budget is shared by all domains (and all replicas sharing the database).
-    """
-    query = (
-        select(ExportRun.vendor_started_at)
-        .where(ExportRun.vendor_started_at > now - timedelta(hours=1))
-        .order_by(ExportRun.vendor_started_at)
-    )
-    if exclude_run_id is not None:
-        query = query.where(ExportRun.id != exclude_run_id)
-    started = [when for when in session.scalars(query) if when is not None]
-    return budget_wait(started, now, per_hour)
-
-
-class LostLease(TemporaryFailure):
-    """Another process took the run over (our lease expired): this one stops."""
-
-
 class RunClaim:
-    """The domain's active run as held by `owner`: claimed, written under the lease, released."""
+    """The domain's active run as held by `owner`: claimed (taken over, or created when the
+    domain is still due and the start budget has room), written under the lease, released."""
 
     def __init__(
         self,
@@ -147,49 +93,23 @@ class RunClaim:
         self.version = version
         self.paths = paths
         self.due_check = due_check
-        self.lease_seconds = app.settings.daemon.lease
         self.per_hour = app.settings.api.max_starts_per_hour
-        self.heartbeat: Heartbeat | None = None
+        self.held = HeldRun(
+            app.db, domain, owner=owner, now=now, lease_seconds=app.settings.daemon.lease
+        )
+        self.save = self.held.save  # every write to the run row is guarded by the lease
+        self.release = self.held.release
         self.reserved_at_claim = False
         self.resumed = False
-        self.run: RunSnapshot | None = None
 
     @property
     def current(self) -> RunSnapshot:
-        assert self.run is not None
-        return self.run
+        return self.held.current
 
-    def lease_until(self) -> datetime:
-        return self.now() + timedelta(seconds=self.lease_seconds)
-
-    def save(self, session: Session | None = None, **values: Any) -> RunSnapshot:
-        """Write `values` to the run row, guarded by our lease (and renewing it)."""
-        values.setdefault("lease_expires_at", self.lease_until())
-        values["updated_at"] = self.now()
-        run = self.current
-        statement = (
-            update(ExportRun)
-            .where(ExportRun.id == run.id, ExportRun.lease_owner == self.owner)
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
-        if session is None:
-            with self.db.session() as own:
-                result = own.execute(statement)
-                self._check_owned(result)
-        else:
-            self._check_owned(session.execute(statement))
-        values.pop("updated_at")
-        self.run = replace(run, **values)
-        return self.run
-
-    def _check_owned(self, result: Any) -> None:
-        if not isinstance(result, CursorResult) or result.rowcount != 1:
-            raise LostLease(
-                f"export of {self.domain} (run {self.current.id}) was taken over by another "
-                "process; this one stops",
-                retry_after=self.lease_seconds,
-            )
+    @property
+    def heartbeat(self) -> Heartbeat | None:
+        """The thread keeping our lease alive while the run is held."""
+        return self.held.heartbeat
 
     def claim(self) -> None:
         """Take the domain's active run (or create one) under our lease."""
@@ -234,7 +154,7 @@ class RunClaim:
         the database write lock (SQLite): a replica whose view is stale finds the run
         another one just finished and raises NotDue instead of exporting again.
         """
-        binding = self.app.binding
+        binding = self.app.binding  # read (or bound) in its own transaction, before this one
         now = self.now()
         try:
             with self.db.session() as session:
@@ -247,31 +167,35 @@ class RunClaim:
                 if active is not None:
                     return False  # claim again: take it over or report who holds it
                 self.check_due(session, now)
-                self.check_budget(session, now)
-                row = ExportRun(
-                    domain=self.domain,
-                    active=True,
-                    state=RunState.PENDING,
-                    requested_version=self.version,
-                    requested_paths=list(self.paths) if self.paths is not None else None,
-                    vendor_started_at=now,
-                    bytes_done=0,
-                    lease_owner=self.owner,
-                    lease_expires_at=self.lease_until(),
-                    heartbeat_at=now,
-                    created_at=now,
-                    updated_at=now,
-                )
-                session.add(row)
-                session.flush()
-                row.partial_name = binding.partial_name(row.id)
-                session.flush()
-                self.run = RunSnapshot.of(row)
+                check_start_budget(session, now, self.per_hour, self.domain, None)
+                created = self.add_run(session, now, binding)
         except sqlalchemy.exc.IntegrityError:
             return False  # another process created the domain's active run just now
         self.reserved_at_claim = True
-        self.start_heartbeat()
+        self.held.hold(created)
         return True
+
+    def add_run(self, session: Session, now: datetime, binding: StoreBinding) -> RunSnapshot:
+        """The new run's row, PENDING, its start stamped (budgeted) and leased to us."""
+        row = ExportRun(
+            domain=self.domain,
+            active=True,
+            state=RunState.PENDING,
+            requested_version=self.version,
+            requested_paths=list(self.paths) if self.paths is not None else None,
+            vendor_started_at=now,
+            bytes_done=0,
+            lease_owner=self.owner,
+            lease_expires_at=self.held.lease_until(),
+            heartbeat_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(row)
+        session.flush()
+        row.partial_name = binding.partial_name(row.id)
+        session.flush()
+        return RunSnapshot.of(row)
 
     def check_due(self, session: Session, now: datetime) -> None:
         """Raise NotDue when `due_check` finds the domain exported since the caller looked."""
@@ -281,21 +205,6 @@ class RunClaim:
                 f"{self.domain} is not due until {due.isoformat(timespec='seconds')} "
                 "(another process exported it since this one looked)",
                 due=due,
-            )
-
-    def check_budget(self, session: Session, now: datetime) -> None:
-        """Raise TemporaryFailure when the shared start budget has no room now (locks it on
-        PostgreSQL until the transaction ends; SQLite's write lock already serialises it)."""
-        if session.get_bind().dialect.name == "postgresql":
-            session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _BUDGET_LOCK_KEY})
-        run_id = self.run.id if self.run is not None else None
-        wait = start_budget_wait(session, now, self.per_hour, exclude_run_id=run_id)
-        if wait > 0:
-            raise TemporaryFailure(
-                f"the start budget of {self.per_hour} vendor exports per hour is spent; "
-                f"{self.domain} starts in {wait:.0f}s",
-                hint="api.max_starts_per_hour is shared by all domains",
-                retry_after=wait,
             )
 
     def reserve_start(self) -> datetime | None:
@@ -312,14 +221,9 @@ class RunClaim:
         now = self.now()
         with self.db.session() as session:
             self.save(session)  # first a write: on SQLite it serialises the budget check too
-            self.check_budget(session, now)
+            check_start_budget(session, now, self.per_hour, self.domain, run.id)
             self.save(session, vendor_started_at=now)
         return run.vendor_started_at
-
-    def start_heartbeat(self) -> None:
-        self.heartbeat = Heartbeat(
-            self.db, self.current.id, self.owner, self.lease_seconds, now=self.now
-        ).start()
 
     def take_over(self, existing: RunSnapshot) -> bool:
         """Take `existing` over when its lease is still the one we saw (compare-and-set)."""
@@ -328,7 +232,7 @@ class RunClaim:
             if existing.lease_owner is None
             else ExportRun.lease_owner == existing.lease_owner
         )
-        until = self.lease_until()
+        until = self.held.lease_until()
         with self.db.session() as session:
             result = session.execute(
                 update(ExportRun)
@@ -339,51 +243,37 @@ class RunClaim:
             taken = isinstance(result, CursorResult) and result.rowcount == 1
         if not taken:
             return False
-        self.run = replace(existing, lease_owner=self.owner, lease_expires_at=until)
+        self.held.hold(replace(existing, lease_owner=self.owner, lease_expires_at=until))
         self.resumed = True
-        self.start_heartbeat()
-        if existing.lease_owner not in (None, self.owner):
-            log.warning(
-                "taking over the export run %d of %s from %s (its lease expired or its "
-                "process is gone)",
-                existing.id,
-                self.domain,
-                existing.lease_owner,
-                extra={
-                    "domain": self.domain,
-                    "run_id": existing.id,
-                    "replica": self.owner,
-                    "previous_owner": existing.lease_owner,
-                    "lease_expired_at": _iso(existing.lease_expires_at),
-                },
-            )
-        log.info(
-            "resuming export run %d of %s in state %s",
-            existing.id,
-            self.domain,
-            existing.state,
-            extra={
-                "domain": self.domain,
-                "run_id": existing.id,
-                "state": existing.state,
-                "replica": self.owner,
-            },
-        )
+        log_take_over(existing, self.owner)
         return True
 
-    def release(self) -> None:
-        """Stop the heartbeat and give the lease up (the run stays active and resumable)."""
-        if self.heartbeat is not None:
-            self.heartbeat.stop()
-        if self.run is None or not self.current.active:
-            return
-        try:
-            with self.db.session() as session:
-                self.save(session, lease_owner=None, lease_expires_at=None)
-        except LostLease:
-            pass
-        except Exception as exc:  # never hide the error that brought us here
-            log.warning("could not release the lease of run %d: %s", self.current.id, exc)
+
+def log_take_over(existing: RunSnapshot, owner: str) -> None:
+    """Say whose run `owner` took over (when it was another's), and that it resumes."""
+    domain = existing.domain
+    if existing.lease_owner not in (None, owner):
+        log.warning(
+            "taking over the export run %d of %s from %s (its lease expired or its "
+            "process is gone)",
+            existing.id,
+            domain,
+            existing.lease_owner,
+            extra={
+                "domain": domain,
+                "run_id": existing.id,
+                "replica": owner,
+                "previous_owner": existing.lease_owner,
+                "lease_expired_at": _iso(existing.lease_expires_at),
+            },
+        )
+    log.info(
+        "resuming export run %d of %s in state %s",
+        existing.id,
+        domain,
+        existing.state,
+        extra={"domain": domain, "run_id": existing.id, "state": existing.state, "replica": owner},
+    )
 
 
 def warn_unknown_start(run: RunSnapshot, owner: str) -> None:
@@ -403,24 +293,3 @@ def warn_unknown_start(run: RunSnapshot, owner: str) -> None:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat(timespec="seconds") if value is not None else None
-
-
-def budget_outlook(
-    session: Session, now: datetime, per_hour: int, in_flight: int
-) -> tuple[int, float, bool]:
-    """For the scheduler: (starts allowed now, seconds until the next is, whether the index
-    says the budget is spent); `in_flight` runs are about to start and count as spent."""
-    starts = [
-        started
-        for started in session.scalars(
-            select(ExportRun.vendor_started_at)
-            .where(ExportRun.vendor_started_at >= now - timedelta(hours=1))
-            .order_by(ExportRun.vendor_started_at)
-        )
-        if started is not None
-    ]
-    remaining = per_hour - len(starts) - in_flight
-    spent = len(starts) >= per_hour
-    if spent:
-        return remaining, budget_wait(starts, now, per_hour) + 1.0, True
-    return remaining, 5.0 if remaining <= 0 else 0.0, False

@@ -29,16 +29,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from mirror.config import ExportSettings, Settings, load_settings
+from mirror.config import Settings, load_settings
 from mirror.errors import ConfigError, MirrorError
-from mirror.export.claim import DueCheck, budget_outlook
-from mirror.export.domains import DomainBook, Pacing
+from mirror.export.dispatch import DaemonOptions, Dispatcher, apply_retention, measure_store
+from mirror.export.domains import DomainBook
 from mirror.export.inflight import InFlight
 from mirror.export.lease import ReplicaLogFilter, replica_identity
 from mirror.export.metrics import (
@@ -48,37 +47,23 @@ from mirror.export.metrics import (
     newest_sites,
     start_metrics,
 )
-from mirror.export.notify import Notifier
+from mirror.export.notify import Notifier, StatusLine
 from mirror.export.recovery import recover
-from mirror.export.scheduler import (
-    DEFAULT_FAILURE_RETRY,
-    DomainState,
-    plan,
-    status_line,
-)
-from mirror.export.status import due_check
+from mirror.export.scheduler import status_line
 from mirror.export.wakeup import SignalHandlers, WakeupPipe
 from mirror.export.worker import DB_RETRY_SECONDS, short
 from mirror.store.app import App
-from mirror.store.sitestate import site_summaries
 from mirror.timestamps import utcnow
+
+__all__ = ["Daemon", "DaemonOptions", "apply_retention", "measure_store", "run_daemon"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class DaemonOptions:
-    """Knobs beyond the settings file (mostly for tests; see `mirror daemon --help`)."""
-
-    exit_when_idle: bool = False
-    seed: int = 0
-    max_sleep: float = 30.0
-    failure_retry: float = DEFAULT_FAILURE_RETRY
-    busy_defer: float | None = None
-
-
 class Daemon:
-    """The service; `run()` returns the process exit code."""
+    """The service; `run()` returns the process exit code. Its passes' work (what starts,
+    what ended) is `dispatch.Dispatcher`; here are the process's life, its signals, the
+    config reload and what systemd hears."""
 
     def __init__(
         self,
@@ -94,14 +79,13 @@ class Daemon:
         self.identity = replica_identity(settings.daemon.replica_host)
         self._log_filter = ReplicaLogFilter(self.identity)
         self.notifier = notifier or Notifier()
+        self._status = StatusLine(self.notifier)
         self.metrics = DaemonMetrics(stuck_after=self._loop_budget() * 3 + 30)
         self.metrics_server: MetricsServer | None = None
         self.cancel = threading.Event()
         self._book = DomainBook(self.app, self.metrics, self.identity)
         self._stop_requested = False
         self._reload_requested = False
-        self._last_status = ""
-        self._status_at = 0.0
         self._pipe = WakeupPipe()
         self._wake = self._pipe.wake
         self._sleep = self._pipe.sleep
@@ -113,6 +97,9 @@ class Daemon:
             self._book,
             self._loop_error,
             on_done=self._wake,
+        )
+        self._dispatch = Dispatcher(
+            self.app, self.options, self.identity, self._book, self._runs, self.metrics
         )
         self._signals = SignalHandlers(
             self._pipe, on_stop=self._flag_stop, on_reload=self._flag_reload
@@ -136,31 +123,35 @@ class Daemon:
                 "daemon ready",
                 extra={"domains": len(self.settings.exports), "resumed": len(self._runs)},
             )
-            while not self._stop_requested:
-                try:
-                    if self._reload_requested:
-                        self._reload()
-                    self._reap()
-                    if time.monotonic() - self._book.refreshed_at >= self._loop_budget():
-                        self._book.load()
-                    sleep_for = self._schedule_pass()
-                except (SQLAlchemyError, MirrorError) as exc:
-                    self._loop_error("pass", exc)
-                    sleep_for = DB_RETRY_SECONDS
-                except Exception as exc:  # a replica never ends itself over one bad pass
-                    self._loop_error("pass", exc, unexpected=True)
-                    sleep_for = DB_RETRY_SECONDS
-                else:
-                    if self.options.exit_when_idle and not self._runs and self._book.idle():
-                        log.info("nothing left to do; exiting (--exit-when-idle)")
-                        break
-                self._sleep(sleep_for)
+            self._loop()
             self._shutdown()
             return 0
         finally:
             self._signals.restore()
             self._close()
             self._log_filter.remove()
+
+    def _loop(self) -> None:
+        """Pass after pass until a stop is asked (or, with exit_when_idle, nothing is left)."""
+        while not self._stop_requested:
+            try:
+                if self._reload_requested:
+                    self._reload()
+                self._dispatch.collect()
+                if time.monotonic() - self._book.refreshed_at >= self._loop_budget():
+                    self._book.load()
+                sleep_for = self._schedule_pass()
+            except (SQLAlchemyError, MirrorError) as exc:
+                self._loop_error("pass", exc)
+                sleep_for = DB_RETRY_SECONDS
+            except Exception as exc:  # a replica never ends itself over one bad pass
+                self._loop_error("pass", exc, unexpected=True)
+                sleep_for = DB_RETRY_SECONDS
+            else:
+                if self.options.exit_when_idle and not self._runs and self._book.idle():
+                    log.info("nothing left to do; exiting (--exit-when-idle)")
+                    return
+            self._sleep(sleep_for)
 
     def _loop_error(self, where: str, exc: BaseException, *, unexpected: bool = False) -> None:
         """Log and count an error the loop survives (the pass or the domain is retried)."""
@@ -206,55 +197,20 @@ class Daemon:
         self.metrics.seed(domains, last_success)
         self.metrics.set_sites(sites)
 
-    # --- the loop ---
+    # --- each pass: start what is due, tell systemd ---
 
     def _schedule_pass(self, only: set[str] | None = None) -> float:
+        """Start what is due; returns how long the loop may sleep."""
         now = utcnow()
-        budget_remaining, budget_wait, spent = self._budget(now)
-        running = self._runs.domains()
-        states: Iterable[DomainState] = self._book.states.values()
-        if only is not None:
-            states = [s for s in states if s.domain in only]
-        decision = plan(
-            states,
-            now=now,
-            running=running,
-            free_slots=self.settings.daemon.concurrency - len(running),
-            budget_remaining=budget_remaining,
-            budget_wait=budget_wait,
-            jitter=self.settings.daemon.jitter,
-            seed=self.options.seed,
-            failure_retry=self.options.failure_retry,
-            spread=self.identity,
-        )
-        starting = self._book.still_free(decision.start, now, self._pacing())
-        if decision.budget_deferred and spent:
-            self._book.defer(
-                decision.budget_deferred,
-                now + timedelta(seconds=budget_wait),
-                f"start budget of {self.settings.api.max_starts_per_hour} per hour spent",
-            )
-        for domain in starting:
-            self._submit(domain)
-        self.metrics.start_budget_remaining.set(max(0, budget_remaining - len(starting)))
+        decision = self._dispatch.start_due(now, only)
         self.metrics.tick()
         if self.notifier.watchdog_seconds:
             self.notifier.watchdog()
-        self._send_status(self._status_text(now, decision.next_due))
+        self._status.send(self._status_text(now, decision.next_due))
         sleep_for = self._loop_budget()
         if decision.next_wake is not None:
             sleep_for = min(sleep_for, (decision.next_wake - now).total_seconds())
         return max(0.05, sleep_for)
-
-    def _send_status(self, text: str) -> None:
-        """STATUS= when the counts change, or at most every 5 s for the countdown."""
-        counts = text.split(", next due", 1)[0]
-        last_counts = self._last_status.split(", next due", 1)[0]
-        now = time.monotonic()
-        if text != self._last_status and (counts != last_counts or now - self._status_at >= 5):
-            self._last_status = text
-            self._status_at = now
-            self.notifier.status(text)
 
     def _loop_budget(self) -> float:
         """The longest the loop may sleep: short enough for the watchdog and /healthz."""
@@ -262,56 +218,6 @@ class Daemon:
         if self.notifier.watchdog_seconds:
             limit = min(limit, self.notifier.watchdog_seconds / 3)
         return max(0.1, limit)
-
-    def _budget(self, now: datetime) -> tuple[int, float, bool]:
-        """(starts allowed now, seconds until the next is, whether the index says it is spent)."""
-        per_hour = self.settings.api.max_starts_per_hour
-        with self.app.db.session() as session:
-            return budget_outlook(session, now, per_hour, self._runs.live.awaiting_start())
-
-    def _submit(self, domain: str) -> None:
-        state = self._book.states[domain]
-        export = self.settings.export_for(domain)
-        log.info(
-            "run scheduled",
-            extra={
-                "replica": self.identity,
-                "domain": domain,
-                "resume": state.active is not None,
-                "run_id": state.active.run_id if state.active else None,
-            },
-        )
-        self._runs.submit(domain, self.settings, self._due_check(export))
-
-    def _due_check(self, export: ExportSettings) -> DueCheck:
-        """The claim's re-check: the scheduler's own due rule on the index as it is now."""
-        return due_check(
-            export,
-            self._book.known_since.get(export.domain) or utcnow(),
-            jitter=self.settings.daemon.jitter,
-            seed=self.options.seed,
-            failure_retry=self.options.failure_retry,
-        )
-
-    def _reap(self) -> None:
-        done, stored = self._runs.collect(self._pacing())
-        if not done:
-            return
-        if stored:
-            apply_retention(self.app)
-            measure_store(self.app, self.metrics)
-        self._book.load(done)
-
-    def _pacing(self) -> Pacing:
-        busy = self.options.busy_defer
-        if busy is None:
-            busy = min(300.0, max(5.0, 2 * self.settings.api.poll_interval))
-        return Pacing(
-            jitter=self.settings.daemon.jitter,
-            seed=self.options.seed,
-            failure_retry=self.options.failure_retry,
-            busy_defer=busy,
-        )
 
     def _status_text(self, now: datetime, next_due: tuple[str, datetime] | None = None) -> str:
         running = len(self._runs)
@@ -323,31 +229,22 @@ class Daemon:
         self._reload_requested = False
         self.notifier.reloading()
         old = self.settings
-        try:
-            new = load_settings(self.config_path)
-        except ConfigError as exc:
-            log.error("config reload failed; keeping the old config", extra={"error": str(exc)})
-            self.notifier.ready()
-            return
-        if new.store != old.store:
-            log.warning("store settings changed; they take effect at the next restart")
-            new = new.model_copy(update={"store": old.store})
-        if new.daemon.listen != old.daemon.listen:
-            log.warning("daemon.listen changed; it takes effect at the next restart")
-        self.app.settings = new
-        added = self._book.reconfigure(old, self._runs.domains(), utcnow())
-        self._seed_metrics(added)
-        before = {export.domain for export in old.exports}
-        after = {export.domain for export in new.exports}
-        self.metrics.domains.set(len(after))
-        log.info(
-            "config reloaded",
-            extra={
-                "added": sorted(added),
-                "removed": sorted(before - after),
-                "domains": len(after),
-            },
-        )
+        new = reloaded_settings(self.config_path, old)
+        if new is not None:
+            self.app.settings = new
+            added = self._book.reconfigure(old, self._runs.domains(), utcnow())
+            self._seed_metrics(added)
+            before = {export.domain for export in old.exports}
+            after = {export.domain for export in new.exports}
+            self.metrics.domains.set(len(after))
+            log.info(
+                "config reloaded",
+                extra={
+                    "added": sorted(added),
+                    "removed": sorted(before - after),
+                    "domains": len(after),
+                },
+            )
         self.notifier.ready()
 
     # --- shutdown ---
@@ -364,7 +261,7 @@ class Daemon:
             self._sleep(1.0)
             if self.notifier.watchdog_seconds:
                 self.notifier.watchdog()
-        self._runs.collect(self._pacing())
+        self._runs.collect(self._dispatch.pacing())
         log.info("stopped")
 
     def _close(self) -> None:
@@ -377,36 +274,20 @@ class Daemon:
         self._pipe.close()
 
 
-def apply_retention(app: App) -> None:
-    """`store.keep` after a stored run; a failure is logged, and the next stored run retries."""
-    from mirror.store.retention import gc
-
+def reloaded_settings(config_path: str | Path | None, old: Settings) -> Settings | None:
+    """The settings to run with after a reload; None (logged) when the new file is invalid.
+    What only a restart can change (the store, `daemon.listen`) keeps its old value."""
     try:
-        report = gc(app, keep=app.settings.store.keep)
-    except Exception as exc:  # retention must never take the daemon down; next run retries
-        log.warning("store gc failed; it is retried after the next stored run: %s", exc)
-        return
-    if report.versions or report.blobs:
-        log.info(
-            "retention applied",
-            extra={
-                "keep": report.keep,
-                "versions_removed": len(report.versions),
-                "bytes_freed": report.bytes_freed,
-            },
-        )
-
-
-def measure_store(app: App, metrics: DaemonMetrics) -> None:
-    """The store's size and what each air-gapped site still needs (at start and after each
-    stored version)."""
-    try:
-        metrics.store_bytes.set(app.store.used_bytes())
-    except OSError as exc:
-        log.warning("cannot measure the store: %s", exc.strerror or exc)
-    with app.db.session() as session:
-        summaries = site_summaries(session, app.settings.site_list(), utcnow())
-    metrics.set_transfer_sites(summaries)
+        new = load_settings(config_path)
+    except ConfigError as exc:
+        log.error("config reload failed; keeping the old config", extra={"error": str(exc)})
+        return None
+    if new.store != old.store:
+        log.warning("store settings changed; they take effect at the next restart")
+        new = new.model_copy(update={"store": old.store})
+    if new.daemon.listen != old.daemon.listen:
+        log.warning("daemon.listen changed; it takes effect at the next restart")
+    return new
 
 
 def run_daemon(

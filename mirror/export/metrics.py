@@ -55,33 +55,8 @@ class DaemonMetrics:
 
     def __init__(self, *, stuck_after: float = 120.0, clock: Callable[[], float] = time.monotonic):
         self.registry = CollectorRegistry(auto_describe=True)
-        self.last_success = self._gauge(
-            "mirror_last_success_timestamp_seconds",
-            "Unix time of the last run that stored or confirmed a bundle",
-            "domain",
-        )
-        self.runs = self._counter(
-            "mirror_runs", "Export runs ended by this daemon, by outcome", "domain", "outcome"
-        )
-        self.job_timeouts = self._counter(
-            "mirror_job_timeouts",
-            "Vendor jobs still unsettled after api.job_timeout (the run was deferred)",
-            "domain",
-        )
-        self.loop_errors = self._counter(
-            "mirror_daemon_loop_errors",
-            "Errors the scheduler loop survived (a pass or one domain's bookkeeping), by type",
-            "kind",
-        )
-        self.download_bytes = self._counter(
-            "mirror_download_bytes", "Bundle bytes downloaded", "domain"
-        )
-        self.download_seconds = Histogram(
-            "mirror_download_seconds",
-            "Time spent downloading one bundle (per run and process)",
-            buckets=DOWNLOAD_BUCKETS,
-            registry=self.registry,
-        )
+        self._run_series()
+        self._download_series()
         self.runs_in_state = self._gauge(
             "mirror_runs_in_state", "Runs this daemon is working on, by state", "state"
         )
@@ -101,6 +76,39 @@ class DaemonMetrics:
         self._ready = False
         self._last_tick: float | None = None
         self._lock = threading.Lock()
+
+    def _run_series(self) -> None:
+        """How runs ended, per domain and outcome, and what the loop survived."""
+        self.last_success = self._gauge(
+            "mirror_last_success_timestamp_seconds",
+            "Unix time of the last run that stored or confirmed a bundle",
+            "domain",
+        )
+        self.runs = self._counter(
+            "mirror_runs", "Export runs ended by this daemon, by outcome", "domain", "outcome"
+        )
+        self.job_timeouts = self._counter(
+            "mirror_job_timeouts",
+            "Vendor jobs still unsettled after api.job_timeout (the run was deferred)",
+            "domain",
+        )
+        self.loop_errors = self._counter(
+            "mirror_daemon_loop_errors",
+            "Errors the scheduler loop survived (a pass or one domain's bookkeeping), by type",
+            "kind",
+        )
+
+    def _download_series(self) -> None:
+        """Bundle bytes downloaded and the time each download took."""
+        self.download_bytes = self._counter(
+            "mirror_download_bytes", "Bundle bytes downloaded", "domain"
+        )
+        self.download_seconds = Histogram(
+            "mirror_download_seconds",
+            "Time spent downloading one bundle (per run and process)",
+            buckets=DOWNLOAD_BUCKETS,
+            registry=self.registry,
+        )
 
     def _site_gauges(self) -> None:
         """The newest stored version's completeness, per domain."""

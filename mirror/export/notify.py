@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
@@ -104,3 +105,22 @@ class Notifier:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+
+
+class StatusLine:
+    """The daemon's STATUS= line: sent when its counts change, or at most every 5 s for
+    the countdown to the next due domain, so a loop of short passes never floods systemd."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+        self.last = ""
+        self.sent_at = 0.0
+
+    def send(self, text: str) -> None:
+        counts = text.split(", next due", 1)[0]
+        last_counts = self.last.split(", next due", 1)[0]
+        now = time.monotonic()
+        if text != self.last and (counts != last_counts or now - self.sent_at >= 5):
+            self.last = text
+            self.sent_at = now
+            self.notifier.status(text)

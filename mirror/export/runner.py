@@ -39,13 +39,13 @@ Promises:
 The decisions (which step comes next, how long to wait, whether a lease is
 free, how much start budget is left) are small pure functions; the runner
 around them does the I/O, through `export.runstate` (the one writer of the run row)
-and `export.outcome` (what callers see: events and the outcome).
+and `export.outcome` (what callers see: events and the outcome); the STORE step is
+`export.keeper`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import logging
 import os
@@ -58,10 +58,9 @@ from typing import Any
 
 import pydantic
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from mirror.archive import ArchiveReport
 from mirror.completeness import SiteScanner
+from mirror.config import ExportSettings
 from mirror.errors import (
     AuthError,
     ConfigError,
@@ -71,22 +70,18 @@ from mirror.errors import (
     OperationFailed,
     TemporaryFailure,
 )
-from mirror.export import sitecheck
 from mirror.export.claim import DueCheck, LostLease, RunSnapshot
-from mirror.export.intake import check_download, downloaded_file, forget_unindexed_blob
+from mirror.export.keeper import BundleKeeper
 from mirror.export.lease import replica_identity
-from mirror.export.outcome import DownloadEvents, ExportOutcome, RunEvent, job_event, outcome_of
+from mirror.export.outcome import DownloadEvents, ExportOutcome, RunEvent, job_event
 from mirror.export.runstate import RunContext
 from mirror.fsutil import disk_full, is_disk_full
-from mirror.store import digests
 from mirror.store.app import App
-from mirror.store.bundles import add_bundle, add_version, latest_version, version_ref
-from mirror.store.models import Bundle, ExportRun, RunState, Version
+from mirror.store.models import ExportRun, RunState
 from mirror.timestamps import utcnow
 from mirror.vendorapi.client import BundleLink, ExportJob, VendorClient
 from mirror.vendorapi.download import LinkFailed, download_bundle
 from mirror.vendorapi.transport import StartRefused
-from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +166,7 @@ class _Runner(RunContext):
                 self.check_cancel()
                 step = next_step(self.current)
                 if step is Step.STORE:
-                    outcome = self.store_bundle()
+                    outcome = BundleKeeper(self).keep()
                     if outcome is not None:
                         return outcome
                 elif step is not Step.DONE:
@@ -322,138 +317,6 @@ class _Runner(RunContext):
             values.update(link_values(link))
         self.save(**values)
 
-    # -- STORE --------------------------------------------------------------------------
-
-    def store_bundle(self) -> ExportOutcome | None:
-        """Keep the checked download as the next version, or find the site unchanged; None
-        when the download is gone (the run goes back to DOWNLOADING)."""
-        run = self.current
-        sha256, size = run.sha256, run.bytes_done
-        assert sha256 is not None
-        partial = self.partial_path()
-        source = downloaded_file(self.app, partial, sha256, rehash=not self.downloaded_here)
-        if source is None:
-            log.warning(
-                "the downloaded bundle of run %d of %s is gone; downloading it again",
-                run.id,
-                self.domain,
-                extra={"domain": self.domain, "run_id": run.id},
-            )
-            self.drop_partial()
-            self.transition(RunState.DOWNLOADING, sha256=None, bytes_done=0)
-            return None
-        inspected = self.inspected if self.downloaded_here and source == partial else None
-        report = check_download(
-            self.app,
-            source,
-            sha256,
-            size,
-            partial=source == partial,
-            inspected=inspected,
-            observe=SiteScanner,
-        )
-        with self.db.session() as session:
-            latest = latest_version(session, self.domain)
-            if latest is not None and latest.tree_sha256 == report.tree_sha256:
-                return self.finish_unchanged(session, latest, report)
-        site = judge_site(self.app, self.domain, self.current, report)
-        blob = self.store.adopt(source, sha256, size) if source == partial else source
-        digests.keep_report(self.store, sha256, report)  # a delta pack's base side
-        if site.refusal is not None:
-            self.keep_aside(site, sha256, size, report)
-        label = self.add_rows(site, sha256, size, report)
-        self.announce(version=label, sha256=sha256, size=size, site=site.summary())
-        ref = VersionRef(self.domain, VersionLabel(label), sha256, size, report.format)
-        stored = outcome_of(self.current, "stored", ref, blob, report, self.claim.resumed)
-        return dataclasses.replace(stored, site=site.summary())
-
-    def add_rows(
-        self, site: sitecheck.SiteJudgement, sha256: str, size: int, report: ArchiveReport
-    ) -> str:
-        """The bundle, its new version and its site check, with the run STORED, in one
-        transaction; returns the version's label."""
-        run = self.current
-        with self.db.session() as session:
-            add_bundle(session, sha256, size, report, created_at=self.now())
-            label = add_version(
-                session,
-                self.domain,
-                sha256,
-                report,
-                run_id=run.id,
-                started_at=run.vendor_started_at or self.now(),
-                created_at=self.now(),
-            )
-            self.record_site(session, site, sha256, label, sitecheck.PASSED)
-            self.transition(RunState.STORED, session, version_label=label, **self.finished())
-        return label
-
-    def record_site(
-        self,
-        session: Session,
-        site: sitecheck.SiteJudgement,
-        sha256: str,
-        label: str,
-        status: str,
-    ) -> None:
-        run = self.current
-        sitecheck.record(
-            session,
-            site,
-            domain=self.domain,
-            sha256=sha256,
-            run_id=run.id,
-            job_id=run.vendor_job_id,
-            started_at=run.vendor_started_at,
-            completed_at=self.now(),
-            label=label,
-            status=status,
-        )
-
-    def keep_aside(
-        self, site: sitecheck.SiteJudgement, sha256: str, size: int, report: ArchiveReport
-    ) -> None:
-        """Index the refused bundle and its site check (no version), end the run, raise."""
-        assert site.refusal is not None
-        with self.db.session() as session:
-            add_bundle(session, sha256, size, report, created_at=self.now())
-            label = sitecheck.refused_label(session, self.domain, self.now())
-            self.record_site(session, site, sha256, label, sitecheck.REFUSED)
-            message = sitecheck.refusal_message(site.refusal, self.domain, label)
-            self.save(session, **{**self.finished(), "state": RunState.FAILED, "error": message})
-            session.commit()
-        self.announce(error=message)
-        raise IntegrityError(message)
-
-    def finish_unchanged(
-        self, session: Session, latest: Version, report: ArchiveReport
-    ) -> ExportOutcome:
-        run = self.current
-        bundle = session.get(Bundle, latest.bundle_sha256)
-        assert bundle is not None
-        self.transition(RunState.UNCHANGED, session, version_label=latest.label, **self.finished())
-        session.commit()
-        self.drop_partial()
-        if run.sha256 is not None and run.sha256 != bundle.sha256:
-            forget_unindexed_blob(self.app, run.sha256)
-        self.announce(version=latest.label, sha256=bundle.sha256, size=bundle.size)
-        blob = self.store.blob_path(bundle.sha256)
-        ref = version_ref(latest, bundle)
-        return outcome_of(self.current, "unchanged", ref, blob, report, self.claim.resumed)
-
-
-def judge_site(
-    app: App, domain: str, run: RunSnapshot, report: ArchiveReport
-) -> sitecheck.SiteJudgement:
-    """The completeness report of a download under the domain's policy."""
-    return sitecheck.judge(
-        domain,
-        sitecheck.scanned(report),
-        page_count=run.page_count,
-        paths_named=run.requested_paths is not None,
-        settings=app.settings.export_for(domain),
-    )
-
 
 def align_partial(partial: Path, durable: int) -> None:
     """Cut the partial file back to its last checkpoint (bytes after it were never fsynced)."""
@@ -518,12 +381,7 @@ def run_export(
     AuthError, ConfigError.
     """
     domain = domain.strip().lower()
-    try:
-        export = app.settings.export_for(domain)
-    except pydantic.ValidationError:
-        raise ConfigError(
-            f"{domain!r} is not a documentation domain; give a hostname like docs.example.com"
-        ) from None
+    export = export_settings(app, domain)
     runner = _Runner(
         app,
         client,
@@ -538,3 +396,13 @@ def run_export(
         due_check=due_check,
     )
     return runner.execute()
+
+
+def export_settings(app: App, domain: str) -> ExportSettings:
+    """The domain's export settings; ConfigError when `domain` is not a hostname."""
+    try:
+        return app.settings.export_for(domain)
+    except pydantic.ValidationError:
+        raise ConfigError(
+            f"{domain!r} is not a documentation domain; give a hostname like docs.example.com"
+        ) from None

@@ -222,17 +222,11 @@ def domain_status(app: App, *, now: datetime | None = None, seed: int = 0) -> li
         state = states[export.domain]
         run = last_runs.get(export.domain)
         version = newest_version(versions.get(export.domain, ()))
-        schedule = schedules.get(export.domain)
         running = state.active is not None
         not_before = state.not_before if state.not_before and state.not_before > now else None
         next_due = None if running else max(now, eligible_at(state, jitter=jitter, seed=seed))
-        error = run.error if run is not None and run.error else None
-        if error is None and schedule is not None and schedule.last_error:
-            error = schedule.last_error
         active = run if run is not None and run.active else None
-        live = active is not None and _live(active.lease_expires_at, now)
-        if live:
-            error = None  # a run a live process holds is running, whatever was said before
+        error = _error(run, schedules.get(export.domain), now)
         result.append(
             DomainStatus(
                 domain=export.domain,
@@ -274,6 +268,17 @@ def _read_rows(
         ):
             schedules[schedule_row.domain] = schedule_row
     return last_runs, versions, schedules
+
+
+def _error(run: ExportRun | None, schedule: DomainSchedule | None, now: datetime) -> str | None:
+    """The domain's standing error: its last run's, else the schedule's; none while a live
+    process holds an active run (it is running, whatever was said before)."""
+    error = run.error if run is not None and run.error else None
+    if error is None and schedule is not None and schedule.last_error:
+        error = schedule.last_error
+    if run is not None and run.active and _live(run.lease_expires_at, now):
+        return None
+    return error
 
 
 def _live(expires_at: datetime | None, now: datetime) -> bool:

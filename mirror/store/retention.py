@@ -100,19 +100,7 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         orphan_bundles = candidates if dry_run else _delete_rows(session, doomed_ids, candidates)
         bytes_freed = sum(bundles[sha][0] for sha in orphan_bundles)
     if not dry_run:
-        freed_on_disk = 0
-        for sha in orphan_bundles:
-            freed_on_disk += app.store.remove(sha)
-        if orphan_bundles or removed:
-            log.info(
-                "store gc",
-                extra={
-                    "versions_removed": len(removed),
-                    "blobs_removed": len(orphan_bundles),
-                    "bytes_freed": freed_on_disk,
-                },
-            )
-        bytes_freed = freed_on_disk
+        bytes_freed = _remove_blobs(app, orphan_bundles, versions_removed=len(removed))
     return GcReport(
         keep=keep,
         dry_run=dry_run,
@@ -121,6 +109,23 @@ def gc(app: App, keep: int, dry_run: bool = False) -> GcReport:
         bytes_freed=bytes_freed,
         kept_undelivered=kept_undelivered,
     )
+
+
+def _remove_blobs(app: App, orphan_bundles: list[str], *, versions_removed: int) -> int:
+    """Remove the blobs whose rows are gone; the bytes freed on disk (logged)."""
+    freed_on_disk = 0
+    for sha in orphan_bundles:
+        freed_on_disk += app.store.remove(sha)
+    if orphan_bundles or versions_removed:
+        log.info(
+            "store gc",
+            extra={
+                "versions_removed": versions_removed,
+                "blobs_removed": len(orphan_bundles),
+                "bytes_freed": freed_on_disk,
+            },
+        )
+    return freed_on_disk
 
 
 def site_needs(app: App, session: Session) -> set[int]:

@@ -92,18 +92,8 @@ def status_error(
             hint="check the domain, version and paths in the export settings",
         )
     if status == 409 or status >= 500 or status in RETRYABLE_STATUSES:
-        # Only a start gets here with 408/429/5xx: reads retry these until the budget is spent.
-        hint = (
-            "try again later"
-            if status == 409
-            else "a start is not retried after such an answer, to avoid a second job; "
-            "try again later"
-        )
-        return TemporaryFailure(
-            scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}"),
-            hint=hint,
-            retry_after=retry_after,
-        )
+        message = scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}")
+        return _not_now(status, message, retry_after)
     if 300 <= status < 400:
         location = response.headers.get("location", "")
         return MirrorError(
@@ -113,3 +103,14 @@ def status_error(
             )
         )
     return MirrorError(scrub(f"vendor API answered HTTP {status} to {endpoint} ({what}){said}"))
+
+
+def _not_now(status: int, message: str, retry_after: float | None) -> TemporaryFailure:
+    """A busy (409) or failing vendor: try again later. Only a start gets here with
+    408/429/5xx: reads retry these until their budget is spent."""
+    hint = (
+        "try again later"
+        if status == 409
+        else "a start is not retried after such an answer, to avoid a second job; try again later"
+    )
+    return TemporaryFailure(message, hint=hint, retry_after=retry_after)

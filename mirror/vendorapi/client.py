@@ -310,13 +310,7 @@ class VendorClient:
         wait_jitter: float = 1.0,
         wall_clock: Callable[[], datetime] | None = None,
     ) -> None:
-        if export_flow not in ("global", "project"):
-            raise ConfigError(f"api.export_flow must be 'global' or 'project', got {export_flow!r}")
-        if not key or not key.isascii() or not key.isprintable() or key.strip() != key:
-            raise AuthError(
-                "the admin API key is empty or holds characters an HTTP header cannot carry",
-                hint=AUTH_HINT,
-            )
+        _refuse_unusable(export_flow, key)
         register_secret(key)
         self.http = http
         self.base_url = base_url.rstrip("/")
@@ -535,3 +529,14 @@ class VendorClient:
 
 def _segment(value: str) -> str:
     return quote(value.strip(), safe="")
+
+
+def _refuse_unusable(export_flow: str, key: str) -> None:
+    """ConfigError or AuthError for settings no request could work with."""
+    if export_flow not in ("global", "project"):
+        raise ConfigError(f"api.export_flow must be 'global' or 'project', got {export_flow!r}")
+    if not key or not key.isascii() or not key.isprintable() or key.strip() != key:
+        raise AuthError(
+            "the admin API key is empty or holds characters an HTTP header cannot carry",
+            hint=AUTH_HINT,
+        )

@@ -1,5 +1,9 @@
 """Download a bundle from its presigned link: streamed, hashed, resumable, re-requested.
 
+The loop over tries is here; one GET and what its answer means is `exchange`, the body
+into the partial file `receiver`, the counting of tries `attempts`, the file itself
+`partial`, the object's identity `validators`.
+
 Promises:
 
 - memory stays constant: the body is read in 1 MiB blocks, each hashed and
@@ -47,24 +51,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 
 from mirror import links
 from mirror.archive import ArchiveFeed, ArchiveLimits, ArchiveReport, FileSink, inspect_archive
-from mirror.errors import AuthError, IntegrityError, Interrupted, NotFound, TemporaryFailure
+from mirror.errors import IntegrityError, Interrupted
 from mirror.fsutil import is_disk_full
-from mirror.links import is_expired_answer, s3_error, safe_url
+from mirror.links import is_expired_answer, safe_url
 from mirror.timestamps import utcnow
+from mirror.vendorapi.attempts import BACKOFF, Attempts, LinkFailed, Refresh, Retry
 from mirror.vendorapi.client import BundleLink
+from mirror.vendorapi.exchange import (
+    FOLLOWED_SCHEMES,
+    MAX_REDIRECTS,
+    Exchange,
+    followable,
+    range_request,
+)
 from mirror.vendorapi.partial import CHECKPOINT_BYTES, CHECKPOINT_SECONDS, PartialFile
-from mirror.vendorapi.retry import Backoff, parse_retry_after
-from mirror.vendorapi.socketbody import SocketBody
+from mirror.vendorapi.receiver import Receiver
+from mirror.vendorapi.retry import parse_retry_after
 from mirror.vendorapi.speedlimit import SpeedLimit
-from mirror.vendorapi.transport import DNS_ATTEMPTS, name_resolution_error
-from mirror.vendorapi.validators import Restart as _Restart
 from mirror.vendorapi.validators import (
+    Restart,
     ResumeGuard,
     Validator,
     load_validator,
@@ -90,6 +100,8 @@ __all__ = [
     "link_expired",
     "load_validator",
     "parse_content_range",
+    "parse_retry_after",
+    "range_request",
     "safe_url",
     "save_validator",
     "validator_path",
@@ -97,24 +109,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# A cut connection is usually back within a second; a busy storage host says Retry-After.
-BACKOFF = Backoff(initial=0.5, maximum=30.0, jitter=0.5, retry_after_cap=300.0)
-_ERROR_BODY_LIMIT = 64 * 1024
-MAX_REDIRECTS = 10
 DEFAULT_MIN_SPEED = 1024
 DEFAULT_STALL_TIME = 30.0
-FOLLOWED_SCHEMES = frozenset({"http", "https"})
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-
-class LinkFailed(TemporaryFailure):
-    """This link cannot deliver the bundle (a scheme other than http/https, or its attempts
-    are spent): drop it; the next try asks the vendor for a fresh one (exit 75)."""
-
-
-def followable(url: str) -> bool:
-    """Only http and https links are fetched."""
-    return urlsplit(url).scheme.lower() in FOLLOWED_SCHEMES
 
 
 @dataclass(frozen=True)
@@ -136,22 +132,6 @@ def link_expired(link: BundleLink, now: datetime) -> bool:
     return links.link_expired(link.url, link.expires_at, now)
 
 
-class _Retry(Exception):
-    """A failure worth another try after `delay` seconds."""
-
-    def __init__(
-        self, reason: str, retry_after: float | None = None, *, slow: bool = False
-    ) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after = retry_after
-        self.slow = slow
-
-
-class _Refresh(Exception):
-    """The link has expired: get a new one and continue."""
-
-
 @dataclass(frozen=True)
 class _Options:
     """What one `download_bundle` call was asked for, beyond the link and the file."""
@@ -171,11 +151,11 @@ class _Options:
 
 
 class _Download:
-    """One download_bundle call: the loop that composes the partial file, the resume guard
-    and the speed limit, and decides what each answer and failure means."""
+    """One download_bundle call: the loop over tries of the link (`exchange.Exchange`, its
+    body through `receiver.Receiver`), counted by `attempts.Attempts`, into the partial
+    file under the resume guard; it decides what each failure means for the file."""
 
     def __init__(self, http: httpx.Client, link: BundleLink, dest: Path, options: _Options) -> None:
-        self.http = http
         self.link = link
         self.dest = dest
         self.options = options
@@ -189,11 +169,13 @@ class _Download:
         )
         report = self.report_checkpoint if options.checkpoint is not None else None
         self.file = PartialFile(dest, report, self.feed)
-        self.speed = SpeedLimit(options.min_speed, options.stall_time)
-        self.max_attempts = max(1, options.max_attempts)
-        self.restarts = self.resumes = self.started_at = 0
-        self.refreshes = self.failures = self.refreshes_in_a_row = 0
-        self.done = False
+        self.attempts = Attempts(options.max_attempts, options.sleep, options.cancel)
+        speed = SpeedLimit(options.min_speed, options.stall_time)
+        receiver = Receiver(self.file, self.guard, speed, self.after_block)
+        self.exchange = Exchange(
+            http, self.file, self.guard, receiver, restart=self.truncate, now=options.now
+        )
+        self.started_at = 0
 
     def report_checkpoint(self, durable: int) -> None:
         if self.options.checkpoint is not None:
@@ -210,9 +192,7 @@ class _Download:
     def truncate(self) -> None:
         self.file.empty()
         self.guard.forget()
-        self.restarts += 1
-
-    # -- the loop ----------------------------------------------------------------------
+        self.attempts.restarts += 1
 
     def run(self) -> DownloadResult:
         try:
@@ -221,18 +201,10 @@ class _Download:
             if self.feed is not None:
                 self.feed.close()
 
-    def inspection(self) -> ArchiveReport | None:
-        """The archive's report: streamed when a feed ran, else read from the finished file."""
-        if self.feed is not None:
-            return self.feed.result(self.offset)
-        if self.options.inspect is not None:
-            return inspect_archive(self.dest, self.options.inspect, self.options.observe)
-        return None
-
     @property
     def continued(self) -> bool:
         """Whether bytes written before this call, or before a resume, are in the file."""
-        return self.started_at > 0 or self.resumes > 0
+        return self.started_at > 0 or self.exchange.resumes > 0
 
     def download(self) -> DownloadResult:
         handle, self.guard.validator = self.file.open(self.expected)
@@ -257,72 +229,63 @@ class _Download:
             self.file.make_durable()
         with contextlib.suppress(OSError):
             validator_path(self.dest).unlink()
-        archive = self.inspection()
+        return self.result()
+
+    def result(self) -> DownloadResult:
+        """The finished file, its inspection (streamed, else read from the file), the counts."""
+        archive = None
+        if self.feed is not None:
+            archive = self.feed.result(self.offset)
+        elif self.options.inspect is not None:
+            archive = inspect_archive(self.dest, self.options.inspect, self.options.observe)
         if self.options.on_progress is not None:
             self.options.on_progress(self.offset, self.expected)
         return DownloadResult(
             path=self.dest,
             size=self.offset,
             sha256=self.file.hashed.result.sha256,
-            restarts=self.restarts,
-            resumes=self.resumes,
-            refreshes=self.refreshes,
+            restarts=self.attempts.restarts,
+            resumes=self.exchange.resumes,
+            refreshes=self.attempts.refreshes,
             archive=archive,
         )
 
     def loop(self) -> None:
-        while not self.done:
+        while True:
             self.check_cancel()
-            self.check_restarts()
+            self.attempts.check_restarts(self.link)
             if self.expected is not None and self.offset == self.expected and self.offset > 0:
-                break
+                return
             if link_expired(self.link, self.options.now()):
                 self.refresh("the link's expiry time has passed")
                 continue
-            progress_before = self.offset
+            before = self.offset
             try:
-                self.fetch()
-            except _Restart as restart:
+                self.exchange.fetch(self.link)
+                return
+            except Restart as restart:
                 log.warning("%s; downloading %s from the start", restart, self.dest.name)
                 self.truncate()
-                self.count_failure(str(restart), None, progress_before)
-            except _Refresh:
+                self.count_failure(str(restart), None, progressed=self.offset > before)
+            except Refresh:
                 self.refresh("the link has expired")
-            except _Retry as retry:
-                progress = self.offset + 1 if retry.slow else progress_before
-                self.count_failure(retry.reason, retry.retry_after, progress)
+            except Retry as retry:
+                progressed = not retry.slow and self.offset > before
+                self.count_failure(retry.reason, retry.retry_after, progressed=progressed)
             except httpx.TransportError as exc:
-                self.check_resolved(exc, progress_before)
-                self.count_failure(
-                    f"connection problem ({type(exc).__name__})", None, progress_before
-                )
+                self.check_resolved(exc, progressed=self.offset > before)
+                reason = f"connection problem ({type(exc).__name__})"
+                self.count_failure(reason, None, progressed=self.offset > before)
 
-    def check_restarts(self) -> None:
-        """Bytes thrown away by a restart are no progress: a host whose answers keep
-        disagreeing (a lying length, a changing object, ranges ignored and the body cut)
-        would otherwise reset the failure count on every pass and hold the run for ever."""
-        if self.restarts <= self.max_attempts:
-            return
-        raise LinkFailed(
-            f"download of the bundle of job {self.link.job_id} from "
-            f"{urlsplit(self.link.url).netloc} restarted from zero {self.restarts} times (its "
-            "answers keep disagreeing about the object); the link is dropped and the next run "
-            "asks the vendor for a fresh one"
-        )
+    def check_resolved(self, exc: httpx.TransportError, *, progressed: bool) -> None:
+        unresolvable = self.attempts.unresolvable(exc, self.link, progressed)
+        if unresolvable is not None:
+            self.make_durable()
+            raise unresolvable
 
-    def check_resolved(self, exc: httpx.TransportError, before: int) -> None:
-        """A host name that does not resolve will not resolve in a minute either."""
-        unresolved = name_resolution_error(exc)
-        if unresolved is None or self.failures + 1 < DNS_ATTEMPTS or self.offset > before:
-            return
+    def make_durable(self) -> None:
         if self.file.durable != self.offset:
             self.file.make_durable()
-        raise TemporaryFailure(
-            f"cannot resolve the bundle host {urlsplit(self.link.url).hostname!r} "
-            f"(job {self.link.job_id}): {unresolved.strerror or unresolved}, "
-            f"tried {self.failures + 1} times",
-            hint="check the network's DNS resolver (and a proxy, if one is needed)",
-        )
 
     def check_cancel(self) -> None:
         if self.options.cancel is not None and self.options.cancel.is_set():
@@ -333,171 +296,27 @@ class _Download:
             )
 
     def refresh(self, why: str) -> None:
-        self.refreshes_in_a_row += 1
-        if self.refreshes_in_a_row > self.max_attempts:
-            raise LinkFailed(
-                f"the bundle link of job {self.link.job_id} keeps expiring "
-                f"({self.refreshes_in_a_row - 1} fresh links in a row failed); check the clock "
-                "and try again later"
-            )
+        self.attempts.refresh(self.link)
         log.info("requesting a fresh bundle link for job %s: %s", self.link.job_id, why)
         self.link = self.options.refresh_link()
-        self.refreshes += 1
         if self.link.size_bytes is not None:
             self.guard.announce(self.link.size_bytes, self.link.job_id)
         if self.options.checkpoint is not None:
             self.file.make_durable()
 
-    def count_failure(self, reason: str, retry_after: float | None, progress_before: int) -> None:
-        self.failures = 1 if self.offset > progress_before else self.failures + 1
-        if self.file.durable != self.offset:
-            self.file.make_durable()
-        if self.failures >= self.max_attempts:
-            raise LinkFailed(
-                f"download of the bundle of job {self.link.job_id} from "
-                f"{urlsplit(self.link.url).netloc} failed {self.failures} times in a row "
-                f"({reason}); run the export again later to resume",
-                retry_after=retry_after,
-            )
-        delay = BACKOFF.delay(self.failures, retry_after)
-        log.info(
-            "download of %s: %s at byte %d; retrying in %.1fs",
-            safe_url(self.link.url),
-            reason,
-            self.offset,
-            delay,
+    def count_failure(self, reason: str, retry_after: float | None, *, progressed: bool) -> None:
+        self.make_durable()
+        self.attempts.failed(
+            reason, retry_after, progressed=progressed, link=self.link, offset=self.offset
         )
-        if self.options.cancel is not None and self.options.sleep is time.sleep:
-            self.options.cancel.wait(delay)
-        else:
-            self.options.sleep(delay)
-
-    def request(self, url: str) -> httpx.Request:
-        timeout = self.speed.timeout(self.http.timeout)
-        if_range = self.guard.if_range() if self.offset > 0 else None
-        return range_request(self.http, url, self.offset, if_range, timeout)
-
-    def fetch(self) -> None:
-        """One GET, following up to MAX_REDIRECTS http(s) redirects by hand."""
-        url = self.link.url
-        refuse_scheme(url, "bundle link", self.link.job_id)
-        for _ in range(MAX_REDIRECTS + 1):
-            response = self.http.send(self.request(url), stream=True, follow_redirects=False)
-            try:
-                location = response.headers.get("Location")
-                if response.status_code not in _REDIRECTS or not location:
-                    self.answer(response)
-                    return
-            finally:
-                response.close()
-            try:
-                url = str(httpx.URL(url).join(location))
-            except (httpx.InvalidURL, ValueError):
-                url = location
-            refuse_scheme(url, "redirect of the bundle link", self.link.job_id)
-        raise _Retry(f"more than {MAX_REDIRECTS} redirects")
-
-    def answer(self, response: httpx.Response) -> None:
-        status = response.status_code
-        if status == 206:
-            first, total = parse_content_range(response.headers.get("Content-Range"))
-            if first != self.offset:
-                raise _Restart(
-                    f"asked for bytes from {self.offset}, the server sent a range from {first}"
-                )
-            self.guard.accept(Validator.of(response, total), self.offset, self.link.job_id)
-            if self.offset > 0:
-                self.resumes += 1
-                log.info("resuming download of %s at byte %d", self.dest.name, self.offset)
-        elif status == 200:
-            if self.offset > 0:
-                log.warning(
-                    "the server sent the whole object for %s (range ignored, or the object "
-                    "changed); restarting from zero",
-                    self.dest.name,
-                )
-                self.truncate()
-            length = response.headers.get("Content-Length")
-            total = int(length) if length and length.isdigit() else None
-            self.guard.accept(Validator.of(response, total), self.offset, self.link.job_id)
-        elif status == 416:
-            _, total = parse_content_range(response.headers.get("Content-Range"))
-            if self.guard.complete_at(total, self.offset) and total is not None:
-                self.guard.check_announced(total, "the server", self.link.job_id)
-                self.done = True
-                return
-            raise _Restart(f"the server cannot serve bytes from {self.offset} (416)")
-        else:
-            _refuse(response, self.link, self.options.now)
-        self.stream(response)
-
-    def stream(self, response: httpx.Response) -> None:
-        self.speed.start()
-        try:
-            body = SocketBody.of(response)  # else the body comes through httpx's pieces
-            for piece in response.iter_raw() if body is None else (body.first,):
-                self.take(len(piece))
-                self.file.buffer(piece, self.after_block)
-            # Socket -> block, up to one byte past the announced size (refused, never kept).
-            while body is not None and (got := body.readinto(self.file.space(self.room))):
-                self.take(got)
-                self.file.filled(got, self.after_block)
-        finally:
-            self.file.write_block()  # whatever ended the body, the bytes received are good
-        if self.expected is not None and self.offset < self.expected:
-            raise _Retry(f"the connection ended early at byte {self.offset}")
-        self.done = True
-
-    @property
-    def room(self) -> int | None:
-        return None if self.expected is None else self.expected - self.offset - self.file.fill + 1
-
-    def take(self, count: int) -> None:
-        """Accept `count` more bytes of the body, or refuse them: too slow, or too many."""
-        if self.speed.too_slow(count):
-            raise _Retry(self.speed.describe(), slow=True)
-        received = self.offset + self.file.fill + count
-        if self.expected is not None and received > self.expected:
-            raise IntegrityError(
-                f"bundle of job {self.link.job_id} from {urlsplit(self.link.url).netloc} "
-                f"is bigger than the {self.expected} bytes announced; nothing was stored"
-            )
 
     def after_block(self) -> None:
-        self.refreshes_in_a_row = 0
+        self.attempts.block_written()
         self.file.pace_checkpoints()
         if self.options.on_progress is not None:
             self.options.on_progress(self.offset, self.expected)
         if self.options.cancel is not None and self.options.cancel.is_set():
             self.check_cancel()
-
-
-def range_request(
-    http: httpx.Client, url: str, offset: int, if_range: str | None, timeout: httpx.Timeout
-) -> httpx.Request:
-    """A GET of `url` from byte `offset` (If-Range: `if_range`), unencoded, without the
-    admin key: it must never travel to the storage host, and S3 refuses two auth schemes."""
-    request = http.build_request("GET", url, timeout=timeout)
-    for name in ("Authorization", "Cookie"):
-        if name in request.headers:
-            del request.headers[name]
-    request.headers["Accept-Encoding"] = "identity"
-    if offset > 0:
-        request.headers["Range"] = f"bytes={offset}-"
-        if if_range:
-            request.headers["If-Range"] = if_range
-    return request
-
-
-def refuse_scheme(url: str, what: str, job_id: str) -> None:
-    """LinkFailed unless `url` is http(s): nothing else is followed."""
-    if not followable(url):
-        scheme = urlsplit(url).scheme or "(none)"
-        raise LinkFailed(
-            f"the {what} of job {job_id} uses the scheme {scheme!r}; only http "
-            "and https are followed, so this link is dropped and the next try asks the "
-            "vendor for a fresh one"
-        )
 
 
 def _drop_after_failed_resume(job_id: str, dest: Path, exc: IntegrityError) -> None:
@@ -514,37 +333,19 @@ def _drop_after_failed_resume(job_id: str, dest: Path, exc: IntegrityError) -> N
             stale.unlink()
 
 
-def _refuse(response: httpx.Response, link: BundleLink, now: Callable[[], datetime]) -> None:
-    """Raise what a storage host's refusal means: refresh, retry, or give up for good."""
-    status = response.status_code
-    body = _read_limited(response)
-    where = safe_url(link.url)
-    if status == 403 and is_expired_answer(status, body):
-        raise _Refresh()
-    if status in (408, 425, 429) or status >= 500:
-        raise _Retry(
-            f"HTTP {status}", parse_retry_after(response.headers.get("Retry-After"), now())
-        )
-    detail = s3_error(body).detail() or f"HTTP {status}"
-    if status == 404:
-        raise NotFound(
-            f"the bundle of job {link.job_id} is gone from {where} ({detail}); run the export again"
-        )
-    if status in (401, 403):
-        raise AuthError(
-            f"the storage host refused the bundle link of job {link.job_id} "
-            f"({detail}); run the export again for a fresh link"
-        )
-    raise _Retry(f"HTTP {status} ({detail})")
-
-
-def _read_limited(response: httpx.Response) -> str:
-    data = b""
-    for chunk in response.iter_raw():
-        data += chunk
-        if len(data) >= _ERROR_BODY_LIMIT:
-            break
-    return data[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+def _download_once_more_if_continued(
+    http: httpx.Client, link: BundleLink, dest: Path, options: _Options
+) -> DownloadResult:
+    """A download that continued earlier bytes and fails its check is made once more from
+    zero: the earlier bytes may be what is damaged."""
+    first = _Download(http, link, dest, options)
+    try:
+        return first.run()
+    except IntegrityError as exc:
+        if not first.continued:
+            raise
+        _drop_after_failed_resume(link.job_id, dest, exc)
+    return _Download(http, link, dest, options).run()
 
 
 def download_bundle(
@@ -576,16 +377,8 @@ def download_bundle(
     AuthError/NotFound (link refused for good). `min_speed` bytes/s over `stall_time` s is
     the low-speed limit (0 turns it off).
     """
-
     timing = (max_attempts, sleep, now, min_speed, stall_time)
     options = _Options(
         refresh_link, expected_size, checkpoint, on_progress, cancel, *timing, inspect, observe
     )
-    first = _Download(http, link, dest, options)
-    try:
-        return first.run()
-    except IntegrityError as exc:
-        if not first.continued:
-            raise
-        _drop_after_failed_resume(link.job_id, dest, exc)
-    return _Download(http, link, dest, options).run()
+    return _download_once_more_if_continued(http, link, dest, options)
