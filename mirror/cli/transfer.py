@@ -251,7 +251,7 @@ def transfer_import(
     """Verify a transfer set, then publish it into the object store (air-gapped side)."""
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set, receipt_key_from
-    from mirror.airgap.rebuild import import_bytes
+    from mirror.airgap.publish import import_bytes
 
     settings = cli.settings
     hook = chart.promote if promote else None

@@ -29,9 +29,7 @@ from mirror.archive import ArchiveLimits, member_path
 from mirror.errors import IntegrityError
 from mirror.integrity import HashingWriter, mismatch
 from mirror.spill import SpillMap
-from mirror.transferset.delta import DeltaBlobWriter, read_chunks
-from mirror.transferset.inflate import gzip_file
-from mirror.transferset.tarunits import MemberData, TarUnits
+from mirror.transferset.delta import DeltaBlobWriter, MemberData, TarUnits, gzip_file, read_chunks
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024
 INFLATED_PIECE = 1024 * 1024

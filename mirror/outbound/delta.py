@@ -54,7 +54,6 @@ from typing import IO, Any, BinaryIO, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.airgap.rebuild import Contents
 from mirror.archive import ArchiveLimits, inspect_archive, read_archive
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
@@ -64,15 +63,16 @@ from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
 from mirror.store.models import Bundle, Version
-from mirror.transferset.compression import Compression, current
 from mirror.transferset.delta import (
+    Contents,
     DeltaBlobWriter,
     TreeArchive,
     TreeFile,
     archive_mtime,
+    current,
     read_chunks,
 )
-from mirror.transferset.format import DeltaEntry, SpliceRecipe
+from mirror.transferset.format import Compression, DeltaEntry, SpliceRecipe
 from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = carried.SPOOL_IN_MEMORY  # one threshold for both ways of reading a bundle

@@ -56,17 +56,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from mirror.airgap.rebuild import Contents
-from mirror.airgap.spliced import SplicePlan
 from mirror.archive import ArchiveLimits, TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter, tee
 from mirror.spill import FileList
 from mirror.store.blobs import BlobStore
-from mirror.transferset.delta import DeltaBlobWriter, read_chunks
+from mirror.transferset.delta import (
+    Contents,
+    DeltaBlobWriter,
+    RecipeWriter,
+    Segments,
+    SplicePlan,
+    read_chunks,
+    read_segments,
+    replay,
+    splice_tree,
+)
 from mirror.transferset.format import SpliceRecipe, canonical_json
-from mirror.transferset.recipe import RecipeWriter, Segments, read_segments, replay
-from mirror.transferset.splice import splice_tree
 
 log = logging.getLogger(__name__)
 MAX_LITERAL_SHARE = 0.1

@@ -19,7 +19,7 @@ from mirror.airgap import layout
 from mirror.airgap.chart.bucket import BucketStore
 from mirror.airgap.chart.gc import GcStore
 from mirror.airgap.chart.values import link_target
-from mirror.airgap.rebuild import Store
+from mirror.airgap.publish import Store
 from mirror.airgap.s3.conditional import JsonStore, WriteConflict, read_modify_write
 from mirror.airgap.s3.multipart import (
     SHA256_META,

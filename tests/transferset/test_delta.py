@@ -13,8 +13,8 @@ import pytest
 
 from mirror.archive import inspect_archive, tree_hash
 from mirror.errors import IntegrityError
-from mirror.transferset.compression import STORED_BLOCK, ChunkedGzip, Compression, current
-from mirror.transferset.delta import (
+from mirror.transferset.delta._compression import STORED_BLOCK, ChunkedGzip, current
+from mirror.transferset.delta._formats import (
     DeltaBlobWriter,
     DeltaContent,
     DeltaRecipePart,
@@ -26,7 +26,13 @@ from mirror.transferset.delta import (
     read_delta_blob,
     read_file_list,
 )
-from mirror.transferset.format import DeltaEntry, ManifestItem, canonical_json, part_names
+from mirror.transferset.format import (
+    Compression,
+    DeltaEntry,
+    ManifestItem,
+    canonical_json,
+    part_names,
+)
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-rather-long-name" for n in range(6))
 TREE = {
@@ -393,7 +399,7 @@ def test_a_delta_item_publishes_the_rebuilt_archive() -> None:
 
 
 def test_archive_mtime_is_the_signed_export_time_in_utc_seconds() -> None:
-    from mirror.transferset.delta import archive_mtime
+    from mirror.transferset.delta._formats import archive_mtime
 
     assert archive_mtime("2026-11-20T02:00:00Z") == 1_795_140_000
     assert archive_mtime("2026-11-20T03:00:00.9+01:00") == 1_795_140_000

@@ -13,7 +13,7 @@ import deflate
 import pytest
 from zlib_ng import zlib_ng
 
-from mirror.transferset.padding import padding
+from mirror.transferset.delta._padding import padding
 
 FINAL_EMPTY = (0b011, 10)  # BFINAL, fixed codes, end-of-block
 PAIRS = list(itertools.product(range(8), repeat=2))

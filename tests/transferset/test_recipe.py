@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 
 from mirror.errors import IntegrityError
-from mirror.transferset.recipe import PIECE, RecipeWriter, Segments, read_segments, replay
-from mirror.transferset.splice import splice_tree
+from mirror.transferset.delta._recipe import PIECE, RecipeWriter, Segments, read_segments, replay
+from mirror.transferset.delta._splice import splice_tree
 from tests.fixtures.splicing import FAST, MTIME, Plan, plans, spliced, text
 from tests.fixtures.splicing import base_gz as _base
 

@@ -46,11 +46,11 @@ from typing import Any, Literal, Protocol
 from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path
 from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
-from mirror.transferset.compression import MEMBER_HEADER
-from mirror.transferset.delta import archive_ending, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, crc32, final_block
-from mirror.transferset.padding import padding
-from mirror.transferset.tarunits import MemberData, TarUnits, Unit
+from mirror.transferset.delta._compression import MEMBER_HEADER
+from mirror.transferset.delta._formats import archive_ending, member_header
+from mirror.transferset.delta._inflate import Block, GzipBlocks, crc32, final_block
+from mirror.transferset.delta._padding import padding
+from mirror.transferset.delta._tarunits import MemberData, TarUnits, Unit
 
 WINDOW = 32 * 1024
 PIECE_SIZE = 1024 * 1024

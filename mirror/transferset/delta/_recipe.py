@@ -36,8 +36,8 @@ from typing import IO
 
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
-from mirror.transferset.delta import RECIPE_LITERALS as LITERALS_NAME
-from mirror.transferset.delta import RECIPE_SEGMENTS as SEGMENTS_NAME
+from mirror.transferset.delta._formats import RECIPE_LITERALS as LITERALS_NAME
+from mirror.transferset.delta._formats import RECIPE_SEGMENTS as SEGMENTS_NAME
 from mirror.transferset.format import parse_strict_json
 
 FORMAT = 1

@@ -35,12 +35,11 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol
 
 from mirror.errors import ConfigError
 from mirror.integrity import Digest, HashingWriter
+from mirror.transferset.format import Compression
 
 LIBRARY = "deflate"
 CHUNK_SIZE = 1024 * 1024
@@ -50,21 +49,6 @@ SERIAL_PIECES = 4
 MAX_WORKERS = 4
 # a gzip member header with fixed fields: no name, mtime 0, XFL 0, OS 255
 MEMBER_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-
-
-class Compression(BaseModel):
-    """How a tree archive was compressed: named in the signed manifest (`delta.compression`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    library: Literal["deflate"]
-    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$")
-    level: int = Field(ge=1, le=12)
-    chunk_size: int = Field(ge=65536, le=64 * 1024 * 1024)
-
-    def describe(self) -> str:
-        pieces = f"{self.chunk_size} B pieces"
-        return f"libdeflate ({self.library}=={self.version}) level {self.level}, {pieces}"
 
 
 def installed_version() -> str | None:

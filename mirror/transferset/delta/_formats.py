@@ -45,9 +45,9 @@ from mirror.errors import IntegrityError
 from mirror.integrity import CHUNK_SIZE, mismatch
 from mirror.spill import SpillMap
 from mirror.timestamps import parse_zoned
-from mirror.transferset.compression import Compression, gzip_sink
-from mirror.transferset.format import canonical_json, parse_strict_json, strict_decoder
-from mirror.transferset.inflate import gzip_file
+from mirror.transferset.delta._compression import gzip_sink
+from mirror.transferset.delta._inflate import gzip_file
+from mirror.transferset.format import Compression, canonical_json, parse_strict_json, strict_decoder
 
 FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
