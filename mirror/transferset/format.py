@@ -160,7 +160,7 @@ class Compression(_Strict):
 
 
 class SpliceRecipe(_Strict):
-    """A spliced delta's archive as the pack made it (`transferset/recipe.py`): replayed
+    """A spliced delta's archive as the pack made it (`transferset/delta/_recipe.py`): replayed
     over a base object of `base_sha256` and `base_size`, it is `size` bytes hashing to
     `sha256`."""
 

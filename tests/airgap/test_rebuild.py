@@ -173,7 +173,7 @@ def test_moved_and_copied_files_cost_nothing_and_a_delta_can_stand_on_a_rebuilt_
             tree_files(tree),
             archive_mtime(item.exported_at),
             tmp_path / "e.tar.gz",
-            item.delta.compression,
+            item.delta.compression or current(),
         )
         assert published == expected.path.read_bytes()
         facts = object_store.head(object_store.key(DOCS, version, "bundle.tar.gz"))

@@ -1,4 +1,4 @@
-"""Importing spliced deltas (mirror/airgap/spliced.py through the import), against the S3
+"""Importing spliced deltas (mirror/airgap/publish/ through the import), against the S3
 server with real archives: simulator sites and hand-made trees, real signed sets."""
 
 from __future__ import annotations

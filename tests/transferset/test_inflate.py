@@ -1,4 +1,4 @@
-"""A gzip stream's deflate blocks, to the bit (mirror/transferset/inflate.py).
+"""A gzip stream's deflate blocks, to the bit (mirror/transferset/delta/_inflate.py).
 
 Every stream here is made by zlib (Python's `zlib` and `gzip`) or by hand; each block is
 checked against the stream's own bytes: where its bits lie, and that those bits alone, with

@@ -1,4 +1,4 @@
-"""Empty deflate blocks that move a stream's bit position (mirror/transferset/padding.py):
+"""Empty deflate blocks that move a stream's bit position (mirror/transferset/delta/_padding.py):
 every one is read as nothing by every inflater at hand, the system's zlib, zlib-ng,
 libdeflate and GNU gzip, and takes the stream exactly where it was asked to."""
 

@@ -1,4 +1,4 @@
-"""The splice recipe (mirror/transferset/recipe.py): a spliced archive recorded as the base's
+"""The splice recipe (mirror/transferset/delta/_recipe.py): a spliced archive recorded as the base's
 bytes it copies and the literals it adds, replayed over the base into the same bytes. The
 bases are the splice's real tar.gz streams (zlib at several levels, multi-member); every
 recording is checked against the splice's own output, byte for byte (whose tree the

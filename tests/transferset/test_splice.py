@@ -1,4 +1,4 @@
-"""The spliced gzip (mirror/transferset/splice.py): a new version's archive made of its base's
+"""The spliced gzip (transferset/delta/_splice.py): a new version's archive made of its base's
 compressed blocks. Every base is a real tar.gz made here (tarfile, zlib at several levels and
 memory levels, multi-member streams); every output is read back by Python's `gzip` and
 `tarfile`, and its blocks by `GzipBlocks`, to see what was copied."""

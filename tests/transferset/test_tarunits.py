@@ -1,4 +1,4 @@
-"""A tar stream's members as byte ranges (mirror/transferset/tarunits.py), checked against
+"""A tar stream's members as byte ranges (mirror/transferset/delta/_tarunits.py), checked against
 what Python's `tarfile` reads from the same bytes: offsets, names, kinds and sizes."""
 
 from __future__ import annotations

@@ -110,6 +110,7 @@ class TreeArchivePublisher(FromDelta):
         assert self.contents is not None and self.files is not None and self.item.delta
         self.contents.flush()
         mtime = archive_mtime(self.item.exported_at)
+        assert self.item.delta.compression is not None  # stored blocks: refused (check_deltas)
         archive = TreeArchive(put, mtime=mtime, compression=self.item.delta.compression)
         for path, size, sha256 in self.files:
             archive.add_file(path, size, self.contents.chunks(sha256))

@@ -7,7 +7,7 @@ other listed path is kept, and its bytes, hashed as they pass, must be the liste
 (else IntegrityError). The listed files the base does not hold are appended in file-list
 order and must be carried (else IntegrityError). So the archive holds every listed file
 once, with its listed content, beside the base's directories. The import splices with it
-(`mirror.airgap.spliced`); the pack makes the same archive with it to record its recipe
+(`mirror.airgap.publish`); the pack makes the same archive with it to record its recipe
 (`mirror.outbound.recipe`). Memory does not grow with the site: the maps are `mirror.spill`.
 """
 
@@ -25,7 +25,7 @@ _BATCH = 8192
 
 
 class Carried(Protocol):
-    """The contents the delta carried, checked and spooled (`rebuild.Contents`)."""
+    """The contents the delta carried, checked and spooled (`Contents`)."""
 
     def __contains__(self, sha256: str) -> bool: ...
 
