@@ -97,7 +97,7 @@ def _cpu_seconds() -> float:
 def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: ManifestItem) -> float:
     """MiB/s of the rebuild alone: the base imported, the archive read to its end."""
     from mirror.airgap.importer import import_set
-    from mirror.airgap.rebuild import RebuiltArchive
+    from mirror.airgap.publish import open_published
     from mirror.airgap.s3.objectstore import ObjectStore, make_s3_client
     from mirror.config import TargetSettings
     from mirror.transferset.format import parse_manifest
@@ -114,7 +114,7 @@ def _rebuild_throughput(s: Setting, base: Path, delta: Path, item: ManifestItem)
         (manifest_item,) = delta_manifest.items
         started = time.monotonic()
         total = 0
-        with RebuiltArchive(
+        with open_published(
             delta, manifest_item, store, sequence=delta_manifest.sequence, work_dir=s.work
         ) as archive:
             while chunk := archive.read(8 * MiB):

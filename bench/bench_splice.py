@@ -32,11 +32,11 @@ from bench.common import ROUNDS, SIZE_MIB, MiB
 from mirror.archive import inspect_archive
 from mirror.integrity import CHUNK_SIZE
 from mirror.sim.site import SiteSpec, build_bundle
-from mirror.transferset.compression import current
-from mirror.transferset.delta import TreeArchive
-from mirror.transferset.inflate import GzipBlocks
-from mirror.transferset.splice import NewFile, splice_tree
-from mirror.transferset.tarunits import TarUnits
+from mirror.transferset.delta._compression import current
+from mirror.transferset.delta._formats import TreeArchive
+from mirror.transferset.delta._inflate import GzipBlocks
+from mirror.transferset.delta._splice import NewFile, splice_tree
+from mirror.transferset.delta._tarunits import TarUnits
 
 MTIME = 1_700_000_000
 DOMAIN = "docs.bench.test"

@@ -288,3 +288,77 @@ def test_functions_of_the_connected_side_stay_within_40_lines() -> None:
         if lines > SHORT_FUNCTION_LINES
     ]
     assert too_long == []
+
+
+def test_the_pack_imports_nothing_of_the_import_but_push() -> None:
+    """The delta engine both sides share is `mirror.transferset.delta`: of `mirror.airgap`,
+    the connected side's `outbound` uses only what `push` sends through (docs/delta.md)."""
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if layer(module) == "outbound" and module != "mirror.outbound.push"
+        for target in targets
+        if layer(target) == "airgap"
+    )
+    assert offenders == []
+
+
+DECISION = "mirror.transferset.delta._publication"
+WAYS = {"WHOLE", "TREE_ARCHIVE", "SPLICE", "REPLAY"}
+WAY_FIELDS = {"spliced", "recipe", "archive_sha256", "archive_size"}
+
+
+def decisions(tree: ast.AST) -> list[str]:
+    """Where a module decides how a version is published: a `Way` member in a condition or
+    comparison (`if`, `while`, a conditional expression, `and`/`or`, `==`/`is`/`in`, a
+    `match` case), or a delta entry's field that names the way (`delta.spliced`,
+    `.recipe`, `.archive_sha256`, `.archive_size`) read in one. An `assert` states what
+    was decided elsewhere; it decides nothing."""
+    stated = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+        for inner in ast.walk(node.test)
+    }
+    tests: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If | ast.While | ast.IfExp):
+            tests.append(node.test)
+        elif isinstance(node, ast.BoolOp | ast.Compare) and id(node) not in stated:
+            tests.append(node)
+        elif isinstance(node, ast.match_case):
+            tests.append(node.pattern)
+    found: set[str] = set()
+    for test in tests:
+        for node in ast.walk(test):
+            if not isinstance(node, ast.Attribute):
+                continue
+            if node.attr in WAYS:
+                found.add(f"line {node.lineno}: Way.{node.attr}")
+            elif node.attr in WAY_FIELDS and ast.unparse(node.value).endswith("delta"):
+                found.add(f"line {node.lineno}: delta.{node.attr}")
+    return sorted(found)
+
+
+def test_how_a_version_is_published_is_decided_once() -> None:
+    """One definition of `publication`, in the decision module; no other module compares
+    the ways or branches on the fields that name them (`decisions`)."""
+    defined = [
+        module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.FunctionDef) and node.name == "publication"
+    ]
+    assert defined == [DECISION]
+    deciding = {
+        module_name(path): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if module_name(path) != DECISION
+        and (found := decisions(ast.parse(path.read_text(), str(path))))
+    }
+    assert deciding == {}
+
+
+def test_the_decision_finder_sees_a_comparison_and_a_branch() -> None:
+    code = "if way is Way.SPLICE: pass\nx = a if item.delta.spliced else b\nassert d.recipe\n"
+    assert decisions(ast.parse(code)) == ["line 1: Way.SPLICE", "line 2: delta.spliced"]

@@ -15,7 +15,7 @@ What it holds:
 - `workdir`: the rebuild's scratch space; `chart`: versions, promotion, values, gc.
 
 Every module above the S3 store meets storage through a narrow Protocol (`conditional.
-JsonStore`, `layout.Bucket`, `multipart.MultipartTarget`, `rebuild.Store`, `chart.bucket.
+JsonStore`, `layout.Bucket`, `multipart.MultipartTarget`, `publish.Store`, `chart.bucket.
 BucketStore`, `chart.gc.GcStore`); tests/fixtures/memory.py implements them all in memory,
 held to the real server by tests/airgap/test_contracts.py.
 

@@ -42,8 +42,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mirror.airgap import layout, provenance, rebuild
-from mirror.airgap.replayed import recipe_applies
+from mirror.airgap import layout, provenance, publish
 from mirror.airgap.s3.multipart import Outcome, Reader, StagedUpload, Staging
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.airgap.s3.probe import require_safe_writes
@@ -247,7 +246,7 @@ def _admit(
     if skip_imported and imported_before(state, verified):
         return Admitted(verified, True, notes, {}, {}, already_imported=True)
     replayed = check_sequence(state, verified, allow_replay=allow_replay, notes=notes)
-    bases = rebuild.check_deltas(store, verified.manifest, work_dir=work_dir)
+    bases = publish.check_deltas(store, verified.manifest, work_dir=work_dir)
     for domain in dict.fromkeys(item.domain for item in verified.manifest.items):
         layout.read_index(store, domain)  # a damaged document refuses the set before any upload
         if promoting:
@@ -269,7 +268,7 @@ class Admitted:
     verified: VerifiedSet
     replayed: bool
     notes: list[str]
-    bases: rebuild.Bases
+    bases: publish.Bases
     provenance: Mapping[tuple[str, str], bytes]
     never_seen: list[int] = field(default_factory=list)
     already_imported: bool = False
@@ -319,10 +318,10 @@ def stage_bundles(
     *,
     work_dir: Path | None = None,
     there: Mapping[str, layout.VersionManifest] | None = None,
-    bases: rebuild.Bases | None = None,
+    bases: publish.Bases | None = None,
 ) -> dict[str, Staged]:
     """Upload every version's bundle straight from the set's parts (a delta's: the archive
-    rebuilt from its base, mirror.airgap.rebuild); complete them only once all have matched
+    made from its base, mirror.airgap.publish); complete them only once all have matched
     the signed manifest (else all are aborted); the outcome and the object's digest by key.
     Objects in `there` (by key: versions there with the same tree, `same_tree_there`) are
     not sent."""
@@ -336,7 +335,7 @@ def stage_bundles(
                 if on_progress is not None:
                     on_progress(there[key].size)
                 continue
-            with rebuild.open_published(
+            with publish.open_published(
                 verified.path,
                 item,
                 store,
@@ -361,7 +360,7 @@ def _stage(
     item: ManifestItem,
     key: str,
     reader: Reader,
-    bases: rebuild.Bases | None,
+    bases: publish.Bases | None,
     on_progress: Callable[[int], None] | None,
 ) -> StagedUpload:
     """Stage `item`'s object at `key` from `reader`; a damaged part of a whole item is
@@ -388,19 +387,13 @@ class Staged:
     digest: Digest
 
 
-def _expected(item: ManifestItem, bases: rebuild.Bases | None) -> dict[str, Any]:
-    """What the staged upload of `item` must hash to; a spliced delta's digest is learnt
-    (its object is named by its tree), the size hint its base's size, unless its recipe is
-    replayed (`replayed.recipe_applies`: the signed digest)."""
-    if item.published_sha256 is not None and item.published_size is not None:
-        return {"sha256": item.published_sha256, "size": item.published_size}
-    assert item.delta is not None
-    base = (bases or {}).get((item.domain, item.delta.base_version))
-    if recipe_applies(item, base):
-        assert item.delta.recipe is not None
-        return {"sha256": item.delta.recipe.sha256, "size": item.delta.recipe.size}
-    hint = (base.size if base is not None else 0) + item.size
-    return {"identity": {TREE_SHA256_META: item.tree_sha256}, "size_hint": hint}
+def _expected(item: ManifestItem, bases: publish.Bases | None) -> dict[str, Any]:
+    """What the staged upload of `item` must hash to (`publication`, over its base); a
+    digest learnt as it is written (a splice) names the object by its tree instead."""
+    published = publish.expected(item, bases)
+    if published.sha256 is not None:
+        return {"sha256": published.sha256, "size": published.size}
+    return {"identity": {TREE_SHA256_META: item.tree_sha256}, "size_hint": published.size_hint}
 
 
 def _read_digest(store: ObjectStore, key: str, tree_sha256: str) -> Digest:
@@ -411,7 +404,7 @@ def _read_digest(store: ObjectStore, key: str, tree_sha256: str) -> Digest:
     head = store.head(key)
     where = f"{store.bucket}/{key}"
     try:
-        tree, digest = rebuild.read_back(store, key, head["size"] if head is not None else 0)
+        tree, digest = publish.read_back(store, key, head["size"] if head is not None else 0)
     except IntegrityError as exc:
         tree, digest = exc.message, None
     if tree != tree_sha256 or digest is None:
@@ -599,7 +592,7 @@ def publish_version(
         imported_at=imported_at,
         transfer_sequence=verified.manifest.sequence,
         source_id=verified.manifest.source_id,
-        **rebuild.manifest_fields(item),
+        **publish.manifest_fields(item),
     )
     manifest_status = store.put_immutable(
         key, document.to_bytes(), identity={BUNDLE_SHA256_META: sha256}

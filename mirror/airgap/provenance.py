@@ -26,7 +26,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from mirror.airgap import layout, rebuild
+from mirror.airgap import layout
+from mirror.airgap.publish import read_back
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes, require_digest
@@ -88,7 +89,7 @@ def check_object(store: ObjectStore, domain: str, version: str, proven: Provenan
         return  # the signed bundle itself: its bytes are the manifest's digest
     where = f"{store.bucket}/{described.object}"
     try:
-        tree, digest = rebuild.read_back(store, described.object, described.size)
+        tree, digest = read_back(store, described.object, described.size)
     except IntegrityError as exc:
         raise IntegrityError(f"{where} is not the site its provenance is about: {exc}") from None
     if tree != proven.predicate.get("tree_sha256"):

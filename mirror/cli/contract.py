@@ -97,7 +97,7 @@ DELTA = obj(
         "carried_files": INT,
         "compression": null(obj({"library": STR, "version": STR, "level": INT, "chunk_size": INT})),
         "spliced": BOOL,
-        # a spliced delta's archive as the pack made it (transferset/recipe.py)
+        # a spliced delta's archive as the pack made it (transferset/delta/_recipe.py)
         "recipe": null(
             obj({"base_sha256": SHA256, "base_size": INT, "sha256": SHA256, "size": INT})
         ),

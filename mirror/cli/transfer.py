@@ -262,7 +262,7 @@ def transfer_import(
     whatever set is in place can run again safely."""
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set, receipt_key_from
-    from mirror.airgap.rebuild import import_bytes
+    from mirror.airgap.publish import import_bytes
 
     settings = cli.settings
     hook = chart.promote if promote else None

@@ -4,7 +4,7 @@ A spliced delta (`transferset/format.py` `DeltaEntry.spliced`) carries every fil
 version that its base does not hold at the same path with the same content. Both versions'
 files are known without reading either bundle (`store.digests`, proven against the trees
 the index records), so the pack reads the new bundle only to take the carried files' bytes:
-one inflate, the tar headers at the offsets their sizes give (`transferset/tarunits.py`),
+one inflate, the tar headers at the offsets their sizes give (`transferset/delta/_tarunits.py`),
 nothing checked again that the bundle's inspection checked when it was stored.
 
 Promises:
@@ -29,9 +29,7 @@ from mirror.archive import ArchiveLimits, member_path
 from mirror.errors import IntegrityError
 from mirror.integrity import HashingWriter, mismatch
 from mirror.spill import SpillMap
-from mirror.transferset.delta import DeltaBlobWriter, read_chunks
-from mirror.transferset.inflate import gzip_file
-from mirror.transferset.tarunits import MemberData, TarUnits
+from mirror.transferset.delta import DeltaBlobWriter, MemberData, TarUnits, gzip_file, read_chunks
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024
 INFLATED_PIECE = 1024 * 1024

@@ -1,6 +1,6 @@
 """Deltas on the connected side: which version a delta goes against, and the delta itself.
 
-A version V of domain D may travel as a delta (`transferset/delta.py`: the file list and only
+A version V of domain D may travel as a delta (`mirror.transferset.delta`: the file list and only
 the contents its base lacks) when the air-gapped side already holds an earlier version.
 
 Promises:
@@ -25,7 +25,7 @@ Promises:
   or the delta is refused (IntegrityError: the store is inconsistent with its index).
 - A base whose bundle is a `tar.gz` gets a spliced delta (`DeltaEntry.spliced`), with the
   recipe of the archive made here when it is worth carrying (`outbound/recipe.py`): the import
-  edits the base's object in one pass over its members (`transferset/splice.py`), keeping a
+  edits the base's object in one pass over its members (`transferset/delta/_splice.py`), keeping a
   base file only at its own path, so the delta carries every file of V that the base does not
   hold at the same path with the same sha256 (a page moved or copied to a new path is
   carried; contents still go once each). No tree archive is built (compressing the whole
@@ -54,7 +54,6 @@ from typing import IO, Any, BinaryIO, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.airgap.rebuild import Contents
 from mirror.archive import ArchiveLimits, inspect_archive, read_archive
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
@@ -64,15 +63,16 @@ from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
 from mirror.store.models import Bundle, Version
-from mirror.transferset.compression import Compression, current
 from mirror.transferset.delta import (
+    Contents,
     DeltaBlobWriter,
     TreeArchive,
     TreeFile,
     archive_mtime,
+    current,
     read_chunks,
 )
-from mirror.transferset.format import DeltaEntry, SpliceRecipe
+from mirror.transferset.format import Compression, DeltaEntry, SpliceRecipe
 from mirror.versions import VersionLabel, VersionRef
 
 SPOOL_IN_MEMORY = carried.SPOOL_IN_MEMORY  # one threshold for both ways of reading a bundle

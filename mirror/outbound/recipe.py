@@ -1,10 +1,10 @@
 """The pack's side of a spliced delta: the archive made here, recorded as its recipe.
 
-A spliced delta's import edits its base's object in the bucket (`mirror.airgap.spliced`).
+A spliced delta's import edits its base's object in the bucket (`mirror.airgap.publish`).
 The splice is deterministic (the pinned libdeflate, the padding), so the pack can make the
 same archive when it knows the base object's bytes: it splices them itself, with the
-import's own plan (`mirror.airgap.spliced.SplicePlan`: the same file list, carried contents
-and decisions), records the archive as a recipe (`transferset/recipe.py`) and signs its
+import's own plan (`mirror.airgap.publish.SplicePlan`: the same file list, carried contents
+and decisions), records the archive as a recipe (`transferset/delta/_recipe.py`) and signs its
 digest. An import whose base object is those bytes replays the recipe instead of splicing.
 
 The base object's bytes, as the pack takes them to be: the base's bundle, or, when the base
@@ -56,17 +56,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from mirror.airgap.rebuild import Contents
-from mirror.airgap.spliced import SplicePlan
 from mirror.archive import ArchiveLimits, TreePaths
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter, tee
 from mirror.spill import FileList
 from mirror.store.blobs import BlobStore
-from mirror.transferset.delta import DeltaBlobWriter, read_chunks
+from mirror.transferset.delta import (
+    Contents,
+    DeltaBlobWriter,
+    RecipeWriter,
+    Segments,
+    SplicePlan,
+    read_chunks,
+    read_segments,
+    replay,
+    splice_tree,
+)
 from mirror.transferset.format import SpliceRecipe, canonical_json
-from mirror.transferset.recipe import RecipeWriter, Segments, read_segments, replay
-from mirror.transferset.splice import splice_tree
 
 log = logging.getLogger(__name__)
 MAX_LITERAL_SHARE = 0.1

@@ -40,7 +40,6 @@ from mirror.hostnames import is_domain
 from mirror.integrity import hash_bytes
 from mirror.sites import check_site_name
 from mirror.timestamps import parse_zoned, rfc3339
-from mirror.transferset.compression import Compression
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -147,8 +146,21 @@ class PartEntry(_Strict):
     sha256: Hex64
 
 
+class Compression(_Strict):
+    """How a tree archive was compressed: named in the signed manifest (`delta.compression`)."""
+
+    library: Literal["deflate"]
+    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$")
+    level: int = Field(ge=1, le=12)
+    chunk_size: int = Field(ge=65536, le=64 * 1024 * 1024)
+
+    def describe(self) -> str:
+        pieces = f"{self.chunk_size} B pieces"
+        return f"libdeflate ({self.library}=={self.version}) level {self.level}, {pieces}"
+
+
 class SpliceRecipe(_Strict):
-    """A spliced delta's archive as the pack made it (`transferset/recipe.py`): replayed
+    """A spliced delta's archive as the pack made it (`transferset/delta/_recipe.py`): replayed
     over a base object of `base_sha256` and `base_size`, it is `size` bytes hashing to
     `sha256`."""
 
@@ -159,18 +171,11 @@ class SpliceRecipe(_Strict):
 
 
 class DeltaEntry(_Strict):
-    """What makes an item a delta: its blob is a delta blob (`transferset/delta.py`)
-    against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket.
-
-    Two ways the import makes the archive it publishes:
-    - the tree archive (`spliced` false): built from the file list alone, the same bytes on
-      both sides, so it must hash to the signed `archive_sha256` and `archive_size`;
-    - the spliced archive (`spliced` true, no archive digest): the base's object edited
-      (`transferset/splice.py`), proved member by member against the signed file list (every
-      kept base file hashed, every carried content checked); its sha256 and size are learnt as
-      it is written, recorded in the version's manifest and reported in the receipt. With a
-      `recipe` (the archive as the pack made it), an import whose base object is the
-      recipe's base publishes the recipe's archive instead, proved by its signed digest."""
+    """What makes an item a delta: its blob is a delta blob (`mirror.transferset.delta`)
+    against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket. Which
+    fields go together, and so how the import publishes it (a tree archive with its
+    `archive_sha256`, a splice, or a replay of its `recipe`), is
+    `mirror.transferset.delta.publication`'s one decision (docs/delta.md)."""
 
     base_version: str
     base_tree_sha256: Hex64
@@ -190,16 +195,10 @@ class DeltaEntry(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _archive(self) -> DeltaEntry:
-        digest = (self.archive_sha256 is None, self.archive_size is None)
-        if self.spliced and digest != (True, True):
-            raise ValueError("a spliced delta names no archive digest: it is learnt at import")
-        if not self.spliced and digest != (False, False):
-            raise ValueError("a tree-archive delta names its archive's sha256 and size")
-        if self.spliced and self.compression is None:
-            raise ValueError("a spliced delta names the compression of its changed regions")
-        if self.recipe is not None and not self.spliced:
-            raise ValueError("only a spliced delta has a recipe")
+    def _one_way(self) -> DeltaEntry:
+        from mirror.transferset.delta._publication import check_entry
+
+        check_entry(self)
         return self
 
 
@@ -304,13 +303,18 @@ class ManifestItem(_Strict):
 
     @property
     def published_sha256(self) -> str | None:
-        """The sha256 of the archive the import publishes for this item; None for a spliced
-        delta, whose archive's digest the import learns as it writes it."""
-        return self.delta.archive_sha256 if self.delta is not None else self.sha256
+        """The sha256 the archive the import publishes for this item must have, as the signed
+        manifest alone says it (`mirror.transferset.delta.publication`, the one decision);
+        None for a spliced delta, whose digest depends on the base the bucket holds."""
+        from mirror.transferset.delta._publication import publication
+
+        return publication(self).sha256
 
     @property
     def published_size(self) -> int | None:
-        return self.delta.archive_size if self.delta is not None else self.size
+        from mirror.transferset.delta._publication import publication
+
+        return publication(self).size
 
 
 class ToolEntry(_Strict):

@@ -21,7 +21,7 @@ from mirror.airgap.chart.bucket import BucketStore
 from mirror.airgap.chart.gc import GcStore, Listing
 from mirror.airgap.chart.values import link_target
 from mirror.airgap.provenance import StatementStore
-from mirror.airgap.rebuild import Store
+from mirror.airgap.publish import Store
 from mirror.airgap.s3.checksums import part_checksum
 from mirror.airgap.s3.conditional import JsonStore, WriteConflict, read_modify_write
 from mirror.airgap.s3.errors import DIGEST_CODES, error_code, http_status

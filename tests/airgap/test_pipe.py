@@ -1,4 +1,4 @@
-"""mirror.airgap.pipe: one producer thread, one reader, bounded, in order."""
+"""mirror.airgap.publish._pipe: one producer thread, one reader, bounded, in order."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from mirror.airgap.pipe import DEPTH, PIECE, Pipe
+from mirror.airgap.publish._pipe import DEPTH, PIECE, Pipe
 
 
 def _drain(pipe: Pipe) -> list[bytes]:

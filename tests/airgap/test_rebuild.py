@@ -1,4 +1,4 @@
-"""Rebuilding versions carried as deltas (mirror/airgap/rebuild.py), against SeaweedFS
+"""Rebuilding versions carried as deltas (mirror/airgap/publish/), against SeaweedFS
 server with real archives: simulator sites and hand-made trees, real signed sets."""
 
 from __future__ import annotations
@@ -18,19 +18,15 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.rebuild import (
-    RebuiltArchive,
-    check_deltas,
-    import_bytes,
-)
+from mirror.airgap.publish import check_deltas, import_bytes, open_published
+from mirror.airgap.publish._workdir import LOCK_NAME, WORK_PREFIX, locked_work_dir, remove_abandoned
 from mirror.airgap.s3.objectstore import ObjectStore
-from mirror.airgap.workdir import LOCK_NAME, WORK_PREFIX, locked_work_dir, remove_abandoned
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.sim.site import SiteSpec, build_bundle
-from mirror.transferset.compression import Compression, current, installed_version
-from mirror.transferset.delta import archive_mtime
+from mirror.transferset.delta._compression import current, installed_version
+from mirror.transferset.delta._formats import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
@@ -70,9 +66,7 @@ def download(store: ObjectStore, key: str) -> bytes:
     return b"".join(store.open_stream(key))
 
 
-@pytest.mark.parametrize("compression", [current(), None], ids=["libdeflate", "earlier-stored"])
 def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_passes(
-    compression: Compression | None,
     tmp_path: Path,
     object_store: ObjectStore,
     target_settings: TargetSettings,
@@ -83,6 +77,7 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
+    compression = current()
     spec = DeltaSpec(delta={"compression": compression})
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
@@ -99,8 +94,7 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
         tmp_path / "independent.tar.gz",
         compression,
     )
-    if compression is not None:  # at the vendor's ratio, not the unpacked site's size
-        assert expected.size <= 1.10 * new.stat().st_size
+    assert expected.size <= 1.10 * new.stat().st_size  # the vendor's ratio, not the site's size
     key = object_store.key(DOCS, V2, "bundle.tar.gz")
     published = download(object_store, key)
     assert published == expected.path.read_bytes()
@@ -179,7 +173,7 @@ def test_moved_and_copied_files_cost_nothing_and_a_delta_can_stand_on_a_rebuilt_
             tree_files(tree),
             archive_mtime(item.exported_at),
             tmp_path / "e.tar.gz",
-            item.delta.compression,
+            item.delta.compression or current(),
         )
         assert published == expected.path.read_bytes()
         facts = object_store.head(object_store.key(DOCS, version, "bundle.tar.gz"))
@@ -247,6 +241,29 @@ def test_a_delta_this_installation_cannot_reproduce_is_refused_before_any_upload
     assert bucket_listing(object_store.client, object_store.bucket) == before
 
 
+def test_a_stored_block_delta_packed_before_libdeflate_is_refused_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """The way this release dropped (docs/delta.md): a tree archive of stored deflate blocks,
+    as sets packed before libdeflate name it (no `compression`), is refused with exit 2 and
+    the remedy, before anything is uploaded."""
+    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
+    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
+    import_set(object_store, tmp_path / "s1", trusted)
+    spec = DeltaSpec(delta={"compression": None})
+    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
+    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(ConfigError) as refused:
+        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
+    assert refused.value.exit_code == 2
+    assert "stored deflate blocks" in refused.value.message
+    assert "mirror transfer pack --full --from-set 2 OUT" in str(refused.value)
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert list(tmp_path.glob(f"{WORK_PREFIX}*")) == []
+
+
 def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
 ) -> None:
@@ -306,7 +323,7 @@ def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2)
     (entry,) = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes()).items
-    with RebuiltArchive(
+    with open_published(
         tmp_path / "s2", entry, object_store, sequence=2, work_dir=tmp_path
     ) as archive:
         with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
@@ -388,7 +405,7 @@ def test_no_usable_temp_directory_is_a_config_error_naming_work_dir(tmp_path: Pa
     """work_dir unset in a pod whose root file system is read-only: /tmp and its fallbacks
     are not writable, so there is no temp dir to rebuild in."""
     probe = (
-        "from mirror.airgap.workdir import work_root\n"
+        "from mirror.airgap.publish._workdir import work_root\n"
         "from mirror.errors import ConfigError\n"
         "try:\n    work_root(None)\n"
         "except ConfigError as exc:\n    print(exc.exit_code, exc)\n"

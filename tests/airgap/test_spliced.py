@@ -1,4 +1,4 @@
-"""Importing spliced deltas (mirror/airgap/spliced.py through the import), against the S3
+"""Importing spliced deltas (mirror/airgap/publish/ through the import), against the S3
 server with real archives: simulator sites and hand-made trees, real signed sets."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.rebuild import import_bytes
+from mirror.airgap.publish import import_bytes
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import ArchiveLimits, inspect_archive, tree_hash
 from mirror.config import TargetSettings
@@ -528,7 +528,8 @@ def test_a_base_rewritten_with_more_directories_than_an_archive_may_hold_members
     the new tree's 5 files and 2 directories fit, 30 more directories do not."""
     _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
     monkeypatch.setattr(
-        "mirror.airgap.rebuild.ArchiveLimits", functools.partial(ArchiveLimits, max_files=10)
+        "mirror.airgap.publish._stream.ArchiveLimits",
+        functools.partial(ArchiveLimits, max_files=10),
     )
     padding = [Entry(name.format(i), kind="dir") for i in range(30)]
     entries = [*padding, *entries_of(BASE)]

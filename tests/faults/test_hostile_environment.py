@@ -18,7 +18,7 @@ from pathlib import Path
 import deflate  # noqa: F401 - imported here, so this process never finds the planted one
 import pytest
 
-from mirror.transferset.compression import ChunkedGzip
+from mirror.transferset.delta._compression import ChunkedGzip
 from tests.fixtures.cli import cli_env, mirror_argv, mirror_cli, write_config
 from tests.fixtures.versions import add_version, open_app
 

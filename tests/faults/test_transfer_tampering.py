@@ -24,7 +24,7 @@ from mirror.archive import tree_hash
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
-from mirror.transferset.delta import TreeFile
+from mirror.transferset.delta._formats import TreeFile
 from mirror.transferset.format import MANIFEST, SIGNATURE, SpliceRecipe, parse_manifest
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
 from tests.fixtures.archives import make_tar_gz

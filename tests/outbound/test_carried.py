@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from mirror.errors import IntegrityError
 from mirror.outbound.carried import compare, take_contents
 from mirror.spill import SpillMap
-from mirror.transferset.delta import DeltaBlobWriter, DeltaContent, DeltaFileList, read_delta_blob
+from mirror.transferset.delta._formats import (
+    DeltaBlobWriter,
+    DeltaContent,
+    DeltaFileList,
+    read_delta_blob,
+)
 from tests.fixtures.archives import make_tar_gz, tar_bytes, word_text
 
 

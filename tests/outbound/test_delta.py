@@ -34,8 +34,8 @@ from mirror.sites import DEFAULT_SITE, held_bases
 from mirror.store.app import App
 from mirror.store.models import Transfer, TransferItem, Version
 from mirror.store.sitestate import site_facts
-from mirror.transferset.compression import current
-from mirror.transferset.delta import (
+from mirror.transferset.delta._compression import current
+from mirror.transferset.delta._formats import (
     DeltaContent,
     TreeArchive,
     archive_mtime,

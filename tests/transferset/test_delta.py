@@ -1,4 +1,4 @@
-"""The delta formats: file list, tree archive, delta blob (mirror/transferset/delta.py)."""
+"""The delta formats: file list, tree archive, delta blob (mirror/transferset/delta/_formats.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from mirror.archive import inspect_archive, tree_hash
 from mirror.errors import IntegrityError
-from mirror.transferset.compression import STORED_BLOCK, ChunkedGzip, Compression, current
-from mirror.transferset.delta import (
+from mirror.transferset.delta._compression import ChunkedGzip, current
+from mirror.transferset.delta._formats import (
     DeltaBlobWriter,
     DeltaContent,
     DeltaRecipePart,
@@ -26,7 +26,13 @@ from mirror.transferset.delta import (
     read_delta_blob,
     read_file_list,
 )
-from mirror.transferset.format import DeltaEntry, ManifestItem, canonical_json, part_names
+from mirror.transferset.format import (
+    Compression,
+    DeltaEntry,
+    ManifestItem,
+    canonical_json,
+    part_names,
+)
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-rather-long-name" for n in range(6))
 TREE = {
@@ -48,7 +54,6 @@ def _entries(tree: dict[str, bytes]) -> list[TreeFile]:
     ]
 
 
-STORED = None
 SMALL_PIECES = current().model_copy(update={"chunk_size": 65536})
 
 
@@ -57,7 +62,7 @@ def _build(
     *,
     mtime: int = 1_700_000_000,
     chunk: int = 7,
-    compression: Compression | None = STORED,
+    compression: Compression,
 ) -> bytes:
     out = io.BytesIO()
     archive = TreeArchive(out.write, mtime=mtime, compression=compression)
@@ -69,9 +74,9 @@ def _build(
     return out.getvalue()
 
 
-@pytest.mark.parametrize("compression", [STORED, current(), SMALL_PIECES], ids=str)
+@pytest.mark.parametrize("compression", [current(), SMALL_PIECES], ids=str)
 def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(
-    tmp_path: Path, compression: Compression | None
+    tmp_path: Path, compression: Compression
 ) -> None:
     data = _build(TREE, compression=compression)
     path = tmp_path / "bundle.tar.gz"
@@ -95,7 +100,7 @@ def test_the_tree_archive_is_a_tar_gz_every_reader_unpacks_to_the_tree(
     assert report.tree_sha256 == tree_hash((e.path, e.sha256) for e in _entries(TREE))
 
 
-@pytest.mark.parametrize("compression", [STORED, current(), SMALL_PIECES], ids=str)
+@pytest.mark.parametrize("compression", [current(), SMALL_PIECES], ids=str)
 def test_the_tree_archive_bytes_depend_only_on_the_list_contents_and_time(
     compression: Compression | None,
 ) -> None:
@@ -110,7 +115,6 @@ def test_the_tree_archive_bytes_depend_only_on_the_list_contents_and_time(
 # Golden values: any change to a format (or to the pinned compressor) changes them, and
 # both sides of the gap must agree on every byte.
 GOLDEN = {
-    "stored": "0ad6cd48494c69c5e75789df0a7772d1ec1d789a5b15aa9612bbe72e580c5618",
     "libdeflate": "a0662c90d5806ff48ed3ad995106c27a5b7438c7f01b778195434e97faf99fd9",
     "libdeflate-pieces": "8051963bdef8e1e3951692ee5575da7177e75c32329ece1d3eddcc5b47564446",
 }
@@ -124,11 +128,10 @@ def _golden_tree() -> dict[str, bytes]:
 
 @pytest.mark.parametrize(
     ("name", "compression"),
-    [("stored", STORED), ("libdeflate", current()), ("libdeflate-pieces", SMALL_PIECES)],
+    [("libdeflate", current()), ("libdeflate-pieces", SMALL_PIECES)],
 )
 def test_the_tree_archive_bytes_are_pinned(name: str, compression: Compression | None) -> None:
-    tree = {"index.html": b"hello\n", "a/b.html": b"b\n"} if name == "stored" else _golden_tree()
-    data = _build(tree, mtime=0, compression=compression)
+    data = _build(_golden_tree(), mtime=0, compression=compression)
     assert hashlib.sha256(data).hexdigest() == GOLDEN[name]
 
 
@@ -169,15 +172,9 @@ def test_compressed_tree_archives_are_near_the_vendor_ratio() -> None:
     assert len(_build(tree, compression=SMALL_PIECES)) > len(compressed)
 
 
-def test_stored_blocks_are_whole_blocks_then_a_final_one() -> None:
-    data = b"a" * (STORED_BLOCK * 2 + 10)
-    archive_bytes = _build({"big.bin": data}, chunk=1000)
-    assert gzip.decompress(archive_bytes)[512 : 512 + len(data)] == data
-
-
 @pytest.mark.parametrize("given", [3, 5])
 def test_content_of_another_length_than_listed_is_refused(given: int) -> None:
-    archive = TreeArchive(lambda _b: None, mtime=0, compression=STORED)
+    archive = TreeArchive(lambda _b: None, mtime=0, compression=current())
     with pytest.raises(IntegrityError, match="the file list says 4"):
         archive.add_file("a.html", 4, [b"x" * given])
 
@@ -393,7 +390,7 @@ def test_a_delta_item_publishes_the_rebuilt_archive() -> None:
 
 
 def test_archive_mtime_is_the_signed_export_time_in_utc_seconds() -> None:
-    from mirror.transferset.delta import archive_mtime
+    from mirror.transferset.delta._formats import archive_mtime
 
     assert archive_mtime("2026-11-20T02:00:00Z") == 1_795_140_000
     assert archive_mtime("2026-11-20T03:00:00.9+01:00") == 1_795_140_000

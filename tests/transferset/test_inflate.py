@@ -1,4 +1,4 @@
-"""A gzip stream's deflate blocks, to the bit (mirror/transferset/inflate.py).
+"""A gzip stream's deflate blocks, to the bit (mirror/transferset/delta/_inflate.py).
 
 Every stream here is made by zlib (Python's `zlib` and `gzip`) or by hand; each block is
 checked against the stream's own bytes: where its bits lie, and that those bits alone, with
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from mirror.errors import IntegrityError
-from mirror.transferset.inflate import Block, GzipBlocks, final_block, raw_blocks
+from mirror.transferset.delta._inflate import Block, GzipBlocks, final_block, raw_blocks
 from tests.fixtures.archives import word_text
 
 WINDOW = 32 * 1024
@@ -325,7 +325,7 @@ def test_a_zlib_ng_library_that_cannot_be_loaded_is_one_config_error(
     import ctypes
 
     from mirror.errors import ConfigError
-    from mirror.transferset import inflate
+    from mirror.transferset.delta import _inflate as inflate
 
     def unloadable(name: str, *args: object, **kwargs: object) -> ctypes.CDLL:
         raise OSError(f"{name}: cannot open shared object file")

@@ -1,4 +1,4 @@
-"""Empty deflate blocks that move a stream's bit position (mirror/transferset/padding.py):
+"""Empty deflate blocks that move a stream's bit position (mirror/transferset/delta/_padding.py):
 every one is read as nothing by every inflater at hand, the system's zlib, zlib-ng,
 libdeflate and GNU gzip, and takes the stream exactly where it was asked to."""
 
@@ -13,7 +13,7 @@ import deflate
 import pytest
 from zlib_ng import zlib_ng
 
-from mirror.transferset.padding import padding
+from mirror.transferset.delta._padding import padding
 
 FINAL_EMPTY = (0b011, 10)  # BFINAL, fixed codes, end-of-block
 PAIRS = list(itertools.product(range(8), repeat=2))

@@ -1,4 +1,4 @@
-"""The splice recipe (mirror/transferset/recipe.py): a spliced archive recorded as the base's
+"""The splice recipe (mirror/transferset/delta/_recipe.py): a spliced archive recorded as the base's
 bytes it copies and the literals it adds, replayed over the base into the same bytes. The
 bases are the splice's real tar.gz streams (zlib at several levels, multi-member); every
 recording is checked against the splice's own output, byte for byte (whose tree the
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 
 from mirror.errors import IntegrityError
-from mirror.transferset.recipe import PIECE, RecipeWriter, Segments, read_segments, replay
-from mirror.transferset.splice import splice_tree
+from mirror.transferset.delta._recipe import PIECE, RecipeWriter, Segments, read_segments, replay
+from mirror.transferset.delta._splice import splice_tree
 from tests.fixtures.splicing import FAST, MTIME, Plan, plans, spliced, text
 from tests.fixtures.splicing import base_gz as _base
 

@@ -1,4 +1,4 @@
-"""The spliced gzip (mirror/transferset/splice.py): a new version's archive made of its base's
+"""The spliced gzip (transferset/delta/_splice.py): a new version's archive made of its base's
 compressed blocks. Every base is a real tar.gz made here (tarfile, zlib at several levels and
 memory levels, multi-member streams); every output is read back by Python's `gzip` and
 `tarfile`, and its blocks by `GzipBlocks`, to see what was copied."""
@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from mirror.errors import IntegrityError
 from mirror.sim.site import SiteSpec, build_bundle
-from mirror.transferset.delta import member_header
-from mirror.transferset.inflate import Block, GzipBlocks
-from mirror.transferset.padding import padding
-from mirror.transferset.splice import BitWriter, Edit, NewFile, Splicer, splice_tree
+from mirror.transferset.delta._formats import member_header
+from mirror.transferset.delta._inflate import Block, GzipBlocks
+from mirror.transferset.delta._padding import padding
+from mirror.transferset.delta._splice import BitWriter, Edit, NewFile, Splicer, splice_tree
 from tests.fixtures.archives import EPOCH, Entry, tar_bytes
 from tests.fixtures.splicing import (
     BASES,

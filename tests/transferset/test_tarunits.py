@@ -1,4 +1,4 @@
-"""A tar stream's members as byte ranges (mirror/transferset/tarunits.py), checked against
+"""A tar stream's members as byte ranges (mirror/transferset/delta/_tarunits.py), checked against
 what Python's `tarfile` reads from the same bytes: offsets, names, kinds and sizes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import tarfile
 import pytest
 
 from mirror.errors import IntegrityError
-from mirror.transferset.tarunits import MemberData, TarUnits, Unit
+from mirror.transferset.delta._tarunits import MemberData, TarUnits, Unit
 from tests.fixtures.archives import Entry, tar_bytes
 
 LONG_DIR = "/".join(f"section-{n:02d}-with-a-long-name" for n in range(5))

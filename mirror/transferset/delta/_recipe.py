@@ -1,15 +1,15 @@
 """The splice recipe: a spliced archive as the base object's bytes it copies and the bytes it adds.
 
 The pack holds a spliced delta's base bundle, so it makes the spliced archive itself (with
-`transferset/splice.py`, the code and the pinned libdeflate the import's splice uses) and
+`transferset/delta/_splice.py`, the code and the pinned libdeflate the import's splice uses) and
 records it as segments: each is `literal` bytes, taken in order from the literals, then
 `copy` bytes of the base object from its offset `offset`. The signed manifest names the base
 object's and the archive's sha256 and size (`DeltaEntry.recipe`). An import whose base
 object is those bytes publishes the archive by replaying the recipe: one read of the base
 and byte copies, no inflate and no file hashed, the archive proved by its signed digest. Any
-other base object takes the splice, proved file by file (`mirror.airgap.spliced`).
+other base object takes the splice, proved file by file (`mirror.airgap.publish`).
 
-This module alone owns the format. Two members of the delta blob (`transferset/delta.py`),
+This module alone owns the format. Two members of the delta blob (`transferset/delta/_formats.py`),
 before its file list: `recipe/segments`, canonical JSON
 ``{"format": 1, "segments": [[literal, offset, copy], ...]}``, and `recipe/literals`, the
 literals' bytes.
@@ -36,8 +36,8 @@ from typing import IO
 
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
-from mirror.transferset.delta import RECIPE_LITERALS as LITERALS_NAME
-from mirror.transferset.delta import RECIPE_SEGMENTS as SEGMENTS_NAME
+from mirror.transferset.delta._formats import RECIPE_LITERALS as LITERALS_NAME
+from mirror.transferset.delta._formats import RECIPE_SEGMENTS as SEGMENTS_NAME
 from mirror.transferset.format import parse_strict_json
 
 FORMAT = 1

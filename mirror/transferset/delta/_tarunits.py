@@ -1,6 +1,6 @@
 """A tar stream's members as byte ranges, read from its bytes as they pass.
 
-A spliced archive (`transferset/splice.py`) keeps or drops the base's members as whole
+A spliced archive (`transferset/delta/_splice.py`) keeps or drops the base's members as whole
 ranges of its tar stream, so it needs each member's extent and name without copying its
 data: `TarUnits` reads only the headers (and the pax and GNU long-name records before them)
 at the offsets the sizes give, and skips the rest. Names are resolved as Python's `tarfile`

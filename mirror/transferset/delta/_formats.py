@@ -11,7 +11,7 @@ is the one `archive.extract_archive` gives every file (0644): a site's files car
 The delta blob: a tar.gz holding `content/<sha256>` for each distinct content the base tree
 does not hold (once, however many paths use it: a moved page costs nothing), then, for a
 spliced delta the pack made itself, its recipe (`recipe/segments` and `recipe/literals`,
-whose format `transferset/recipe.py` owns), then `files.json` as its last member. Its
+whose format `transferset/delta/_recipe.py` owns), then `files.json` as its last member. Its
 bytes are whatever the packer's zlib made of it; the signed manifest names its sha256 and
 its parts like any blob.
 
@@ -21,9 +21,8 @@ signed. It is a ustar stream (a pax header carries only a `path` or `size` that 
 cannot) with the files in file-list order, each preceded by the parent directories not yet
 written (0755); files 0644; owner and group 0 with no names; every mtime the version's
 export time; two zero blocks and zero padding to a 10240-byte record. It is compressed
-as `transferset/compression.py` says (the one owner of those bytes): by a pinned libdeflate
-in fixed-size pieces, each its own gzip member, at about the vendor's ratio; or, for sets
-whose manifest names no compression, as stored deflate blocks.
+as `_compression` says (the one owner of those bytes): by a pinned libdeflate in
+fixed-size pieces, each its own gzip member, at about the vendor's ratio.
 """
 
 from __future__ import annotations
@@ -45,9 +44,9 @@ from mirror.errors import IntegrityError
 from mirror.integrity import CHUNK_SIZE, mismatch
 from mirror.spill import SpillMap
 from mirror.timestamps import parse_zoned
-from mirror.transferset.compression import Compression, gzip_sink
-from mirror.transferset.format import canonical_json, parse_strict_json, strict_decoder
-from mirror.transferset.inflate import gzip_file
+from mirror.transferset.delta._compression import gzip_sink
+from mirror.transferset.delta._inflate import gzip_file
+from mirror.transferset.format import Compression, canonical_json, parse_strict_json, strict_decoder
 
 FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
@@ -282,7 +281,7 @@ class TreeArchive:
         write: Callable[[bytes], object],
         *,
         mtime: int,
-        compression: Compression | None,
+        compression: Compression,
     ) -> None:
         self._gzip = gzip_sink(compression, write)
         self._mtime = mtime
@@ -434,7 +433,7 @@ class DeltaBlobWriter:
         self._member(f"{CONTENT_DIR}/{sha256}", size, chunks)
 
     def add_recipe(self, segments: IO[bytes], literals: IO[bytes]) -> None:
-        """A splice recipe's two members (`transferset/recipe.py`), read from the start of
+        """A splice recipe's two members (`transferset/delta/_recipe.py`), read from the start of
         the two files: after the contents, before the file list."""
         for name, source in zip(RECIPE_MEMBERS, (segments, literals), strict=True):
             size = source.seek(0, io.SEEK_END)

@@ -1,6 +1,6 @@
 """Empty deflate blocks that move a deflate stream's bit position.
 
-A spliced archive (`transferset/splice.py`) copies a base's compressed blocks as bytes: a
+A spliced archive (`transferset/delta/_splice.py`) copies a base's compressed blocks as bytes: a
 block that began at bit `s` of a byte in the base is copied byte for byte only where the
 output stands at bit `s` of a byte too. Between blocks, the output is moved there by empty,
 non-final blocks, which every inflater reads as nothing (RFC 1951 section 3.2.3):

@@ -8,14 +8,14 @@ import cost several times a full import; this costs one inflate of the base and 
 compression of the changed pages, at the base's own ratio.
 
 The bytes (only the importing side makes them: what both sides agree on is the tree):
-- one gzip member with fixed header fields (as `transferset/compression.py`'s pieces) and
+- one gzip member with fixed header fields (as `transferset/delta/_compression.py`'s pieces) and
   one deflate stream; its CRC-32 and length trailer;
 - the uncompressed stream is described by `Edit`s over the base's inflated stream in its
   order: `keep` a range of it, `drop` a range, `insert` new bytes;
 - a base block is copied when its bytes and the 32 KiB before it (or back to its gzip
   member's start) are one run of kept bytes with nothing inserted or dropped inside. It is
   copied as bytes, not shifted: where the output does not stand at the bit of a byte at
-  which the block began in the base, empty blocks (`transferset/padding.py`) take it
+  which the block began in the base, empty blocks (`transferset/delta/_padding.py`) take it
   there first (once for a run of blocks: they follow each other in both streams), so
   every byte but the first and last is the base's (a stored block's too); the final
   block flag of a copied block is cleared;
@@ -46,11 +46,11 @@ from typing import Any, Literal, Protocol
 from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path
 from mirror.errors import IntegrityError
 from mirror.spill import SpillMap
-from mirror.transferset.compression import MEMBER_HEADER
-from mirror.transferset.delta import archive_ending, member_header
-from mirror.transferset.inflate import Block, GzipBlocks, crc32, final_block
-from mirror.transferset.padding import padding
-from mirror.transferset.tarunits import MemberData, TarUnits, Unit
+from mirror.transferset.delta._compression import MEMBER_HEADER
+from mirror.transferset.delta._formats import archive_ending, member_header
+from mirror.transferset.delta._inflate import Block, GzipBlocks, crc32, final_block
+from mirror.transferset.delta._padding import padding
+from mirror.transferset.delta._tarunits import MemberData, TarUnits, Unit
 
 WINDOW = 32 * 1024
 PIECE_SIZE = 1024 * 1024
@@ -95,7 +95,7 @@ class BitWriter:
         self._emit()
 
     def realign(self, shift: int) -> None:
-        """Empty blocks (`transferset/padding.py`) up to bit `shift` of a byte: call only
+        """Empty blocks (`transferset/delta/_padding.py`) up to bit `shift` of a byte: call only
         between blocks."""
         self.bits(*padding(self._count, shift))
 
@@ -342,7 +342,7 @@ def splice_tree(
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
-    zero padding to a 10240-byte record (as `transferset/delta.py`'s tree archive)."""
+    zero padding to a 10240-byte record (as `transferset/delta/_formats.py`'s tree archive)."""
     splicer = Splicer(write, level=level, copied=copied)
     with _TreeSplice(plan, splicer, mtime=mtime, limits=limits, listed=listed) as tree:
         tree.prove_kept = prove_kept

@@ -1,6 +1,6 @@
 """A gzip stream's deflate blocks, each with its exact bits and what it inflates to.
 
-A spliced archive (`transferset/splice.py`) copies the compressed bits of the base's
+A spliced archive (`transferset/delta/_splice.py`) copies the compressed bits of the base's
 unchanged blocks, so it needs what no Python binding gives: where each deflate block of a
 gzip stream begins and ends, to the bit. zlib's own `inflate(Z_BLOCK)` stops at every block
 boundary and says how many bits of the last byte it left unused. It is reached through

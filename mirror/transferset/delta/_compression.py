@@ -12,10 +12,9 @@ header fields (no name, mtime 0, XFL 0, OS 255), concatenated. Every gzip reader
 a multi-member gzip (RFC 1952, section 2.2), so the object is an ordinary `.tar.gz`.
 
 A manifest names the compression it used (`Compression`: library, its version, level,
-piece size); `None` is the format sets had before: stored (uncompressed) deflate blocks,
-reproducible by any zlib and as large as the site. An importer that cannot reproduce a
-named compression refuses before it reads anything (`require_reproducible`, exit 2),
-saying what it needs.
+piece size; sets packed before it name none, stored deflate blocks: refused, docs/delta.md).
+An importer that cannot reproduce a named compression refuses before it reads anything
+(`require_reproducible`, exit 2), saying what it needs.
 
 Level 6: on the simulator's pages 1.06x the size of the vendor's own `gzip -6` stream, at
 2.5x its speed (level 5: 1.11x; level 9: 1.00x at a third of the speed).
@@ -35,36 +34,19 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable
-from typing import Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Protocol
 
 from mirror.errors import ConfigError
 from mirror.integrity import Digest, HashingWriter
+from mirror.transferset.format import Compression
 
 LIBRARY = "deflate"
 CHUNK_SIZE = 1024 * 1024
 LEVEL = 6
-STORED_BLOCK = 65535
 SERIAL_PIECES = 4
 MAX_WORKERS = 4
 # a gzip member header with fixed fields: no name, mtime 0, XFL 0, OS 255
 MEMBER_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-
-
-class Compression(BaseModel):
-    """How a tree archive was compressed: named in the signed manifest (`delta.compression`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    library: Literal["deflate"]
-    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$")
-    level: int = Field(ge=1, le=12)
-    chunk_size: int = Field(ge=65536, le=64 * 1024 * 1024)
-
-    def describe(self) -> str:
-        pieces = f"{self.chunk_size} B pieces"
-        return f"libdeflate ({self.library}=={self.version}) level {self.level}, {pieces}"
 
 
 def installed_version() -> str | None:
@@ -113,10 +95,8 @@ class GzipSink(Protocol):
     def close(self) -> None: ...
 
 
-def gzip_sink(spec: Compression | None, write: Callable[[bytes], object]) -> GzipSink:
-    """A sink that writes `spec`'s gzip (stored blocks for None) of what it is given."""
-    if spec is None:
-        return StoredGzip(write)
+def gzip_sink(spec: Compression, write: Callable[[bytes], object]) -> GzipSink:
+    """A sink that writes `spec`'s gzip of what it is given."""
     require_reproducible(spec)
     return ChunkedGzip(write, level=spec.level, chunk_size=spec.chunk_size)
 
@@ -321,35 +301,3 @@ class _Workers:
             if process.stdout is not None:
                 process.stdout.close()
         self._processes = []
-
-
-class StoredGzip(_Output):
-    """One gzip member of stored deflate blocks: the same bytes from any zlib."""
-
-    def __init__(self, write: Callable[[bytes], object]) -> None:
-        super().__init__(write)
-        self._pending = bytearray()
-        self._crc = 0
-        self._length = 0
-        self._out(MEMBER_HEADER)
-
-    def write(self, data: bytes) -> None:
-        self._crc = zlib.crc32(data, self._crc)
-        self._length += len(data)
-        self._pending += data
-        whole = len(self._pending) - len(self._pending) % STORED_BLOCK
-        if whole:
-            out = bytearray()
-            for start in range(0, whole, STORED_BLOCK):
-                out += _stored_block(bytes(self._pending[start : start + STORED_BLOCK]), False)
-            del self._pending[:whole]
-            self._out(bytes(out))
-
-    def close(self) -> None:
-        self._out(_stored_block(bytes(self._pending), True))
-        self._pending.clear()
-        self._out(struct.pack("<II", self._crc & 0xFFFFFFFF, self._length & 0xFFFFFFFF))
-
-
-def _stored_block(data: bytes, final: bool) -> bytes:
-    return struct.pack("<BHH", 1 if final else 0, len(data), len(data) ^ 0xFFFF) + data
