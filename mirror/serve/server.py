@@ -125,7 +125,10 @@ class Handler(BaseHTTPRequestHandler):
         if len(str(self.headers)) > MAX_HEADERS:
             self.close_connection = True
             return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
+        if self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers:
+            self.close_connection = True  # a body is never read: the connection ends after this
         if self.command not in ("GET", "HEAD"):
+            self.close_connection = True
             return self._plain(405, f"method {self.command} is not allowed", {"Allow": ALLOW})
         route = parse_target(self.path)
         if isinstance(route, Refusal):
@@ -154,7 +157,8 @@ class Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
         listed: Listed | None = None,
     ) -> None:
-        self._body(status, (line + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
+        text = " ".join(line.split())
+        self._body(status, (text + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
 
     def _body(
         self,
