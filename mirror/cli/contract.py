@@ -718,6 +718,12 @@ CONTRACTS: dict[str, Contract] = {
         "mirror chart check values.yaml --warn 2d --json",
         (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
         CHECK,
+        notes=(
+            "Through a mirror serve link (`url_mode` `serve`) `expires_at` and `seconds_left` "
+            "are null; for its link to the current version (`.../current/bundle.EXT`), "
+            "`version` is the one it served (its `Mirror-Version`). mirror serve's refusal of "
+            "an object that does not match its manifest is `status` `mismatch`, exit 5.",
+        ),
     ),
     "chart refresh": Contract(
         "Per domain: values rendered again or kept; on failure `error` and `exit_code` too.",

@@ -2,7 +2,8 @@
 signal.
 
 Promises: settings that cannot work (no bucket, `serve.require_provenance` without trusted
-keys, an address that cannot be bound) are refused before anything is served (exit 2); the
+keys, a cache directory that cannot be written, an address that cannot be bound) are
+refused before anything is served (exit 2); the
 address really listened on is announced once it is bound (a `:0` port is resolved); SIGTERM
 and SIGINT stop the listener and the poller, and a fill or send under way ends with its
 connection.
@@ -37,7 +38,13 @@ def open_service(settings: Settings) -> Service:
         open_object_store(settings.target),
         Trust(keys, settings.serve.require_provenance),
     )
-    service.start()
+    try:
+        service.start()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot use serve.cache_dir {settings.serve.cache_dir}: {exc.strerror}",
+            hint="make it a directory this user may write (the service keeps its cache there)",
+        ) from None
     return service
 
 

@@ -1,11 +1,12 @@
 """The socket edge of `mirror serve`: the standard library's HTTP/1.1 server, one thread per
 connection, bundles sent from the cache with `sendfile`.
 
-Why this server (measured, bench/RESULTS.md "mirror serve: the HTTP server"): with 50
-clients fetching a 256 MiB file it used less memory (21 MiB peak against aiohttp's 38 MiB)
-and less CPU than aiohttp's `FileResponse` (which also sends with sendfile), and its
-per-socket timeout cuts a stalled client after `serve.idle_timeout`, where aiohttp kept one
-connected for as long as it was measured (100 s; it has no send timeout). Requests are
+Why this server (measured, bench/RESULTS.md "`mirror serve`: the HTTP server, chosen by
+measurement"): with 50 clients fetching a 256 MiB file it used less memory (21 MiB peak
+against aiohttp's 38 MiB) and less CPU (2.0-2.5 s against 2.6-2.8 s for 12.5 GiB) than
+aiohttp's `FileResponse` (which also sends with sendfile), and its per-socket timeout cuts a
+stalled client after `serve.idle_timeout`, where aiohttp kept one connected for as long as
+it was measured (100 s; it has no send timeout). It adds no dependency. Requests are
 parsed by `http.server` (no parser of ours); this module only routes and answers.
 
 Promises: every response carries Content-Length; every answer that is not a bundle is one
@@ -125,7 +126,10 @@ class Handler(BaseHTTPRequestHandler):
         if len(str(self.headers)) > MAX_HEADERS:
             self.close_connection = True
             return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
+        if self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers:
+            self.close_connection = True  # a body is never read: the connection ends after this
         if self.command not in ("GET", "HEAD"):
+            self.close_connection = True
             return self._plain(405, f"method {self.command} is not allowed", {"Allow": ALLOW})
         route = parse_target(self.path)
         if isinstance(route, Refusal):
@@ -154,7 +158,8 @@ class Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
         listed: Listed | None = None,
     ) -> None:
-        self._body(status, (line + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
+        text = " ".join(line.split())
+        self._body(status, (text + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
 
     def _body(
         self,

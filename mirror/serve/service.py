@@ -8,7 +8,7 @@ Promises:
   `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
 - After each read every domain's current version and rollback target are filled, then the
   rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
-  current version or a rollback target).
+  current version or a rollback target); after each fill too (never the bundle just filled).
 - Ready (`/readyz`) once every domain's current version is cached and verified.
 """
 
@@ -66,7 +66,7 @@ class Service:
             bucket,
             trust,
             on_refused=self._refused,
-            on_fill=lambda _: self.metrics.fills.inc(),
+            on_fill=self._filled,
             hold=settings.poll_interval,
         )
         self.pointers = Pointers()
@@ -130,6 +130,7 @@ class Service:
                 self.metrics.dropped.inc()
         evicted = self.cache.evict(self.protected())
         self.metrics.evictions.inc(len(evicted))
+        self.cache.persist()  # when each bundle was last served, for the order after a restart
 
     def _ensure_quietly(self, listed: Listed) -> None:
         try:
@@ -198,6 +199,12 @@ class Service:
             return self._polled.wait_for(lambda: self.polls >= count, timeout)
 
     # ---- what happened ---------------------------------------------------------------------
+
+    def _filled(self, entry: Entry) -> None:
+        """A fill is in: count it and make room at once (never for the one just filled)."""
+        self.metrics.fills.inc()
+        evicted = self.cache.evict(self.protected() | {entry.sha256})
+        self.metrics.evictions.inc(len(evicted))
 
     def _refused(self, listed: Listed, error: IntegrityError) -> None:
         self.metrics.refused.labels(listed.ref.domain, str(listed.ref.label)).inc()

@@ -163,7 +163,7 @@ class Supply:
             raise
         except MirrorError as exc:
             raise TemporaryFailure(
-                f"{_name(listed)} is not cached and the object store cannot be read: {exc}"
+                f"{_name(listed)} is not cached and cannot be fetched now: {exc}"
             ) from None
         with self._lock:
             self._refusals.pop(sha256, None)
@@ -211,12 +211,17 @@ class Supply:
         """The object into `temp`, hashed as it is written; IntegrityError unless it is the
         manifest's bytes (a larger object is cut off as soon as it passes the size)."""
         ref = listed.ref
-        with open(temp, "wb") as out:
-            hashing = HashingWriter(out)
-            for chunk in self.bucket.open_stream(listed.object):
-                hashing.write(chunk)
-                if hashing.size > ref.size:
-                    break
+        try:
+            with open(temp, "wb") as out:
+                hashing = HashingWriter(out)
+                for chunk in self.bucket.open_stream(listed.object):
+                    hashing.write(chunk)
+                    if hashing.size > ref.size:
+                        break
+        except OSError as exc:
+            raise TemporaryFailure(
+                f"cannot write the cache ({temp.parent}): {exc.strerror}"
+            ) from None
         got = hashing.result
         if (got.sha256, hashing.size) != (ref.sha256, ref.size):
             raise IntegrityError(

@@ -42,6 +42,10 @@ from tests.fixtures.s3 import (
 )
 from tests.fixtures.serving import get, raw
 
+# The installed tool is built and installed once per run (tests/fixtures/artefact.py): minutes
+# on a loaded machine, so this file goes first (slow) and has room for it.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
 POD = Path(__file__).resolve().parents[1] / "fixtures" / "pod.py"
 V1, V2, V3 = "2026-11-20", "2026-11-21", "2026-11-22"
 BUCKET = "serve-pipeline"

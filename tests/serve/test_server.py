@@ -423,3 +423,18 @@ def test_metrics_name_what_was_served(
     assert "mirror_serve_cache_hits_total 2.0" in text  # both filled at start: current, rollback
     assert "mirror_serve_cache_fills_total 2.0" in text
     assert "mirror_serve_ready 1.0" in text and "mirror_serve_bucket_up 1.0" in text
+
+
+def test_a_request_body_is_never_read_as_the_next_request(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """A body the service does not read (no method of it takes one) ends the connection, so
+    it can never be taken for a request of its own (smuggling)."""
+    inner = get(bundle_path(DOMAIN, V1, "tar.gz"))
+    head = f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
+    with serving(bucket, tmp_path / "cache") as running:
+        posted = raw(running.port, head + inner)
+        with_body = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        fetched = raw(running.port, with_body + inner)  # no Connection: close of its own
+    assert posted.status == 405 and posted.raw.count(b"HTTP/1.1 ") == 1
+    assert fetched.status == 200 and fetched.raw.count(b"HTTP/1.1 ") == 1
