@@ -58,11 +58,19 @@ def agent(**fields: object) -> AgentJob:
 def test_watch_follows_each_outcome_to_its_end(
     sim: Simulator, client: VendorClient, outcome: str, status: str
 ) -> None:
+    sim.set_faults(hold_jobs=True)  # its first reading is `active`, however late it comes
+
+    def let_go(seconds: float) -> None:
+        sim.set_faults(hold_jobs=False)
+        time.sleep(seconds)
+
+    began = time.monotonic()
     job_id = sim.add_agent_job(outcome, seconds=0.3)
     updates: list[AgentJob] = []
-    began = time.monotonic()
-    job = watch_agent_job(client, job_id, interval=0.05, timeout=10, on_update=updates.append)
-    assert time.monotonic() - began >= 0.25
+    job = watch_agent_job(
+        client, job_id, interval=0.05, timeout=120, sleep=let_go, on_update=updates.append
+    )
+    assert time.monotonic() - began >= 0.3
     assert job.status == status and job.terminal
     assert [u.status for u in updates] == ["active", status]
     assert job.failed == (outcome == "failed")
@@ -71,7 +79,8 @@ def test_watch_follows_each_outcome_to_its_end(
 
 
 def test_watch_times_out_while_still_active(sim: Simulator, client: VendorClient) -> None:
-    job_id = sim.add_agent_job("pr", seconds=600)
+    sim.set_faults(hold_jobs=True)
+    job_id = sim.add_agent_job("pr", seconds=0)
     fake = FakeTime()
     updates: list[AgentJob] = []
     with pytest.raises(TemporaryFailure, match=f"agent job {job_id} still active after 12s") as err:
