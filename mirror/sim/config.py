@@ -1,4 +1,5 @@
-"""Settings of a simulator run (fixed at start) and faults (changeable while it runs)."""
+"""Settings of a simulator run (fixed at start, but for `link_ttl`) and faults (changeable while
+it runs)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class SimConfig:
     The site: `pages` pages of `page_size` bytes, or with `site_size` (bytes) a realistic
     site of about that size (HTML pages of 5-60 KiB, CSS, JS and images; mirror.sim.tree).
     Each export changes `changes_per_export` pages, or with `change_share` (0 to 1) that
-    share of the site's pages.
+    share of the site's pages. `link_ttl` is read as each link is issued: changed while the
+    simulator runs, it applies to the links issued after.
     """
 
     key: str = field(default_factory=_new_key)

@@ -26,7 +26,7 @@ from tests.vendor.test_client import JSON, FakeTime, Scripted, ScriptedServer, s
 @pytest.fixture
 def client(sim: Simulator) -> Iterator[VendorClient]:
     with VendorClient(
-        httpx.Client(timeout=5), base_url=sim.url, key=sim.key, project_id="proj_sim"
+        httpx.Client(timeout=30), base_url=sim.url, key=sim.key, project_id="proj_sim"
     ) as vendor:
         yield vendor
 
@@ -100,7 +100,7 @@ def test_watch_times_out_while_still_active(sim: Simulator, client: VendorClient
 
 def test_watch_uses_the_given_project(sim: Simulator) -> None:
     job_id = sim.add_agent_job("pr", seconds=0)
-    with VendorClient(httpx.Client(timeout=5), base_url=sim.url, key=sim.key) as client:
+    with VendorClient(httpx.Client(timeout=30), base_url=sim.url, key=sim.key) as client:
         assert watch_agent_job(client, job_id, project_id="proj_sim").status == "completed"
         with pytest.raises(NotFound):
             watch_agent_job(client, job_id, project_id="proj_other")
