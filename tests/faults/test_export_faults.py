@@ -151,7 +151,7 @@ def test_sigterm_stops_cleanly_and_the_next_run_resumes(
         process = spawn(config, sim.key, domain)
         assert wait_for(app, domain, process, downloading) is not None
         process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=60)
         assert process.returncode == 75, stderr
         assert "run it again to resume" in stderr or "run the export again" in stderr
         stopped = the_run(app, domain)

@@ -49,7 +49,7 @@ def start_receiver(link: Link, spool: Path, key: Path, *extra: str) -> subproces
         "--listen", link.to, "--key", str(key), *extra,
     )  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while f":{link.port}" not in sh(*link.in_receiver("ss", "-uln")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
@@ -138,7 +138,7 @@ def test_a_receiver_killed_mid_set_completes_it_on_the_next_pass(
     )  # fmt: skip
     sender = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     states = list((spool / ".oneway").glob("*/state.json"))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not states or b'"done": []' in states[0].read_bytes():
         assert time.monotonic() < deadline, "no block was saved"
         time.sleep(0.1)
