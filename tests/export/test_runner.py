@@ -723,7 +723,7 @@ def test_stale_replicas_racing_for_one_domain_export_it_once(
     def replica(app: App) -> None:
         with httpx.Client(timeout=30) as http:
             check = _due_check_of(app, "docs.race.test")
-            barrier.wait(30)
+            barrier.wait(120)
             try:
                 run_export(app, vendor(sim, http), "docs.race.test", due_check=check)
                 outcomes.append("exported")

@@ -42,7 +42,7 @@ from tests.fixtures.versions import add_version
 
 KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
 
-pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(180 + 15 * KILLS)]
+pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(300 + 30 * KILLS)]
 MiB = 1024 * 1024
 SMALL_VERSIONS = 6
 

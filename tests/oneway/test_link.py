@@ -134,7 +134,7 @@ def test_a_receiver_killed_mid_set_completes_it_on_the_next_pass(
     receiver = start_receiver(link, spool, key_pair[1])
     argv = link.in_sender(
         mirror_bin(), "--config", str(sender_config), "transfer", "send", str(packed_set),
-        "--to", link.to, "--rate", "1MiB", "--passes", "2", "--depth", "2",
+        "--to", link.to, "--rate", "1MiB", "--passes", "1", "--depth", "2",
     )  # fmt: skip
     sender = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     states = list((spool / ".oneway").glob("*/state.json"))
@@ -145,11 +145,12 @@ def test_a_receiver_killed_mid_set_completes_it_on_the_next_pass(
         states = list((spool / ".oneway").glob("*/state.json"))
     os.kill(receiver.pid, signal.SIGKILL)
     receiver.wait()
+    sender.wait(timeout=120)  # its other pass goes to no one: the next pass is the next send
     receiver = start_receiver(link, spool, key_pair[1], "--once", "--idle-timeout", "30")
+    assert send(link, sender_config, packed_set, "--rate", RATE).returncode == 0
     code, out, err = finish(receiver)
     assert code == 0, (out, err)
     assert same_tree(packed_set, spool / "set-1")
-    sender.wait(timeout=60)
     assert_nothing_went_back(link)
 
 
