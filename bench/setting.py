@@ -27,6 +27,7 @@ import httpx
 from bench.common import MiB, bench_env
 from mirror.sim import SimConfig, Simulator
 from mirror.sim.seaweed import ADMIN, Identity, SeaweedError, SeaweedServer
+from tests.fixtures.s3 import empty_bucket
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": os.environ.get("MIRROR_TEST_S3_ACCESS_KEY", "bench-access"),
@@ -125,15 +126,10 @@ class Setting:
         return bucket
 
     def drop_bucket(self, bucket: str) -> None:
+        """Empty the bucket as the tests do (never by a paged walk of its versions, which
+        loses keys on SeaweedFS: tests/fixtures/s3.py), then remove it."""
         client = self.s3()
-        for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
-            for item in page.get("Versions", []) + page.get("DeleteMarkers", []):
-                client.delete_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])
-        with contextlib.suppress(Exception):
-            for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
-                client.abort_multipart_upload(
-                    Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-                )
+        empty_bucket(client, bucket)
         client.delete_bucket(Bucket=bucket)
 
     def config(self, name: str, store: Path, bucket: str = "unused") -> Path:

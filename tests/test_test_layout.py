@@ -113,4 +113,4 @@ def test_a_command_past_its_timeout_is_killed_and_named(
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         mirror_cli("sim", "serve", "--port", "0", timeout=3)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 60  # killed: `sim serve` alone never ends

@@ -175,6 +175,8 @@ class SimApi:
             self.stats.count_status_call(params["job_id"])
         elif name == "bundle":
             self.stats.count_bundle_call(params["job_id"])
+        elif name == "agent_job":
+            self.stats.count_agent_call(params["job_id"])
 
     def _injected_fault(self) -> Reply | None:
         faults = self.faults
@@ -258,7 +260,8 @@ class SimApi:
                         [("Retry-After", str(wait))],
                     )
             if config.one_active_job and any(
-                job.domain == domain and job.view(now).status in ("queued", "running")
+                job.domain == domain
+                and job.view(now, held=faults.hold_jobs).status in ("queued", "running")
                 for job in self.jobs.values()
             ):
                 return error_reply(409, MSG_BUSY)
@@ -382,7 +385,7 @@ class SimApi:
         if just_started:
             view = ExportView("queued", 0, 0, job.created_wall, None)
         else:
-            view = job.view(time.monotonic())
+            view = job.view(time.monotonic(), held=faults.hold_jobs)
         if faults.never_settle and view.status != "failed":
             view = ExportView("running", 99, job.page_count, time.time(), None)
         status = view.status
@@ -442,7 +445,7 @@ class SimApi:
         job = self.jobs.get(params["job_id"])
         if job is None:
             return error_reply(404, "No job exists with the provided ID")
-        view = job.view(time.monotonic())
+        view = job.view(time.monotonic(), held=self.faults.hold_jobs)
         if view.status == "failed":
             return error_reply(409, "The job failed, so a bundle cannot be generated")
         if view.status != "completed":
@@ -455,7 +458,7 @@ class SimApi:
         job = self.agent_jobs.get(params["job_id"])
         if params["project_id"] != self.config.project_id or job is None:
             return error_reply(404, "Agent job not found")
-        return json_reply(200, job.to_json(time.monotonic()))
+        return json_reply(200, job.to_json(time.monotonic(), held=self.faults.hold_jobs))
 
     def add_agent_job(self, outcome: str, seconds: float, job_id: str | None) -> str:
         if outcome not in AGENT_OUTCOMES:

@@ -1,4 +1,5 @@
-"""Settings of a simulator run (fixed at start) and faults (changeable while it runs)."""
+"""Settings of a simulator run (fixed at start, but for `link_ttl`) and faults (changeable while
+it runs)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class SimConfig:
     The site: `pages` pages of `page_size` bytes, or with `site_size` (bytes) a realistic
     site of about that size (HTML pages of 5-60 KiB, CSS, JS and images; mirror.sim.tree).
     Each export changes `changes_per_export` pages, or with `change_share` (0 to 1) that
-    share of the site's pages.
+    share of the site's pages. `link_ttl` is read as each link is issued: changed while the
+    simulator runs, it applies to the links issued after.
     """
 
     key: str = field(default_factory=_new_key)
@@ -68,6 +70,12 @@ class Faults:
     (jobs stay running), `damaged_domains` (domain -> "truncated": the bundle holds a third
     of the pages the job's `pageCount` reports; "broken_links": pages link to a page and an
     image that the bundle does not hold).
+
+    `hold_jobs` is the test's hand on the vendor's clock: while it is set no job ends (export
+    jobs stay queued, then running; agent jobs stay active; a second start of a held job's
+    domain answers 409), and once cleared each job ends as its timing says (at once when its
+    time has passed). A caller that must see a job before it ends holds it, looks, and lets
+    go: no job is so short that a busy machine misses it, none so long that a test waits.
     """
 
     error_rate: float = 0.0
@@ -98,6 +106,7 @@ class Faults:
     huge_body_status: int = 200
     job_id_override: str | None = None
     never_settle: bool = False
+    hold_jobs: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy: sets become sorted lists."""
@@ -139,6 +148,7 @@ _BOOL_FIELDS = {
     "newer_revision",
     "ignore_if_range",
     "never_settle",
+    "hold_jobs",
 }
 _OPTIONAL_TEXT_FIELDS = {
     "unknown_state",

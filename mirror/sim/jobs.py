@@ -1,4 +1,5 @@
-"""Export and agent job lifecycles, derived from elapsed time (no timers to run)."""
+"""Export and agent job lifecycles, derived from elapsed time (no timers to run), and held
+unfinished while the simulator's `hold_jobs` fault is set."""
 
 from __future__ import annotations
 
@@ -57,14 +58,16 @@ class ExportJob:
     built_mono: float | None = None
     built: threading.Event = field(default_factory=threading.Event)
 
-    def view(self, now_mono: float) -> ExportView:
+    def view(self, now_mono: float, *, held: bool = False) -> ExportView:
+        """The job at `now_mono`; `held` (Faults.hold_jobs): it does not end, whatever the
+        time, and ends as its timing says once no longer held."""
         elapsed = now_mono - self.created_mono
         running_at = self.created_wall + self.queue_seconds
         if elapsed < self.queue_seconds:
             return ExportView("queued", 0, 0, self.created_wall, None)
         finish = self.queue_seconds + self.run_seconds
         error = self.fail_error or self.build_error
-        finished = elapsed >= finish and (error is not None or self.built.is_set())
+        finished = not held and elapsed >= finish and (error is not None or self.built.is_set())
         if not finished:
             fraction = min((elapsed - self.queue_seconds) / max(self.run_seconds, 1e-9), 1.0)
             progress = min(int(fraction * 100), 99)
@@ -92,8 +95,9 @@ class AgentJob:
     seconds: float
     pr_number: int
 
-    def to_json(self, now_mono: float) -> dict[str, Any]:
-        done = now_mono - self.created_mono >= self.seconds
+    def to_json(self, now_mono: float, *, held: bool = False) -> dict[str, Any]:
+        """The job as the vendor answers it at `now_mono`; `held`: still active."""
+        done = not held and now_mono - self.created_mono >= self.seconds
         status = "active"
         pr_link: str | None = None
         archived_at: str | None = None

@@ -19,6 +19,7 @@ class SimStats:
     starts: dict[str, list[str]] = field(default_factory=dict)
     start_attempts: dict[str, int] = field(default_factory=dict)
     status_calls: dict[str, int] = field(default_factory=dict)
+    agent_calls: dict[str, int] = field(default_factory=dict)
     bundle_calls: dict[str, int] = field(default_factory=dict)
     downloads: list[dict[str, Any]] = field(default_factory=list)
     bytes_served: dict[str, int] = field(default_factory=dict)
@@ -45,6 +46,11 @@ class SimStats:
     def count_status_call(self, job_id: str) -> None:
         with self.lock:
             self.status_calls[job_id] = self.status_calls.get(job_id, 0) + 1
+
+    def count_agent_call(self, job_id: str) -> None:
+        """A read of an agent job (GET /v2/agent/...): a test may wait for a client's look."""
+        with self.lock:
+            self.agent_calls[job_id] = self.agent_calls.get(job_id, 0) + 1
 
     def count_bundle_call(self, job_id: str) -> None:
         with self.lock:
@@ -94,6 +100,7 @@ class SimStats:
                     "starts": self.starts,
                     "start_attempts": self.start_attempts,
                     "status_calls": self.status_calls,
+                    "agent_calls": self.agent_calls,
                     "bundle_calls": self.bundle_calls,
                     "downloads": self.downloads,
                     "bytes_served": self.bytes_served,

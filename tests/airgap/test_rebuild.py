@@ -368,7 +368,7 @@ def test_a_work_directory_being_made_is_never_judged(tmp_path: Path) -> None:
     lock = os.open(half_made / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     os.close(root_fd)
-    sweep.join(10)
+    sweep.join(120)
     try:
         assert not sweep.is_alive() and half_made.exists()
     finally:

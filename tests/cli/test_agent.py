@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from mirror.sim import Simulator
 from tests.fixtures.cli import mirror_cli, on_a_terminal, write_config
+from tests.fixtures.daemon import wait_for
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -125,7 +127,8 @@ def test_watch_of_a_failed_job_exits_1(sim: Simulator, config: Path, env: dict[s
 
 
 def test_watch_timeout_exits_75(sim: Simulator, config: Path, env: dict[str, str]) -> None:
-    job_id = sim.add_agent_job("pr", seconds=600)
+    sim.set_faults(hold_jobs=True)  # active for as long as the test runs
+    job_id = sim.add_agent_job("pr", seconds=0)
     result = run(
         "--config",
         str(config),
@@ -193,10 +196,20 @@ def test_bad_interval_is_a_usage_error(config: Path, env: dict[str, str]) -> Non
 def test_watch_on_a_terminal_prints_status_changes(
     sim: Simulator, config: Path, env: dict[str, str]
 ) -> None:
-    """stderr on a pseudo-terminal: each status change is reported as it happens."""
-    job_id = sim.add_agent_job("pr", seconds=3)  # outlasts the interpreter's start-up
+    """stderr on a pseudo-terminal: each status change is reported as it happens. The job is
+    held active until the command has read it twice (a status read again is no change)."""
+    sim.set_faults(hold_jobs=True)
+    job_id = sim.add_agent_job("pr", seconds=0)
     args = ["--config", str(config), "agent-job", "watch", job_id, "--interval", "100ms"]
-    code, stdout, drawn = on_a_terminal(*args, env=env)
+    ran: list[tuple[int, str, str]] = []
+    watcher = threading.Thread(target=lambda: ran.append(on_a_terminal(*args, env=env)))
+    watcher.start()
+    try:
+        wait_for(lambda: sim.stats.agent_calls.get(job_id, 0) >= 2, 120, "two reads of the job")
+    finally:
+        sim.set_faults(hold_jobs=False)
+        watcher.join(120)
+    ((code, stdout, drawn),) = ran
     terminal = drawn.replace("\r\n", "\n")
     assert code == 0, terminal
     changes = [line for line in terminal.splitlines() if line.startswith("agent job")]

@@ -58,7 +58,7 @@ def test_concurrent_deferrals_of_the_same_domains_never_fail(db: Database) -> No
     def worker(index: int) -> None:
         try:
             for round_ in range(30):
-                barrier.wait(timeout=30)
+                barrier.wait(timeout=120)
                 until = T0 + timedelta(seconds=index + round_)
                 defer(db, [f"d{round_}.example.com", "shared.example.com"], until, f"t{index}")
         except BaseException as exc:  # collected and asserted below

@@ -359,7 +359,12 @@ def test_saved_link_past_its_expiry_is_replaced_before_downloading(
         run_export(
             app, vendor(sim, http), "docs.ttl.test", cancel=cancel, on_event=stop_at_download
         )
-    time.sleep(1.2)
+    (saved,) = runs(app)
+    expires = saved.bundle_expires_at
+    assert saved.bundle_url is not None and expires is not None
+    while datetime.now(UTC) <= expires.replace(tzinfo=UTC):  # truly past it, however slowly
+        time.sleep(0.05)
+    sim.config.link_ttl = 300.0  # the fresh link outlives a busy machine's download
     outcome = run_export(app, vendor(sim, http), "docs.ttl.test")
     assert outcome.resumed and outcome.ref.sha256 == sim.bundle_sha256(outcome.job_id)
     assert sim.stats.snapshot()["bundle_calls"][outcome.job_id] == 2
@@ -389,7 +394,8 @@ def test_rate_limits_and_503_are_waited_out(sim: Simulator, http: httpx.Client, 
 def test_vendor_busy_defers_and_the_same_run_starts_later(
     sim_factory: Callable[..., Simulator], http: httpx.Client, app: App
 ):
-    sim = sim_factory(queue_seconds=1.0)
+    sim = sim_factory()
+    sim.set_faults(hold_jobs=True)
     client = vendor(sim, http)
     other = client.start_export("docs.busy409.test")  # one active job for the domain already
     with pytest.raises(TemporaryFailure, match="409") as caught:
@@ -398,7 +404,10 @@ def test_vendor_busy_defers_and_the_same_run_starts_later(
     (run,) = runs(app)
     assert run.state == RunState.PENDING and run.active
     assert run.lease_owner is None and run.vendor_started_at is None  # refused: not counted
+    sim.set_faults(hold_jobs=False)
+    deadline = time.monotonic() + 60
     while not client.export_status(other.job_id).completed:
+        assert time.monotonic() < deadline
         time.sleep(0.05)
     outcome = run_export(app, client, "docs.busy409.test")
     assert outcome.run_id == run.id and outcome.resumed
@@ -450,20 +459,24 @@ def test_bad_request_and_auth_fail_the_run_without_counting_a_start(
 def test_second_concurrent_run_of_a_domain_is_refused(
     sim_factory: Callable[..., Simulator], http: httpx.Client, app: App
 ):
-    sim = sim_factory(queue_seconds=1.0)
+    sim = sim_factory()
+    sim.set_faults(hold_jobs=True)  # the first run polls until the test lets its job end
     results: list[Any] = []
     first = threading.Thread(
         target=lambda: results.append(run_export(app, vendor(sim, http), "docs.lease.test"))
     )
     first.start()
-    deadline = time.monotonic() + 10
-    while not any(r.vendor_job_id for r in runs(app)):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    with pytest.raises(TemporaryFailure, match="being exported by") as caught:
-        run_export(app, vendor(sim, http), "docs.lease.test")
+    try:
+        deadline = time.monotonic() + 60
+        while not any(r.vendor_job_id for r in runs(app)):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        with pytest.raises(TemporaryFailure, match="being exported by") as caught:
+            run_export(app, vendor(sim, http), "docs.lease.test")
+    finally:
+        sim.set_faults(hold_jobs=False)
+        first.join(60)
     assert caught.value.retry_after is not None and caught.value.retry_after > 0
-    first.join(30)
     assert results and results[0].state == "stored"
     assert len(sim.stats.snapshot()["starts"]["docs.lease.test"]) == 1
 
@@ -609,7 +622,8 @@ def test_damaged_finished_download_is_fetched_again(sim: Simulator, http: httpx.
 
 
 def test_cancel_while_polling_keeps_the_job(sim_factory: Callable[..., Simulator], http, app):
-    sim = sim_factory(queue_seconds=0.5)
+    sim = sim_factory()
+    sim.set_faults(hold_jobs=True)  # still polling when the first progress is seen
     cancel = threading.Event()
     with pytest.raises(Interrupted, match="state started"):
         run_export(
@@ -621,6 +635,7 @@ def test_cancel_while_polling_keeps_the_job(sim_factory: Callable[..., Simulator
         )
     (run,) = unfinished_runs(app)
     assert run.state == RunState.STARTED
+    sim.set_faults(hold_jobs=False)
     outcome = run_export(app, vendor(sim, http), "docs.poll.test")
     assert outcome.job_id == run.vendor_job_id
     assert len(sim.stats.snapshot()["starts"]["docs.poll.test"]) == 1
@@ -708,7 +723,7 @@ def test_stale_replicas_racing_for_one_domain_export_it_once(
     def replica(app: App) -> None:
         with httpx.Client(timeout=30) as http:
             check = _due_check_of(app, "docs.race.test")
-            barrier.wait(30)
+            barrier.wait(120)
             try:
                 run_export(app, vendor(sim, http), "docs.race.test", due_check=check)
                 outcomes.append("exported")

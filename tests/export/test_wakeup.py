@@ -9,6 +9,11 @@ import time
 
 from mirror.export.wakeup import SignalHandlers, WakeupPipe
 
+# A sleep that only a wake ends within the test's time; a woken one ends far sooner even on a
+# busy machine (the bound is the difference, not a guess at the machine's speed)
+LONG = 120.0
+WOKEN = 60.0
+
 
 def test_a_wake_ends_one_sleep_and_piled_up_wakes_are_drained() -> None:
     pipe = WakeupPipe()
@@ -16,15 +21,15 @@ def test_a_wake_ends_one_sleep_and_piled_up_wakes_are_drained() -> None:
         for _ in range(100):
             pipe.wake()
         started = time.monotonic()
-        pipe.sleep(5.0)
-        assert time.monotonic() - started < 1.0
+        pipe.sleep(LONG)
+        assert time.monotonic() - started < WOKEN
         started = time.monotonic()
         pipe.sleep(0.2)
         assert time.monotonic() - started >= 0.19  # drained: the next sleep runs its course
         threading.Timer(0.1, pipe.wake).start()
         started = time.monotonic()
-        pipe.sleep(5.0)
-        assert time.monotonic() - started < 2.0
+        pipe.sleep(LONG)
+        assert time.monotonic() - started < WOKEN
     finally:
         pipe.close()
     pipe.wake()  # closed: no error
@@ -41,10 +46,12 @@ def test_signals_call_their_handlers_wake_the_pipe_and_are_restored() -> None:
     try:
         os.kill(os.getpid(), signal.SIGHUP)
         started = time.monotonic()
-        pipe.sleep(5.0)
-        assert time.monotonic() - started < 2.0
+        pipe.sleep(LONG)
+        assert time.monotonic() - started < WOKEN
         os.kill(os.getpid(), signal.SIGTERM)
-        pipe.sleep(1.0)
+        started = time.monotonic()
+        pipe.sleep(LONG)  # woken by the handler
+        assert time.monotonic() - started < WOKEN
         assert seen == ["reload", "stop"]
     finally:
         handlers.restore()

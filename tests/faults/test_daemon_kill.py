@@ -45,7 +45,7 @@ UNKNOWN_START = "ended without a job id"
 
 @pytest.mark.fault(f"kill: daemon loop, {KILLS} SIGKILLs", "nothing lost, no second job, verify ok")
 @pytest.mark.slow
-@pytest.mark.timeout(max(300, KILLS * 6))
+@pytest.mark.timeout(max(600, KILLS * 10))
 def test_sigkill_at_random_points_loses_nothing(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     began = time.monotonic()

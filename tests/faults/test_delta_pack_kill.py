@@ -21,7 +21,7 @@ from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import add_sim_version
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"pages": 40, "page_size": 4096, "bundle_size": 160 << 20}
 

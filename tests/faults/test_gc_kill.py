@@ -28,7 +28,7 @@ VERSIONS = 24
 KEEP = 3
 POINTS = ("journal written", "index changed", "objects deleted")
 
-pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(120 + 20 * KILLS)]
+pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(240 + 40 * KILLS)]
 
 
 def reached(point: str, store: ObjectStore, domain: str, keys_before: int, goal: int) -> bool:

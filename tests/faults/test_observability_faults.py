@@ -44,4 +44,4 @@ def test_an_unresolvable_vendor_host_fails_fast_and_names_it(
     assert "cannot resolve" in errors[0]
     assert len(retries) == DNS_ATTEMPTS - 1
     assert "Traceback" not in done.stderr and "mint_dns_fault_key_1234" not in done.stderr
-    assert elapsed < 20
+    assert elapsed < 60  # DNS_ATTEMPTS tries, not the 300 s retry_timeout

@@ -247,7 +247,7 @@ def kill_two_restart_one(
 
 @pytest.mark.postgres
 @pytest.mark.slow
-@pytest.mark.timeout(900 if FULL else 240)
+@pytest.mark.timeout(1200 if FULL else 600)
 @pytest.mark.fault(
     "9.1 three replicas on PostgreSQL, two SIGKILLed, one restarted",
     "each domain once with the simulator's bytes, no crash, takeover <= 60 s",
@@ -260,7 +260,7 @@ def test_replicas_share_the_work_and_take_over_killed_runs(
 
 @pytest.mark.postgres
 @pytest.mark.slow
-@pytest.mark.timeout(900 if FULL else 240)
+@pytest.mark.timeout(1200 if FULL else 600)
 @pytest.mark.fault(
     "9.2 the same with replicas reporting different host names",
     "dead owners found by lease expiry; same results",

@@ -180,4 +180,4 @@ def test_a_full_server_is_named_and_bounded(
     assert result.returncode == 75, result.stderr
     assert "could not store it" in result.stderr and "out of space" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    assert took < 20 + 20 + 10
+    assert took < 20 + 20 + 20  # the deadline, its last try, a busy machine's start and end

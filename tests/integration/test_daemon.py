@@ -45,6 +45,11 @@ from tests.fixtures.daemon import (
 from tests.fixtures.versions import deliver, open_app
 from tests.fixtures.wire import ThrottledProxy
 
+# SIGTERM ends the daemon "normally in well under 5 s" (systemd/README.md) on an idle machine;
+# what it promises is to end within the unit's TimeoutStopSec=60s, one api.timeout (30 s) of a
+# stalled call included. A test on a busy machine holds it to half that.
+STOP_WITHIN = 30.0
+
 # --- tests ---------------------------------------------------------------------------------
 
 
@@ -62,7 +67,7 @@ def test_exports_every_domain_speaks_sd_notify_and_serves_metrics(tmp_path: Path
             daemon.wait_ready()
             url = daemon.metrics_url()
             assert httpx.get(f"{url}/healthz").status_code == 200
-            wait_for(lambda: stored_domains(config) == set(domains), 60, "all domains stored")
+            wait_for(lambda: stored_domains(config) == set(domains), 120, "all domains stored")
 
             def scraped() -> str | None:
                 text = httpx.get(f"{url}/metrics").text
@@ -71,7 +76,7 @@ def test_exports_every_domain_speaks_sd_notify_and_serves_metrics(tmp_path: Path
                 ]
                 return text if all(c == 1.0 for c in counts) else None
 
-            text = wait_for(scraped, 10, "the runs in the metrics")
+            text = wait_for(scraped, 60, "the runs in the metrics")
             for domain in domains:
                 assert metric(text, "mirror_last_success_timestamp_seconds", domain=domain)
                 downloaded = metric(text, "mirror_download_bytes_total", domain=domain)
@@ -83,8 +88,8 @@ def test_exports_every_domain_speaks_sd_notify_and_serves_metrics(tmp_path: Path
             assert metric(text, "mirror_domains") == len(domains)
 
             started = time.monotonic()
-            assert daemon.stop() == 0
-            assert time.monotonic() - started < 5
+            assert daemon.stop(STOP_WITHIN) == 0
+            assert time.monotonic() - started < STOP_WITHIN
             messages = daemon.notifications()
         assert sum(len(jobs) for jobs in sim.stats.starts.values()) == len(domains)
 
@@ -130,7 +135,7 @@ def test_start_budget_is_shared_and_never_exceeded(tmp_path: Path) -> None:
                     )
                 return len(stored_domains(config)) == 3 and deferred == 3
 
-            wait_for(settled, 60, "3 stored and 3 deferred")
+            wait_for(settled, 120, "3 stored and 3 deferred")
             time.sleep(1.0)
             text = httpx.get(f"{daemon.metrics_url()}/metrics").text
             assert daemon.stop() == 0
@@ -162,9 +167,9 @@ def test_vendor_409_and_429_on_start_defer_without_failing(tmp_path: Path) -> No
         )
         with daemon_process(config, sim.key, tmp_path, "--busy-defer", "0.3") as daemon:
             daemon.wait_ready()
-            wait_for(lambda: busy_deferrals(daemon), 60, "a start deferred by the vendor's 409")
+            wait_for(lambda: busy_deferrals(daemon), 120, "a start deferred by the vendor's 409")
             sim.set_run_seconds(orphan.job_id, 0)
-            wait_for(lambda: stored_domains(config) == set(domains), 60, "all domains stored")
+            wait_for(lambda: stored_domains(config) == set(domains), 120, "all domains stored")
             text = httpx.get(f"{daemon.metrics_url()}/metrics").text
             assert daemon.stop() == 0
         assert sim.stats.starts["q0.example.com"][0] == orphan.job_id
@@ -215,11 +220,11 @@ def test_sigterm_during_download_exits_0_and_resumes_from_the_offset(tmp_path: P
 
             with daemon_process(config, sim.key, tmp_path) as first:
                 first.wait_ready()
-                wait_for(lambda: downloading() >= 8 * 1024 * 1024, 60, "8 MiB downloaded")
+                wait_for(lambda: downloading() >= 8 * 1024 * 1024, 120, "8 MiB downloaded")
                 started = time.monotonic()
-                assert first.stop() == 0
+                assert first.stop(STOP_WITHIN) == 0
                 stop_seconds = time.monotonic() - started
-            assert stop_seconds < 5, first.log()
+            assert stop_seconds < STOP_WITHIN, first.log()
             with index(config) as app, app.db.session() as session:
                 run = session.scalars(select(ExportRun)).one()
                 assert run.active and run.state == RunState.DOWNLOADING
@@ -263,8 +268,8 @@ def test_two_daemons_on_one_index_never_run_a_domain_twice(tmp_path: Path) -> No
                 config, sim.key, tmp_path, "--exit-when-idle", "--max-sleep", "0.5"
             ) as second,
         ):
-            assert first.proc.wait(90) == 0, first.log()
-            assert second.proc.wait(90) == 0, second.log()
+            assert first.proc.wait(180) == 0, first.log()
+            assert second.proc.wait(180) == 0, second.log()
         assert all(len(sim.stats.starts.get(d, [])) == 1 for d in domains), sim.stats.starts
     with index(config) as app, app.db.session() as session:
         runs = session.scalars(select(ExportRun)).all()
@@ -357,7 +362,7 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
         daemon_config(path, base_url=sim.url, store=store, domains=["one.example.com"])
         with daemon_process(path, sim.key, tmp_path) as daemon:
             daemon.wait_ready()
-            wait_for(lambda: stored_domains(path) == {"one.example.com"}, 30, "first domain")
+            wait_for(lambda: stored_domains(path) == {"one.example.com"}, 120, "first domain")
             good = path.read_text()
             path.write_text(good + "\n[daemon]\nbogus = 1\n")
             daemon.signal(signal.SIGHUP)
@@ -366,7 +371,7 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
                     r.get("message", "").startswith("config reload failed")
                     for r in daemon.records()
                 ),
-                10,
+                60,
                 "the reload error",
             )
             assert daemon.proc.poll() is None
@@ -379,7 +384,7 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
             daemon.signal(signal.SIGHUP)
             wait_for(
                 lambda: stored_domains(path) == {"one.example.com", "two.example.com"},
-                30,
+                120,
                 "the added domain",
             )
             reloaded = [r for r in daemon.records() if r.get("message") == "config reloaded"]
@@ -401,9 +406,11 @@ def test_thousand_domains_ready_fast_idle_cheap_and_budget_kept(tmp_path: Path) 
             domains=domains,
         )
         with daemon_process(config, sim.key, tmp_path) as daemon:
-            ready_seconds = daemon.wait_ready(timeout=30)
-            assert ready_seconds < 10, f"ready after {ready_seconds:.1f}s"
-            wait_for(lambda: len(stored_domains(config)) == 10, 60, "the 10 budgeted runs")
+            ready_seconds = daemon.wait_ready(timeout=60)
+            ready_cpu = cpu_seconds(daemon.pid)  # start-up's work, whatever else runs beside
+            assert ready_cpu < 10, f"ready after {ready_cpu:.1f} CPU s ({ready_seconds:.1f} s)"
+            wait_for(lambda: len(stored_domains(config)) == 10, 120, "the 10 budgeted runs")
+            wait_for(lambda: idle_status(daemon), 60, "STATUS=0 running")
             time.sleep(1.0)
             before = cpu_seconds(daemon.pid)
             time.sleep(4.0)
@@ -418,6 +425,17 @@ def test_thousand_domains_ready_fast_idle_cheap_and_budget_kept(tmp_path: Path) 
             .where(DomainSchedule.not_before.is_not(None))
         )
     assert deferred == 990
+
+
+def idle_status(daemon: DaemonProcess) -> bool:
+    """The daemon's last STATUS= says no run is running (every run ended or deferred)."""
+    lines = [
+        line
+        for message in daemon.notifications()
+        for line in message.split("\n")
+        if line.startswith("STATUS=")
+    ]
+    return bool(lines) and lines[-1].startswith("STATUS=0 running")
 
 
 def test_store_gc_cli_dry_run_then_real(tmp_path: Path) -> None:
@@ -468,7 +486,7 @@ def test_metrics_after_a_restart_are_seeded_from_the_index(tmp_path: Path) -> No
             tmp_path / "c.toml", base_url=sim.url, store=tmp_path / "store", domains=stored
         )
         with daemon_process(config, sim.key, tmp_path, "--exit-when-idle") as first:
-            assert first.proc.wait(60) == 0, first.log()
+            assert first.proc.wait(120) == 0, first.log()
             first_records = first.records()
     with index(config) as app, app.db.session() as session:
         finished = {
@@ -480,8 +498,9 @@ def test_metrics_after_a_restart_are_seeded_from_the_index(tmp_path: Path) -> No
     assert len(upgraded) == 1 and upgraded[0]["from"] == "empty"
     assert not [r for r in first_records if r["logger"].startswith("alembic")]
 
-    # The new domain's export stays running, so nothing but the seeding sets its series.
-    with simulator(one_active_job=False, run_seconds=60) as slow:
+    # The new domain's export is held running, so nothing but the seeding sets its series.
+    with simulator(one_active_job=False) as slow:
+        slow.set_faults(hold_jobs=True)
         config = daemon_config(
             tmp_path / "c2.toml",
             base_url=slow.url,

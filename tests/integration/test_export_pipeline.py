@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.vendorapi.client import VendorClient
 from tests.fixtures.cli import mirror_cli, on_a_terminal, write_config
+from tests.fixtures.daemon import wait_for
 
 MiB = 1024 * 1024
 
@@ -200,21 +202,31 @@ def test_status_link_means_no_bundle_call_via_the_cli(
     assert job_id not in sim.stats.snapshot()["bundle_calls"]
 
 
+def polls(sim: Simulator, domain: str) -> int:
+    """Status reads of the domain's first vendor job so far."""
+    started = sim.stats.snapshot()["starts"].get(domain, [])
+    return int(sim.stats.snapshot()["status_calls"].get(started[0], 0)) if started else 0
+
+
 def test_a_terminal_gets_a_progress_display(
     sim_factory: Callable[..., Simulator], tmp_path: Path
 ) -> None:
-    sim = sim_factory(bundle_size=48 * MiB, queue_seconds=0.3, run_seconds=0.6)
+    sim = sim_factory(bundle_size=48 * MiB, queue_seconds=0)
     sim.set_faults(cut_after_bytes=12 * MiB, cuts_remaining=3)  # a download that lasts a while
+    sim.set_faults(hold_jobs=True)  # running until the command has drawn it twice
     config = config_for(tmp_path, sim)
-    code, stdout, text = on_a_terminal(
-        "--config",
-        str(config),
-        "export",
-        "run",
-        "--adhoc",
-        "docs.tty.test",
-        env={"MIRROR_API_KEY": sim.key},
+    args = ["--config", str(config), "export", "run", "--adhoc", "docs.tty.test"]
+    ran: list[tuple[int, str, str]] = []
+    command = threading.Thread(
+        target=lambda: ran.append(on_a_terminal(*args, env={"MIRROR_API_KEY": sim.key}))
     )
+    command.start()
+    try:
+        wait_for(lambda: polls(sim, "docs.tty.test") >= 2, 120, "two polls of the running job")
+    finally:
+        sim.set_faults(hold_jobs=False)
+        command.join(180)
+    ((code, stdout, text),) = ran
     assert code == 0
     assert "vendor export running" in text and "pages" in text
     assert "MiB" in text and "/s" in text  # bytes and speed of the download

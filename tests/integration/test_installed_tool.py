@@ -102,7 +102,7 @@ def simulator(installed: Installed, tmp_path: Path) -> Iterator[tuple[str, str]]
         yield first.split()[-1], key
     finally:
         process.terminate()
-        process.wait(10)
+        process.wait(60)
 
 
 def write_config(work: Path, api_url: str, s3_endpoint: str, bucket: str) -> Path:

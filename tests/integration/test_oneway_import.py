@@ -5,7 +5,6 @@ by `transfer send` lands, verifies and is published by the ordinary import, rece
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from tests.fixtures.cli import mirror_cli, start_mirror
 from tests.fixtures.s3 import import_config
-from tests.fixtures.udp import free_udp_port
+from tests.fixtures.udp import free_udp_port, wait_bound
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.s3
@@ -29,13 +28,14 @@ def test_receive_import_publishes_the_set_it_landed(
 ) -> None:
     config = import_config(tmp_path, key_pair, target_settings)
     spool = tmp_path / "spool"
-    to = f"127.0.0.1:{free_udp_port()}"
+    port = free_udp_port()
+    to = f"127.0.0.1:{port}"
     receiver = start_mirror(
         "--config", str(config), "transfer", "receive", str(spool), "--listen", to,
         "--once", "--import", "--idle-timeout", "30",
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(3)  # binding; a datagram sent before is lost, and the passes cover it
+    wait_bound(port)  # a datagram sent before the receiver binds is lost
     sent = mirror_cli("--config", str(config), "transfer", "send", str(packed_set),
                       "--to", to, "--rate", "4MiB", "--passes", "2")  # fmt: skip
     assert sent.returncode == 0, sent.stderr

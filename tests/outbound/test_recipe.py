@@ -232,7 +232,7 @@ def test_a_version_a_pack_sends_whole_keeps_no_recipe(
         assert app.store.recipe_path(v2).read_bytes() == before
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(300)  # a FIFO waited on would hang for ever
 def test_a_kept_recipe_that_is_no_regular_file_is_not_waited_on(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:

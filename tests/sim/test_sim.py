@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def start(client: httpx.Client, domain: str = DOMAIN, **body: Any) -> str:
     return job_id
 
 
-def wait_done(client: httpx.Client, path: str, timeout: float = 10.0) -> dict[str, Any]:
+def wait_done(client: httpx.Client, path: str, timeout: float = 60.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body: dict[str, Any] = client.get(path).json()
@@ -119,7 +120,19 @@ def test_missing_or_wrong_key_is_401_and_counted(sim: Simulator) -> None:
 # ---- global flow ---------------------------------------------------------------------------
 
 
+def poll_until(
+    client: httpx.Client, path: str, statuses: set[str], seen: list[dict[str, Any]]
+) -> None:
+    """GET `path` until its status is one of `statuses` (generous deadline), keeping each."""
+    deadline = time.monotonic() + 60
+    while not seen or seen[-1]["status"] not in statuses:
+        assert time.monotonic() < deadline, f"{path} never became {statuses}: {seen[-1:]}"
+        seen.append(client.get(path).json())
+        time.sleep(0.01)  # a poll's pace, not a wait for the job
+
+
 def test_global_flow_goes_queued_running_completed(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(hold_jobs=True)  # seen running however slowly this test polls
     response = api.post("/v1/static-export/jobs", json={"domain": DOMAIN, "version": "2026-11-21"})
     assert response.status_code == 202
     job = response.json()
@@ -127,16 +140,14 @@ def test_global_flow_goes_queued_running_completed(sim: Simulator, api: httpx.Cl
     assert (job["status"], job["progress"], job["pageCount"]) == ("queued", 0, 0)
     assert job["createdAt"].endswith("Z") and job["updatedAt"]
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        body = api.get(f"/v1/static-export/jobs/{job['jobId']}").json()
-        seen.append(body)
-        if body["status"] == "completed":
-            break
-        time.sleep(0.01)
+    path = f"/v1/static-export/jobs/{job['jobId']}"
+    poll_until(api, path, {"running"}, seen)
+    sim.set_faults(hold_jobs=False)
+    poll_until(api, path, {"completed", "failed"}, seen)
     states = [s["status"] for s in seen]
-    assert states[-1] == "completed"
-    assert "running" in states
+    phase = {"queued": 0, "running": 1, "completed": 2}
+    assert [phase[s] for s in states] == sorted(phase[s] for s in states)
+    assert "running" in states and states[-1] == "completed"
     running = [s for s in seen if s["status"] == "running"]
     assert all(isinstance(s["progress"], int) and 0 <= s["progress"] < 100 for s in running)
     counts = [s["pageCount"] for s in running]
@@ -150,9 +161,11 @@ def test_global_flow_goes_queued_running_completed(sim: Simulator, api: httpx.Cl
 def test_bundle_is_409_until_completed_then_downloads_matching_bytes(
     sim: Simulator, api: httpx.Client
 ) -> None:
+    sim.set_faults(hold_jobs=True)
     job_id = start(api)
     early = api.post(f"/v1/static-export/jobs/{job_id}/bundle")
     assert early.status_code == 409 and "error" in early.json()
+    sim.set_faults(hold_jobs=False)
     wait_done(api, f"/v1/static-export/jobs/{job_id}")
     first = api.post(f"/v1/static-export/jobs/{job_id}/bundle").json()
     second = api.post(f"/v1/static-export/jobs/{job_id}/bundle").json()
@@ -211,7 +224,10 @@ def test_not_enabled_and_bad_request_domains(sim: Simulator, api: httpx.Client) 
     assert sim.stats.starts == {}
 
 
-def test_second_concurrent_start_is_409_until_the_first_ends(api: httpx.Client) -> None:
+def test_second_concurrent_start_is_409_until_the_first_ends(
+    sim: Simulator, api: httpx.Client
+) -> None:
+    sim.set_faults(hold_jobs=True)
     job_id = start(api)
     busy = api.post("/v1/static-export/jobs", json={"domain": DOMAIN})
     assert busy.status_code == 409
@@ -219,6 +235,8 @@ def test_second_concurrent_start_is_409_until_the_first_ends(api: httpx.Client) 
         "error": "A static export job is already in progress for this deployment"
     }
     start(api, "other.example.com")
+    assert api.post("/v1/static-export/jobs", json={"domain": DOMAIN}).status_code == 409
+    sim.set_faults(hold_jobs=False)
     wait_done(api, f"/v1/static-export/jobs/{job_id}")
     start(api)
 
@@ -257,10 +275,12 @@ def test_starts_over_the_hourly_budget_are_429_with_retry_after(
 
 
 def test_project_flow_status_carries_a_fresh_bundle_url(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(hold_jobs=True)
     response = api.post("/v1/static-export/proj_sim/jobs")
     assert response.status_code == 202
     job_id = response.json()["jobId"]
     assert api.post("/v1/static-export/proj_sim/jobs").status_code == 409
+    sim.set_faults(hold_jobs=False)
     done = wait_done(api, f"/v1/static-export/proj_sim/jobs/{job_id}")
     again = api.get(f"/v1/static-export/proj_sim/jobs/{job_id}").json()
     assert done["status"] == "completed" and done["error"] is None
@@ -288,7 +308,6 @@ def test_project_flow_base_path_domain_and_errors(api: httpx.Client) -> None:
     assert b'href="/docs/assets/site.css"' in index
 
 
-@pytest.mark.parametrize("sim_config", [SimConfig(queue_seconds=0.05, run_seconds=1.5)])
 def test_bundle_url_placement_and_tolerance_faults(sim: Simulator, api: httpx.Client) -> None:
     sim.set_faults(
         global_flow_bundle_in_status=True, project_flow_bundle_in_status=False, omit_size=True
@@ -297,13 +316,13 @@ def test_bundle_url_placement_and_tolerance_faults(sim: Simulator, api: httpx.Cl
     done = wait_done(api, f"/v1/static-export/jobs/{job_id}")
     assert "bundleUrl" in done and "sizeBytes" not in done and "expiresAt" not in done
     assert "bundleUrl" not in api.get(f"/v1/static-export/proj_sim/jobs/{job_id}").json()
-    sim.set_faults(progress_as_string=True, unknown_state="rendering")
+    sim.set_faults(progress_as_string=True, unknown_state="rendering", hold_jobs=True)
     job_id = start(api, "strings.example.com")
-    running = api.get(f"/v1/static-export/jobs/{job_id}").json()
-    while running["status"] == "queued":  # a loaded machine may answer before the job runs
-        running = api.get(f"/v1/static-export/jobs/{job_id}").json()
-    assert running["status"] == "rendering"
+    seen: list[dict[str, Any]] = []
+    poll_until(api, f"/v1/static-export/jobs/{job_id}", {"rendering"}, seen)
+    running = seen[-1]
     assert running["progress"].endswith("%") and running["pageCount"].isdigit()
+    sim.set_faults(hold_jobs=False)
     assert wait_done(api, f"/v1/static-export/jobs/{job_id}")["progress"] == "100%"
 
 
@@ -396,14 +415,20 @@ def test_ignore_range_answers_the_full_body(sim: Simulator, api: httpx.Client) -
 def test_expired_links_answer_s3_access_denied(
     sim_factory: Callable[..., Simulator],
 ) -> None:
-    sim = sim_factory(link_ttl=2.0)  # a fresh link must outlive a loaded machine's next call
+    sim = sim_factory()
     with client_for(sim) as client:
         job_id, bundle = export(client)
         assert httpx.head(bundle["bundleUrl"]).status_code == 200
-        time.sleep(2.2)
-        expired = httpx.get(bundle["bundleUrl"])
+        sim.config.link_ttl = 1.0  # links issued from now on
+        short = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()
+        expires = datetime.fromisoformat(short["expiresAt"].replace("Z", "+00:00"))
+        while datetime.now(UTC) <= expires:  # the link's own time, however long that takes
+            time.sleep(0.05)
+        expired = httpx.get(short["bundleUrl"])
+        sim.config.link_ttl = 300.0
         fresh = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
         assert httpx.head(fresh).status_code == 200
+        assert httpx.head(bundle["bundleUrl"]).status_code == 200  # the first is still good
         sim.expire_links()
         revoked = httpx.get(fresh)
         after = client.post(f"/v1/static-export/jobs/{job_id}/bundle").json()["bundleUrl"]
@@ -513,15 +538,22 @@ def test_unchanged_site_gives_same_files_in_different_bytes(
 
 
 def test_agent_job_lifecycles(sim: Simulator, api: httpx.Client) -> None:
+    sim.set_faults(hold_jobs=True)
     ids = {
         outcome: sim.add_agent_job(outcome, seconds=0.15)
         for outcome in ("pr", "no_changes", "failed", "archived")
     }
-    active = api.get(f"/v2/agent/proj_sim/job/{ids['pr']}").json()
-    assert active["status"] == "active" and active["prLink"] is None
+    for job_id in ids.values():
+        active = api.get(f"/v2/agent/proj_sim/job/{job_id}").json()
+        assert active["status"] == "active" and active["prLink"] is None
+        assert active["archivedAt"] is None
     assert set(active) == {"id", "status", "source", "model", "prLink", "createdAt", "archivedAt"}
     assert active["source"]["repository"].startswith("https://")
-    time.sleep(0.2)
+    assert sim.stats.agent_calls == {job_id: 1 for job_id in ids.values()}
+    sim.set_faults(hold_jobs=False)
+    ended = datetime.now(UTC) + timedelta(seconds=0.15)
+    while datetime.now(UTC) <= ended:  # the jobs' own 0.15 s, however long that takes
+        time.sleep(0.02)
     final = {k: api.get(f"/v2/agent/proj_sim/job/{v}").json() for k, v in ids.items()}
     assert final["pr"]["status"] == "completed"
     assert final["pr"]["prLink"].startswith("https://github.com/")
@@ -575,10 +607,16 @@ def test_control_endpoints(sim: Simulator, api: httpx.Client) -> None:
     assert sim.faults.error_rate == 0.0
     control.post("/faults", json={"cut_after_bytes": None, "cuts_remaining": 0})
 
+    assert control.post("/faults", json={"hold_jobs": True}).json()["hold_jobs"] is True
     created = control.post("/agent-jobs", json={"outcome": "no_changes", "seconds": 0})
     assert created.status_code == 201
-    agent = api.get(f"/v2/agent/proj_sim/job/{created.json()['id']}").json()
+    agent_path = f"/v2/agent/proj_sim/job/{created.json()['id']}"
+    assert api.get(agent_path).json()["status"] == "active"
+    assert control.post("/faults", json={"hold_jobs": 1}).status_code == 400
+    control.post("/faults", json={"hold_jobs": False})
+    agent = api.get(agent_path).json()
     assert agent["status"] == "completed"
+    assert control.get("/stats").json()["agent_calls"] == {created.json()["id"]: 2}
     assert control.post("/agent-jobs", json={"outcome": "bogus"}).status_code == 400
 
     job_id, bundle = export(api)
@@ -647,9 +685,9 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        url_line = lines.get(timeout=15)
-        lines.get(timeout=5)
-        key_line = lines.get(timeout=5)
+        url_line = lines.get(timeout=120)  # a fresh interpreter's start on a busy machine
+        lines.get(timeout=60)
+        key_line = lines.get(timeout=60)
         assert url_line.startswith("simulator listening on http://127.0.0.1:")
         assert key_line.strip() == "accepted key: mint_sim_cli_test"
         url = url_line.split()[-1]
@@ -665,7 +703,7 @@ def test_sim_serve_prints_url_and_key_and_stops_on_sigterm() -> None:
         assert status["pageCount"] == len(site_plan(0, DOMAIN, 2 * MiB).pages)
     finally:
         process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=10)
+        code = process.wait(timeout=60)
     assert code == 0
     assert process.stderr is not None and "mint_sim_cli_test" not in process.stderr.read()
 
@@ -762,16 +800,17 @@ def test_realistic_site_is_deterministic_per_revision_page_and_generation(
 
 
 def build_and_measure(size: int, path: Path) -> dict[str, float]:
-    """Build a realistic site in a fresh interpreter: seconds and peak RSS (MiB)."""
+    """Build a realistic site in a fresh interpreter: CPU seconds (a busy machine's other work
+    does not count) and peak RSS (MiB)."""
     script = (
         "import json, resource, sys, time\n"
         "from pathlib import Path\n"
         "from mirror.sim.site import SiteSpec, build_bundle\n"
         "from mirror.sim.diff import compare_bundles\n"
-        "started = time.monotonic()\n"
+        "started = time.process_time()\n"
         f"spec = SiteSpec(domain='x.example', site_size={size})\n"
         f"info = build_bundle(spec, Path({str(path)!r}))\n"
-        "seconds = time.monotonic() - started\n"
+        "seconds = time.process_time() - started\n"
         "compare_bundles(info.path, info.path)\n"
         "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
         "print(json.dumps({'seconds': seconds, 'rss': rss}))\n"
@@ -788,7 +827,7 @@ def test_building_is_fast_and_memory_stays_flat(tmp_path: Path) -> None:
     small = build_and_measure(8 * MiB, tmp_path / "small.tar.gz")
     large = build_and_measure(96 * MiB, tmp_path / "large.tar.gz")
     assert large["rss"] - small["rss"] < 16, (small, large)
-    assert 96 / large["seconds"] > 3.0, large  # MiB/s, gzip -6 included, on a shared core
+    assert 96 / large["seconds"] > 3.0, large  # MiB per CPU second, gzip -6 included
 
 
 def test_a_client_that_resets_mid_request_is_a_debug_line_not_a_traceback(
@@ -801,7 +840,7 @@ def test_a_client_that_resets_mid_request_is_a_debug_line_not_a_traceback(
         client.sendall(b"GET /v1/static-export/jobs HTTP/1.1\r\nHost: x\r\n")
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         client.close()  # an RST, not a FIN: the server's next read fails with a reset
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "went away" not in caplog.text:
         time.sleep(0.05)
     assert "went away" in caplog.text

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from subprocess import PIPE
 
 import pytest
 from sqlalchemy import select
@@ -70,7 +71,8 @@ def test_sweep_keeps_referenced_and_live_files_and_removes_the_rest(app: App) ->
     (tmp / "run-3.part").write_bytes(b"partial of a failed run")
     (tmp / "run-3.part.validator").write_bytes(b"{}")
     (tmp / f"add-{os.getpid()}-mine").write_bytes(b"ours, from a crash")
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # alive until the test ends it (a timed sleep could end first on a busy machine)
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=PIPE)
     (tmp / f"add-{live.pid}-theirs").write_bytes(b"another live process")
     (tmp / f"add-{dead_pid()}-gone").write_bytes(b"its writer is dead")
     with app.db.session() as session:

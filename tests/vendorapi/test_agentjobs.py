@@ -26,7 +26,7 @@ from tests.vendorapi.test_client import JSON, FakeTime, Scripted, ScriptedServer
 @pytest.fixture
 def client(sim: Simulator) -> Iterator[VendorClient]:
     with VendorClient(
-        httpx.Client(timeout=5), base_url=sim.url, key=sim.key, project_id="proj_sim"
+        httpx.Client(timeout=30), base_url=sim.url, key=sim.key, project_id="proj_sim"
     ) as vendor:
         yield vendor
 
@@ -58,11 +58,19 @@ def agent(**fields: object) -> AgentJob:
 def test_watch_follows_each_outcome_to_its_end(
     sim: Simulator, client: VendorClient, outcome: str, status: str
 ) -> None:
+    sim.set_faults(hold_jobs=True)  # its first reading is `active`, however late it comes
+
+    def let_go(seconds: float) -> None:
+        sim.set_faults(hold_jobs=False)
+        time.sleep(seconds)
+
+    began = time.monotonic()
     job_id = sim.add_agent_job(outcome, seconds=0.3)
     updates: list[AgentJob] = []
-    began = time.monotonic()
-    job = watch_agent_job(client, job_id, interval=0.05, timeout=10, on_update=updates.append)
-    assert time.monotonic() - began >= 0.25
+    job = watch_agent_job(
+        client, job_id, interval=0.05, timeout=120, sleep=let_go, on_update=updates.append
+    )
+    assert time.monotonic() - began >= 0.3
     assert job.status == status and job.terminal
     assert [u.status for u in updates] == ["active", status]
     assert job.failed == (outcome == "failed")
@@ -71,7 +79,8 @@ def test_watch_follows_each_outcome_to_its_end(
 
 
 def test_watch_times_out_while_still_active(sim: Simulator, client: VendorClient) -> None:
-    job_id = sim.add_agent_job("pr", seconds=600)
+    sim.set_faults(hold_jobs=True)
+    job_id = sim.add_agent_job("pr", seconds=0)
     fake = FakeTime()
     updates: list[AgentJob] = []
     with pytest.raises(TemporaryFailure, match=f"agent job {job_id} still active after 12s") as err:
@@ -91,7 +100,7 @@ def test_watch_times_out_while_still_active(sim: Simulator, client: VendorClient
 
 def test_watch_uses_the_given_project(sim: Simulator) -> None:
     job_id = sim.add_agent_job("pr", seconds=0)
-    with VendorClient(httpx.Client(timeout=5), base_url=sim.url, key=sim.key) as client:
+    with VendorClient(httpx.Client(timeout=30), base_url=sim.url, key=sim.key) as client:
         assert watch_agent_job(client, job_id, project_id="proj_sim").status == "completed"
         with pytest.raises(NotFound):
             watch_agent_job(client, job_id, project_id="proj_other")

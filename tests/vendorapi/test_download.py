@@ -727,7 +727,7 @@ def test_trickle_below_the_speed_limit_is_cut_and_resumed(
     )
     started = time.monotonic()
     result = download(min_speed=100 * 1024, stall_time=0.4)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # not cut, the trickle would take 260 s
     assert result.sha256 == sim.bundle_sha256(job_id) and result.resumes == 1
 
 
@@ -873,21 +873,26 @@ def test_a_body_cut_on_the_socket_is_a_protocol_error_and_the_download_resumes(
 
 
 def test_a_silent_socket_is_a_read_timeout(scripted: Scripted) -> None:
+    silent = threading.Event()  # the server says nothing more until the test is done
+
     def stall(handler: BaseHTTPRequestHandler) -> None:
         handler.send_response(200)
         handler.send_header("Content-Length", str(len(scripted.body)))
         handler.end_headers()
         handler.wfile.write(scripted.body[:1000])
         handler.wfile.flush()
-        time.sleep(2)
+        silent.wait(120)
 
     scripted.replies = [stall]
-    with httpx.Client(timeout=0.3) as http, http.stream("GET", scripted.url) as response:
-        body = SocketBody.of(response)
-        assert body is not None
-        with pytest.raises(httpx.ReadTimeout):
-            while body.readinto(memoryview(bytearray(MiB))):
-                pass
+    try:
+        with httpx.Client(timeout=0.3) as http, http.stream("GET", scripted.url) as response:
+            body = SocketBody.of(response)
+            assert body is not None
+            with pytest.raises(httpx.ReadTimeout):
+                while body.readinto(memoryview(bytearray(MiB))):
+                    pass
+    finally:
+        silent.set()
 
 
 def test_a_range_answer_longer_than_announced_is_refused_past_the_last_byte(

@@ -34,9 +34,10 @@ from tests.airgap.chart.seeding import (
 def test_link_expiry_from_sigv4_signature() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
     url = offline_presign("s3v4", 3600)
+    after = datetime.now(UTC)
     expires = chart.link_expiry(url)
     assert expires is not None
-    assert before + timedelta(seconds=3600) <= expires <= before + timedelta(seconds=3602)
+    assert before + timedelta(seconds=3600) <= expires <= after + timedelta(seconds=3601)
 
 
 def test_link_expiry_from_sigv2_signature() -> None:
@@ -162,12 +163,18 @@ def test_values_for_the_newest_version_when_nothing_is_promoted(
     target = target_settings.model_copy(update={"presign_ttl": 7200.0})
     before = datetime.now(UTC)
     values = chart.render_values(object_store, target, DOMAIN)
+    after = datetime.now(UTC)
     assert values.version == newest.version
     assert values.sha256 == newest.sha256
     assert values.key == newest.key
     assert values.url_mode == "presigned"
     assert values.expires_at is not None
-    assert abs((values.expires_at - before).total_seconds() - 7200) < 5
+    ttl = timedelta(seconds=7200)  # from the moment of signing, in whole seconds
+    assert (
+        before + ttl - timedelta(seconds=1)
+        <= values.expires_at
+        <= after + ttl + timedelta(seconds=1)
+    )
     signed = chart.link_expiry(values.bundle_url)
     assert signed is not None and abs((signed - values.expires_at).total_seconds()) <= 2
     assert values.text().splitlines()[0].endswith("(presigned, 2h)")
