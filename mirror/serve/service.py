@@ -9,7 +9,11 @@ Promises:
 - After each read every domain's current version and rollback target are filled, then the
   rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
   current version or a rollback target); after each fill too (never the bundle just filled).
-- Ready (`/readyz`) once every domain's current version is cached and verified.
+- Ready (`/readyz`) once every domain's current version is cached and verified (a domain
+  with no current version has nothing to wait for). Once a domain's current version was
+  ready, a promote or a rollback does not take the service out of rotation while the new
+  one fills: every replica would leave at once and the Service would be empty; a request
+  for the new version waits for its one fill instead.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Service:
         self.stop = threading.Event()
         self.polls = 0
         self._polled = threading.Condition()
+        self.once_ready: set[str] = set()
+        """The domains whose current version was cached and verified at some settle."""
 
     @property
     def pointers_path(self) -> str:
@@ -128,6 +134,7 @@ class Service:
                 and not self.cache.verify(entry.sha256)
             ):
                 self.metrics.dropped.inc()
+        self.once_ready |= {d for d, v in self.pointers.domains.items() if self._current_cached(v)}
         evicted = self.cache.evict(self.protected())
         self.metrics.evictions.inc(len(evicted))
         self.cache.persist()  # when each bundle was last served, for the order after a restart
@@ -181,17 +188,22 @@ class Service:
         return view is not None and view.current == listed.ref.label
 
     def not_ready(self) -> str | None:
-        """Why the service is not ready, or None when it is."""
+        """Why the service is not ready, or None when it is (module docstring)."""
         if not self.pointers.domains:
             return "no domain read from the bucket yet"
         for domain, view in sorted(self.pointers.domains.items()):
-            listed = view.versions.get(view.current) if view.current else None
-            if listed is None:
-                return f"{domain} has no current version"
-            entry = self.cache.get(listed.ref.sha256)
-            if entry is None or not entry.verified:
+            if view.current is None or domain in self.once_ready:
+                continue
+            if view.current not in view.versions:
+                return f"{domain}'s current version {view.current} is not in its index"
+            if not self._current_cached(view):
                 return f"{domain}'s current version {view.current} is not cached and verified yet"
         return None
+
+    def _current_cached(self, view: DomainView) -> bool:
+        listed = view.versions.get(view.current) if view.current else None
+        entry = self.cache.get(listed.ref.sha256) if listed is not None else None
+        return entry is not None and entry.verified
 
     def wait_polled(self, count: int, timeout: float) -> bool:
         """Block until `count` polls have finished (tests, start-up)."""

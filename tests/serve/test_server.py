@@ -438,3 +438,21 @@ def test_a_request_body_is_never_read_as_the_next_request(
         fetched = raw(running.port, with_body + inner)  # no Connection: close of its own
     assert posted.status == 405 and posted.raw.count(b"HTTP/1.1 ") == 1
     assert fetched.status == 200 and fetched.raw.count(b"HTTP/1.1 ") == 1
+
+
+def test_a_promote_keeps_it_ready_while_the_new_current_version_fills(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """Once ready, a moved pointer does not take it out of rotation (both replicas would
+    leave the Service at once): the new current version is served after its one fill."""
+    with serving(bucket, tmp_path / "cache") as running:
+        assert httpx.get(running.url + "/readyz").status_code == 200
+        newest = seed_version(bucket, tmp_path, V3)
+        chart.promote(bucket, DOMAIN, V3)
+        running.service.poll()  # the pointers moved; nothing was filled
+        assert running.service.cache.get(newest.sha256) is None
+        ready = httpx.get(running.url + "/readyz")
+        served = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
+    assert ready.status_code == 200
+    assert served.headers["mirror-version"] == V3
+    assert served.content == newest.archive.read_bytes()
