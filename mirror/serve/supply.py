@@ -32,6 +32,7 @@ from typing import Any
 
 from mirror.airgap import layout
 from mirror.airgap.provenance import check_in_bucket, read_statement
+from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, MirrorError, NotFound, TemporaryFailure
 from mirror.integrity import HashingWriter
 from mirror.serve.bucket import ServeBucket
@@ -194,6 +195,7 @@ class Supply:
         temp = self.cache.temp_path(ref.sha256)
         try:
             self._download(listed, temp)
+            _require_signed_site(listed, temp, facts)
             entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
             self.cache.admit(temp, entry)
         finally:
@@ -243,6 +245,8 @@ class Supply:
                     proven.key_id,
                     True,
                 )
+                facts["signed_sha256"] = proven.sha256
+                facts["signed_tree"] = proven.predicate.get("tree_sha256")
             else:
                 predicate = read_statement(self.bucket, ref.domain, str(ref.label))
         except NotFound:
@@ -256,6 +260,26 @@ class Supply:
                 raise
             return {**facts, "present": False}
         return {**facts, "present": True, **_described(predicate)}
+
+
+def _require_signed_site(listed: Listed, cached: Path, facts: Mapping[str, Any]) -> None:
+    """A version imported as a delta is not the signed bundle's bytes but the same site in
+    other bytes (docs/delta.md): its cached file must hold the tree the statement signs
+    (`mirror.airgap.provenance.check_object`, read here from the cache, before a byte is
+    served). The signed bundle itself is proven by its digest alone."""
+    signed = facts.get("signed_sha256")
+    if not facts.get("verified") or signed == listed.ref.sha256:
+        return
+    try:
+        tree = inspect_archive(cached).tree_sha256
+    except IntegrityError as exc:
+        tree = f"none ({exc})"
+    wanted = str(facts.get("signed_tree"))
+    if tree != wanted:
+        raise IntegrityError(
+            f"{_name(listed)}: its provenance is about bundle {str(signed)[:16]}…, and the "
+            f"object is not that site (tree {tree[:16]}…, signed {wanted[:16]}…)"
+        )
 
 
 def _described(predicate: Mapping[str, Any]) -> dict[str, Any]:
