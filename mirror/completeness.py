@@ -16,7 +16,7 @@ Promises:
   other members are only named. Across the site, at most `MAX_TARGETS` distinct
   references and `SOURCES_KEPT` sources each are kept (`targets_dropped` says so);
 - memory is flat in the file count: the paths, the references' targets and the broken
-  ones are in memory up to `spill.SPILL_AT` of them, then on disk (`mirror.spill`), with
+  ones are in memory up to `spill.SPILL_AT` of them, then on disk (`mirror.archive.spill`), with
   the same report either way;
 - a reference resolves as a static server would serve it: `dir/` and `dir` find
   `dir/index.html`, `page` finds `page.html`; absolute paths start at the site root, which
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
+from mirror.archive.spill import SPILL_AT, SpillMap
 from mirror.integrity import hash_bytes
-from mirror.spill import SPILL_AT, SpillMap
 
 MAX_PARSE_BYTES = 4 * 1024 * 1024
 MAX_TARGETS = 500_000
@@ -267,7 +267,7 @@ class SiteScanner:
     """Collects a site's files and references from archive members (an `archive.FileSink`).
 
     Memory is flat in the file count: the paths and the reference targets are tables that
-    move to disk past `spill_at` entries (`spill.SPILL_AT`; `mirror.spill`), and so is the
+    move to disk past `spill_at` entries (`spill.SPILL_AT`; `mirror.archive.spill`), and so is the
     report's table of broken targets (nameless files, freed with the scanner or the report
     made). A member handed over by a failed inspection leaves only counts behind: nothing
     here is kept for the bundle until the inspection that fed it returned.

@@ -21,12 +21,12 @@ from mirror.archive.paths import (
     quote,
     unsafe,
 )
+from mirror.archive.spill import FileList
 from mirror.archive.tarreader import tar_members
 from mirror.archive.treehash import has_index_html, tree_of
 from mirror.archive.zipreader import zip_members
 from mirror.errors import IntegrityError, MirrorError, NotFound
 from mirror.integrity import CHUNK_SIZE
-from mirror.spill import FileList
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
-from mirror.spill import SpillMap
 
 MAX_NAME_COMPONENT_BYTES = 255
 

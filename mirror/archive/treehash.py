@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from mirror.spill import FileList, SpillMap
+from mirror.archive.spill import FileList, SpillMap
 
 
 def tree_hash(files: Iterable[tuple[str, str]]) -> str:

@@ -22,7 +22,8 @@ from typing import Any, NoReturn
 
 import click
 
-from mirror import __version__, heap
+from mirror import __version__
+from mirror.cli import heap
 from mirror.cli.common import CliContext
 from mirror.cli.contract import ERROR_SCHEMA, apply_help
 from mirror.errors import EXIT_FAILED, EXIT_TEMPORARY, EXIT_USAGE, MirrorError
@@ -265,7 +266,7 @@ def _missing_command(exc: click.UsageError) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the command and map every way it can end to an exit code.
-    The heap is set up first (`mirror.heap`): large blocks go back to the system when freed,
+    The heap is set up first (`mirror.cli.heap`): large blocks go back to the system when freed,
     and exit does not walk every imported object."""
     heap.return_large_blocks()
     heap.skip_the_exit_collections()

@@ -20,7 +20,7 @@ from mirror.errors import OperationFailed
 @pass_cli
 def demo(cli: CliContext, workdir: Path | None) -> None:
     """The whole pipeline on embedded defaults (simulator + S3 server on loopback)."""
-    from mirror.demo import run_demo
+    from mirror.sim.demo import run_demo
 
     result = run_demo(click.echo, workdir)
     if result.failed_step:

@@ -187,7 +187,7 @@ def _progress(cli: CliContext, domain: str) -> Iterator[Callable[[RunEvent], Non
     if not cli.interactive:
         yield None
         return
-    from mirror.export.progress import ExportProgress
+    from mirror.cli.exportprogress import ExportProgress
 
     with ExportProgress(domain) as display:
         yield display.update

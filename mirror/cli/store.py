@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mirror import heap
+from mirror.cli import heap
 from mirror.cli.common import DOMAIN, CliContext, pass_cli, reads_only
 from mirror.errors import IntegrityError
 from mirror.units import format_size

@@ -22,9 +22,9 @@ from mirror.units import format_size
 if TYPE_CHECKING:
     from mirror.airgap.importer import ImportResult
     from mirror.airgap.s3.objectstore import ObjectStore
+    from mirror.cli.progress import ByteTask
     from mirror.outbound.delta import Choice
     from mirror.outbound.pack import PackResult
-    from mirror.progress import ByteTask
 
 
 @contextlib.contextmanager
@@ -36,7 +36,7 @@ def _progress(
     if not cli.interactive:
         yield tuple(None for _ in phases)
         return
-    from mirror.progress import ByteProgress
+    from mirror.cli.progress import ByteProgress
 
     with ByteProgress() as progress:
         yield tuple(progress.phase(phase, total) for phase in phases)

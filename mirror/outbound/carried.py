@@ -26,9 +26,9 @@ from tempfile import SpooledTemporaryFile
 from typing import IO, cast
 
 from mirror.archive import ArchiveLimits, member_path
+from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
 from mirror.integrity import HashingWriter, mismatch
-from mirror.spill import SpillMap
 from mirror.transferset.delta import DeltaBlobWriter, MemberData, TarUnits, gzip_file, read_chunks
 
 SPOOL_IN_MEMORY = 4 * 1024 * 1024

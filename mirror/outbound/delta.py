@@ -55,11 +55,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveLimits, inspect_archive, read_archive
+from mirror.archive.spill import FileList, SpillMap
 from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import Digest, HashingWriter, mismatch
 from mirror.outbound import carried, recipe
-from mirror.spill import FileList, SpillMap
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
 from mirror.store.models import Bundle, Version

@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import IO
 
 from mirror.archive import ArchiveLimits, TreePaths
+from mirror.archive.spill import FileList
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter, tee
-from mirror.spill import FileList
 from mirror.store.blobs import BlobStore
 from mirror.transferset.delta import (
     Contents,

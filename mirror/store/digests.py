@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Iterable
 
 from mirror.archive import ArchiveReport
-from mirror.spill import FileList
+from mirror.archive.spill import FileList
 from mirror.store.blobs import BlobStore
 
 MAGIC = "mirror-file-digests"

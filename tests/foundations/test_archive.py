@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from mirror import spill
 from mirror.archive import (
     FEED_DEPTH,
     ArchiveFeed,
@@ -27,6 +26,7 @@ from mirror.archive import (
     extract_archive,
     file_extension,
     inspect_archive,
+    spill,
     tree_hash,
 )
 from mirror.errors import EXIT_INTEGRITY, IntegrityError, NotFound, OperationFailed

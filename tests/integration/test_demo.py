@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.demo import DOMAINS, run_demo
+from mirror.sim.demo import DOMAINS, run_demo
 from tests.fixtures.cli import REPO
 
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
 from mirror.outbound.carried import compare, take_contents
-from mirror.spill import SpillMap
 from mirror.transferset.delta._formats import (
     DeltaBlobWriter,
     DeltaContent,

@@ -16,7 +16,7 @@ Promises:
   base's object: a tar archive is read once as it streams from the bucket (a zip, whose
   directory is at its end, is fetched first), each kept content checked against its
   sha256, the tree against the signed base tree, the whole against the base's manifest.
-  Memory does not grow with the site (`mirror.spill`).
+  Memory does not grow with the site (`mirror.archive.spill`).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from mirror.airgap.publish._base import HashingStream, Store, carry_whole, remed
 from mirror.airgap.publish._pipe import Pipe
 from mirror.airgap.publish._workdir import locked_work_dir, remove_work_dir, work_root
 from mirror.archive import ArchiveLimits, Format, TreePaths, read_archive, read_archive_stream
+from mirror.archive.spill import FileList, SpillMap
 from mirror.errors import IntegrityError, OperationFailed
 from mirror.fsutil import disk_full, is_disk_full
 from mirror.integrity import CHUNK_SIZE, Digest, require_digest
-from mirror.spill import FileList, SpillMap
 from mirror.transferset.delta import (
     Contents,
     DeltaContent,

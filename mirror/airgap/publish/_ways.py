@@ -47,10 +47,10 @@ from mirror.airgap.publish._workdir import (
     remove_abandoned,
     work_root,
 )
+from mirror.archive.spill import SpillMap
 from mirror.errors import ConfigError, IntegrityError, MirrorError
 from mirror.fsutil import free_bytes
 from mirror.integrity import Digest, HashingWriter, tee
-from mirror.spill import SpillMap
 from mirror.transferset.delta import (
     MAX_SEGMENTS_BYTES,
     RECIPE_SEGMENTS,

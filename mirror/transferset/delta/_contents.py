@@ -12,9 +12,9 @@ from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import IO, cast
 
+from mirror.archive.spill import SpillMap
 from mirror.errors import OperationFailed
 from mirror.integrity import CHUNK_SIZE, Digest, HashingWriter
-from mirror.spill import SpillMap
 
 
 class Contents:

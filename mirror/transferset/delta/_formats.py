@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO
 
 from mirror.archive import ArchiveLimits, TreePaths, tree_hash
+from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
 from mirror.integrity import CHUNK_SIZE, mismatch
-from mirror.spill import SpillMap
 from mirror.timestamps import parse_zoned
 from mirror.transferset.delta._compression import gzip_sink
 from mirror.transferset.delta._inflate import gzip_file

@@ -8,7 +8,7 @@ other listed path is kept, and its bytes, hashed as they pass, must be the liste
 order and must be carried (else IntegrityError). So the archive holds every listed file
 once, with its listed content, beside the base's directories. The import splices with it
 (`mirror.airgap.publish`); the pack makes the same archive with it to record its recipe
-(`mirror.outbound.recipe`). Memory does not grow with the site: the maps are `mirror.spill`.
+(`mirror.outbound.recipe`). Memory does not grow with the site: the maps are `mirror.archive.spill`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
+from mirror.archive.spill import FileList, SpillMap
 from mirror.errors import IntegrityError
-from mirror.spill import FileList, SpillMap
 from mirror.transferset.delta._splice import NewFile
 
 _BATCH = 8192

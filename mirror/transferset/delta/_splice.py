@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path
+from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
-from mirror.spill import SpillMap
 from mirror.transferset.delta._compression import MEMBER_HEADER
 from mirror.transferset.delta._formats import archive_ending, member_header
 from mirror.transferset.delta._inflate import Block, GzipBlocks, crc32, final_block

@@ -1,4 +1,4 @@
-"""mirror.heap on the real C allocator, each case in a process of its own."""
+"""mirror.cli.heap on the real C allocator, each case in a process of its own."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ MiB = 1024 * 1024
 # upload's) are then carved from the heap, where they stay once freed, unless told.
 PARTS_FREED = """
 import sys
-from mirror import heap
+from mirror.cli import heap
 if sys.argv[1] == "told":
     assert heap.return_large_blocks()
 def rss():
@@ -49,7 +49,7 @@ def test_large_blocks_go_back_to_the_system_once_freed() -> None:
 # glibc's own account of its heap (mallinfo2, glibc 2.33+), for the scripts below.
 MALLINFO = """
 import ctypes, sys
-from mirror import heap
+from mirror.cli import heap
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
@@ -130,7 +130,7 @@ def test_exit_freezes_the_heap_after_later_handlers_and_still_flushes(tmp_path: 
     out = tmp_path / "out"
     script = f"""
 import atexit, gc
-from mirror import heap
+from mirror.cli import heap
 atexit.register(lambda: print("then", gc.get_freeze_count() > 1000))
 heap.skip_the_exit_collections()
 atexit.register(lambda: print("first", gc.get_freeze_count()))
@@ -147,7 +147,7 @@ left_open.write("flushed")
 # frozen (every handler registered later has run): what only the last collections would close.
 OPEN_AT_EXIT = """
 import atexit, gc, io, json, socket, sqlite3, sys
-from mirror import heap
+from mirror.cli import heap
 from mirror.cli import main
 
 def still_open():
@@ -204,7 +204,7 @@ def test_no_collections_from_now_until_the_process_ends() -> None:
     `store verify`), and a reference cycle dropped later is left to the process's end."""
     script = """
 import gc, weakref
-from mirror import heap
+from mirror.cli import heap
 ran = []
 gc.callbacks.append(lambda phase, info: ran.append(phase))
 heap.no_collections_from_now()

@@ -3,7 +3,7 @@
 `ByteProgress` counts the bytes of a transfer (pack, verify, import, push) against
 their total, in binary units (`41.9/120.0 MiB`), one line per phase. Callers create it
 only for an interactive terminal. A foundation: it imports nothing of mirror but `units`,
-so the air-gapped side may use it; the export run's display is `mirror.export.progress`.
+so the air-gapped side may use it; the export run's display is `mirror.cli.exportprogress`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The export run's live display (mirror.export.progress) and the foundation it builds on."""
+"""The export run's live display (mirror.cli.exportprogress) and the foundation it builds on."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 from rich.console import Console
 
+from mirror.cli.exportprogress import ExportProgress
 from mirror.export.outcome import RunEvent
-from mirror.export.progress import ExportProgress
 from mirror.store.models import RunState
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -42,12 +42,12 @@ def test_the_display_follows_the_job_then_the_download_in_binary_units() -> None
 
 def test_the_byte_counter_loads_nothing_of_the_connected_side() -> None:
     code = (
-        "import sys, mirror.progress; "
+        "import sys, mirror.cli.progress; "
         "print(sorted(m for m in sys.modules if m.startswith(('mirror.', 'sqlalchemy'))))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True
     ).stdout
-    assert "mirror.progress" in loaded
+    assert "mirror.cli.progress" in loaded
     for above in ("mirror.export", "mirror.store", "mirror.vendorapi", "sqlalchemy"):
         assert f"'{above}" not in loaded, loaded

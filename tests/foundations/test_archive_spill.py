@@ -1,4 +1,4 @@
-"""mirror.spill: the same answers in memory and on disk, in the tree hash's order, nothing
+"""mirror.archive.spill: the same answers in memory and on disk, in the tree hash's order, nothing
 left behind."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror import spill
-from mirror.spill import FileList, SpillMap
+from mirror.archive import spill
+from mirror.archive.spill import FileList, SpillMap
 
 KEYS = ["b", "a/b", "a", "é", "z", "\U0001f600", "A", "a b"]
 

@@ -13,8 +13,8 @@ from typing import Any
 from rich.console import Console
 
 from mirror.airgap.importer import import_set
+from mirror.cli.progress import ByteProgress
 from mirror.outbound.pack import pack
-from mirror.progress import ByteProgress
 from mirror.store.app import App
 from mirror.transferset.reader import set_bytes
 from tests.fixtures.cli import on_a_terminal, write_config

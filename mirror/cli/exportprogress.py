@@ -2,7 +2,7 @@
 
 `ExportProgress` follows one export run, fed by RunEvent: first the vendor job (state,
 percent, pages rendered), then the download (bytes, speed, time left). The CLI creates it
-only for an interactive terminal; the byte counters of transfers are `mirror.progress`.
+only for an interactive terminal; the byte counters of transfers are `mirror.cli.progress`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from mirror.cli.progress import speed_text
 from mirror.export.outcome import RunEvent
-from mirror.progress import speed_text
 from mirror.store.models import RunState
 
 _STATE_TEXT = {
