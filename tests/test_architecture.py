@@ -37,6 +37,7 @@ FOUNDATIONS = {
     "mirror.progress",
     "mirror.spill",
     "mirror.heap",
+    "mirror.features",
 }
 SIDES = ("vendor", "store", "export", "transferset", "outbound", "airgap", "oneway", "cli", "sim")
 
