@@ -66,7 +66,6 @@ from mirror.outbound.targets import (
 )
 from mirror.transferset.keys import SigningKey
 
-__all__ = ["ARCHITECTURES", "PYTHONS", "ToolBundle", "bundle_self", "manylinux_tags"]
 DOCS = ("README.md", "docs", "systemd/README.md", "deploy/kubernetes", "bench/RESULTS.md")
 """The documentation the artefact carries under doc/, as repository paths (a directory: every
 file in it): the README, docs/, and every page they link to."""

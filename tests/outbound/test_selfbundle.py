@@ -19,8 +19,15 @@ from mirror import __version__
 from mirror.errors import ConfigError
 from mirror.outbound.lock import canonical_name, read_lock, unlocked_wheels
 from mirror.outbound.pack import pack
-from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, tool_for_pack
-from mirror.outbound.targets import ARCHITECTURES, PYTHONS, targets, unresolved
+from mirror.outbound.selfbundle import ToolBundle, bundle_self, tool_for_pack
+from mirror.outbound.targets import (
+    ARCHITECTURES,
+    PYTHONS,
+    Target,
+    manylinux_tags,
+    targets,
+    unresolved,
+)
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.artefact import offline_env
@@ -66,6 +73,25 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     sums = (root / "SHA256SUMS").read_bytes()
     signer = verify_signature_file(sums, root / "SHA256SUMS.sig", trusted, what="SHA256SUMS")
     assert signer.key_id == made.key_id
+
+
+def resolve_elsewhere(wheels: Path, target: Target, work: Path) -> set[str]:
+    """The projects uv's resolver (a second one, which decides markers for the target it is
+    given) installs for mirror on `target` from `wheels` alone, nothing fetched."""
+    wanted = work / "mirror.in"
+    wanted.write_text(f"mirror=={__version__}\n")
+    platform = f"{target.architecture}-manylinux_2_28"
+    done = run(
+        [
+            str(Path(sys.executable).parent / "uv"),
+            *("pip", "compile", str(wanted), "--quiet", "--no-header", "--no-annotate"),
+            *("--python-platform", platform, "--python-version", target.python),
+            *("--no-index", "--find-links", str(wheels), "--only-binary", ":all:"),
+        ],
+        offline_env(),
+    )
+    assert done.returncode == 0, (target, done.stderr)
+    return {line.split("==")[0] for line in done.stdout.splitlines() if "==" in line}
 
 
 def parse_tags(filename: str) -> frozenset[object]:
@@ -233,6 +259,8 @@ def test_the_default_build_holds_every_target_and_installs_here(
     assert unlocked_wheels([p for p in wheels if p != mirror_wheel], pins) == []
     for target in targets(ARCHITECTURES, PYTHONS):
         assert unresolved(wheels, mirror_wheel, target) == [], target
+        resolved = resolve_elsewhere(unpacked / "wheels", target, tmp_path)
+        assert ("raptorq" in resolved) == (target.architecture == "x86_64"), resolved
         fitting = {p.name.split("-")[0] for p in wheels if parse_tags(p.name) & target.tags()}
         environment = target.environment()
         wanted = {n for n, pinned in pins.items() if any(p.applies(environment) for p in pinned)}
