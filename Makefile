@@ -79,7 +79,8 @@ bench: venv
 
 ## make dist: the offline installer dist/mirror-tool-VERSION.tar, every wheel for manylinux
 ## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, exactly the versions and files of
-## requirements.lock, signed with DIST_KEY (docs/install.md)
+## requirements.lock whose markers hold for each (raptorq: x86_64 only), and the docs,
+## signed with DIST_KEY (docs/install.md)
 DIST_KEY ?= /etc/mirror/transfer.key
 dist: venv
 	$(VENV)/bin/mirror bundle-self --key $(DIST_KEY) dist

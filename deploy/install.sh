@@ -6,6 +6,9 @@
 #   - the link BINDIR/mirror (default /usr/local/bin/mirror), where the units expect it
 #   - the systemd units in /etc/systemd/system (not enabled) and
 #     /etc/mirror/config.example.toml; an existing /etc/mirror/config.toml is left alone
+#   - the documentation (doc/: README.md, docs/, ...) in /usr/share/doc/mirror, where the
+#     units' Documentation= points
+#   - then says which features this host got (some need a wheel PyPI has for x86_64 only)
 # Needs Python 3.11 or 3.12 (python3-venv on Debian/Ubuntu), sha256sum, and openssl
 # for --key. Run again to upgrade in place. Without --key the signature is NOT checked
 # (anyone could have rebuilt and re-signed the artefact): it installs, and says so on stderr.
@@ -14,6 +17,7 @@
 #                     [--python python3.11] [--no-systemd] [--root DIR]
 #        ./install.sh --check-only --key transfer.pub   (check files and signature, install nothing)
 # --root installs under DIR (paths inside stay as given; for tests and image builds).
+# Before installing, read doc/README.md#install (the steps on each host).
 set -eu
 
 here=$(CDPATH='' cd -- "$(dirname -- "$0")" && pwd)
@@ -51,7 +55,7 @@ while [ $# -gt 0 ]; do
         --key) key=$2; shift 2 ;;
         --no-systemd) systemd=no; shift ;;
         --check-only) check_only=yes; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -111,9 +115,17 @@ rm -rf "$share"
 mkdir -p "$share/systemd" "$share/wheels"
 cp -p wheels/*.whl "$share/wheels/"
 cp -p install.sh config.example.toml SHA256SUMS SHA256SUMS.sig "$share/"
-[ ! -f INSTALL.md ] || cp -p INSTALL.md "$share/"
 [ ! -f requirements.lock ] || cp -p requirements.lock "$share/"
+[ ! -d doc ] || cp -pR doc "$share/doc"
 cp -p systemd/* "$share/systemd/"
+
+docs=$root/usr/share/doc/mirror
+if [ -d doc ]; then
+    rm -rf "$docs"
+    mkdir -p "$docs"
+    cp -pR doc/. "$docs/"
+    chmod -R u=rwX,go=rX "$docs"
+fi
 
 mkdir -p "$root$bindir"
 ln -sfn "$venv/bin/mirror" "$root$bindir/mirror"
@@ -126,6 +138,8 @@ if [ "$systemd" = yes ]; then
 fi
 
 "$root$bindir/mirror" --version
-echo "installed: $venv, link $bindir/mirror"
-echo "next: /etc/mirror/config.toml (mode 0644, no secrets), keys, then see INSTALL.md"
+"$venv/bin/python" -m mirror.features || fail "the installed tool does not start"
+echo "installed: $venv, link $bindir/mirror, documentation /usr/share/doc/mirror"
+echo "next: /etc/mirror/config.toml (mode 0644, no secrets), keys:" \
+    "/usr/share/doc/mirror/README.md#install"
 [ -n "$key" ] || unchecked

@@ -55,7 +55,8 @@ def bundle_self_command(
     Example: mirror bundle-self --key /etc/mirror/transfer.key /srv/dist
     """
     from mirror.outbound.pack import signing_key_from_settings
-    from mirror.outbound.selfbundle import ARCHITECTURES, PYTHONS, bundle_self
+    from mirror.outbound.selfbundle import bundle_self
+    from mirror.outbound.targets import ARCHITECTURES, PYTHONS
     from mirror.transferset.keys import load_signing_key
 
     key = load_signing_key(key_path) if key_path else signing_key_from_settings(cli.settings)

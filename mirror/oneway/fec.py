@@ -7,13 +7,27 @@ block of 1000 symbols recovers at 5% random loss with 9% redundancy.
 Promises: `encode` returns the block's source packets then `repair` repair packets, each
 the RaptorQ payload id (4 bytes) and one symbol; `BlockDecoder.add` returns the block's
 bytes once enough packets of any kind arrived, and None until then.
+
+raptorq has wheels for x86_64 Linux only (pyproject.toml's marker): elsewhere this module
+still imports, and `require` (the first step of each end of the link) says in one line that
+the one-way link is missing here (mirror.features), before anything is read or bound.
 """
 
 from __future__ import annotations
 
-import raptorq
+from mirror import features
+
+try:
+    import raptorq
+except ImportError:  # no wheel for this platform: require() says so
+    raptorq = None
 
 PAYLOAD_ID = 4
+
+
+def require() -> None:
+    """ConfigError (exit 2) unless the erasure code is installed here."""
+    features.require(features.ONEWAY)
 
 
 def encode(data: bytes, symbol_size: int, repair: int) -> list[bytes]:

@@ -33,6 +33,7 @@ from pathlib import Path
 from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.fsutil import disk_full, fsync_dir, is_disk_full
 from mirror.integrity import hash_file
+from mirror.oneway import fec
 from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
@@ -327,7 +328,9 @@ def _heard(session: _Session, datagram: Datagram) -> None:
 
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
-    """The receiver's socket: bound, never connected, never written to."""
+    """The receiver's socket: bound, never connected, never written to. The receiver's first
+    step: on a host without the erasure code it stops here, before binding (fec.require)."""
+    fec.require()
     family, address = resolve(host, port, "--listen")
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if rcvbuf is not None:

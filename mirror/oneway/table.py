@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.integrity import hash_bytes, hash_file
+from mirror.oneway import fec
 from mirror.transferset.format import MANIFEST, RECEIPT, RECEIPT_SIGNATURE, RECEIPT_TEMP
 
 DEFAULT_BLOCK_SYMBOLS = 1000
@@ -156,7 +157,9 @@ def read_table(
     only: Iterable[str] = (),
 ) -> Table:
     """The table of the set in `set_dir` (every file hashed once); `only` restricts the
-    table's files to those names (a resend), keeping each file's index."""
+    table's files to those names (a resend), keeping each file's index. The sender's first
+    step: on a host without the erasure code it stops here, before hashing (fec.require)."""
+    fec.require()
     names = set_files(set_dir)
     wanted = set(only)
     unknown = wanted - set(names)

@@ -6,8 +6,12 @@ pip's requirements format: `name==version [; marker] \\` followed by `--hash=sha
 lines. This module reads that format and holds a set of wheels against it.
 
 Promises:
-- `read_lock` returns every pin with all its hashes; a line it cannot read is a ConfigError
-  naming the file and line (a lock is never half-read).
+- `read_lock` returns every pin with all its hashes and its environment marker; a line it
+  cannot read is a ConfigError naming the file and line (a lock is never half-read).
+- `Pin.applies(environment)` decides a pin's marker for a given target, not for the
+  running interpreter: pip evaluates a requirement file's markers against the machine it
+  runs on, even with `--platform`, so a pin for x86_64 only would be fetched for aarch64 too.
+  `requirement_lines` writes the pins chosen for a target without their markers.
 - `unlocked_wheels` names every wheel whose project is not pinned, whose version is not the
   pinned one, or (with `check_hashes`) whose sha256 is none of the pinned files' hashes.
   Wheels re-packed from an installation (`bundle-self --local`) keep name and version but
@@ -17,14 +21,19 @@ Promises:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.markers import InvalidMarker, Marker
 
 from mirror.errors import ConfigError
 from mirror.integrity import hash_file
 
 LOCK_NAME = "requirements.lock"
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
+_PIN = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)\s*(?:;\s*(.*?))?\s*(?=--hash|$)"
+)
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
@@ -33,6 +42,12 @@ class Pin:
     name: str
     version: str
     hashes: frozenset[str]
+    marker: str = ""
+    """The pin's environment marker (`platform_machine == 'x86_64'`), "" for every target."""
+
+    def applies(self, environment: Mapping[str, str]) -> bool:
+        """Whether a target with this PEP 508 `environment` installs the pin."""
+        return not self.marker or Marker(self.marker).evaluate(dict(environment))
 
 
 def canonical_name(name: str) -> str:
@@ -56,8 +71,24 @@ def read_lock(path: Path) -> dict[str, list[Pin]]:
         if not hashes:
             raise ConfigError(f"{path}:{number}: {match.group(1)} is pinned without a hash")
         name = canonical_name(match.group(1))
-        pins.setdefault(name, []).append(Pin(name, match.group(2), hashes))
+        marker = (match.group(3) or "").strip()
+        if marker:
+            try:
+                Marker(marker)
+            except InvalidMarker:
+                raise ConfigError(f"{path}:{number}: {name}: unreadable marker {marker}") from None
+        pins.setdefault(name, []).append(Pin(name, match.group(2), hashes, marker))
     return pins
+
+
+def requirement_lines(pins: Iterable[Pin]) -> str:
+    """The pins as a requirements file pip reads with `--require-hashes`, without markers
+    (the caller chose the pins for its target: `Pin.applies`)."""
+    lines = []
+    for pin in sorted(pins, key=lambda p: (p.name, p.version)):
+        hashes = " ".join(f"--hash=sha256:{digest}" for digest in sorted(pin.hashes))
+        lines.append(f"{pin.name}=={pin.version} {hashes}\n")
+    return "".join(lines)
 
 
 def _entries(text: str) -> list[tuple[int, str]]:

@@ -2,16 +2,21 @@
 
 `mirror-tool-VERSION.tar` holds one directory `mirror-tool-VERSION/` with the
 mirror wheel and a wheelhouse of every dependency, `install.sh` (a venv in
-/opt/mirror, a link /usr/local/bin/mirror, the systemd units), the units, the
-example config, INSTALL.md, the lock file `requirements.lock`, and `SHA256SUMS`
-over all of them signed by the transfer key (`SHA256SUMS.sig`, the same signature
-format as a transfer set).
+/opt/mirror, a link /usr/local/bin/mirror, the systemd units, the documentation in
+/usr/share/doc/mirror), the units, the example config, the documentation under `doc/`
+(DOCS: the README, docs/ and the pages they link to, in the repository's layout so their
+links work), the lock file `requirements.lock`, and `SHA256SUMS` over all of them signed by
+the transfer key (`SHA256SUMS.sig`, the same signature format as a transfer set).
 
 Promises:
 - The wheelhouse is complete for the targets it names: by default manylinux
   (glibc 2.28+) x86_64 and aarch64 for CPython 3.11 and 3.12, binary wheels only
   (`pip download --only-binary=:all:`), so `pip install --no-index` on the
   far side never needs a compiler or a network.
+- A dependency whose lock entry has a marker (raptorq: x86_64 Linux only) is fetched only for
+  the targets the marker holds for, decided per target (mirror.outbound.targets), not for
+  the building machine as pip would; the feature needing it is missing on the others
+  (mirror.features), and install.sh says which features the host got.
 - What ships is what was tested: the dependencies are exactly the versions and files of
   `requirements.lock` (the lock `make venv` installs from): downloaded with the lock's
   hashes required, then every wheel held against the lock (name, version, sha256), and the
@@ -43,16 +48,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from mirror import __version__
 from mirror.errors import ConfigError, OperationFailed
 from mirror.fsutil import fsync_dir
 from mirror.integrity import hash_bytes, hash_file
-from mirror.outbound.lock import LOCK_NAME, read_lock, unlocked_wheels
+from mirror.outbound.lock import LOCK_NAME, read_lock, requirement_lines, unlocked_wheels
+from mirror.outbound.targets import (
+    ARCHITECTURES,
+    PYTHONS,
+    Target,
+    manylinux_tags,
+    targets,
+    unresolved,
+)
 from mirror.transferset.keys import SigningKey
 
-ARCHITECTURES = ("x86_64", "aarch64")
-PYTHONS = ("3.11", "3.12")
-GLIBC_MINOR = 28  # manylinux_2_28: glibc 2.28 and newer (Debian 10+, RHEL 8+, Ubuntu 20.04+)
+DOCS = ("README.md", "docs", "systemd/README.md", "deploy/kubernetes", "bench/RESULTS.md")
+"""The documentation the artefact carries under doc/, as repository paths (a directory: every
+file in it): the README, docs/, and every page they link to."""
+DOC_DIR = "doc"
 SUMS = "SHA256SUMS"
 SUMS_SIGNATURE = "SHA256SUMS.sig"
 SHARE = Path("share") / "mirror"
@@ -62,12 +79,14 @@ _SKIP_FROM_RECORD = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 @dataclass(frozen=True)
 class ToolSources:
     """Where the pieces come from: a source checkout, or an installation made by install.sh
-    (which keeps its wheelhouse and these files under PREFIX/share/mirror)."""
+    (which keeps its wheelhouse and these files under PREFIX/share/mirror, the documentation
+    in its doc/)."""
 
     install_script: Path
     config_example: Path
     units: list[Path]
-    install_doc: Path | None
+    docs: list[tuple[Path, str]]
+    """(file, its path under doc/)."""
     lock: Path | None = None
     project: Path | None = None
     prebuilt_wheel: Path | None = None
@@ -76,12 +95,11 @@ class ToolSources:
     def find(cls, source: Path | None = None) -> ToolSources:
         root = source or Path(__file__).resolve().parents[2]
         if (root / "pyproject.toml").is_file() and (root / "mirror").is_dir():
-            doc = root / "docs" / "install.md"
             return cls(
                 install_script=root / "deploy" / "install.sh",
                 config_example=root / "config.example.toml",
                 units=_units(root / "systemd"),
-                install_doc=doc if doc.is_file() else None,
+                docs=_checkout_docs(root),
                 lock=root / LOCK_NAME,
                 project=root,
             )
@@ -94,12 +112,11 @@ class ToolSources:
                 "no mirror source checkout or installed wheelhouse found",
                 hint="run from a source checkout, or pass --source DIR",
             )
-        doc = share / "INSTALL.md"
         return cls(
             install_script=share / "install.sh",
             config_example=share / "config.example.toml",
             units=_units(share / "systemd"),
-            install_doc=doc if doc.is_file() else None,
+            docs=_tree(share / DOC_DIR, share / DOC_DIR),
             lock=share / LOCK_NAME if (share / LOCK_NAME).is_file() else None,
             prebuilt_wheel=wheels[-1],
         )
@@ -107,6 +124,23 @@ class ToolSources:
 
 def _units(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("mirror*") if p.suffix in (".service", ".timer"))
+
+
+def _checkout_docs(root: Path) -> list[tuple[Path, str]]:
+    found: list[tuple[Path, str]] = []
+    for name in DOCS:
+        path = root / name
+        if not path.exists():
+            raise ConfigError(f"{path} is missing: the artefact carries it ({DOCS})")
+        found.extend(_tree(path, root) if path.is_dir() else [(path, name)])
+    return found
+
+
+def _tree(directory: Path, base: Path) -> list[tuple[Path, str]]:
+    """Every file under `directory`, named relative to `base` ([] if there is none: an
+    installation made before the artefact carried its documentation)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return [(p, p.relative_to(base).as_posix()) for p in files]
 
 
 @dataclass(frozen=True)
@@ -160,9 +194,9 @@ def bundle_self(
         if local:
             for dist in requirement_closure("mirror"):
                 wheel_from_installed(dist, wheels)
-            targets = ["local"]
+            names = ["local"]
         else:
-            targets = _download_locked(lock, mirror_wheel, architectures, pythons)
+            names = _download_locked(lock, mirror_wheel, targets(architectures, pythons), work)
         _check_locked(wheels, mirror_wheel, lock, check_hashes=not local)
         _copy_files(sources, root)
         shutil.copy2(lock, root / LOCK_NAME)
@@ -182,7 +216,7 @@ def bundle_self(
         sha256=digest.sha256,
         size=digest.size,
         key_id=signing_key.key_id,
-        targets=targets,
+        targets=names,
         wheels=_wheel_names(target),
     )
 
@@ -269,67 +303,47 @@ def _mirror_wheel(sources: ToolSources, wheels: Path, work: Path) -> Path:
     return built[0]
 
 
-def manylinux_tags(architecture: str, glibc_minor: int = GLIBC_MINOR) -> list[str]:
-    """Every manylinux tag a glibc 2.`glibc_minor` host accepts: pip's `--platform` takes
-    each tag literally, so naming only the newest would miss wheels built for older glibc."""
-    tags = [f"manylinux_2_{minor}_{architecture}" for minor in range(glibc_minor, 16, -1)]
-    return [*tags, f"manylinux2014_{architecture}"]
+def _download_locked(lock: Path, mirror_wheel: Path, chosen: list[Target], work: Path) -> list[str]:
+    """The locked wheels for every target, beside the mirror wheel; the targets' names. Each
+    target gets the lock's pins whose markers hold for it (never decided by pip, which would
+    decide them for this machine), then the wheelhouse must install mirror on each alone."""
+    pins = [pin for pinned in read_lock(lock).values() for pin in pinned]
+    wheels = mirror_wheel.parent
+    for target in chosen:
+        wanted = requirement_lines(p for p in pins if p.applies(target.environment()))
+        requirements = work / f"requirements-{target.name}.txt"
+        requirements.write_text(wanted, encoding="utf-8")
+        _pip_download(requirements, wheels, target)
+    everything = sorted(wheels.glob("*.whl"))
+    problems = [line for t in chosen for line in unresolved(everything, mirror_wheel, t)]
+    if problems:
+        raise ConfigError(
+            f"{LOCK_NAME} misses what mirror needs: {len(problems)} requirement(s) no locked "
+            f"wheel fits: {'; '.join(problems[:5])}",
+            hint="run make lock (uv pip compile --universal) and build again",
+        )
+    return [target.name for target in chosen]
 
 
-def _download_locked(
-    lock: Path, mirror_wheel: Path, architectures: tuple[str, ...], pythons: tuple[str, ...]
-) -> list[str]:
-    """The locked wheels for every target, beside the mirror wheel; the targets' names."""
-    for architecture in architectures:
-        for python in pythons:
-            _pip_download(lock, mirror_wheel.parent, architecture, python)
-            _resolve_offline(mirror_wheel, mirror_wheel.parent, architecture, python)
-    return [
-        f"cp{p.replace('.', '')}-manylinux_2_{GLIBC_MINOR}_{a}"
-        for p in pythons
-        for a in architectures
-    ]
-
-
-def _target(architecture: str, python: str) -> list[str]:
-    platforms = [option for tag in manylinux_tags(architecture) for option in ("--platform", tag)]
-    return ["--only-binary=:all:", *platforms, "--python-version", python, "--implementation", "cp"]
-
-
-def _pip_download(lock: Path, wheels: Path, architecture: str, python: str) -> None:
+def _pip_download(requirements: Path, wheels: Path, target: Target) -> None:
     """Exactly the locked files: every requirement pinned, every download's sha256 checked."""
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"]
-    _run(
-        [*pip, *_target(architecture, python), "--dest", str(wheels), "-r", str(lock)],
-        f"downloading the locked wheels for CPython {python} on manylinux {architecture}",
-    )
-
-
-def _resolve_offline(mirror_wheel: Path, wheels: Path, architecture: str, python: str) -> None:
-    """The mirror wheel's dependencies, resolved from the wheelhouse alone: a dependency the
-    lock misses for this target fails here, not in install.sh on the far side."""
-    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--isolated", "--no-index"]
+    platforms = [
+        option for tag in manylinux_tags(target.architecture) for option in ("--platform", tag)
+    ]
     _run(
         [
-            *pip,
-            *("--find-links", str(wheels)),
-            *_target(architecture, python),
-            *("--dest", str(wheels)),
-            str(mirror_wheel),
+            *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--require-hashes"),
+            *("--only-binary=:all:", *platforms, "--implementation", "cp"),
+            *("--python-version", target.python, "--dest", str(wheels), "-r", str(requirements)),
         ],
-        f"resolving mirror's dependencies for CPython {python} on manylinux {architecture} "
-        f"from the locked wheels only ({LOCK_NAME} misses one?)",
+        f"downloading the locked wheels for CPython {target.python} on manylinux "
+        f"{target.architecture}",
     )
 
 
 def requirement_closure(name: str) -> list[metadata.Distribution]:
     """Every installed distribution `name` needs (with extras and markers honoured), not
     `name` itself."""
-    try:
-        from packaging.requirements import Requirement
-        from packaging.utils import canonicalize_name
-    except ImportError:
-        raise ConfigError("--local needs the 'packaging' library installed") from None
     found: dict[str, metadata.Distribution] = {}
     seen: set[tuple[str, str]] = set()
     todo: list[tuple[str, str]] = [(name, "")]
@@ -386,8 +400,9 @@ def _copy_files(sources: ToolSources, root: Path) -> None:
     shutil.copy2(sources.install_script, root / "install.sh")
     (root / "install.sh").chmod(0o755)
     shutil.copy2(sources.config_example, root / "config.example.toml")
-    if sources.install_doc is not None:
-        shutil.copy2(sources.install_doc, root / "INSTALL.md")
+    for path, name in sources.docs:
+        (root / DOC_DIR / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, root / DOC_DIR / name)
     (root / "systemd").mkdir()
     for unit in sources.units:
         shutil.copy2(unit, root / "systemd" / unit.name)

@@ -1,22 +1,18 @@
 """What ships is what was tested: requirements.lock pins every runtime dependency (with the
 sha256 of each file, every platform), requirements-dev.lock the test set with the same
-runtime versions, and an artefact built by `mirror bundle-self` holds only locked wheels."""
+runtime versions; each pin keeps its marker, decided for a target (test_selfbundle.py holds the
+default build's artefact against the lock, test_targets.py the wheels each target gets)."""
 
 from __future__ import annotations
 
-import platform
 import re
-import sys
-import tarfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from mirror.errors import ConfigError
-from mirror.outbound.lock import canonical_name, read_lock, unlocked_wheels, wheel_project
-from mirror.outbound.selfbundle import ARCHITECTURES, bundle_self
-from mirror.transferset.keys import generate_keypair, load_signing_key
+from mirror.outbound.lock import canonical_name, read_lock, requirement_lines, unlocked_wheels
 from tests.fixtures.cli import REPO
 
 LOCK = REPO / "requirements.lock"
@@ -83,28 +79,26 @@ def test_a_pin_without_a_hash_is_refused(tmp_path: Path) -> None:
         read_lock(lock)
 
 
-@pytest.mark.slow
-def test_a_built_artefact_holds_exactly_the_locked_wheels(tmp_path: Path) -> None:
-    """The real build (`pip download` of the lock, hashes required) for this machine's target:
-    every wheel's name, version and sha256 is in the lock; the install test covers the rest."""
-    machine = platform.machine()
-    if machine not in ARCHITECTURES:
-        pytest.skip(f"no manylinux target for {machine}")
-    generate_keypair(tmp_path / "dist")
-    python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    made = bundle_self(
-        tmp_path / "out",
-        load_signing_key(tmp_path / "dist.key"),
-        architectures=(machine,),
-        pythons=(python,),
+def test_a_pin_keeps_its_marker_and_is_decided_for_the_target(tmp_path: Path) -> None:
+    """pip decides a requirement file's markers for the machine it runs on: the lock's
+    markers are decided here for each target, and the lines pip gets carry none."""
+    (raptorq,) = read_lock(LOCK)["raptorq"]
+    assert raptorq.marker == "platform_machine == 'x86_64' and sys_platform == 'linux'"
+    linux = {"sys_platform": "linux"}
+    assert raptorq.applies({**linux, "platform_machine": "x86_64"})
+    assert not raptorq.applies({**linux, "platform_machine": "aarch64"})
+    (click,) = read_lock(LOCK)["click"]
+    assert click.marker == "" and click.applies({**linux, "platform_machine": "aarch64"})
+    lines = requirement_lines([raptorq, click]).splitlines()
+    assert [line.split(" ")[0] for line in lines] == [f"click=={click.version}", "raptorq==2.0.0"]
+    assert all(";" not in line for line in lines)
+    assert {h for line in lines for h in re.findall(r"--hash=sha256:(\w+)", line)} == (
+        raptorq.hashes | click.hashes
     )
-    with tarfile.open(made.path) as archive:
-        archive.extractall(tmp_path, filter="data")
-    root = tmp_path / f"mirror-tool-{made.version}"
-    assert (root / "requirements.lock").read_bytes() == LOCK.read_bytes()
-    wheels = [p for p in (root / "wheels").iterdir() if not p.name.startswith("mirror-")]
-    pins = read_lock(LOCK)
-    assert unlocked_wheels(wheels, pins) == []
-    shipped = {wheel_project(p.name)[0] for p in wheels}
-    wanted = {name for name in pins if name not in ("tzdata",)}  # tzdata: Windows only
-    assert shipped == wanted, shipped ^ wanted
+
+
+def test_a_pin_with_an_unreadable_marker_is_refused(tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("click==8.1.7 ; platform_machine === \\\n    --hash=sha256:" + "a" * 64 + "\n")
+    with pytest.raises(ConfigError, match=r"requirements.lock:1: click: unreadable marker"):
+        read_lock(lock)

@@ -6,21 +6,34 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from packaging.utils import parse_wheel_filename
 
 from mirror import __version__
 from mirror.errors import ConfigError
+from mirror.outbound.lock import canonical_name, read_lock, unlocked_wheels
 from mirror.outbound.pack import pack
-from mirror.outbound.selfbundle import ToolBundle, bundle_self, manylinux_tags, tool_for_pack
+from mirror.outbound.selfbundle import ToolBundle, bundle_self, tool_for_pack
+from mirror.outbound.targets import (
+    ARCHITECTURES,
+    PYTHONS,
+    Target,
+    manylinux_tags,
+    targets,
+    unresolved,
+)
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
 from tests.fixtures.artefact import offline_env
+from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.docs import documented
+from tests.fixtures.s3 import transfer_config
 from tests.fixtures.versions import add_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +59,10 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     with tarfile.open(made.path) as archive:
         archive.extractall(tmp_path, filter="data")
     root = tmp_path / f"mirror-tool-{__version__}"
-    for name in ("install.sh", "config.example.toml", "INSTALL.md", "systemd/mirror.service"):
+    for name in ("install.sh", "config.example.toml", "systemd/mirror.service"):
         assert (root / name).is_file(), name
+    for name in ("README.md", "docs/install.md", "docs/architecture.md", "systemd/README.md"):
+        assert (root / "doc" / name).read_bytes() == (ROOT / name).read_bytes(), name
     assert os.access(root / "install.sh", os.X_OK)
     listed = {line.split("  ")[1] for line in (root / "SHA256SUMS").read_text().splitlines()}
     files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
@@ -58,6 +73,75 @@ def test_the_artefact_holds_wheels_script_units_config_and_signed_sums(
     sums = (root / "SHA256SUMS").read_bytes()
     signer = verify_signature_file(sums, root / "SHA256SUMS.sig", trusted, what="SHA256SUMS")
     assert signer.key_id == made.key_id
+
+
+def resolve_elsewhere(wheels: Path, target: Target, work: Path) -> set[str]:
+    """The projects uv's resolver (a second one, which decides markers for the target it is
+    given) installs for mirror on `target` from `wheels` alone, nothing fetched."""
+    wanted = work / "mirror.in"
+    wanted.write_text(f"mirror=={__version__}\n")
+    platform = f"{target.architecture}-manylinux_2_28"
+    done = run(
+        [
+            str(Path(sys.executable).parent / "uv"),
+            *("pip", "compile", str(wanted), "--quiet", "--no-header", "--no-annotate"),
+            *("--python-platform", platform, "--python-version", target.python),
+            *("--no-index", "--find-links", str(wheels), "--only-binary", ":all:"),
+        ],
+        offline_env(),
+    )
+    assert done.returncode == 0, (target, done.stderr)
+    return {line.split("==")[0] for line in done.stdout.splitlines() if "==" in line}
+
+
+def parse_tags(filename: str) -> frozenset[object]:
+    return frozenset(parse_wheel_filename(filename)[3])
+
+
+def documentation_paths(units: Path) -> set[str]:
+    """Every `file:` path the units' Documentation= lines name."""
+    found: set[str] = set()
+    for unit in sorted(units.glob("mirror*")):
+        for line in unit.read_text().splitlines():
+            if line.startswith("Documentation="):
+                found.update(u.removeprefix("file:") for u in line.split("=", 1)[1].split())
+    return found
+
+
+def headings(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub makes them."""
+    titles = re.findall(r"^#+ (.*)$", page.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+
+def broken_links(docs: Path) -> list[str]:
+    """Every relative link of the Markdown pages under `docs` to a file outside it, a file
+    that is not there, or a heading the page lacks."""
+    broken = []
+    for page in sorted(docs.rglob("*.md")):
+        for link in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", link):
+                continue
+            path, _, anchor = link.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if not (target.is_file() and target.is_relative_to(docs.resolve())):
+                broken.append(f"{page.relative_to(docs)}: {link}")
+            elif anchor and target.suffix == ".md" and anchor not in headings(target):
+                broken.append(f"{page.relative_to(docs)}: {link} (no such heading)")
+    return broken
+
+
+def test_every_link_of_the_docs_the_artefact_carries_resolves_inside_them(
+    built: tuple[ToolBundle, Path, Path], tmp_path: Path
+) -> None:
+    """An operator holding only the artefact reads README.md, docs/ and what they link to
+    (doc/, installed to /usr/share/doc/mirror): no link leads outside them or nowhere."""
+    made, _, _ = built
+    with tarfile.open(made.path) as archive:
+        archive.extractall(tmp_path, filter="data")
+    docs = tmp_path / f"mirror-tool-{__version__}" / "doc"
+    assert (docs / "README.md").is_file()
+    assert broken_links(docs) == []
 
 
 def test_install_refuses_a_wheel_the_signed_list_does_not_name(
@@ -115,6 +199,14 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     assert link.is_symlink() and os.readlink(link) == f"{root}/opt/mirror/bin/mirror"
     assert (root / "etc" / "systemd" / "system" / "mirror.service").is_file()
     assert (root / "opt" / "mirror" / "share" / "mirror" / "wheels").is_dir()
+    assert "  one-way link (transfer send, transfer receive): yes" in done.stdout.splitlines()
+    documentation = documentation_paths(ROOT / "systemd")
+    assert "/usr/share/doc/mirror/README.md" in documentation
+    for path in documentation:
+        assert Path(f"{root}{path}").is_file(), f"Documentation={path} is not installed"
+    docs = root / "usr" / "share" / "doc" / "mirror"
+    assert (docs / "docs" / "install.md").read_bytes() == (ROOT / "docs/install.md").read_bytes()
+    assert broken_links(docs) == []
     etc = f"{root}/etc/mirror"
     connected = documented("connected-host").replace("/etc/mirror", etc).replace("sudo ", "")
     connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
@@ -138,6 +230,48 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     refused = run([str(link), "transfer", "verify", str(set_dir)], env)
     assert refused.returncode == 5, refused.stderr
     assert "tool/" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_default_build_holds_every_target_and_installs_here(
+    transfer_app: App, store_dir: Path, key_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """What `make dist` builds (bundle-self with no options: every default target), here by
+    `transfer pack --with-tool auto`, which builds the same on the spot: the wheels come from
+    the index pip is set up with (PyPI), as the build's do. Every wheel is a locked file;
+    each target gets exactly the lock's pins whose markers hold for it (raptorq: x86_64
+    only) and installs mirror from the wheelhouse alone; this host installs it offline."""
+    add_version(transfer_app, "docs.example.com", "2026-11-20")
+    config = write_config(tmp_path / "config.toml", transfer_config(store_dir, key_pair))
+    out = tmp_path / "set"
+    argv = ["--config", str(config), "transfer", "pack", str(out), "--with-tool", "auto"]
+    packed = mirror_cli(*argv, timeout=1700)
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    with tarfile.open(out / "tool" / f"mirror-tool-{__version__}.tar") as archive:
+        archive.extractall(tmp_path, filter="data")
+    unpacked = tmp_path / f"mirror-tool-{__version__}"
+    lock = ROOT / "requirements.lock"
+    assert (unpacked / "requirements.lock").read_bytes() == lock.read_bytes()
+    wheels = sorted((unpacked / "wheels").glob("*.whl"))
+    (mirror_wheel,) = [p for p in wheels if p.name.startswith("mirror-")]
+    pins = read_lock(lock)
+    assert unlocked_wheels([p for p in wheels if p != mirror_wheel], pins) == []
+    for target in targets(ARCHITECTURES, PYTHONS):
+        assert unresolved(wheels, mirror_wheel, target) == [], target
+        resolved = resolve_elsewhere(unpacked / "wheels", target, tmp_path)
+        assert ("raptorq" in resolved) == (target.architecture == "x86_64"), resolved
+        fitting = {p.name.split("-")[0] for p in wheels if parse_tags(p.name) & target.tags()}
+        environment = target.environment()
+        wanted = {n for n, pinned in pins.items() if any(p.applies(environment) for p in pinned)}
+        assert {canonical_name(n) for n in fitting} == wanted | {"mirror"}, target
+        assert ("raptorq" in wanted) == (target.architecture == "x86_64")
+    python = getattr(sys, "_base_executable", sys.executable)
+    argv = ["./install.sh", "--root", str(tmp_path / "root"), "--python", python, "--no-systemd"]
+    installed = run(argv, offline_env(), cwd=unpacked)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert f"mirror, version {__version__}" in installed.stdout
+    assert "  one-way link (transfer send, transfer receive): yes" in installed.stdout
 
 
 def test_the_documented_manual_check_passes_and_catches_a_change(
