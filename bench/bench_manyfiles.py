@@ -54,7 +54,7 @@ finally:
 INSPECT = """
 from pathlib import Path
 from mirror.archive import inspect_archive
-from mirror.completeness import SiteScanner
+from mirror.archive.completeness import SiteScanner
 import sys
 report = inspect_archive(Path(sys.argv[1]), observe=SiteScanner)
 assert report.file_count > 0

@@ -122,7 +122,7 @@ class ExportSettings(_Section):
     every: Duration = Field(default=6 * 3600.0, gt=0)  # 0 would spend every start on one domain
     version: str | None = None
     paths: list[str] | None = None
-    # Completeness (mirror.completeness): fewer pages than the vendor's pageCount minus this
+    # Completeness (mirror.archive.completeness): fewer pages than the vendor's pageCount minus this
     # refuses the version; more broken internal links than `max_broken_links` refuses it too
     # (unset: they are recorded and shown, never refused).
     page_tolerance: PageTolerance = (2.0, 2)

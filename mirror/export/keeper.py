@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveReport
-from mirror.completeness import SiteScanner
+from mirror.archive.completeness import SiteScanner
 from mirror.errors import IntegrityError
 from mirror.export import sitecheck
 from mirror.export.claim import RunSnapshot

@@ -59,7 +59,7 @@ from typing import Any
 import pydantic
 from sqlalchemy import select
 
-from mirror.completeness import SiteScanner
+from mirror.archive.completeness import SiteScanner
 from mirror.config import ExportSettings
 from mirror.errors import (
     AuthError,

@@ -1,6 +1,6 @@
 """The completeness policy of an export run, and what it leaves in the index.
 
-A run's download is scanned as it is inspected (`mirror.completeness.SiteScanner`, in the
+A run's download is scanned as it is inspected (`mirror.archive.completeness.SiteScanner`, in the
 same pass); before a version is stored, `judge` compares the site with the vendor's last
 reported `pageCount` and the domain's thresholds (`[[exports]] page_tolerance`,
 `max_broken_links`). Promises:
@@ -27,7 +27,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror.archive import ArchiveReport
-from mirror.completeness import (
+from mirror.archive.completeness import (
     CompletenessReport,
     PageVerdict,
     SiteScanner,

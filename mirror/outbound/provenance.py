@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mirror import __version__
-from mirror.completeness import site_line
+from mirror.archive.completeness import site_line
 from mirror.fsutil import fsync_dir
 from mirror.integrity import hash_bytes
 from mirror.store.app import App

@@ -133,7 +133,7 @@ class Version(Base):
 
 
 class SiteCheck(Base):
-    """The completeness check of one downloaded bundle of a domain (`mirror.completeness`):
+    """The completeness check of one downloaded bundle of a domain (`mirror.archive.completeness`):
     `passed` (a version was stored), `refused` (kept aside, its blob indexed, no version) or
     `accepted` (an operator's `store accept`, with the reason). `label` is the version's."""
 

@@ -38,7 +38,7 @@ Promises:
   the same `IntegrityError` is raised once the last byte is in (the file is left for the
   caller to drop). A zip is inspected after the download (its directory is at the end).
   With `observe`, a sink it makes sees every checked member in that same pass (the
-  report's `observed`: `mirror.completeness.SiteScanner`).
+  report's `observed`: `mirror.archive.completeness.SiteScanner`).
 """
 
 from __future__ import annotations

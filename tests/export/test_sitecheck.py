@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from mirror.completeness import CompletenessReport
+from mirror.archive.completeness import CompletenessReport
 from mirror.config import ExportSettings, settings_from_dict
 from mirror.errors import ConfigError, IntegrityError
 from mirror.export.metrics import DaemonMetrics, newest_sites

@@ -5,7 +5,7 @@ The bundle is fetched through the values file's link exactly as the chart's pod 
 `mirror.archive`, then served by a real HTTP server (the standard library's, as a static
 file server serves it) on loopback, and crawled from its home page: every page reached is
 fetched over HTTP, every internal reference in it (the same extraction as
-`mirror.completeness`) is requested once. Promises: nothing is left behind (the temporary
+`mirror.archive.completeness`) is requested once. Promises: nothing is left behind (the temporary
 directory and the server end with the check); memory does not grow with the bundle (it is
 streamed to disk); `SiteReport.error` is one IntegrityError (exit 5) when a page fails or
 a link breaks, naming the counts and the first few.
@@ -28,7 +28,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from mirror.archive import extract_archive, inspect_archive
-from mirror.completeness import PAGE_SUFFIXES, SiteScanner, css_references, html_references
+from mirror.archive.completeness import PAGE_SUFFIXES, SiteScanner, css_references, html_references
 from mirror.errors import IntegrityError, MirrorError, OperationFailed
 from mirror.httpserver import QuietHTTPServer
 from mirror.integrity import CHUNK_SIZE

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mirror import completeness
-from mirror.archive import ArchiveFeed, ArchiveLimits, inspect_archive
-from mirror.completeness import CompletenessReport, SiteScanner, judge_pages
+from mirror.archive import ArchiveFeed, ArchiveLimits, completeness, inspect_archive
+from mirror.archive.completeness import CompletenessReport, SiteScanner, judge_pages
 from mirror.sim.site import MISSING_IMAGE, SiteSpec, build_bundle, page_count
 
 
