@@ -1,19 +1,26 @@
-"""`python -m bench serve_clients`: 50 pods at once against `mirror serve` (issue 36, item 5).
+"""`python -m bench serve_clients`: 50 pods at once against `mirror serve` (issue 36, item 5),
+and beside nginx (Debian's package) serving the same cached file on the same machine.
 
 A SeaweedFS of its own on loopback holds one version of MIRROR_BENCH_MIB (256) MiB of random
 bytes; `mirror serve` (this checkout's, as a process with the read-only identity) fills its
 cache from it, then 50 `curl` clients fetch the version at once, twice: piped into
-`sha256sum` (every copy byte-exact?) and into /dev/null (throughput from the cache). Prints
-the wall times, the aggregate rates and the server's peak RSS (VmHWM) and CPU seconds.
+`sha256sum` (every copy byte-exact?) and into /dev/null (throughput from the cache). Then
+ROUNDS rounds alternate the same 50 clients against mirror serve and against nginx (sendfile
+on, the cached file itself), which goes first alternating: the median of the per-round ratios
+nginx time / mirror time is the figure (goal: at least 0.8). Prints the wall times, the
+aggregate rates and the server's peak RSS (VmHWM) and CPU seconds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import hashlib
 import json
 import os
 import shutil
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.common import SIZE_MIB, MiB, machine
+from bench.common import ROUNDS, SIZE_MIB, MiB, machine
 
 CLIENTS = 50
 ACCESS = {"import": ("bench-import", "bench-import-secret"), "cluster": ("bench-ro", "bench-ro-s")}
@@ -40,7 +47,10 @@ def main() -> None:
             _publish(endpoint, bundle, digest)
             with _serve(work, endpoint) as (url, pid):
                 exact = _clients(f"{url}/domains/{DOMAIN}/{LABEL}/bundle.tar.gz", digest, True)
-                rate = _clients(f"{url}/domains/{DOMAIN}/{LABEL}/bundle.tar.gz", digest, False)
+                served = f"{url}/domains/{DOMAIN}/{LABEL}/bundle.tar.gz"
+                rate = _clients(served, digest, False)
+                with _nginx(work, work / "cache" / "bundles" / digest) as peer:
+                    pairs = _alternate(served, peer, digest)
                 peak, cpu = _peak_rss_mib(pid), _cpu_seconds(pid)
     total = CLIENTS * SIZE_MIB
     print(
@@ -50,7 +60,77 @@ def main() -> None:
     print(
         f"{CLIENTS} clients x {SIZE_MIB} MiB to /dev/null: {rate:.1f} s ({total / rate:.0f} MiB/s)"
     )
-    print(f"mirror serve: peak RSS {peak:.1f} MiB, CPU {cpu:.1f} s for both rounds and the fill")
+    print(f"mirror serve: peak RSS {peak:.1f} MiB, CPU {cpu:.1f} s for every round and the fill")
+    ratios = sorted(nginx / mirror for mirror, nginx in pairs)
+    mirror_median = statistics.median(m for m, _ in pairs)
+    nginx_median = statistics.median(n for _, n in pairs)
+    print(
+        f"beside nginx, {len(pairs)} alternating rounds of {CLIENTS} clients: mirror serve "
+        f"{mirror_median:.1f} s ({total / mirror_median:.0f} MiB/s), nginx {nginx_median:.1f} s "
+        f"({total / nginx_median:.0f} MiB/s); median ratio nginx/mirror "
+        f"{statistics.median(ratios):.2f}x (goal >= 0.8x; rounds "
+        f"{', '.join(f'{r:.2f}' for r in ratios)}); "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+
+
+def _alternate(served: str, peer: str, digest: str) -> list[tuple[float, float]]:
+    """ROUNDS rounds of both, the first of each pair alternating: (mirror s, nginx s)."""
+    pairs = []
+    for round_ in range(ROUNDS):
+        if round_ % 2:
+            nginx = _clients(peer, digest, False)
+            mirror = _clients(served, digest, False)
+        else:
+            mirror = _clients(served, digest, False)
+            nginx = _clients(peer, digest, False)
+        pairs.append((mirror, nginx))
+    return pairs
+
+
+@contextlib.contextmanager
+def _nginx(work: Path, cached: Path) -> Iterator[str]:
+    """Debian's nginx serving the cached file at /bundle.tar.gz (sendfile, as a file server
+    is set up), on a free loopback port; its workers run as this user (the bench's private
+    temporary directory is not for nobody)."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(binary).exists():
+        raise SystemExit("nginx is missing: apt-get install nginx-light")
+    root = work / "nginx"
+    (root / "logs").mkdir(parents=True, exist_ok=True)
+    (root / "html").mkdir(exist_ok=True)
+    (root / "html" / "bundle.tar.gz").symlink_to(cached)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (root / "nginx.conf").write_text(
+        f"user {getpass.getuser()}; daemon off; worker_processes auto; pid nginx.pid;\n"
+        "error_log logs/error.log;\n"
+        "events { worker_connections 1024; }\n"
+        "http { access_log off; sendfile on; tcp_nopush on; default_type application/gzip;\n"
+        f"  server {{ listen 127.0.0.1:{port}; root {root / 'html'}; }} }}\n"
+    )
+    process = subprocess.Popen([binary, "-p", str(root), "-c", str(root / "nginx.conf")])
+    url = f"http://127.0.0.1:{port}/bundle.tar.gz"
+    try:
+        deadline = time.monotonic() + 60
+        while not _answers(url):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit("nginx did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        request = urllib.request.Request(url, method="HEAD")
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
 
 
 def _random_file(path: Path, size: int) -> str:
