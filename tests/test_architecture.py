@@ -104,7 +104,8 @@ ALLOWED: dict[str, set[str]] = {
     "oneway": {"foundation", "transferset"},
     "outbound": {"foundation", "store", "transferset", "airgap"},
     "sim": {"foundation"},
-    "cli": {"foundation", "mirror.demo", *SIDES},
+    "cli": {"foundation", "mirror.demo", "mirror.preflight", *SIDES},
+    "mirror.preflight": {"foundation", "vendor", "store", "transferset", "airgap"},
     "mirror.demo": {"foundation", "sim"},
     "mirror.__main__": {"cli"},
 }

@@ -18,13 +18,17 @@ from mirror.units import format_duration, format_size
 
 if TYPE_CHECKING:
     from mirror.airgap.objectstore import ObjectStore
+    from mirror.preflight import Given, Purpose
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
-def _store(cli: CliContext) -> ObjectStore:
+def _store(cli: CliContext, purpose: Purpose = "chart", given: Given | None = None) -> ObjectStore:
+    """The bucket, after the command's preflight (`mirror.preflight`)."""
     from mirror.airgap.credentials import open_object_store
+    from mirror.preflight import require
 
+    require(cli.settings, purpose, given)
     return open_object_store(cli.settings.target)
 
 
@@ -137,7 +141,7 @@ def history_command(cli: CliContext, domain: str) -> None:
 @click.option(
     "--provenance",
     is_flag=True,
-    help="Also verify the version's signed provenance in the bucket (target.trusted_keys).",
+    help="Also verify the version's signed provenance in the bucket (target.transfer_keys).",
 )
 @click.option(
     "--site",
@@ -174,10 +178,13 @@ def check_command(cli: CliContext, file: Path, warn: float, provenance: bool, si
 @pass_cli
 def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     """Render chart.values_path again where its link expires soon or its version changed."""
+    from mirror.preflight import Given
+
     settings = cli.settings
+    store = _store(cli, "refresh", Given(domains=domains))
     chosen = list(domains) or [export.domain for export in settings.exports]
     try:
-        results = charts.refresh_values(_store(cli), settings.target, settings.chart, chosen)
+        results = charts.refresh_values(store, settings.target, settings.chart, chosen)
     except charts.RefreshFailed as exc:
         for result in exc.results:
             cli.say(result.line())

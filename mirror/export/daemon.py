@@ -13,7 +13,8 @@ Signals (SIGUSR1 dumps every thread's stack to stderr, for a stuck daemon): SIGT
 stop taking work, set the cancel event every run watches
 (downloads stop after the current chunk with offsets saved), wait for the workers
 and exit 0. SIGHUP reloads the config (added/removed domains, changed intervals)
-without touching running runs; an invalid new config is logged and the old one kept.
+without touching running runs; an invalid new config, or one the daemon could not use
+(`DaemonOptions.usable`), is logged and the old one kept.
 
 A domain is never run twice at once: in this process by the `running` set, across
 processes and replicas by the index's unique active-run index and lease (run_export).
@@ -29,14 +30,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from mirror.config import ExportSettings, Settings, load_settings
-from mirror.errors import ConfigError, MirrorError
+from mirror.errors import MirrorError
 from mirror.export.claim import DueCheck, budget_outlook
 from mirror.export.domains import DomainBook, Pacing
 from mirror.export.inflight import InFlight
@@ -70,6 +71,9 @@ log = logging.getLogger(__name__)
 class DaemonOptions:
     """Knobs beyond the settings file (mostly for tests; see `mirror daemon --help`)."""
 
+    usable: Callable[[Settings], None] | None = None
+    """Raises when reloaded settings cannot serve the daemon (`mirror.preflight`, handed in
+    by the command): the reload is refused and the old settings kept."""
     exit_when_idle: bool = False
     seed: int = 0
     max_sleep: float = 30.0
@@ -325,7 +329,9 @@ class Daemon:
         old = self.settings
         try:
             new = load_settings(self.config_path)
-        except ConfigError as exc:
+            if self.options.usable is not None:
+                self.options.usable(new)
+        except MirrorError as exc:
             log.error("config reload failed; keeping the old config", extra={"error": str(exc)})
             self.notifier.ready()
             return

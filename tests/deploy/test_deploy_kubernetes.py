@@ -63,7 +63,7 @@ def test_the_configmap_config_loads_and_its_public_key_reads(tmp_path: Path) -> 
     config_map = next(r for r in resources() if r["kind"] == "ConfigMap")
     document = tomllib.loads(config_map["data"]["config.toml"])
     settings = settings_from_dict(document)
-    assert [str(p) for p in settings.target.trusted_keys] == ["/etc/mirror/config/transfer.pub"]
+    assert [str(p) for p in settings.target.transfer_keys] == ["/etc/mirror/config/transfer.pub"]
     assert settings.chart.values_path.startswith("/values/")
     public = tmp_path / "transfer.pub"
     public.write_text(config_map["data"]["transfer.pub"])

@@ -127,7 +127,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     assert Path(etc, "admin-api-key").read_text().strip() == "mint_x"
     assert Path(etc, "transfer.key").is_file() and Path(etc, "transfer.pub").is_file()
     config = tmp_path / "config.toml"
-    config.write_text(f'[target]\ntrusted_keys = ["{key_pair[1]}"]\n')
+    config.write_text(f'[target]\ntransfer_keys = ["{key_pair[1]}"]\n')
     env = {**offline_env(), "MIRROR_CONFIG": str(config)}
     verify = run([str(link), "--json", "transfer", "verify", str(set_dir)], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
