@@ -83,8 +83,10 @@ def db_group() -> None:
 @pass_cli
 def db_upgrade(cli: CliContext) -> None:
     """Upgrade the index schema to the newest revision."""
+    from mirror.preflight import require
     from mirror.store.db import Database
 
+    require(cli.settings, "db")
     if cli.settings.store.database == "":
         cli.app.check_index_kept()
     database = Database(cli.settings.store.database_url())
