@@ -149,9 +149,7 @@ def test_a_values_file_that_is_not_there_is_not_found(tmp_path: Path) -> None:
         ("- a list\n", "has no staticExport.bundleUrl"),
     ],
 )
-def test_bad_values_files_are_config_errors(
-    tmp_path: Path, content: str, message: str
-) -> None:
+def test_bad_values_files_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "values.yaml"
     path.write_text(content)
     with pytest.raises(ConfigError, match=message):
