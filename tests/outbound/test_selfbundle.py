@@ -120,6 +120,12 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
     env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
     env["PATH"] = f"{root}/usr/local/bin:{env['PATH']}"
+    example = Path(etc, "config.example.toml")  # the host's paths, under the scratch root
+    example.write_text(
+        example.read_text()
+        .replace("/etc/mirror", etc)
+        .replace("/var/lib/mirror", f"{root}/var/lib/mirror")
+    )
     steps = run(["bash", "-e", "-c", connected], env)
     assert steps.returncode == 0, steps.stdout + steps.stderr
     assert oct(Path(etc, "config.toml").stat().st_mode & 0o777) == "0o644"
