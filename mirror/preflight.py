@@ -6,7 +6,8 @@ is the one judge of that. `mirror config check --for PURPOSE` runs it, and every
 that needs settings runs it for its own purpose at its start (the daemon before it reports
 ready), so a configuration `config check` approves is one the command can use, and one it
 refuses, the command refuses at once with the same one line and exit code (2 for a
-configuration mistake; 4 when a credential source holds nothing; never a retry loop).
+configuration mistake, nothing set up included; 4 for a credential source that is set up
+and could not produce credentials; never a retry loop).
 
 The purposes and the commands that start with them are `PURPOSES`; `files`, the default of
 `config check`, asks only that every file the settings name (keys, key files, CA files, the
@@ -21,7 +22,7 @@ inside it, so `config check --help` lists the purposes without loading boto3 or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -89,19 +90,17 @@ def require(settings: Settings, purpose: Purpose, given: Given | None = None) ->
 
 
 def signing_key(settings: Settings | None, given: Given | None = None) -> SigningKey:
-    """The key this side signs with (`--signing-key`, else transfer.signing_key; `settings`
-    may be None when the command line gives the key, so no settings file is needed)."""
+    """The key this side signs with: `--signing-key`, else transfer.signing_key (`settings`
+    None: the command line gives the key, and no settings file is read)."""
+    from mirror.outbound.pack import signing_key_from_settings
     from mirror.transferset.keys import load_signing_key
 
     path = (given or Given()).signing_key
-    if path is None and settings is not None:
-        path = settings.transfer.signing_key
-    if path is None:
-        raise ConfigError(
-            "transfer.signing_key is not set",
-            hint="create a key with `mirror keys generate --out PREFIX` and set it",
-        )
-    return load_signing_key(Path(path))
+    if path is not None:
+        return load_signing_key(Path(path))
+    if settings is None:
+        raise ConfigError("no signing key given", hint="pass --signing-key FILE.key")
+    return signing_key_from_settings(settings)
 
 
 def transfer_keys(settings: Settings, given: Given | None = None) -> dict[str, PublicKey]:
@@ -207,7 +206,7 @@ def _named_files(settings: Settings, given: Given) -> None:
     _store_path(settings, given)
     if settings.transfer.signing_key is not None:
         load_signing_key(Path(settings.transfer.signing_key))
-    load_trusted_keys(_unique([*settings.target.accepted_keys(), *settings.receipt_keys()]))
+    load_trusted_keys(settings.target.accepted_keys())
     _receipt_keys(settings, given)
     _work_dir(settings, given)
 
@@ -227,10 +226,6 @@ def _ca_file(path: str, setting: str) -> None:
             f"{setting}: cannot load CA file {path}: {reason}",
             hint='point it at a PEM file of the CA certificates, or set it to ""',
         ) from None
-
-
-def _unique(paths: Iterable[Path]) -> list[Path]:
-    return list(dict.fromkeys(paths))
 
 
 CHECKS: dict[Purpose, tuple[Check, ...]] = {

@@ -105,7 +105,7 @@ ALLOWED: dict[str, set[str]] = {
     "outbound": {"foundation", "store", "transferset", "airgap"},
     "sim": {"foundation"},
     "cli": {"foundation", "mirror.demo", "mirror.preflight", *SIDES},
-    "mirror.preflight": {"foundation", "vendor", "store", "transferset", "airgap"},
+    "mirror.preflight": {"foundation", "vendor", "store", "transferset", "airgap", "outbound"},
     "mirror.demo": {"foundation", "sim"},
     "mirror.__main__": {"cli"},
 }
