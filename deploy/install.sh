@@ -64,6 +64,13 @@ if [ "$check_only" = yes ] && [ -z "$key" ]; then
     echo "install.sh: --check-only needs --key transfer.pub (see --help)" >&2
     exit 2
 fi
+if [ -n "$key" ]; then
+    if [ ! -f "$key" ] || [ ! -r "$key" ]; then
+        echo "install.sh: --key $key: no such readable file (the connected side's transfer.pub)" >&2
+        exit 2
+    fi
+    case $key in /*) ;; *) key="$PWD/$key" ;; esac  # read after the cd below
+fi
 cd "$here"
 command -v sha256sum >/dev/null || fail "sha256sum is needed (coreutils)"
 sha256sum --quiet --strict -c SHA256SUMS || fail "a file does not match SHA256SUMS"

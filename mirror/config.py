@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from mirror.errors import AuthError, ConfigError
+from mirror.errors import ConfigError
 from mirror.hostnames import normalize_domain
 from mirror.logs import register_secret
 from mirror.sites import DEFAULT_SITE, BaseRule, check_site_name
@@ -39,6 +39,12 @@ DEFAULT_CONFIG_PATH = Path("/etc/mirror/config.toml")
 CREDENTIAL_NAME = "admin-api-key"
 API_KEY_ENV = "MIRROR_API_KEY"
 CONFIG_ENV = "MIRROR_CONFIG"
+
+DEPRECATED_TRUSTED_KEYS = (
+    "target.trusted_keys is deprecated (it meant two things): name the keys for what they "
+    "check, target.transfer_keys on the air-gapped side (whose transfer sets are accepted) "
+    "or transfer.receipt_keys on the connected side (whose receipts are believed)"
+)
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
@@ -150,7 +156,11 @@ class DaemonSettings(_Section):
 
 
 class TransferSettings(_Section):
+    """The connected side's transfer sets: the key that signs them, and the keys whose
+    receipts it believes for the site `default` (without `[[sites]]`)."""
+
     signing_key: Path | None = None
+    receipt_keys: list[Path] = Field(default_factory=list)
     source_id: str = Field(default_factory=socket.gethostname)
     max_size: Size = 4 * 1024**3
     delta_max_ratio: float = Field(default=0.5, ge=0.0, le=1.0)
@@ -167,7 +177,11 @@ class TargetSettings(_Section):
     region: str = "us-east-1"
     ca_bundle: str = ""
     addressing_style: Literal["path", "virtual", "auto"] = "path"
+    transfer_keys: list[Path] = Field(default_factory=list)
+    """The public keys whose transfer sets this air-gapped side accepts."""
     trusted_keys: list[Path] = Field(default_factory=list)
+    """Deprecated (`DEPRECATED_TRUSTED_KEYS`): stands in for `transfer_keys` here and for
+    `transfer.receipt_keys` on the connected side, whichever is not set."""
     url_mode: Literal["presigned", "plain", "serve"] = "presigned"
     """How `chart values` links the bundle: `presigned` (an S3 link, 7 days at most), `plain`
     (`public_base_url`: a bucket readable in the cluster) or `serve` (`serve.public_url`: the
@@ -192,6 +206,11 @@ class TargetSettings(_Section):
     """`require`: refuse a server that ignores `If-None-Match`/`If-Match`; `emulate`: use
     it anyway, checking with HEAD before each write (safe against re-runs, not against
     two imports writing the same bucket at the same moment)."""
+
+    def accepted_keys(self) -> list[Path]:
+        """The public keys whose transfer sets are accepted: `transfer_keys`, or the
+        deprecated `trusted_keys` when it is not set."""
+        return list(self.transfer_keys or self.trusted_keys)
 
     @field_validator("endpoint_url", "presign_endpoint_url", "public_base_url")
     @classmethod
@@ -333,13 +352,18 @@ class Settings(_Section):
                 raise ValueError(f"site {name!r} is listed twice")
         return value
 
+    def receipt_keys(self) -> list[Path]:
+        """The public keys whose receipts the site `default` is believed with:
+        `transfer.receipt_keys`, or the deprecated `target.trusted_keys` when it is not set."""
+        return list(self.transfer.receipt_keys or self.target.trusted_keys)
+
     def site_list(self) -> list[SiteSettings]:
         """The configured sites; with no `[[sites]]`, the one implicit site `default`, whose
-        receipts are trusted by `target.trusted_keys` and whose deltas follow today's rule."""
+        receipts are trusted by `receipt_keys()` and whose deltas follow today's rule."""
         if self.sites:
             return list(self.sites)
         implicit = SiteSettings(
-            name=DEFAULT_SITE, trusted_keys=self.target.trusted_keys, delta_bases="packed"
+            name=DEFAULT_SITE, trusted_keys=self.receipt_keys(), delta_bases="packed"
         )
         return [implicit]
 
@@ -371,8 +395,9 @@ class Settings(_Section):
         return ExportSettings(domain=domain)
 
     def api_key(self) -> str:
-        """The admin API key; AuthError (exit 4) when none is configured at all, ConfigError
-        (exit 2) when the configured file is missing, unreadable, empty or not UTF-8 text."""
+        """The admin API key; ConfigError (exit 2) when none is configured at all, or when the
+        configured file is missing, unreadable, empty or not UTF-8 text (4 is for a key the
+        vendor refuses)."""
         key = os.environ.get(API_KEY_ENV, "").strip()
         origin = f"${API_KEY_ENV}"
         if not key:
@@ -380,13 +405,13 @@ class Settings(_Section):
             if key_path is None and os.environ.get("CREDENTIALS_DIRECTORY"):
                 key_path = Path(os.environ["CREDENTIALS_DIRECTORY"]) / CREDENTIAL_NAME
             if key_path is None:
-                raise AuthError(
+                raise ConfigError(
                     "no admin API key configured",
                     hint=f"set ${API_KEY_ENV} or api.key_file, or pass the systemd credential "
                     f"{CREDENTIAL_NAME!r}",
                 )
             origin = str(key_path)
-            key = _read_key_file(key_path)
+            key = read_api_key_file(key_path)
         if not key:
             raise ConfigError(f"the admin API key from {origin} is empty")
         register_secret(key)
@@ -405,7 +430,9 @@ class Settings(_Section):
         return document
 
 
-def _read_key_file(path: Path) -> str:
+def read_api_key_file(path: Path) -> str:
+    """The admin API key file's text, stripped; ConfigError (exit 2) when it is missing,
+    unreadable or not UTF-8 text (the caller refuses an empty one, naming where it came from)."""
     try:
         return path.read_bytes().decode("utf-8").strip()
     except OSError as exc:
@@ -484,4 +511,6 @@ def settings_from_dict(document: dict[str, Any], *, source: Path | None = None) 
             message = "unknown key"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{where}: {key}: {message}{more}") from None
+    if settings.target.trusted_keys:
+        log.warning("%s: %s", where, DEPRECATED_TRUSTED_KEYS)
     return settings.model_copy(update={"source": source})

@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.archives",
     "tests.fixtures.artefact",
+    "tests.fixtures.disks",
 ]
 # The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 

@@ -15,6 +15,9 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import select
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -70,6 +73,36 @@ def hoist_global_options(args: list[str]) -> list[str]:
 Target = str | Callable[[], click.Command]
 
 
+class PipeBroken(Exception):
+    """A write met a pipe or socket whose other end was closed (see `main`)."""
+
+    def __init__(self, cause: BrokenPipeError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader closed it: poll says POLLERR."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        events = poller.poll(0)
+    except (OSError, ValueError):  # no stdout, or not a real file
+        return False
+    return any(event & select.POLLERR for _, event in events)
+
+
+def end_like_a_unix_tool() -> NoReturn:
+    """The reader of stdout went away (`mirror status | head -1`): end quietly, as `cat` or
+    `yes` do, killed by SIGPIPE (the shell says 141; nothing on stderr). Whatever the command
+    did is done or crash-safe; only the rest of its output has nobody to read it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush into the closed pipe
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(128 + signal.SIGPIPE)  # not reached: the signal ends the process
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported only when used, so start-up stays quick.
 
@@ -116,6 +149,14 @@ class LazyGroup(click.Group):
             apply_help(command, name)
             self.add_command(command, name)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Click would end a broken pipe (EPIPE) as a silent exit 1, whatever pipe it was;
+        it reaches `main` instead, which tells stdout's reader going away from the rest."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise PipeBroken(exc) from exc
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if ctx.parent is None:
@@ -279,6 +320,10 @@ def main(argv: list[str] | None = None) -> None:
         result = cli.main(args=args, prog_name="mirror", standalone_mode=False)
     except MirrorError as exc:
         fail(str(exc), exc.exit_code, as_json, exc.document)
+    except PipeBroken as exc:
+        if stdout_reader_gone():
+            end_like_a_unix_tool()
+        unexpected(exc.cause, verbose, as_json)
     except (click.exceptions.Abort, KeyboardInterrupt):
         fail("interrupted; run the same command again to resume", EXIT_TEMPORARY, as_json)
     except click.exceptions.NoArgsIsHelpError as exc:
@@ -292,13 +337,18 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # the last resort: never a traceback unless asked for
-        if verbose:
-            traceback.print_exc()
-        detail = str(exc) or "no detail"
-        fail(
-            f"unexpected {type(exc).__name__}: {detail}"
-            + ("" if verbose else " (run again with -v for the traceback)"),
-            EXIT_FAILED,
-            as_json,
-        )
+        unexpected(exc, verbose, as_json)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def unexpected(exc: BaseException, verbose: int, as_json: bool) -> NoReturn:
+    """An error no class of mirror.errors names: one line, exit 1; the traceback with -v."""
+    if verbose:
+        traceback.print_exception(exc)
+    detail = str(exc) or "no detail"
+    fail(
+        f"unexpected {type(exc).__name__}: {detail}"
+        + ("" if verbose else " (run again with -v for the traceback)"),
+        EXIT_FAILED,
+        as_json,
+    )

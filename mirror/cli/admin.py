@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from mirror.cli.common import CliContext, pass_cli, reads_only
+from mirror.cli.preflight import DEFAULT_PURPOSE, PURPOSES, Purpose
+from mirror.errors import MirrorError
 from mirror.logs import redacted_url
 
 
@@ -24,20 +26,37 @@ _URL_SETTINGS = (
 )
 
 
-@config_group.command("check")
+@config_group.command(
+    "check",
+    help="Validate the settings, check that they can serve the commands of one purpose as "
+    "those commands check it when they start, and print them, secrets redacted.\n\n"
+    "\b\nPurposes (--for) and their commands:\n"
+    + "\n".join(f"  {name:<8} {commands}" for name, commands in PURPOSES.items()),
+)
+@click.option(
+    "--for",
+    "purpose",
+    type=click.Choice(list(PURPOSES)),
+    default=DEFAULT_PURPOSE,
+    show_default=True,
+    help="What to check the settings for.",
+)
 @reads_only
-def config_check(cli: CliContext) -> None:
-    """Validate the settings and print them, secrets redacted."""
+def config_check(cli: CliContext, purpose: Purpose) -> None:
+    from mirror.cli.preflight import require
+
     settings = cli.settings
     document = settings.redacted()
     document["store"]["database"] = redacted_url(settings.store.database_url())
     for section, key in _URL_SETTINGS:  # a password may ride in any URL's user info
         document[section][key] = redacted_url(document[section][key])
     source = str(settings.source) if settings.source else "(embedded defaults)"
-    cli.emit(
-        {"source": source, "valid": True, "settings": document},
-        [f"# {source}: valid", *flat_lines(document)],
-    )
+    data = {"source": source, "valid": True, "settings": document}
+    try:
+        require(settings, purpose)
+    except MirrorError as exc:
+        cli.fail_with({**data, "valid": False}, exc)
+    cli.emit(data, [f"# {source}: valid for {purpose}", *flat_lines(document)])
 
 
 def flat_lines(document: dict[str, Any], prefix: str = "") -> list[str]:
@@ -64,8 +83,10 @@ def db_group() -> None:
 @pass_cli
 def db_upgrade(cli: CliContext) -> None:
     """Upgrade the index schema to the newest revision."""
+    from mirror.cli.preflight import require
     from mirror.store.db import Database
 
+    require(cli.settings, "db")
     if cli.settings.store.database == "":
         cli.app.check_index_kept()
     database = Database(cli.settings.store.database_url())

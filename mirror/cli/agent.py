@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from mirror.cli.common import DURATION, CliContext, pass_cli
+from mirror.cli.preflight import require
 from mirror.errors import OperationFailed
 from mirror.vendorapi.agentjobs import (
     agent_job_document,
@@ -34,6 +35,7 @@ def agent_job() -> None:
 @pass_cli
 def get(cli: CliContext, job_id: str, project_id: str | None) -> None:
     """Read one agent job."""
+    require(cli.settings, "api")
     with VendorClient.from_settings(cli.settings) as client:
         job = client.agent_job(job_id, project_id)
     cli.emit(agent_job_document(job), describe_agent_job(job))
@@ -69,6 +71,7 @@ def watch(
         if cli.interactive:
             cli.say(status_line(job))
 
+    require(cli.settings, "api")
     with VendorClient.from_settings(cli.settings) as client:
         job = watch_agent_job(
             client,

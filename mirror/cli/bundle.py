@@ -13,11 +13,21 @@ from mirror.units import format_size
 @click.command("bundle-self")
 @click.argument("out", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
+    "--signing-key",
+    "key_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE.key",
+    default=None,
+    help="The private key that signs the installer: the connected side's transfer.key, whose "
+    "transfer.pub install.sh --key checks it with [transfer.signing_key].",
+)
+@click.option(
     "--key",
     "key_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Signing key [transfer.signing_key].",
+    hidden=True,
+    help="Deprecated: --signing-key.",
 )
 @click.option(
     "--local",
@@ -50,16 +60,12 @@ def bundle_self_command(
     pythons: tuple[str, ...],
     source: Path | None,
 ) -> None:
-    """Write OUT/mirror-tool-VERSION.tar: wheels, install.sh, units, example config, signed.
-
-    Example: mirror bundle-self --key /etc/mirror/transfer.key /srv/dist
-    """
-    from mirror.outbound.pack import signing_key_from_settings
+    """Write OUT/mirror-tool-VERSION.tar: wheels, install.sh, units, example config, signed."""
+    from mirror.cli.preflight import Given, signing_key
     from mirror.outbound.selfbundle import bundle_self
     from mirror.outbound.targets import ARCHITECTURES, PYTHONS
-    from mirror.transferset.keys import load_signing_key
 
-    key = load_signing_key(key_path) if key_path else signing_key_from_settings(cli.settings)
+    key = signing_key(None if key_path else cli.settings, Given(signing_key=key_path))
     made = bundle_self(
         out,
         key,

@@ -18,13 +18,17 @@ from mirror.units import format_duration, format_size
 
 if TYPE_CHECKING:
     from mirror.airgap.s3.objectstore import ObjectStore
+    from mirror.cli.preflight import Given, Purpose
 
 CHECK_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
 
-def _store(cli: CliContext) -> ObjectStore:
+def _store(cli: CliContext, purpose: Purpose = "chart", given: Given | None = None) -> ObjectStore:
+    """The bucket, after the command's preflight (`mirror.cli.preflight`)."""
     from mirror.airgap.s3.credentials import open_object_store
+    from mirror.cli.preflight import require
 
+    require(cli.settings, purpose, given)
     return open_object_store(cli.settings.target)
 
 
@@ -152,7 +156,7 @@ def history_command(cli: CliContext, domain: str) -> None:
 @click.option(
     "--provenance",
     is_flag=True,
-    help="Also verify the version's signed provenance in the bucket (target.trusted_keys).",
+    help="Also verify the version's signed provenance in the bucket (target.transfer_keys).",
 )
 @click.option(
     "--site",
@@ -189,11 +193,14 @@ def check_command(cli: CliContext, file: Path, warn: float, provenance: bool, si
 @pass_cli
 def refresh_command(cli: CliContext, domains: tuple[str, ...]) -> None:
     """Render chart.values_path again where its link expires soon or its version changed."""
+    from mirror.cli.preflight import Given
+
     settings = cli.settings
+    store = _store(cli, "refresh", Given(domains=domains))
     chosen = list(domains) or [export.domain for export in settings.exports]
     try:
         results = charts.refresh_values(
-            _store(cli),
+            store,
             settings.target,
             settings.chart,
             chosen,

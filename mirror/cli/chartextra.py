@@ -11,7 +11,8 @@ from mirror.airgap.chart.check import CheckReport
 from mirror.airgap.provenance import check_in_bucket, check_object
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.cli.common import CliContext
-from mirror.errors import ConfigError, MirrorError, NotFound
+from mirror.cli.preflight import transfer_keys
+from mirror.errors import MirrorError, NotFound
 from mirror.transferset.keys import load_trusted_keys
 
 
@@ -23,10 +24,8 @@ def provenance_check(
     lines: list[str],
 ) -> MirrorError | None:
     """Verify the version's published statement; fills `document["provenance"]`."""
-    trusted = load_trusted_keys(cli.settings.target.trusted_keys)
-    if not trusted:
-        return ConfigError("no trusted public keys", hint="set target.trusted_keys")
     try:
+        trusted = transfer_keys(cli.settings)
         proven = check_in_bucket(store, report.domain, report.version, trusted)
         check_object(store, report.domain, report.version, proven)
     except MirrorError as exc:
@@ -71,8 +70,8 @@ def history_sites(
     cli: CliContext, store: ObjectStore, domain: str, versions: list[str]
 ) -> dict[str, str | None]:
     """Each version's completeness summary from its provenance in the bucket: verified
-    against target.trusted_keys when some are configured, else marked unverified."""
-    trusted = load_trusted_keys(cli.settings.target.trusted_keys)
+    against target.transfer_keys when some are configured, else marked unverified."""
+    trusted = load_trusted_keys(cli.settings.target.accepted_keys())
     found: dict[str, str | None] = {}
     for version in dict.fromkeys(versions):
         found[version] = _site_of(store, domain, version, trusted)
@@ -88,7 +87,7 @@ def _site_of(store: ObjectStore, domain: str, version: str, trusted: dict[str, A
             note = ""
         else:
             predicate = read_statement(store, domain, version)
-            note = " (provenance not verified: no target.trusted_keys)"
+            note = " (provenance not verified: no target.transfer_keys)"
     except MirrorError as exc:
         return f"provenance: {exc}" if not isinstance(exc, NotFound) else None
     completeness = predicate.get("completeness") or {}

@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -76,7 +76,7 @@ class CliContext:
             from mirror.cli.contract import schema_name
 
             document = {"schema": schema_name(click.get_current_context().command_path), **data}
-            click.echo(json.dumps(document, indent=2, default=_json_default, sort_keys=False))
+            write_whole(json.dumps(document, indent=2, default=_json_default, sort_keys=False))
             return
         if human is None or self.verbosity < 0:
             return
@@ -100,6 +100,23 @@ class CliContext:
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+
+
+def write_whole(text: str) -> None:
+    """`text` and a newline on stdout, all of it or BrokenPipeError: a write cut short (the
+    reader went away half-way through a large document) is continued, so it meets the closed
+    pipe; Python's text layer drops the rest of a short write in silence, and the command
+    ended 0 with half a document read."""
+    stream = sys.stdout
+    buffer: BinaryIO | None = getattr(stream, "buffer", None)
+    if buffer is None:
+        click.echo(text)
+        return
+    stream.flush()
+    rest = memoryview((text + "\n").encode("utf-8"))
+    while rest:
+        rest = rest[buffer.write(rest) :]
+    buffer.flush()
 
 
 def _json_default(value: Any) -> Any:

@@ -267,19 +267,22 @@ class Contract:
 _ANY = tuple(EXIT_MEANINGS)
 _READ = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND)
 _VENDOR = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
-_BUCKET = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
+_PROBE = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
+_BUCKET = (*_PROBE[:5], EXIT_INTEGRITY, EXIT_TEMPORARY)  # 5: a damaged index.json, current.json
+ALWAYS = {EXIT_FAILED: "something unexpected failed", EXIT_TEMPORARY: "interrupted"}
+"""What any command may end with besides its own codes (said once in every --help)."""
 
 CONTRACTS: dict[str, Contract] = {
     "config check": Contract(
         "The settings, validated, secrets redacted.",
-        "mirror --config /etc/mirror/config.toml config check --json",
-        (EXIT_OK, EXIT_USAGE),
+        "mirror --config /etc/mirror/config.toml config check --for daemon --json",
+        (EXIT_OK, EXIT_USAGE, EXIT_AUTH),
         obj({"source": STR, "valid": BOOL, "settings": ANY_OBJECT}),
     ),
     "db upgrade": Contract(
         "The index schema revision before and after.",
         "mirror db upgrade --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TEMPORARY),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_TEMPORARY),
         obj({"database": STR, "from": null(STR), "to": STR}),
     ),
     "agent-job get": Contract(
@@ -386,7 +389,7 @@ CONTRACTS: dict[str, Contract] = {
     "store gc": Contract(
         "What retention removed (or would remove with --dry-run).",
         "mirror store gc --keep 3 --dry-run --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
         obj(
             {
                 "keep": INT,
@@ -519,7 +522,7 @@ CONTRACTS: dict[str, Contract] = {
         "The signed set written (nothing true: nothing to pack), or with --dry-run what "
         "would be written; per version whether it goes whole or as a delta, and why.",
         "mirror transfer pack /media/usb/set --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTEGRITY),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
         obj(
             {
                 "nothing": BOOL,
@@ -548,7 +551,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "transfer verify": Contract(
         "A verified set's manifest.",
-        "mirror transfer verify /media/usb/set --key transfer.pub --json",
+        "mirror transfer verify /media/usb/set --trusted-key transfer.pub --json",
         (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY),
         obj(
             {
@@ -569,7 +572,7 @@ CONTRACTS: dict[str, Contract] = {
     ),
     "bundle-self": Contract(
         "The offline installer written: where, what it holds, who signed it.",
-        "mirror bundle-self --key /etc/mirror/transfer.key /srv/dist --json",
+        "mirror bundle-self --signing-key /etc/mirror/transfer.key /srv/dist --json",
         (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
         obj(
             {
@@ -616,7 +619,7 @@ CONTRACTS: dict[str, Contract] = {
         "Lands sets from a one-way link into DIR; never sends a packet. Runs until stopped, "
         "or with --once until one set ends.",
         "mirror transfer receive /srv/spool --listen 0.0.0.0:7400 --once",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        _ANY,  # with --import, the import's codes too
         None,
         notes=(
             "With --once, exit 75 when the set is incomplete (the error names the command "
@@ -627,7 +630,7 @@ CONTRACTS: dict[str, Contract] = {
         "Pack, import and acknowledge in one step; `receipt` is the receipt's content "
         "(its temporary file is gone), `import.receipt` is null.",
         "mirror transfer push --promote --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        _ANY,
         obj(
             {
                 "nothing": BOOL,
@@ -640,7 +643,7 @@ CONTRACTS: dict[str, Contract] = {
     "target check": Contract(
         "One row per probe of the object store; `ok` false and `error` set when one failed.",
         "mirror target check --json",
-        _BUCKET,
+        _PROBE,
         obj(
             {
                 "target": STR,
@@ -716,7 +719,7 @@ CONTRACTS: dict[str, Contract] = {
         "and `status` is `ok` only when every check asked for passed (`provenance-failed`, "
         "`site-broken` when those fail).",
         "mirror chart check values.yaml --warn 2d --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        _ANY,
         CHECK,
         notes=(
             "Through a mirror serve link (`url_mode` `serve`) `expires_at` and `seconds_left` "
@@ -783,9 +786,12 @@ CONTRACTS: dict[str, Contract] = {
     "daemon": Contract(
         "Runs until stopped; logs are JSON lines on stderr when not at a terminal.",
         "mirror --config /etc/mirror/config.toml daemon",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
         None,
-        notes=("Refuses to start (exit 2) when [[exports]] lists no domain.",),
+        notes=(
+            "Refuses to start (exit 2) on settings `config check --for daemon` refuses: no "
+            "domain in [[exports]], no usable admin API key.",
+        ),
     ),
     "serve": Contract(
         "Runs until stopped; prints the address it listens on, then one log line per response "
@@ -807,7 +813,7 @@ CONTRACTS: dict[str, Contract] = {
     "demo": Contract(
         "Runs the whole pipeline and narrates it.",
         "mirror demo --dir /tmp/mirror-demo",
-        (EXIT_OK, EXIT_FAILED),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
         None,
     ),
 }
@@ -847,7 +853,12 @@ def document_schema(key: str) -> Schema | None:
 def help_epilog(key: str) -> str:
     contract = CONTRACTS[key]
     codes = ", ".join(f"{code} {EXIT_MEANINGS[code]}" for code in contract.exits)
+    always = ", ".join(
+        f"{code} {meaning}" for code, meaning in ALWAYS.items() if code not in contract.exits
+    )
     lines = ["\b", "Example:", f"  {contract.example}", "", "\b", f"Exit codes: {codes}."]
+    if always:
+        lines.append(f"Any command also: {always}.")
     lines += [
         "",
         "Global options (--json, --config, --defaults, -v, -q) may also follow the command.",

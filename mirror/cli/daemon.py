@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from mirror.cli.common import CliContext, pass_cli
-from mirror.errors import ConfigError
 from mirror.export.daemon import DaemonOptions, run_daemon
 from mirror.logs import setup_logging
 
@@ -50,19 +49,19 @@ def daemon_command(
 ) -> None:
     """Export every configured domain on its schedule until stopped (SIGTERM).
 
-    Recovers first (schema, temp files, orphan blobs, unfinished runs), then reports
-    ready to systemd (Type=notify). SIGHUP reloads the config. Metrics and /healthz
-    on daemon.listen.
+    Refuses to start (one line, exit 2) on settings that `config check --for daemon`
+    refuses: no [[exports]], no usable admin API key. Recovers first (schema, temp files,
+    orphan blobs, unfinished runs), then reports ready to systemd (Type=notify). SIGHUP
+    reloads the config. Metrics and /healthz on daemon.listen.
     """
+    from mirror.cli.preflight import require
+
     settings = cli.settings
-    if not settings.exports:
-        raise ConfigError(
-            f"no domains to export: no [[exports]] in {settings.source or 'the embedded defaults'}",
-            hint="add an [[exports]] table with a domain; the daemon would only idle",
-        )
+    require(settings, "daemon")
     if cli.verbosity >= 0:
         setup_logging(max(1, cli.verbosity))
     options = DaemonOptions(
+        usable=lambda reloaded: require(reloaded, "daemon"),
         exit_when_idle=exit_when_idle,
         seed=seed,
         max_sleep=max_sleep,

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from mirror.cli.common import DOMAIN, CliContext, pass_cli
+from mirror.cli.preflight import require
 from mirror.errors import ConfigError
 from mirror.export.outcome import ExportOutcome, RunEvent
 from mirror.export.runner import run_export
@@ -63,6 +64,7 @@ def export_run(
             f"{domain} is not an [[exports]] domain in {source}",
             hint="add it there, or pass --adhoc to export it once anyway",
         )
+    require(cli.settings, "export")
     cancel = threading.Event()
     with (
         VendorClient.from_settings(cli.settings) as client,
@@ -91,6 +93,7 @@ def export_run(
 @pass_cli
 def export_start(cli: CliContext, domain: str, version: str | None, paths: tuple[str, ...]) -> None:
     """Start a vendor export job and print its id (raw step: no run is recorded)."""
+    require(cli.settings, "api")
     with VendorClient.from_settings(cli.settings) as client:
         job = client.start_export(domain, version=version, paths=list(paths) if paths else None)
     cli.emit(job_document(job), f"started export job {job.job_id} for {domain} ({job.status})")
@@ -101,6 +104,7 @@ def export_start(cli: CliContext, domain: str, version: str | None, paths: tuple
 @pass_cli
 def export_status(cli: CliContext, job_id: str) -> None:
     """Read a vendor export job's state, progress and page count."""
+    require(cli.settings, "api")
     with VendorClient.from_settings(cli.settings) as client:
         job = client.export_status(job_id)
     lines = [f"export job {job.job_id}: {job.status}"]
@@ -120,6 +124,7 @@ def export_status(cli: CliContext, job_id: str) -> None:
 @pass_cli
 def export_bundle(cli: CliContext, job_id: str) -> None:
     """Ask for a (fresh) presigned link to a completed job's bundle and print it."""
+    require(cli.settings, "api")
     with VendorClient.from_settings(cli.settings) as client:
         link = client.export_bundle(job_id)
     cli.emit(link_document(link), [f"bundle of export job {link.job_id}:", *link_lines(link)])

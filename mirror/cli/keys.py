@@ -16,6 +16,19 @@ def keys_group() -> None:
     """Signing keys for transfer sets."""
 
 
+ADVICE = {
+    "transfer": (
+        "keep it on the connected side, set transfer.signing_key",
+        "copy it to the air-gapped side: target.transfer_keys",
+    ),
+    "receipt": (
+        "keep it on the air-gapped side, set transfer.signing_key there: it signs receipts",
+        "copy it to the connected side: transfer.receipt_keys, or the site's [[sites]] "
+        "trusted_keys",
+    ),
+}
+
+
 @keys_group.command("generate")
 @click.option(
     "--out",
@@ -25,9 +38,23 @@ def keys_group() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.",
 )
+@click.option(
+    "--for",
+    "purpose",
+    type=click.Choice(list(ADVICE)),
+    default=None,
+    help="What the key signs: transfer sets (made on the connected side) or receipts "
+    "(made on the air-gapped side) [receipt when PREFIX's name starts with `receipt`, "
+    "else transfer].",
+)
 @pass_cli
-def keys_generate(cli: CliContext, prefix: Path) -> None:
-    """Make a new Ed25519 key pair; never overwrites an existing file."""
+def keys_generate(cli: CliContext, prefix: Path, purpose: str | None) -> None:
+    """Make a new Ed25519 key pair; never overwrites an existing file.
+
+    Says where each half belongs: a transfer key signs sets on the connected side, a
+    receipt key signs receipts on the air-gapped side."""
+    chosen = purpose or ("receipt" if prefix.name.startswith("receipt") else "transfer")
+    keep, copy = ADVICE[chosen]
     made = generate_keypair(prefix)
     cli.emit(
         {
@@ -36,10 +63,9 @@ def keys_generate(cli: CliContext, prefix: Path) -> None:
             "public_key": str(made.public_path),
         },
         [
-            f"key id {made.key_id}",
-            f"private key {made.private_path} (mode 0600: keep it on the connected side, "
-            "set transfer.signing_key)",
-            f"public key  {made.public_path} (copy it across: target.trusted_keys)",
+            f"{chosen} key id {made.key_id}",
+            f"private key {made.private_path} (mode 0600: {keep})",
+            f"public key  {made.public_path} ({copy})",
         ],
     )
 

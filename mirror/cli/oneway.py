@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 import click
 
 from mirror.cli.common import SIZE, CliContext, pass_cli
-from mirror.cli.transfer import _KEY_OPTION, _progress, _trusted, transfer_import
+from mirror.cli.transfer import (
+    _progress,
+    _require,
+    _trusted,
+    _trusted_key_option,
+    transfer_import,
+)
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.units import format_size
 
@@ -196,7 +202,7 @@ def _record(cli: CliContext, set_dir: Path, to: str) -> str:
     help="Socket receive buffer (capped by net.core.rmem_max without CAP_NET_ADMIN) [32MiB].",
 )
 @click.option("--metrics", "metrics_at", metavar="HOST:PORT", default=None, help="Serve counters.")
-@_KEY_OPTION
+@_trusted_key_option
 @click.pass_context
 def transfer_receive(
     ctx: click.Context,
@@ -218,6 +224,7 @@ def transfer_receive(
 
     cli: CliContext = ctx.obj
     host, port = _address(listen, "--listen")
+    _require(cli, "import" if do_import else "verify", keys)
     trusted = _trusted(cli.settings, keys)
     metrics = ReceiverMetrics()
     if metrics_at is not None:

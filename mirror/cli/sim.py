@@ -25,16 +25,56 @@ def sim() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port.")
 @click.option(
-    "--key", default=None, help="Accepted admin API key (default: a random mint_sim_ key)."
+    "--api-key",
+    "key",
+    default=None,
+    metavar="KEY",
+    help="The admin API key the simulator accepts, as mirror's $MIRROR_API_KEY or "
+    "api.key_file gives it (default: a random mint_sim_ key, printed).",
 )
-@click.option("--project-id", default="proj_sim", show_default=True)
-@click.option("--link-ttl", type=DURATION, default="300s", show_default=True)
-@click.option("--queue-seconds", type=DURATION, default="0.2", show_default=True)
-@click.option("--run-seconds", type=DURATION, default="0.6", show_default=True)
-@click.option("--pages", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--page-size", type=SIZE, default="2048", show_default=True)
+@click.option("--key", "key", default=None, hidden=True, help="Deprecated: --api-key.")
+@click.option(
+    "--project-id", default="proj_sim", show_default=True, help="The project id it answers to."
+)
+@click.option(
+    "--link-ttl",
+    type=DURATION,
+    default="300s",
+    show_default=True,
+    help="How long its presigned bundle links stay valid.",
+)
+@click.option(
+    "--queue-seconds",
+    type=DURATION,
+    default="0.2",
+    show_default=True,
+    help="How long a new export job stays queued.",
+)
+@click.option(
+    "--run-seconds",
+    type=DURATION,
+    default="0.6",
+    show_default=True,
+    help="How long a job then runs before it completes.",
+)
+@click.option(
+    "--pages",
+    type=click.IntRange(min=1),
+    default=40,
+    show_default=True,
+    help="Pages in the generated site.",
+)
+@click.option(
+    "--page-size", type=SIZE, default="2048", show_default=True, help="Bytes of each page."
+)
 @click.option("--bundle-size", type=SIZE, default=None, help="Pad archives to about this size.")
-@click.option("--changes-per-export", type=click.IntRange(min=0), default=2, show_default=True)
+@click.option(
+    "--changes-per-export",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Pages each export changes.",
+)
 @click.option(
     "--change-share",
     type=click.FloatRange(0.0, 1.0),
@@ -48,7 +88,13 @@ def sim() -> None:
     default=None,
     help="A realistic site of about this size (e.g. 500MiB): HTML pages, CSS, JS, images.",
 )
-@click.option("--max-starts-per-hour", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--max-starts-per-hour",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Answer 429 to starts beyond this many an hour (0: no limit).",
+)
 @click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")
 @click.option(
     "--newer-revision",
@@ -68,7 +114,7 @@ def serve(
 ) -> None:
     """Serve the simulated vendor API until SIGTERM or SIGINT.
 
-    The options not named here are SimConfig's fields, by the same names."""
+    Prints its URL, project id and accepted key; point api.base_url at the URL."""
     settings = SimConfig(**config, one_active_job=not allow_parallel_jobs)
     if key:
         settings.key = key

@@ -7,24 +7,25 @@ command starts without paying for them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from mirror.cli.common import DOMAIN, SIZE, CliContext, pass_cli
 from mirror.config import Settings
 from mirror.errors import ConfigError
-from mirror.transferset.keys import PublicKey, load_trusted_keys
 from mirror.units import format_size
 
 if TYPE_CHECKING:
     from mirror.airgap.importer import ImportResult
     from mirror.airgap.s3.objectstore import ObjectStore
+    from mirror.cli.preflight import Purpose
     from mirror.cli.progress import ByteTask
     from mirror.outbound.delta import Choice
     from mirror.outbound.pack import PackResult
+    from mirror.transferset.keys import PublicKey
 
 
 @contextlib.contextmanager
@@ -43,12 +44,17 @@ def _progress(
 
 
 def _trusted(settings: Settings, keys: tuple[Path, ...]) -> dict[str, PublicKey]:
-    trusted = load_trusted_keys(keys or settings.target.trusted_keys)
-    if not trusted:
-        raise ConfigError(
-            "no trusted public keys", hint="set target.trusted_keys or pass --key FILE.pub"
-        )
-    return trusted
+    """The keys whose sets are accepted, through the command's preflight (`verify`)."""
+    from mirror.cli import preflight
+
+    return preflight.transfer_keys(settings, preflight.Given(trusted_keys=keys))
+
+
+def _require(cli: CliContext, purpose: Purpose, keys: tuple[Path, ...] = ()) -> None:
+    """The command's preflight (`mirror.cli.preflight`), `keys` given by --trusted-key."""
+    from mirror.cli.preflight import Given, require
+
+    require(cli.settings, purpose, Given(trusted_keys=keys))
 
 
 def _object_store(settings: Settings) -> ObjectStore:
@@ -64,13 +70,20 @@ _SITE_OPTION = click.option(
     help="The air-gapped site ([[sites]] name; may be left out when only one is configured).",
 )
 
-_KEY_OPTION = click.option(
-    "--key",
-    "keys",
-    multiple=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Trusted public key file (repeatable) instead of target.trusted_keys.",
-)
+
+def _trusted_key_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`--trusted-key FILE.pub` (repeatable; `--key`, its old name, still works)."""
+    path = click.Path(dir_okay=False, path_type=Path)
+    function = click.option("--key", "keys", multiple=True, type=path, hidden=True)(function)
+    return click.option(
+        "--trusted-key",
+        "keys",
+        multiple=True,
+        type=path,
+        metavar="FILE.pub",
+        help="A public key whose transfer sets are accepted: the connected side's "
+        "transfer.pub (repeatable) [target.transfer_keys].",
+    )(function)
 
 
 @click.group("transfer")
@@ -129,6 +142,7 @@ def transfer_pack(
         return
     if out is None:
         raise ConfigError("missing argument OUT", hint="name the set's directory, or --dry-run")
+    _require(cli, "pack")
     with contextlib.ExitStack() as stack:
         tool = _tool(cli, stack, with_tool, out)
         (on_progress,) = stack.enter_context(_progress(cli, "packing"))
@@ -214,12 +228,13 @@ def _choice_line(choice: Choice) -> str:
 
 @transfer_group.command("verify")
 @click.argument("set_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-@_KEY_OPTION
+@_trusted_key_option
 @pass_cli
 def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> None:
     """Check the signature, the chain fields and every hash, offline."""
     from mirror.transferset.reader import set_bytes, verify_set
 
+    _require(cli, "verify", keys)
     trusted = _trusted(cli.settings, keys)
     with _progress(cli, "verifying", total=set_bytes(set_dir)) as (on_progress,):
         verified = verify_set(set_dir, trusted, on_progress=on_progress)
@@ -244,7 +259,7 @@ def transfer_verify(cli: CliContext, set_dir: Path, keys: tuple[Path, ...]) -> N
     default=None,
     help="Where to write the receipt [DIR/receipt.json].",
 )
-@_KEY_OPTION
+@_trusted_key_option
 @pass_cli
 def transfer_import(
     cli: CliContext,
@@ -261,10 +276,12 @@ def transfer_import(
     again; --skip-imported makes it a success that changes nothing, so a job that imports
     whatever set is in place can run again safely."""
     from mirror.airgap import chart
-    from mirror.airgap.importer import import_set, receipt_key_from
+    from mirror.airgap.importer import import_set
     from mirror.airgap.publish import import_bytes
+    from mirror.cli.preflight import receipt_signing_key
 
     settings = cli.settings
+    _require(cli, "import", keys)
     hook = chart.promote if promote else None
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
@@ -276,7 +293,7 @@ def transfer_import(
             allow_replay=allow_replay,
             skip_imported=skip_imported,
             promote=hook,
-            receipt_key=receipt_key_from(settings.transfer.signing_key),
+            receipt_key=receipt_signing_key(settings),
             receipt_path=receipt_path,
             on_progress=on_progress,
             on_verify_progress=on_progress,
@@ -319,6 +336,7 @@ def transfer_ack(cli: CliContext, receipt: Path, accept_unsigned: bool) -> None:
     receipt.pub)."""
     from mirror.outbound.ack import ack
 
+    _require(cli, "ack")
     result = ack(cli.app, receipt, accept_unsigned=accept_unsigned)
     lines = [f"site {result.site} set {result.sequence}: receipt {result.signature}"]
     lines += [f"  delivered {d} {v}" for d, v in result.marked]
@@ -349,6 +367,7 @@ def transfer_push(
     from mirror.airgap import chart
     from mirror.outbound.push import push
 
+    _require(cli, "push")
     hook = chart.promote if promote else None
     store = _object_store(cli.settings)
     with _progress(cli, "pushing") as (on_progress,):

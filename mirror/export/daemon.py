@@ -13,7 +13,8 @@ Signals (SIGUSR1 dumps every thread's stack to stderr, for a stuck daemon): SIGT
 stop taking work, set the cancel event every run watches
 (downloads stop after the current chunk with offsets saved), wait for the workers
 and exit 0. SIGHUP reloads the config (added/removed domains, changed intervals)
-without touching running runs; an invalid new config is logged and the old one kept.
+without touching running runs; an invalid new config, or one the daemon could not use
+(`DaemonOptions.usable`), is logged and the old one kept.
 
 A domain is never run twice at once: in this process by the `running` set, across
 processes and replicas by the index's unique active-run index and lease (run_export).
@@ -29,13 +30,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from mirror.config import Settings, load_settings
-from mirror.errors import ConfigError, MirrorError
+from mirror.errors import MirrorError
 from mirror.export.dispatch import DaemonOptions, Dispatcher, apply_retention, measure_store
 from mirror.export.domains import DomainBook
 from mirror.export.inflight import InFlight
@@ -229,7 +231,7 @@ class Daemon:
         self._reload_requested = False
         self.notifier.reloading()
         old = self.settings
-        new = reloaded_settings(self.config_path, old)
+        new = reloaded_settings(self.config_path, old, self.options.usable)
         if new is not None:
             self.app.settings = new
             added = self._book.reconfigure(old, self._runs.domains(), utcnow())
@@ -274,12 +276,19 @@ class Daemon:
         self._pipe.close()
 
 
-def reloaded_settings(config_path: str | Path | None, old: Settings) -> Settings | None:
-    """The settings to run with after a reload; None (logged) when the new file is invalid.
-    What only a restart can change (the store, `daemon.listen`) keeps its old value."""
+def reloaded_settings(
+    config_path: str | Path | None,
+    old: Settings,
+    usable: Callable[[Settings], None] | None = None,
+) -> Settings | None:
+    """The settings to run with after a reload; None (logged) when the new file is invalid or
+    `usable` (the command's preflight) refuses it. What only a restart can change (the store,
+    `daemon.listen`) keeps its old value."""
     try:
         new = load_settings(config_path)
-    except ConfigError as exc:
+        if usable is not None:
+            usable(new)
+    except MirrorError as exc:
         log.error("config reload failed; keeping the old config", extra={"error": str(exc)})
         return None
     if new.store != old.store:

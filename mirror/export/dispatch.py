@@ -15,7 +15,7 @@ Promises:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -37,6 +37,9 @@ log = logging.getLogger("mirror.export.daemon")  # one logger for the whole daem
 class DaemonOptions:
     """Knobs beyond the settings file (mostly for tests; see `mirror daemon --help`)."""
 
+    usable: Callable[[Settings], None] | None = None
+    """Raises when reloaded settings cannot serve the daemon (`mirror.cli.preflight`, handed in
+    by the command): the reload is refused and the old settings kept."""
     exit_when_idle: bool = False
     seed: int = 0
     max_sleep: float = 30.0

@@ -8,10 +8,10 @@ acknowledging twice changes nothing.
 Each site is acknowledged on its own (issue 22): the receipt's set names the site, the
 versions are marked delivered to that site only (`Delivery` rows), and the receipt must be
 signed by one of that site's keys (`[[sites]] trusted_keys`; the implicit single site's
-are `target.trusted_keys`). A receipt signed by another site's key is refused (exit 5,
+are `transfer.receipt_keys`). A receipt signed by another site's key is refused (exit 5,
 naming the key, its site and the set's), whatever else it says.
 
-A receipt is believed only when a trusted receipt key (`target.trusted_keys`) signed it:
+A receipt is believed only when a trusted receipt key (`transfer.receipt_keys`) signed it:
 an unsigned receipt, or one signed by a key nobody trusts, is refused (exit 5, naming the
 key) and marks nothing, since anyone who can write a file beside a set could otherwise
 stop versions from ever being carried again. `accept_unsigned` is the operator's explicit

@@ -7,8 +7,8 @@ forgets the packed set, so its versions are packed again next time.
 
 Keys: push signs the set with this side's `transfer.signing_key` and imports it at once,
 so the one key its import trusts is that key's own public half (derived from it, whatever
-`target.trusted_keys` holds: there, on the connected host, it lists the air-gapped side's
-receipt keys). The receipt is signed by the same key and acknowledged against it alone.
+`target.transfer_keys` holds). The receipt is signed by the same key and acknowledged
+against it alone.
 """
 
 from __future__ import annotations

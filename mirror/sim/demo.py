@@ -86,11 +86,12 @@ path = "{workdir / "store"}"
 signing_key = "{workdir / "keys" / "transfer.key"}"
 source_id = "demo-connected"
 max_size = "1MiB"
+receipt_keys = ["{workdir / "keys" / "transfer.pub"}"]
 
 [target]
 endpoint_url = "{s3_url}"
 bucket = "{BUCKET}"
-trusted_keys = ["{workdir / "keys" / "transfer.pub"}"]
+transfer_keys = ["{workdir / "keys" / "transfer.pub"}"]
 presign_ttl = "7d"
 """
     )

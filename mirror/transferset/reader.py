@@ -114,8 +114,18 @@ def _regular_file(path: Path, name: str) -> os.stat_result:
 
 
 def read_manifest_bytes(set_dir: Path) -> bytes:
+    """The manifest's bytes. A directory that is not there, or holds none of a set's files
+    (a wrong path, not a damaged set), is NotFound (exit 3); a set missing its manifest
+    beside its other files is damaged (IntegrityError)."""
     if not set_dir.is_dir():
         raise NotFound(f"transfer set {set_dir} does not exist or is not a directory")
+    if not any(
+        os.path.lexists(set_dir / name) for name in (MANIFEST, SIGNATURE, SHA256SUMS, BLOBS)
+    ):
+        raise NotFound(
+            f"{set_dir} is not a transfer set (no {MANIFEST})",
+            hint="name the directory `mirror transfer pack` wrote",
+        )
     info = _regular_file(set_dir / MANIFEST, MANIFEST)
     if info.st_size > MAX_MANIFEST_BYTES:
         raise IntegrityError(f"{MANIFEST} is larger than {format_size(MAX_MANIFEST_BYTES)}")

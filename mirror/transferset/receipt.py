@@ -97,7 +97,8 @@ def read_receipt(
             f"receipt {path} is not signed ({signature_path.name} is missing); an unsigned "
             "receipt proves nothing, so nothing was marked delivered",
             hint="sign receipts on the air-gapped side (its transfer.signing_key) and trust "
-            "its receipt.pub here in target.trusted_keys, or pass --accept-unsigned",
+            "its receipt.pub here in transfer.receipt_keys (or its [[sites]] trusted_keys), "
+            "or pass --accept-unsigned",
         )
     key_id, signature = read_signature_file(signature_path)
     key = trusted.get(key_id)
@@ -108,7 +109,8 @@ def read_receipt(
             f"receipt {path} is signed by key {key_id}, which is not trusted here; "
             "nothing was marked delivered",
             hint="if it is the air-gapped side's receipt key, compare its id with "
-            "`mirror keys show receipt.pub` there and add receipt.pub to target.trusted_keys",
+            "`mirror keys show receipt.pub` there and add receipt.pub to "
+            "transfer.receipt_keys (or its [[sites]] trusted_keys)",
         )
     if not key.verify(signature, data):
         raise IntegrityError(f"{signature_path.name}: the signature does not match {path.name}")

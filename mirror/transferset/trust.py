@@ -64,7 +64,8 @@ def require_trusted(trusted: Mapping[str, PublicKey]) -> None:
     """ConfigError (exit 2) when no key is trusted: nothing could ever verify."""
     if not trusted:
         raise ConfigError(
-            "no trusted public keys", hint="set target.trusted_keys or pass --key FILE.pub"
+            "no trusted public keys",
+            hint="set target.transfer_keys or pass --trusted-key FILE.pub",
         )
 
 

@@ -97,13 +97,13 @@ def test_every_command_json_document_matches_its_description(
         {
             "api": {"base_url": sim.url, "project_id": "proj_sim", "retry_timeout": "5s"},
             "store": {"path": str(tmp_path / "store")},
-            "transfer": {"signing_key": f"{keys}.key"},
+            "transfer": {"signing_key": f"{keys}.key", "receipt_keys": [f"{keys}.pub"]},
             "target": {
                 "endpoint_url": target_settings.endpoint_url,
                 "bucket": target_settings.bucket,
                 "prefix": target_settings.prefix,
                 "region": target_settings.region,
-                "trusted_keys": [f"{keys}.pub"],
+                "transfer_keys": [f"{keys}.pub"],
             },
             "chart": {"values_path": str(tmp_path / "deploy" / "{domain}.values.yaml")},
             "exports": [{"domain": DOMAIN}],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ import click
 import pytest
 
 from mirror.cli import COMMANDS, cli, hoist_global_options, main
-from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.cli import mirror_cli, start_mirror, write_config
 
 
 def test_help_lists_the_contract_commands() -> None:
@@ -270,3 +272,117 @@ def test_help_summaries_match_the_commands_they_stand_for() -> None:
         assert command is not None and (command.help or "").split("\n\n")[0] == summary, name
     loaded_help = cli.get_help(context)  # every command loaded: click's own rendering
     assert lazy_help.split("Commands:")[1].rstrip() == loaded_help.split("Commands:")[1].rstrip()
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_reader_that_stops_reading_ends_the_command_as_it_ends_cat(
+    tmp_path: Path, as_json: bool
+) -> None:
+    """`mirror status | head -1`: the rest of the output has no reader. It exited 1 with
+    nothing said (click's own EPIPE path); now it ends as `cat` or `yes` end, killed by
+    SIGPIPE (the shell says 141), nothing on stderr. The output is far larger than a pipe's
+    buffer, so the write after `head` is gone always meets the closed pipe."""
+    domains = [{"domain": f"d{n:04d}.example.com"} for n in range(2000)]
+    config = write_config(tmp_path / "c.toml", {"store": {"path": str(tmp_path / "s")}})
+    config.write_text(
+        config.read_text() + "".join(f'[[exports]]\ndomain = "{d["domain"]}"\n' for d in domains)
+    )
+    assert mirror_cli("--config", str(config), "db", "upgrade").returncode == 0
+    argv = ["--config", str(config), "status", *(["--json"] if as_json else [])]
+    process = start_mirror(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()
+    code = process.wait(timeout=120)
+    stderr = process.stderr.read().decode()
+    process.stderr.close()
+    assert first.strip() in (b"{", b"") or first.startswith(b"DOMAIN")
+    assert code == -signal.SIGPIPE, stderr
+    assert stderr == ""
+
+
+@pytest.fixture
+def pipe_breaking_command() -> Iterator[str]:
+    """A command whose write to a socket meets a peer that went away (not stdout)."""
+
+    @click.command("pipe-for-test")
+    def breaks() -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    cli.add_command(breaks)
+    yield "pipe-for-test"
+    cli.commands.pop("pipe-for-test")
+
+
+def test_a_broken_pipe_that_is_not_stdout_is_an_error_line(
+    pipe_breaking_command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Click ended any EPIPE as a silent exit 1: a socket's too, an upload cut off unsaid."""
+    with pytest.raises(SystemExit) as exited:
+        main([pipe_breaking_command])
+    assert exited.value.code == 1
+    _, err = capsys.readouterr()
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("mirror: error: unexpected BrokenPipeError: [Errno 32] Broken pipe")
+    )
+
+
+def test_keys_generate_says_where_each_half_of_each_kind_of_key_belongs(tmp_path: Path) -> None:
+    """A receipt key belongs on the air-gapped side (it said: keep it on the connected side)."""
+    receipt = mirror_cli("keys", "generate", "--out", str(tmp_path / "receipt"))
+    assert receipt.returncode == 0, receipt.stderr
+    assert "keep it on the air-gapped side" in receipt.stdout
+    assert "copy it to the connected side: transfer.receipt_keys" in receipt.stdout
+    assert "connected side, set" not in receipt.stdout
+    named = mirror_cli("keys", "generate", "--out", str(tmp_path / "site-a"), "--for", "receipt")
+    assert "keep it on the air-gapped side" in named.stdout
+    transfer = mirror_cli("keys", "generate", "--out", str(tmp_path / "transfer"))
+    assert "keep it on the connected side, set transfer.signing_key" in transfer.stdout
+    assert "copy it to the air-gapped side: target.transfer_keys" in transfer.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "says"),
+    [
+        ("transfer verify", "--trusted-key", "A public key whose transfer sets are accepted"),
+        ("transfer import", "--trusted-key", "A public key whose transfer sets are accepted"),
+        ("transfer receive", "--trusted-key", "A public key whose transfer sets are accepted"),
+        ("bundle-self", "--signing-key", "The private key that signs the installer"),
+        ("sim serve", "--api-key", "The admin API key the simulator accepts"),
+    ],
+)
+def test_each_key_option_says_which_key_and_key_still_works(
+    command: str, option: str, says: str
+) -> None:
+    """`--key` meant four keys; each option now names its own, the old name hidden."""
+    shown = mirror_cli(*command.split(), "--help")
+    text = " ".join(shown.stdout.split())
+    assert f"{option} " in text and says in text
+    assert not re.search(r"^\s+--key\b", shown.stdout, re.MULTILINE)
+    alias = next(p for p in cli_command(command).params if "--key" in p.opts)
+    assert alias.hidden and alias.name == next(
+        p.name for p in cli_command(command).params if option in p.opts
+    )
+
+
+def cli_command(path: str) -> click.Command:
+    command: click.Command = cli
+    ctx = click.Context(cli)
+    for name in path.split():
+        assert isinstance(command, click.Group)
+        found = command.get_command(ctx, name)
+        assert found is not None
+        command = found
+    return command
+
+
+def test_help_texts_say_what_operators_need_once() -> None:
+    bundle = mirror_cli("bundle-self", "--help").stdout
+    assert bundle.count("Example:") == 1
+    sim = mirror_cli("sim", "serve", "--help").stdout
+    assert "SimConfig" not in sim
+    for option in ("--queue-seconds", "--run-seconds", "--pages", "--link-ttl", "--project-id"):
+        line = next(line for line in sim.splitlines() if line.strip().startswith(option))
+        assert len(line.split()) > 2, f"{option} has no help: {line!r}"

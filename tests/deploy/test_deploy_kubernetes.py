@@ -158,7 +158,7 @@ def test_pods_are_non_root_read_only_limited_and_use_the_image_setting() -> None
 def test_the_configmap_config_loads_and_its_public_key_reads(tmp_path: Path) -> None:
     config_map = named("ConfigMap", "mirror-config")
     settings = settings_from_dict(config_document())
-    assert [str(p) for p in settings.target.trusted_keys] == ["/etc/mirror/config/transfer.pub"]
+    assert [str(p) for p in settings.target.transfer_keys] == ["/etc/mirror/config/transfer.pub"]
     assert settings.target.url_mode == "serve"
     assert settings.chart.values_path.startswith("/values/")
     public = tmp_path / "transfer.pub"

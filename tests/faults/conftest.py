@@ -8,13 +8,9 @@ The table prints after the run: case, expected, got, PASS/FAIL.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -107,38 +103,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line(cells))
     failed = sum(1 for r in rows if r.outcome == "FAIL")
     terminalreporter.write_line(f"{len(rows) - failed} of {len(rows)} fault cases as expected")
-
-
-@pytest.fixture
-def small_filesystem(tmp_path: Path) -> Iterator[Callable[[int], Path]]:
-    """Mount a tmpfs of the given size (bytes) for the test and unmount it afterwards.
-
-    Needs root (or CAP_SYS_ADMIN). Where mounting is impossible the test is skipped
-    with a warning, except under CI=true, where it fails: CI must run these cases.
-    """
-    mounted: list[Path] = []
-
-    def mount(size: int) -> Path:
-        point = tmp_path / f"smallfs{len(mounted)}"
-        point.mkdir()
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(point)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode != 0:
-            reason = f"cannot mount a small tmpfs here ({result.stderr.strip() or 'no mount'})"
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"{reason}; CI=true requires the full-disk fault cases to run")
-            warnings.warn(f"SKIPPED full-disk case: {reason}", stacklevel=2)
-            pytest.skip(f"SKIPPED LOUDLY: {reason}")
-        mounted.append(point)
-        return point
-
-    try:
-        yield mount
-    finally:
-        for point in reversed(mounted):
-            if subprocess.run(["umount", str(point)], check=False).returncode != 0:
-                subprocess.run(["umount", "-l", str(point)], check=False)

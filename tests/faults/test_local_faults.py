@@ -198,7 +198,7 @@ def test_a_deeply_nested_manifest_is_an_integrity_error(
     document = {
         "store": {"path": str(store)},
         "transfer": {"signing_key": str(key_pair[0])},
-        "target": {"trusted_keys": [str(key_pair[1])]},
+        "target": {"transfer_keys": [str(key_pair[1])]},
     }
     config = write_config(tmp_path / "c.toml", document)
     app = App(settings_from_dict(document))

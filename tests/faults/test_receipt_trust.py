@@ -44,7 +44,7 @@ def hosts(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
     store_dir.mkdir()
     pair = (transfer.private_path, transfer.public_path)
     connected = transfer_config(store_dir, pair, target_settings)
-    connected["target"]["trusted_keys"] = [str(receipt.public_path)]  # trusted for `ack`
+    connected["transfer"]["receipt_keys"] = [str(receipt.public_path)]  # trusted for `ack`
     airgap = {
         "target": transfer_config(store_dir, pair, target_settings)["target"],
         "transfer": {"signing_key": str(receipt.private_path)},
@@ -159,7 +159,7 @@ def test_a_receipt_signed_by_the_trusted_receipt_key_is_believed_and_recorded(
 
 
 @pytest.mark.fault(
-    "17.6 transfer push with the README's key layout (trusted_keys = [receipt.pub])",
+    "17.6 transfer push with the README's key layout (receipt_keys = [receipt.pub])",
     "exit 0: imported with its own key, receipt verified, delivered",
 )
 def test_push_trusts_its_own_signing_key_with_the_readme_layout(

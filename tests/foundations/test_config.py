@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from mirror.config import Settings, load_settings, settings_from_dict
-from mirror.errors import AuthError, ConfigError
+from mirror.errors import ConfigError
 from tests.fixtures.cli import REPO, mirror_cli, write_config
 
 
@@ -96,7 +96,7 @@ def test_download_limits_and_job_timeout() -> None:
 def test_api_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MIRROR_API_KEY", raising=False)
     monkeypatch.delenv("CREDENTIALS_DIRECTORY", raising=False)
-    with pytest.raises(AuthError, match="no admin API key"):
+    with pytest.raises(ConfigError, match="no admin API key"):
         Settings().api_key()
     key_file = tmp_path / "key"
     key_file.write_text("mint_fromfile\n")

@@ -167,7 +167,7 @@ def test_check_exit_codes(
     assert "mirror-test-secret" not in done.stdout + done.stderr
 
     done = operator("chart", "check", str(tmp_path / "absent.yaml"))
-    assert done.returncode == 2 and "does not exist" in done.stderr
+    assert done.returncode == 3 and "does not exist" in done.stderr
 
 
 def test_refresh_from_the_timer(

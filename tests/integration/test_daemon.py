@@ -396,6 +396,41 @@ def test_sighup_reloads_domains_and_keeps_the_old_config_when_invalid(tmp_path: 
         assert len(sim.stats.starts["one.example.com"]) == 1
 
 
+def test_a_reloaded_config_the_daemon_could_not_use_is_refused_and_the_old_one_kept(
+    tmp_path: Path,
+) -> None:
+    """A config that parses but serves no daemon (no [[exports]] left, as `config check --for
+    daemon` says) is refused on SIGHUP like an invalid one: logged, the old config kept."""
+    with simulator() as sim:
+        path = tmp_path / "c.toml"
+        store = tmp_path / "store"
+        daemon_config(path, base_url=sim.url, store=store, domains=["one.example.com"])
+        with daemon_process(path, sim.key, tmp_path) as daemon:
+            daemon.wait_ready()
+            daemon_config(path, base_url=sim.url, store=store, domains=[])
+            checked = mirror_cli("--config", str(path), "config", "check", "--for", "daemon")
+            assert checked.returncode == 2
+            daemon.signal(signal.SIGHUP)
+            refused = wait_for(
+                lambda: next(
+                    (
+                        r
+                        for r in daemon.records()
+                        if r.get("message", "").startswith("config reload failed")
+                    ),
+                    None,
+                ),
+                10,
+                "the reload refused",
+            )
+            assert refused["error"] in checked.stderr
+            assert daemon.proc.poll() is None
+            text = httpx.get(f"{daemon.metrics_url()}/metrics").text
+            assert metric(text, "mirror_domains") == 1.0
+            assert not any(r.get("message") == "config reloaded" for r in daemon.records())
+            assert daemon.stop() == 0
+
+
 def test_thousand_domains_ready_fast_idle_cheap_and_budget_kept(tmp_path: Path) -> None:
     domains = [f"site{i:04d}.example.com" for i in range(1000)]
     with simulator(one_active_job=False) as sim:

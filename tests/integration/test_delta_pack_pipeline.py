@@ -37,7 +37,7 @@ def test_pack_a_delta_set_that_verify_accepts(tmp_path: Path, key_pair: tuple[Pa
         tmp_path / "airgap.toml",
         {
             "store": {"path": str(tmp_path / "unused")},
-            "target": {"trusted_keys": [str(key_pair[1])]},
+            "target": {"transfer_keys": [str(key_pair[1])]},
         },
     )
     app = App(settings_from_dict(document))

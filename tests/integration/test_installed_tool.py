@@ -128,7 +128,7 @@ source_id = "installed-test"
 endpoint_url = "{s3_endpoint}"
 bucket = "{bucket}"
 region = "us-east-1"
-trusted_keys = ["{work / "keys" / "transfer.pub"}"]
+transfer_keys = ["{work / "keys" / "transfer.pub"}"]
 work_dir = "{work / "rebuild"}"
 presign_ttl = "2d"
 """

@@ -45,7 +45,7 @@ def sides(tmp_path: Path, target_settings: TargetSettings) -> dict[str, Any]:
     store_dir.mkdir()
     # The README's layout: each side signs with its own key and trusts the other's.
     connected = transfer_config(store_dir, key_pair, max_size="1MiB")
-    connected["target"] = {"trusted_keys": [str(keys / "receipt.pub")]}
+    connected["transfer"]["receipt_keys"] = [str(keys / "receipt.pub")]
     airgap = {
         "target": transfer_config(store_dir, key_pair, target_settings)["target"],
         "store": {"path": str(tmp_path / "unused-airgap-store")},

@@ -212,6 +212,12 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
     env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
     env["PATH"] = f"{root}/usr/local/bin:{env['PATH']}"
+    example = Path(etc, "config.example.toml")  # the host's paths, under the scratch root
+    example.write_text(
+        example.read_text()
+        .replace("/etc/mirror", etc)
+        .replace("/var/lib/mirror", f"{root}/var/lib/mirror")
+    )
     steps = run(["bash", "-e", "-c", connected], env)
     assert steps.returncode == 0, steps.stdout + steps.stderr
     assert oct(Path(etc, "config.toml").stat().st_mode & 0o777) == "0o644"
@@ -219,7 +225,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     assert Path(etc, "admin-api-key").read_text().strip() == "mint_x"
     assert Path(etc, "transfer.key").is_file() and Path(etc, "transfer.pub").is_file()
     config = tmp_path / "config.toml"
-    config.write_text(f'[target]\ntrusted_keys = ["{key_pair[1]}"]\n')
+    config.write_text(f'[target]\ntransfer_keys = ["{key_pair[1]}"]\n')
     env = {**offline_env(), "MIRROR_CONFIG": str(config)}
     verify = run([str(link), "--json", "transfer", "verify", str(set_dir)], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr

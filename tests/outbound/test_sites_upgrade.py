@@ -36,7 +36,7 @@ def _single_site_history(
     (tmp_path / "receipt").mkdir()
     receipt_private, receipt_public = new_key_pair(tmp_path / "receipt")
     document = transfer_config(tmp_path / "store", key_pair)
-    document["target"] = {"trusted_keys": [str(receipt_public)]}
+    document["transfer"]["receipt_keys"] = [str(receipt_public)]
     app = App(settings_from_dict(document))
     try:
         for n, label in enumerate(("2026-11-20", "2026-11-21"), start=1):

@@ -136,7 +136,8 @@ def check_values_file(
     version or object -> NotFound, bytes or version differ -> IntegrityError,
     link expired or expiring within `warn` seconds -> OperationFailed, link
     refused for another reason -> AuthError, server unreachable -> TemporaryFailure.
-    A file that is not a values file at all raises ConfigError at once.
+    A file that is not there raises NotFound at once, one that is not a values file at all
+    ConfigError.
     """
     values = read_values_file(path)
     target = link_target(values.bundle_url)

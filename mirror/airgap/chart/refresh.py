@@ -28,7 +28,7 @@ from mirror.airgap.chart.values import (
     write_values,
 )
 from mirror.config import ChartSettings, TargetSettings
-from mirror.errors import ConfigError, OperationFailed
+from mirror.errors import ConfigError, NotFound, OperationFailed
 from mirror.links import link_expiry
 from mirror.timestamps import utcnow
 from mirror.units import format_duration
@@ -185,7 +185,7 @@ class RefreshFailed(OperationFailed):
 def _existing_expiry(path: Path) -> datetime | None:
     try:
         return link_expiry(read_values_file(path).bundle_url)
-    except ConfigError:
+    except (ConfigError, NotFound):
         return None
 
 

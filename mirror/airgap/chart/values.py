@@ -24,7 +24,7 @@ from mirror.airgap.chart.bucket import (
     current_version,
 )
 from mirror.config import TargetSettings
-from mirror.errors import ConfigError
+from mirror.errors import ConfigError, NotFound
 from mirror.fsutil import atomic_writer
 from mirror.timestamps import rfc3339
 from mirror.units import format_duration
@@ -195,7 +195,7 @@ def read_values_file(path: Path) -> ValuesFile:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"values file {path} does not exist") from None
+        raise NotFound(f"values file {path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read values file {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

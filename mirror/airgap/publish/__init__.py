@@ -17,6 +17,7 @@ from mirror.airgap.publish._base import (
 )
 from mirror.airgap.publish._stream import Published
 from mirror.airgap.publish._ways import check_deltas, expected, import_bytes, open_published
+from mirror.airgap.publish._workdir import check_writable
 
 __all__ = [
     "Bases",
@@ -25,6 +26,7 @@ __all__ = [
     "base_manifest",
     "carry_whole",
     "check_deltas",
+    "check_writable",
     "expected",
     "import_bytes",
     "manifest_fields",

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 
+import boto3.session
 import botocore.exceptions
 
+from mirror.airgap.s3.errors import no_credentials
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.errors import AuthError, ConfigError, MirrorError
@@ -35,6 +37,18 @@ def open_object_store(target: TargetSettings) -> ObjectStore:
         return ObjectStore.from_settings(target)
     except botocore.exceptions.BotoCoreError as exc:
         raise credential_source_error(exc) from None
+
+
+def check_credentials() -> None:
+    """Resolve the S3 credentials as `open_object_store`'s client does; raise what its first
+    request would meet when the source is set up wrong or yields nothing (`no_credentials`:
+    a credentials file the environment names that is not there is named)."""
+    try:
+        credentials = boto3.session.Session().get_credentials()
+    except botocore.exceptions.BotoCoreError as exc:
+        raise credential_source_error(exc) from None
+    if credentials is None:
+        raise no_credentials()
 
 
 def credential_source_error(exc: botocore.exceptions.BotoCoreError) -> MirrorError:

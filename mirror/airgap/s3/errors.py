@@ -2,15 +2,17 @@
 
 Promises: the message names the bucket (and key) and the error code, never a
 credential and never the server's prose; a refused credential is AuthError
-(exit 4), a missing bucket NotFound (3), throttling, 5xx and unreachable
-servers TemporaryFailure (75), a TLS failure ConfigError (2). Three refusals are
-named for what they are, with their remedy: a clock the server finds too far off
-(ConfigError: retrying cannot help), a server out of space (TemporaryFailure, named
-as such), and bytes that failed the server's checksum (IntegrityError: damaged on
-the way; nothing of them is kept).
+(exit 4), no credentials at all ConfigError (2), a missing bucket NotFound (3),
+throttling, 5xx and unreachable servers TemporaryFailure (75), a TLS failure
+ConfigError (2). Three refusals are named for what they are, with their remedy: a
+clock the server finds too far off (ConfigError: retrying cannot help), a server out
+of space (TemporaryFailure, named as such), and bytes that failed the server's
+checksum (IntegrityError: damaged on the way; nothing of them is kept).
 """
 
 from __future__ import annotations
+
+import os
 
 import botocore.exceptions
 
@@ -70,10 +72,7 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
     if isinstance(exc, botocore.exceptions.ClientError):
         return _refusal(exc, action, thing=thing, where=where)
     if isinstance(exc, botocore.exceptions.NoCredentialsError):
-        return AuthError(
-            "no S3 credentials found",
-            hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role",
-        )
+        return no_credentials()
     if isinstance(exc, botocore.exceptions.SSLError):
         return ConfigError(
             f"TLS verification failed for the object store ({where})",
@@ -93,6 +92,26 @@ def s3_failure(exc: Exception, action: str, *, thing: str, where: str) -> Mirror
     if isinstance(exc, botocore.exceptions.BotoCoreError):
         return OperationFailed(f"S3 {action} of {thing} failed: {type(exc).__name__}")
     raise exc
+
+
+CREDENTIAL_FILES = ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+
+
+def no_credentials() -> ConfigError:
+    """No S3 credentials anywhere: nothing was refused, nothing was set up (exit 2, as for
+    the admin API key). A file the environment names for them that is not there (boto3
+    passes over it in silence) is named."""
+    for variable in CREDENTIAL_FILES:
+        named = os.environ.get(variable)
+        if named and not os.path.isfile(os.path.expanduser(named)):
+            return ConfigError(
+                f"no S3 credentials found: ${variable} names {named}, which does not exist",
+                hint=f"mount or write the file there, or unset {variable}",
+            )
+    return ConfigError(
+        "no S3 credentials found",
+        hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or a role",
+    )
 
 
 def _refusal(

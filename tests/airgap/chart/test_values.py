@@ -14,9 +14,7 @@ import yaml
 from mirror.airgap import chart
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
-from mirror.errors import (
-    ConfigError,
-)
+from mirror.errors import ConfigError, NotFound
 from tests.airgap.chart.seeding import (
     DOMAIN,
     T0,
@@ -136,22 +134,25 @@ def test_unquoted_date_version_still_reads_as_its_label(tmp_path: Path) -> None:
     assert chart.read_values_file(path).version == "2026-11-21"
 
 
+def test_a_values_file_that_is_not_there_is_not_found(tmp_path: Path) -> None:
+    """A missing input file is exit 3, as for every command (docs/architecture.md)."""
+    with pytest.raises(NotFound, match="does not exist") as missing:
+        chart.read_values_file(tmp_path / "values.yaml")
+    assert missing.value.exit_code == 3
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (None, "does not exist"),
         ("staticExport: [unclosed\n", "not valid YAML at line"),
         ("other: 1\n", "has no staticExport.bundleUrl"),
         ("staticExport:\n  enabled: true\n", "has no staticExport.bundleUrl"),
         ("- a list\n", "has no staticExport.bundleUrl"),
     ],
 )
-def test_bad_values_files_are_config_errors(
-    tmp_path: Path, content: str | None, message: str
-) -> None:
+def test_bad_values_files_are_config_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "values.yaml"
-    if content is not None:
-        path.write_text(content)
+    path.write_text(content)
     with pytest.raises(ConfigError, match=message):
         chart.read_values_file(path)
 
