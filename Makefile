@@ -71,11 +71,12 @@ demo: venv
 	$(PY) -m mirror demo
 
 ## make bench: mirror vs curl, openssl dgst, the vendor's recipe and aws-cli, one table
-## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md); then the FEC libraries and a 1 GiB set
-## through the one-way link rig (root; MIRROR_BENCH_ONEWAY_MIB, MIRROR_BENCH_ONEWAY_RATE)
+## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md); then the FEC libraries, a 1 GiB set
+## through the one-way link rig (root; MIRROR_BENCH_ONEWAY_MIB, MIRROR_BENCH_ONEWAY_RATE), and
+## 50 clients of mirror serve beside nginx (Debian's nginx-light)
 bench: venv
 	scripts/with-test-servers $(PY) -m bench
-	$(PY) -m bench fec oneway
+	$(PY) -m bench fec oneway serve_clients
 
 ## make dist: the offline installer dist/mirror-tool-VERSION.tar, every wheel for manylinux
 ## x86_64/aarch64 and CPython 3.11/3.12 from PyPI, exactly the versions and files of
