@@ -801,7 +801,7 @@ CONTRACTS: dict[str, Contract] = {
         None,
         notes=(
             "Refuses to start (exit 2) when the bucket is unset, serve.listen cannot be bound, "
-            "or serve.require_provenance is set without target.trusted_keys.",
+            "or serve.require_provenance is set without target.transfer_keys.",
         ),
     ),
     "sim serve": Contract(

@@ -27,11 +27,11 @@ from mirror.transferset.keys import load_trusted_keys
 
 def open_service(settings: Settings) -> Service:
     """The service for these settings, its cache opened; nothing read from the bucket yet."""
-    keys = load_trusted_keys(settings.target.trusted_keys)
+    keys = load_trusted_keys(settings.target.accepted_keys())
     if settings.serve.require_provenance and not keys:
         raise ConfigError(
-            "serve.require_provenance is set but target.trusted_keys names no key",
-            hint="list the connected side's public key in target.trusted_keys",
+            "serve.require_provenance is set but target.transfer_keys names no key",
+            hint="list the connected side's public key (transfer.pub) in target.transfer_keys",
         )
     service = Service(
         settings.serve,

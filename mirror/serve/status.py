@@ -127,7 +127,7 @@ def _version_row(view: DomainView, listed: Listed, entry: Entry | None) -> str:
         provenance = (
             "signed by " + str(facts.get("key_id"))
             if facts.get("verified")
-            else "present, not verified (no target.trusted_keys)"
+            else "present, not verified (no target.transfer_keys)"
         )
     else:
         provenance = "none"

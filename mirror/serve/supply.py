@@ -6,7 +6,7 @@ this run; it is the only way a bundle becomes servable. Promises:
 - Single flight: while a bundle is being filled (or, after a restart, hashed again), every
   other request for it waits for that one fill and shares its outcome; none starts its own.
 - Verified before use: the version's `manifest.json` must name the same bundle (sha256,
-  size, object) as the index; when `target.trusted_keys` are set its signed provenance is
+  size, object) as the index; when `target.transfer_keys` are set its signed provenance is
   verified against that bundle (mirror.airgap.provenance; required with
   `serve.require_provenance`); the object is streamed into a temporary file, hashed as it
   is written, and admitted only when its size and sha256 are the manifest's. Anything else

@@ -80,6 +80,7 @@ class World:
                 "transfer_keys": [str(self.transfer.public_path)],
             },
             "chart": {"values_path": str(tmp / "values" / "{domain}.yaml")},
+            "serve": {"listen": "127.0.0.1:0", "cache_dir": str(tmp / "serve-cache")},
         }
         self.config = write_config(tmp / "config.toml", self.document)
         self.env = {"MIRROR_API_KEY": sim.key}
@@ -560,6 +561,15 @@ CASES: dict[str, list[Case]] = {
             "bad argument",
             lambda w: ["chart", "check", str(w.not_a_values_file())],
             "has no staticExport.bundleUrl",
+        ),
+    ],
+    "serve": [
+        missing_config("serve"),
+        Case(
+            "setting",
+            ("serve",),
+            "serve.cache_dir",
+            config=lambda w: w.config_with("serve", cache_dir=str(w.config)),
         ),
     ],
     "chart refresh": [
