@@ -11,8 +11,9 @@ from mirror.logs import setup_logging
 @click.command("serve")
 @pass_cli
 def serve_command(cli: CliContext) -> None:
-    """Serve every domain's versions from a verified local cache until stopped (SIGTERM).
+    """Serve the bucket's versions to the vendor's pods: verified, at links that never expire.
 
+    Every domain's versions come from a verified local cache until stopped (SIGTERM).
     Settings: [serve] (listen, public_url, cache_dir, cache_max, idle_timeout,
     poll_interval) and [target] (the bucket, read with a read-only identity). URLs:
     /domains/DOMAIN/VERSION/bundle.EXT (immutable) and /domains/DOMAIN/current/bundle.EXT

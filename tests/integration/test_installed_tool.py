@@ -122,6 +122,7 @@ domain = "{DOMAIN}"
 
 [transfer]
 signing_key = "{work / "keys" / "transfer.key"}"
+receipt_keys = ["{work / "keys" / "transfer.pub"}"]
 source_id = "installed-test"
 
 [target]

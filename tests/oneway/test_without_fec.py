@@ -74,7 +74,7 @@ def test_without_raptorq_the_installer_says_so_and_send_and_receive_are_one_line
     sent = run([mirror, "--defaults", "transfer", "send", str(packed_set), *to], env=env)
     assert (sent.returncode, sent.stderr.splitlines(), sent.stdout) == (2, [LACKS], "")
 
-    trusting = {"target": {"trusted_keys": [str(key_pair[1])]}}
+    trusting = {"target": {"transfer_keys": [str(key_pair[1])]}}
     config = write_config(tmp_path / "config.toml", trusting)
     spool = tmp_path / "spool"
     listen = ["--listen", f"127.0.0.1:{free_udp_port()}", "--once"]
