@@ -44,6 +44,7 @@ import sys
 import tarfile
 import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,11 +310,18 @@ def _download_locked(lock: Path, mirror_wheel: Path, chosen: list[Target], work:
     decide them for this machine), then the wheelhouse must install mirror on each alone."""
     pins = [pin for pinned in read_lock(lock).values() for pin in pinned]
     wheels = mirror_wheel.parent
+    downloads: list[tuple[Path, Path, Target]] = []
     for target in chosen:
         wanted = requirement_lines(p for p in pins if p.applies(target.environment()))
         requirements = work / f"requirements-{target.name}.txt"
         requirements.write_text(wanted, encoding="utf-8")
-        _pip_download(requirements, wheels, target)
+        downloads.append((requirements, work / f"wheels-{target.name}", target))
+    with ThreadPoolExecutor(max_workers=len(downloads) or 1) as pool:
+        list(pool.map(lambda download: _pip_download(*download), downloads))
+    for _, directory, _ in downloads:
+        for wheel in directory.glob("*.whl"):
+            if not (wheels / wheel.name).exists():
+                os.replace(wheel, wheels / wheel.name)
     everything = sorted(wheels.glob("*.whl"))
     problems = [line for t in chosen for line in unresolved(everything, mirror_wheel, t)]
     if problems:
@@ -326,7 +334,9 @@ def _download_locked(lock: Path, mirror_wheel: Path, chosen: list[Target], work:
 
 
 def _pip_download(requirements: Path, wheels: Path, target: Target) -> None:
-    """Exactly the locked files: every requirement pinned, every download's sha256 checked."""
+    """Exactly the locked files: every requirement pinned, every download's sha256 checked.
+    The targets download at once, each into its own directory (the same locked file may come
+    for several; a name is one file, the lock's hashes see to that)."""
     platforms = [
         option for tag in manylinux_tags(target.architecture) for option in ("--platform", tag)
     ]
