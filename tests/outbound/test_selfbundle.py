@@ -238,6 +238,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     assert "tool/" in refused.stderr
 
 
+@pytest.mark.pypi
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_the_default_build_holds_every_target_and_installs_here(
