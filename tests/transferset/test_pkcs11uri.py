@@ -48,7 +48,7 @@ def test_pin_source_is_a_file_uri_or_an_absolute_path(source: str) -> None:
         (f"pkcs11:object=k?{MODULE}&pin-source=pin.txt", "absolute path"),
         ("pkcs11:object=k?module-name=softhsm2", "module-name is not searched for"),
         ("pkcs11:object=k", "no module-path"),
-        (f"pkcs11:object=k?module-path=libsofthsm2.so", "absolute path"),
+        ("pkcs11:object=k?module-path=libsofthsm2.so", "absolute path"),
         (f"pkcs11:token=a?{MODULE}", "names no key"),
         (f"pkcs11:object=k;type=public?{MODULE}", "type=public"),
         (f"pkcs11:object=k;label=x?{MODULE}", "'label' is not an RFC 7512 attribute"),
