@@ -70,8 +70,9 @@ class Given:
 
     trusted_keys: tuple[Path, ...] = ()
     """`--trusted-key`: instead of target.transfer_keys."""
-    signing_key: Path | None = None
-    """`bundle-self --signing-key`: instead of transfer.signing_key."""
+    signing_key: Path | str | None = None
+    """`bundle-self --signing-key` (a key file or a `pkcs11:` URI): instead of
+    transfer.signing_key."""
     domains: tuple[str, ...] = ()
     """`chart refresh --domain`: instead of the [[exports]] domains."""
 
@@ -99,7 +100,7 @@ def signing_key(settings: Settings | None, given: Given | None = None) -> Signin
     if path is not None:
         return open_signing_key(path)
     if settings is None:
-        raise ConfigError("no signing key given", hint="pass --signing-key FILE.key")
+        raise ConfigError("no signing key given", hint="pass --signing-key FILE.key (or a URI)")
     return signing_key_from_settings(settings)
 
 

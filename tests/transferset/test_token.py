@@ -12,7 +12,7 @@ import pytest
 
 from mirror.errors import ConfigError, IntegrityError
 from mirror.transferset.keys import load_public_key, verify_signature, write_public_key
-from mirror.transferset.token import open_signing_key
+from mirror.transferset.token import TokenSigner, open_signing_key
 from tests.fixtures.cli import mirror_cli
 from tests.fixtures.tokens import SoftHSM
 
@@ -71,6 +71,8 @@ def test_a_key_pkcs11_tool_made_signs_in_the_token(in_process: SoftHSM, tmp_path
     in_process.tool("--keypairgen", "--key-type", "EC:edwards25519", "--label", "receipt")
     key = open_signing_key(in_process.uri("receipt"))
     assert "SigningKey(key_id=" in repr(key) and in_process.pin not in repr(key)
+    assert isinstance(key._private, TokenSigner)  # what this process holds: URI, public key
+    assert set(vars(key._private)) == {"uri", "public"}
     write_public_key(tmp_path / "receipt.pub", key.public)
     trusted = load_public_key(tmp_path / "receipt.pub")
     assert trusted.key_id == key.key_id
