@@ -48,6 +48,19 @@ DEPRECATED_TRUSTED_KEYS = (
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+def _signing_key_source(value: object) -> object:
+    """A `pkcs11:` URI (RFC 7512: a key in a token) stays as written; anything else is a
+    key file's path."""
+    if isinstance(value, str) and value[:7].lower() != "pkcs11:":
+        return Path(value)
+    return value
+
+
+KeySource = Annotated[Path | str, BeforeValidator(_signing_key_source)]
+"""Where a signing key is: a key file, or a key in a PKCS#11 token named by a `pkcs11:` URI
+(`mirror.transferset.token.open_signing_key` loads either)."""
 _TOLERANCE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)%)?\s*(?:or\s*)?(\d+)?\s*$")
 
 
@@ -159,7 +172,9 @@ class TransferSettings(_Section):
     """The connected side's transfer sets: the key that signs them, and the keys whose
     receipts it believes for the site `default` (without `[[sites]]`)."""
 
-    signing_key: Path | None = None
+    signing_key: KeySource | None = None
+    """The key this side signs with (sets on the connected side, receipts on the air-gapped
+    side): a key file, or a `pkcs11:` URI naming a key in a token."""
     receipt_keys: list[Path] = Field(default_factory=list)
     source_id: str = Field(default_factory=socket.gethostname)
     max_size: Size = 4 * 1024**3

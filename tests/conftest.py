@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.archives",
     "tests.fixtures.artefact",
     "tests.fixtures.disks",
+    "tests.fixtures.tokens",
 ]
 # The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 

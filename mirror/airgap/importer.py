@@ -52,7 +52,7 @@ from mirror.integrity import Digest
 from mirror.sites import DEFAULT_SITE
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT, Manifest, ManifestItem, iso_time
-from mirror.transferset.keys import PublicKey, SigningKey, load_signing_key
+from mirror.transferset.keys import PublicKey, SigningKey
 from mirror.transferset.reader import (
     VerifiedSet,
     find_damaged_part,
@@ -60,6 +60,7 @@ from mirror.transferset.reader import (
     verify_set,
 )
 from mirror.transferset.receipt import Receipt, ReceiptItem
+from mirror.transferset.token import open_signing_key
 from mirror.versions import VersionLabel, VersionRef, newest
 
 log = logging.getLogger(__name__)
@@ -125,9 +126,10 @@ class ImportResult:
         }
 
 
-def receipt_key_from(settings_key: Path | None) -> SigningKey | None:
-    """The key that signs receipts on this side, if one is configured here."""
-    return load_signing_key(Path(settings_key)) if settings_key else None
+def receipt_key_from(settings_key: Path | str | None) -> SigningKey | None:
+    """The key that signs receipts on this side (a file, or a key in a token), if one is
+    configured here."""
+    return open_signing_key(settings_key) if settings_key else None
 
 
 # ---- import ---------------------------------------------------------------------------------

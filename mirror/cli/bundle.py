@@ -15,16 +15,15 @@ from mirror.units import format_size
 @click.option(
     "--signing-key",
     "key_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="FILE.key",
+    metavar="FILE.key|URI",
     default=None,
-    help="The private key that signs the installer: the connected side's transfer.key, whose "
-    "transfer.pub install.sh --key checks it with [transfer.signing_key].",
+    help="The private key that signs the installer: the connected side's transfer.key (or "
+    "the pkcs11: URI of its key in a token), whose transfer.pub install.sh --key checks it "
+    "with [transfer.signing_key].",
 )
 @click.option(
     "--key",
     "key_path",
-    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     hidden=True,
     help="Deprecated: --signing-key.",
@@ -54,7 +53,7 @@ from mirror.units import format_size
 def bundle_self_command(
     cli: CliContext,
     out: Path,
-    key_path: Path | None,
+    key_path: str | None,
     local: bool,
     architectures: tuple[str, ...],
     pythons: tuple[str, ...],

@@ -269,6 +269,9 @@ _READ = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND)
 _VENDOR = (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
 _PROBE = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_TEMPORARY)
 _BUCKET = (*_PROBE[:5], EXIT_INTEGRITY, EXIT_TEMPORARY)  # 5: a damaged index.json, current.json
+_SIGNS = (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_INTEGRITY)
+"""A command that signs: 4 when a token refuses the PIN, 5 when a token's signature does
+not verify with its key (mirror.transferset.token)."""
 ALWAYS = {EXIT_FAILED: "something unexpected failed", EXIT_TEMPORARY: "interrupted"}
 """What any command may end with besides its own codes (said once in every --help)."""
 
@@ -490,7 +493,7 @@ CONTRACTS: dict[str, Contract] = {
         "An identical copy (same sequence, same bytes) of a set packed for a site, for a "
         "disk that was damaged; source and copy checked against the signed manifest.",
         "mirror transfer resend --site staging 7 /media/usb2/set-7 --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        (*_SIGNS, EXIT_TEMPORARY),
         obj(
             {
                 "site": STR,
@@ -507,22 +510,33 @@ CONTRACTS: dict[str, Contract] = {
         ),
     ),
     "keys generate": Contract(
-        "The new key pair's id and files.",
+        "The new key pair's id and files (`private_key`: a pkcs11: URI's token and object "
+        "for a key made in a token).",
         "mirror keys generate --out /etc/mirror/transfer --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE),
+        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_AUTH),
         obj({"key_id": STR, "private_key": STR, "public_key": STR}),
+        notes=("Exit 4 when the token refuses the PIN of the URI's pin-source.",),
     ),
     "keys show": Contract(
-        "A key file's kind and id (never the key).",
+        "A key file's kind and id, or a key in a token's (kind `token`); never the key. "
+        "`public_key`: the file --public wrote, else null.",
         "mirror keys show /etc/mirror/transfer.pub --json",
-        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND),
-        obj({"path": STR, "kind": {"enum": ["public", "private"]}, "key_id": STR}),
+        (EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH),
+        obj(
+            {
+                "path": STR,
+                "kind": {"enum": ["public", "private", "token"]},
+                "key_id": STR,
+                "public_key": null(STR),
+            }
+        ),
+        notes=("Exit 4 when the token refuses the PIN of the URI's pin-source.",),
     ),
     "transfer pack": Contract(
         "The signed set written (nothing true: nothing to pack), or with --dry-run what "
         "would be written; per version whether it goes whole or as a delta, and why.",
         "mirror transfer pack /media/usb/set --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_TEMPORARY),
+        (*_SIGNS, EXIT_TEMPORARY),
         obj(
             {
                 "nothing": BOOL,
@@ -573,7 +587,7 @@ CONTRACTS: dict[str, Contract] = {
     "bundle-self": Contract(
         "The offline installer written: where, what it holds, who signed it.",
         "mirror bundle-self --signing-key /etc/mirror/transfer.key /srv/dist --json",
-        (EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND),
+        _SIGNS,
         obj(
             {
                 "path": STR,

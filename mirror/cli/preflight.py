@@ -70,8 +70,9 @@ class Given:
 
     trusted_keys: tuple[Path, ...] = ()
     """`--trusted-key`: instead of target.transfer_keys."""
-    signing_key: Path | None = None
-    """`bundle-self --signing-key`: instead of transfer.signing_key."""
+    signing_key: Path | str | None = None
+    """`bundle-self --signing-key` (a key file or a `pkcs11:` URI): instead of
+    transfer.signing_key."""
     domains: tuple[str, ...] = ()
     """`chart refresh --domain`: instead of the [[exports]] domains."""
 
@@ -93,13 +94,13 @@ def signing_key(settings: Settings | None, given: Given | None = None) -> Signin
     """The key this side signs with: `--signing-key`, else transfer.signing_key (`settings`
     None: the command line gives the key, and no settings file is read)."""
     from mirror.outbound.pack import signing_key_from_settings
-    from mirror.transferset.keys import load_signing_key
+    from mirror.transferset.token import open_signing_key
 
     path = (given or Given()).signing_key
     if path is not None:
-        return load_signing_key(Path(path))
+        return open_signing_key(path)
     if settings is None:
-        raise ConfigError("no signing key given", hint="pass --signing-key FILE.key")
+        raise ConfigError("no signing key given", hint="pass --signing-key FILE.key (or a URI)")
     return signing_key_from_settings(settings)
 
 
@@ -197,7 +198,8 @@ def _refresh(settings: Settings, given: Given) -> None:
 def _named_files(settings: Settings, given: Given) -> None:
     """Every file the settings name, as the commands that use it would read it."""
     from mirror.config import read_api_key_file
-    from mirror.transferset.keys import load_signing_key, load_trusted_keys
+    from mirror.transferset.keys import load_trusted_keys
+    from mirror.transferset.token import open_signing_key
 
     if settings.api.key_file is not None and not read_api_key_file(settings.api.key_file):
         raise ConfigError(f"the admin API key from {settings.api.key_file} is empty")
@@ -205,7 +207,7 @@ def _named_files(settings: Settings, given: Given) -> None:
     _ca_file(settings.target.ca_bundle, "target.ca_bundle")
     _store_path(settings, given)
     if settings.transfer.signing_key is not None:
-        load_signing_key(Path(settings.transfer.signing_key))
+        open_signing_key(settings.transfer.signing_key)
     load_trusted_keys(settings.target.accepted_keys())
     _receipt_keys(settings, given)
     _work_dir(settings, given)

@@ -81,7 +81,7 @@ from mirror.transferset.format import (
     iso_time,
     sha256sums_text,
 )
-from mirror.transferset.keys import SigningKey, load_signing_key
+from mirror.transferset.keys import SigningKey
 from mirror.transferset.plan import (
     Candidate,
     PlannedBlob,
@@ -89,6 +89,7 @@ from mirror.transferset.plan import (
     check_part_limit,
     plan_set,
 )
+from mirror.transferset.token import open_signing_key
 from mirror.transferset.trust import ChainLink
 from mirror.units import format_size
 from mirror.versions import VersionLabel, VersionRef
@@ -161,7 +162,7 @@ def signing_key_from_settings(settings: Settings) -> SigningKey:
             "transfer.signing_key is not set",
             hint="create a key with `mirror keys generate --out PREFIX` and set it",
         )
-    return load_signing_key(Path(path))
+    return open_signing_key(path)
 
 
 @dataclass(frozen=True)

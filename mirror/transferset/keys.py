@@ -21,7 +21,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -55,13 +55,22 @@ class PublicKey:
         return True
 
 
+class Signer(Protocol):
+    """What makes the signatures: a private key in memory (cryptography's Ed25519PrivateKey),
+    or a key in a PKCS#11 token that signs there (`mirror.transferset.token.TokenSigner`)."""
+
+    def sign(self, data: bytes) -> bytes: ...
+
+    def public_key(self) -> Ed25519PublicKey: ...
+
+
 @dataclass(frozen=True)
 class SigningKey:
-    """A private key; `repr` never shows it."""
+    """A private key, in a file or in a token; `repr` never shows it."""
 
     key_id: str
     source: str
-    _private: Ed25519PrivateKey
+    _private: Signer
 
     def __repr__(self) -> str:
         return f"SigningKey(key_id={self.key_id!r}, source={self.source!r})"
@@ -116,18 +125,30 @@ def generate_keypair(prefix: Path) -> GeneratedKeys:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    public_pem = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
     _create_exclusive(private_path, private_pem, 0o600)
     try:
-        _create_exclusive(public_path, public_pem, 0o644)
+        _create_exclusive(public_path, public_pem(private.public_key()), 0o644)
     except BaseException:
         with contextlib.suppress(OSError):
             private_path.unlink()
         raise
     fsync_dir(private_path.parent)
     return GeneratedKeys(private_path, public_path, key_id_of(private.public_key()))
+
+
+def public_pem(key: Ed25519PublicKey) -> bytes:
+    """PEM SubjectPublicKeyInfo: what `load_public_key` and `openssl pkeyutl -pubin` read."""
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def write_public_key(path: Path, key: PublicKey) -> None:
+    """Write `key` to `path` as PEM (0644), the file the other side trusts; never replaces a
+    file, creates a missing directory."""
+    _ensure_directory(path.parent)
+    _create_exclusive(path, public_pem(key.key), 0o644)
+    fsync_dir(path.parent)
 
 
 def _ensure_directory(directory: Path) -> None:
