@@ -294,7 +294,7 @@ class Receiver:
     def _heard(self, session: _Session, datagram: Datagram) -> Status | None:
         status = parse_status(datagram.payload)
         if status is None:
-            self.metrics.drop("status", f"a {_KIND_NAMES[datagram.kind]} that is not one")
+            self.metrics.drop("status", f"a {datagram.kind.name} whose body is not one")
             return None
         session.heard = (status.number, status.passes)
         session.sent_to = status.to or session.sent_to
@@ -439,10 +439,12 @@ def run(
     idle_timeout: float | None,
     on_outcome: Callable[[Outcome], None],
     should_stop: Callable[[], bool] = lambda: False,
+    on_tick: Callable[[], None] = lambda: None,
 ) -> list[Outcome]:
-    """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`."""
+    """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`,
+    and `on_tick` about once a second (what a service does between sets)."""
     try:
-        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop)
+        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop, on_tick)
     except OSError as exc:
         raise spool_error(receiver.spool, exc) from None
 
@@ -464,6 +466,7 @@ def _run(
     idle_timeout: float | None,
     on_outcome: Callable[[Outcome], None],
     should_stop: Callable[[], bool],
+    on_tick: Callable[[], None],
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     buffer = bytearray(RECV_SIZE)
@@ -484,6 +487,7 @@ def _run(
                 ended += receiver.idle(idle_timeout)
             if time.monotonic() >= next_save:
                 receiver.save()
+                on_tick()
                 next_save = time.monotonic() + SAVE_EVERY
             for outcome in ended:
                 on_outcome(outcome)

@@ -99,8 +99,10 @@ class Table:
             return f"file {file} of a table of {len(self.files)}"
         if block >= self.block_count(file):
             return f"block {block} of a file of {self.block_count(file)}"
-        if len(packet) != fec.packet_size(self.symbol_size) or packet[0] != 0:
+        if len(packet) != fec.packet_size(self.symbol_size):
             return f"a packet of {len(packet)} bytes, not {fec.packet_size(self.symbol_size)}"
+        if packet[0] != 0:
+            return f"a packet of source block {packet[0]}, not 0"
         return None
 
     def blocks(self) -> Iterable[tuple[int, int]]:
@@ -181,7 +183,7 @@ def _field(raw: object, key: str, kind: type | tuple[type, ...]) -> object:
         raise TypeError("not an object")
     value = raw[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise TypeError(f"{key} is not a {kind}")
+        raise TypeError(f"{key} is {type(value).__name__}")
     return value
 
 
