@@ -18,7 +18,8 @@ Promises:
 - Memory is bounded whatever arrives: at most MAX_SESSIONS sessions are held (the one
   heard from least recently is put out of memory for a new one; its blocks on disk are
   kept and it resumes when heard again); each holds at most WAITING datagrams and
-  HELD_BYTES bytes of table fragments and DATA that came before its table; at most
+  HELD_BYTES bytes of table fragments and DATA that came before its table (a table's
+  fragments take the place of the oldest such DATA, so a table always fits); at most
   MAX_DECODERS blocks are decoded at once across all of them (assembly.DecoderPool).
 """
 
@@ -126,8 +127,8 @@ class _Session:
     def __init__(self) -> None:
         self.fragments: dict[int, bytes] = {}
         self.fragment_count = 0
-        self.held = 0
-        """Bytes of fragments and waiting DATA held (at most HELD_BYTES)."""
+        self.fragment_bytes = 0
+        self.waiting_bytes = 0
         self.table: Table | None = None
         self.assembly: Assembly | None = None
         self.ended = False
@@ -139,9 +140,23 @@ class _Session:
         """DATA that came before the table (a receiver started mid-pass, a table lost):
         kept, up to WAITING datagrams and HELD_BYTES, and placed once the table is known."""
 
+    @property
+    def held(self) -> int:
+        """Bytes of fragments and waiting DATA held (at most HELD_BYTES)."""
+        return self.fragment_bytes + self.waiting_bytes
+
     def forget_fragments(self) -> None:
-        self.held -= sum(map(len, self.fragments.values()))
         self.fragments.clear()
+        self.fragment_bytes = 0
+
+    def make_room(self, size: int) -> int:
+        """Drop the oldest DATA waiting until `size` more bytes of table fit: the table is
+        what lets every datagram be placed. The number dropped."""
+        dropped = 0
+        while self.waiting and self.held + size > HELD_BYTES:
+            self.waiting_bytes -= len(self.waiting.pop(0).payload)
+            dropped += 1
+        return dropped
 
 
 class Receiver:
@@ -215,7 +230,7 @@ class Receiver:
                 self.metrics.drop("waiting", "DATA before its table, over the session's budget")
                 return None
             session.waiting.append(datagram)
-            session.held += size
+            session.waiting_bytes += size
             return None
         error = assembly.table.data_error(datagram.file, datagram.block, datagram.payload)
         if error is not None:
@@ -236,18 +251,21 @@ class Receiver:
         if session.table is not None:
             return None
         error = table_error(datagram)
+        if error is None and datagram.symbol != session.fragment_count:  # another table
+            session.forget_fragments()
+            session.fragment_count = datagram.symbol
+        size = len(datagram.payload)
         new = datagram.block not in session.fragments
-        if error is None and new and session.held + len(datagram.payload) > HELD_BYTES:
-            error = "a table over the session's budget"
+        if error is None and new and session.fragment_bytes + size > HELD_BYTES:
+            error = f"a table of more than {HELD_BYTES} bytes"
         if error is not None:
             self.metrics.drop("table_fragment", error)
             return None
-        if datagram.symbol != session.fragment_count:  # another table: start it afresh
-            session.forget_fragments()
-            session.fragment_count = datagram.symbol
-        if datagram.block not in session.fragments:
+        if new:
+            for _ in range(session.make_room(size)):
+                self.metrics.drop("waiting", "DATA before its table, making room for the table")
             session.fragments[datagram.block] = datagram.payload
-            session.held += len(datagram.payload)
+            session.fragment_bytes += size
         if len(session.fragments) < session.fragment_count:
             return None
         data = b"".join(session.fragments[i] for i in range(session.fragment_count))
@@ -259,7 +277,7 @@ class Receiver:
         if assembly.complete:
             return self._finish(session)
         waiting, session.waiting = session.waiting, []
-        session.held -= sum(len(early.payload) for early in waiting)
+        session.waiting_bytes = 0
         for early in waiting:
             outcome = self._data(session, early)
             if outcome is not None:

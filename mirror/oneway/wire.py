@@ -44,7 +44,8 @@ IPV4_UDP = 28
 DEFAULT_MTU = 1500
 MIN_MTU = 576
 MAX_TABLE_FRAGMENTS = 4096
-"""About 5.6 MiB of table at the default MTU: a set of some 40,000 files."""
+"""The receiver also holds at most 4 MiB of a table (receiver.HELD_BYTES): some 40,000
+files."""
 MAX_PASSES = (1 << 32) - 1
 _ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}")
 

@@ -171,7 +171,7 @@ def test_datagrams_held_before_a_table_stay_within_the_session_budget(
     for number in range(MAX_SESSIONS):
         for _ in range(200):
             receiver.handle(wire.build(Kind.DATA, number, 0, 0, 0, jumbo))
-        for index in range(2000):
+        for index in range(3100):  # 4.3 MB of a table: over the budget
             receiver.handle(wire.build(Kind.TABLE, number, 0, index, 4096, jumbo[:1400]))
     for session in receiver.sessions.values():
         held = sum(len(d.payload) for d in session.waiting)
@@ -179,6 +179,22 @@ def test_datagrams_held_before_a_table_stay_within_the_session_budget(
         assert held == session.held <= HELD_BYTES and len(session.waiting) <= WAITING
     assert dropped(receiver.metrics, "waiting") > 0
     assert dropped(receiver.metrics, "table_fragment") > 0
+
+
+def test_a_table_takes_the_place_of_the_data_held_before_it(tmp_path: Path, trusted: Any) -> None:
+    spool = tmp_path / "spool"
+    receiver = Receiver(spool, trusted)
+    session, data = forged_table(200, [["x", 3 * 200 * SYMBOL, sha(201)]])
+    jumbo = bytes(wire.payload_room(65535))
+    for _ in range(100):  # a session's budget of DATA before its table, and more
+        receiver.handle(wire.build(Kind.DATA, session, 1, 0, 0, jumbo))
+    room = HELD_BYTES - receiver.sessions[session].held
+    receiver.handle(wire.build(Kind.DATA, session, 1, 0, 0, bytes(room - 10)))  # to the brim
+    assert receiver.sessions[session].held == HELD_BYTES - 10
+    for datagram in table_datagrams(session, data):
+        receiver.handle(datagram)
+    assert receiver.sessions[session].table is not None  # the table came in all the same
+    assert dropped(receiver.metrics, "waiting") == 100 - HELD_BYTES // len(jumbo) + 1
 
 
 def test_blocks_decoded_at_once_are_bounded_across_sessions(tmp_path: Path, trusted: Any) -> None:
