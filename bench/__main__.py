@@ -2,7 +2,8 @@
 
 NAME is a module bench_NAME.py: startup, download, export, store, transfer, delta (the
 comparisons, each with `run(setting) -> list[Row]`), or daemon_idle, fec, oneway,
-manyfiles, splice and serve_clients (their own measurements, run only when named).
+oneway_sessions, manyfiles, splice and serve_clients (their own measurements, run only when
+named).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from bench.common import Row, machine, print_table
 from bench.setting import setting
 
 COMPARISONS = ("startup", "download", "export", "store", "transfer", "delta")
-ON_THEIR_OWN = ("daemon_idle", "fec", "oneway", "manyfiles", "splice", "serve_clients")
+ON_THEIR_OWN = (
+    "daemon_idle",
+    "fec",
+    "oneway",
+    "oneway_sessions",
+    "manyfiles",
+    "splice",
+    "serve_clients",
+)
 
 
 def main(names: list[str]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import shlex
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -218,9 +219,11 @@ def transfer_receive(
     """Receive transfer sets from a one-way link into DIR; this end never sends a packet.
 
     A set that arrives whole and verifies lands in DIR/NAME; an incomplete one stays in
-    DIR/.oneway/ and the command to resend what it lacks is printed."""
+    DIR/.oneway/ and the command to resend what it lacks is printed. With --import and
+    without --once a set the import refuses is kept in DIR/refused/ with its reason, and
+    one the store cannot take now is imported when it is back."""
     from mirror.oneway.metrics import ReceiverMetrics
-    from mirror.oneway.receiver import open_socket, run
+    from mirror.oneway.receiver import open_socket
 
     cli: CliContext = ctx.obj
     host, port = _address(listen, "--listen")
@@ -232,26 +235,50 @@ def transfer_receive(
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     sock = open_socket(host, port, rcvbuf)
-    outcomes: list[Outcome] = []
     with sock, _progress(cli, "receiving") as (on_block,):
         receiver = _receiver(spool, trusted, metrics, on_block)
-
-        def ended(outcome: Outcome) -> None:
-            outcomes.append(outcome)
-            _report(cli, outcome, listen)
-            if outcome.landed is not None and do_import:
-                ctx.invoke(transfer_import, set_dir=outcome.landed, keys=keys)
-
-        run(
-            receiver,
-            sock,
-            once=once,
-            idle_timeout=idle_timeout,
-            on_outcome=ended,
-            should_stop=lambda: bool(stopping),
+        outcomes = _serve(
+            ctx, receiver, sock, listen, keys, once, do_import, idle_timeout, stopping
         )
     if once and outcomes:
         _fail_unless_landed(outcomes[-1], listen)
+
+
+def _serve(
+    ctx: click.Context,
+    receiver: Receiver,
+    sock: socket.socket,
+    listen: str,
+    keys: tuple[Path, ...],
+    once: bool,
+    do_import: bool,
+    idle_timeout: float | None,
+    stopping: list[int],
+) -> list[Outcome]:
+    """Each set's ending reported; with --import each landed set imported (as a service,
+    through the queue that keeps refused sets aside and retries the store's outages)."""
+    from mirror.oneway.imports import ImportQueue
+    from mirror.oneway.receiver import run
+
+    def do(set_dir: Path) -> None:
+        ctx.invoke(transfer_import, set_dir=set_dir, keys=keys)
+
+    queue = ImportQueue(receiver.spool, do, receiver.metrics) if do_import and not once else None
+
+    def ended(outcome: Outcome) -> None:
+        _report(ctx.obj, outcome, listen)
+        if outcome.landed is not None and do_import:
+            (do if queue is None else queue.landed)(outcome.landed)
+
+    return run(
+        receiver,
+        sock,
+        once=once,
+        idle_timeout=idle_timeout,
+        on_outcome=ended,
+        should_stop=lambda: bool(stopping),
+        on_tick=queue.retry if queue is not None else lambda: None,
+    )
 
 
 def _receiver(

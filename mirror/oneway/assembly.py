@@ -7,9 +7,10 @@ Layout under the receiver's spool directory DIR:
     DIR/.oneway/landed/SESSION       a set that was landed (its name): later passes ignored
 
 Promises:
-- Memory is bounded: at most `max_decoders` blocks are being decoded at once (the oldest
-  is dropped when another starts; its block comes again on the next pass); a decoded block
-  goes to disk at once and only its number stays in memory.
+- Memory is bounded: at most `max_decoders` blocks are being decoded at once, across every
+  session of a receiver (one `DecoderPool`; the oldest is dropped when another starts, and
+  its block comes again on the next pass), each at most MAX_BLOCK_BYTES (the table's
+  bound); a decoded block goes to disk at once and only its number stays in memory.
 - A block counts as done in state.json only after its bytes were written and synced
   (`save` syncs the files before it writes the state), so a receiver killed at any moment
   and started again keeps every block the state names and fetches the rest on a later pass.
@@ -59,20 +60,51 @@ def landed_marker(spool: Path, session: int) -> Path:
     return work_root(spool) / LANDED / f"{session:016x}"
 
 
+class DecoderPool:
+    """The blocks being decoded, at most `limit` of them whatever the number of sessions:
+    the oldest is dropped when another starts. Keys are (session, file, block)."""
+
+    def __init__(self, limit: int = MAX_DECODERS) -> None:
+        self.limit = limit
+        self.held: OrderedDict[tuple[int, int, int], BlockDecoder] = OrderedDict()
+
+    def get(self, key: tuple[int, int, int], length: int, symbol_size: int) -> BlockDecoder:
+        decoder = self.held.get(key)
+        if decoder is None:
+            while len(self.held) >= self.limit:
+                self.held.popitem(last=False)
+            decoder = self.held[key] = BlockDecoder(length, symbol_size)
+        return decoder
+
+    def forget(self, session: int) -> None:
+        for key in [key for key in self.held if key[0] == session]:
+            del self.held[key]
+
+
 class Assembly:
     """A session's files on disk and the blocks done (module docstring)."""
 
-    def __init__(self, spool: Path, table: Table, *, max_decoders: int = MAX_DECODERS) -> None:
+    def __init__(
+        self,
+        spool: Path,
+        table: Table,
+        *,
+        max_decoders: int = MAX_DECODERS,
+        pool: DecoderPool | None = None,
+    ) -> None:
         self.table = table
         self.dir = work_root(spool) / f"{table.session:016x}"
         self.set_dir = self.dir / "set"
-        self.max_decoders = max_decoders
         self.done: set[tuple[int, int]] = set()
-        self.decoders: OrderedDict[tuple[int, int], BlockDecoder] = OrderedDict()
+        self.decoders = pool or DecoderPool(max_decoders)
         self.repaired = 0
         self.dirty = False
         self._fds: dict[int, int] = {}
-        self._load()
+        try:
+            self._load()
+        except OSError:  # a table this spool cannot hold (a name too long here): nothing kept
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def _load(self) -> None:
         state = self.dir / STATE
@@ -105,16 +137,13 @@ class Assembly:
             return False
         if block >= self.table.block_count(file):
             return False
-        decoder = self.decoders.get(key)
-        if decoder is None:
-            if len(self.decoders) >= self.max_decoders:
-                self.decoders.popitem(last=False)
-            length = self.table.block_length(file, block)
-            decoder = self.decoders[key] = BlockDecoder(length, self.table.symbol_size)
+        held = (self.table.session, file, block)
+        length = self.table.block_length(file, block)
+        decoder = self.decoders.get(held, length, self.table.symbol_size)
         data = decoder.add(packet)
         if data is None:
             return False
-        del self.decoders[key]
+        del self.decoders.held[held]
         if decoder.repair_seen:
             self.repaired += 1
         os.pwrite(self._fd(file), data, block * self.table.block_bytes)
@@ -143,7 +172,7 @@ class Assembly:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        self.decoders.clear()
+        self.decoders.forget(self.table.session)
 
     def forget_file(self, file: int) -> None:
         """A file whose whole hash was wrong: every block of it again."""

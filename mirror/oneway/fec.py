@@ -15,6 +15,8 @@ the one-way link is missing here (mirror.features), before anything is read or b
 
 from __future__ import annotations
 
+import functools
+
 from mirror import features
 
 try:
@@ -35,6 +37,15 @@ def encode(data: bytes, symbol_size: int, repair: int) -> list[bytes]:
         data, symbol_size + PAYLOAD_ID
     ).get_encoded_packets(repair)
     return packets
+
+
+@functools.cache
+def packet_size(symbol_size: int) -> int:
+    """The length of every packet of a block of `symbol_size` symbols, as the encoder makes
+    it (it aligns the symbol to its own rule): a packet of any other length, or of another
+    source block than the first, is not one of ours and would stop the decoder (a Rust
+    panic, not an exception), so the receiver drops it before (`Table.data_error`)."""
+    return len(encode(b"\0", symbol_size, 0)[0])
 
 
 class BlockDecoder:

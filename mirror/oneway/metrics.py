@@ -1,18 +1,36 @@
 """The receiver's counters for Prometheus (its own registry, as the daemon's): datagrams
-taken and dropped as corrupt, blocks repaired by FEC, sets complete and incomplete.
-`serve` exposes them on `--metrics HOST:PORT`."""
+taken, dropped as corrupt (damaged in transit) and dropped by reason (whole, but a field out
+of its bounds: `DROP_REASONS`), sessions evicted, blocks repaired by FEC, sets complete,
+incomplete and refused, and what `--import` did with each landed set. `serve` exposes them
+on `--metrics HOST:PORT`.
+
+Promises: a drop is counted every time and said in the log at most once a minute per reason
+(`LOG_EVERY`, with the number left unsaid since), so a flood of forged datagrams cannot fill
+the journal."""
 
 from __future__ import annotations
 
 import errno
+import logging
+import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from mirror.errors import ConfigError, TemporaryFailure
 
+log = logging.getLogger("mirror.oneway.receiver")
+LOG_EVERY = 60.0
+DROP_REASONS = ("table_fragment", "table", "data", "waiting", "status")
+"""table_fragment: impossible fragment numbers; table: a table that does not decode, breaks a
+bound, is another session's or cannot be held by the spool; data: a DATA datagram its table
+has no place for; waiting: DATA before its table beyond the session's budget; status: a
+HEARTBEAT or END whose body is not one."""
+IMPORT_OUTCOMES = ("imported", "refused", "deferred")
+
 
 class ReceiverMetrics:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.datagrams = Counter(
             "mirror_oneway_datagrams", "Datagrams received", ["kind"], registry=self.registry
@@ -20,6 +38,17 @@ class ReceiverMetrics:
         self.corrupt = Counter(
             "mirror_oneway_corrupt_datagrams",
             "Datagrams dropped: damaged, truncated or not ours",
+            registry=self.registry,
+        )
+        self.dropped = Counter(
+            "mirror_oneway_dropped_datagrams",
+            "Whole datagrams dropped: a field out of its bounds, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.evicted = Counter(
+            "mirror_oneway_evicted_sessions",
+            "Sessions put out of memory for a newer one (their blocks on disk are kept)",
             registry=self.registry,
         )
         self.blocks = Counter(
@@ -33,10 +62,43 @@ class ReceiverMetrics:
         self.sets = Counter(
             "mirror_oneway_sets", "Sets ended, by outcome", ["outcome"], registry=self.registry
         )
+        self.imports = Counter(
+            "mirror_oneway_imports",
+            "Landed sets --import took: imported, refused (kept aside), deferred (retried)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.by_kind = {k: self.datagrams.labels(k) for k in ("data", "table", "heartbeat", "end")}
         """The per-kind children, looked up once: `labels()` per datagram costs."""
+        self._by_reason = {reason: self.dropped.labels(reason) for reason in DROP_REASONS}
         for outcome in ("complete", "incomplete", "refused"):
             self.sets.labels(outcome)
+        for outcome in IMPORT_OUTCOMES:
+            self.imports.labels(outcome)
+        self._clock = clock
+        self._said: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+
+    def drop(self, reason: str, detail: str) -> None:
+        """Count one datagram dropped for `reason` (one of DROP_REASONS); said in the log
+        unless this reason was said less than LOG_EVERY seconds ago."""
+        self._by_reason[reason].inc()
+        self._say(reason, f"dropped a datagram ({reason}): {detail}")
+
+    def evict(self, session: int) -> None:
+        """Count one session put out of memory for a newer one; said as a drop is."""
+        self.evicted.inc()
+        self._say("evicted", f"session {session:016x} put out of memory for a newer one")
+
+    def _say(self, reason: str, line: str) -> None:
+        now = self._clock()
+        said = self._said.get(reason)
+        if said is not None and now - said < LOG_EVERY:
+            self._unsaid[reason] = self._unsaid.get(reason, 0) + 1
+            return
+        self._said[reason] = now
+        unsaid = self._unsaid.pop(reason, 0)
+        log.warning("%s%s", line, f" ({unsaid} more since the last line)" if unsaid else "")
 
     def serve(self, host: str, port: int) -> None:
         """Counters on http://HOST:PORT/; a port taken (exit 75) or an address that is not

@@ -12,20 +12,28 @@ Promises:
   bytes, and `resend_command` is what to run on the connected side.
 - Heartbeats tell "the sender is quiet" (its last END) from "the link is down" (no
   datagram, no END): `Outcome.reason` says which.
+- Datagrams are not authenticated (the set's signature is), so no datagram can stop the
+  receiver: every field is checked against its bound before it is used (mirror.oneway.wire,
+  table), and what fails is dropped and counted by reason (`ReceiverMetrics.drop`).
+- Memory is bounded whatever arrives: at most MAX_SESSIONS sessions are held (the one
+  heard from least recently is put out of memory for a new one; its blocks on disk are
+  kept and it resumes when heard again); each holds at most WAITING datagrams and
+  HELD_BYTES bytes of table fragments and DATA that came before its table (a table's
+  fragments take the place of the oldest such DATA, so a table always fits); at most
+  MAX_DECODERS blocks are decoded at once across all of them (assembly.DecoderPool).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
-import re
 import select
 import shlex
 import shutil
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,20 +42,32 @@ from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFai
 from mirror.fsutil import disk_full, fsync_dir, is_disk_full
 from mirror.integrity import hash_file
 from mirror.oneway import fec
-from mirror.oneway.assembly import MAX_DECODERS, Assembly, Missing, landed_marker, ranges, work_root
+from mirror.oneway.assembly import (
+    MAX_DECODERS,
+    Assembly,
+    DecoderPool,
+    Missing,
+    landed_marker,
+    ranges,
+    work_root,
+)
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
-from mirror.oneway.wire import Datagram, Kind, parse, resolve
+from mirror.oneway.wire import Datagram, Kind, Status, parse, parse_status, resolve, table_error
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.reader import verify_set
 
 log = logging.getLogger(__name__)
 SAVE_EVERY = 1.0
 RECV_SIZE = 65536
-WAITING = 8192
+WAITING = 2048
+"""DATA datagrams held before the table: the sender repeats its table every 1024."""
+HELD_BYTES = 4 * 1024 * 1024
+"""Bytes of table fragments and early DATA held per session."""
+MAX_SESSIONS = 16
 WAIT = 0.2
-_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}")
-"""What a sender's `to` may be: a datagram is not authenticated, so nothing else is printed."""
+_UNHOLDABLE = {errno.EFBIG, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTDIR, errno.EISDIR}
+"""A table the spool's file system cannot make (its limits, not a fault of the spool)."""
 _KIND_NAMES = {kind: kind.name.lower() for kind in Kind}
 
 
@@ -106,6 +126,9 @@ class Outcome:
 class _Session:
     def __init__(self) -> None:
         self.fragments: dict[int, bytes] = {}
+        self.fragment_count = 0
+        self.fragment_bytes = 0
+        self.waiting_bytes = 0
         self.table: Table | None = None
         self.assembly: Assembly | None = None
         self.ended = False
@@ -115,7 +138,25 @@ class _Session:
         """(pass, passes) of the sender's last HEARTBEAT or END: where it was when last heard."""
         self.waiting: list[Datagram] = []
         """DATA that came before the table (a receiver started mid-pass, a table lost):
-        kept, up to WAITING datagrams, and placed once the table is known."""
+        kept, up to WAITING datagrams and HELD_BYTES, and placed once the table is known."""
+
+    @property
+    def held(self) -> int:
+        """Bytes of fragments and waiting DATA held (at most HELD_BYTES)."""
+        return self.fragment_bytes + self.waiting_bytes
+
+    def forget_fragments(self) -> None:
+        self.fragments.clear()
+        self.fragment_bytes = 0
+
+    def make_room(self, size: int) -> int:
+        """Drop the oldest DATA waiting until `size` more bytes of table fit: the table is
+        what lets every datagram be placed. The number dropped."""
+        dropped = 0
+        while self.waiting and self.held + size > HELD_BYTES:
+            self.waiting_bytes -= len(self.waiting.pop(0).payload)
+            dropped += 1
+        return dropped
 
 
 class Receiver:
@@ -127,15 +168,18 @@ class Receiver:
         trusted: Mapping[str, PublicKey],
         *,
         max_decoders: int = MAX_DECODERS,
+        max_sessions: int = MAX_SESSIONS,
         metrics: ReceiverMetrics | None = None,
         on_block: Callable[[int], None] | None = None,
     ) -> None:
         self.spool = spool
         self.trusted = trusted
-        self.max_decoders = max_decoders
+        self.decoders = DecoderPool(max_decoders)
+        self.max_sessions = max_sessions
         self.metrics = metrics or ReceiverMetrics()
         self.on_block = on_block
-        self.sessions: dict[int, _Session] = {}
+        self.sessions: OrderedDict[int, _Session] = OrderedDict()
+        """Least recently heard first."""
         self.landed: set[int] = set()
         self.last_seen = time.monotonic()
         work_root(spool).mkdir(parents=True, exist_ok=True)
@@ -148,29 +192,49 @@ class Receiver:
             return None
         self.last_seen = time.monotonic()
         self.metrics.by_kind[_KIND_NAMES[datagram.kind]].inc()
-        session = self.sessions.get(datagram.session)
+        session = self._session(datagram.session)
         if session is None:
-            if (
-                datagram.session in self.landed
-                or landed_marker(self.spool, datagram.session).exists()
-            ):
-                self.landed.add(datagram.session)
-                return None
-            session = self.sessions[datagram.session] = _Session()
+            return None
         if datagram.kind is Kind.DATA:
             return self._data(session, datagram)
         if datagram.kind is Kind.TABLE:
             return self._table(session, datagram)
         if datagram.kind is Kind.END:
             return self._end(session, datagram)
-        _heard(session, datagram)
+        self._heard(session, datagram)
         return None
+
+    def _session(self, number: int) -> _Session | None:
+        """The session `number` (None: landed already), made when new, the least recently
+        heard put out of memory when MAX_SESSIONS are held."""
+        session = self.sessions.get(number)
+        if session is not None:
+            self.sessions.move_to_end(number)
+            return session
+        if number in self.landed or landed_marker(self.spool, number).exists():
+            self.landed.add(number)
+            return None
+        while len(self.sessions) >= self.max_sessions:
+            oldest, evicted = self.sessions.popitem(last=False)
+            if evicted.assembly is not None:
+                evicted.assembly.close()
+            self.metrics.evict(oldest)
+        session = self.sessions[number] = _Session()
+        return session
 
     def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
         assembly = session.assembly
         if assembly is None:
-            if len(session.waiting) < WAITING:
-                session.waiting.append(datagram)
+            size = len(datagram.payload)
+            if len(session.waiting) >= WAITING or session.held + size > HELD_BYTES:
+                self.metrics.drop("waiting", "DATA before its table, over the session's budget")
+                return None
+            session.waiting.append(datagram)
+            session.waiting_bytes += size
+            return None
+        error = assembly.table.data_error(datagram.file, datagram.block, datagram.payload)
+        if error is not None:
+            self.metrics.drop("data", error)
             return None
         session.ended = False
         repaired = assembly.repaired
@@ -186,40 +250,74 @@ class Receiver:
     def _table(self, session: _Session, datagram: Datagram) -> Outcome | None:
         if session.table is not None:
             return None
-        session.fragments[datagram.block] = datagram.payload
-        if len(session.fragments) < datagram.symbol:
+        error = table_error(datagram)
+        if error is None and datagram.symbol != session.fragment_count:  # another table
+            session.forget_fragments()
+            session.fragment_count = datagram.symbol
+        size = len(datagram.payload)
+        new = datagram.block not in session.fragments
+        if error is None and new and session.fragment_bytes + size > HELD_BYTES:
+            error = f"a table of more than {HELD_BYTES} bytes"
+        if error is not None:
+            self.metrics.drop("table_fragment", error)
             return None
-        data = b"".join(session.fragments[i] for i in range(datagram.symbol))
-        try:
-            table = Table.decode(data)
-        except IntegrityError as exc:
-            log.warning("dropping a file table: %s", exc)
-            session.fragments.clear()
+        if new:
+            for _ in range(session.make_room(size)):
+                self.metrics.drop("waiting", "DATA before its table, making room for the table")
+            session.fragments[datagram.block] = datagram.payload
+            session.fragment_bytes += size
+        if len(session.fragments) < session.fragment_count:
             return None
-        if table.session != datagram.session:
-            session.fragments.clear()
+        data = b"".join(session.fragments[i] for i in range(session.fragment_count))
+        session.forget_fragments()
+        assembly = self._assembly(data, datagram.session)
+        if assembly is None:
             return None
-        session.table = table
-        session.assembly = Assembly(self.spool, table, max_decoders=self.max_decoders)
-        if session.assembly.complete:
+        session.table, session.assembly = assembly.table, assembly
+        if assembly.complete:
             return self._finish(session)
         waiting, session.waiting = session.waiting, []
+        session.waiting_bytes = 0
         for early in waiting:
             outcome = self._data(session, early)
             if outcome is not None:
                 return outcome
         return None
 
-    def _end(self, session: _Session, datagram: Datagram) -> Outcome | None:
+    def _assembly(self, data: bytes, session: int) -> Assembly | None:
+        """The session's assembly from its table's bytes; None (dropped, counted) for a
+        table that breaks a bound, is another session's or the spool cannot hold."""
         try:
-            body = json.loads(datagram.payload)
-        except ValueError:
+            table = Table.decode(data)
+            if table.session != session:
+                raise IntegrityError(f"the table of session {table.session:016x}")
+            return Assembly(self.spool, table, pool=self.decoders)
+        except IntegrityError as exc:
+            self.metrics.drop("table", str(exc))
+        except OSError as exc:
+            if exc.errno not in _UNHOLDABLE:
+                raise
+            self.metrics.drop("table", f"the spool cannot hold it: {exc.strerror}")
+        return None
+
+    def _end(self, session: _Session, datagram: Datagram) -> Outcome | None:
+        status = self._heard(session, datagram)
+        if status is None or status.number != status.passes:
             return None
-        _heard(session, datagram)
-        if body.get("pass") != body.get("passes") or session.assembly is None or session.ended:
+        if session.assembly is None or session.ended:
             return None
         session.ended = True
         return self._incomplete(session, "the sender's last pass is over")
+
+    def _heard(self, session: _Session, datagram: Datagram) -> Status | None:
+        status = parse_status(datagram.payload)
+        if status is None:
+            self.metrics.drop("status", f"a {datagram.kind.name} whose body is not one")
+            return None
+        session.heard = (status.number, status.passes)
+        session.sent_to = status.to or session.sent_to
+        session.sent_from = status.set_dir or session.sent_from
+        return status
 
     def idle(self, idle_timeout: float) -> list[Outcome]:
         """Sessions to report when nothing arrived for `idle_timeout` seconds."""
@@ -309,24 +407,6 @@ class Receiver:
         return target
 
 
-def _heard(session: _Session, datagram: Datagram) -> None:
-    try:
-        body = json.loads(datagram.payload)
-        session.heard = (int(body["pass"]), int(body["passes"]))
-    except (ValueError, KeyError, TypeError):
-        return
-    to, where = body.get("to"), body.get("set")
-    if isinstance(to, str) and _ADDRESS.fullmatch(to):
-        session.sent_to = to
-    if (
-        isinstance(where, str)
-        and where.startswith("/")
-        and where.isprintable()
-        and len(where) < 4096
-    ):
-        session.sent_from = where
-
-
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
     """The receiver's socket: bound, never connected, never written to. The receiver's first
     step: on a host without the erasure code it stops here, before binding (fec.require)."""
@@ -377,10 +457,12 @@ def run(
     idle_timeout: float | None,
     on_outcome: Callable[[Outcome], None],
     should_stop: Callable[[], bool] = lambda: False,
+    on_tick: Callable[[], None] = lambda: None,
 ) -> list[Outcome]:
-    """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`."""
+    """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`,
+    and `on_tick` about once a second (what a service does between sets)."""
     try:
-        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop)
+        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop, on_tick)
     except OSError as exc:
         raise spool_error(receiver.spool, exc) from None
 
@@ -402,6 +484,7 @@ def _run(
     idle_timeout: float | None,
     on_outcome: Callable[[Outcome], None],
     should_stop: Callable[[], bool],
+    on_tick: Callable[[], None],
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     buffer = bytearray(RECV_SIZE)
@@ -422,6 +505,7 @@ def _run(
                 ended += receiver.idle(idle_timeout)
             if time.monotonic() >= next_save:
                 receiver.save()
+                on_tick()
                 next_save = time.monotonic() + SAVE_EVERY
             for outcome in ended:
                 on_outcome(outcome)

@@ -8,6 +8,16 @@ another run) lands in the same session, so a receiver keeps what it already has.
 Promises: `names` are relative POSIX paths inside the set with no `..`, no absolute part
 and no empty component (`safe_name`), checked on both ends before a byte is written.
 A file of size 0 has no blocks and is complete as soon as the table is known.
+
+A table comes in datagrams nobody signed, so `Table.decode` holds every field to the bounds
+below before anything is made from it (`check`, which the sender runs too, so it never
+sends a table the receiver would drop): the session is the manifest's (its first file, whose
+sha256 starts with the session id); the set's name is one component not starting with a dot
+(it becomes DIR/NAME); names are unique, printable UTF-8, at most MAX_NAME bytes, and no
+name is a folder of another (`a` and `a/b`); sizes are 0 to MAX_FILE_SIZE; the symbol size
+is what one IPv4 datagram can carry (MIN_SYMBOL_SIZE to MAX_SYMBOL_SIZE); a block is at most
+MAX_BLOCK_SYMBOLS symbols and MAX_BLOCK_BYTES bytes (the receiver's memory per block being
+decoded); the redundancy 0 to 4.
 """
 
 from __future__ import annotations
@@ -15,18 +25,34 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any, cast
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.integrity import hash_bytes, hash_file
 from mirror.oneway import fec
+from mirror.oneway.wire import MIN_MTU, payload_room
 from mirror.transferset.format import MANIFEST, RECEIPT, RECEIPT_SIGNATURE, RECEIPT_TEMP
 
 DEFAULT_BLOCK_SYMBOLS = 1000
 DEFAULT_REDUNDANCY = 0.09
 MIN_REPAIR = 2
+MIN_SYMBOL_SIZE = payload_room(MIN_MTU) - fec.PAYLOAD_ID
+MAX_SYMBOL_SIZE = payload_room(65535) - fec.PAYLOAD_ID
+"""What the largest IPv4 datagram carries."""
+MAX_BLOCK_SYMBOLS = 10_000
+MAX_BLOCK_BYTES = 16 * 1024 * 1024
+MAX_FILES = 100_000
+MAX_BLOCKS = 1 << 20
+"""Blocks in a set: 1.4 TiB at the default MTU, 16 TiB at the largest blocks."""
+MAX_FILE_SIZE = 1 << 44
+"""16 TiB: ext4's largest file; a larger size is a forgery the spool could not hold."""
+MAX_NAME = 1024
+MAX_COMPONENT = 255
+MAX_REDUNDANCY = 4.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +92,19 @@ class Table:
         symbols = math.ceil(length / self.symbol_size)
         return max(MIN_REPAIR, math.ceil(symbols * self.redundancy))
 
+    def data_error(self, file: int, block: int, packet: bytes) -> str | None:
+        """Why a DATA datagram cannot be of this table (None: it can): a file or block it
+        does not have, or a packet of another length or source block than its encoder's."""
+        if file >= len(self.files):
+            return f"file {file} of a table of {len(self.files)}"
+        if block >= self.block_count(file):
+            return f"block {block} of a file of {self.block_count(file)}"
+        if len(packet) != fec.packet_size(self.symbol_size):
+            return f"a packet of {len(packet)} bytes, not {fec.packet_size(self.symbol_size)}"
+        if packet[0] != 0:
+            return f"a packet of source block {packet[0]}, not 0"
+        return None
+
     def blocks(self) -> Iterable[tuple[int, int]]:
         for index in range(len(self.files)):
             for block in range(self.block_count(index)):
@@ -86,26 +125,89 @@ class Table:
 
     @classmethod
     def decode(cls, data: bytes) -> Table:
-        """A table from the wire; IntegrityError for anything malformed or unsafe."""
+        """A table from the wire; IntegrityError for anything malformed, unsafe or out of
+        bounds (module docstring): nothing is taken on trust."""
         try:
             raw = json.loads(data)
-            files = tuple(FileEntry(str(n), int(s), str(h)) for n, s, h in raw["files"])
+            files = tuple(
+                FileEntry(_text(n), _number(s, 0, MAX_FILE_SIZE), _text(h))
+                for n, s, h in cast(list[Any], _field(raw, "files", list))
+            )
+            session = _text(_field(raw, "session", str))
             table = cls(
-                int(raw["session"], 16),
-                str(raw["name"]),
-                int(raw["symbol_size"]),
-                int(raw["block_symbols"]),
-                float(raw["redundancy"]),
+                int(session, 16) if _HEX16.fullmatch(session) else -1,
+                _text(_field(raw, "name", str)),
+                _number(_field(raw, "symbol_size", int), MIN_SYMBOL_SIZE, MAX_SYMBOL_SIZE),
+                _number(_field(raw, "block_symbols", int), 1, MAX_BLOCK_SYMBOLS),
+                _share(_field(raw, "redundancy", (int, float))),
                 files,
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise IntegrityError(f"malformed file table: {exc}") from None
-        safe_name(table.name)
-        for entry in files:
-            safe_name(entry.name)
-        if table.symbol_size <= 0 or table.block_symbols <= 0:
-            raise IntegrityError("malformed file table: empty blocks")
-        return table
+        return table.check()
+
+    def check(self) -> Table:
+        """This table when it keeps every bound (module docstring); IntegrityError naming
+        the first it breaks."""
+        if not 0 <= self.session < 1 << 64:
+            raise IntegrityError("malformed file table: the session is not 16 hex digits")
+        name = safe_name(self.name)
+        if "/" in name or name.startswith("."):
+            raise IntegrityError(f"the set name {name!r} is not one folder name")
+        if self.block_bytes > MAX_BLOCK_BYTES:
+            raise IntegrityError(f"a block of {self.block_bytes} bytes is over {MAX_BLOCK_BYTES}")
+        if not 0 < len(self.files) <= MAX_FILES:
+            raise IntegrityError(f"a file table of {len(self.files)} files (1 to {MAX_FILES})")
+        blocks = sum(-(-f.size // self.block_bytes) for f in self.files)
+        if blocks > MAX_BLOCKS:
+            raise IntegrityError(f"a set of {blocks} blocks is over {MAX_BLOCKS}")
+        first = self.files[0]
+        if first.name != MANIFEST or not first.sha256.startswith(f"{self.session:016x}"):
+            raise IntegrityError(f"the file table's first file is not the session's {MANIFEST}")
+        seen: set[str] = set()
+        for entry in self.files:
+            if not _SHA256.fullmatch(entry.sha256) or not 0 <= entry.size <= MAX_FILE_SIZE:
+                raise IntegrityError(f"malformed file table: {entry.name!r}'s size or sha256")
+            if safe_name(entry.name) in seen:
+                raise IntegrityError(f"{entry.name!r} twice in a file table")
+            seen.add(entry.name)
+        folders = {str(p) for n in seen for p in PurePosixPath(n).parents}
+        clash = sorted(seen & folders)
+        if clash:
+            raise IntegrityError(f"{clash[0]!r} is both a file and a folder in a file table")
+        return self
+
+
+def _field(raw: object, key: str, kind: type | tuple[type, ...]) -> object:
+    if not isinstance(raw, dict):
+        raise TypeError("not an object")
+    value = raw[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"{key} is {type(value).__name__}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r:.40} is not a string")
+    return value
+
+
+def _number(value: object, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{value!r:.40} is not a whole number from {low} to {high}")
+    return value
+
+
+def _share(value: object) -> float:
+    share = float(value)  # type: ignore[arg-type]  # an int or a float (_field)
+    if not 0 <= share <= MAX_REDUNDANCY:  # NaN fails this too
+        raise ValueError(f"a redundancy of {share} (0 to {MAX_REDUNDANCY})")
+    return share
+
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def safe_name(name: str) -> str:
@@ -116,10 +218,21 @@ def safe_name(name: str) -> str:
         or path.is_absolute()
         or any(part in ("", ".", "..") for part in name.split("/"))
         or "\\" in name
-        or "\x00" in name
+        or not name.isprintable()
+        or not _encodable(name)
+        or len(name.encode("utf-8", "replace")) > MAX_NAME
+        or any(len(part.encode("utf-8", "replace")) > MAX_COMPONENT for part in name.split("/"))
     ):
         raise IntegrityError(f"unsafe file name {name!r} in a file table")
     return name
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: JSON allows it, no file system does
+        return False
+    return True
 
 
 def session_of(set_dir: Path) -> int:
@@ -171,9 +284,9 @@ def read_table(
         entries.append(FileEntry(safe_name(name), digest.size, digest.sha256))
     return Table(
         session_of(set_dir),
-        safe_name(set_dir.resolve().name),
+        set_dir.resolve().name,
         symbol_size,
-        block_symbols,
+        min(block_symbols, MAX_BLOCK_BYTES // symbol_size),  # a large MTU: fewer per block
         redundancy,
         tuple(entries),
-    )
+    ).check()

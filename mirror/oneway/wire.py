@@ -13,17 +13,25 @@ Every datagram is `HEADER | payload | crc32`, big-endian:
 
 Promises: `parse` returns None for anything that is not a whole, undamaged datagram of
 this version (wrong magic, version, kind, length or CRC): a corrupt datagram is dropped,
-never used. The CRC only guards against damage in transit; integrity is the set's own
-signature and hashes, checked by `transfer verify` once the set is assembled.
+never used. A whole datagram is still unauthenticated (anyone on the link can make one
+with a right CRC), so every field is held to a bound before it is used: `table_error` for
+a TABLE's fragment numbers (1 to MAX_TABLE_FRAGMENTS fragments), `parse_status` for the
+JSON of a HEARTBEAT or END (an object whose pass and passes are 1 <= pass <= passes <
+2**32; `to` and `set` kept only when they look like an address and an absolute path),
+`Table.decode` and `Table.data_error` (mirror.oneway.table) for the rest. The CRC only
+guards against damage in transit; integrity is the set's own signature and hashes, checked
+by `transfer verify` once the set is assembled.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import struct
 import zlib
 from enum import IntEnum
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from mirror.errors import ConfigError, TemporaryFailure
 
@@ -35,6 +43,11 @@ OVERHEAD = HEADER.size + CRC.size
 IPV4_UDP = 28
 DEFAULT_MTU = 1500
 MIN_MTU = 576
+MAX_TABLE_FRAGMENTS = 4096
+"""The receiver also holds at most 4 MiB of a table (receiver.HELD_BYTES): some 40,000
+files."""
+MAX_PASSES = (1 << 32) - 1
+_ADDRESS = re.compile(r"[A-Za-z0-9._:\[\]-]{1,255}:[0-9]{1,5}")
 
 
 class Kind(IntEnum):
@@ -80,6 +93,55 @@ def parse(data: bytes | memoryview) -> Datagram | None:
         return None
     payload = bytes(view[HEADER.size : -CRC.size])
     return Datagram(_KIND_OF[kind], session, file, block, symbol, payload)
+
+
+def table_error(datagram: Datagram) -> str | None:
+    """Why a TABLE datagram's fragment numbers are impossible (None: they are not)."""
+    count, index = datagram.symbol, datagram.block
+    if not 1 <= count <= MAX_TABLE_FRAGMENTS:
+        return f"a table of {count} fragments (1 to {MAX_TABLE_FRAGMENTS})"
+    if index >= count:
+        return f"fragment {index} of {count}"
+    return None
+
+
+class Status(NamedTuple):
+    """A HEARTBEAT's or END's body: the sender's pass, and (when given and well formed) its
+    `--to` and the set's absolute directory, which a resend command names."""
+
+    number: int
+    passes: int
+    to: str | None
+    set_dir: str | None
+
+
+def parse_status(payload: bytes) -> Status | None:
+    """The body of a HEARTBEAT or END, or None when it is not one (module docstring)."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    number, passes = body.get("pass"), body.get("passes")
+    if not (_whole(number) and _whole(passes) and 1 <= number <= passes <= MAX_PASSES):
+        return None
+    to, where = body.get("to"), body.get("set")
+    return Status(
+        number,
+        passes,
+        to if isinstance(to, str) and _ADDRESS.fullmatch(to) else None,
+        where
+        if isinstance(where, str)
+        and where.startswith("/")
+        and where.isprintable()
+        and len(where) < 4096
+        else None,
+    )
+
+
+def _whole(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 _KINDS = frozenset(int(k) for k in Kind)
