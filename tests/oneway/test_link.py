@@ -107,7 +107,10 @@ def test_at_30_percent_loss_the_set_is_named_incomplete_and_the_printed_command_
     assert send(link, sender_config, packed_set, "--rate", RATE).returncode == 0
     code, out, err = finish(receiver)
     assert code == 75, (out, err)
-    assert "incomplete set-1: the sender's last pass is over" in out
+    # its three ENDs are all lost 2.7% of the time at 30% loss: then the idle timeout ends it
+    assert "incomplete set-1: the sender's last pass is over" in out or (
+        "incomplete set-1: nothing arrived for 30s" in out
+    ), out
     assert "missing" in out and "blobs/" in out
     (line,) = [x for x in err.splitlines() if x.startswith("mirror: error: ")]
     assert "set set-1 is incomplete" in line
