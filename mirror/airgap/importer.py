@@ -259,6 +259,8 @@ def _admit(
             "it is not published"
         )
     carried = verify_provenance_files(set_dir, verified.manifest, trusted)
+    carried = provenance.to_publish(store, verified.manifest, carried, trusted)
+    check_versions_there(store, verified.manifest)
     gap = [] if replayed else never_seen(state, verified.manifest.sequence)
     return Admitted(verified, replayed, notes, bases, carried, gap)
 
@@ -311,6 +313,22 @@ def _publish_all(
             extra={"domain": item.domain, "version": item.version, "status": published.status},
         )
     return items, entries
+
+
+def check_versions_there(store: ObjectStore, manifest: Manifest) -> None:
+    """Refuse (exit 5), before anything is uploaded, an item whose version the bucket holds
+    as another site (its manifest names another tree): publishing its bundle would leave an
+    object no index names."""
+    for item in manifest.items:
+        stored = layout.read_version_manifest(store, item.domain, item.version)
+        if stored is not None and stored.tree_sha256 != item.tree_sha256:
+            key = layout.version_manifest_key(store, item.domain, item.version)
+            raise IntegrityError(
+                f"{store.bucket}/{key} describes tree {stored.tree_sha256[:12]}, and set "
+                f"{manifest.sequence} carries {item.label} as tree {item.tree_sha256[:12]}; "
+                "refused, nothing was published",
+                hint="objects are never overwritten: find out which is right before removing one",
+            )
 
 
 def stage_bundles(

@@ -7,10 +7,15 @@ could not always sign: the tree is what covers every object a version may have.
 
 Promises: `publish` writes each carried statement (already verified by `verify_set`) once,
 at `layout.provenance_key`, before the version's manifest, so a version whose manifest is
-there has its provenance there too; an object already there with other bytes is refused
-(IntegrityError, objects are never overwritten). `check_in_bucket` reads a version's
-statement and verifies it against the trusted keys and the domain, version and tree the
-version's manifest names (`chart history` and `chart check --provenance`); `check_object`
+there has its provenance there too. What is already at that key is judged by `to_publish`
+before the import uploads anything: the same bytes, or a statement that verifies with a
+trusted key and names the same subject, domain, version and tree (the version signed again,
+by another trusted key after a rotation), is "already there" and kept; anything else refuses
+the set with the bucket unchanged (IntegrityError, objects are never overwritten).
+`check_in_bucket` reads a version's statement and verifies it against the trusted keys, and
+all it says (`transferset.provenance.check_about`: subject, domain, version, tree) against
+the version its manifest describes (`chart history`, `chart check --provenance`, `mirror
+serve`); `check_object`
 proves the version's object is what the statement is about: its subject when the manifest
 names those bytes (`chart check` compares the object it fetches with the manifest), else the
 object read back, whose tree must be the signed one and whose bytes the manifest's. Either
@@ -31,9 +36,14 @@ from mirror.airgap.publish import read_back
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes, require_digest
-from mirror.transferset.format import Manifest
+from mirror.transferset.format import Manifest, ManifestItem
 from mirror.transferset.keys import PublicKey
-from mirror.transferset.provenance import MAX_ENVELOPE, Provenance, verify_provenance
+from mirror.transferset.provenance import (
+    MAX_ENVELOPE,
+    Provenance,
+    check_about,
+    verify_provenance,
+)
 
 SHA256_IDENTITY = "provenance-sha256"
 
@@ -50,7 +60,8 @@ class StatementStore(layout.Bucket, Protocol):
 def publish(
     store: ObjectStore, manifest: Manifest, carried: Mapping[tuple[str, str], bytes]
 ) -> int:
-    """Write the carried statements of `manifest`'s items; returns how many were new."""
+    """Write the carried statements of `manifest`'s items (those `to_publish` left); returns
+    how many were new."""
     created = 0
     for item in manifest.items:
         envelope = carried.get((item.domain, item.version))
@@ -64,6 +75,54 @@ def publish(
     return created
 
 
+def to_publish(
+    store: StatementStore,
+    manifest: Manifest,
+    carried: Mapping[tuple[str, str], bytes],
+    trusted: Mapping[str, PublicKey],
+) -> dict[tuple[str, str], bytes]:
+    """The carried statements still to write, decided before the import uploads anything, so
+    a conflict refuses the set with the bucket unchanged (no bundle left behind that no index
+    names). A statement already at the version's key with other bytes is "already there"
+    (kept, not written again) when it verifies with a trusted key and names the same subject,
+    domain, version and tree as the one carried: the same version signed again, after a
+    transfer key rotation say. Anything else there is refused (IntegrityError, exit 5)."""
+    left: dict[tuple[str, str], bytes] = {}
+    for item in manifest.items:
+        envelope = carried.get((item.domain, item.version))
+        key = layout.provenance_key(store, item.domain, item.version)
+        if envelope is None:
+            continue
+        if store.head(key) is None:
+            left[item.domain, item.version] = envelope
+            continue
+        held = b"".join(_read(store, key))
+        if held != envelope:
+            _require_same_statement(store, key, held, item, trusted)
+    return left
+
+
+def _require_same_statement(
+    store: StatementStore,
+    key: str,
+    held: bytes,
+    item: ManifestItem,
+    trusted: Mapping[str, PublicKey],
+) -> None:
+    """The statement `held` at `key` says what the one carried for `item` says (`to_publish`)."""
+    assert item.provenance is not None
+    where = f"{store.bucket}/{key}"
+    try:
+        proven = verify_provenance(held, trusted, sha256=item.provenance.subject_sha256, what=where)
+        check_about(proven, item.domain, item.version, item.tree_sha256, what=where)
+    except IntegrityError as exc:
+        raise IntegrityError(
+            f"{exc.message}; it is not the statement this set carries for {item.label}: "
+            "refused, nothing was published",
+            hint=f"find out who wrote {where}; objects are never overwritten",
+        ) from None
+
+
 def check_in_bucket(
     store: StatementStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
 ) -> Provenance:
@@ -73,11 +132,7 @@ def check_in_bucket(
     key = layout.provenance_key(store, domain, version)
     where = f"{store.bucket}/{key}"
     proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
-    said = proven.predicate
-    if (said.get("domain"), said.get("version")) != (domain, version):
-        raise IntegrityError(f"{where}: the statement is about another version than {version}")
-    if said.get("tree_sha256") != described.tree_sha256:
-        raise IntegrityError(f"{where}: the statement is about another site tree")
+    check_about(proven, domain, version, described.tree_sha256, what=where)
     return proven
 
 

@@ -367,10 +367,11 @@ CONTRACTS: dict[str, Contract] = {
         ),
     ),
     "store accept": Contract(
-        "A bundle the completeness check refused, stored as a version with the reason.",
+        "A bundle the completeness check refused, stored as a version with the reason (the "
+        "newest version, `new` false, when it holds the same site).",
         "mirror store accept docs.example.com refused-2026-11-24 --reason 'counts redirects'",
         _READ,
-        obj({"domain": STR, "refused": STR, "version": STR, "reason": STR}),
+        obj({"domain": STR, "refused": STR, "version": STR, "new": BOOL, "reason": STR}),
     ),
     "store verify": Contract(
         "Every blob re-hashed against the index.",

@@ -45,10 +45,22 @@ def store_accept(cli: CliContext, domain: str, version: str, reason: str) -> Non
     from mirror.export import sitecheck
     from mirror.timestamps import utcnow
 
-    label, check = sitecheck.accept(cli.app, domain, version, reason, utcnow())
+    accepted = sitecheck.accept(cli.app, domain, version, reason, utcnow())
+    label, why = accepted.version, accepted.check.reason
+    line = f"{domain} {version} accepted as version {label}: {why}"
+    if not accepted.new:
+        line = (
+            f"{domain} {version} accepted: the same site as version {label}, no new version: {why}"
+        )
     cli.emit(
-        {"domain": domain, "refused": version, "version": label, "reason": check.reason},
-        f"{domain} {version} accepted as version {label}: {check.reason}",
+        {
+            "domain": domain,
+            "refused": version,
+            "version": label,
+            "new": accepted.new,
+            "reason": why,
+        },
+        line,
     )
 
 

@@ -30,7 +30,7 @@ from mirror.export.outcome import ExportOutcome, outcome_of
 from mirror.export.runstate import RunContext
 from mirror.store import digests
 from mirror.store.app import App
-from mirror.store.bundles import add_bundle, add_version, latest_version, version_ref
+from mirror.store.bundles import add_bundle, add_version, same_site_as_newest, version_ref
 from mirror.store.models import Bundle, RunState, Version
 from mirror.versions import VersionLabel, VersionRef
 
@@ -65,8 +65,8 @@ class BundleKeeper:
             observe=SiteScanner,
         )
         with run.db.session() as session:
-            latest = latest_version(session, self.domain)
-            if latest is not None and latest.tree_sha256 == report.tree_sha256:
+            latest = same_site_as_newest(session, self.domain, report.tree_sha256)
+            if latest is not None:
                 return self.finish_unchanged(session, latest, report)
         return self.store(source, partial, sha256, size, report)
 

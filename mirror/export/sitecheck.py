@@ -37,7 +37,7 @@ from mirror.archive.completeness import (
 from mirror.config import ExportSettings
 from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.store.app import App
-from mirror.store.bundles import add_version
+from mirror.store.bundles import add_version, same_site_as_newest
 from mirror.store.inventory import StoredVersion
 from mirror.store.models import Bundle, SiteCheck
 from mirror.timestamps import rfc3339
@@ -173,8 +173,20 @@ def refused_label(session: Session, domain: str, when: datetime) -> str:
     return f"{day}.{counter}"
 
 
-def accept(app: App, domain: str, label: str, reason: str, now: datetime) -> tuple[str, SiteCheck]:
-    """Make refused bundle `label` of `domain` a version; returns the new version label."""
+@dataclass(frozen=True)
+class Acceptance:
+    """A refused bundle accepted: the version it is now, and whether that version is new
+    (a bundle of the same site as the domain's newest version makes none: an export's
+    rule, `mirror.store.bundles.same_site_as_newest`)."""
+
+    version: str
+    check: SiteCheck
+    new: bool
+
+
+def accept(app: App, domain: str, label: str, reason: str, now: datetime) -> Acceptance:
+    """Make refused bundle `label` of `domain` a version (or, the same site as the newest
+    version, that version's); the reason is recorded either way."""
     if not reason.strip():
         raise ConfigError("store accept needs a --reason that says why this bundle is good")
     if not reason.isprintable():  # shown on one line, signed into the provenance
@@ -191,21 +203,26 @@ def accept(app: App, domain: str, label: str, reason: str, now: datetime) -> tup
             )
         bundle = session.get(Bundle, check.bundle_sha256)
         assert bundle is not None
-        version = add_version(
-            session,
-            domain,
-            bundle.sha256,
-            _tree_of(bundle),
-            run_id=check.run_id,
-            started_at=check.started_at or now,
-            created_at=now,
-        )
+        same = same_site_as_newest(session, domain, bundle.tree_sha256)
+        version = same.label if same is not None else _add_version(session, check, bundle, now)
         check.status, check.label = ACCEPTED, version
         check.reason, check.accepted_at = reason.strip(), now
         session.commit()
         session.refresh(check)
         session.expunge(check)
-    return version, check
+    return Acceptance(version, check, same is None)
+
+
+def _add_version(session: Session, check: SiteCheck, bundle: Bundle, now: datetime) -> str:
+    return add_version(
+        session,
+        check.domain,
+        bundle.sha256,
+        _tree_of(bundle),
+        run_id=check.run_id,
+        started_at=check.started_at or now,
+        created_at=now,
+    )
 
 
 def _tree_of(bundle: Bundle) -> ArchiveReport:

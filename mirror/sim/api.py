@@ -6,6 +6,7 @@ No sockets here: `SimApi.handle` takes a parsed request and returns a `Reply`; t
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
@@ -388,6 +389,8 @@ class SimApi:
             view = job.view(time.monotonic(), held=faults.hold_jobs)
         if faults.never_settle and view.status != "failed":
             view = ExportView("running", 99, job.page_count, time.time(), None)
+        if faults.page_count_reported is not None:
+            view = dataclasses.replace(view, page_count=faults.page_count_reported)
         status = view.status
         if status == "running" and faults.unknown_state:
             status = faults.unknown_state

@@ -69,7 +69,8 @@ class Faults:
     `huge_body_status`), `job_id_override` (the jobId a start answers), `never_settle`
     (jobs stay running), `damaged_domains` (domain -> "truncated": the bundle holds a third
     of the pages the job's `pageCount` reports; "broken_links": pages link to a page and an
-    image that the bundle does not hold).
+    image that the bundle does not hold), `page_count_reported` (the `pageCount` every answer
+    reports instead of the job's own, as big as a vendor may send).
 
     `hold_jobs` is the test's hand on the vendor's clock: while it is set no job ends (export
     jobs stay queued, then running; agent jobs stay active; a second start of a held job's
@@ -83,6 +84,7 @@ class Faults:
     rate_limit_next: int = 0
     retry_after: str = "1"
     cut_after_bytes: int | None = None
+    page_count_reported: int | None = None
     cuts_remaining: int = 0
     ignore_range: bool = False
     fail_domains: set[str] = field(default_factory=set)
@@ -180,11 +182,11 @@ def _check_fault(name: str, value: Any) -> Any:
         if not isinstance(value, str | int) or isinstance(value, bool):
             raise ValueError("retry_after must be seconds or an HTTP date")
         return str(value)
-    if name == "cut_after_bytes":
+    if name in ("cut_after_bytes", "page_count_reported"):
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 0
         ):
-            raise ValueError("cut_after_bytes must be null or a non-negative integer")
+            raise ValueError(f"{name} must be null or a non-negative integer")
         return value
     if name in _OPTIONAL_TEXT_FIELDS:
         if value is not None and not isinstance(value, str):

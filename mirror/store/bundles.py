@@ -83,6 +83,15 @@ def latest_version(session: Session, domain: str) -> Version | None:
     return newest_version(session.scalars(select(Version).where(Version.domain == domain)))
 
 
+def same_site_as_newest(session: Session, domain: str, tree_sha256: str) -> Version | None:
+    """The domain's newest version when it holds the site `tree_sha256`, else None: the one
+    rule of "the same site makes no new version", for an export's download
+    (`mirror.export.keeper`) and a refused bundle accepted (`mirror.export.sitecheck.accept`)
+    alike."""
+    latest = latest_version(session, domain)
+    return latest if latest is not None and latest.tree_sha256 == tree_sha256 else None
+
+
 def version_ref(version: Version, bundle: Bundle) -> VersionRef:
     """The index's row of a version and its bundle, as the one reference to it."""
     return VersionRef(

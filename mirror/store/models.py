@@ -114,7 +114,7 @@ class ExportRun(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    page_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class Version(Base):
@@ -148,11 +148,11 @@ class SiteCheck(Base):
     job_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    page_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    page_count: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     pages: Mapped[int] = mapped_column(Integer)
     broken_links: Mapped[int] = mapped_column(Integer)
     missing_assets: Mapped[int] = mapped_column(Integer)
-    tolerance: Mapped[int] = mapped_column(Integer, default=0)
+    tolerance: Mapped[int] = mapped_column(BigInteger, default=0)
     paths_named: Mapped[bool] = mapped_column(Boolean, default=False)
     report: Mapped[dict[str, Any]] = mapped_column(JSON)
     report_sha256: Mapped[str] = mapped_column(String(64))

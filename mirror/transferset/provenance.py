@@ -15,7 +15,9 @@ file. Promises:
   signature by a trusted key over the PAE (before the payload is parsed at all), the
   statement's type and predicate type, and that it has one subject, a sha256, exactly the
   expected bundle's when one is expected; any failure is one IntegrityError (exit 5) naming
-  what is wrong;
+  what is wrong; `check_about` then compares everything else it says (the subject's name,
+  the predicate's domain, version and tree) with the version it is taken for, wherever a
+  statement is checked (the import, `chart check --provenance`, `mirror serve`);
 - the predicate's `tree_sha256` (`mirror.archive`'s tree hash) is what covers every object
   of the version, the bundle itself or an archive of the same tree in other bytes that a
   delta's import made (`mirror.airgap.provenance.check_object`, and the README's recipe by
@@ -129,21 +131,43 @@ def verify_provenance(
 
 def check_item(envelope: bytes, item: ManifestItem, trusted: Mapping[str, PublicKey]) -> Provenance:
     """The provenance carried for `item`: signed by a trusted key, about the bundle the signed
-    manifest names (`provenance.subject_sha256`), of the same domain, version and tree."""
-    assert item.provenance is not None
-    proven = verify_provenance(
-        envelope, trusted, sha256=item.provenance.subject_sha256, what=item.provenance.name
-    )
-    said = proven.predicate
-    if (said.get("domain"), said.get("version"), said.get("tree_sha256")) != (
-        item.domain,
-        item.version,
-        item.tree_sha256,
-    ):
+    manifest names (`provenance.subject_sha256`), which for an item carried whole is the
+    item's own bytes (the import hashes them), of the same domain, version and tree."""
+    entry = item.provenance
+    assert entry is not None
+    if item.delta is None and entry.subject_sha256 != item.sha256:
         raise IntegrityError(
-            f"{item.provenance.name}: the statement is about another version than {item.label}"
+            f"{entry.name}: the statement is about bundle {entry.subject_sha256[:16]}…, and "
+            f"{item.label} carries bundle {item.sha256[:16]}…"
         )
+    proven = verify_provenance(envelope, trusted, sha256=entry.subject_sha256, what=entry.name)
+    check_about(proven, item.domain, item.version, item.tree_sha256, what=entry.name)
     return proven
+
+
+def check_about(
+    proven: Provenance, domain: str, version: str, tree_sha256: str, *, what: str
+) -> None:
+    """IntegrityError (exit 5) unless everything the statement says names this version: its
+    subject (`DOMAIN/VERSION/bundle.EXT`), the predicate's domain and version, and its tree.
+    The one comparison of a statement with what it describes: the import (`check_item`), and
+    the bucket's checks (`mirror.airgap.provenance.check_in_bucket`: `chart check
+    --provenance`, `chart history`, `mirror serve`)."""
+    said = proven.predicate
+    subject_domain, _, rest = proven.subject_name.partition("/")
+    subject_version, _, bundle = rest.partition("/")
+    if (subject_domain, subject_version) != (domain, version) or not bundle.startswith("bundle."):
+        raise IntegrityError(
+            f"{what}: the statement's subject is {proven.subject_name!r}, not a bundle of "
+            f"{domain} {version}"
+        )
+    if (said.get("domain"), said.get("version")) != (domain, version):
+        raise IntegrityError(
+            f"{what}: the statement is about {said.get('domain')} {said.get('version')}, "
+            f"not {domain} {version}"
+        )
+    if said.get("tree_sha256") != tree_sha256:
+        raise IntegrityError(f"{what}: the statement is about another site tree than {version}'s")
 
 
 def _envelope(envelope: bytes, what: str) -> tuple[bytes, list[Any]]:

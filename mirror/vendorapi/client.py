@@ -5,7 +5,11 @@ What callers can rely on:
 - The answers are plain frozen dataclasses (`ExportJob`, `BundleLink`, `AgentJob`) parsed
   tolerantly: an unknown or missing job state means "still running"; `progress` and
   `pageCount` may be numbers, numeric strings ("42", "42%") or absent (then None); a missing
-  `sizeBytes` or `expiresAt` is fine; any 2xx answer is success.
+  `sizeBytes` or `expiresAt` is fine; any 2xx answer is success. A count (`pageCount`,
+  `sizeBytes`) has one bound, `parse_count`'s (below BIGINT's limit), checked here before it
+  reaches the index; every column that stores one is BIGINT, on SQLite and PostgreSQL alike,
+  so a count the parser lets in is stored the same on both (a huge `pageCount` is then refused
+  by the completeness check, exit 5, never by the database).
 - Both path styles (`api.export_flow`): "global" (`/v1/static-export/jobs`, `.../{id}`,
   `.../{id}/bundle`) and "project" (`/v1/static-export/{project_id}/jobs[/{id}]`, where the
   completed job's status carries the link). Whatever the flow, a status that carries a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -318,6 +319,9 @@ def test_parts_that_each_match_but_join_to_another_blob_are_never_published(
     claimed = "c" * 64
     document = json.loads((set_dir / MANIFEST).read_bytes())
     document["items"][0]["sha256"] = claimed
+    # its statement is about the real bytes (the import refuses that first): carried without
+    del document["items"][0]["provenance"]
+    shutil.rmtree(set_dir / "provenance")
     for part in document["items"][0]["parts"]:
         old = part["name"]
         part["name"] = old.replace(item.sha256, claimed)

@@ -15,9 +15,11 @@ Promises:
   or the base's object; every content checked, the archive against the signed digest.
 - `SplicePublisher`: the base's object edited (`SplicePlan`), streamed from the bucket on a
   thread of its own a few pieces ahead, every member proved as it passes, the base's bytes
-  checked against its manifest once read; when the splice refuses anything the base is
-  read once more to name the cause (a base damaged, replaced or holding another tree is
-  refused as such). Its digest is learnt by the upload.
+  checked against its manifest once read and its tree (every file hashed as it passes)
+  against the signed base tree, so a base whose object and manifest digest were both
+  replaced by another version's is refused as such, not published over in silence; when
+  the splice refuses anything the base is read once more to name the cause (a base
+  damaged, replaced or holding another tree is refused as such). Its digest is learnt by the upload.
 - `ReplayPublisher`: the recipe's segments (refused over `MAX_SEGMENTS_BYTES` before they
   are read) checked, its literals spooled; then one read of the base and byte copies. The
   base's bytes must be its manifest's, the archive the signed digest (checked as it
@@ -163,7 +165,16 @@ class SplicePublisher(FromDelta):
         try:
             source = iter(pipe.get, None)
             mtime = archive_mtime(self.item.exported_at)
-            splice_tree(source, plan, put, mtime=mtime, level=level, label=name, listed=self.listed)
+            splice_tree(
+                source,
+                plan,
+                put,
+                mtime=mtime,
+                level=level,
+                label=name,
+                listed=self.listed,
+                base_tree=self.item.delta.base_tree_sha256 if self.item.delta else None,
+            )
             for _ in source:
                 pass
         finally:

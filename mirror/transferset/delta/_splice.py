@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path
+from mirror.archive import ArchiveLimits, TreePaths, file_at_the_root, member_path, tree_hash
 from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
 from mirror.transferset.delta._compression import MEMBER_HEADER
@@ -334,18 +334,21 @@ def splice_tree(
     listed: TreePaths | None = None,
     copied: Callable[[int, bytes], object] | None = None,
     prove_kept: bool = True,
+    base_tree: str | None = None,
 ) -> None:
     """The spliced archive of the base's gzip'd tar stream `base` under `plan`, to `write`
     (the bytes copied from the base to `copied` with their offset in it, when given; with
     `prove_kept` false, kept files are not hashed, nor handed to `plan.kept`: a side that
-    proved the base's bytes by their digest):
+    proved the base's bytes by their digest; given `base_tree`, every base file is hashed as it
+    passes and the base's tree hash must be `base_tree`, else IntegrityError: a base whose
+    object and manifest digest were both replaced by another version's is named so):
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
     zero padding to a 10240-byte record (as `transferset/delta/_formats.py`'s tree archive)."""
     splicer = Splicer(write, level=level, copied=copied)
     with _TreeSplice(plan, splicer, mtime=mtime, limits=limits, listed=listed) as tree:
-        tree.prove_kept = prove_kept
+        tree.prove_kept, tree.base_tree = prove_kept, base_tree
         blocks = GzipBlocks(base, label=label)
         try:
             for block in blocks:
@@ -377,14 +380,17 @@ class _TreeSplice:
         self._position = 0  # base offset the edits cover
         self._length = 0  # tar bytes of the new archive
         self._directories = SpillMap()
-        self._kept: MemberData[tuple[str, int, Any]] = MemberData()
+        self._kept: MemberData[tuple[str, int, Any, bool]] = MemberData()
+        self._base_files = SpillMap()
         self.prove_kept = True
+        self.base_tree: str | None = None
 
     def __enter__(self) -> _TreeSplice:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._directories.close()
+        self._base_files.close()
 
     def block(self, block: Block) -> None:
         for unit in self._units.feed(block.data):
@@ -398,6 +404,7 @@ class _TreeSplice:
         if self._units.end is None:
             raise IntegrityError("its tar stream has no end-of-archive blocks")
         self._hash_kept(b"", base_size)
+        self._check_base_tree()
         self._edit(Edit("drop", self._position, base_size))
         while self._queue:
             self._splicer.block(self._queue.popleft())
@@ -426,9 +433,10 @@ class _TreeSplice:
         decision = (
             True if unit.kind != "file" or path is None else self._plan.member(path, unit.size)
         )
+        proved = decision is True and self.prove_kept
+        if unit.kind == "file" and path is not None and (proved or self.base_tree is not None):
+            self._kept.want(unit, (path, unit.size, hashlib.sha256(), proved))
         if decision is True:
-            if unit.kind == "file" and path is not None and self.prove_kept:
-                self._kept.want(unit, (path, unit.size, hashlib.sha256()))
             self._edit(Edit("keep", unit.start, unit.end))
         else:
             if isinstance(decision, NewFile):
@@ -436,12 +444,26 @@ class _TreeSplice:
             self._edit(Edit("drop", unit.start, unit.end))
 
     def _hash_kept(self, data: bytes, start: int) -> None:
-        """Hash what of `data` (the base's inflated bytes from `start`) is kept files'
-        content; hand each finished one's digest to the plan."""
-        for (path, size, hashing), piece, last in self._kept.pieces(data, start):
+        """Hash what of `data` (the base's inflated bytes from `start`) is kept files' content
+        (every file's, given `base_tree`); hand each finished kept one's digest to the plan."""
+        for (path, size, hashing, kept), piece, last in self._kept.pieces(data, start):
             hashing.update(piece)
             if last:
-                self._plan.kept(path, hashing.hexdigest(), size)
+                if self.base_tree is not None:
+                    self._base_files[path] = hashing.hexdigest()
+                if kept:
+                    self._plan.kept(path, hashing.hexdigest(), size)
+
+    def _check_base_tree(self) -> None:
+        """The base read whole holds the tree it was taken for (`base_tree`)."""
+        if self.base_tree is None:
+            return
+        held = tree_hash(self._base_files.sorted_items())
+        if held != self.base_tree:
+            raise IntegrityError(
+                f"the base holds tree {held[:12]}, not the signed base tree "
+                f"{self.base_tree[:12]} (its object and manifest replaced by another version's?)"
+            )
 
     @staticmethod
     def _refuse_unlisted(name: str, kind: str, path: str | None) -> None:
