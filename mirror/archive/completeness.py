@@ -337,12 +337,13 @@ class SiteScanner:
         base = base_of(document_url(source), href)
         rooted = href is not None and href.strip().startswith("/") and base.startswith(SITE)
         folder = base.rpartition("/")[0]
+        on_site = base.startswith(SITE)  # then a path from the root names the same everywhere
         resolved = self._resolved
         targets = self.targets
         hot = targets.hot  # emptied in place when it moves to disk
         for ref in refs:
             # Navigation repeats on every page: resolve each (base folder, reference) once.
-            memo = ("" if ref.startswith("/") and rooted else folder, ref)
+            memo = ("" if on_site and ref[:1] == "/" and ref[1:2] != "/" else folder, ref)
             if memo in resolved:
                 target = resolved[memo]
             else:
@@ -528,21 +529,21 @@ def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[st
         if node.tag == "style":
             refs += css_references((node.text(deep=True) or "").encode())
         elif node.tag != "base":
-            refs += _node_references(node.tag, node.attributes)
+            _add_node_references(refs, node.tag, node.attributes)
     return (base.attributes.get("href") or "") if base is not None else None, refs
 
 
-def _node_references(tag: str | None, attrs: dict[str, str | None]) -> Iterator[str]:
+def _add_node_references(refs: list[str], tag: str | None, attrs: dict[str, str | None]) -> None:
     for name in _URL_ATTRIBUTES:
         value = attrs.get(name)
         if value and (name != "data" or tag == "object"):
-            yield value.strip()
+            refs.append(value.strip())
     srcset = attrs.get("srcset")
     if srcset:
-        yield from _srcset_urls(srcset)
+        refs += _srcset_urls(srcset)
     style = attrs.get("style")
     if style:
-        yield from css_references(style.encode())
+        refs += css_references(style.encode())
 
 
 def css_references(text: bytes) -> Iterator[str]:

@@ -136,6 +136,8 @@ _BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xfe\xff", "utf-16be"), (b"\xff\xfe", "u
 # bytes Python's cp1252 leaves undefined are the C1 controls of the same number.
 _WINDOWS_1252 = {n: bytes([n]).decode("cp1252", "ignore") or chr(n) for n in range(0x80, 0xA0)}
 _SPACE = b"\t\n\x0c\r "
+_SPACE_SLASH = _SPACE + b"/"
+_SPACE_GT = _SPACE + b">"
 _CHARSET = re.compile(r"charset[\t\n\x0c\r ]*=[\t\n\x0c\r ]*", re.IGNORECASE)
 _WORD = re.compile(r"[^\t\n\x0c\r ;]*")
 _META = re.compile(rb"<meta[\t\n\x0c\r /]", re.IGNORECASE)
@@ -221,15 +223,17 @@ class _Prescan:
 
     def run(self) -> str | None:
         data = self.data
-        while self.at < len(data):
-            rest = data[self.at : self.at + 6].lower()
+        # Only a "<" starts anything the prescan acts on: the bytes between are skipped in C.
+        while (at := data.find(b"<", self.at)) >= 0:
+            self.at = at
+            rest = data[at : at + 6].lower()
             if rest.startswith(b"<!--"):
                 end = data.find(b"-->", self.at + 2)
                 if end < 0:
                     return None
                 self.at = end + 3
                 continue
-            if rest[:5] == b"<meta" and rest[5:6] and rest[5:6] in _SPACE + b"/":
+            if rest[:5] == b"<meta" and rest[5:6] and rest[5:6] in _SPACE_SLASH:
                 self.at += 5
                 found = self._meta()
                 if found is not None or self.ended:
@@ -253,7 +257,7 @@ class _Prescan:
 
     def _skip_tag(self) -> None:
         data = self.data
-        while self.at < len(data) and data[self.at] not in b"\t\n\x0c\r >":
+        while self.at < len(data) and data[self.at] not in _SPACE_GT:
             self.at += 1
         while self._attribute() is not None:
             pass
@@ -285,7 +289,7 @@ class _Prescan:
         """The standard's "get an attribute": (name, value) lower-cased, None at `>` or at
         the end of the bytes (the caller then stops too)."""
         data, end = self.data, len(self.data)
-        while self.at < end and data[self.at] in _SPACE + b"/":
+        while self.at < end and data[self.at] in _SPACE_SLASH:
             self.at += 1
         if self.at >= end or data[self.at] == ord(">"):
             self.ended = self.at >= end
@@ -335,7 +339,7 @@ class _Prescan:
         if data[self.at] == ord(">"):
             return name, b""
         start = self.at
-        while self.at < end and data[self.at] not in _SPACE + b">":
+        while self.at < end and data[self.at] not in _SPACE_GT:
             self.at += 1
         if self.at >= end:
             self.ended = True

@@ -153,5 +153,6 @@ def test_redirects_are_followed_a_bounded_number_of_times(
     origin, asked = looping
     with httpx.Client(timeout=30) as http:
         report = crawl(http, origin + "/")
+    assert MAX_REDIRECTS == 5  # the README's number
     assert report.broken_links == [("/loop/0", "/", 302)]
     assert asked == ["/", *(f"/loop/{n}" for n in range(MAX_REDIRECTS + 1))]
