@@ -2,10 +2,13 @@
 
 The bundle is fetched through the values file's link exactly as the chart's pod does
 (plain GET, no credentials), streamed to a temporary file, checked and unpacked by
-`mirror.archive`, then served by a real HTTP server (the standard library's, as a static
-file server serves it) on loopback, and crawled from its home page: every page reached is
-fetched over HTTP, every internal reference in it (the same extraction as
-`mirror.archive.completeness`) is requested once. Promises: nothing is left behind (the temporary
+`mirror.archive`, then served by a real HTTP server on loopback (the standard library's,
+answering as the static hosts the chart serves from answer: `mirror.archive.resolve`, the
+rule the export's completeness scan checks by), and crawled from its home page: every page
+reached is fetched over HTTP (redirects followed, at most `MAX_REDIRECTS`), every internal
+reference in it (read and resolved as the scan reads and resolves it: its encoding, its
+`<base href>`) is requested once. So a bundle the scan found without broken links is found
+so here too. Promises: nothing is left behind (the temporary
 directory and the server end with the check); memory does not grow with the bundle (it is
 streamed to disk); `SiteReport.error` is one IntegrityError (exit 5) when a page fails or
 a link breaks, naming the counts and the first few.
@@ -113,7 +116,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         if self.base and path != self.base and not path.startswith(self.base + "/"):
             self.send_error(HTTPStatus.NOT_FOUND)
             return None
-        found = answer(path[len(self.base) :] or "/", self._is_file)
+        below = path[len(self.base) :]  # "" for the base itself: a folder without its "/"
+        found = answer(below, self._is_file) if below else 301
         if found == 301:
             self.send_response(HTTPStatus.MOVED_PERMANENTLY)
             self.send_header("Location", parts._replace(path=parts.path + "/").geturl())
