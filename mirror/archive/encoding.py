@@ -130,6 +130,7 @@ _LABELS: dict[str, tuple[str, str]] = {
     ),
     "x-user-defined": ("", "x-user-defined"),
 }
+ENCODINGS = tuple(_LABELS)  # every encoding the standard names, by the names `sniff` gives
 _BY_LABEL = {label: name for name, (_, labels) in _LABELS.items() for label in labels.split()}
 _BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xfe\xff", "utf-16be"), (b"\xff\xfe", "utf-16le"))
 # windows-1252 as the Encoding Standard maps it: Latin-1 but for 0x80-0x9F, whose five

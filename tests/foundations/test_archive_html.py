@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mirror.archive import inspect_archive
 from mirror.archive.completeness import CompletenessReport, SiteScanner
-from mirror.archive.encoding import decode_page, sniff
+from mirror.archive.encoding import ENCODINGS, decode, decode_page, encoding_of, sniff
 from tests.fixtures.archives import write_tar
 
 CAFE = "café.html"
@@ -154,3 +156,48 @@ def test_a_base_below_a_base_path_is_resolved_there(tmp_path: Path) -> None:
     report = scan(tmp_path, files)
     assert report.base_path == "/docs"
     assert [b.target for b in report.broken] == ["guide/lost.html"]
+
+
+_PIECES = st.sampled_from(
+    [
+        b"<meta",
+        b" charset=",
+        b"http-equiv=content-type",
+        b" content='charset=",
+        b"latin1",
+        b"utf-16",
+        b"shift_jis",
+        b'"',
+        b"'",
+        b">",
+        b"<!--",
+        b"-->",
+        b"</",
+        b"<?",
+        b"<!",
+        b"<a",
+        b"/",
+        b"=",
+        b" ",
+        b"\xef\xbb\xbf",
+        b"\xff\xfe",
+        b"\xe9",
+        b"x",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.binary(max_size=8)), max_size=60))
+def test_any_bytes_sniff_to_a_known_encoding_and_decode(pieces: list[bytes]) -> None:
+    data = b"".join(pieces)
+    name = sniff(data)
+    assert encoding_of(name) == name
+    assert isinstance(decode_page(data), str)
+
+
+@pytest.mark.parametrize("name", ENCODINGS)
+def test_every_encoding_of_the_standard_decodes_any_bytes(name: str) -> None:
+    assert isinstance(decode(bytes(range(256)) + b"\x81\xff\x00", name), str)
+    if name not in ("replacement", "utf-16be", "utf-16le"):  # the rest are ASCII-compatible
+        assert decode(b"<a href=x.html>", name) == "<a href=x.html>"
