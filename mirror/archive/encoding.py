@@ -142,6 +142,23 @@ _SPACE_GT = _SPACE + b">"
 _CHARSET = re.compile(r"charset[\t\n\x0c\r ]*=[\t\n\x0c\r ]*", re.IGNORECASE)
 _WORD = re.compile(r"[^\t\n\x0c\r ;]*")
 _META = re.compile(rb"<meta[\t\n\x0c\r /]", re.IGNORECASE)
+# What most pages start with: an optional doctype, <html> and <head> with plain attributes
+# (values without "<", ">" or quotes inside), then <meta charset=...> with nothing more.
+_S = rb"[\t\n\x0c\r ]"
+_PLAIN_ATTRIBUTES = (
+    rb"(?:" + _S + rb"+[a-z-]+(?:=\"[^\"<>']*\"|='[^'<>\"]*'|=[^\t\n\x0c\r \"'<>=`]+)?)*"
+)
+_SIMPLE_HEAD = re.compile(
+    _S + rb"*(?:<!doctype[^<>]*>" + _S + rb"*)?"
+    rb"(?:<html" + _PLAIN_ATTRIBUTES + _S + rb"*>" + _S + rb"*)?"
+    rb"(?:<head" + _PLAIN_ATTRIBUTES + _S + rb"*>" + _S + rb"*)?"
+    rb"<meta"
+    + _S
+    + rb"+charset=(?:\"([^\"<>]*)\"|'([^'<>]*)'|([^\t\n\x0c\r \"'<>/=`]+)(?=[\t\n\x0c\r >]))"
+    + _S
+    + rb"*/?>",
+    re.IGNORECASE,
+)
 
 
 def encoding_of(label: str) -> str | None:
@@ -209,8 +226,25 @@ def prescan(head: bytes) -> str | None:
     """The encoding a `<meta>` in `head` declares (the standard's "prescan a byte stream to
     determine its encoding"), None when none does before the bytes end."""
     if _META.search(head) is None:
-        return None  # the common case, in C: nothing here can declare anything
+        return None  # nothing here can declare anything
+    simple = _SIMPLE_HEAD.match(head)
+    if simple is not None:
+        # The common head, read in C: what the walk below would find in it (a label it does
+        # not know sends it on to the walk, which reads on past it).
+        found = _declared(
+            encoding_of(next(g for g in simple.groups() if g is not None).decode("latin-1"))
+        )
+        if found is not None:
+            return found
     return _Prescan(head).run()
+
+
+def _declared(charset: str | None) -> str | None:
+    """A `<meta>`'s encoding as the prescan takes it: UTF-16 declared is UTF-8 (bytes that
+    were UTF-16 would not have been read), `x-user-defined` is windows-1252."""
+    if charset in ("utf-16be", "utf-16le"):
+        return "utf-8"
+    return "windows-1252" if charset == "x-user-defined" else charset
 
 
 class _Prescan:
@@ -280,11 +314,9 @@ class _Prescan:
                     charset, need_pragma = found, True
             elif name == b"charset":
                 charset, need_pragma = encoding_of(value.decode("latin-1")), False
-        if self.ended or need_pragma is None or (need_pragma and not got_pragma) or charset is None:
+        if self.ended or need_pragma is None or (need_pragma and not got_pragma):
             return None
-        if charset in ("utf-16be", "utf-16le"):
-            return "utf-8"
-        return "windows-1252" if charset == "x-user-defined" else charset
+        return _declared(charset)
 
     def _attribute(self) -> tuple[bytes, bytes] | None:
         """The standard's "get an attribute": (name, value) lower-cased, None at `>` or at

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from mirror.archive import inspect_archive
 from mirror.archive.completeness import CompletenessReport, SiteScanner
-from mirror.archive.encoding import ENCODINGS, decode, decode_page, encoding_of, sniff
+from mirror.archive.encoding import (
+    ENCODINGS,
+    _Prescan,
+    decode,
+    decode_page,
+    encoding_of,
+    prescan,
+    sniff,
+)
 from tests.fixtures.archives import write_tar
 
 CAFE = "café.html"
@@ -201,3 +209,55 @@ def test_every_encoding_of_the_standard_decodes_any_bytes(name: str) -> None:
     assert isinstance(decode(bytes(range(256)) + b"\x81\xff\x00", name), str)
     if name not in ("replacement", "utf-16be", "utf-16le"):  # the rest are ASCII-compatible
         assert decode(b"<a href=x.html>", name) == "<a href=x.html>"
+
+
+def _one_of(*options: bytes) -> st.SearchStrategy[bytes]:
+    return st.sampled_from(options)
+
+
+_SPACES = _one_of(b"", b" ", b"\n\t", b"\x0b", b"x")
+_ATTRIBUTES = st.lists(
+    _one_of(b' lang="en"', b" a='>'", b' b="<"', b" c", b" d=x/", b" e =f", b"/", b" g=`"),
+    max_size=3,
+).map(b"".join)
+_COMMON_HEADS = st.tuples(
+    _SPACES,
+    _one_of(b"", b"<!doctype html>", b"<!DOCTYPE html SYSTEM 'a>b'>", b"<!-- c -->"),
+    _SPACES,
+    st.one_of(st.just(b""), _ATTRIBUTES.map(lambda a: b"<html" + a + b">")),
+    _SPACES,
+    st.one_of(st.just(b""), _ATTRIBUTES.map(lambda a: b"<HEAD" + a + b">")),
+    _SPACES,
+    _one_of(b"<meta ", b"<meta\n", b"<meta/", b"<meta\x0b", b"<meta name=x "),
+    _one_of(b"charset=", b"CharSet =", b"charset= "),
+    _one_of(
+        b'"utf-8"',
+        b"'latin1'",
+        b"utf-8",
+        b"utf-8/",
+        b"klingon",
+        b'"utf-16"',
+        b"x-user-defined",
+        b'""',
+        b'"sj<is"',
+        b"sjis'",
+    ),
+    _one_of(
+        b">",
+        b" >",
+        b"/>",
+        b" />",
+        b" x>",
+        b"",
+        b" content='charset=koi8-r' http-equiv=content-type>",
+    ),
+    st.lists(
+        _one_of(b"<meta charset=euc-kr>", b"<!--", b"-->", b'"', b"<a b='", b" "), max_size=4
+    ).map(b"".join),
+).map(b"".join)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_COMMON_HEADS)
+def test_the_quick_reading_of_a_common_head_finds_what_the_walk_finds(head: bytes) -> None:
+    assert prescan(head) == _Prescan(head).run()
