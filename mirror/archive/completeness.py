@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 from mirror.archive.encoding import decode_page, sniff
-from mirror.archive.resolve import SITE, base_of, document_url, join, served_as, site_path
+from mirror.archive.resolve import SITE, base_of, document_url, served_as
+from mirror.archive.resolve import target as resolved_target
 from mirror.archive.spill import SPILL_AT, SpillMap
 from mirror.integrity import hash_bytes
 
@@ -349,8 +350,8 @@ class SiteScanner:
             else:
                 if len(resolved) >= MAX_RESOLVED:
                     resolved.clear()
-                url = join(base, ref)
-                target = resolved[memo] = site_path(url) if url is not None else None
+                found = resolved_target(base, ref)
+                target = resolved[memo] = found[1] if found and found[0] == SITE else None
             if target is None:
                 continue
             self.references += 1

@@ -17,8 +17,8 @@ path it names is answered as the static hosts the chart serves from answer it:
 - a client follows at most `MAX_REDIRECTS` redirects; a link still redirected after
   them is broken.
 
-The scanner resolves a member's references from its `document_url` with `base_of`, `join`
-and `site_path`, and asks `served_as` over its table of the bundle's files (a path resolves
+The scanner resolves a member's references from its `document_url` with `base_of` and
+`target`, and asks `served_as` over its table of the bundle's files (a path resolves
 when one of the names is a file; the redirect's target is the second). The crawler resolves
 them the same way from the page's real URL, and its server answers with `answer`.
 """
@@ -55,7 +55,7 @@ def answer(path: str, is_file: Callable[[str], bool]) -> int | str:
 def document_url(path: str) -> str:
     """The URL the scanner gives the bundle's member `path` ("/" and its path): on the
     origin `SITE`, which stands for wherever the site is published."""
-    return SITE + quote(path, safe="/")
+    return url_of(SITE, path)
 
 
 def base_of(document: str, href: str | None) -> str:
@@ -72,26 +72,32 @@ def base_of(document: str, href: str | None) -> str:
         return document
 
 
-def join(base: str, ref: str) -> str | None:
-    """The URL `ref` names from a page whose base URL is `base`, without its query and
-    fragment; None when `ref` is not a link to check (a skipped scheme, only a fragment or
-    a query, unparseable)."""
+def target(base: str, ref: str) -> tuple[str, str] | None:
+    """What `ref` names from a page whose base URL is `base`: its origin
+    (`scheme://host[:port]`) and its path, decoded, `.` and `..` removed (RFC 3986's
+    resolution, as a browser's; query and fragment dropped). None when `ref` is not a link
+    to check: a skipped scheme, only a fragment or a query, unparseable."""
     ref = ref.strip()
     if not ref or ref.startswith(("#", "?")) or ref.lower().startswith(SKIPPED_SCHEMES):
         return None
     try:
-        target = urlsplit(urljoin(base, ref))
+        parts = urlsplit(ref)
+        if parts.scheme or parts.netloc:
+            parts = urlsplit(urljoin(base, ref))
+            path = parts.path
+        else:  # a path, most references: merged here, a fraction of `urljoin`'s time
+            path = parts.path
+            parts = urlsplit(base)  # the standard library caches the repeated base
+            if not path.startswith("/"):
+                path = parts.path.rpartition("/")[0] + "/" + path
     except ValueError:
         return None
-    return target._replace(query="", fragment="").geturl()
+    return f"{parts.scheme}://{parts.netloc}", _normalise(unquote(path))
 
 
-def site_path(url: str, origin: str = SITE) -> str | None:
-    """The decoded site path ("/...") `url` names on `origin`, None for a URL elsewhere."""
-    parts = urlsplit(url)
-    if f"{parts.scheme}://{parts.netloc}" != origin:
-        return None
-    return _normalise(unquote(parts.path))
+def url_of(origin: str, path: str) -> str:
+    """The URL a client asks for the decoded site `path` on `origin`."""
+    return origin + quote(path, safe="/")
 
 
 def _normalise(path: str) -> str:

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urljoin, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
 from mirror.archive import extract_archive, inspect_archive
 from mirror.archive.completeness import PAGE_SUFFIXES, SiteScanner, css_references, page_links
-from mirror.archive.resolve import MAX_REDIRECTS, answer, base_of, join, site_path
+from mirror.archive.resolve import MAX_REDIRECTS, answer, base_of, target, url_of
 from mirror.errors import IntegrityError, MirrorError, OperationFailed
 from mirror.httpserver import QuietHTTPServer
 from mirror.integrity import CHUNK_SIZE
@@ -190,10 +190,11 @@ def _fetch(http: httpx.Client, url: str, origin: str) -> tuple[httpx.Response, s
         location = response.headers.get("location")
         if not response.is_redirect or not location:
             break
-        target = urljoin(url, location)
-        if site_path(target, origin) is None:
+        found = target(url, location)
+        if found is None or found[0] != origin:
             break
-        url, response = target, http.get(target, follow_redirects=False)
+        url = url_of(origin, found[1])
+        response = http.get(url, follow_redirects=False)
     return response, url
 
 
@@ -210,9 +211,9 @@ def _read(report: SiteReport, url: str, response: httpx.Response) -> list[str]:
         return []
     base = base_of(url, href)
     origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
-    targets = [t for ref in refs if (t := join(base, ref)) and site_path(t, origin) is not None]
-    report.references += len(targets)
-    return targets
+    found = [t for ref in refs if (t := target(base, ref)) and t[0] == origin]
+    report.references += len(found)
+    return [url_of(origin, path) for _, path in found]
 
 
 def _path(url: str) -> str:

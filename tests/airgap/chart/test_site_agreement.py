@@ -18,7 +18,7 @@ import pytest
 from mirror.airgap.chart.site import SiteReport, check_site, crawl, serving
 from mirror.archive import inspect_archive
 from mirror.archive.completeness import CompletenessReport, SiteScanner
-from mirror.archive.resolve import MAX_REDIRECTS
+from mirror.archive.resolve import MAX_REDIRECTS, answer
 from mirror.httpserver import QuietHTTPServer
 from tests.fixtures.archives import write_tar
 
@@ -81,7 +81,7 @@ def test_a_site_the_scan_passes_passes_the_crawl(tmp_path: Path) -> None:
         (
             {"legacy.html": b'<meta charset="utf-8"><a href="caf\xe9">c</a>'},
             "caf\ufffd",
-            "/caf\ufffd",
+            "/caf%EF%BF%BD",  # what a browser asks for
         ),
     ],
 )
@@ -157,3 +157,20 @@ def test_redirects_are_followed_a_bounded_number_of_times(
     assert MAX_REDIRECTS == 5  # the README's number
     assert report.broken_links == [("/loop/0", "/", 302)]
     assert asked == ["/", *(f"/loop/{n}" for n in range(MAX_REDIRECTS + 1))]
+
+
+@pytest.mark.parametrize(
+    ("path", "files", "expected"),
+    [
+        ("/page", {"page.html"}, "page.html"),
+        ("/page", {"page", "page.html"}, "page"),
+        ("/dir", {"dir/index.html", "dir.html"}, 301),  # a folder first, as nginx's $uri/
+        ("/dir/", {"dir/index.html"}, "dir/index.html"),
+        ("/dir/", {"dir/x.png", "dir.html"}, 404),  # no listing, no page.html for dir/
+        ("/", {"index.html"}, "index.html"),
+        ("/a//b/./c/../d", {"a/b/d.html"}, "a/b/d.html"),
+        ("/gone", set(), 404),
+    ],
+)
+def test_the_static_host_rule(path: str, files: set[str], expected: int | str) -> None:
+    assert answer(path, files.__contains__) == expected
