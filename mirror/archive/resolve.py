@@ -12,8 +12,9 @@ path it names is answered as the static hosts the chart serves from answer it:
 - a path is answered (`answer`) by the file of that name; else, when `path/index.html`
   is a file, by a redirect to `path/` (so a browser resolves that page's references
   below it); else by `path.html`; a path ending in `/` by its `index.html` only; nothing
-  else (no directory listing) — nginx's `try_files $uri $uri/ $uri.html`, S3 and GitHub
-  Pages answer alike;
+  else (no directory listing), as nginx with `try_files $uri $uri/ $uri.html` and GitHub
+  Pages answer (an S3 website endpoint has no `page.html` step: a site relying on it
+  would break there);
 - a client follows at most `MAX_REDIRECTS` redirects; a link still redirected after
   them is broken.
 
