@@ -18,13 +18,19 @@ Promises:
 - memory is flat in the file count: the paths, the references' targets and the broken
   ones are in memory up to `spill.SPILL_AT` of them, then on disk (`mirror.archive.spill`), with
   the same report either way;
-- a reference resolves as a static server would serve it: `dir/` and `dir` find
-  `dir/index.html`, `page` finds `page.html`; absolute paths start at the site root, which
-  is the bundle root or its single top directory holding `index.html`; a site published
-  below a base path (every absolute reference, two at least, starting with the same
-  `/base/` that is not a top-level name of the bundle) is resolved below that base;
-- external references (a scheme or a host), `data:`, `mailto:`, `javascript:` and pure
-  fragments are not checked;
+- a page is read as a browser reads it: decoded in the encoding the HTML standard's
+  sniffing finds (byte order mark, `<meta>` charset in the first 1024 bytes, else UTF-8
+  when the bytes are UTF-8 and windows-1252 when not: `mirror.archive.encoding`), its
+  relative references resolved against its first `<base href>` when it has one;
+- a reference resolves as the one rule `mirror.archive.resolve` states, which `chart check
+  --site` serves and crawls by: `dir/` finds `dir/index.html`; `page` finds `page`, else
+  `page/index.html` (a redirect to `page/`), else `page.html`; absolute paths start at
+  the site root, which is the bundle root or its single top directory holding
+  `index.html`; a site published below a base path (every absolute reference, two at
+  least, starting with the same `/base/` that is not a top-level name of the bundle) is
+  resolved below that base;
+- external references (a scheme or a host, or relative ones below a `<base href>` with a
+  host), `data:`, `mailto:`, `javascript:`, pure fragments and queries are not checked;
 - `CompletenessReport.digest` is the sha256 of its canonical JSON (`as_dict()`, sorted
   keys, no spaces): what provenance names.
 
@@ -40,8 +46,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
-from urllib.parse import unquote, urlsplit
 
+from mirror.archive.encoding import decode_page, sniff
+from mirror.archive.resolve import SITE, base_of, document_url, served_as
+from mirror.archive.resolve import target as resolved_target
 from mirror.archive.spill import SPILL_AT, SpillMap
 from mirror.integrity import hash_bytes
 
@@ -57,7 +65,6 @@ _CSS_URL = re.compile(rb"""url\(\s*(?:"([^"]*)"|'([^']*)'|([^)'"\s]*))\s*\)""", 
 _CSS_IMPORT = re.compile(rb"""@import\s+(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
 _URL_ATTRIBUTES = ("href", "src", "poster", "data")
 _SELECTOR = "[href], [src], [srcset], [poster], [style], style"
-_SKIPPED_SCHEMES = ("data:", "mailto:", "javascript:", "tel:", "about:", "blob:")
 
 Kind = Literal["page", "asset"]
 
@@ -325,25 +332,30 @@ class SiteScanner:
     # -- collecting ----------------------------------------------------------------------
 
     def collect(self, source: str, text: bytes, kind: str) -> None:
-        """Record the references of one page or stylesheet (`text` already capped)."""
-        refs = html_references(text) if kind == "html" else css_references(text)
-        folder = source.rpartition("/")[0]
+        """Record the references of one page or stylesheet (`text` already capped), each
+        resolved from the page's base URL (`mirror.archive.resolve`)."""
+        href, refs = page_links(text) if kind == "html" else (None, css_references(text))
+        base = base_of(document_url(source), href)
+        rooted = href is not None and href.strip().startswith("/") and base.startswith(SITE)
+        folder = base.rpartition("/")[0]
+        on_site = base.startswith(SITE)  # then a path from the root names the same everywhere
         resolved = self._resolved
         targets = self.targets
         hot = targets.hot  # emptied in place when it moves to disk
         for ref in refs:
-            # Navigation repeats on every page: resolve each (folder, reference) once.
-            memo = ("" if ref.startswith("/") else folder, ref)
+            # Navigation repeats on every page: resolve each (base folder, reference) once.
+            memo = ("" if on_site and ref[:1] == "/" and ref[1:2] != "/" else folder, ref)
             if memo in resolved:
                 target = resolved[memo]
             else:
                 if len(resolved) >= MAX_RESOLVED:
                     resolved.clear()
-                target = resolved[memo] = _target_of(source, ref)
+                found = resolved_target(base, ref)
+                target = resolved[memo] = found[1] if found and found[0] == SITE else None
             if target is None:
                 continue
             self.references += 1
-            key = (ref.startswith("/"), target)
+            key = (rooted or ref.startswith("/"), target)
             entry = hot.get(key) or targets.get(key)
             if entry is None:
                 continue
@@ -406,7 +418,7 @@ class SiteScanner:
         first answers, one for the second answers of those left, one for the third."""
         left = batch
         for answer in range(3):
-            asked = [_served_as(root + path) for path, _ in left]
+            asked = [served_as(root + path) for path, _ in left]
             present = self.files.get_many(names[answer] for names in asked if answer < len(names))
             left = [
                 item
@@ -497,27 +509,42 @@ class _Discard:
 # Extracting references (also used by `chart check --site`, which crawls over HTTP).
 
 
-def html_references(text: bytes) -> Iterator[str]:
-    """Every URL a page names in href/src/srcset/poster attributes, inline styles and
-    <style> blocks, in document order."""
+def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[str]]:
+    """A page read as a browser reads it: the href of its first `<base href>` (None when it
+    has none) and every URL it names in href/src/srcset/poster attributes, inline styles
+    and <style> blocks, in document order; decoded in the encoding `encoding.sniff` finds
+    (`content_type`: an HTTP answer's)."""
     from selectolax.lexbor import LexborHTMLParser  # only runs that meet a page load it
 
+    name = sniff(data, content_type)
+    # UTF-8 without a BOM goes to the parser as it is (lexbor reads bytes as UTF-8).
+    text = (
+        data
+        if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf")
+        else decode_page(data, content_type)
+    )
     tree = LexborHTMLParser(text)
+    base = tree.css_first("base[href]")
+    refs: list[str] = []
     for node in tree.css(_SELECTOR):
         if node.tag == "style":
-            yield from css_references((node.text(deep=True) or "").encode())
-            continue
-        attrs = node.attributes
-        for name in _URL_ATTRIBUTES:
-            value = attrs.get(name)
-            if value and (name != "data" or node.tag == "object"):
-                yield value.strip()
-        srcset = attrs.get("srcset")
-        if srcset:
-            yield from _srcset_urls(srcset)
-        style = attrs.get("style")
-        if style:
-            yield from css_references(style.encode())
+            refs += css_references((node.text(deep=True) or "").encode())
+        elif node.tag != "base":
+            _add_node_references(refs, node.tag, node.attributes)
+    return (base.attributes.get("href") or "") if base is not None else None, refs
+
+
+def _add_node_references(refs: list[str], tag: str | None, attrs: dict[str, str | None]) -> None:
+    for name in _URL_ATTRIBUTES:
+        value = attrs.get(name)
+        if value and (name != "data" or tag == "object"):
+            refs.append(value.strip())
+    srcset = attrs.get("srcset")
+    if srcset:
+        refs += _srcset_urls(srcset)
+    style = attrs.get("style")
+    if style:
+        refs += css_references(style.encode())
 
 
 def css_references(text: bytes) -> Iterator[str]:
@@ -536,39 +563,6 @@ def _srcset_urls(srcset: str) -> Iterable[str]:
             yield url
 
 
-def _target_of(source: str, ref: str) -> str | None:
-    """The site path (starting with "/") that `ref` on page `source` names, or None when it
-    is external, not a file reference, or only a fragment."""
-    if not ref or ref.startswith("#") or ref.lower().startswith(_SKIPPED_SCHEMES):
-        return None
-    try:
-        parts = urlsplit(ref)
-    except ValueError:
-        return None
-    if parts.scheme or parts.netloc:
-        return None
-    path = unquote(parts.path)
-    if not path:
-        return None
-    if not path.startswith("/"):
-        path = source.rpartition("/")[0] + "/" + path
-    return _normalise(path)
-
-
-def _normalise(path: str) -> str:
-    parts: list[str] = []
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if parts:
-                parts.pop()
-            continue
-        parts.append(part)
-    trailing = "/" if path.endswith("/") and parts else ""
-    return "/" + "/".join(parts) + trailing
-
-
 def _base_path(firsts: set[str], count: int, is_top: Callable[[str], bool]) -> str:
     """ "/base/" when every absolute reference (two at least: `count`) starts with it (or
     is `/base`: `firsts` are their first names) and the bundle has no top-level `base`
@@ -579,13 +573,6 @@ def _base_path(firsts: set[str], count: int, is_top: Callable[[str], bool]) -> s
     if not first or is_top(first):
         return ""
     return f"/{first}/"
-
-
-def _served_as(path: str) -> tuple[str, ...]:
-    """The files a static server answers `path` with, the first present of them."""
-    if path == "" or path.endswith("/"):
-        return (f"{path}index.html",)
-    return (path, f"{path}/index.html", f"{path}.html")
 
 
 def _kind_of(path: str) -> Kind:

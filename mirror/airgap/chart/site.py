@@ -2,10 +2,13 @@
 
 The bundle is fetched through the values file's link exactly as the chart's pod does
 (plain GET, no credentials), streamed to a temporary file, checked and unpacked by
-`mirror.archive`, then served by a real HTTP server (the standard library's, as a static
-file server serves it) on loopback, and crawled from its home page: every page reached is
-fetched over HTTP, every internal reference in it (the same extraction as
-`mirror.archive.completeness`) is requested once. Promises: nothing is left behind (the temporary
+`mirror.archive`, then served by a real HTTP server on loopback (the standard library's,
+answering as the static hosts the chart serves from answer: `mirror.archive.resolve`, the
+rule the export's completeness scan checks by), and crawled from its home page: every page
+reached is fetched over HTTP (redirects followed, at most `MAX_REDIRECTS`), every internal
+reference in it (read and resolved as the scan reads and resolves it: its encoding, its
+`<base href>`) is requested once. So a bundle the scan found without broken links is found
+so here too. Promises: nothing is left behind (the temporary
 directory and the server end with the check); memory does not grow with the bundle (it is
 streamed to disk); `SiteReport.error` is one IntegrityError (exit 5) when a page fails or
 a link breaks, naming the counts and the first few.
@@ -16,19 +19,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import os
 import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
 from mirror.archive import extract_archive, inspect_archive
-from mirror.archive.completeness import PAGE_SUFFIXES, SiteScanner, css_references, html_references
+from mirror.archive.completeness import PAGE_SUFFIXES, SiteScanner, css_references, page_links
+from mirror.archive.resolve import MAX_REDIRECTS, answer, base_of, target, url_of
 from mirror.errors import IntegrityError, MirrorError, OperationFailed
 from mirror.httpserver import QuietHTTPServer
 from mirror.integrity import CHUNK_SIZE
@@ -99,12 +105,36 @@ def _site_root(root: Path) -> Path:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    """A static host answering as `mirror.archive.resolve.answer` says (the rule the
+    export's scan checks by), below `base`; no directory listing."""
+
     base = ""
 
+    def send_head(self) -> Any:
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        if self.base and path != self.base and not path.startswith(self.base + "/"):
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return None
+        below = path[len(self.base) :]  # "" for the base itself: a folder without its "/"
+        found = answer(below, self._is_file) if below else 301
+        if found == 301:
+            self.send_response(HTTPStatus.MOVED_PERMANENTLY)
+            self.send_header("Location", parts._replace(path=parts.path + "/").geturl())
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        if not isinstance(found, str):
+            self.send_error(HTTPStatus.NOT_FOUND)
+            return None
+        self.path = quote("/" + found)  # a file: the standard library sends it
+        return super().send_head()
+
     def translate_path(self, path: str) -> str:
-        if self.base and (path == self.base or path.startswith(self.base + "/")):
-            path = path[len(self.base) :] or "/"
-        return super().translate_path(path)
+        return os.path.join(self.directory, unquote(urlsplit(path).path).lstrip("/"))
+
+    def _is_file(self, name: str) -> bool:
+        return os.path.isfile(os.path.join(self.directory, name))
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
@@ -126,56 +156,64 @@ def serving(root: Path, base: str = "") -> Iterator[str]:
 
 
 def crawl(http: httpx.Client, start: str) -> SiteReport:
-    """Every page reachable from `start` on its origin, fetched; every internal reference
-    requested once. Failing pages and broken links are in the report and its `error`."""
+    """Every page reachable from `start` on its origin, fetched (redirects followed, at
+    most `MAX_REDIRECTS`); every internal reference requested once. Failing pages and
+    broken links are in the report and its `error`."""
     origin = "{0.scheme}://{0.netloc}".format(urlsplit(start))
     report = SiteReport()
     seen: dict[str, int] = {}
+    parsed: set[str] = set()  # pages read, by the URL that answered (after redirects)
     queue: deque[tuple[str, str]] = deque([(start, "")])
     while queue and report.pages < MAX_PAGES:
         url, source = queue.popleft()
-        if url in seen:
-            status = seen[url]
-            if status != 200 and source:
-                report.broken_links.append((_path(url), source, status))
-            continue
-        response = http.get(url)
-        status = seen[url] = response.status_code
+        if url not in seen:
+            response, final = _fetch(http, url, origin)
+            seen[url] = response.status_code
+            if response.status_code == 200 and final not in parsed:
+                parsed.add(final)
+                queue.extend((target, _path(final)) for target in _read(report, final, response))
+        status = seen[url]
         if status != 200:
             if source:
                 report.broken_links.append((_path(url), source, status))
             else:
                 report.failing_pages.append((_path(url), status))
-            continue
-        kind = response.headers.get("content-type", "")
-        if "html" in kind or _path(url).lower().endswith(PAGE_SUFFIXES):
-            report.pages += 1
-            refs = html_references(response.content)
-        elif "css" in kind:
-            refs = css_references(response.content)
-        else:
-            continue
-        for ref in refs:
-            target = _internal(url, ref, origin)
-            if target is not None:
-                report.references += 1
-                queue.append((target, _path(url)))
     report.error = _error(report)
     return report
 
 
-def _internal(page: str, ref: str, origin: str) -> str | None:
-    if (
-        not ref
-        or ref.startswith("#")
-        or ref.lower().startswith(("data:", "mailto:", "javascript:"))
-    ):
-        return None
-    target = urljoin(page, ref)
-    parts = urlsplit(target)
-    if f"{parts.scheme}://{parts.netloc}" != origin:
-        return None
-    return parts._replace(query="", fragment="").geturl()
+def _fetch(http: httpx.Client, url: str, origin: str) -> tuple[httpx.Response, str]:
+    """The answer to `url` and the URL that gave it: redirects on `origin` followed, at
+    most MAX_REDIRECTS of them (a redirect still there after them is the answer)."""
+    response = http.get(url, follow_redirects=False)
+    for _ in range(MAX_REDIRECTS):
+        location = response.headers.get("location")
+        if not response.is_redirect or not location:
+            break
+        found = target(url, location)
+        if found is None or found[0] != origin:
+            break
+        url = url_of(origin, found[1])
+        response = http.get(url, follow_redirects=False)
+    return response, url
+
+
+def _read(report: SiteReport, url: str, response: httpx.Response) -> list[str]:
+    """The internal references of a page or stylesheet served at `url` (the page
+    counted), resolved as `mirror.archive.resolve` says; [] for anything else."""
+    kind = response.headers.get("content-type", "")
+    if "html" in kind or _path(url).lower().endswith(PAGE_SUFFIXES):
+        report.pages += 1
+        href, refs = page_links(response.content, kind)
+    elif "css" in kind:
+        href, refs = None, list(css_references(response.content))
+    else:
+        return []
+    base = base_of(url, href)
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    found = [t for ref in refs if (t := target(base, ref)) and t[0] == origin]
+    report.references += len(found)
+    return [url_of(origin, path) for _, path in found]
 
 
 def _path(url: str) -> str:
