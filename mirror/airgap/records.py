@@ -9,8 +9,9 @@ docs/architecture.md, "Monitoring".
 
 Promises: a record is written after the command's own work, with one conditional
 read-modify-write (no lost count when two imports end at once); a record that cannot be
-written is a warning, never the command's failure, and never hides the command's own error
-(its exit code is the one the command would have had).
+written is never the command's failure and never hides the command's own error (its exit
+code and its one line are the ones the command would have had): after a success it is a
+warning, after a failure (the bucket may be what failed) a debug line.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def record_import(
             counts=counts,
         )
 
-    _write(store, layout.RESULTS_PARTS, layout.ImportResults, change)
+    success = result in ("imported", "already_imported")
+    _write(store, layout.RESULTS_PARTS, layout.ImportResults, change, loud=success)
 
 
 def record_links(
@@ -107,17 +109,23 @@ def record_links(
             )
         return layout.RenderedLinks(domains=domains)
 
-    _write(store, layout.LINKS_PARTS, layout.RenderedLinks, change)
+    _write(store, layout.LINKS_PARTS, layout.RenderedLinks, change, loud=True)
 
 
 D = TypeVar("D", layout.ImportResults, layout.RenderedLinks)
 
 
 def _write(
-    store: layout.Bucket, parts: tuple[str, ...], model: type[D], change: Callable[[D | None], D]
+    store: layout.Bucket,
+    parts: tuple[str, ...],
+    model: type[D],
+    change: Callable[[D | None], D],
+    *,
+    loud: bool,
 ) -> None:
     key = store.key(*parts)
     try:
         layout.update_document(store, key, model, change)
     except (MirrorError, OSError) as exc:
-        log.warning("cannot record %s for monitoring: %s", key, exc, extra={"key": key})
+        level = logging.WARNING if loud else logging.DEBUG
+        log.log(level, "cannot record %s for monitoring: %s", key, exc, extra={"key": key})
