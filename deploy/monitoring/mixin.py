@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from grafanalib._gen import DashboardEncoder
-from grafanalib.core import Dashboard, GridPos, Stat, Target, Template, Templating, TimeSeries
+from grafanalib.core import Dashboard, GridPos, Target, Template, Templating, TimeSeries
 
 HERE = Path(__file__).resolve().parent
 DAY = 86400
@@ -288,12 +288,14 @@ def rule_tests() -> dict[str, Any]:
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": cases}
 
 
-def _panel(title: str, expr: str, x: int, y: int, *, stat: bool = False, unit: str = "") -> Any:
-    target = Target(expr=expr, legendFormat="{{domain}}{{site}}", refId="A")
-    position = GridPos(h=8, w=12, x=x, y=y)
-    if stat:
-        return Stat(title=title, targets=[target], gridPos=position, format=unit or "none")
-    return TimeSeries(title=title, targets=[target], gridPos=position, unit=unit)
+def _panel(title: str, expr: str, x: int, y: int, *, unit: str) -> TimeSeries:
+    return TimeSeries(
+        title=title,
+        targets=[Target(expr=expr, legendFormat="{{domain}}{{site}}", refId="A")],
+        gridPos=GridPos(h=8, w=12, x=x, y=y),
+        unit=unit,
+        dataSource="$datasource",  # the dashboard's variable: no data source uid baked in
+    )
 
 
 def _dashboard(uid: str, title: str, panels: list[tuple[str, str, str]]) -> Dashboard:

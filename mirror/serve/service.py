@@ -88,6 +88,7 @@ class Service:
         self.imports: layout.ImportResults | None = None
         self.links: layout.RenderedLinks | None = None
         """What the CronJobs recorded for monitoring (mirror.airgap.records), read each poll."""
+        self._first_served = threading.Lock()
 
     @property
     def pointers_path(self) -> str:
@@ -242,11 +243,13 @@ class Service:
         exported = exported_time(entry)
         self.last_served[domain] = Served(label, current, exported)
         key = f"{domain}/{label}"
-        if key not in entry.first_served:
+        with self._first_served:  # one observation per version, however many serve it at once
+            if key in entry.first_served:
+                return
             entry.first_served[key] = now = time.time()
             if exported is not None:
                 self.metrics.freshness.observe(max(0.0, now - exported))
-            self.cache.persist()  # once per version: counted once across restarts too
+            self.cache.persist()  # counted once across restarts too
 
     def record(self, fetch: Fetch) -> None:
         self.metrics.responses.labels(str(fetch.status)).inc()
