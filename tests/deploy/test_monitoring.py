@@ -8,6 +8,8 @@ tests/integration/test_monitoring_pipeline.py asks a real Prometheus every query
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import yaml
 from click.testing import CliRunner
 
 from mirror.cli import cli
+from mirror.logs import JsonFormatter
 from tests.fixtures.cli import REPO
 
 MONITORING = REPO / "deploy" / "monitoring"
@@ -145,3 +148,49 @@ def test_the_servicemonitor_selects_the_shipped_service() -> None:
     assert wanted.items() <= service["metadata"]["labels"].items()
     ports = {port["name"] for port in service["spec"]["ports"]}
     assert {e["port"] for e in serve["spec"]["endpoints"]} <= ports
+
+
+def test_the_readme_asks_each_alerts_first_question() -> None:
+    """README.md's Monitoring table has a row for every alert, naming the same first command
+    as its summary, and no row for an alert that does not exist."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| Mirror")]
+    named = {
+        name.strip(): re.sub(r" D$", " {{ $labels.domain }}", command.strip().strip("`"))
+        for names, command in rows
+        for name in names.split(",")
+    }
+    assert named == {alert.name: alert.command for alert in mixin.ALERTS}
+
+
+def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
+    """Each jq program of README.md's Monitoring table compiles and runs on a line the JSON
+    log format writes (mirror.logs), and picks it when it should."""
+    record = logging.makeLogRecord(
+        {
+            "name": "mirror.serve.access",
+            "levelno": logging.ERROR,
+            "levelname": "ERROR",
+            "msg": "values rendered",
+            "domain": "D",
+            "site": "S",
+            "status": 200,
+            "version": "v",
+        }
+    )
+    line = JsonFormatter().format(record) + "\n"
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
+    programs = [p.replace("\\|", "|") for p in re.findall(r"jq -c '(.*?)'`", section)]
+    assert len(programs) == 9
+    jq = shutil.which("jq")
+    assert jq, "jq is missing (Debian's jq package)"
+    picked = 0
+    for program in programs:
+        done = subprocess.run(
+            [jq, "-c", program], input=line, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, f"{program}: {done.stderr}"
+        picked += bool(done.stdout.strip())
+    assert picked >= 7
