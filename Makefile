@@ -64,6 +64,11 @@ test: lint typecheck
 dist-check: venv
 	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n 2 -m pypi $(PYTEST_ARGS)
 
+## make monitoring: render deploy/monitoring (rules, PrometheusRule, promtool tests,
+## dashboards) from deploy/monitoring/mixin.py; tests/deploy/test_monitoring.py checks them
+monitoring: venv
+	$(VENV)/bin/python deploy/monitoring/mixin.py
+
 ## make faults: every fault case (kill loops at 100 kills), then the fault table
 faults: venv
 	$(TEST_ENV) MIRROR_FAULT_KILLS=100 MIRROR_FAULT_ALL=1 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)

@@ -6,6 +6,8 @@
     PREFIX/DOMAIN/current.json            Current: the promoted version and its history
     PREFIX/DOMAIN/gc.json                 GcJournal: versions `chart gc` is removing, and removed
     PREFIX/_mirror/import-state.json      ImportState: the newest imported set, a bounded history
+    PREFIX/_mirror/import-results.json    ImportResults: how imports ended (for monitoring)
+    PREFIX/_mirror/links.json             RenderedLinks: the links the values files hold
 
 Promises:
 - Every document is read through its pydantic model: a document of the wrong
@@ -27,6 +29,8 @@ from mirror.errors import IntegrityError
 from mirror.transferset.format import canonical_json
 
 STATE_PARTS = ("_mirror", "import-state.json")
+RESULTS_PARTS = ("_mirror", "import-results.json")
+LINKS_PARTS = ("_mirror", "links.json")
 INDEX = "index.json"
 CURRENT = "current.json"
 GC_JOURNAL = "gc.json"
@@ -210,6 +214,37 @@ class ImportState(_Document):
         )
 
 
+class ImportResults(_Document):
+    """`_mirror/import-results.json`: how the imports into this bucket ended, for monitoring
+    (`mirror serve` shows it as metrics; mirror.airgap.records writes it). `last_result` is
+    one of RESULTS; `counts` are by result since the first import recorded here."""
+
+    format: Literal[1] = FORMAT
+    last_at: str
+    last_result: str
+    last_sequence: int | None = None
+    last_success_at: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+RESULTS = ("imported", "already_imported", "refused", "failed")
+
+
+class LinkRecord(_Document):
+    version: str
+    url_mode: str
+    expires_at: str | None = None
+    rendered_at: str = ""
+
+
+class RenderedLinks(_Document):
+    """`_mirror/links.json`: per domain, the link its values file holds and when it expires
+    (None: it does not), as `chart refresh` last wrote or kept it."""
+
+    format: Literal[1] = FORMAT
+    domains: dict[str, LinkRecord] = Field(default_factory=dict)
+
+
 D = TypeVar("D", bound=_Document)
 
 
@@ -263,3 +298,11 @@ def read_gc_journal(store: Bucket, domain: str) -> GcJournal | None:
 
 def read_import_state(store: Bucket) -> ImportState | None:
     return read_document(store, state_key(store), ImportState)
+
+
+def read_import_results(store: Bucket) -> ImportResults | None:
+    return read_document(store, store.key(*RESULTS_PARTS), ImportResults)
+
+
+def read_rendered_links(store: Bucket) -> RenderedLinks | None:
+    return read_document(store, store.key(*LINKS_PARTS), RenderedLinks)

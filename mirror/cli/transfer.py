@@ -278,6 +278,7 @@ def transfer_import(
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set
     from mirror.airgap.publish import import_bytes
+    from mirror.airgap.records import recorded_import
     from mirror.cli.preflight import receipt_signing_key
 
     settings = cli.settings
@@ -286,19 +287,22 @@ def transfer_import(
     trusted = _trusted(settings, keys)
     store = _object_store(settings)
     with _progress(cli, "importing", total=import_bytes(set_dir)) as (on_progress,):
-        result = import_set(
+        result = recorded_import(
             store,
-            set_dir,
-            trusted,
-            allow_replay=allow_replay,
-            skip_imported=skip_imported,
-            promote=hook,
-            receipt_key=receipt_signing_key(settings),
-            receipt_path=receipt_path,
-            on_progress=on_progress,
-            on_verify_progress=on_progress,
-            work_dir=settings.target.work_dir,
-            site=settings.target.site,
+            lambda: import_set(
+                store,
+                set_dir,
+                trusted,
+                allow_replay=allow_replay,
+                skip_imported=skip_imported,
+                promote=hook,
+                receipt_key=receipt_signing_key(settings),
+                receipt_path=receipt_path,
+                on_progress=on_progress,
+                on_verify_progress=on_progress,
+                work_dir=settings.target.work_dir,
+                site=settings.target.site,
+            ),
         )
     cli.emit(result.as_dict(), _import_lines(result, store.bucket))
 

@@ -46,6 +46,7 @@ from mirror.export.metrics import (
     DaemonMetrics,
     MetricsServer,
     last_success_times,
+    newest_refused,
     newest_sites,
     start_metrics,
 )
@@ -196,8 +197,9 @@ class Daemon:
         with self.app.db.session() as session:
             last_success = last_success_times(session, domains)
             sites = newest_sites(session, domains)
+            refused = newest_refused(session, domains)
         self.metrics.seed(domains, last_success)
-        self.metrics.set_sites(sites)
+        self.metrics.set_sites(sites, refused)
 
     # --- each pass: start what is due, tell systemd ---
 

@@ -26,6 +26,7 @@ from mirror.export.inflight import InFlight
 from mirror.export.metrics import DaemonMetrics
 from mirror.export.scheduler import DEFAULT_FAILURE_RETRY, DomainState, Plan, plan
 from mirror.export.status import due_check
+from mirror.fsutil import free_bytes
 from mirror.store.app import App
 from mirror.store.sitestate import site_summaries
 from mirror.timestamps import utcnow
@@ -178,6 +179,9 @@ def measure_store(app: App, metrics: DaemonMetrics) -> None:
     stored version)."""
     try:
         metrics.store_bytes.set(app.store.used_bytes())
+        free = free_bytes(app.settings.store.path)
+        if free is not None:
+            metrics.store_free_bytes.set(free)
     except OSError as exc:
         log.warning("cannot measure the store: %s", exc.strerror or exc)
     with app.db.session() as session:

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from mirror.config import ExportSettings, Settings
 from mirror.export.deferrals import clear as clear_deferral
 from mirror.export.deferrals import defer
-from mirror.export.metrics import DaemonMetrics, newest_sites
+from mirror.export.metrics import DaemonMetrics, newest_refused, newest_sites
 from mirror.export.scheduler import DomainState, defer_seconds, eligible_at, failure_backoff
 from mirror.export.status import load_states
 from mirror.export.worker import RunResult
@@ -153,9 +153,9 @@ class DomainBook:
         self.metrics.record_outcome(domain, result.outcome)
         extra = {"domain": domain, "outcome": result.outcome, "replica": self.identity}
         now = utcnow()
-        if result.outcome == "stored":
-            with self.app.db.session() as session:
-                self.metrics.set_sites(newest_sites(session, [domain]))
+        with self.app.db.session() as session:  # a refusal for completeness ends "failed"
+            sites = newest_sites(session, [domain]) if result.outcome == "stored" else {}
+            self.metrics.set_sites(sites, newest_refused(session, [domain]))
         if result.outcome in ("stored", "unchanged"):
             self.failures.pop(domain, None)
             log.info("run finished", extra={**extra, "version": result.version})

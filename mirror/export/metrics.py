@@ -63,6 +63,9 @@ class DaemonMetrics:
         self._site_gauges()
         self._transfer_site_gauges()
         self.store_bytes = self._gauge("mirror_store_bytes", "Bytes of blobs in the store")
+        self.store_free_bytes = self._gauge(
+            "mirror_store_free_bytes", "Bytes free on the file system that holds the store"
+        )
         self.start_budget_remaining = self._gauge(
             "mirror_start_budget_remaining",
             "Vendor export starts still allowed in the current hour (shared by all domains)",
@@ -120,6 +123,16 @@ class DaemonMetrics:
         self.version_broken_links = self._gauge(
             "mirror_version_broken_links",
             "Broken internal links and missing assets in the newest stored version's bundle",
+            "domain",
+        )
+        self.version_refused = self._gauge(
+            "mirror_version_refused",
+            "1 when the domain's newest downloaded bundle was refused for completeness",
+            "domain",
+        )
+        self.consecutive_failures = self._gauge(
+            "mirror_export_consecutive_failures",
+            "Runs in a row that failed since the domain's last success (or this start)",
             "domain",
         )
 
@@ -186,6 +199,9 @@ class DaemonMetrics:
         self.runs.labels(domain=domain, outcome=outcome).inc()
         if outcome in ("stored", "unchanged"):
             self.last_success.labels(domain=domain).set(time.time())
+            self.consecutive_failures.labels(domain=domain).set(0)
+        elif outcome == "failed":
+            self.consecutive_failures.labels(domain=domain).inc()
 
     def seed(self, domains: Iterable[str], last_success: Mapping[str, float]) -> None:
         """Create every labelled series: 0 for counters of each domain and outcome and for
@@ -194,16 +210,24 @@ class DaemonMetrics:
             for outcome in OUTCOMES:
                 self.runs.labels(domain=domain, outcome=outcome)
             self.download_bytes.labels(domain=domain)
+            self.consecutive_failures.labels(domain=domain)
+            self.version_refused.labels(domain=domain)
+            self.job_timeouts.labels(domain=domain)
         for state in RUN_STATES:
             self.runs_in_state.labels(state=state)
         for domain, when in last_success.items():
             self.last_success.labels(domain=domain).set(when)
 
-    def set_sites(self, sites: Mapping[str, tuple[int, int]]) -> None:
-        """The newest site check of each domain: (pages, broken links + missing assets)."""
+    def set_sites(
+        self, sites: Mapping[str, tuple[int, int]], refused: Mapping[str, bool] | None = None
+    ) -> None:
+        """The newest site check of each domain: (pages, broken links + missing assets), and
+        whether its newest check of all refused the bundle."""
         for domain, (pages, broken) in sites.items():
             self.version_pages.labels(domain=domain).set(pages)
             self.version_broken_links.labels(domain=domain).set(broken)
+        for domain, was_refused in (refused or {}).items():
+            self.version_refused.labels(domain=domain).set(1 if was_refused else 0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -239,6 +263,20 @@ def newest_sites(session: Session, domains: Iterable[str]) -> dict[str, tuple[in
     for check in rows:
         if check.domain in wanted:
             found[check.domain] = (check.pages, check.broken_links + check.missing_assets)
+    return found
+
+
+def newest_refused(session: Session, domains: Iterable[str]) -> dict[str, bool]:
+    """Whether each domain's newest site check (of any status) refused its bundle."""
+    wanted = sorted(set(domains))
+    found = {domain: False for domain in wanted}
+    rows = session.execute(
+        select(SiteCheck.domain, SiteCheck.status)
+        .where(SiteCheck.domain.in_(wanted))
+        .order_by(SiteCheck.id)
+    )
+    for domain, status in rows:
+        found[domain] = status == "refused"
     return found
 
 

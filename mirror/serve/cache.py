@@ -2,7 +2,8 @@
 
     CACHE_DIR/bundles/<sha256>   a bundle, read-only, whose bytes hashed to its name
     CACHE_DIR/cache.json         the record: per bundle its size, digest, versions, provenance
-                                 facts and when it was last served
+                                 facts, when it was last served and when each of its
+                                 versions was first served
     CACHE_DIR/tmp/               fills in progress (emptied at start)
     CACHE_DIR/pointers.json      the pointers last read (mirror.serve.pointers)
 
@@ -54,6 +55,9 @@ class Entry:
     provenance: dict[str, Any] = field(default_factory=dict)
     last_used: float = 0.0
     fingerprint: Fingerprint | None = None
+    first_served: dict[str, float] = field(default_factory=dict)
+    """When this cache first served each of its versions (by label): the freshness histogram
+    counts a version once, also across restarts."""
 
     @property
     def verified(self) -> bool:
@@ -66,6 +70,7 @@ class Entry:
             "versions": sorted([list(pair) for pair in self.versions]),
             "provenance": self.provenance,
             "last_used": round(self.last_used, 3),
+            "first_served": {label: round(at, 3) for label, at in self.first_served.items()},
         }
 
 
@@ -229,6 +234,7 @@ def _entry(sha256: str, item: dict[str, Any]) -> Entry:
         versions={(str(d), str(v)) for d, v in item.get("versions", [])},
         provenance=dict(item.get("provenance") or {}),
         last_used=float(item.get("last_used", 0.0)),
+        first_served={str(k): float(v) for k, v in (item.get("first_served") or {}).items()},
     )
 
 

@@ -12,6 +12,10 @@ Counters (since start):
     mirror_serve_cache_dropped_total               cached files found damaged and dropped
     mirror_serve_refused_total{domain,version}     objects that did not match their manifest
     mirror_serve_clients_cut_total                 clients cut after serve.idle_timeout
+Histogram:
+    mirror_serve_freshness_seconds                 from the vendor's export of a version (its
+                                                   signed provenance) to the first time this
+                                                   cache served it to a pod: once per version
 Gauges (read when scraped):
     mirror_serve_ready                             1 once every current version is verified
     mirror_serve_bucket_up                         1 when the last read of the pointers worked
@@ -24,7 +28,26 @@ Gauges (read when scraped):
                                                    1 for the version last served per domain
     mirror_serve_served_version_age_seconds{domain}
                                                    age of that version since the vendor
-                                                   exported it (its provenance, else manifest)
+                                                   exported it (its provenance, else manifest):
+                                                   the age of the docs readers see now
+    mirror_serve_current_version_age_seconds{domain}
+                                                   the same of the current version (once cached)
+    mirror_serve_newest_info{domain,version}       1 for each domain's newest complete version
+    mirror_serve_current_is_newest{domain}         1 when the current version is the newest
+                                                   (0 after a rollback, or a promote of an
+                                                   older one)
+What the air-gapped CronJobs recorded in the bucket (mirror.airgap.records), read each poll:
+    mirror_import_last_timestamp_seconds           when the last `transfer import` ended
+    mirror_import_last_success_timestamp_seconds   when the last one that imported ended
+    mirror_import_last_result{result}              1 for the last import's result
+    mirror_import_last_sequence                    the set it imported (or found imported)
+    mirror_import_sets_total{result}               imports by result (imported,
+                                                   already_imported, refused, failed)
+    mirror_values_link_expiry_timestamp_seconds{domain,version,url_mode}
+                                                   when the link in the domain's values file
+                                                   expires (only links that do)
+    mirror_values_link_info{domain,version,url_mode}
+                                                   1 for each values file's link
 No label carries a secret or a client address: labels are domains, versions and codes.
 """
 
@@ -33,12 +56,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from mirror.airgap import layout
+from mirror.timestamps import parse_zoned
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+HOUR = 3600.0
+FRESHNESS_BUCKETS = (
+    *(60.0, 300.0, 900.0, 1800.0),
+    *(HOUR * h for h in (1, 3, 6, 12, 24, 48, 72, 168, 336, 720)),
+    float("inf"),
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +94,10 @@ class Gauges:
     current: dict[str, str] = field(default_factory=dict)
     last_served: dict[str, Served] = field(default_factory=dict)
     now: float = 0.0
+    newest: dict[str, str] = field(default_factory=dict)
+    current_exported: dict[str, float] = field(default_factory=dict)
+    imports: layout.ImportResults | None = None
+    links: layout.RenderedLinks | None = None
 
 
 class _StateCollector(Collector):
@@ -71,7 +107,7 @@ class _StateCollector(Collector):
     def describe(self) -> list[GaugeMetricFamily]:
         return []  # read when scraped, not when registered (the service is not built yet)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         seen = self.state()
         yield _gauge("ready", "1 once every domain's current version is verified", seen.ready)
         yield _gauge("bucket_up", "1 when the last read of the pointers worked", seen.bucket_up)
@@ -94,6 +130,9 @@ class _StateCollector(Collector):
             current.add_metric([domain, version], 1)
         yield current
         yield from _served(seen)
+        yield from _versions(seen)
+        yield from _imports(seen.imports)
+        yield from _links(seen.links)
 
 
 def _served(seen: Gauges) -> Iterator[GaugeMetricFamily]:
@@ -115,8 +154,88 @@ def _served(seen: Gauges) -> Iterator[GaugeMetricFamily]:
     yield age
 
 
-def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(f"mirror_serve_{name}", help_text, value=float(value))
+def _versions(seen: Gauges) -> Iterator[GaugeMetricFamily]:
+    newest = GaugeMetricFamily(
+        "mirror_serve_newest_info",
+        "Each domain's newest complete version",
+        labels=["domain", "version"],
+    )
+    is_newest = GaugeMetricFamily(
+        "mirror_serve_current_is_newest",
+        "1 when the domain's current version is its newest",
+        labels=["domain"],
+    )
+    age = GaugeMetricFamily(
+        "mirror_serve_current_version_age_seconds",
+        "Age of the current version since the vendor exported it",
+        labels=["domain"],
+    )
+    for domain, version in sorted(seen.newest.items()):
+        newest.add_metric([domain, version], 1)
+        is_newest.add_metric([domain], float(seen.current.get(domain) == version))
+    for domain, exported in sorted(seen.current_exported.items()):
+        age.add_metric([domain], max(0.0, seen.now - exported))
+    yield from (newest, is_newest, age)
+
+
+def _imports(
+    found: layout.ImportResults | None,
+) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The bucket's import results (nothing before the first recorded import)."""
+    if found is None:
+        return
+    yield _gauge(
+        "last_timestamp_seconds", "When the last import ended", _unix(found.last_at), "import"
+    )
+    if found.last_success_at:
+        yield _gauge(
+            "last_success_timestamp_seconds",
+            "When the last import that imported ended",
+            _unix(found.last_success_at),
+            "import",
+        )
+    if found.last_sequence is not None:
+        yield _gauge("last_sequence", "The set the last import took", found.last_sequence, "import")
+    last = GaugeMetricFamily(
+        "mirror_import_last_result", "1 for the last import's result", labels=["result"]
+    )
+    sets = CounterMetricFamily(
+        "mirror_import_sets", "Imports recorded in the bucket, by result", labels=["result"]
+    )
+    for result in layout.RESULTS:
+        last.add_metric([result], float(found.last_result == result))
+        sets.add_metric([result], found.counts.get(result, 0))
+    yield from (last, sets)
+
+
+def _links(found: layout.RenderedLinks | None) -> Iterator[GaugeMetricFamily]:
+    info = GaugeMetricFamily(
+        "mirror_values_link_info",
+        "Each values file's link",
+        labels=["domain", "version", "url_mode"],
+    )
+    expiry = GaugeMetricFamily(
+        "mirror_values_link_expiry_timestamp_seconds",
+        "When the link in a domain's values file expires",
+        labels=["domain", "version", "url_mode"],
+    )
+    for domain, link in sorted(found.domains.items()) if found is not None else []:
+        labels = [domain, link.version, link.url_mode]
+        info.add_metric(labels, 1)
+        if link.expires_at:
+            expiry.add_metric(labels, _unix(link.expires_at))
+    yield from (info, expiry)
+
+
+def _unix(text: str) -> float:
+    try:
+        return parse_zoned(text).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _gauge(name: str, help_text: str, value: float, prefix: str = "serve") -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"mirror_{prefix}_{name}", help_text, value=float(value))
 
 
 class ServeMetrics:
@@ -137,6 +256,12 @@ class ServeMetrics:
             "refused", "Objects that did not match their manifest", "domain", "version"
         )
         self.cut = self._counter("clients_cut", "Clients cut after serve.idle_timeout")
+        self.freshness = Histogram(
+            "mirror_serve_freshness_seconds",
+            "From the vendor's export of a version to its first serve from this cache",
+            buckets=FRESHNESS_BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(state))
 
     def _counter(self, name: str, help_text: str, *labels: str) -> Counter:

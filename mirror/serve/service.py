@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from mirror.airgap import layout
 from mirror.config import ServeSettings
 from mirror.errors import IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
@@ -84,6 +85,10 @@ class Service:
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
         """The domains whose current version was cached and verified at some settle."""
+        self.imports: layout.ImportResults | None = None
+        self.links: layout.RenderedLinks | None = None
+        """What the CronJobs recorded for monitoring (mirror.airgap.records), read each poll."""
+        self._first_served = threading.Lock()
 
     @property
     def pointers_path(self) -> str:
@@ -111,7 +116,17 @@ class Service:
         else:
             self.bucket_error, self.bucket_down_since = None, None
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
+        self._read_records()
         return not found.errors
+
+    def _read_records(self) -> None:
+        """The import results and rendered links, for the metrics; a failed read keeps the
+        ones read before (a debug line: the pointers' read says whether the bucket is up)."""
+        try:
+            self.imports = layout.read_import_results(self.bucket) or self.imports
+            self.links = layout.read_rendered_links(self.bucket) or self.links
+        except MirrorError as exc:
+            log.debug("cannot read the monitoring records: %s", exc)
 
     def _bucket_failed(self, error: str) -> None:
         if self.bucket_error is None:
@@ -223,12 +238,18 @@ class Service:
 
     def served(self, listed: Listed, entry: Entry) -> None:
         current = self.is_current(listed)
-        self.metrics.served.labels(
-            listed.ref.domain, str(listed.ref.label), str(current).lower()
-        ).inc()
-        self.last_served[listed.ref.domain] = Served(
-            str(listed.ref.label), current, exported_time(entry)
-        )
+        domain, label = listed.ref.domain, str(listed.ref.label)
+        self.metrics.served.labels(domain, label, str(current).lower()).inc()
+        exported = exported_time(entry)
+        self.last_served[domain] = Served(label, current, exported)
+        key = f"{domain}/{label}"
+        with self._first_served:  # one observation per version, however many serve it at once
+            if key in entry.first_served:
+                return
+            entry.first_served[key] = now = time.time()
+            if exported is not None:
+                self.metrics.freshness.observe(max(0.0, now - exported))
+            self.cache.persist()  # counted once across restarts too
 
     def record(self, fetch: Fetch) -> None:
         self.metrics.responses.labels(str(fetch.status)).inc()
@@ -246,11 +267,35 @@ class Service:
             current=current_labels(self.pointers.domains.values()),
             last_served=dict(self.last_served),
             now=time.time(),
+            newest=newest_labels(self.pointers.domains.values()),
+            current_exported=self._current_exported(),
+            imports=self.imports,
+            links=self.links,
         )
+
+    def _current_exported(self) -> dict[str, float]:
+        """When the vendor exported each domain's current version (once it is cached)."""
+        found: dict[str, float] = {}
+        for view in self.pointers.domains.values():
+            listed = view.versions.get(view.current) if view.current else None
+            entry = self.cache.get(listed.ref.sha256) if listed is not None else None
+            exported = exported_time(entry) if entry is not None else None
+            if exported is not None:
+                found[view.domain] = exported
+        return found
 
 
 def current_labels(views: Iterable[DomainView]) -> dict[str, str]:
     return {view.domain: view.current for view in views if view.current is not None}
+
+
+def newest_labels(views: Iterable[DomainView]) -> dict[str, str]:
+    """Each domain's newest complete version (mirror.versions orders the labels)."""
+    return {
+        view.domain: str(max(listed.ref.label for listed in view.versions.values()))
+        for view in views
+        if view.versions
+    }
 
 
 def exported_time(entry: Entry) -> float | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from mirror import __version__
 from mirror.config import settings_from_dict
@@ -23,12 +24,13 @@ from mirror.export.metrics import (
     DaemonMetrics,
     MetricsServer,
     last_success_times,
+    newest_refused,
     parse_listen,
 )
 from mirror.outbound.pack import Selection, pack
 from mirror.store.app import App
 from mirror.store.db import Database
-from mirror.store.models import ExportRun, RunState
+from mirror.store.models import Bundle, ExportRun, RunState, SiteCheck
 from tests.fixtures.s3 import new_key_pair, transfer_config
 from tests.fixtures.versions import add_version
 
@@ -210,3 +212,59 @@ def test_a_scraper_that_resets_mid_request_is_a_debug_line_not_a_traceback(
     err = capfd.readouterr().err
     assert "Exception occurred during processing of request" not in err  # socketserver's
     assert "Traceback" not in err
+
+
+def test_failures_in_a_row_count_until_a_success(served: tuple[DaemonMetrics, str]) -> None:
+    metrics, url = served
+    metrics.seed(["a.example.com"], {})
+    seen = []
+    for outcome in ("failed", "deferred", "failed", "stored", "failed"):
+        metrics.record_outcome("a.example.com", outcome)
+        seen.append(
+            metrics.registry.get_sample_value(
+                "mirror_export_consecutive_failures", {"domain": "a.example.com"}
+            )
+        )
+    assert seen == [1.0, 1.0, 2.0, 0.0, 1.0]
+    text = httpx.get(f"{url}/metrics").text
+    assert 'mirror_job_timeouts_total{domain="a.example.com"} 0.0' in text
+    assert 'mirror_version_refused{domain="a.example.com"} 0.0' in text
+
+
+def test_a_refusal_for_completeness_and_the_free_space_are_shown(
+    served: tuple[DaemonMetrics, str], tmp_path: Path
+) -> None:
+    """The newest site check of a domain decides its refusal gauge; the store's disk, its
+    free space."""
+    metrics, _ = served
+    document = transfer_config(tmp_path / "store", new_key_pair(tmp_path))
+    app = App(settings_from_dict(document))
+    try:
+        add_version(app, "docs.example.com", "2026-11-20")
+        with app.db.session() as session:
+            sha256 = session.scalars(select(Bundle.sha256)).first()
+            for status in ("ok", "refused"):
+                session.add(_check("docs.example.com", str(sha256), status))
+        with app.db.session() as session:
+            refused = newest_refused(session, ["docs.example.com", "api.example.com"])
+        measure_store(app, metrics)
+    finally:
+        app.close()
+    assert refused == {"docs.example.com": True, "api.example.com": False}
+    metrics.set_sites({}, refused)
+    value = metrics.registry.get_sample_value
+    assert value("mirror_version_refused", {"domain": "docs.example.com"}) == 1.0
+    assert (value("mirror_store_free_bytes") or 0) > 0
+
+
+def _check(domain: str, sha256: str, status: str) -> SiteCheck:
+    return SiteCheck(
+        domain=domain,
+        bundle_sha256=sha256,
+        status=status,
+        pages=1,
+        broken_links=0,
+        missing_assets=0,
+        report={},
+        report_sha256="0" * 64,
+    )

@@ -128,6 +128,14 @@ def test_pack_verify_import_ack_by_hand(
     assert document["promoted"] == [] and document["receipt"] == str(set_dir / "receipt.json")
     assert bucket_listing(s3_client, target_settings.bucket) == keys
     assert (set_dir / "receipt.json").read_bytes() == receipt_bytes
+    # each import's end, recorded for monitoring (mirror serve shows it): the one write a
+    # refused import makes
+    record = s3_client.get_object(
+        Bucket=target_settings.bucket, Key="static-export/_mirror/import-results.json"
+    )
+    results = json.loads(record["Body"].read())
+    assert results["counts"] == {"imported": 1, "refused": 1, "already_imported": 1}
+    assert (results["last_result"], results["last_sequence"]) == ("already_imported", 1)
 
     acked = mirror_cli(
         "--config", str(sides["connected"]), "transfer", "ack", str(set_dir / "receipt.json")

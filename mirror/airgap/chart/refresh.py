@@ -27,6 +27,7 @@ from mirror.airgap.chart.values import (
     render_values,
     write_values,
 )
+from mirror.airgap.records import record_links
 from mirror.config import ChartSettings, TargetSettings
 from mirror.errors import ConfigError, NotFound, OperationFailed
 from mirror.links import link_expiry
@@ -143,6 +144,7 @@ def refresh_values(
         results.append(result)
         if failure is not None:
             failures.append(failure)
+    record_links(store, target.url_mode, results)
     if failures:
         raise RefreshFailed(failures[0], results=results)
     return results

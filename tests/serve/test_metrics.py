@@ -1,0 +1,129 @@
+"""The air-gapped side's metrics on `mirror serve`'s /metrics: the freshness histogram (once
+per version, also across a restart), the current version against the newest, and what the
+CronJobs recorded in the bucket (mirror.airgap.records)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mirror.airgap import chart, layout
+from mirror.airgap.records import record_import, record_links, recorded_import
+from mirror.errors import IntegrityError
+from mirror.serve.routes import bundle_path
+from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
+from tests.fixtures.memory import MemoryBucket
+from tests.fixtures.serving import Running, serving
+
+V1, V2 = "2026-11-20", "2026-11-21"
+
+
+@pytest.fixture
+def bucket() -> MemoryBucket:
+    return MemoryBucket()
+
+
+@pytest.fixture
+def versions(bucket: MemoryBucket, tmp_path: Path) -> dict[str, Seeded]:
+    seeded = {label: seed_version(bucket, tmp_path, label) for label in (V1, V2)}
+    chart.promote(bucket, DOMAIN, V1)
+    chart.promote(bucket, DOMAIN, V2)
+    return seeded
+
+
+def samples(running: Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(running.url + "/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float | None:
+    return found.get((name, tuple(sorted(labels.items()))))
+
+
+def fetch(running: Running, version: str | None) -> None:
+    answer = httpx.get(running.url + bundle_path(DOMAIN, version, "tar.gz"))
+    assert answer.status_code == 200
+
+
+def test_freshness_counts_each_version_once_also_after_a_restart(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    with serving(bucket, tmp_path / "cache") as running:
+        fetch(running, None)
+        fetch(running, None)
+        fetch(running, V1)
+        first = samples(running)
+    assert value(first, "mirror_serve_freshness_seconds_count") == 2.0
+    assert value(first, "mirror_serve_freshness_seconds_bucket", le="+Inf") == 2.0
+    assert (value(first, "mirror_serve_current_version_age_seconds", domain=DOMAIN) or -1) >= 0
+    with serving(bucket, tmp_path / "cache") as running:
+        fetch(running, None)
+        again = samples(running)
+    assert value(again, "mirror_serve_freshness_seconds_count") == 0.0
+
+
+def test_after_a_rollback_the_current_version_is_not_the_newest(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    with serving(bucket, tmp_path / "cache") as running:
+        before = samples(running)
+        chart.rollback(bucket, DOMAIN)
+        running.refresh()
+        after = samples(running)
+    assert value(before, "mirror_serve_current_is_newest", domain=DOMAIN) == 1.0
+    assert value(before, "mirror_serve_newest_info", domain=DOMAIN, version=V2) == 1.0
+    assert value(after, "mirror_serve_current_is_newest", domain=DOMAIN) == 0.0
+    assert value(after, "mirror_serve_current_info", domain=DOMAIN, version=V1) == 1.0
+
+
+class _Result:
+    sequence = 7
+    already_imported = False
+
+
+def _refuse() -> _Result:
+    raise IntegrityError("set 8 is not signed by a trusted key")
+
+
+def test_import_results_and_links_recorded_in_the_bucket_are_shown(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    recorded_import(bucket, _Result)
+    with pytest.raises(IntegrityError):
+        recorded_import(bucket, _refuse)
+    expires = datetime(2026, 12, 1, tzinfo=UTC)
+    link = chart.RefreshResult(DOMAIN, tmp_path / "v.yaml", V2, "rendered", "new", expires)
+    record_links(bucket, "presigned", [link])
+    with serving(bucket, tmp_path / "cache") as running:
+        found = samples(running)
+    assert value(found, "mirror_import_sets_total", result="imported") == 1.0
+    assert value(found, "mirror_import_sets_total", result="refused") == 1.0
+    assert value(found, "mirror_import_last_result", result="refused") == 1.0
+    assert value(found, "mirror_import_last_result", result="imported") == 0.0
+    assert value(found, "mirror_import_last_sequence") == 7.0
+    recorded = layout.read_import_results(bucket)
+    assert recorded is not None and recorded.last_success_at is not None
+    assert (value(found, "mirror_import_last_success_timestamp_seconds") or 0) > 0
+    labels = {"domain": DOMAIN, "version": V2, "url_mode": "presigned"}
+    expiry = value(found, "mirror_values_link_expiry_timestamp_seconds", **labels)
+    assert expiry == expires.timestamp()
+
+
+def test_the_last_import_time_moves_with_each_import(bucket: MemoryBucket) -> None:
+    start = datetime(2026, 11, 27, tzinfo=UTC)
+    record_import(bucket, "failed", None, start)
+    record_import(bucket, "already_imported", 3, start + timedelta(hours=1))
+    recorded = layout.read_import_results(bucket)
+    assert recorded is not None
+    assert recorded.counts == {"failed": 1, "already_imported": 1}
+    assert recorded.last_sequence == 3 and recorded.last_success_at == recorded.last_at
