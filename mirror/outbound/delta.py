@@ -45,7 +45,7 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import SpooledTemporaryFile
@@ -99,12 +99,14 @@ class Offered:
 @dataclass(frozen=True)
 class Base:
     """A delta's base: its label, tree, bundle and that bundle's archive format (a `tar.gz`
-    base gets a spliced delta)."""
+    base gets a spliced delta); `published`, the sha256 of the object the site published of
+    it, as its receipt said (None: no receipt said, `outbound/recipe.py` takes it)."""
 
     label: VersionLabel
     tree_sha256: str
     bundle_sha256: str
     format: str
+    published: str | None = None
 
 
 @dataclass
@@ -167,10 +169,15 @@ class Choice:
 
 
 def choose_bases(
-    session: Session, store: BlobStore, offered: Sequence[Offered], held_ids: Collection[int]
+    session: Session,
+    store: BlobStore,
+    offered: Sequence[Offered],
+    held_ids: Collection[int],
+    published: Mapping[int, str] | None = None,
 ) -> dict[int, Base | str]:
     """Per offered version id: its base among `held_ids` (what the site may use as a base,
-    `mirror.sites.held_bases`), or why it has none (module docstring)."""
+    `mirror.sites.held_bases`), or why it has none (module docstring); `published`, what
+    the site's receipts said it published (`store.sitestate.published_objects`)."""
     in_set = {item.version_id for item in offered}
     domains = {item.ref.domain for item in offered}
     held = session.execute(
@@ -189,7 +196,8 @@ def choose_bases(
     known: dict[str, list[Base]] = {}
     for version_id, domain, label, tree, bundle, archive_format in held:
         if version_id not in in_set:
-            base = Base(VersionLabel(label), tree, bundle, archive_format)
+            fact = (published or {}).get(version_id)
+            base = Base(VersionLabel(label), tree, bundle, archive_format, fact)
             known.setdefault(domain, []).append(base)
     choices: dict[int, Base | str] = {}
     for item in offered:
@@ -377,7 +385,9 @@ def _recipe(
     """The splice recipe of `item`'s archive over `base`'s object (`outbound/recipe.py`):
     kept beside its bundle by a real pack (`kept`), added to `blob` when worth carrying (its
     entry then, else None)."""
-    base_object = recipe.base_object(store, base.bundle_sha256)
+    base_object = recipe.base_object(store, base.bundle_sha256, base.published)
+    if base_object is None:
+        return None
     with recipe.make_recipe(
         store,
         base_object,

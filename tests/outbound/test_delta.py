@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tracemalloc
 from collections.abc import Iterator
@@ -170,6 +171,75 @@ def test_pack_goes_full_without_a_base_and_as_delta_against_a_packed_one(
     assert second.total_bytes == item.size == os.path.getsize(tmp_path / "s2" / item.parts[0].name)
     verify_set(tmp_path / "s2", trusted)
     assert list(transfer_app.store.tmp_dir.iterdir()) == []
+
+
+def _recipe_of(app: App, label: str, out: Path) -> dict[str, Any] | None:
+    """Pack the waiting version `label` (a spliced delta) and read the recipe the pack made
+    of it (kept beside its bundle; carried too when worth it), None when it made none."""
+    pack(app, out)
+    (item,) = parse_manifest((out / MANIFEST).read_bytes()).items
+    assert item.delta is not None and item.delta.spliced and item.version == label
+    kept = app.store.recipe_path(_bundle_of(app, label))
+    if not kept.is_file():
+        return None
+    with kept.open("rb") as handle:
+        header: dict[str, Any] = json.loads(handle.readline())
+    if item.delta.recipe is not None:
+        assert item.delta.recipe.model_dump().items() <= header.items()
+    return header
+
+
+def _bundle_of(app: App, label: str) -> str:
+    with app.db.session() as session:
+        return session.execute(
+            select(Version.bundle_sha256).where(Version.label == label)
+        ).scalar_one()
+
+
+def _three_versions(app: App, tmp_path: Path) -> tuple[int, str, dict[str, Any]]:
+    """V1 packed whole, V2 packed as a spliced delta over it; V3 waiting. V2's id, bundle
+    and the recipe V2's pack made (over V1's bundle)."""
+    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    pack(app, tmp_path / "s1")
+    v2, sha2 = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    made = _recipe_of(app, "2026-11-19", tmp_path / "s2")
+    assert made is not None and made["base_sha256"] != sha2 and made["sha256"] != sha2
+    add_sim_version(app, DOCS, "2026-11-20", export_number=2, **SITE)
+    return v2, sha2, made
+
+
+def test_the_recipe_goes_over_the_object_the_sites_receipt_named_not_the_kept_chain(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """V2 went as a spliced delta, so its kept recipe's archive is what the older rule takes
+    the site's V2 to be; the site's receipt said it published V2's bundle (it took V2 whole,
+    as another site's set or a `--full` one carries it): V3's recipe is made over that
+    bundle, the bytes the site's import replays it over (docs/delta.md, facts)."""
+    v2, sha2, _ = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published=sha2)
+    recipe = _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3")
+    assert recipe is not None and recipe["base_sha256"] == sha2
+    assert recipe["base_size"] == transfer_app.store.open(sha2).stat().st_size
+
+
+def test_a_site_that_published_bytes_this_store_lacks_gets_no_recipe(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """A receipt naming an object neither V2's bundle nor its kept recipe's archive: no bytes
+    here are the site's, so no recipe is made (the import splices, proving every file)."""
+    v2, _, _ = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published="e" * 64)
+    assert _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3") is None
+
+
+def test_a_receipt_naming_the_kept_recipes_archive_keeps_the_chain(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    v2, _, made = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published=made["sha256"])
+    recipe = _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3")
+    assert recipe is not None
+    assert (recipe["base_sha256"], recipe["base_size"]) == (made["sha256"], made["size"])
 
 
 # ---- what a delta holds -----------------------------------------------------------------
