@@ -38,17 +38,14 @@ from mirror.store.sitestate import site_facts
 from mirror.transferset.delta._compression import current
 from mirror.transferset.delta._formats import (
     DeltaContent,
-    TreeArchive,
-    archive_mtime,
     parse_file_list,
-    read_chunks,
     read_delta_blob,
 )
-from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
+from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.reader import verify_set
 from tests.fixtures.packing import build, offered
 from tests.fixtures.s3 import transfer_config
-from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version, deliver
+from tests.fixtures.versions import add_sim_version, add_tree_version, deliver
 
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
@@ -312,22 +309,12 @@ NEW_TREE = {
 }
 
 
-@pytest.mark.parametrize(
-    ("base_format", "carried_paths", "spliced"),
-    [
-        ("tar.gz", ["moved/a/index.html", "b.html", "copy-of-b.html", "c.html", "d/c.html"], True),
-        ("zip", ["b.html", "c.html"], False),  # only what the base lacks anywhere
-    ],
-)
-def test_what_a_delta_carries_depends_on_how_its_base_is_published(
-    app: App, base_format: str, carried_paths: list[str], spliced: bool
-) -> None:
-    """A spliced delta (tar.gz base) carries by path: every file the base does not hold at
-    the same path with the same content, moved and copied pages too (the import keeps a base
-    member only where it is); a tree-archive delta (zip base) carries the contents the base
-    lacks. Either way each content goes once, and a removed page is only absent from the
-    list."""
-    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format=base_format)
+def test_a_spliced_delta_carries_by_path(app: App) -> None:
+    """A spliced delta carries every file the base does not hold at the same path with the
+    same content, moved and copied pages too (the import keeps a base member only where it
+    is); each content goes once, and a removed page is only absent from the list."""
+    carried_paths = ["moved/a/index.html", "b.html", "copy-of-b.html", "c.html", "d/c.html"]
+    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE)
     add_tree_version(app, DOCS, "2026-11-19", NEW_TREE)
     _, delta = build(app, "2026-11-19", "2026-11-18")
     with delta:
@@ -335,41 +322,26 @@ def test_what_a_delta_carries_depends_on_how_its_base_is_published(
     assert contents == {sha(NEW_TREE[path]): NEW_TREE[path] for path in carried_paths}
     assert all(sha(data) == name for name, data in contents.items())
     assert (delta.changed, delta.added, delta.removed) == (1, 4, 2)
-    assert delta.entry.file_count == 6 and delta.entry.spliced is spliced
-    assert delta.entry.carried_files == (len(carried_paths) if spliced else len(contents))
-    assert (delta.entry.archive_sha256 is None) is spliced
+    assert delta.entry.file_count == 6 and delta.entry.spliced
+    assert delta.entry.carried_files == len(carried_paths)
+    assert delta.entry.archive_sha256 is None
     listed = [f.path for f in parse_file_list(files, label="t")]
-    # spliced: from the kept digests, in the tree's order; else in the bundle's order
-    assert listed == (sorted(NEW_TREE, key=str.encode) if spliced else list(NEW_TREE))
+    assert listed == sorted(NEW_TREE, key=str.encode)  # from the kept digests: the tree's order
 
 
-def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> None:
-    """Independent check, for a zip base (a tree-archive delta): the tree archive built from
-    V's extracted files, in the file list's order, has the sha256 and size the entry names;
-    the list hashes to V's tree."""
-    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format="zip")
-    _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
-    item, delta = build(app, "2026-11-19", "2026-11-18")
-    assert not delta.entry.spliced and delta.entry.compression == current()
-    with delta:
-        _, files = blob_members(delta)
-    listed = parse_file_list(files, label="test")
-    assert inspect_archive(app.store.open(new_sha)).tree_sha256 == item.tree_sha256
-    extract_archive(app.store.open(new_sha), tmp_path / "tree")
-    digest = hashlib.sha256()
-    sizes: list[int] = []
-    archive = TreeArchive(
-        lambda data: (digest.update(data), sizes.append(len(data))),
-        mtime=archive_mtime(iso_time(EXPORTED_AT)),
-        compression=delta.entry.compression,
-    )
-    for entry in listed:
-        with open(tmp_path / "tree" / entry.path, "rb") as handle:
-            archive.add_file(entry.path, entry.size, read_chunks(handle))
-    archive.close()
-    assert delta.entry.archive_sha256 == digest.hexdigest() == archive.sha256
-    assert delta.entry.archive_size == sum(sizes)
-    assert archive_mtime(item.exported_at) == int(EXPORTED_AT.timestamp())
+def test_a_zip_version_or_base_is_no_base_the_version_goes_whole(index_app: App) -> None:
+    """Only a tar.gz is spliced: a zip version has no base, and a zip the site holds is
+    passed over for an older tar.gz (the tree-archive delta a zip got is gone: docs/delta.md)."""
+    app = index_app
+    v1, _ = add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format="zip")
+    v2, _ = add_tree_version(app, DOCS, "2026-11-19", NEW_TREE)
+    v3, _ = add_tree_version(app, DOCS, "2026-11-20", BASE_TREE, archive_format="zip")
+    add_tree_version(app, DOCS, "2026-11-21", BASE_TREE)
+    deliver(app, v1)
+    assert bases_of(app, "2026-11-19") == {"2026-11-19": NO_BASE}
+    deliver(app, v2, v3)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": NO_BASE}
+    assert bases_of(app, "2026-11-21") == {"2026-11-21": "2026-11-19"}
 
 
 def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app: App) -> None:
