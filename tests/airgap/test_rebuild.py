@@ -24,7 +24,6 @@ from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
-from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
@@ -36,7 +35,6 @@ from tests.fixtures.deltasets import (
     full_item,
     hand_made,
     tree_files,
-    unpack,
     write_set,
 )
 from tests.fixtures.s3 import bucket_listing
@@ -47,11 +45,6 @@ DOCS = "docs.example.com"
 V1, V2, V3 = "2026-11-21", "2026-11-22", "2026-11-23"
 T1, T2, T3 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z", "2026-11-23T03:00:00Z"
 MiB = 1024 * 1024
-
-
-def sim_bundle(tmp_path: Path, export_number: int) -> Path:
-    spec = SiteSpec(DOCS, export_number=export_number, pages=80, page_size=4096)
-    return build_bundle(spec, tmp_path / f"sim-{export_number}.tar.gz").path
 
 
 def assert_delta(item: SetItem) -> DeltaEntry:
@@ -72,8 +65,8 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
 ) -> None:
     """A spliced delta with the pack's recipe over the bucket's base object: the import
     replays it and publishes the very archive the connected side made and signed."""
-    old, new = sim_bundle(tmp_path, 0), sim_bundle(tmp_path, 1)
-    old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
+    old, old_tree = hand_made(tmp_path, "v1", BASE)  # mostly its big file: a recipe worth it
+    new, new_tree = hand_made(tmp_path, "v2", NEW)
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     spec = DeltaSpec(recipe_base=old)
@@ -252,8 +245,8 @@ def test_a_delta_the_importer_cannot_trust_publishes_nothing(
 def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
 ) -> None:
-    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
-    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    old, old_tree = hand_made(tmp_path, "v1", BASE)  # mostly its big file: a recipe worth it
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
     write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     spec = DeltaSpec(

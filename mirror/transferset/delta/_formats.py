@@ -249,11 +249,11 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
         raise mismatch(f"{label}: the tree of the delta's file list", got, tree_sha256)
 
 
-# ---- the tree archive --------------------------------------------------------------------
+# ---- the members a splice writes anew ----------------------------------------------------
 
 
 def archive_mtime(exported_at: str) -> int:
-    """The mtime of every member of a version's tree archive: the version's `exported_at`
+    """The mtime of every member a version's splice writes: the version's `exported_at`
     as the signed manifest spells it (RFC 3339), in whole seconds since the Unix epoch
     (fractions dropped). Both sides derive it from that string alone, never from a local
     clock or zone, so they write the same headers. IntegrityError for a time without a zone
@@ -269,7 +269,7 @@ def archive_mtime(exported_at: str) -> int:
 
 
 def archive_ending(tar_bytes: int) -> bytes:
-    """What ends a tree archive of `tar_bytes` so far: two zero blocks, then zero padding to
+    """What ends a spliced archive of `tar_bytes` so far: two zero blocks, then zero padding to
     a `RECORD_SIZE` record."""
     return b"\0" * (1024 + (-(tar_bytes + 1024) % RECORD_SIZE))
 
