@@ -365,9 +365,7 @@ def test_progress_as_strings_and_unknown_states_are_tolerated(
     with make_client(sim.url, sim.key) as client:
         job = client.start_export(DOMAIN)
         running = wait_for(
-            lambda: (
-                (read := client.export_status(job.job_id)).progress and read.page_count and read
-            ),
+            lambda: (read := client.export_status(job.job_id)).progress and read.page_count and read,
             60,
             "some progress and pages of the held job",
         )
