@@ -1,14 +1,11 @@
-"""The spliced archive against the tree archive (issue 21): what making a delta version's
-archive costs each way, in process, on the simulator's realistic site.
+"""The spliced archive (issue 21): what making a delta version's archive costs, in process,
+on the simulator's realistic site (the tree archive it was first measured against is gone:
+docs/delta.md).
 
 `python -m bench splice` (MIRROR_BENCH_MIB unpacked, default 256; MIRROR_BENCH_ROUNDS).
 Two exports with 1% of the pages changed are built by the simulator; then, in alternating
 rounds, the new version's archive is made:
 
-- tree archive: the new bundle read with `tarfile` and every file written to
-  `TreeArchive` (the pinned libdeflate at level 6 in 1 MiB pieces, its worker processes
-  on every core): what `transfer pack` and the rebuild of `transfer import` both pay today
-  to get the bytes whose sha256 is signed;
 - spliced: `splice_tree` over the base bundle, the changed pages given from memory: what
   the import would pay; and the pass over the new bundle (inflate and walk, no hashing)
   that a pack would add to pick the changed pages.
@@ -33,7 +30,6 @@ from mirror.archive import inspect_archive
 from mirror.integrity import CHUNK_SIZE
 from mirror.sim.site import SiteSpec, build_bundle
 from mirror.transferset.delta._compression import current
-from mirror.transferset.delta._formats import TreeArchive
 from mirror.transferset.delta._inflate import GzipBlocks
 from mirror.transferset.delta._splice import NewFile, splice_tree
 from mirror.transferset.delta._tarunits import TarUnits
@@ -85,24 +81,6 @@ def _listing(path: Path) -> dict[str, str]:
     assert report.digests is not None
     with report.digests as files:
         return {name: sha for name, _, sha in files}
-
-
-def _read_member(tar: tarfile.TarFile, info: tarfile.TarInfo) -> Iterator[bytes]:
-    reader = tar.extractfile(info)
-    assert reader is not None
-    while chunk := reader.read(CHUNK_SIZE):
-        yield chunk
-
-
-def _tree_archive(new: Path) -> tuple[str, int]:
-    hashed = hashlib.sha256()
-    tree = TreeArchive(hashed.update, mtime=MTIME, compression=current())
-    with tarfile.open(new, "r|gz") as tar:
-        for info in tar:
-            if info.isfile():
-                tree.add_file(info.name, info.size, _read_member(tar, info))
-    tree.close()
-    return tree.sha256, tree.size
 
 
 def _spliced(base: Path, plan: _Plan) -> tuple[str, int]:
@@ -175,7 +153,6 @@ def main() -> None:
             flush=True,
         )
         steps: dict[str, Callable[[], tuple[str, int]]] = {
-            "tree archive (today)": lambda: _tree_archive(new.path),
             "spliced (import side)": lambda: _spliced(base.path, plan),
             "walk of the new bundle (pack side adds)": lambda: _walk(new.path),
         }

@@ -758,6 +758,7 @@ def write_receipt(
                 domain=item.ref.domain,
                 version=str(item.ref.label),
                 sha256=item.ref.sha256,
+                size=item.ref.size,
                 object=item.object,
                 status=item.status,
                 tree_sha256=item.tree_sha256,

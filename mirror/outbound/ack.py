@@ -3,7 +3,10 @@
 Promises: only versions of the packed set the receipt names (by manifest hash)
 are marked, and only when the receipt lists them with the same bundle sha256 (or, for a
 version carried as a delta and published as a rebuilt archive, the same tree sha256);
-acknowledging twice changes nothing.
+acknowledging twice changes nothing. Each delivery records the object the site published
+(`Delivery.published_sha256`, `published_size`: the receipt's digest and size; a receipt
+written before it carried sizes records none), the fact the pack decides a delta's base
+object from (docs/delta.md).
 
 Each site is acknowledged on its own (issue 22): the receipt's set names the site, the
 versions are marked delivered to that site only (`Delivery` rows), and the receipt must be
@@ -154,17 +157,21 @@ def _mark(
     already: list[tuple[str, str]] = []
     complete = True
     for version in carried_versions(session, transfer):
-        if not receipt.lists(
+        item = receipt.listed(
             version.domain, version.label, version.bundle_sha256, version.tree_sha256
-        ):
+        )
+        delivery = session.get(Delivery, (transfer.site, version.id))
+        if item is None:
             complete = False
-        elif session.get(Delivery, (transfer.site, version.id)) is None:
+        elif delivery is None:
             session.add(
                 Delivery(
                     site=transfer.site,
                     version_id=version.id,
                     delivered_at=moment,
                     transfer_id=transfer.id,
+                    published_sha256=item.sha256,
+                    published_size=item.size,
                 )
             )
             marked.append((version.domain, version.label))

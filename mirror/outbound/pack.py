@@ -63,7 +63,7 @@ from mirror.sites import DEFAULT_SITE, held_bases, waiting
 from mirror.store.app import App
 from mirror.store.bundles import version_ref
 from mirror.store.models import Bundle, Version
-from mirror.store.sitestate import site_facts
+from mirror.store.sitestate import published_objects, site_facts
 from mirror.timestamps import utcnow
 from mirror.transferset.format import (
     BLOBS,
@@ -277,7 +277,8 @@ def _offer(app: App, chosen: Selection) -> _Offer:
             for version, bundle in rows
         ]
         held = held_bases(site_facts(session, site.name), site.delta_bases)
-        bases = {} if chosen.full else choose_bases(session, app.store, offered, held)
+        published = published_objects(session, site.name)
+        bases = {} if chosen.full else choose_bases(session, app.store, offered, held, published)
         previous = newest_set(session, site.name)
     return _Offer([version for version, _ in rows], offered, bases, previous, site)
 

@@ -7,10 +7,15 @@ import's own plan (`mirror.airgap.publish.SplicePlan`: the same file list, carri
 and decisions), records the archive as a recipe (`transferset/delta/_recipe.py`) and signs its
 digest. An import whose base object is those bytes replays the recipe instead of splicing.
 
-The base object's bytes, as the pack takes them to be: the base's bundle, or, when the base
-itself was packed here as a spliced delta, the archive of its kept recipe (replayed over its
-own base's object, down to a bundle). Wherever the base went whole, or was spliced from other
-bytes, the guess is wrong and costs only speed: the import splices, proving every file.
+The base object's bytes: the object the site published of the base, as its receipt said
+(`Delivery.published_sha256`, recorded by `transfer ack`): the base's bundle when that is
+its digest, else the archive of the base's kept recipe when that is (replayed over its own
+base's object, down to a bundle), else none, and no recipe (the pack holds no such bytes;
+the import splices). A base no receipt spoke of (a one-way site, which sends none; a set
+packed but not yet acknowledged under `delta_bases = "packed"`; a delivery recorded before
+receipts were) keeps the older rule: the kept recipe's archive if there is one, else the
+bundle. Where that guess is wrong it costs only speed: the import splices, proving every
+file.
 
 Every recipe made by a real pack is kept beside the new version's bundle
 (`BlobStore.recipe_path`, removed with the bundle, and by a real pack that sends the
@@ -125,10 +130,24 @@ class MadeRecipe:
         return self.literals.seek(0, os.SEEK_END) <= self.entry.size * MAX_LITERAL_SHARE
 
 
-def base_object(store: BlobStore, bundle_sha256: str) -> BaseObject:
-    """The base object of the version whose bundle is `bundle_sha256` (module docstring)."""
+def base_object(
+    store: BlobStore, bundle_sha256: str, published: str | None = None
+) -> BaseObject | None:
+    """The base object of the version whose bundle is `bundle_sha256`, the site having
+    published the object whose sha256 is `published` (None: unknown); module docstring."""
+    if published == bundle_sha256:
+        return _bundle(store, bundle_sha256)
     kept = _kept_object(store, bundle_sha256, MAX_CHAIN)
-    return kept or _bundle(store, bundle_sha256)
+    if published is None:
+        return kept or _bundle(store, bundle_sha256)
+    if kept is not None and kept.sha256 == published:
+        return kept
+    log.info(
+        "bundle %s: the site published %s, bytes this store does not hold; no recipe",
+        bundle_sha256[:12],
+        published[:12],
+    )
+    return None
 
 
 @contextlib.contextmanager

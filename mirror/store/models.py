@@ -200,7 +200,9 @@ class TransferItem(Base):
 
 class Delivery(Base):
     """A version a site acknowledged (a trusted receipt listed it): the one record of
-    "delivered", per site. `transfer_id` is the set whose receipt said so."""
+    "delivered", per site. `transfer_id` is the set whose receipt said so;
+    `published_sha256` and `published_size` the object the site published, as the receipt
+    named it (None: acknowledged before receipts were recorded, or a receipt without a size)."""
 
     __tablename__ = "deliveries"
 
@@ -208,6 +210,8 @@ class Delivery(Base):
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id"), primary_key=True)
     delivered_at: Mapped[datetime] = mapped_column(UTCDateTime)
     transfer_id: Mapped[int | None] = mapped_column(ForeignKey("transfers.id"), nullable=True)
+    published_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    published_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class DomainSchedule(Base):

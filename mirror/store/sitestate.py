@@ -5,7 +5,8 @@ ack, `transfer lost`, `mirror sites`, metrics and retention decide from the same
 The decisions themselves are `mirror.sites`'s, pure.
 
 Promises: `site_facts` holds every set packed for the site (lost ones included) with the
-versions each carried, and every version the site acknowledged; `first_delivered` is when
+versions each carried, and every version the site acknowledged; `published_objects` what
+the site's receipts said it published of them; `first_delivered` is when
 a version was first acknowledged by any site (the `delivered_at` that `store list` and
 `status` show).
 """
@@ -50,6 +51,13 @@ def site_facts(session: Session, site: str) -> SiteFacts:
     )
     delivered = frozenset(session.scalars(select(Delivery.version_id).where(Delivery.site == site)))
     return SiteFacts(site, sets, delivered)
+
+
+def published_objects(session: Session, site: str) -> dict[int, str]:
+    """version id -> the sha256 of the object `site` published of it, as its receipt named
+    it (absent: not acknowledged, or acknowledged before receipts were recorded)."""
+    query = select(Delivery.version_id, Delivery.published_sha256).where(Delivery.site == site)
+    return {vid: sha256 for vid, sha256 in session.execute(query) if sha256 is not None}
 
 
 def versions_by_domain(session: Session) -> dict[int, str]:

@@ -5,7 +5,7 @@ trust core `trust` (manifest bytes and keys in, a trusted manifest or an error o
 `keys` (Ed25519 signing and trusted keys), `plan` (the pure plan of a set: order,
 sequence, chain, parts), `reader` (verifying a set on disk and reading blobs back from
 their parts), `receipt` (the signed receipt the import writes), and `delta` (the file
-list, the delta blob and the deterministic tree archive both sides build).
+list, the delta blob, the splice and its recipe both sides make alike).
 
 May import: foundations only (`mirror.errors`, `mirror.integrity`, `mirror.versions`,
 `mirror.archive`, ...). Never SQLAlchemy, the store, the vendor, or `outbound`/`airgap`:

@@ -147,7 +147,8 @@ class PartEntry(_Strict):
 
 
 class Compression(_Strict):
-    """How a tree archive was compressed: named in the signed manifest (`delta.compression`)."""
+    """The compressor a delta's changed regions are compressed with: named in the signed
+    manifest (`delta.compression`; a tree archive of an earlier release named its own)."""
 
     library: Literal["deflate"]
     version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]{0,40}$")
@@ -173,8 +174,9 @@ class SpliceRecipe(_Strict):
 class DeltaEntry(_Strict):
     """What makes an item a delta: its blob is a delta blob (`mirror.transferset.delta`)
     against `base_version`, whose tree must hash to `base_tree_sha256` in the bucket. Which
-    fields go together, and so how the import publishes it (a tree archive with its
-    `archive_sha256`, a splice, or a replay of its `recipe`), is
+    fields go together, and so how the import publishes it (a splice, a replay of its
+    `recipe`, or, for an earlier release's tree archive with its `archive_sha256`, not at
+    all), is
     `mirror.transferset.delta.publication`'s one decision (docs/delta.md)."""
 
     base_version: str
@@ -232,7 +234,7 @@ class ManifestItem(_Strict):
     A full item carries the bundle: `sha256`, `size` and `parts` are the bundle's, and it is
     published as it is. A delta item (`delta` set) carries a delta blob: `sha256`, `size` and
     `parts` are the delta blob's, `archive_format` and `tree_sha256` describe the archive the
-    import rebuilds and publishes (`delta.archive_sha256`, `delta.archive_size`)."""
+    import makes and publishes (`mirror.transferset.delta.publication`)."""
 
     domain: str
     version: str

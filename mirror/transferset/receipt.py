@@ -40,6 +40,9 @@ class ReceiptItem(BaseModel):
     tree_sha256: str | None = None
     """The tree the published object holds; a version carried as a delta is published as a
     rebuilt archive whose sha256 is not the bundle's, and is acknowledged by its tree."""
+    size: int | None = None
+    """The published object's size (`sha256` is its digest); receipts written before it was
+    carried have none."""
 
 
 class Receipt(BaseModel):
@@ -59,14 +62,15 @@ class Receipt(BaseModel):
     def to_bytes(self) -> bytes:
         return canonical_json(self.model_dump(mode="json")) + b"\n"
 
-    def lists(self, domain: str, label: str, sha256: str, tree_sha256: str) -> bool:
-        """Whether the receipt says this version was published: the same bundle, or (for a
-        version carried as a delta) an archive of the same tree."""
-        return any(
-            (item.domain, item.version) == (domain, label)
-            and (item.sha256 == sha256 or item.tree_sha256 == tree_sha256)
-            for item in self.items
-        )
+    def listed(self, domain: str, label: str, sha256: str, tree_sha256: str) -> ReceiptItem | None:
+        """What the receipt says was published of this version: the same bundle, or (for a
+        version carried as a delta) an archive of the same tree; None when it lists neither."""
+        for item in self.items:
+            if (item.domain, item.version) == (domain, label) and (
+                item.sha256 == sha256 or item.tree_sha256 == tree_sha256
+            ):
+                return item
+        return None
 
 
 def parse_receipt(data: bytes, name: str) -> Receipt:

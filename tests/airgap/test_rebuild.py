@@ -1,4 +1,4 @@
-"""Rebuilding versions carried as deltas (mirror/airgap/publish/), against SeaweedFS
+"""Publishing versions carried as deltas (mirror/airgap/publish/), against SeaweedFS
 server with real archives: simulator sites and hand-made trees, real signed sets."""
 
 from __future__ import annotations
@@ -18,15 +18,12 @@ import pytest
 
 from mirror.airgap import chart, layout
 from mirror.airgap.importer import import_set
-from mirror.airgap.publish import check_deltas, import_bytes, open_published
+from mirror.airgap.publish import check_deltas, open_published
 from mirror.airgap.publish._workdir import LOCK_NAME, WORK_PREFIX, locked_work_dir, remove_abandoned
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
-from mirror.sim.site import SiteSpec, build_bundle
-from mirror.transferset.delta._compression import current, installed_version
-from mirror.transferset.delta._formats import archive_mtime
 from mirror.transferset.format import RECEIPT, DeltaEntry, parse_manifest
 from mirror.transferset.keys import SigningKey
 from mirror.units import format_size
@@ -38,9 +35,7 @@ from tests.fixtures.deltasets import (
     full_item,
     hand_made,
     tree_files,
-    unpack,
     write_set,
-    write_tree_archive,
 )
 from tests.fixtures.s3 import bucket_listing
 
@@ -50,11 +45,6 @@ DOCS = "docs.example.com"
 V1, V2, V3 = "2026-11-21", "2026-11-22", "2026-11-23"
 T1, T2, T3 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z", "2026-11-23T03:00:00Z"
 MiB = 1024 * 1024
-
-
-def sim_bundle(tmp_path: Path, export_number: int) -> Path:
-    spec = SiteSpec(DOCS, export_number=export_number, pages=80, page_size=4096)
-    return build_bundle(spec, tmp_path / f"sim-{export_number}.tar.gz").path
 
 
 def assert_delta(item: SetItem) -> DeltaEntry:
@@ -73,32 +63,26 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     signing: SigningKey,
     trusted: Any,
 ) -> None:
-    old, new = sim_bundle(tmp_path, 0), sim_bundle(tmp_path, 1)
-    old_tree, new_tree = unpack(old, tmp_path / "old"), unpack(new, tmp_path / "new")
+    """A spliced delta with the pack's recipe over the bucket's base object: the import
+    replays it and publishes the very archive the connected side made and signed."""
+    old, old_tree = hand_made(tmp_path, "v1", BASE)  # mostly its big file: a recipe worth it
+    new, new_tree = hand_made(tmp_path, "v2", NEW)
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
-    compression = current()
-    spec = DeltaSpec(delta={"compression": compression})
+    spec = DeltaSpec(recipe_base=old)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "blobs", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
-    assert item.delta is not None and item.blob.size < item.delta.archive_size / 5
+    recipe = assert_delta(item).recipe
+    assert recipe is not None and item.blob.size < recipe.size / 5
     work = tmp_path / "work"
     work.mkdir()
 
     result = import_set(object_store, tmp_path / "s2", trusted, work_dir=work)
 
-    expected = write_tree_archive(
-        new_tree,
-        tree_files(new_tree),
-        archive_mtime(T2),
-        tmp_path / "independent.tar.gz",
-        compression,
-    )
-    assert expected.size <= 1.10 * new.stat().st_size  # the vendor's ratio, not the site's size
+    assert recipe.size <= 1.10 * new.stat().st_size  # the vendor's ratio, not the site's size
     key = object_store.key(DOCS, V2, "bundle.tar.gz")
     published = download(object_store, key)
-    assert published == expected.path.read_bytes()
-    assert hashlib.sha256(published).hexdigest() == item.delta.archive_sha256 == expected.sha256
+    assert (hashlib.sha256(published).hexdigest(), len(published)) == (recipe.sha256, recipe.size)
     (tmp_path / "published.tar.gz").write_bytes(published)
     assert inspect_archive(tmp_path / "published.tar.gz").tree_sha256 == (
         inspect_archive(new).tree_sha256
@@ -106,30 +90,30 @@ def test_a_delta_import_publishes_the_connected_sides_archive_and_chart_check_pa
     (imported,) = result.items
     assert (imported.status, imported.ref.sha256, imported.ref.size) == (
         "published",
-        expected.sha256,
-        expected.size,
+        recipe.sha256,
+        recipe.size,
     )
     manifest = layout.read_version_manifest(object_store, DOCS, V2)
     assert manifest is not None
     assert (manifest.sha256, manifest.size, manifest.tree_sha256) == (
-        expected.sha256,
-        expected.size,
+        recipe.sha256,
+        recipe.size,
         item.tree_sha256,
     )
     extra = manifest.model_extra or {}
     assert extra == {"delta_base": V1, "delta_sha256": item.blob.sha256}
     receipt = json.loads((tmp_path / "s2" / RECEIPT).read_bytes())
-    assert receipt["items"][0]["sha256"] == expected.sha256
+    assert receipt["items"][0]["sha256"] == recipe.sha256
+    assert receipt["items"][0]["size"] == recipe.size  # what `transfer ack` records
     assert receipt["items"][0]["tree_sha256"] == item.tree_sha256
     assert list(work.iterdir()) == []
-    assert import_bytes(tmp_path / "s2") == expected.size  # the import's progress total
 
     values = tmp_path / "values.yaml"
     chart.write_values(chart.render_values(object_store, target_settings, DOCS, V2), values)
     with httpx.Client(timeout=30) as http:
         report = chart.check_values_file(values, object_store, http, warn=60)
     assert report.error is None, report.error
-    assert report.actual_sha256 == report.expected_sha256 == expected.sha256
+    assert report.actual_sha256 == report.expected_sha256 == recipe.sha256
 
 
 BIG = os.urandom(9 * MiB)  # the rebuilt archives pass the 8 MiB part size: multipart uploads
@@ -147,40 +131,6 @@ NEW = {
     "assets/big.bin": BIG,
 }
 THIRD = {**NEW, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": BIG[::-1]}
-
-
-def test_moved_and_copied_files_cost_nothing_and_a_delta_can_stand_on_a_rebuilt_version(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
-) -> None:
-    old, old_tree = hand_made(tmp_path, "v1", BASE)
-    _, new_tree = hand_made(tmp_path, "v2", NEW)
-    _, third_tree = hand_made(tmp_path, "v3", THIRD)
-    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
-    import_set(object_store, tmp_path / "s1", trusted)
-    second = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b2")
-    assert second.delta is not None and second.delta.carried_files == 1  # only index.html
-    chain = write_set(tmp_path / "s2", [second], signing, sequence=2, previous=(1, first))
-    import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    third = delta_item(DOCS, V3, V2, new_tree, third_tree, T3, tmp_path / "b3")
-    write_set(tmp_path / "s3", [third], signing, sequence=3, previous=(2, chain))
-    import_set(object_store, tmp_path / "s3", trusted, work_dir=tmp_path)
-
-    for version, item, tree in ((V2, second, new_tree), (V3, third, third_tree)):
-        assert item.delta is not None
-        published = download(object_store, object_store.key(DOCS, version, "bundle.tar.gz"))
-        expected = write_tree_archive(
-            tree,
-            tree_files(tree),
-            archive_mtime(item.exported_at),
-            tmp_path / "e.tar.gz",
-            item.delta.compression or current(),
-        )
-        assert published == expected.path.read_bytes()
-        facts = object_store.head(object_store.key(DOCS, version, "bundle.tar.gz"))
-        assert facts is not None and facts["sha256"] == item.delta.archive_sha256
-    index = layout.read_index(object_store, DOCS)
-    assert index is not None and index.labels() == [V1, V2, V3]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("mirror-rebuild-")]
 
 
 def test_importing_the_same_delta_again_is_already_there_without_rebuilding(
@@ -220,45 +170,27 @@ def base_imported_and_delta_set(
     return old, item
 
 
-def test_a_delta_this_installation_cannot_reproduce_is_refused_before_any_upload(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+@pytest.mark.parametrize("compression", ["libdeflate", "stored blocks"])
+def test_a_tree_archive_delta_an_earlier_release_packed_is_refused_before_any_upload(
+    compression: str, tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
 ) -> None:
+    """The way this release dropped (docs/delta.md): a tree-archive delta, as earlier
+    releases packed for a zip base (compressed by libdeflate) or before libdeflate (stored
+    deflate blocks, no `compression`), is refused with exit 2 and the one remedy, before
+    anything is uploaded or a work directory made."""
     old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
     _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
-    other = current().model_copy(update={"version": "0.0.1"})
-    spec = DeltaSpec(delta={"compression": other})
+    named = {"compression": None} if compression == "stored blocks" else {}
+    spec = DeltaSpec(spliced=False, delta=named)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
     before = bucket_listing(object_store.client, object_store.bucket)
     with pytest.raises(ConfigError) as refused:
         import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
     assert refused.value.exit_code == 2
-    assert "deflate==0.0.1" in str(refused.value)
-    assert f"deflate=={installed_version()}" in str(refused.value)
-    assert "transfer pack --full" in str(refused.value)
-    assert bucket_listing(object_store.client, object_store.bucket) == before
-
-
-def test_a_stored_block_delta_packed_before_libdeflate_is_refused_before_any_upload(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
-) -> None:
-    """The way this release dropped (docs/delta.md): a tree archive of stored deflate blocks,
-    as sets packed before libdeflate name it (no `compression`), is refused with exit 2 and
-    the remedy, before anything is uploaded."""
-    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
-    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
-    first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
-    import_set(object_store, tmp_path / "s1", trusted)
-    spec = DeltaSpec(delta={"compression": None})
-    item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
-    write_set(tmp_path / "s2", [item], signing, sequence=2, previous=(1, first))
-    before = bucket_listing(object_store.client, object_store.bucket)
-    with pytest.raises(ConfigError) as refused:
-        import_set(object_store, tmp_path / "s2", trusted, work_dir=tmp_path)
-    assert refused.value.exit_code == 2
-    assert "stored deflate blocks" in refused.value.message
+    assert f"{DOCS} {V2}: its delta is a tree archive" in refused.value.message
     assert "mirror transfer pack --full --from-set 2 OUT" in str(refused.value)
     assert bucket_listing(object_store.client, object_store.bucket) == before
     assert list(tmp_path.glob(f"{WORK_PREFIX}*")) == []
@@ -275,9 +207,7 @@ def test_a_delta_without_room_to_rebuild_is_exit_75_naming_needed_free_and_where
     assert refused.value.exit_code == 75
     assert f"not enough space in {tmp_path}" in refused.value.message
     assert f"{format_size(5 * MiB)} free" in refused.value.message
-    assert f"{format_size(assert_delta(item).archive_size + old.stat().st_size)} needed" in (
-        refused.value.message
-    )
+    assert f"{format_size(item.blob.size + old.stat().st_size)} needed" in refused.value.message
     assert "target.work_dir" in str(refused.value)
     with pytest.raises(ConfigError, match="is not a directory"):
         check_deltas(object_store, manifest, work_dir=tmp_path / "absent")
@@ -315,21 +245,25 @@ def test_a_delta_the_importer_cannot_trust_publishes_nothing(
 def test_a_refusal_while_streaming_is_raised_again_by_every_later_read(
     tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
 ) -> None:
-    old, old_tree = hand_made(tmp_path, "v1", {"index.html": b"one\n", "a.html": b"a\n"})
-    _, new_tree = hand_made(tmp_path, "v2", {"index.html": b"two\n", "a.html": b"a\n"})
+    old, old_tree = hand_made(tmp_path, "v1", BASE)  # mostly its big file: a recipe worth it
+    _, new_tree = hand_made(tmp_path, "v2", NEW)
     write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
-    spec = DeltaSpec(delta={"archive_sha256": "0" * 64})
+    spec = DeltaSpec(
+        recipe_base=old,
+        recipe_damage=lambda s, lit, e: (s, lit, e.model_copy(update={"sha256": "0" * 64})),
+    )
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
     write_set(tmp_path / "s2", [item], signing, sequence=2)
     (entry,) = parse_manifest((tmp_path / "s2" / "manifest.json").read_bytes()).items
+    refusal = "the archive of the delta's recipe hashes to"
     with open_published(
         tmp_path / "s2", entry, object_store, sequence=2, work_dir=tmp_path
     ) as archive:
-        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+        with pytest.raises(IntegrityError, match=refusal):
             while archive.read(1000):
                 pass
-        with pytest.raises(IntegrityError, match="the rebuilt archive hashes to"):
+        with pytest.raises(IntegrityError, match=refusal):
             archive.read(1000)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(WORK_PREFIX)]
 

@@ -213,7 +213,10 @@ def contents_neither_carried_nor_in_the_base(gap: Gap) -> None:
 
 
 def delta_rebuilds_another_archive(gap: Gap) -> None:
-    _forged(gap, lambda _base, _new: DeltaSpec(delta={"archive_sha256": "0" * 64}))
+    """The pack's recipe over the bucket's base object, signed with another archive's digest."""
+    bundle, _ = gap.version(V1)
+    wrong = lambda seg, lit, entry: (seg, lit, entry.model_copy(update={"sha256": "0" * 64}))  # noqa: E731
+    _forged(gap, lambda _base, _new: DeltaSpec(recipe_base=bundle, recipe_damage=wrong))
 
 
 def file_list_not_the_signed_tree(gap: Gap) -> None:
@@ -267,7 +270,7 @@ def refusal(damage: Refusal, refused: str) -> Any:
         refusal(base_object_rewritten_with_a_link, "evil"),
         refusal(base_in_the_same_set, "of the same set"),
         refusal(contents_neither_carried_nor_in_the_base, "neither in the delta nor in the base"),
-        refusal(delta_rebuilds_another_archive, "the rebuilt archive hashes to"),
+        refusal(delta_rebuilds_another_archive, "the archive of the delta's recipe hashes to"),
         refusal(file_list_not_the_signed_tree, "the tree of the delta's file list hashes to"),
         refusal(carried_contents_swapped, "from the delta"),
     ],

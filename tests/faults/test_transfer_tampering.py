@@ -375,10 +375,6 @@ def honest_carried(trees: DeltaTrees) -> list[str]:
     return list(dict.fromkeys(f.sha256 for f in _honest(trees) if f.sha256 not in base))
 
 
-def wrong_archive_sha256(trees: DeltaTrees) -> tuple[DeltaSpec, str | None, list[str]]:
-    return DeltaSpec(delta={"archive_sha256": "0" * 64}), None, ["the rebuilt archive hashes to"]
-
-
 DeltaDamage = Callable[[DeltaTrees], tuple[DeltaSpec, "str | None", list[str]]]
 BOTH_KINDS = (
     wrong_base,
@@ -498,10 +494,7 @@ def signed_delta_set(
 
 @pytest.mark.parametrize(
     ("damage", "spliced"),
-    [
-        *(delta_tampering(damage, spliced=False) for damage in (*BOTH_KINDS, wrong_archive_sha256)),
-        *(delta_tampering(damage, spliced=True) for damage in (*BOTH_KINDS, *RECIPE_DAMAGES)),
-    ],
+    [delta_tampering(damage, spliced=True) for damage in (*BOTH_KINDS, *RECIPE_DAMAGES)],
 )
 def test_a_wrong_delta_is_refused_and_the_bucket_is_unchanged(
     damage: DeltaDamage,
@@ -613,9 +606,7 @@ def test_a_base_object_replaced_under_an_honest_recipe_publishes_nothing(
 
 
 @pytest.mark.fault("13 delta: none (control)", "exit 0, the rebuilt version in the index")
-@pytest.mark.parametrize("spliced", [False, True], ids=["delta", "spliced delta"])
 def test_the_untouched_delta_imports(
-    spliced: bool,
     delta_trees: DeltaTrees,
     tmp_path: Path,
     object_store: ObjectStore,
@@ -623,13 +614,39 @@ def test_the_untouched_delta_imports(
 ) -> None:
     """The control: the same steps with an honest delta succeed, so the battery can fail."""
     trees = delta_trees
-    good = signed_delta_set(trees, tmp_path, object_store, DeltaSpec(spliced=spliced))
+    good = signed_delta_set(trees, tmp_path, object_store, DeltaSpec())
     config = airgap_config(tmp_path, trees.key_pair, target_settings)
     result = mirror_cli("--config", str(config), "transfer", "import", str(good))
     assert result.returncode == 0, result.stderr
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None
     assert [v["version"] for v in index["versions"]] == [BASE_VERSION, NEW_VERSION]
+
+
+@pytest.mark.fault(
+    "13 delta: a tree archive an earlier release packed (the way dropped)",
+    "exit 2, one line naming transfer pack --full, bucket unchanged",
+)
+def test_a_tree_archive_delta_is_refused_with_the_remedy_before_any_upload(
+    delta_trees: DeltaTrees,
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+) -> None:
+    """docs/delta.md: the tree-archive way is gone; its sets are refused before anything is
+    uploaded, in one line naming the remedy, which then carries the version whole."""
+    trees = delta_trees
+    victim = signed_delta_set(trees, tmp_path, object_store, DeltaSpec(spliced=False))
+    config = airgap_config(tmp_path, trees.key_pair, target_settings)
+    before = bucket_listing(object_store.client, object_store.bucket)
+
+    result = mirror_cli("--config", str(config), "transfer", "import", str(victim))
+
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "its delta is a tree archive" in result.stderr, result.stderr
+    assert "mirror transfer pack --full --from-set 2 OUT" in result.stderr, result.stderr
+    assert bucket_listing(object_store.client, object_store.bucket) == before
 
 
 @pytest.mark.fault(

@@ -16,7 +16,7 @@ from mirror.errors import IntegrityError, NotFound
 from mirror.outbound.ack import ack
 from mirror.outbound.pack import Selection, pack
 from mirror.store.app import App
-from mirror.store.models import Transfer
+from mirror.store.models import Bundle, Delivery, Transfer, Version
 from mirror.transferset.format import RECEIPT
 from mirror.transferset.keys import load_signing_key
 from tests.fixtures.s3 import new_key_pair, transfer_config
@@ -40,6 +40,13 @@ def test_ack_marks_the_listed_versions_delivered(
     assert result.complete and result.signature.startswith("verified")
     assert all(when is not None for when in delivered_labels(target_app).values())
     with target_app.db.session() as session:
+        published = {
+            (d.published_sha256, d.published_size) for d in session.scalars(select(Delivery))
+        }
+        bundles = session.execute(
+            select(Bundle.sha256, Bundle.size).join(Version, Version.bundle_sha256 == Bundle.sha256)
+        ).all()
+        assert published == {tuple(row) for row in bundles}  # the receipt's digests and sizes
         transfer = session.execute(select(Transfer)).scalar_one()
         assert transfer.acknowledged_at is not None
         assert transfer.receipt_signature == result.signature
@@ -118,6 +125,9 @@ def test_a_version_carried_as_a_delta_is_acknowledged_by_its_tree(
     )
     assert right.marked == [(DOCS, "2026-11-21")] and right.complete
     assert delivered_labels(transfer_app)["2026-11-21"] is not None
+    with transfer_app.db.session() as session:  # a receipt from before sizes: its digest kept
+        delivery = session.scalars(select(Delivery).order_by(Delivery.version_id)).all()[-1]
+        assert (delivery.published_sha256, delivery.published_size) == (published, None)
 
 
 def test_a_receipt_acknowledges_the_site_whose_key_signed_it_and_no_other(

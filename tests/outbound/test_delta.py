@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tracemalloc
 from collections.abc import Iterator
@@ -37,17 +38,14 @@ from mirror.store.sitestate import site_facts
 from mirror.transferset.delta._compression import current
 from mirror.transferset.delta._formats import (
     DeltaContent,
-    TreeArchive,
-    archive_mtime,
     parse_file_list,
-    read_chunks,
     read_delta_blob,
 )
-from mirror.transferset.format import MANIFEST, iso_time, parse_manifest
+from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.reader import verify_set
 from tests.fixtures.packing import build, offered
 from tests.fixtures.s3 import transfer_config
-from tests.fixtures.versions import EXPORTED_AT, add_sim_version, add_tree_version, deliver
+from tests.fixtures.versions import add_sim_version, add_tree_version, deliver
 
 DOCS = "docs.example.com"
 SITE: dict[str, Any] = {"pages": 60, "page_size": 8192, "changes_per_export": 2}
@@ -172,6 +170,75 @@ def test_pack_goes_full_without_a_base_and_as_delta_against_a_packed_one(
     assert list(transfer_app.store.tmp_dir.iterdir()) == []
 
 
+def _recipe_of(app: App, label: str, out: Path) -> dict[str, Any] | None:
+    """Pack the waiting version `label` (a spliced delta) and read the recipe the pack made
+    of it (kept beside its bundle; carried too when worth it), None when it made none."""
+    pack(app, out)
+    (item,) = parse_manifest((out / MANIFEST).read_bytes()).items
+    assert item.delta is not None and item.delta.spliced and item.version == label
+    kept = app.store.recipe_path(_bundle_of(app, label))
+    if not kept.is_file():
+        return None
+    with kept.open("rb") as handle:
+        header: dict[str, Any] = json.loads(handle.readline())
+    if item.delta.recipe is not None:
+        assert item.delta.recipe.model_dump().items() <= header.items()
+    return header
+
+
+def _bundle_of(app: App, label: str) -> str:
+    with app.db.session() as session:
+        return session.execute(
+            select(Version.bundle_sha256).where(Version.label == label)
+        ).scalar_one()
+
+
+def _three_versions(app: App, tmp_path: Path) -> tuple[int, str, dict[str, Any]]:
+    """V1 packed whole, V2 packed as a spliced delta over it; V3 waiting. V2's id, bundle
+    and the recipe V2's pack made (over V1's bundle)."""
+    add_sim_version(app, DOCS, "2026-11-18", export_number=0, **SITE)
+    pack(app, tmp_path / "s1")
+    v2, sha2 = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
+    made = _recipe_of(app, "2026-11-19", tmp_path / "s2")
+    assert made is not None and made["base_sha256"] != sha2 and made["sha256"] != sha2
+    add_sim_version(app, DOCS, "2026-11-20", export_number=2, **SITE)
+    return v2, sha2, made
+
+
+def test_the_recipe_goes_over_the_object_the_sites_receipt_named_not_the_kept_chain(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """V2 went as a spliced delta, so its kept recipe's archive is what the older rule takes
+    the site's V2 to be; the site's receipt said it published V2's bundle (it took V2 whole,
+    as another site's set or a `--full` one carries it): V3's recipe is made over that
+    bundle, the bytes the site's import replays it over (docs/delta.md, facts)."""
+    v2, sha2, _ = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published=sha2)
+    recipe = _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3")
+    assert recipe is not None and recipe["base_sha256"] == sha2
+    assert recipe["base_size"] == transfer_app.store.open(sha2).stat().st_size
+
+
+def test_a_site_that_published_bytes_this_store_lacks_gets_no_recipe(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    """A receipt naming an object neither V2's bundle nor its kept recipe's archive: no bytes
+    here are the site's, so no recipe is made (the import splices, proving every file)."""
+    v2, _, _ = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published="e" * 64)
+    assert _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3") is None
+
+
+def test_a_receipt_naming_the_kept_recipes_archive_keeps_the_chain(
+    transfer_app: App, tmp_path: Path
+) -> None:
+    v2, _, made = _three_versions(transfer_app, tmp_path)
+    deliver(transfer_app, v2, published=made["sha256"])
+    recipe = _recipe_of(transfer_app, "2026-11-20", tmp_path / "s3")
+    assert recipe is not None
+    assert (recipe["base_sha256"], recipe["base_size"]) == (made["sha256"], made["size"])
+
+
 # ---- what a delta holds -----------------------------------------------------------------
 
 
@@ -242,22 +309,12 @@ NEW_TREE = {
 }
 
 
-@pytest.mark.parametrize(
-    ("base_format", "carried_paths", "spliced"),
-    [
-        ("tar.gz", ["moved/a/index.html", "b.html", "copy-of-b.html", "c.html", "d/c.html"], True),
-        ("zip", ["b.html", "c.html"], False),  # only what the base lacks anywhere
-    ],
-)
-def test_what_a_delta_carries_depends_on_how_its_base_is_published(
-    app: App, base_format: str, carried_paths: list[str], spliced: bool
-) -> None:
-    """A spliced delta (tar.gz base) carries by path: every file the base does not hold at
-    the same path with the same content, moved and copied pages too (the import keeps a base
-    member only where it is); a tree-archive delta (zip base) carries the contents the base
-    lacks. Either way each content goes once, and a removed page is only absent from the
-    list."""
-    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format=base_format)
+def test_a_spliced_delta_carries_by_path(app: App) -> None:
+    """A spliced delta carries every file the base does not hold at the same path with the
+    same content, moved and copied pages too (the import keeps a base member only where it
+    is); each content goes once, and a removed page is only absent from the list."""
+    carried_paths = ["moved/a/index.html", "b.html", "copy-of-b.html", "c.html", "d/c.html"]
+    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE)
     add_tree_version(app, DOCS, "2026-11-19", NEW_TREE)
     _, delta = build(app, "2026-11-19", "2026-11-18")
     with delta:
@@ -265,41 +322,26 @@ def test_what_a_delta_carries_depends_on_how_its_base_is_published(
     assert contents == {sha(NEW_TREE[path]): NEW_TREE[path] for path in carried_paths}
     assert all(sha(data) == name for name, data in contents.items())
     assert (delta.changed, delta.added, delta.removed) == (1, 4, 2)
-    assert delta.entry.file_count == 6 and delta.entry.spliced is spliced
-    assert delta.entry.carried_files == (len(carried_paths) if spliced else len(contents))
-    assert (delta.entry.archive_sha256 is None) is spliced
+    assert delta.entry.file_count == 6 and delta.entry.spliced
+    assert delta.entry.carried_files == len(carried_paths)
+    assert delta.entry.archive_sha256 is None
     listed = [f.path for f in parse_file_list(files, label="t")]
-    # spliced: from the kept digests, in the tree's order; else in the bundle's order
-    assert listed == (sorted(NEW_TREE, key=str.encode) if spliced else list(NEW_TREE))
+    assert listed == sorted(NEW_TREE, key=str.encode)  # from the kept digests: the tree's order
 
 
-def test_delta_tree_and_archive_are_the_versions(app: App, tmp_path: Path) -> None:
-    """Independent check, for a zip base (a tree-archive delta): the tree archive built from
-    V's extracted files, in the file list's order, has the sha256 and size the entry names;
-    the list hashes to V's tree."""
-    add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format="zip")
-    _, new_sha = add_sim_version(app, DOCS, "2026-11-19", export_number=1, **SITE)
-    item, delta = build(app, "2026-11-19", "2026-11-18")
-    assert not delta.entry.spliced and delta.entry.compression == current()
-    with delta:
-        _, files = blob_members(delta)
-    listed = parse_file_list(files, label="test")
-    assert inspect_archive(app.store.open(new_sha)).tree_sha256 == item.tree_sha256
-    extract_archive(app.store.open(new_sha), tmp_path / "tree")
-    digest = hashlib.sha256()
-    sizes: list[int] = []
-    archive = TreeArchive(
-        lambda data: (digest.update(data), sizes.append(len(data))),
-        mtime=archive_mtime(iso_time(EXPORTED_AT)),
-        compression=delta.entry.compression,
-    )
-    for entry in listed:
-        with open(tmp_path / "tree" / entry.path, "rb") as handle:
-            archive.add_file(entry.path, entry.size, read_chunks(handle))
-    archive.close()
-    assert delta.entry.archive_sha256 == digest.hexdigest() == archive.sha256
-    assert delta.entry.archive_size == sum(sizes)
-    assert archive_mtime(item.exported_at) == int(EXPORTED_AT.timestamp())
+def test_a_zip_version_or_base_is_no_base_the_version_goes_whole(index_app: App) -> None:
+    """Only a tar.gz is spliced: a zip version has no base, and a zip the site holds is
+    passed over for an older tar.gz (the tree-archive delta a zip got is gone: docs/delta.md)."""
+    app = index_app
+    v1, _ = add_tree_version(app, DOCS, "2026-11-18", BASE_TREE, archive_format="zip")
+    v2, _ = add_tree_version(app, DOCS, "2026-11-19", NEW_TREE)
+    v3, _ = add_tree_version(app, DOCS, "2026-11-20", BASE_TREE, archive_format="zip")
+    add_tree_version(app, DOCS, "2026-11-21", BASE_TREE)
+    deliver(app, v1)
+    assert bases_of(app, "2026-11-19") == {"2026-11-19": NO_BASE}
+    deliver(app, v2, v3)
+    assert bases_of(app, "2026-11-20") == {"2026-11-20": NO_BASE}
+    assert bases_of(app, "2026-11-21") == {"2026-11-21": "2026-11-19"}
 
 
 def test_a_store_that_disagrees_with_its_index_is_refused_and_leaves_nothing(app: App) -> None:

@@ -156,10 +156,6 @@ class HashingStream:
         data, self._buffer = self._buffer[:size], self._buffer[size:]
         return bytes(data)
 
-    def copy_to(self, out: IO[bytes]) -> None:
-        while chunk := self.read(CHUNK_SIZE):
-            out.write(chunk)
-
     def drain(self) -> None:
         while self.read(CHUNK_SIZE):
             pass

@@ -12,25 +12,21 @@ Promises:
   before anything inside the blob is read (a damaged part is named as such, not as a
   broken archive); every carried content is spooled once to one work file and checked
   against its sha256 and the file list's size, the file list (read entry by entry) against
-  the signed tree. `take_from_base` keeps the contents the delta did not carry from the
-  base's object: a tar archive is read once as it streams from the bucket (a zip, whose
-  directory is at its end, is fetched first), each kept content checked against its
-  sha256, the tree against the signed base tree, the whole against the base's manifest.
-  Memory does not grow with the site (`mirror.archive.spill`).
+  the signed tree. Memory does not grow with the site (`mirror.archive.spill`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, cast
 
 from mirror.airgap import layout
-from mirror.airgap.publish._base import HashingStream, Store, carry_whole, remedy_named
+from mirror.airgap.publish._base import Store, carry_whole, remedy_named
 from mirror.airgap.publish._pipe import Pipe
 from mirror.airgap.publish._workdir import locked_work_dir, remove_work_dir, work_root
-from mirror.archive import ArchiveLimits, Format, TreePaths, read_archive, read_archive_stream
+from mirror.archive import ArchiveLimits, TreePaths
 from mirror.archive.spill import FileList, SpillMap
 from mirror.errors import IntegrityError, OperationFailed
 from mirror.fsutil import disk_full, is_disk_full
@@ -40,7 +36,6 @@ from mirror.transferset.delta import (
     DeltaContent,
     DeltaFileList,
     DeltaRecipePart,
-    NeededContents,
     TreeFile,
     check_tree,
     read_chunks,
@@ -240,40 +235,3 @@ class FromDelta(Published):
                     raise self.refused(
                         f"content {sha256[:12]} holds {size} bytes, the file list says {listed}"
                     )
-
-    def take_from_base(self, needed: Container[str]) -> None:
-        """The contents in `needed` the delta did not carry, from the base's object (module
-        docstring); refused naming the base when it is damaged, replaced or another tree."""
-        assert self.work is not None and self.contents is not None and self.item.delta
-        base = self.base
-        sink = NeededContents(self.contents, needed)
-        source = HashingStream(self.store.open_stream(base.object))
-        name = f"{self.store.bucket}/{base.object}"
-        try:
-            if base.archive_format == "zip":
-                path = self.work / "base-archive"
-                with open(path, "wb") as out:
-                    source.copy_to(out)
-                report = read_archive(path, sink, self.limits)
-                path.unlink()
-            else:
-                fmt = cast(Format, base.archive_format)
-                stream = cast(IO[bytes], source)
-                report = read_archive_stream(stream, fmt, base.size, sink, self.limits, name=name)
-                source.drain()
-        except IntegrityError as exc:
-            source.drain()
-            if source.matches(base.sha256, base.size):
-                raise self.refused(f"the base {self.base_label} ({name}): {exc.message}") from None
-            report = None
-        if not source.matches(base.sha256, base.size):
-            raise self.refused(
-                f"{name} (the base {self.base_label}) does not match its manifest (damaged "
-                "or replaced; `mirror chart check` finds such versions)"
-            )
-        assert report is not None
-        if report.tree_sha256 != self.item.delta.base_tree_sha256:
-            raise self.refused(
-                f"{name} holds tree {report.tree_sha256[:12]}, not "
-                f"the base tree {self.item.delta.base_tree_sha256[:12]}"
-            )

@@ -3,16 +3,14 @@ checks that run before anything is uploaded.
 
 Promises:
 - `check_deltas` runs before anything is uploaded: no delta is of a way this release no
-  longer publishes, and a tree archive's compression is one this installation reproduces
-  (else ConfigError, exit 2, naming the remedy); every delta's base version is complete in
-  the bucket (its per-version manifest and its object exist, and a spliced delta's base
-  object is a tar.gz; unless the delta's own version is already there) with the tree the
-  signed manifest names, and is not another item of the same set, and a recipe that will
-  be replayed names an archive its base and its delta can make; otherwise IntegrityError
-  (exit 5) naming the base, the bucket and the remedy (`carry_whole`). It also refuses
-  (TemporaryFailure, exit 75) a work directory without room for the largest rebuild.
-- `TreeArchivePublisher`: the tree archive of the file list, its contents from the delta
-  or the base's object; every content checked, the archive against the signed digest.
+  longer publishes (a tree archive: ConfigError, exit 2, naming the remedy); every
+  delta's base version is complete in the bucket (its per-version manifest and its object
+  exist, and its object is a tar.gz; unless the delta's own version is already there)
+  with the tree the signed manifest names, and is not another item of the same set, and a
+  recipe that will be replayed names an archive its base and its delta can make;
+  otherwise IntegrityError (exit 5) naming the base, the bucket and the remedy
+  (`carry_whole`). It also refuses (TemporaryFailure, exit 75) a work directory without
+  room for the largest rebuild.
 - `SplicePublisher`: the base's object edited (`SplicePlan`), streamed from the bucket on a
   thread of its own a few pieces ahead, every member proved as it passes, the base's bytes
   checked against its manifest once read and its tree (every file hashed as it passes)
@@ -30,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 from mirror.airgap import layout
 from mirror.airgap.publish._base import (
     Bases,
+    HashingStream,
     Store,
     base_manifest,
     carry_whole,
@@ -49,7 +48,7 @@ from mirror.airgap.publish._workdir import (
     remove_abandoned,
     work_root,
 )
-from mirror.archive.spill import SpillMap
+from mirror.archive import read_archive_stream
 from mirror.errors import ConfigError, IntegrityError, MirrorError
 from mirror.fsutil import free_bytes
 from mirror.integrity import Digest, HashingWriter, tee
@@ -60,14 +59,12 @@ from mirror.transferset.delta import (
     Publication,
     Segments,
     SplicePlan,
-    TreeArchive,
     Way,
     archive_mtime,
     publication,
     read_chunks,
     read_segments,
     replay,
-    require_reproducible,
     splice_tree,
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
@@ -80,53 +77,8 @@ _NOT_A_MATCH = (
 )
 
 
-class TreeArchivePublisher(FromDelta):
-    """The tree archive of the delta's file list (module docstring)."""
-
-    @staticmethod
-    def check(item: ManifestItem) -> None:
-        assert item.delta is not None
-        require_reproducible(item.delta.compression)
-
-    @staticmethod
-    def admit(store: Store, item: ManifestItem, base: layout.VersionManifest, remedy: str) -> None:
-        """Nothing more than every delta's checks."""
-
-    def prepare(self, work: Path) -> None:
-        super().prepare(work)
-        self.listed.close()  # only a splice checks paths beside the list's
-        assert self.contents is not None and self.files is not None
-        if any(sha256 not in self.contents for _, _, sha256 in self.files):
-            with SpillMap() as needed:
-                for _, _, sha256 in self.files:
-                    needed.add(sha256)
-                self.take_from_base(needed)
-        for path, _, sha256 in self.files:
-            if sha256 not in self.contents:
-                raise self.refused(
-                    f"{path}: its content {sha256[:12]} is neither in the "
-                    f"delta nor in the base {self.base_label}"
-                )
-
-    def generate(self, put: Callable[[bytes], None]) -> None:
-        assert self.contents is not None and self.files is not None and self.item.delta
-        self.contents.flush()
-        mtime = archive_mtime(self.item.exported_at)
-        assert self.item.delta.compression is not None  # stored blocks: refused (check_deltas)
-        archive = TreeArchive(put, mtime=mtime, compression=self.item.delta.compression)
-        for path, size, sha256 in self.files:
-            archive.add_file(path, size, self.contents.chunks(sha256))
-        archive.close()
-        assert self.item.delta.archive_sha256 is not None  # a tree-archive delta signs it
-        self.require("the rebuilt archive", archive.sha256, self.item.delta.archive_sha256)
-
-
 class SplicePublisher(FromDelta):
     """The base's object edited under the delta's plan (module docstring)."""
-
-    @staticmethod
-    def check(item: ManifestItem) -> None:
-        """A spliced delta names its compression's level only: any installation splices."""
 
     @staticmethod
     def admit(store: Store, item: ManifestItem, base: layout.VersionManifest, remedy: str) -> None:
@@ -148,8 +100,32 @@ class SplicePublisher(FromDelta):
             try:
                 self._splice(plan, put, self.item.delta.compression.level)
             except IntegrityError as exc:
-                self.take_from_base(frozenset())  # a damaged or other base, named as such
+                self.check_base()  # a damaged or other base, named as such
                 raise self.refused(f"{exc.message} (the base {self.base_label})") from None
+
+    def check_base(self) -> None:
+        """The base's object read once more when the splice refused: refused naming the base
+        when it is damaged or replaced, not an archive `mirror.archive` accepts, or holds
+        another tree than the signed base tree."""
+        assert self.item.delta is not None
+        base, name = self.base, f"{self.store.bucket}/{self.base.object}"
+        source = HashingStream(self.store.open_stream(base.object))
+        failure, report = "", None
+        try:
+            stream = cast(IO[bytes], source)
+            report = read_archive_stream(stream, "tar.gz", base.size, None, self.limits, name=name)
+        except IntegrityError as exc:
+            failure = exc.message
+        source.drain()
+        if not source.matches(base.sha256, base.size):
+            raise self.refused(f"{name} (the base {self.base_label}) {_NOT_A_MATCH}")
+        if report is None:
+            raise self.refused(f"the base {self.base_label} ({name}): {failure}")
+        if report.tree_sha256 != self.item.delta.base_tree_sha256:
+            raise self.refused(
+                f"{name} holds tree {report.tree_sha256[:12]}, not "
+                f"the base tree {self.item.delta.base_tree_sha256[:12]}"
+            )
 
     def _splice(self, plan: SplicePlan, put: Callable[[bytes], None], level: int) -> None:
         """The base fetched and hashed on a thread of its own (`Pipe`) through the splice."""
@@ -188,8 +164,6 @@ class ReplayPublisher(Published):
 
     _segments: Segments | None = None
     _literals: IO[bytes] | None = None
-
-    check = SplicePublisher.check
 
     @staticmethod
     def admit(store: Store, item: ManifestItem, base: layout.VersionManifest, remedy: str) -> None:
@@ -270,9 +244,8 @@ class ReplayPublisher(Published):
         )
 
 
-Publisher = type[TreeArchivePublisher] | type[SplicePublisher] | type[ReplayPublisher]
+Publisher = type[SplicePublisher] | type[ReplayPublisher]
 PUBLISHERS: dict[Way, Publisher] = {
-    Way.TREE_ARCHIVE: TreeArchivePublisher,
     Way.SPLICE: SplicePublisher,
     Way.REPLAY: ReplayPublisher,
 }
@@ -325,7 +298,6 @@ def check_deltas(
         if unbased.refused is not None:  # a way this release dropped (docs/delta.md)
             what = f"{item.label}: {unbased.refused}; nothing was published"
             raise ConfigError(what, hint=remedy)
-        PUBLISHERS[unbased.way].check(item)
         base = base_manifest(store, item, manifest.sequence, in_set, site=manifest.site)
         bases[item.domain, item.delta.base_version] = base
         if layout.read_version_manifest(store, item.domain, item.version) is None:

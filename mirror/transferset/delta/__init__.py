@@ -4,8 +4,8 @@ The whole story, pack to import, with a picture of the data: `docs/delta.md`. Bo
 use this package; it does no I/O of its own beyond the streams it is handed. Its modules
 are private, by concern; what the rest of `mirror` uses is named here:
 
-- `_formats`: the delta's three formats (the file list, the delta blob, the tree archive);
-- `_compression`: the tree archive's deterministic gzip (a pinned libdeflate);
+- `_formats`: the delta's formats (the file list, the delta blob, the members a splice writes);
+- `_compression`: the compression a spliced delta names (a pinned libdeflate);
 - `_inflate`, `_tarunits`, `_padding`, `_splice`: the spliced gzip (a base's compressed
   blocks kept, the changed members written anew);
 - `_plan`: which base member a splice keeps, replaces or drops (both sides splice with it);
@@ -14,15 +14,14 @@ are private, by concern; what the rest of `mirror` uses is named here:
 - `_contents`: the contents an archive is made of, kept once each in one work file.
 """
 
-from mirror.transferset.delta._compression import current, require_reproducible
-from mirror.transferset.delta._contents import Contents, NeededContents
+from mirror.transferset.delta._compression import current
+from mirror.transferset.delta._contents import Contents
 from mirror.transferset.delta._formats import (
     RECIPE_SEGMENTS,
     DeltaBlobWriter,
     DeltaContent,
     DeltaFileList,
     DeltaRecipePart,
-    TreeArchive,
     TreeFile,
     archive_mtime,
     check_tree,
@@ -52,14 +51,12 @@ __all__ = [
     "DeltaFileList",
     "DeltaRecipePart",
     "MemberData",
-    "NeededContents",
     "NewFile",
     "Publication",
     "RecipeWriter",
     "Segments",
     "SplicePlan",
     "TarUnits",
-    "TreeArchive",
     "TreeFile",
     "Way",
     "archive_mtime",
@@ -72,6 +69,5 @@ __all__ = [
     "read_file_list",
     "read_segments",
     "replay",
-    "require_reproducible",
     "splice_tree",
 ]

@@ -1,7 +1,7 @@
 """The contents a delta's archive is made of, kept once each in one work file.
 
-Both sides use it: the import keeps the contents a delta carries and those it takes from
-its base; the pack keeps the contents its splice inserts (`mirror.outbound.recipe`).
+Both sides use it: the import keeps the contents a delta carries; the pack keeps the
+contents its splice inserts (`mirror.outbound.recipe`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Container, Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 from mirror.archive.spill import SpillMap
 from mirror.errors import OperationFailed
@@ -102,40 +102,3 @@ class _Adding:
         if not self.kept:
             self.contents.handle.seek(self.start)
             self.contents.handle.truncate()
-
-
-class NeededContents:
-    """An archive sink keeping, once each, the contents a rebuild still needs (by sha256)."""
-
-    def __init__(self, contents: Contents, needed: Container[str]) -> None:
-        self.contents = contents
-        self.needed = needed
-
-    def directory(self, path: str) -> None:
-        return None
-
-    def open_file(self, path: str) -> IO[bytes]:
-        return cast(IO[bytes], _BaseFile(self.contents.adding(hashing=False), self.needed))
-
-
-class _BaseFile:
-    """A base archive's file as the sink sees it: kept at its end when it is needed (its
-    digest is the one the archive check computed: `archive.FileSink`)."""
-
-    def __init__(self, adding: _Adding, needed: Container[str]) -> None:
-        self.adding = adding
-        self.needed = needed
-
-    def write(self, data: bytes) -> int:
-        return self.adding.write(data)
-
-    def digested(self, sha256: str, size: int) -> None:
-        if size != self.adding.size:
-            raise OperationFailed(f"the rebuild kept {self.adding.size} bytes of {size}")
-        self.adding.finish(self.needed, Digest(sha256, size))
-
-    def __enter__(self) -> _BaseFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.adding.__exit__(*exc)

@@ -1,12 +1,13 @@
 """Delta transfer sets: a version carried as the file contents its base does not hold.
 
-This module alone owns the three formats a delta needs; both sides of the gap use it.
+This module alone owns the formats a delta needs; both sides of the gap use it.
 
 The file list (`files.json`): canonical JSON ``{"format": 1, "files": [{"path", "mode",
-"size", "sha256"}, ...]}`` naming every regular file of the new tree, in the order the tree
-archive holds them. Paths are normalised exactly as `mirror.archive` normalises member
-names, so `archive.tree_hash` over (path, sha256) is the version's `tree_sha256`. The mode
-is the one `archive.extract_archive` gives every file (0644): a site's files carry no other.
+"size", "sha256"}, ...]}`` naming every regular file of the new tree, in the order a
+spliced archive appends those its base lacks. Paths are normalised exactly as
+`mirror.archive` normalises member names, so `archive.tree_hash` over (path, sha256) is
+the version's `tree_sha256`. The mode is the one `archive.extract_archive` gives every
+file (0644): a site's files carry no other.
 
 The delta blob: a tar.gz holding `content/<sha256>` for each distinct content the base tree
 does not hold (once, however many paths use it: a moved page costs nothing), then, for a
@@ -15,14 +16,12 @@ whose format `transferset/delta/_recipe.py` owns), then `files.json` as its last
 bytes are whatever the packer's zlib made of it; the signed manifest names its sha256 and
 its parts like any blob.
 
-The tree archive: the one archive both sides build from a file list and the contents,
-byte for byte, so the import can prove its rebuild against the sha256 the connected side
-signed. It is a ustar stream (a pax header carries only a `path` or `size` that ustar
-cannot) with the files in file-list order, each preceded by the parent directories not yet
-written (0755); files 0644; owner and group 0 with no names; every mtime the version's
-export time; two zero blocks and zero padding to a 10240-byte record. It is compressed
-as `_compression` says (the one owner of those bytes): by a pinned libdeflate in
-fixed-size pieces, each its own gzip member, at about the vendor's ratio.
+The members a spliced archive writes anew (`_splice`; made alike on both sides, so the
+pack's recipe and the import's splice give the same bytes): ustar headers (a pax header
+carries only a `path` or `size` that ustar cannot), the parent directories not yet written
+(0755) before a file; files 0644; owner and group 0 with no names; every mtime the
+version's export time (`archive_mtime`); two zero blocks and zero padding to a 10240-byte
+record at the end (`archive_ending`).
 """
 
 from __future__ import annotations
@@ -44,9 +43,8 @@ from mirror.archive.spill import SpillMap
 from mirror.errors import IntegrityError
 from mirror.integrity import CHUNK_SIZE, mismatch
 from mirror.timestamps import parse_zoned
-from mirror.transferset.delta._compression import gzip_sink
 from mirror.transferset.delta._inflate import gzip_file
-from mirror.transferset.format import Compression, canonical_json, parse_strict_json, strict_decoder
+from mirror.transferset.format import canonical_json, parse_strict_json, strict_decoder
 
 FILE_LIST_FORMAT = 1
 FILE_LIST_NAME = "files.json"
@@ -251,11 +249,11 @@ def check_tree(files: Iterable[TreeFile], tree_sha256: str, *, label: str) -> No
         raise mismatch(f"{label}: the tree of the delta's file list", got, tree_sha256)
 
 
-# ---- the tree archive --------------------------------------------------------------------
+# ---- the members a splice writes anew ----------------------------------------------------
 
 
 def archive_mtime(exported_at: str) -> int:
-    """The mtime of every member of a version's tree archive: the version's `exported_at`
+    """The mtime of every member a version's splice writes: the version's `exported_at`
     as the signed manifest spells it (RFC 3339), in whole seconds since the Unix epoch
     (fractions dropped). Both sides derive it from that string alone, never from a local
     clock or zone, so they write the same headers. IntegrityError for a time without a zone
@@ -270,66 +268,8 @@ def archive_mtime(exported_at: str) -> int:
     return seconds
 
 
-class TreeArchive:
-    """Writes the tree archive (module docstring) to `write`, and knows its sha256 and size.
-
-    `add_file` refuses (IntegrityError) contents whose length is not the size given, so a
-    short or long source can never shift the archive silently."""
-
-    def __init__(
-        self,
-        write: Callable[[bytes], object],
-        *,
-        mtime: int,
-        compression: Compression,
-    ) -> None:
-        self._gzip = gzip_sink(compression, write)
-        self._mtime = mtime
-        self._directories = SpillMap()
-        self._tar_bytes = 0
-        self.closed = False
-
-    def add_file(self, path: str, size: int, chunks: Iterable[bytes]) -> None:
-        parts = path.split("/")
-        for depth in range(1, len(parts)):
-            directory = "/".join(parts[:depth])
-            if self._directories.add(directory):
-                self._emit(member_header(directory + "/", 0, self._mtime, directory=True))
-        self._emit(member_header(path, size, self._mtime, directory=False))
-        written = 0
-        for chunk in chunks:
-            written += len(chunk)
-            if written > size:
-                break
-            self._emit(chunk)
-        if written != size:
-            raise IntegrityError(
-                f"{path}: the content holds {'more than' if written > size else written} "
-                f"bytes, but the file list says {size}"
-            )
-        self._emit(b"\0" * (-size % 512))
-
-    def close(self) -> None:
-        self._emit(archive_ending(self._tar_bytes))
-        self._gzip.close()
-        self._directories.close()
-        self.closed = True
-
-    @property
-    def sha256(self) -> str:
-        return self._gzip.result.sha256
-
-    @property
-    def size(self) -> int:
-        return self._gzip.result.size
-
-    def _emit(self, data: bytes) -> None:
-        self._tar_bytes += len(data)
-        self._gzip.write(data)
-
-
 def archive_ending(tar_bytes: int) -> bytes:
-    """What ends a tree archive of `tar_bytes` so far: two zero blocks, then zero padding to
+    """What ends a spliced archive of `tar_bytes` so far: two zero blocks, then zero padding to
     a `RECORD_SIZE` record."""
     return b"\0" * (1024 + (-(tar_bytes + 1024) % RECORD_SIZE))
 

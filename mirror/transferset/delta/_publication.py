@@ -6,16 +6,13 @@ and its upload. Pure: the signed item and what the bucket holds of its base in, 
 out. The ways, with the fields of the signed `DeltaEntry` that name them (docs/delta.md):
 
 - `WHOLE`: no delta; the carried bundle, its sha256 and size.
-- `TREE_ARCHIVE` (`spliced` false): the tree archive built from the file list and the
-  contents, compressed as the entry's `compression` names; its signed `archive_sha256`.
 - `SPLICE` (`spliced` true): the base's object edited, proved member by member; its digest
   is learnt as it is written (`sha256` None), the upload sized by `size_hint`.
 - `REPLAY` (`spliced` true with a `recipe` whose base is the bucket's base object): the
   pack's archive replayed over that object; the recipe's signed sha256 and size.
-
-A tree archive of stored deflate blocks (`compression` absent: sets packed before
-libdeflate) is no longer published: its publication is `refused` (the import refuses the
-set before any upload, naming `transfer pack --full`).
+- `TREE_ARCHIVE` (`spliced` false: sets packed by earlier releases for a zip base, or
+  before libdeflate as stored blocks): no longer published. Its publication is `refused`
+  (the import refuses the set before any upload, naming `transfer pack --full`).
 """
 
 from __future__ import annotations
@@ -24,9 +21,9 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-STORED_BLOCKS_RETIRED = (
-    "its tree archive is stored deflate blocks (packed before libdeflate), which this "
-    "release no longer rebuilds"
+TREE_ARCHIVE_RETIRED = (
+    "its delta is a tree archive (packed by an earlier release), which this release no "
+    "longer rebuilds"
 )
 
 
@@ -110,11 +107,7 @@ def publication(item: Item, base: BaseObject | None = None) -> Publication:
     if delta.spliced:
         hint = (base.size if base is not None else 0) + item.size
         return Publication(Way.SPLICE, None, None, hint)
-    assert delta.archive_sha256 is not None and delta.archive_size is not None
-    retired = STORED_BLOCKS_RETIRED if delta.compression is None else None
-    return Publication(
-        Way.TREE_ARCHIVE, delta.archive_sha256, delta.archive_size, delta.archive_size, retired
-    )
+    return Publication(Way.TREE_ARCHIVE, None, None, 0, TREE_ARCHIVE_RETIRED)
 
 
 def check_entry(entry: Entry) -> None:

@@ -345,7 +345,7 @@ def splice_tree(
     the base's members in their order (directories and other members kept; files as `plan`
     says, a new one written with a ustar header of `mtime`), then the added files, each
     after its parent directories the archive does not hold yet, then two zero blocks and
-    zero padding to a 10240-byte record (as `transferset/delta/_formats.py`'s tree archive)."""
+    zero padding to a 10240-byte record (`transferset/delta/_formats.py`'s `archive_ending`)."""
     splicer = Splicer(write, level=level, copied=copied)
     with _TreeSplice(plan, splicer, mtime=mtime, limits=limits, listed=listed) as tree:
         tree.prove_kept, tree.base_tree = prove_kept, base_tree
