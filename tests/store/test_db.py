@@ -183,7 +183,7 @@ def _todays_state_moves_to_the_default_site(url: str) -> None:
         assert (transfer.site, transfer.sequence, transfer.lost_at) == ("default", 1, None)
         (delivery,) = session.scalars(select(Delivery))
         assert delivery.site == "default" and delivery.delivered_at.year == 2026
-        assert (delivery.published_sha256, delivery.published_size) == (None, None)  # 0007
+        assert (delivery.published_sha256, delivery.published_size) == (None, None)  # 0008
         assert session.scalars(select(TransferItem.version_id)).all() == [delivery.version_id]
         session.add(Transfer(site="prod", sequence=1, manifest_sha256="d" * 64, path="/p",
                              item_count=0, total_bytes=0))  # fmt: skip

@@ -1,7 +1,7 @@
 """what each site published: the object's digest and size a delivery's receipt named
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-27 22:40:00.000000
 
 `transfer ack` records, per delivery, the sha256 and size of the object the site's import
@@ -16,8 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
