@@ -195,8 +195,13 @@ def parse_count(value: object) -> int | None:
     return int(number)
 
 
+_YEARS = range(1970, 9000)  # the one bound of a vendor's time: arithmetic on it never overflows
+
+
 def parse_timestamp(value: object) -> datetime | None:
-    """An aware UTC datetime from ISO 8601 text (with "Z" or an offset; naive means UTC)."""
+    """An aware UTC datetime from ISO 8601 text (with "Z" or an offset; naive means UTC);
+    None for anything else, a time outside the years 1970-8999 included (year 9999 with a
+    negative offset is past datetime's range: it ended a run in an OverflowError)."""
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
@@ -204,11 +209,12 @@ def parse_timestamp(value: object) -> datetime | None:
         text = text[:-1] + "+00:00"
     try:
         parsed = datetime.fromisoformat(text)
-    except ValueError:
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        parsed = parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    return parsed if parsed.year in _YEARS else None
 
 
 def _text(value: object) -> str | None:

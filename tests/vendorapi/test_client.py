@@ -260,6 +260,21 @@ def test_parse_timestamp_reads_iso8601_with_z_and_offsets() -> None:
     assert parse_timestamp(1700000000) is None
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9999-12-31T23:59:59-01:00",
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59Z",
+        "1969-12-31T23:59:59Z",
+    ],
+)
+def test_a_time_outside_the_bound_is_no_time(text: str) -> None:
+    """Past datetime's range after the offset (an OverflowError once ended `export run`), or
+    outside the years any vendor answer means: the same as a time that is not there."""
+    assert parse_timestamp(text) is None
+
+
 def test_parse_export_job_reads_links_and_tolerates_the_rest() -> None:
     job = parse_export_job(
         {
