@@ -67,7 +67,14 @@ from mirror.outbound.targets import (
 )
 from mirror.transferset.keys import SigningKey
 
-DOCS = ("README.md", "docs", "systemd/README.md", "deploy/kubernetes", "bench/RESULTS.md")
+DOCS = (
+    "README.md",
+    "docs",
+    "systemd/README.md",
+    "deploy/kubernetes",
+    "deploy/monitoring",
+    "bench/RESULTS.md",
+)
 """The documentation the artefact carries under doc/, as repository paths (a directory: every
 file in it): the README, docs/, and every page they link to."""
 DOC_DIR = "doc"

@@ -7,14 +7,11 @@ tests/integration/test_monitoring_pipeline.py asks a real Prometheus every query
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import click
 import pytest
@@ -24,21 +21,7 @@ from click.testing import CliRunner
 from mirror.cli import cli
 from mirror.logs import JsonFormatter
 from tests.fixtures.cli import REPO
-
-MONITORING = REPO / "deploy" / "monitoring"
-
-
-def load_mixin() -> ModuleType:
-    """deploy/monitoring/mixin.py (not a package: it ships beside the files it renders)."""
-    spec = importlib.util.spec_from_file_location("mirror_mixin", MONITORING / "mixin.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mixin = load_mixin()
+from tests.fixtures.monitoring import MONITORING, mixin
 
 
 def promtool() -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from mirror.sim import SimConfig, Simulator
 from mirror.store.models import Bundle, SiteCheck, Version
-from tests.integration.test_export_pipeline import cli, config_for, index, table
+from tests.fixtures.exporting import cli, config_for, index, table
 
 DOMAIN = "docs.twice.test"
 

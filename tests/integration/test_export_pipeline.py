@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy
-from sqlalchemy import select as sql_select
 
 from mirror.config import settings_from_dict
 from mirror.errors import TemporaryFailure
@@ -24,31 +22,11 @@ from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.store.models import Bundle, ExportRun, RunState, Version
 from mirror.vendorapi.client import VendorClient
-from tests.fixtures.cli import mirror_cli, on_a_terminal, write_config
+from tests.fixtures.cli import on_a_terminal
 from tests.fixtures.daemon import wait_for
+from tests.fixtures.exporting import cli, config_for, index, table
 
 MiB = 1024 * 1024
-
-
-def config_for(tmp_path: Path, sim: Simulator, **api: Any) -> Path:
-    document = {
-        "api": {"base_url": sim.url, "poll_interval": "0.05s", "max_poll_interval": "0.2s", **api},
-        "store": {"path": str(tmp_path / "store")},
-    }
-    return write_config(tmp_path / "config.toml", document)
-
-
-def cli(config: Path, key: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return mirror_cli("--config", str(config), *args, env={"MIRROR_API_KEY": key})
-
-
-def index(config: Path) -> App:
-    return App(settings_from_dict({"store": {"path": str(config.parent / "store")}}))
-
-
-def table(app: App, model: Any) -> list[Any]:
-    with app.db.session() as session:
-        return list(session.scalars(sql_select(model)))
 
 
 @pytest.fixture

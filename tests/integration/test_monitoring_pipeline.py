@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from mirror.config import TargetSettings
-from tests.deploy.test_monitoring import MONITORING, mixin
 from tests.fixtures.cli import mirror_cli, start_mirror, write_config
 from tests.fixtures.daemon import FAST, daemon_process, simulator, stored_domains, wait_for
+from tests.fixtures.monitoring import MONITORING, mixin
 from tests.fixtures.prometheus import Prometheus, prometheus
 from tests.fixtures.s3 import free_port
 
