@@ -307,11 +307,12 @@ class ServeSettings(_Section):
     """How often the bucket's pointers are read: the moving URL follows `chart promote` and
     `chart rollback` within this time (plus one bucket deadline)."""
     max_clients: int = Field(default=512, ge=1)
-    """Connections served at once; one more is answered 503 at once."""
+    """Connections served at once; one more is answered 503 (but /healthz and /readyz, which
+    have slots of their own)."""
     domains: list[str] | None = None
     """The domains to serve (unset: every domain with an index in the bucket)."""
     require_provenance: bool = False
-    """Refuse (502) a version without a provenance statement signed by `target.trusted_keys`
+    """Refuse (502) a version without a provenance statement signed by `target.transfer_keys`
     (a version imported from a set that carried none); with it unset, a version's statement
     is still verified whenever it has one and keys are trusted."""
 

@@ -41,19 +41,24 @@ class _Held:
 class Connections:
     """The slots and states of the open connections (module docstring)."""
 
-    def __init__(self, max_clients: int, probe_slots: int = PROBE_SLOTS) -> None:
+    def __init__(
+        self,
+        max_clients: int,
+        draining: threading.Event | None = None,
+        probe_slots: int = PROBE_SLOTS,
+    ) -> None:
         self.limits = {Slot.CLIENT: max_clients, Slot.PROBE: probe_slots}
-        self.draining = threading.Event()
+        self.draining = draining or threading.Event()
         self._held: dict[socket.socket, _Held] = {}
         self._changed = threading.Condition()
 
     def admit(self, conn: socket.socket) -> Slot | None:
-        """A slot for a new connection, a probe slot when the client slots are full, None
-        when both are full or the server is draining."""
+        """A slot for a new connection, a probe slot when the client slots are full (or the
+        server is draining: then /readyz says so until the listener closes), None when
+        there is none."""
         with self._changed:
-            if self.draining.is_set():
-                return None
-            for slot in (Slot.CLIENT, Slot.PROBE):
+            slots = (Slot.PROBE,) if self.draining.is_set() else (Slot.CLIENT, Slot.PROBE)
+            for slot in slots:
                 if self.count(slot) < self.limits[slot]:
                     self._held[conn] = _Held(slot)
                     return slot

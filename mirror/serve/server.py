@@ -73,7 +73,7 @@ class ServeServer(QuietHTTPServer):
 
     def __init__(self, address: tuple[str, int], service: Service) -> None:
         self.service = service
-        self.connections = Connections(service.settings.max_clients)
+        self.connections = Connections(service.settings.max_clients, service.draining)
         settings = service.settings
         quick = min(settings.idle_timeout, settings.header_timeout)
         self.handlers = {

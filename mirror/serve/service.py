@@ -80,6 +80,8 @@ class Service:
         self.recent: deque[Fetch] = deque(maxlen=RECENT)
         self.last_served: dict[str, Served] = {}
         self.stop = threading.Event()
+        self.draining = threading.Event()
+        """Set on SIGTERM: not ready from then on (mirror.serve.run)."""
         self.polls = 0
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
@@ -90,11 +92,16 @@ class Service:
         return str(self.settings.cache_dir / "pointers.json")
 
     def start(self) -> None:
-        """Open the cache (nothing in it verified yet) and load the saved pointers."""
+        """Open the cache (nothing in it verified yet; CacheInUse when another process has
+        it) and load the saved pointers."""
         self.cache.open()
         saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
         if saved is not None:
             self.pointers, self.pointers_from_disk = saved, True
+
+    def close(self) -> None:
+        self.stop.set()
+        self.cache.close()
 
     # ---- the poller ------------------------------------------------------------------------
 
@@ -189,6 +196,8 @@ class Service:
 
     def not_ready(self) -> str | None:
         """Why the service is not ready, or None when it is (module docstring)."""
+        if self.draining.is_set():
+            return "draining: stopping once the responses under way are sent"
         if not self.pointers.domains:
             return "no domain read from the bucket yet"
         for domain, view in sorted(self.pointers.domains.items()):

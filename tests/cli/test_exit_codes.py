@@ -571,6 +571,12 @@ CASES: dict[str, list[Case]] = {
             "serve.cache_dir",
             config=lambda w: w.config_with("serve", cache_dir=str(w.config)),
         ),
+        Case(
+            "setting",
+            ("serve",),
+            "serve.listen",
+            config=lambda w: w.config_with("serve", listen="127.0.0.1:99999"),
+        ),
     ],
     "chart refresh": [
         missing_config("chart", "refresh"),
