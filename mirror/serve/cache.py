@@ -17,7 +17,8 @@ Promises:
   hashed it as it was written); a file is handed out (`open_verified`) only when it was
   verified in this run and its inode, size, modification and change times are still the
   ones seen then, so a file written to since (any write changes its ctime) is dropped,
-  never sent.
+  never starts to be sent (a write during a send is the sender's to report:
+  mirror.serve.server checks the file again after it).
 - Restarted, the cache trusts nothing: every recorded file is `unverified` until hashed
   again against its recorded size and sha256 (`verify`); a damaged or missing one is
   dropped and its record with it. Files nobody recorded are removed.

@@ -54,6 +54,9 @@ class DomainView:
     versions: dict[str, Listed]
     current: str | None
     rollback: str | None
+    indexed: bool = True
+    """False when the bucket has no index.json for the domain (a name in serve.domains that
+    the bucket does not hold: a typo, or nothing imported yet)."""
 
     def protected(self) -> set[str]:
         """The sha256 of the versions the cache never evicts: current and rollback target."""
@@ -105,7 +108,8 @@ def read_domain(bucket: layout.Bucket, domain: str) -> DomainView:
         rollback: str | None = rollback_target(document, domain)
     except OperationFailed:
         rollback = None
-    return DomainView(domain, versions, current_of(document, list(versions)), rollback)
+    current = current_of(document, list(versions))
+    return DomainView(domain, versions, current, rollback, indexed=index is not None)
 
 
 def read_pointers(bucket: Listing, wanted: Sequence[str] | None, previous: Pointers) -> Pointers:

@@ -29,6 +29,7 @@ import base64
 import contextlib
 import io
 import logging
+import os
 import socket
 import threading
 import time
@@ -40,7 +41,7 @@ from mirror.errors import IntegrityError, MirrorError
 from mirror.httpserver import QuietHTTPServer
 from mirror.serve import ranges
 from mirror.serve.access import log_response, shown
-from mirror.serve.cache import Entry
+from mirror.serve.cache import Entry, fingerprint
 from mirror.serve.connections import PROBE_PATHS, Connections, Slot
 from mirror.serve.head import HeadReader
 from mirror.serve.metrics import CONTENT_TYPE
@@ -335,7 +336,22 @@ class Handler(BaseHTTPRequestHandler):
         sent, cut = 0, False
         if self.command == "GET" and plan.length:
             sent, cut = self._sendfile(handle, plan.start, plan.length)
+            self._changed_while_sent(entry, handle)
         self._finish(plan.status, sent, listed, cut=cut)
+
+    def _changed_while_sent(self, entry: Entry, handle: IO[bytes]) -> None:
+        """The file is checked when it is opened; one written to during the send (never by
+        mirror: fills are renamed into place) reached this client. Say so, and drop it."""
+        if fingerprint(os.fstat(handle.fileno())) == entry.fingerprint:
+            return
+        log.error(
+            "the cached bundle %s was changed while it was sent to %s: that response may "
+            "hold other bytes (its Repr-Digest tells the client); dropping the file",
+            entry.sha256,
+            self.client_address[0],
+        )
+        self.service.metrics.dropped.inc()
+        self.service.cache.drop(entry.sha256, "it was changed while it was sent")
 
     def _sendfile(self, handle: IO[bytes], start: int, length: int) -> tuple[int, bool]:
         """Send `length` bytes of the file from `start`: (bytes sent, whether the client was

@@ -10,7 +10,10 @@ Promises:
   rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
   current version or a rollback target); after each fill too (never the bundle just filled).
 - Ready (`/readyz`) once every domain's current version is cached and verified (a domain
-  with no current version has nothing to wait for). Once a domain's current version was
+  with no current version has nothing to wait for); not ready says why (a refused version:
+  the refusal, until a fill of it succeeds), and so does the status page. Not ready from
+  SIGTERM on (`draining`). A served domain with no index in the bucket is a warning once
+  and a line on the status page. Once a domain's current version was
   ready, a promote or a rollback does not take the service out of rotation while the new
   one fills: every replica would leave at once and the Service would be empty; a request
   for the new version waits for its one fill instead.
@@ -86,6 +89,9 @@ class Service:
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
         """The domains whose current version was cached and verified at some settle."""
+        self.refusals: dict[tuple[str, str], str] = {}
+        """Why a version was refused (domain, label): /readyz and the status page say it."""
+        self.unindexed: set[str] = set()
 
     @property
     def pointers_path(self) -> str:
@@ -113,12 +119,26 @@ class Service:
             self._bucket_failed(str(exc))
             return False
         self.pointers, self.pointers_from_disk = found, False
+        self._warn_unindexed(found)
         if found.errors:
             self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
         else:
             self.bucket_error, self.bucket_down_since = None, None
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
         return not found.errors
+
+    def _warn_unindexed(self, found: Pointers) -> None:
+        """A served domain without an index in the bucket: a warning once (it is shown on
+        the status page for as long as it lasts)."""
+        missing = {d for d, view in found.domains.items() if not view.indexed}
+        for domain in sorted(missing - self.unindexed):
+            log.warning(
+                "%s has no index.json in the bucket: nothing to serve for it (check "
+                "serve.domains, or import a version of it)",
+                domain,
+                extra={"domain": domain},
+            )
+        self.unindexed = missing
 
     def _bucket_failed(self, error: str) -> None:
         if self.bucket_error is None:
@@ -206,6 +226,9 @@ class Service:
             if view.current not in view.versions:
                 return f"{domain}'s current version {view.current} is not in its index"
             if not self._current_cached(view):
+                refused = self.refusals.get((domain, view.current))
+                if refused is not None:
+                    return f"{domain}'s current version {view.current} was refused: {refused}"
                 return f"{domain}'s current version {view.current} is not cached and verified yet"
         return None
 
@@ -224,11 +247,14 @@ class Service:
     def _filled(self, entry: Entry) -> None:
         """A fill is in: count it and make room at once (never for the one just filled)."""
         self.metrics.fills.inc()
+        for pair in entry.versions:
+            self.refusals.pop(pair, None)
         evicted = self.cache.evict(self.protected() | {entry.sha256})
         self.metrics.evictions.inc(len(evicted))
 
     def _refused(self, listed: Listed, error: IntegrityError) -> None:
         self.metrics.refused.labels(listed.ref.domain, str(listed.ref.label)).inc()
+        self.refusals[(listed.ref.domain, str(listed.ref.label))] = error.message
 
     def served(self, listed: Listed, entry: Entry) -> None:
         current = self.is_current(listed)

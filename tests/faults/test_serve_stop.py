@@ -32,7 +32,7 @@ from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.fixtures.cli import start_mirror, write_config
 from tests.fixtures.daemon import wait_for
 from tests.fixtures.s3 import free_port
-from tests.fixtures.serving import get
+from tests.fixtures.serving import read_to_end, start_download
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(600)]
 
@@ -118,28 +118,6 @@ def _refused(port: int) -> bool:
     return False
 
 
-def start_download(port: int) -> tuple[socket.socket, bytes]:
-    """A download under way: its head and first bytes read, the rest waiting in the server
-    (a small receive buffer, and nothing more read until the test reads)."""
-    conn = socket.socket()
-    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    conn.settimeout(120)
-    conn.connect(("127.0.0.1", port))
-    conn.sendall(get(PATH))
-    first = bytearray()
-    while b"\r\n\r\n" not in first or len(first) < 65536:
-        first.extend(conn.recv(65536))
-    return conn, bytes(first)
-
-
-def read_to_end(conn: socket.socket, first: bytes) -> bytes:
-    data = bytearray(first)
-    while chunk := conn.recv(1 << 20):
-        data.extend(chunk)
-    conn.close()
-    return bytes(data).partition(b"\r\n\r\n")[2]
-
-
 def access(served: Served) -> list[dict[str, Any]]:
     return [r for r in served.lines() if r.get("logger") == "mirror.serve.access"]
 
@@ -149,7 +127,7 @@ def test_sigterm_lets_a_download_under_way_finish_byte_exact(
     seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
 ) -> None:
     with mirror_serve(tmp_path, target_settings) as served:
-        conn, first = start_download(served.port)
+        conn, first = start_download(served.port, PATH)
         served.process.send_signal(signal.SIGTERM)
         wait_for(lambda: served.said("stopping:"), 120, "the drain to start")
         wait_for(lambda: _refused(served.port), 120, "the listener to close")
@@ -167,7 +145,7 @@ def test_a_transfer_still_running_at_the_drain_deadline_is_cut_and_logged(
     seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
 ) -> None:
     with mirror_serve(tmp_path, target_settings, drain_timeout="1s") as served:
-        conn, first = start_download(served.port)  # and never read again until the end
+        conn, first = start_download(served.port, PATH)  # and never read again until the end
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(120) == 0, served.log.read_text()[-3000:]
         with contextlib.suppress(OSError):

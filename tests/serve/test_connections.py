@@ -8,7 +8,7 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ from mirror.serve.connections import PROBE_SLOTS, Slot
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import Answer, Running, get, parse_answer, raw, serving
+from tests.fixtures.serving import Answer, Running, get, parse_answer, raw, serving, until
 
 V1 = "2026-11-20"
 HUGE = "9" * 5000  # beyond Python's 4 300-digit limit for int()
@@ -40,16 +40,6 @@ def seeded(bucket: MemoryBucket, tmp_path: Path) -> Seeded:
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "mirror.serve.access"]
-
-
-def until(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
-    """Poll `condition` to a generous deadline."""
-    pause = threading.Event()
-    for _ in range(int(seconds * 10)):
-        if condition():
-            return True
-        pause.wait(0.1)
-    return condition()
 
 
 def test_a_range_number_of_any_length_is_answered_logged_and_counted(
