@@ -25,7 +25,7 @@ from mirror.airgap import layout
 from mirror.airgap.chart.bucket import current_of
 from mirror.airgap.chart.gc import Listing, bucket_domains
 from mirror.airgap.chart.promotion import rollback_target
-from mirror.errors import MirrorError, OperationFailed
+from mirror.errors import AuthError, MirrorError, OperationFailed
 from mirror.fsutil import atomic_write_bytes
 from mirror.timestamps import parse_zoned, rfc3339, utcnow
 from mirror.versions import VersionLabel, VersionRef
@@ -81,6 +81,8 @@ class Pointers:
     domains: dict[str, DomainView] = field(default_factory=dict)
     read_at: datetime | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    refused: AuthError | None = None
+    """The store refused the credentials for every domain: the service exits 4 at start."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -118,14 +120,17 @@ def read_pointers(bucket: Listing, wanted: Sequence[str] | None, previous: Point
     domains = list(wanted) if wanted is not None else bucket_domains(bucket)
     views: dict[str, DomainView] = {}
     errors: dict[str, str] = {}
+    refusals: list[AuthError] = []
     for domain in domains:
         try:
             views[domain] = read_domain(bucket, domain)
         except MirrorError as exc:
             errors[domain] = str(exc)
+            refusals += [exc] if isinstance(exc, AuthError) else []
             if domain in previous.domains:
                 views[domain] = previous.domains[domain]
-    return Pointers(views, utcnow(), errors)
+    refused = refusals[0] if refusals and len(refusals) == len(domains) else None
+    return Pointers(views, utcnow(), errors, refused)
 
 
 def save(path: Path, pointers: Pointers) -> None:

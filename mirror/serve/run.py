@@ -3,9 +3,11 @@ signal.
 
 Promises: settings that cannot work (no bucket, `serve.require_provenance` without trusted
 keys, a cache directory that cannot be written or that another `mirror serve` uses, an
-address that cannot be bound) are
-refused before anything is served (exit 2); the
-address really listened on is announced once it is bound (a `:0` port is resolved).
+address that cannot be bound) are refused before anything is served (exit 2); the address
+really listened on is announced once it is bound (a `:0` port is resolved). Credentials
+the object store refuses at the first read of the pointers end it (exit 4): a store that
+does not answer is an outage it serves through from its cache, refused credentials a
+mistake to fix.
 
 SIGTERM and SIGINT drain: `/readyz` says "draining" at once, the listener stops accepting
 and is closed, the poller stops, connections waiting for a request are closed, and the
@@ -88,12 +90,17 @@ def run_serve(settings: Settings, announce: Callable[[str], None]) -> None:
 def _serve_until_stopped(
     service: Service, server: ServeServer, announce: Callable[[str], None]
 ) -> None:
-    poller = threading.Thread(target=service.run_poller, name="serve-poller", daemon=True)
-
     def stop(signum: int, frame: FrameType | None) -> None:
         service.draining.set()  # not ready from now on
         service.stop.set()
         threading.Thread(target=server.shutdown, name="serve-stop", daemon=True).start()
+
+    def poll() -> None:
+        service.run_poller()
+        if service.fatal is not None:
+            stop(0, None)
+
+    poller = threading.Thread(target=poll, name="serve-poller", daemon=True)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -103,6 +110,8 @@ def _serve_until_stopped(
         announce(f"mirror serve listening on http://{shown}:{port}")
         server.serve_forever()
         drain(service, server)
+        if service.fatal is not None:
+            raise service.fatal
     finally:
         service.stop.set()
         server.server_close()

@@ -2,7 +2,8 @@
 names, whether the service is ready, what the pointers are, and the poller that keeps them.
 
 Promises:
-- The pointers are read at start and then every `serve.poll_interval`; a read that fails
+- The pointers are read at start and then every `serve.poll_interval`; credentials the
+  store refuses at that first read end the service (`fatal`: exit 4); a read that fails
   keeps the pointers read before (or, right after a restart, the ones saved in
   `CACHE_DIR/pointers.json`), and says so (`bucket_error`, the status page, the
   `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from mirror.config import ServeSettings
-from mirror.errors import IntegrityError, MirrorError
+from mirror.errors import AuthError, IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
 from mirror.serve.bucket import ServeBucket
 from mirror.serve.cache import Cache, Entry
@@ -89,6 +90,8 @@ class Service:
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
         """The domains whose current version was cached and verified at some settle."""
+        self.fatal: AuthError | None = None
+        """The store refused the credentials at the first read: `mirror serve` exits 4."""
         self.refusals: dict[tuple[str, str], str] = {}
         """Why a version was refused (domain, label): /readyz and the status page say it."""
         self.unindexed: set[str] = set()
@@ -116,8 +119,10 @@ class Service:
         try:
             found = read_pointers(self.bucket, self.settings.domains, self.pointers)
         except MirrorError as exc:
+            self._first_refused(exc)
             self._bucket_failed(str(exc))
             return False
+        self._first_refused(found.refused)
         self.pointers, self.pointers_from_disk = found, False
         self._warn_unindexed(found)
         if found.errors:
@@ -126,6 +131,12 @@ class Service:
             self.bucket_error, self.bucket_down_since = None, None
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
         return not found.errors
+
+    def _first_refused(self, error: MirrorError | None) -> None:
+        """Credentials the store refuses at the first read are a mistake to report (exit 4),
+        not an outage to serve through; later, or a store that does not answer, is."""
+        if self.polls == 0 and isinstance(error, AuthError):
+            self.fatal = error
 
     def _warn_unindexed(self, found: Pointers) -> None:
         """A served domain without an index in the bucket: a warning once (it is shown on
@@ -178,6 +189,8 @@ class Service:
         """Poll and settle until `stop` is set."""
         while not self.stop.is_set():
             self.poll()
+            if self.fatal is not None:
+                return
             self.settle()
             with self._polled:
                 self.polls += 1

@@ -577,6 +577,7 @@ CASES: dict[str, list[Case]] = {
             "serve.listen",
             config=lambda w: w.config_with("serve", listen="127.0.0.1:99999"),
         ),
+        wrong_s3_secret("serve"),
     ],
     "chart refresh": [
         missing_config("chart", "refresh"),
