@@ -165,3 +165,19 @@ def test_a_head_trickled_under_the_idle_timeout_is_cut_at_the_head_deadline(
     assert answer.status == 408 and answer.header("connection") == "close"
     assert answer.body == b"request line and headers not received within 1s\n"
     assert [r.__dict__["status"] for r in access_lines(caplog)] == [408]
+
+
+def test_draining_it_is_not_ready_and_closes_every_connection_after_its_answer(
+    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path
+) -> None:
+    with (
+        serving(bucket, tmp_path / "cache") as running,
+        socket.create_connection(("127.0.0.1", running.port), timeout=60) as kept,
+    ):
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive
+        assert kept.recv(1024).startswith(b"HTTP/1.1 200")
+        running.service.draining.set()  # as SIGTERM does (mirror.serve.run)
+        kept.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = read_all(kept)  # closed after this answer: no keep-alive while draining
+    assert answer.status == 503 and answer.header("connection") == "close"
+    assert answer.body == b"draining: stopping once the responses under way are sent\n"
