@@ -188,6 +188,9 @@ class Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self._plain(500, "internal error; the server's log says more")
 
+    def version_string(self) -> str:
+        return self.server_version  # no trailing space for an empty sys_version
+
     def send_response(self, code: int, message: str | None = None) -> None:
         self.responded = True
         super().send_response(code, message)
@@ -254,6 +257,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")  # a body may echo the path
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         if self.close_connection:

@@ -95,6 +95,7 @@ class Service:
         self.refusals: dict[tuple[str, str], str] = {}
         """Why a version was refused (domain, label): /readyz and the status page say it."""
         self.unindexed: set[str] = set()
+        self.ignored: set[str] = set()
 
     @property
     def pointers_path(self) -> str:
@@ -149,7 +150,9 @@ class Service:
                 domain,
                 extra={"domain": domain},
             )
-        self.unindexed = missing
+        for name in sorted(set(found.ignored) - self.ignored):
+            log.warning("ignoring %r in the bucket: it has an index but is no domain name", name)
+        self.unindexed, self.ignored = missing, set(found.ignored)
 
     def _bucket_failed(self, error: str) -> None:
         if self.bucket_error is None:

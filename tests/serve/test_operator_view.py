@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mirror.airgap import chart
+from mirror.airgap import chart, layout
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, seed_version
 from tests.fixtures.memory import MemoryBucket
@@ -94,3 +94,26 @@ def test_a_cache_file_written_to_during_a_send_is_reported_and_dropped(
         r.getMessage() for r in caplog.records if "changed while it was sent" in r.getMessage()
     ]
     assert said.startswith(f"the cached bundle {seeded.sha256} was changed while it was sent")
+
+
+def test_a_prefix_in_the_bucket_that_is_no_domain_name_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who may write the bucket adds `PREFIX/evil"} 1\\nx/index.json`: not a domain,
+    so it neither shows nor holds readiness hostage; the operator is told once."""
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    odd = 'evil"} 1\nx'
+    for key in (layout.index_key, layout.current_key):
+        bucket.objects[key(bucket, odd)] = bucket.objects[key(bucket, DOMAIN)]
+    with (
+        caplog.at_level(logging.WARNING, logger="mirror.serve"),
+        serving(bucket, tmp_path / "cache") as running,
+    ):
+        running.refresh()
+        served = set(running.service.pointers.domains)
+        ready = httpx.get(running.url + "/readyz")
+    assert served == {DOMAIN} and ready.status_code == 200
+    warned = [r.getMessage() for r in caplog.records if "no domain name" in r.getMessage()]
+    assert warned == [f"ignoring {odd!r} in the bucket: it has an index but is no domain name"]

@@ -109,6 +109,8 @@ def test_unknown_things_are_404_in_one_line(
         answer = raw(running.port, get(path))
     assert answer.status == 404
     assert answer.body.count(b"\n") == 1 and line in answer.body.decode()
+    assert answer.header("x-content-type-options") == "nosniff"
+    assert answer.raw.count(b"\r\nServer: mirror-serve\r\n") == 1
 
 
 HOSTILE = [
