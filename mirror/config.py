@@ -14,6 +14,7 @@ systemd credential `admin-api-key` under `$CREDENTIALS_DIRECTORY`.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -295,24 +296,30 @@ class ServeSettings(_Section):
     idle_timeout: Duration = Field(default=30.0, gt=0)
     """A client that sends or takes nothing for this long is cut (a stalled pod never holds
     a thread longer)."""
+    header_timeout: Duration = Field(default=10.0, gt=0)
+    """A request's line and headers must all arrive within this time of its first byte, or
+    it is answered 408 and cut (a client trickling bytes under idle_timeout holds no slot
+    longer)."""
+    drain_timeout: Duration = Field(default=25.0, ge=0)
+    """On SIGTERM: transfers under way may finish for this long (then they are cut); below
+    Kubernetes' terminationGracePeriodSeconds less the preStop delay."""
     poll_interval: Duration = Field(default=30.0, ge=1.0)
     """How often the bucket's pointers are read: the moving URL follows `chart promote` and
     `chart rollback` within this time (plus one bucket deadline)."""
     max_clients: int = Field(default=512, ge=1)
-    """Connections served at once; one more is answered 503 at once."""
+    """Connections served at once; one more is answered 503 (but /healthz and /readyz, which
+    have slots of their own)."""
     domains: list[str] | None = None
     """The domains to serve (unset: every domain with an index in the bucket)."""
     require_provenance: bool = False
-    """Refuse (502) a version without a provenance statement signed by `target.trusted_keys`
+    """Refuse (502) a version without a provenance statement signed by `target.transfer_keys`
     (a version imported from a set that carried none); with it unset, a version's statement
     is still verified whenever it has one and keys are trusted."""
 
     @field_validator("listen")
     @classmethod
     def _listen(cls, value: str) -> str:
-        if not re.match(r"^(\[[0-9a-fA-F:]+\]|[^:\s]+):\d{1,5}$", value):
-            raise ValueError(f"must be HOST:PORT, got {value!r}")
-        return value
+        return check_listen(value)
 
     @field_validator("public_url")
     @classmethod
@@ -325,6 +332,34 @@ class ServeSettings(_Section):
     @classmethod
     def _domains(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else [normalize_domain(domain) for domain in value]
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def check_listen(value: str) -> str:
+    """HOST:PORT with a port 0-65535 (0: any free one) and a host that is an IPv4 address,
+    a bracketed IPv6 address or a host name; ValueError saying what is wrong."""
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not re.fullmatch(r"[0-9]{1,5}", port):
+        raise ValueError(f"must be HOST:PORT, got {value!r}")
+    if int(port) > 65535:
+        raise ValueError(f"port {port} is not in 0-65535, in {value!r}")
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host.removeprefix("[").removesuffix("]"))
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv6 address, in {value!r}") from None
+        if not host.endswith("]"):
+            raise ValueError(f"must be HOST:PORT, got {value!r}")
+    elif re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"{host} is not an IPv4 address, in {value!r}") from None
+    elif len(host) > 253 or not all(_HOST_LABEL.match(p) for p in host.rstrip(".").split(".")):
+        raise ValueError(f"{host!r} is not an IP address or a host name, in {value!r}")
+    return value
 
 
 class ChartSettings(_Section):

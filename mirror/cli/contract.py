@@ -816,7 +816,10 @@ CONTRACTS: dict[str, Contract] = {
         None,
         notes=(
             "Refuses to start (exit 2) when the bucket is unset, serve.listen cannot be bound, "
-            "or serve.require_provenance is set without target.transfer_keys.",
+            "serve.cache_dir is in use by another mirror serve, or serve.require_provenance "
+            "is set without target.transfer_keys. Exits 4 when the object store refuses the "
+            "credentials at the first read; a store that does not answer is served through "
+            "from the cache. SIGTERM drains (serve.drain_timeout), then exit 0.",
         ),
     ),
     "sim serve": Contract(

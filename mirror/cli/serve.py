@@ -13,9 +13,11 @@ from mirror.logs import setup_logging
 def serve_command(cli: CliContext) -> None:
     """Serve the bucket's versions to the vendor's pods: verified, at links that never expire.
 
-    Every domain's versions come from a verified local cache until stopped (SIGTERM).
+    Every domain's versions come from a verified local cache until stopped: SIGTERM
+    lets the downloads under way finish within serve.drain_timeout, then exits 0.
     Settings: [serve] (listen, public_url, cache_dir, cache_max, idle_timeout,
-    poll_interval) and [target] (the bucket, read with a read-only identity). URLs:
+    header_timeout, drain_timeout, poll_interval, max_clients) and [target] (the bucket,
+    read with a read-only identity). URLs:
     /domains/DOMAIN/VERSION/bundle.EXT (immutable) and /domains/DOMAIN/current/bundle.EXT
     (follows promote and rollback within serve.poll_interval); /healthz, /readyz, /metrics
     and a status page on /.

@@ -6,13 +6,20 @@
                                  versions was first served
     CACHE_DIR/tmp/               fills in progress (emptied at start)
     CACHE_DIR/pointers.json      the pointers last read (mirror.serve.pointers)
+    CACHE_DIR/lock               held (flock) by the one process using the cache; its pid
 
 Promises:
+- One process at a time: `open` takes an exclusive lock on `CACHE_DIR/lock` (flock, held
+  until `close` or the process ends, so a killed process never leaves it taken) before it
+  touches anything; a second process is refused (`CacheInUse`, naming the holder's pid)
+  and changes nothing. Two `mirror serve` on one directory would empty each other's fills
+  and drop each other's files.
 - A file enters only whole and verified (`admit`: renamed into place by the filler, which
   hashed it as it was written); a file is handed out (`open_verified`) only when it was
   verified in this run and its inode, size, modification and change times are still the
   ones seen then, so a file written to since (any write changes its ctime) is dropped,
-  never sent.
+  never starts to be sent (a write during a send is the sender's to report:
+  mirror.serve.server checks the file again after it).
 - Restarted, the cache trusts nothing: every recorded file is `unverified` until hashed
   again against its recorded size and sha256 (`verify`); a damaged or missing one is
   dropped and its record with it. Files nobody recorded are removed.
@@ -24,6 +31,7 @@ Promises:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -78,6 +86,15 @@ def fingerprint(status: os.stat_result) -> Fingerprint:
     return (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
+class CacheInUse(Exception):
+    """Another process holds the cache directory's lock."""
+
+    def __init__(self, directory: Path, holder: str) -> None:
+        super().__init__(f"{directory} is in use by another process ({holder})")
+        self.directory = directory
+        self.holder = holder
+
+
 class Cache:
     """The bundles under one directory (module docstring). Thread-safe."""
 
@@ -89,10 +106,13 @@ class Cache:
         self.record = directory / "cache.json"
         self.entries: dict[str, Entry] = {}
         self._lock = threading.Lock()
+        self._held: int | None = None
 
     def open(self) -> list[Entry]:
-        """Load the record, clear interrupted fills and unrecorded files; returns the entries
-        (all unverified until `verify`)."""
+        """Take the directory's lock, load the record, clear interrupted fills and unrecorded
+        files; returns the entries (all unverified until `verify`)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
         for folder in (self.bundles, self.tmp):
             folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp)
@@ -107,6 +127,25 @@ class Cache:
             del self.entries[sha256]
         self.persist()
         return list(self.entries.values())
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            said = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            holder = f"pid {said}" if said.isdigit() else "pid unknown"
+            raise CacheInUse(self.directory, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._held = fd
+
+    def close(self) -> None:
+        """Let the directory go (the lock; the files stay for the next run)."""
+        if self._held is not None:
+            os.close(self._held)  # closing the descriptor releases the flock
+            self._held = None
 
     def _load(self) -> dict[str, Entry]:
         try:

@@ -7,8 +7,9 @@ mirror.airgap.chart.bucket (`current_of`: promoted, else the newest complete ver
 mirror.airgap.chart.promotion (`rollback_target`).
 
 Promises: a domain whose documents cannot be read keeps the view read before (and its error
-is reported); a pointers file that is damaged or of another format is ignored (a warning),
-never half used; it is replaced atomically.
+is reported); a prefix in the bucket that is no domain name (a hostname, lower case) is
+never a served domain (`ignored`: the service warns); a pointers file that is damaged or
+of another format is ignored (a warning), never half used; it is replaced atomically.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from mirror.airgap import layout
 from mirror.airgap.chart.bucket import current_of
 from mirror.airgap.chart.gc import Listing, bucket_domains
 from mirror.airgap.chart.promotion import rollback_target
-from mirror.errors import MirrorError, OperationFailed
+from mirror.errors import AuthError, MirrorError, OperationFailed
 from mirror.fsutil import atomic_write_bytes
+from mirror.hostnames import is_domain
 from mirror.timestamps import parse_zoned, rfc3339, utcnow
 from mirror.versions import VersionLabel, VersionRef
 
@@ -54,6 +56,9 @@ class DomainView:
     versions: dict[str, Listed]
     current: str | None
     rollback: str | None
+    indexed: bool = True
+    """False when the bucket has no index.json for the domain (a name in serve.domains that
+    the bucket does not hold: a typo, or nothing imported yet)."""
 
     def protected(self) -> set[str]:
         """The sha256 of the versions the cache never evicts: current and rollback target."""
@@ -78,6 +83,10 @@ class Pointers:
     domains: dict[str, DomainView] = field(default_factory=dict)
     read_at: datetime | None = None
     errors: dict[str, str] = field(default_factory=dict)
+    refused: AuthError | None = None
+    """The store refused the credentials for every domain: the service exits 4 at start."""
+    ignored: tuple[str, ...] = ()
+    """Prefixes in the bucket with an index that are no domain name: never served."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,23 +114,29 @@ def read_domain(bucket: layout.Bucket, domain: str) -> DomainView:
         rollback: str | None = rollback_target(document, domain)
     except OperationFailed:
         rollback = None
-    return DomainView(domain, versions, current_of(document, list(versions)), rollback)
+    current = current_of(document, list(versions))
+    return DomainView(domain, versions, current, rollback, indexed=index is not None)
 
 
 def read_pointers(bucket: Listing, wanted: Sequence[str] | None, previous: Pointers) -> Pointers:
     """Every domain's view (`wanted`, or every domain with an index in the bucket). A domain
     that fails keeps its previous view; a failure to list the domains at all is raised."""
-    domains = list(wanted) if wanted is not None else bucket_domains(bucket)
+    listed = list(wanted) if wanted is not None else bucket_domains(bucket)
+    domains = [domain for domain in listed if is_domain(domain)]
+    ignored = tuple(domain for domain in listed if not is_domain(domain))
     views: dict[str, DomainView] = {}
     errors: dict[str, str] = {}
+    refusals: list[AuthError] = []
     for domain in domains:
         try:
             views[domain] = read_domain(bucket, domain)
         except MirrorError as exc:
             errors[domain] = str(exc)
+            refusals += [exc] if isinstance(exc, AuthError) else []
             if domain in previous.domains:
                 views[domain] = previous.domains[domain]
-    return Pointers(views, utcnow(), errors)
+    refused = refusals[0] if refusals and len(refusals) == len(domains) else None
+    return Pointers(views, utcnow(), errors, refused, ignored)
 
 
 def save(path: Path, pointers: Pointers) -> None:

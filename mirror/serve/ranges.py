@@ -7,6 +7,12 @@ STRONGLY matches ours (a date or a weak tag never matches: the service sends no
 Last-Modified, and its tags are strong). One range is served as 206 with Content-Range; a
 list of several is answered whole (200, which the RFC allows); a range that starts at or
 past the end is 416 with `Content-Range: bytes */SIZE`; a malformed Range is ignored.
+
+A position is read with a bound: digits are ASCII only, and a number of more than
+`MAX_DIGITS` digits (leading zeros aside) is taken as "past any end" without converting it
+(Python refuses to convert more than 4 300 digits, and no bundle is that large). So a
+first position that large is 416, a last position that large means the end (206), and a
+suffix that large means the whole bundle (206), as the RFC reads for any number too large.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_RANGE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$")
+_RANGE = re.compile(r"^\s*([0-9]*)\s*-\s*([0-9]*)\s*$", re.ASCII)
+MAX_DIGITS = 18
+BEYOND = 10**MAX_DIGITS
+"""Any position of more than MAX_DIGITS digits: past the end of every bundle."""
 _TAG = re.compile(r'\s*((?:W/)?"[^"]*")\s*(?:,|$)')
 
 
@@ -63,17 +72,23 @@ def _ranged(header: str, size: int) -> Plan | None:
         return None
     first, last = match.group(1), match.group(2)
     if not first:  # a suffix: the last N bytes
-        count = min(int(last), size)
+        count = min(_position(last), size)
         if count == 0:
             return _unsatisfiable(size)
         return _part(size - count, size - 1, size)
-    start = int(first)
-    end = min(int(last), size - 1) if last else size - 1
-    if last and int(last) < start:
+    start = _position(first)
+    end = min(_position(last), size - 1) if last else size - 1
+    if last and _position(last) < start:
         return None  # invalid: ignored (RFC 9110 section 14.1.1)
     if start >= size:
         return _unsatisfiable(size)
     return _part(start, end, size)
+
+
+def _position(digits: str) -> int:
+    """A run of ASCII digits as a number, BEYOND when it has more than MAX_DIGITS."""
+    digits = digits.lstrip("0") or "0"
+    return BEYOND if len(digits) > MAX_DIGITS else int(digits)
 
 
 def _part(start: int, end: int, size: int) -> Plan:

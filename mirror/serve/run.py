@@ -2,27 +2,40 @@
 signal.
 
 Promises: settings that cannot work (no bucket, `serve.require_provenance` without trusted
-keys, a cache directory that cannot be written, an address that cannot be bound) are
-refused before anything is served (exit 2); the
-address really listened on is announced once it is bound (a `:0` port is resolved); SIGTERM
-and SIGINT stop the listener and the poller, and a fill or send under way ends with its
-connection.
+keys, a cache directory that cannot be written or that another `mirror serve` uses, an
+address that cannot be bound) are refused before anything is served (exit 2); the address
+really listened on is announced once it is bound (a `:0` port is resolved). Credentials
+the object store refuses at the first read of the pointers end it (exit 4): a store that
+does not answer is an outage it serves through from its cache, refused credentials a
+mistake to fix.
+
+SIGTERM and SIGINT drain: `/readyz` says "draining" at once, the listener stops accepting
+and is closed, the poller stops, connections waiting for a request are closed, and the
+responses under way may finish for `serve.drain_timeout`; those still sending then are cut
+(each logs its access line with "(cut)"); then it exits 0. Under Kubernetes the preStop
+delay of the Deployment comes first, so the Service stops sending new clients before the
+listener closes.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
 from mirror.airgap.s3.credentials import open_object_store
 from mirror.config import Settings
 from mirror.errors import ConfigError
+from mirror.serve.cache import CacheInUse
 from mirror.serve.server import ServeServer, listen
 from mirror.serve.service import Service
 from mirror.serve.supply import Trust
 from mirror.transferset.keys import load_trusted_keys
+
+log = logging.getLogger(__name__)
 
 
 def open_service(settings: Settings) -> Service:
@@ -40,6 +53,12 @@ def open_service(settings: Settings) -> Service:
     )
     try:
         service.start()
+    except CacheInUse as exc:
+        raise ConfigError(
+            f"serve.cache_dir {exc.directory} is in use by another mirror serve ({exc.holder})",
+            hint="give each mirror serve a cache directory of its own (each replica its own "
+            "volume), or stop the other one",
+        ) from None
     except OSError as exc:
         raise ConfigError(
             f"cannot use serve.cache_dir {settings.serve.cache_dir}: {exc.strerror}",
@@ -52,19 +71,36 @@ def bind(service: Service) -> ServeServer:
     address = service.settings.listen
     try:
         return listen(address, service)
+    except OverflowError as exc:  # a port out of range, were it ever past the settings check
+        raise ConfigError(f"cannot listen on serve.listen {address}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot listen on serve.listen {address}: {exc.strerror}") from None
 
 
 def run_serve(settings: Settings, announce: Callable[[str], None]) -> None:
-    """Serve until SIGTERM or SIGINT."""
+    """Serve until SIGTERM or SIGINT, then drain (module docstring)."""
     service = open_service(settings)
-    server = bind(service)
-    poller = threading.Thread(target=service.run_poller, name="serve-poller", daemon=True)
+    try:
+        server = bind(service)
+        _serve_until_stopped(service, server, announce)
+    finally:
+        service.close()
 
+
+def _serve_until_stopped(
+    service: Service, server: ServeServer, announce: Callable[[str], None]
+) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
+        service.draining.set()  # not ready from now on
         service.stop.set()
         threading.Thread(target=server.shutdown, name="serve-stop", daemon=True).start()
+
+    def poll() -> None:
+        service.run_poller()
+        if service.fatal is not None:
+            stop(0, None)
+
+    poller = threading.Thread(target=poll, name="serve-poller", daemon=True)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -73,9 +109,30 @@ def run_serve(settings: Settings, announce: Callable[[str], None]) -> None:
         shown = f"[{host}]" if ":" in host else host
         announce(f"mirror serve listening on http://{shown}:{port}")
         server.serve_forever()
+        drain(service, server)
+        if service.fatal is not None:
+            raise service.fatal
     finally:
         service.stop.set()
         server.server_close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         poller.join(timeout=5)
+
+
+def drain(service: Service, server: ServeServer) -> None:
+    """Stop accepting, let the responses under way finish within serve.drain_timeout."""
+    server.socket.close()  # new connections are refused from here on
+    seconds = service.settings.drain_timeout
+    started = time.monotonic()
+    log.info(
+        "stopping: %d connections open; responses under way may finish within %gs",
+        server.connections.open(),
+        seconds,
+    )
+    cut = server.connections.drain(seconds)
+    log.info(
+        "stopped after %.1fs: %s",
+        time.monotonic() - started,
+        f"{cut} responses cut at serve.drain_timeout" if cut else "every response finished",
+    )

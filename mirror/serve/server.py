@@ -12,17 +12,24 @@ parsed by `http.server` (no parser of ours); this module only routes and answers
 Promises: every response carries Content-Length; every answer that is not a bundle is one
 line of text; a bundle is sent only from a verified cache file (mirror.serve.cache) after
 its plan (mirror.serve.ranges); a client that takes or sends nothing for
-`serve.idle_timeout` is cut, in its own thread, so it never holds up another; more than
-`serve.max_clients` connections at once are answered 503 at once; a request line, target
-or header section longer than the limits is 400. One log line per response (logger
-`mirror.serve.access`: client, method, path, status, bytes, duration, and for a bundle its
-domain, version and sha256).
+`serve.idle_timeout` is cut, in its own thread, so it never holds up another; a request
+whose line and headers are not all in within `serve.header_timeout` of its first byte is
+answered 408 and cut (mirror.serve.head), so trickled bytes hold no slot for long; more than
+`serve.max_clients` connections at once are answered 503, but `/healthz` and `/readyz` are
+answered in slots of their own (mirror.serve.connections); a request line, target or header
+section longer than the limits is 400; a number in a header is read with a bound
+(mirror.serve.ranges); an unexpected error is a 500 line and a logged error, never a
+connection closed without an answer. While draining (SIGTERM) every response closes its
+connection. One log line per response, refusals included (mirror.serve.access).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import logging
+import os
 import socket
 import threading
 import time
@@ -33,15 +40,16 @@ from mirror.airgap.layout import SERVER_NAME, VERSION_HEADER
 from mirror.errors import IntegrityError, MirrorError
 from mirror.httpserver import QuietHTTPServer
 from mirror.serve import ranges
-from mirror.serve.cache import Entry
+from mirror.serve.access import log_response, shown
+from mirror.serve.cache import Entry, fingerprint
+from mirror.serve.connections import PROBE_PATHS, Connections, Slot
+from mirror.serve.head import HeadReader
 from mirror.serve.metrics import CONTENT_TYPE
 from mirror.serve.pointers import Listed
 from mirror.serve.routes import CONTENT_TYPES, BundleRoute, Page, Refusal, bundle_path, parse_target
-from mirror.serve.service import Fetch, Service
+from mirror.serve.service import Service
 from mirror.serve.status import render_status
-from mirror.timestamps import utcnow
 
-access = logging.getLogger("mirror.serve.access")
 log = logging.getLogger(__name__)
 
 ALLOW = "GET, HEAD"
@@ -49,40 +57,60 @@ MAX_LINE = 8192
 MAX_HEADERS = 16384
 ERROR_LINE = 200
 IMMUTABLE = "public, max-age=31536000, immutable"
+BUSY_LINE = "too many clients; try again soon"
 BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: 32\r\nConnection: close\r\nRetry-After: 5\r\n\r\n"
-    b"too many clients; try again soon"
+    b"Content-Length: 33\r\nConnection: close\r\nRetry-After: 5\r\n\r\n"
+    + BUSY_LINE.encode()
+    + b"\n"
 )
 
 
 class ServeServer(QuietHTTPServer):
-    """The listener: a thread per connection, at most `max_clients` at once."""
+    """The listener: a thread per connection in a slot (mirror.serve.connections); a
+    connection with no slot is answered 503 at once, logged and counted."""
 
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], service: Service) -> None:
         self.service = service
-        self.slots = threading.BoundedSemaphore(service.settings.max_clients)
-        handler = type("Handler", (Handler,), {"timeout": service.settings.idle_timeout})
-        super().__init__(address, handler)
+        self.connections = Connections(service.settings.max_clients, service.draining)
+        settings = service.settings
+        quick = min(settings.idle_timeout, settings.header_timeout)
+        self.handlers = {
+            Slot.CLIENT: type("Handler", (Handler,), {"timeout": settings.idle_timeout}),
+            Slot.PROBE: type("ProbeHandler", (Handler,), {"timeout": quick, "probe_only": True}),
+        }
+        super().__init__(address, self.handlers[Slot.CLIENT])
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            try:
-                request.settimeout(1.0)
-                request.sendall(BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
+        slot = self.connections.admit(request)
+        if slot is None:
+            self._refuse(request, client_address)
             return
-        super().process_request(request, client_address)
+        thread = threading.Thread(
+            target=self._serve, args=(request, client_address, slot), daemon=True
+        )
+        thread.start()
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve(self, request: Any, client_address: Any, slot: Slot) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            self.handlers[slot](request, client_address, self)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self.slots.release()
+            self.shutdown_request(request)
+            self.connections.release(request)
+
+    def _refuse(self, request: Any, client_address: Any) -> None:
+        """No slot: 503 without reading the request, one access line, counted."""
+        started, sent = time.monotonic(), 0
+        with contextlib.suppress(OSError):
+            request.settimeout(1.0)
+            request.sendall(BUSY)
+            sent = len(BUSY_LINE) + 1
+        self.shutdown_request(request)
+        log_response(self.service, (client_address[0], "-", "-"), 503, sent, started)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -92,35 +120,91 @@ class Handler(BaseHTTPRequestHandler):
     server_version = SERVER_NAME
     sys_version = ""
     server: ServeServer
+    probe_only = False
+    """In a probe slot: only /healthz and /readyz are answered, then the connection closes."""
 
     def setup(self) -> None:
         self.started = time.monotonic()
         super().setup()
+        self.reader = HeadReader(self.connection, self.timeout or None)
+        self.buffered = io.BufferedReader(self.reader)
+        self.rfile = self.buffered
 
     @property
     def service(self) -> Service:
         return self.server.service
 
     def handle_one_request(self) -> None:
+        self.command, self.path, self.request_version, self.requestline = "", "", "HTTP/1.1", ""
+        self.responded = False
         try:
-            self.raw_requestline = self.rfile.readline(MAX_LINE + 1)
-            self.started = time.monotonic()
-            if len(self.raw_requestline) > MAX_LINE:
-                self.requestline, self.request_version, self.command = "", "HTTP/1.1", ""
-                self.send_error(400, "request line too long")
-                return
-            if not self.raw_requestline:
-                self.close_connection = True
-                return
-            if not self.parse_request():
-                return
-            self._answer()
-            self.wfile.flush()
+            if self._head():
+                self._answer()
+                self.wfile.flush()
         except TimeoutError:
-            log.debug("closing %s: idle for %ss", self.client_address[0], self.timeout)
+            self._timed_out()
+        except ConnectionError as exc:
+            log.debug("%s went away: %s", self.client_address[0], exc)
             self.close_connection = True
+        except Exception:
+            self._failed()
+        finally:
+            self.server.connections.busy(self.connection, False)
+
+    def _head(self) -> bool:
+        """Read a request line and its headers (http.server parses them) within
+        serve.header_timeout of the first byte; False when there is nothing to answer."""
+        if not self.buffered.peek(1):  # the client closed (or the drain did)
+            self.close_connection = True
+            return False
+        self.server.connections.busy(self.connection, True)
+        self.started = time.monotonic()
+        self.reader.start(self.service.settings.header_timeout)
+        self.raw_requestline = self.rfile.readline(MAX_LINE + 1)
+        if len(self.raw_requestline) > MAX_LINE:
+            self.send_error(400, "request line too long")
+            return False
+        if not self.raw_requestline.endswith(b"\n"):
+            self.close_connection = True  # the client closed half-way through a line
+            return False
+        parsed = self.parse_request()
+        self.reader.stop()
+        return parsed
+
+    def _timed_out(self) -> None:
+        self.close_connection = True
+        if self.reader.deadline is None or self.responded:
+            log.debug("closing %s: idle for %ss", self.client_address[0], self.timeout)
+            return
+        seconds = self.service.settings.header_timeout
+        log.info("cut %s: no whole request head in %gs", self.client_address[0], seconds)
+        self.send_error(408, f"request line and headers not received within {seconds:g}s")
+
+    def _failed(self) -> None:
+        """An error of ours: logged with its traceback, answered 500 if nothing was sent."""
+        self.close_connection = True
+        log.exception("answering %s %s failed", self.command or "-", shown(self.path))
+        if not self.responded:
+            with contextlib.suppress(OSError):
+                self._plain(500, "internal error; the server's log says more")
+
+    def version_string(self) -> str:
+        return self.server_version  # no trailing space for an empty sys_version
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self.responded = True
+        super().send_response(code, message)
+
+    def end_headers(self) -> None:
+        if self.server.connections.draining.is_set() and not self.close_connection:
+            self.send_header("Connection", "close")  # stopping: no next request here
+        super().end_headers()
 
     def _answer(self) -> None:
+        if self.probe_only:
+            self.close_connection = True
+            if self.path.partition("?")[0] not in PROBE_PATHS:
+                return self._plain(503, BUSY_LINE, {"Retry-After": "5"})
         if self.request_version == "HTTP/0.9":
             return self.send_error(400, "HTTP/0.9 requests are not served")
         if len(str(self.headers)) > MAX_HEADERS:
@@ -173,6 +257,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")  # a body may echo the path
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         if self.close_connection:
@@ -187,6 +272,7 @@ class Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's refusals (a malformed request line, headers too long or too many,
         an unsupported version) as one line; the limits' own codes (414, 431) are 400."""
+        self.reader.stop()
         self.close_connection = True
         if self.request_version in ("", "HTTP/0.9"):  # answered with a status line all the same
             self.request_version = "HTTP/1.1"
@@ -254,7 +340,22 @@ class Handler(BaseHTTPRequestHandler):
         sent, cut = 0, False
         if self.command == "GET" and plan.length:
             sent, cut = self._sendfile(handle, plan.start, plan.length)
+            self._changed_while_sent(entry, handle)
         self._finish(plan.status, sent, listed, cut=cut)
+
+    def _changed_while_sent(self, entry: Entry, handle: IO[bytes]) -> None:
+        """The file is checked when it is opened; one written to during the send (never by
+        mirror: fills are renamed into place) reached this client. Say so, and drop it."""
+        if fingerprint(os.fstat(handle.fileno())) == entry.fingerprint:
+            return
+        log.error(
+            "the cached bundle %s was changed while it was sent to %s: that response may "
+            "hold other bytes (its Repr-Digest tells the client); dropping the file",
+            entry.sha256,
+            self.client_address[0],
+        )
+        self.service.metrics.dropped.inc()
+        self.service.cache.drop(entry.sha256, "it was changed while it was sent")
 
     def _sendfile(self, handle: IO[bytes], start: int, length: int) -> tuple[int, bool]:
         """Send `length` bytes of the file from `start`: (bytes sent, whether the client was
@@ -267,6 +368,8 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(exc, TimeoutError):
                 self.service.metrics.cut.inc()
                 log.info("cut %s: took nothing for %ss", self.client_address[0], self.timeout)
+            elif self.server.connections.draining.is_set():
+                log.info("cut %s: still sending at the drain deadline", self.client_address[0])
             return max(0, handle.tell() - start), True
 
     def _conditions(self) -> dict[str, str]:
@@ -282,46 +385,8 @@ class Handler(BaseHTTPRequestHandler):
     def _finish(
         self, status: int, sent: int, listed: Listed | None = None, *, cut: bool = False
     ) -> None:
-        seconds = time.monotonic() - self.started
-        ref = listed.ref if listed is not None else None
-        path = _shown(getattr(self, "path", ""))
-        fetch = Fetch(
-            utcnow(),
-            self.client_address[0],
-            self.command or "-",
-            path,
-            status,
-            sent,
-            seconds,
-            ref.domain if ref else None,
-            str(ref.label) if ref else None,
-        )
-        self.service.record(fetch)
-        access.info(
-            "%s %s %d%s",
-            fetch.method,
-            path,
-            status,
-            " (cut)" if cut else "",
-            extra={
-                "client": fetch.client,
-                "method": fetch.method,
-                "path": path,
-                "status": status,
-                "bytes": sent,
-                "duration_ms": round(seconds * 1000, 1),
-                "domain": fetch.domain,
-                "version": fetch.version,
-                "sha256": ref.sha256 if ref else None,
-            },
-        )
-
-
-def _shown(path: str) -> str:
-    """A request target as a log line may hold it: printable, escaped, bounded."""
-    text = path.encode("latin-1", "replace").decode("ascii", "backslashreplace")
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-    return text[:300]
+        request = (self.client_address[0], self.command, self.path)
+        log_response(self.service, request, status, sent, self.started, listed, cut=cut)
 
 
 def listen(address: str, service: Service) -> ServeServer:

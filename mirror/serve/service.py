@@ -2,7 +2,8 @@
 names, whether the service is ready, what the pointers are, and the poller that keeps them.
 
 Promises:
-- The pointers are read at start and then every `serve.poll_interval`; a read that fails
+- The pointers are read at start and then every `serve.poll_interval`; credentials the
+  store refuses at that first read end the service (`fatal`: exit 4); a read that fails
   keeps the pointers read before (or, right after a restart, the ones saved in
   `CACHE_DIR/pointers.json`), and says so (`bucket_error`, the status page, the
   `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
@@ -10,7 +11,10 @@ Promises:
   rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
   current version or a rollback target); after each fill too (never the bundle just filled).
 - Ready (`/readyz`) once every domain's current version is cached and verified (a domain
-  with no current version has nothing to wait for). Once a domain's current version was
+  with no current version has nothing to wait for); not ready says why (a refused version:
+  the refusal, until a fill of it succeeds), and so does the status page. Not ready from
+  SIGTERM on (`draining`). A served domain with no index in the bucket is a warning once
+  and a line on the status page. Once a domain's current version was
   ready, a promote or a rollback does not take the service out of rotation while the new
   one fills: every replica would leave at once and the Service would be empty; a request
   for the new version waits for its one fill instead.
@@ -28,7 +32,7 @@ from datetime import datetime
 
 from mirror.airgap import layout
 from mirror.config import ServeSettings
-from mirror.errors import IntegrityError, MirrorError
+from mirror.errors import AuthError, IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
 from mirror.serve.bucket import ServeBucket
 from mirror.serve.cache import Cache, Entry
@@ -81,6 +85,8 @@ class Service:
         self.recent: deque[Fetch] = deque(maxlen=RECENT)
         self.last_served: dict[str, Served] = {}
         self.stop = threading.Event()
+        self.draining = threading.Event()
+        """Set on SIGTERM: not ready from then on (mirror.serve.run)."""
         self.polls = 0
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
@@ -89,17 +95,28 @@ class Service:
         self.links: layout.RenderedLinks | None = None
         """What the CronJobs recorded for monitoring (mirror.airgap.records), read each poll."""
         self._first_served = threading.Lock()
+        self.fatal: AuthError | None = None
+        """The store refused the credentials at the first read: `mirror serve` exits 4."""
+        self.refusals: dict[tuple[str, str], str] = {}
+        """Why a version was refused (domain, label): /readyz and the status page say it."""
+        self.unindexed: set[str] = set()
+        self.ignored: set[str] = set()
 
     @property
     def pointers_path(self) -> str:
         return str(self.settings.cache_dir / "pointers.json")
 
     def start(self) -> None:
-        """Open the cache (nothing in it verified yet) and load the saved pointers."""
+        """Open the cache (nothing in it verified yet; CacheInUse when another process has
+        it) and load the saved pointers."""
         self.cache.open()
         saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
         if saved is not None:
             self.pointers, self.pointers_from_disk = saved, True
+
+    def close(self) -> None:
+        self.stop.set()
+        self.cache.close()
 
     # ---- the poller ------------------------------------------------------------------------
 
@@ -108,9 +125,12 @@ class Service:
         try:
             found = read_pointers(self.bucket, self.settings.domains, self.pointers)
         except MirrorError as exc:
+            self._first_refused(exc)
             self._bucket_failed(str(exc))
             return False
+        self._first_refused(found.refused)
         self.pointers, self.pointers_from_disk = found, False
+        self._warn_unindexed(found)
         if found.errors:
             self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
         else:
@@ -127,6 +147,27 @@ class Service:
             self.links = layout.read_rendered_links(self.bucket) or self.links
         except MirrorError as exc:
             log.debug("cannot read the monitoring records: %s", exc)
+
+    def _first_refused(self, error: MirrorError | None) -> None:
+        """Credentials the store refuses at the first read are a mistake to report (exit 4),
+        not an outage to serve through; later, or a store that does not answer, is."""
+        if self.polls == 0 and isinstance(error, AuthError):
+            self.fatal = error
+
+    def _warn_unindexed(self, found: Pointers) -> None:
+        """A served domain without an index in the bucket: a warning once (it is shown on
+        the status page for as long as it lasts)."""
+        missing = {d for d, view in found.domains.items() if not view.indexed}
+        for domain in sorted(missing - self.unindexed):
+            log.warning(
+                "%s has no index.json in the bucket: nothing to serve for it (check "
+                "serve.domains, or import a version of it)",
+                domain,
+                extra={"domain": domain},
+            )
+        for name in sorted(set(found.ignored) - self.ignored):
+            log.warning("ignoring %r in the bucket: it has an index but is no domain name", name)
+        self.unindexed, self.ignored = missing, set(found.ignored)
 
     def _bucket_failed(self, error: str) -> None:
         if self.bucket_error is None:
@@ -166,6 +207,8 @@ class Service:
         """Poll and settle until `stop` is set."""
         while not self.stop.is_set():
             self.poll()
+            if self.fatal is not None:
+                return
             self.settle()
             with self._polled:
                 self.polls += 1
@@ -204,6 +247,8 @@ class Service:
 
     def not_ready(self) -> str | None:
         """Why the service is not ready, or None when it is (module docstring)."""
+        if self.draining.is_set():
+            return "draining: stopping once the responses under way are sent"
         if not self.pointers.domains:
             return "no domain read from the bucket yet"
         for domain, view in sorted(self.pointers.domains.items()):
@@ -212,6 +257,9 @@ class Service:
             if view.current not in view.versions:
                 return f"{domain}'s current version {view.current} is not in its index"
             if not self._current_cached(view):
+                refused = self.refusals.get((domain, view.current))
+                if refused is not None:
+                    return f"{domain}'s current version {view.current} was refused: {refused}"
                 return f"{domain}'s current version {view.current} is not cached and verified yet"
         return None
 
@@ -230,11 +278,14 @@ class Service:
     def _filled(self, entry: Entry) -> None:
         """A fill is in: count it and make room at once (never for the one just filled)."""
         self.metrics.fills.inc()
+        for pair in entry.versions:
+            self.refusals.pop(pair, None)
         evicted = self.cache.evict(self.protected() | {entry.sha256})
         self.metrics.evictions.inc(len(evicted))
 
     def _refused(self, listed: Listed, error: IntegrityError) -> None:
         self.metrics.refused.labels(listed.ref.domain, str(listed.ref.label)).inc()
+        self.refusals[(listed.ref.domain, str(listed.ref.label))] = error.message
 
     def served(self, listed: Listed, entry: Entry) -> None:
         current = self.is_current(listed)

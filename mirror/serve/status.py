@@ -3,9 +3,11 @@
 What it shows: whether the service is ready (and why not); whether the object store
 answered the last read of the pointers (or since when it has not, and that the pointers
 are the ones an earlier run saved); per domain its current version and rollback target
-with their links, and every version the bucket lists with its size, sha256, whether it is
-cached and verified, its export time, its provenance (verified, unverified, none) and its
-completeness summary; and the last fetches (time, client, request, status, bytes).
+with their links (and, when the bucket has no index for it, that there is nothing to
+serve), and every version the bucket lists with its size, sha256, whether it is cached and
+verified or why it was refused, its export time, its provenance (verified, unverified,
+none) and its completeness summary; and the last fetches (time, client, request, status,
+bytes).
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def _domain(service: Service, view: DomainView) -> str:
     rows = []
     for label in sorted(view.versions, key=VersionLabel, reverse=True):
         listed = view.versions[label]
-        rows.append(_version_row(view, listed, service.cache.get(listed.ref.sha256)))
+        refused = service.refusals.get((view.domain, label))
+        rows.append(_version_row(view, listed, service.cache.get(listed.ref.sha256), refused))
     links = ""
     if view.current in view.versions:
         fmt = view.versions[view.current].ref.format
@@ -100,6 +103,11 @@ def _domain(service: Service, view: DomainView) -> str:
         f"<p>Current version: <strong>{escape(view.current or 'none')}</strong>{links}; "
         f"rollback target: {escape(view.rollback or 'none')}</p>"
     )
+    if not view.indexed:
+        head += (
+            '<p class="bad">The bucket has no index.json for this domain: nothing to serve. '
+            "Check serve.domains (a typo?), or import a version of it.</p>"
+        )
     table = (
         "<table><tr><th>version</th><th>role</th><th>size</th><th>sha256</th>"
         "<th>cache</th><th>exported</th><th>provenance</th><th>completeness</th></tr>"
@@ -109,7 +117,7 @@ def _domain(service: Service, view: DomainView) -> str:
     return f'<section class="domain"><h2>{escape(view.domain)}</h2>{head}{table}</section>'
 
 
-def _version_row(view: DomainView, listed: Listed, entry: Entry | None) -> str:
+def _version_row(view: DomainView, listed: Listed, entry: Entry | None, refused: str | None) -> str:
     label = str(listed.ref.label)
     role = (
         "current"
@@ -118,7 +126,7 @@ def _version_row(view: DomainView, listed: Listed, entry: Entry | None) -> str:
     )
     facts = entry.provenance if entry is not None else {}
     if entry is None:
-        cache = "not cached"
+        cache = f"refused: {refused}" if refused else "not cached"
     else:
         cache = "cached, verified" if entry.verified else "cached, not verified yet"
     if not facts:

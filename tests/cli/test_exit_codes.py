@@ -571,6 +571,13 @@ CASES: dict[str, list[Case]] = {
             "serve.cache_dir",
             config=lambda w: w.config_with("serve", cache_dir=str(w.config)),
         ),
+        Case(
+            "setting",
+            ("serve",),
+            "serve.listen",
+            config=lambda w: w.config_with("serve", listen="127.0.0.1:99999"),
+        ),
+        wrong_s3_secret("serve"),
     ],
     "chart refresh": [
         missing_config("chart", "refresh"),

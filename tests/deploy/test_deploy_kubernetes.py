@@ -22,7 +22,7 @@ import pytest
 
 from mirror.cli import cli
 from mirror.cli.contract import EXIT_MEANINGS
-from mirror.config import settings_from_dict
+from mirror.config import ServeSettings, settings_from_dict
 from mirror.errors import EXIT_TEMPORARY
 from mirror.transferset.keys import load_public_key, load_signing_key
 from mirror.units import parse_size
@@ -204,6 +204,19 @@ def test_mirror_serve_deployment_service_budget_and_settings_agree() -> None:
     cache_max, volume_gib, bundle = (int(g) * GIB for g in stated.groups())
     assert parse_size(serve["cache_max"]) == cache_max and room == volume_gib
     assert cache_max + bundle <= room
+
+
+def test_mirror_serve_has_time_to_leave_the_service_and_drain_before_it_is_killed() -> None:
+    """preStop waits while the endpoints drop the pod; then SIGTERM drains for
+    serve.drain_timeout; the grace period covers both, or the kubelet's SIGKILL cuts the
+    downloads the drain was letting finish."""
+    serve = ServeSettings.model_validate(config_document()["serve"])
+    pod = named("Deployment", "mirror-serve")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "/bin/sleep" and 3 <= int(command[1]) <= 15
+    grace = pod["terminationGracePeriodSeconds"]
+    assert int(command[1]) + serve.drain_timeout + 5 <= grace
 
 
 def test_the_readmes_secrets_are_the_ones_the_pods_mount(tmp_path: Path) -> None:

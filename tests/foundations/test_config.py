@@ -164,3 +164,31 @@ def test_example_config_is_valid_and_complete() -> None:
         for key in model.model_fields:  # type: ignore[union-attr]
             assert f"{key} =" in text, f"config.example.toml lacks {section_name}.{key}"
     assert settings.exports
+
+
+@pytest.mark.parametrize(
+    ("listen", "says"),
+    [
+        ("127.0.0.1:99999", "port 99999 is not in 0-65535"),
+        ("127.0.0.1:65536", "port 65536 is not in 0-65535"),
+        ("999.0.0.1:8080", "999.0.0.1 is not an IPv4 address"),
+        ("[::zz]:8080", "is not an IPv6 address"),
+        ("bad host:8080", "is not an IP address or a host name"),
+        ("localhost", "must be HOST:PORT"),
+    ],
+)
+def test_serve_listen_is_an_address_that_can_be_bound(listen: str, says: str) -> None:
+    """Refused when the settings are read (exit 2, naming serve.listen), so `config check`
+    refuses it too, and never an OverflowError from bind() at start."""
+    with pytest.raises(ConfigError, match=r"serve\.listen") as refused:
+        settings_from_dict({"serve": {"listen": listen}})
+    assert says in str(refused.value) and refused.value.exit_code == 2
+    for good in ("0.0.0.0:8080", "[::1]:0", "mirror-serve.docs-mirror.svc:65535"):
+        assert settings_from_dict({"serve": {"listen": good}}).serve.listen == good
+
+
+def test_config_check_refuses_a_port_out_of_range(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "c.toml", {"serve": {"listen": "127.0.0.1:99999"}})
+    result = mirror_cli("--config", str(path), "config", "check")
+    assert result.returncode == 2 and "serve.listen" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -51,3 +51,24 @@ def test_head_ignores_range_but_not_if_none_match() -> None:
 def test_an_empty_bundle_has_no_satisfiable_range() -> None:
     assert plan("GET", {"range": "bytes=0-"}, TAG, 0) == Plan(416, content_range="bytes */0")
     assert plan("GET", {}, TAG, 0) == Plan(200, 0, 0)
+
+
+HUGE = "9" * 5000  # beyond Python's 4 300-digit conversion limit
+
+
+@pytest.mark.parametrize(
+    ("wanted", "expected"),
+    [
+        (f"bytes=0-{HUGE}", Plan(206, 0, SIZE, "bytes 0-999/1000")),  # to the end
+        (f"bytes={HUGE}-", Plan(416, content_range="bytes */1000")),  # past the end
+        (f"bytes={HUGE}-{HUGE}", Plan(416, content_range="bytes */1000")),
+        (f"bytes={HUGE}-5", Plan(200, 0, SIZE)),  # last before first: ignored
+        (f"bytes=-{HUGE}", Plan(206, 0, SIZE, "bytes 0-999/1000")),  # the whole
+        (f"bytes={'0' * 5000}7-{'0' * 5000}9", Plan(206, 7, 3, "bytes 7-9/1000")),
+        ("bytes=\u0661-\u0662", Plan(200, 0, SIZE)),  # digits, but not ASCII: malformed
+    ],
+)
+def test_a_number_of_any_length_is_answered_without_converting_it(
+    wanted: str, expected: Plan
+) -> None:
+    assert plan("GET", {"range": wanted}, TAG, SIZE) == expected

@@ -1,0 +1,180 @@
+"""`mirror serve` (a process of its own, on the real S3 server) stopped while it sends: SIGTERM
+drains, a second process on its cache directory is refused.
+
+A download under way when SIGTERM comes completes byte-exact (within serve.drain_timeout),
+with its access line, and the process exits 0; one still sending at the drain deadline is
+cut, logged as cut, and the process still exits 0. The client in these tests reads through a
+small receive buffer and stops reading, so its download is under way at SIGTERM for as long
+as the test chooses: nothing depends on how fast the machine is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from mirror.airgap import chart
+from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.config import TargetSettings
+from mirror.serve.routes import bundle_path
+from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
+from tests.fixtures.cli import start_mirror, write_config
+from tests.fixtures.daemon import wait_for
+from tests.fixtures.s3 import free_port
+from tests.fixtures.serving import read_to_end, start_download
+
+pytestmark = [pytest.mark.s3, pytest.mark.timeout(600)]
+
+V1 = "2026-11-20"
+SIZE = 24 * 1024 * 1024
+PATH = bundle_path(DOMAIN, V1, "tar.gz")
+
+
+@dataclass
+class Served:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    config: Path
+
+    def lines(self) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(line))
+        return found
+
+    def said(self, start: str) -> bool:
+        return any(str(r.get("message", "")).startswith(start) for r in self.lines())
+
+
+@pytest.fixture
+def seeded(object_store: ObjectStore, tmp_path: Path) -> Seeded:
+    big = tmp_path / "big.tar.gz"
+    big.write_bytes(hashlib.sha256(b"x").digest() * (SIZE // 32))
+    version = seed_version(object_store, tmp_path, V1, archive=big)
+    chart.promote(object_store, DOMAIN, V1)
+    return version
+
+
+def config(tmp_path: Path, target: TargetSettings, port: int, **serve: str) -> Path:
+    bucket = {"endpoint_url": target.endpoint_url, "bucket": target.bucket}
+    bucket |= {"prefix": target.prefix, "region": target.region}
+    document = {
+        "target": bucket,
+        "serve": {
+            "listen": f"127.0.0.1:{port}",
+            "public_url": f"http://127.0.0.1:{port}",
+            "cache_dir": str(tmp_path / "cache"),
+            "idle_timeout": "300s",
+            **serve,
+        },
+    }
+    return write_config(tmp_path / f"serve-{port}.toml", document)
+
+
+@contextlib.contextmanager
+def mirror_serve(tmp_path: Path, target: TargetSettings, **serve: str) -> Iterator[Served]:
+    port = free_port()
+    path = config(tmp_path, target, port, **serve)
+    log = tmp_path / f"serve-{port}.log"
+    with open(log, "wb") as stderr:
+        process = start_mirror(
+            "--config", str(path), "serve", stdout=subprocess.PIPE, stderr=stderr
+        )
+        try:
+            assert process.stdout is not None
+            assert b"listening" in process.stdout.readline(), log.read_text()[-2000:]
+            wait_for(lambda: _ready(port), 300, "mirror serve to be ready")
+            yield Served(process, port, log, path)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait(60)
+
+
+def _ready(port: int) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    return False
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()
+    except OSError:
+        return True
+    return False
+
+
+def access(served: Served) -> list[dict[str, Any]]:
+    return [r for r in served.lines() if r.get("logger") == "mirror.serve.access"]
+
+
+@pytest.mark.fault("serve: SIGTERM during a download", "download completes byte-exact, exit 0")
+def test_sigterm_lets_a_download_under_way_finish_byte_exact(
+    seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
+) -> None:
+    with mirror_serve(tmp_path, target_settings) as served:
+        conn, first = start_download(served.port, PATH)
+        served.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: served.said("stopping:"), 120, "the drain to start")
+        wait_for(lambda: _refused(served.port), 120, "the listener to close")
+        body = read_to_end(conn, first)
+        assert served.process.wait(120) == 0, served.log.read_text()[-3000:]
+    assert len(body) == seeded.size and hashlib.sha256(body).hexdigest() == seeded.sha256
+    (line,) = [r for r in access(served) if r.get("path") == PATH]
+    assert (line["status"], line["bytes"]) == (200, seeded.size)
+    assert not line["message"].endswith("(cut)")
+    assert served.said("stopped after") and "every response finished" in served.log.read_text()
+
+
+@pytest.mark.fault("serve: SIGTERM, a client that stops reading", "cut at drain_timeout, exit 0")
+def test_a_transfer_still_running_at_the_drain_deadline_is_cut_and_logged(
+    seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
+) -> None:
+    with mirror_serve(tmp_path, target_settings, drain_timeout="1s") as served:
+        conn, first = start_download(served.port, PATH)  # and never read again until the end
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(120) == 0, served.log.read_text()[-3000:]
+        with contextlib.suppress(OSError):
+            body = read_to_end(conn, first)
+            assert len(body) < seeded.size
+    (line,) = [r for r in access(served) if r.get("path") == PATH]
+    assert line["status"] == 200 and line["message"].endswith("(cut)")
+    assert 0 < line["bytes"] < seeded.size
+    assert "1 responses cut at serve.drain_timeout" in served.log.read_text()
+
+
+@pytest.mark.fault("serve: a second mirror serve on one cache_dir", "exit 2 naming dir and pid")
+def test_a_second_mirror_serve_on_the_same_cache_dir_is_refused(
+    seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
+) -> None:
+    with mirror_serve(tmp_path, target_settings) as first:
+        fills = tmp_path / "cache" / "tmp" / "a-fill-of-the-first.part"
+        fills.write_bytes(b"under way")
+        other = config(tmp_path, target_settings, free_port())
+        second = start_mirror(
+            "--config", str(other), "serve", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 2, err.decode()[-2000:]
+        line = err.decode().strip().splitlines()[-1]
+        assert line.startswith("mirror: error: serve.cache_dir ")
+        assert f"{tmp_path / 'cache'} is in use by another mirror serve" in line
+        assert f"(pid {first.process.pid})" in line
+        assert fills.read_bytes() == b"under way"  # the first one's fills untouched
+        assert _ready(first.port)
+        first.process.send_signal(signal.SIGTERM)
+        assert first.process.wait(120) == 0

@@ -1,0 +1,119 @@
+"""What the operator reads when something is wrong: /readyz and the status page say why a
+version is not served, and a configured domain the bucket does not hold is not silent."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mirror.airgap import chart, layout
+from mirror.serve.routes import bundle_path
+from tests.airgap.chart.seeding import DOMAIN, seed_version
+from tests.fixtures.memory import MemoryBucket
+from tests.fixtures.serving import read_to_end, serving, start_download, until
+
+V1, V2 = "2026-11-20", "2026-11-21"
+
+
+def test_a_refused_current_version_is_named_with_its_reason(tmp_path: Path) -> None:
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    seeded = seed_version(bucket, tmp_path, V2)
+    chart.promote(bucket, DOMAIN, V2)
+    stored = bucket.objects[seeded.key]
+    forged = bytes([stored.data[0] ^ 0xFF]) + stored.data[1:]
+    bucket.objects[seeded.key] = type(stored)(forged, stored.metadata, "", '"forged"')
+    with serving(bucket, tmp_path / "cache", refresh=False) as running:
+        running.service.supply.hold = 0.0  # a refusal is not held: the next turn asks again
+        running.refresh()
+        ready = httpx.get(running.url + "/readyz")
+        page = httpx.get(running.url + "/").text
+        bucket.objects[seeded.key] = stored  # put right: the fill clears the refusal
+        running.refresh()
+        healed = httpx.get(running.url + "/readyz")
+        healed_page = httpx.get(running.url + "/").text
+    assert ready.status_code == 503
+    assert ready.text.startswith(f"{DOMAIN}'s current version {V2} was refused: ")
+    assert "not the bundle its manifest names" in ready.text
+    assert "refused: " in page and "not the bundle its manifest names" in page
+    assert healed.status_code == 200 and "refused" not in healed_page
+
+
+def test_a_served_domain_without_an_index_is_a_warning_and_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    domains = [DOMAIN, "nope.example.com"]
+    with (
+        caplog.at_level(logging.WARNING, logger="mirror.serve"),
+        serving(bucket, tmp_path / "cache", domains=domains) as running,
+    ):
+        running.refresh()  # a second read: warned once, not at every poll
+        page = httpx.get(running.url + "/").text
+        ready = httpx.get(running.url + "/readyz")
+    warned = [r.getMessage() for r in caplog.records if "no index.json" in r.getMessage()]
+    assert warned == [
+        "nope.example.com has no index.json in the bucket: nothing to serve for it (check "
+        "serve.domains, or import a version of it)"
+    ]
+    assert "The bucket has no index.json for this domain" in page
+    assert page.count("has no index.json") == 1  # the one domain, not docs.example.com
+    assert ready.status_code == 200  # nothing to wait for: not a reason to leave the Service
+
+
+def test_a_cache_file_written_to_during_a_send_is_reported_and_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not mirror's doing (it renames fills into place): disk trouble or root. The bytes
+    already went out; the operator is told, and the next request gets a verified refill."""
+    bucket = MemoryBucket()
+    big = tmp_path / "big.tar.gz"
+    big.write_bytes(bytes(range(256)) * (16 * 1024 * 1024 // 256))
+    seeded = seed_version(bucket, tmp_path, V1, archive=big)
+    chart.promote(bucket, DOMAIN, V1)
+    with (
+        caplog.at_level(logging.ERROR, logger="mirror.serve"),
+        serving(bucket, tmp_path / "cache") as running,
+    ):
+        path = tmp_path / "cache" / "bundles" / seeded.sha256
+        conn, first = start_download(running.port, bundle_path(DOMAIN, V1, "tar.gz"))
+        path.chmod(0o644)
+        with open(path, "r+b") as handle:
+            handle.seek(len(big.read_bytes()) - 4)
+            handle.write(b"XXXX")
+        read_to_end(conn, first)
+        assert until(lambda: running.counter("cache_dropped_total") == 1)
+        again = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=60)
+    assert again.content == big.read_bytes()
+    (said,) = [
+        r.getMessage() for r in caplog.records if "changed while it was sent" in r.getMessage()
+    ]
+    assert said.startswith(f"the cached bundle {seeded.sha256} was changed while it was sent")
+
+
+def test_a_prefix_in_the_bucket_that_is_no_domain_name_is_never_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone who may write the bucket adds `PREFIX/evil"} 1\\nx/index.json`: not a domain,
+    so it neither shows nor holds readiness hostage; the operator is told once."""
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    odd = 'evil"} 1\nx'
+    for key in (layout.index_key, layout.current_key):
+        bucket.objects[key(bucket, odd)] = bucket.objects[key(bucket, DOMAIN)]
+    with (
+        caplog.at_level(logging.WARNING, logger="mirror.serve"),
+        serving(bucket, tmp_path / "cache") as running,
+    ):
+        running.refresh()
+        served = set(running.service.pointers.domains)
+        ready = httpx.get(running.url + "/readyz")
+    assert served == {DOMAIN} and ready.status_code == 200
+    warned = [r.getMessage() for r in caplog.records if "no domain name" in r.getMessage()]
+    assert warned == [f"ignoring {odd!r} in the bucket: it has an index but is no domain name"]
