@@ -1,21 +1,19 @@
 """The one-way link where its erasure code is missing, as an aarch64 host has it: PyPI has
 raptorq's wheel for x86_64 only, so the installer leaves it out there (pyproject's marker).
 
-Here the offline artefact is installed by its own install.sh, which says the link is there,
-and raptorq is then removed from the installed tool: what the operator of such a host meets.
+Here the offline artefact is installed by its own install.sh (the run's one install,
+tests/fixtures/artefact.py), which says the link is there; a copy of the installed venv then
+has raptorq removed: what the operator of such a host meets.
 The installer says so, and `transfer send` / `transfer receive` are each one line, exit 2,
 before the set is read or the port bound."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
-import sys
-import tarfile
 from pathlib import Path
 
-from mirror import __version__
-from mirror.outbound.selfbundle import ToolBundle
-from tests.fixtures.artefact import offline_env
+from tests.fixtures.artefact import Installed, offline_env
 from tests.fixtures.cli import write_config
 from tests.fixtures.udp import free_udp_port
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
@@ -34,51 +32,48 @@ def run(
     )
 
 
-def install(made: ToolBundle, public: Path, where: Path) -> tuple[Path, str]:
-    """(the installed venv's bin/, what install.sh printed)."""
-    with tarfile.open(made.path) as archive:
-        archive.extractall(where, filter="data")
-    python = getattr(sys, "_base_executable", sys.executable)
-    argv = ["./install.sh", "--key", str(public), "--root", str(where / "root")]
-    done = run(
-        [*argv, "--python", python, "--no-systemd"],
-        cwd=where / f"mirror-tool-{__version__}",
-        env=offline_env(),
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return where / "root" / "opt" / "mirror" / "bin", done.stdout
-
-
 def test_without_raptorq_the_installer_says_so_and_send_and_receive_are_one_line(
-    built: tuple[ToolBundle, Path, Path],
+    installed: Installed,
     packed_set: Path,  # noqa: F811
     key_pair: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
-    made, _, public = built
-    bin_dir, said = install(made, public, tmp_path)
-    assert "  one-way link (transfer send, transfer receive): yes" in said.splitlines()
-    removed = run([str(bin_dir / "python"), "-m", "pip", "uninstall", "-y", "raptorq"])
+    assert "  one-way link (transfer send, transfer receive): yes" in installed.said.splitlines()
+    venv = tmp_path / "venv"  # a copy of the run's installed venv, raptorq then removed
+    shutil.copytree(installed.python.parent.parent, venv, symlinks=True)
+    python = str(venv / "bin" / "python")
+    removed = run([python, "-m", "pip", "uninstall", "-y", "raptorq"])
     assert removed.returncode == 0, removed.stderr
     env = {**offline_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
 
-    report = run([str(bin_dir / "python"), "-m", "mirror.features"], env=env)
+    report = run([python, "-m", "mirror.features"], env=env)
     assert report.returncode == 0, report.stderr
     assert report.stdout.splitlines()[1] == (
         "  one-way link (transfer send, transfer receive): no: raptorq is not installed; "
         "install.sh of the offline installer brings it"
     )
 
-    mirror = str(bin_dir / "mirror")
     to = ["--to", "127.0.0.1:9"]
-    sent = run([mirror, "--defaults", "transfer", "send", str(packed_set), *to], env=env)
+    sent = run(
+        [python, "-m", "mirror", "--defaults", "transfer", "send", str(packed_set), *to], env=env
+    )
     assert (sent.returncode, sent.stderr.splitlines(), sent.stdout) == (2, [LACKS], "")
 
     trusting = {"target": {"transfer_keys": [str(key_pair[1])]}}
     config = write_config(tmp_path / "config.toml", trusting)
     spool = tmp_path / "spool"
     listen = ["--listen", f"127.0.0.1:{free_udp_port()}", "--once"]
-    receive = [mirror, "--config", str(config), "transfer", "receive", str(spool), *listen]
+    receive = [
+        python,
+        "-m",
+        "mirror",
+        "--config",
+        str(config),
+        "transfer",
+        "receive",
+        str(spool),
+        *listen,
+    ]
     received = run(receive, env=env)
     assert (received.returncode, received.stderr.splitlines()) == (2, [LACKS])
     assert not spool.exists()
