@@ -27,6 +27,9 @@ DAY = 86400
 SERVED_AGE_LIMIT_DAYS = 14
 """The stated age past which the docs readers see are too old (MirrorServedDocsTooOld)."""
 DOMAIN = "docs.example.com"
+LEASE_STUCK_MINUTES = 10
+"""A run held this long past its lease (`daemon.lease`, 30 s by default, renewed every third
+of it; an expired one is taken over at the next pass) is stuck (MirrorLeaseStuck)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,18 @@ ALERTS = (
         Case({f'mirror_job_timeouts_total{{domain="{DOMAIN}"}}': "0+0x30 1+0x70"}),
         Case({f'mirror_job_timeouts_total{{domain="{DOMAIN}"}}': "0+0x100"}),
         {"domain": DOMAIN},
+    ),
+    Alert(
+        "MirrorLeaseStuck",
+        f"max by (domain) (mirror_run_lease_overdue_seconds) > {LEASE_STUCK_MINUTES * 60}",
+        ("mirror_run_lease_overdue_seconds",),
+        f"the export run of {{{{ $labels.domain }}}} is held {LEASE_STUCK_MINUTES} minutes past"
+        " its lease and no replica takes it over",
+        "mirror status",
+        Case({f'mirror_run_lease_overdue_seconds{{domain="{DOMAIN}"}}': "0+0x30 0+60x70"}),
+        Case({f'mirror_run_lease_overdue_seconds{{domain="{DOMAIN}"}}': "0+0x40 0+60x5 0+0x55"}),
+        {"domain": DOMAIN},
+        wait="5m",
     ),
     Alert(
         "MirrorStoreDiskFilling",
@@ -321,6 +336,7 @@ CONNECTED = [
     ("Refused for completeness", "max by (domain) (mirror_version_refused)", "short"),
     ("Download rate", "sum by (domain) (rate(mirror_download_bytes_total[5m]))", "Bps"),
     ("Runs in flight", "sum by (state) (mirror_runs_in_state)", "short"),
+    ("Runs held past their lease", "max by (domain) (mirror_run_lease_overdue_seconds)", "s"),
     ("Store: used", "max(mirror_store_bytes)", "bytes"),
     ("Store: free on its disk", "max(mirror_store_free_bytes)", "bytes"),
     ("Sets not acknowledged per site", "mirror:site_unacknowledged_sets", "short"),
