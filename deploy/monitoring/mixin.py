@@ -231,6 +231,17 @@ ALERTS = (
         side="airgapped",
     ),
     Alert(
+        "MirrorOnewaySetIncomplete",
+        'sum(increase(mirror_oneway_sets_total{outcome="incomplete"}[1h])) > 0',
+        ('mirror_oneway_sets_total{outcome="incomplete"}',),
+        "a set sent over the one-way link arrived incomplete (the receiver's log names what"
+        " it lacks)",
+        "mirror transfer send",
+        Case({'mirror_oneway_sets_total{outcome="incomplete"}': "0+0x30 1+0x70"}),
+        Case({'mirror_oneway_sets_total{outcome="incomplete"}': "0+0x100"}),
+        side="airgapped",
+    ),
+    Alert(
         "MirrorImportRefused",
         'max(mirror_import_last_result{result="refused"}) == 1',
         ("mirror_import_last_result",),
@@ -303,10 +314,16 @@ def rule_tests() -> dict[str, Any]:
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": cases}
 
 
+LEGEND = "".join(
+    f"{{{{{label}}}}}" for label in ("domain", "site", "state", "outcome", "kind", "result", "code")
+)
+"""A series' legend: whichever of these labels it has (the others render empty)."""
+
+
 def _panel(title: str, expr: str, x: int, y: int, *, unit: str) -> TimeSeries:
     return TimeSeries(
         title=title,
-        targets=[Target(expr=expr, legendFormat="{{domain}}{{site}}", refId="A")],
+        targets=[Target(expr=expr, legendFormat=LEGEND, refId="A")],
         gridPos=GridPos(h=8, w=12, x=x, y=y),
         unit=unit,
         dataSource="$datasource",  # the dashboard's variable: no data source uid baked in
@@ -354,6 +371,32 @@ AIRGAPPED = [
     ("Responses by status", "sum by (code) (rate(mirror_serve_responses_total[5m]))", "reqps"),
     ("Replicas ready", "sum(mirror_serve_ready)", "short"),
     ("Cache", "sum(mirror_serve_cache_bytes)", "bytes"),
+    (
+        "One-way: datagrams received",
+        "sum by (kind) (rate(mirror_oneway_datagrams_total[5m]))",
+        "pps",
+    ),
+    (
+        "One-way: datagrams dropped (damaged, or a field out of bounds)",
+        "sum(rate(mirror_oneway_corrupt_datagrams_total[5m]))"
+        " + sum(rate(mirror_oneway_dropped_datagrams_total[5m]))",
+        "pps",
+    ),
+    (
+        "One-way: sets ended (1d)",
+        "sum by (outcome) (increase(mirror_oneway_sets_total[1d]))",
+        "short",
+    ),
+    (
+        "One-way: landed sets imported (1d)",
+        "sum by (outcome) (increase(mirror_oneway_imports_total[1d]))",
+        "short",
+    ),
+    (
+        "One-way: blocks repaired by FEC (1h)",
+        "sum(increase(mirror_oneway_repaired_blocks_total[1h]))",
+        "short",
+    ),
 ]
 
 

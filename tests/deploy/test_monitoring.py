@@ -151,7 +151,7 @@ def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     programs = [p.replace("\\|", "|") for p in re.findall(r"jq -c '(.*?)'`", section)]
-    assert len(programs) == 9
+    assert len(programs) == 10
     jq = shutil.which("jq")
     assert jq, "jq is missing (Debian's jq package)"
     picked = 0
@@ -162,3 +162,15 @@ def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{program}: {done.stderr}"
         picked += bool(done.stdout.strip())
     assert picked >= 7
+
+
+def test_the_receiver_scrape_job_asks_the_address_its_unit_serves() -> None:
+    """scrape-receiver.yaml's target is where systemd/mirror-oneway-receive.service's
+    `--metrics` listens."""
+    unit = (REPO / "systemd" / "mirror-oneway-receive.service").read_text()
+    address = re.search(r"^Environment=MIRROR_ONEWAY_METRICS=(\S+)$", unit, re.M)
+    assert address and "--metrics ${MIRROR_ONEWAY_METRICS}" in unit
+    jobs = yaml.safe_load((MONITORING / "scrape-receiver.yaml").read_text())
+    assert [target for job in jobs for c in job["static_configs"] for target in c["targets"]] == [
+        address.group(1)
+    ]
