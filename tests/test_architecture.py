@@ -219,6 +219,8 @@ def test_the_cycle_check_finds_a_cycle_through_three_modules() -> None:
 
 MAX_FUNCTION_LINES = 50
 MAX_CLASS_LINES = 300
+NARRATED = {"mirror.sim.demo", "mirror.sim.demoserve"}
+"""The demo's modules: in mirror.sim, but held to the limits (they are what a newcomer reads)."""
 
 
 def test_functions_and_classes_stay_small() -> None:
@@ -226,7 +228,7 @@ def test_functions_and_classes_stay_small() -> None:
     whose request handler mirrors the vendor's API in one place)."""
     too_long: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if module_name(path).startswith("mirror.sim") and module_name(path) != "mirror.sim.demo":
+        if module_name(path).startswith("mirror.sim") and module_name(path) not in NARRATED:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             limit = (

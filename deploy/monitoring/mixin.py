@@ -27,6 +27,9 @@ DAY = 86400
 SERVED_AGE_LIMIT_DAYS = 14
 """The stated age past which the docs readers see are too old (MirrorServedDocsTooOld)."""
 DOMAIN = "docs.example.com"
+LEASE_STUCK_MINUTES = 10
+"""A run held this long past its lease (`daemon.lease`, 30 s by default, renewed every third
+of it; an expired one is taken over at the next pass) is stuck (MirrorLeaseStuck)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,18 @@ ALERTS = (
         Case({f'mirror_job_timeouts_total{{domain="{DOMAIN}"}}': "0+0x30 1+0x70"}),
         Case({f'mirror_job_timeouts_total{{domain="{DOMAIN}"}}': "0+0x100"}),
         {"domain": DOMAIN},
+    ),
+    Alert(
+        "MirrorLeaseStuck",
+        f"max by (domain) (mirror_run_lease_overdue_seconds) > {LEASE_STUCK_MINUTES * 60}",
+        ("mirror_run_lease_overdue_seconds",),
+        f"the export run of {{{{ $labels.domain }}}} is held {LEASE_STUCK_MINUTES} minutes past"
+        " its lease and no replica takes it over",
+        "mirror status",
+        Case({f'mirror_run_lease_overdue_seconds{{domain="{DOMAIN}"}}': "0+0x30 0+60x70"}),
+        Case({f'mirror_run_lease_overdue_seconds{{domain="{DOMAIN}"}}': "0+0x40 0+60x5 0+0x55"}),
+        {"domain": DOMAIN},
+        wait="5m",
     ),
     Alert(
         "MirrorStoreDiskFilling",
@@ -216,6 +231,17 @@ ALERTS = (
         side="airgapped",
     ),
     Alert(
+        "MirrorOnewaySetIncomplete",
+        'sum(increase(mirror_oneway_sets_total{outcome="incomplete"}[1h])) > 0',
+        ('mirror_oneway_sets_total{outcome="incomplete"}',),
+        "a set sent over the one-way link arrived incomplete (the receiver's log names what"
+        " it lacks)",
+        "mirror transfer send",
+        Case({'mirror_oneway_sets_total{outcome="incomplete"}': "0+0x30 1+0x70"}),
+        Case({'mirror_oneway_sets_total{outcome="incomplete"}': "0+0x100"}),
+        side="airgapped",
+    ),
+    Alert(
         "MirrorImportRefused",
         'max(mirror_import_last_result{result="refused"}) == 1',
         ("mirror_import_last_result",),
@@ -288,10 +314,16 @@ def rule_tests() -> dict[str, Any]:
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": cases}
 
 
+LEGEND = "".join(
+    f"{{{{{label}}}}}" for label in ("domain", "site", "state", "outcome", "kind", "result", "code")
+)
+"""A series' legend: whichever of these labels it has (the others render empty)."""
+
+
 def _panel(title: str, expr: str, x: int, y: int, *, unit: str) -> TimeSeries:
     return TimeSeries(
         title=title,
-        targets=[Target(expr=expr, legendFormat="{{domain}}{{site}}", refId="A")],
+        targets=[Target(expr=expr, legendFormat=LEGEND, refId="A")],
         gridPos=GridPos(h=8, w=12, x=x, y=y),
         unit=unit,
         dataSource="$datasource",  # the dashboard's variable: no data source uid baked in
@@ -321,6 +353,7 @@ CONNECTED = [
     ("Refused for completeness", "max by (domain) (mirror_version_refused)", "short"),
     ("Download rate", "sum by (domain) (rate(mirror_download_bytes_total[5m]))", "Bps"),
     ("Runs in flight", "sum by (state) (mirror_runs_in_state)", "short"),
+    ("Runs held past their lease", "max by (domain) (mirror_run_lease_overdue_seconds)", "s"),
     ("Store: used", "max(mirror_store_bytes)", "bytes"),
     ("Store: free on its disk", "max(mirror_store_free_bytes)", "bytes"),
     ("Sets not acknowledged per site", "mirror:site_unacknowledged_sets", "short"),
@@ -338,6 +371,32 @@ AIRGAPPED = [
     ("Responses by status", "sum by (code) (rate(mirror_serve_responses_total[5m]))", "reqps"),
     ("Replicas ready", "sum(mirror_serve_ready)", "short"),
     ("Cache", "sum(mirror_serve_cache_bytes)", "bytes"),
+    (
+        "One-way: datagrams received",
+        "sum by (kind) (rate(mirror_oneway_datagrams_total[5m]))",
+        "pps",
+    ),
+    (
+        "One-way: datagrams dropped (damaged, or a field out of bounds)",
+        "sum(rate(mirror_oneway_corrupt_datagrams_total[5m]))"
+        " + sum(rate(mirror_oneway_dropped_datagrams_total[5m]))",
+        "pps",
+    ),
+    (
+        "One-way: sets ended (1d)",
+        "sum by (outcome) (increase(mirror_oneway_sets_total[1d]))",
+        "short",
+    ),
+    (
+        "One-way: landed sets imported (1d)",
+        "sum by (outcome) (increase(mirror_oneway_imports_total[1d]))",
+        "short",
+    ),
+    (
+        "One-way: blocks repaired by FEC (1h)",
+        "sum(increase(mirror_oneway_repaired_blocks_total[1h]))",
+        "short",
+    ),
 ]
 
 

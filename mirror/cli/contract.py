@@ -639,6 +639,9 @@ CONTRACTS: dict[str, Contract] = {
         notes=(
             "With --once, exit 75 when the set is incomplete (the error names the command "
             "to resend what is missing) and 5 when it arrived whole but does not verify.",
+            "Without --once (a service) it logs at INFO, JSON lines on stderr when not at a "
+            "terminal: when it starts receiving, each set that ends (`set`, `outcome`) and "
+            "when it stops; with --json the log alone says how each set ended.",
         ),
     ),
     "transfer push": Contract(

@@ -25,6 +25,7 @@ from mirror.cli.transfer import (
     transfer_import,
 )
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
+from mirror.logs import setup_logging
 from mirror.units import format_size
 
 if TYPE_CHECKING:
@@ -226,6 +227,8 @@ def transfer_receive(
     from mirror.oneway.receiver import open_socket
 
     cli: CliContext = ctx.obj
+    if not once and cli.verbosity >= 0:
+        setup_logging(max(1, cli.verbosity))  # a service: its INFO lines (JSON off a terminal)
     host, port = _address(listen, "--listen")
     _require(cli, "import" if do_import else "verify", keys)
     trusted = _trusted(cli.settings, keys)
@@ -266,7 +269,8 @@ def _serve(
     queue = ImportQueue(receiver.spool, do, receiver.metrics) if do_import and not once else None
 
     def ended(outcome: Outcome) -> None:
-        _report(ctx.obj, outcome, listen)
+        if once or not ctx.obj.as_json:  # a service with --json: its log says it (JSON lines)
+            _report(ctx.obj, outcome, listen, logged=not once)
         if outcome.landed is not None and do_import:
             (do if queue is None else queue.landed)(outcome.landed)
 
@@ -297,7 +301,9 @@ def _receiver(
         raise spool_error(spool, exc) from None
 
 
-def _report(cli: CliContext, outcome: Outcome, to: str) -> None:
+def _report(cli: CliContext, outcome: Outcome, to: str, *, logged: bool = False) -> None:
+    """What a person reads of a set that ended (stdout; stderr with --json); a refusal is
+    an error line on stderr unless the log said it (`logged`: a service's log)."""
     if outcome.landed is not None:
         if cli.verbosity >= 0:
             click.echo(
@@ -307,7 +313,8 @@ def _report(cli: CliContext, outcome: Outcome, to: str) -> None:
             )
         return
     if outcome.error is not None:
-        click.echo(f"mirror: {outcome.name}: {outcome.error}; kept in {outcome.kept}", err=True)
+        if not logged:
+            click.echo(f"mirror: {outcome.name}: {outcome.error}; kept in {outcome.kept}", err=True)
         return
     lines = [
         f"incomplete {outcome.name}: {outcome.reason}; "

@@ -48,6 +48,7 @@ from mirror.export.metrics import (
     last_success_times,
     newest_refused,
     newest_sites,
+    overdue_leases,
     start_metrics,
 )
 from mirror.export.notify import Notifier, StatusLine
@@ -207,6 +208,7 @@ class Daemon:
         """Start what is due; returns how long the loop may sleep."""
         now = utcnow()
         decision = self._dispatch.start_due(now, only)
+        self._measure_leases(now)
         self.metrics.tick()
         if self.notifier.watchdog_seconds:
             self.notifier.watchdog()
@@ -215,6 +217,12 @@ class Daemon:
         if decision.next_wake is not None:
             sleep_for = min(sleep_for, (decision.next_wake - now).total_seconds())
         return max(0.05, sleep_for)
+
+    def _measure_leases(self, now: datetime) -> None:
+        """Each configured domain's run held past its lease (`overdue_leases`)."""
+        with self.app.db.session() as session:
+            overdue = overdue_leases(session, now)
+        self.metrics.set_leases(self._book.states, overdue)
 
     def _loop_budget(self) -> float:
         """The longest the loop may sleep: short enough for the watchdog and /healthz."""

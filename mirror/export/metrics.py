@@ -9,7 +9,9 @@ No label or value ever carries a secret: labels are domains, states and outcomes
 `seed` (called at start and on reload) makes every series exist before anything
 happens: counters at 0 for each configured domain and outcome, run states at 0, and
 `mirror_last_success_timestamp_seconds` from the index, so a restart neither hides a
-domain's age from an alert nor makes `rate()` miss the first increment.
+domain's age from an alert nor makes `rate()` miss the first increment. Each scheduler
+pass sets `mirror_run_lease_overdue_seconds` from the index (`overdue_leases`): a run
+still held past its lease, by any replica, is seen by every replica.
 `mirror_build_info{version, python}` says what is running.
 """
 
@@ -135,6 +137,11 @@ class DaemonMetrics:
             "Runs in a row that failed since the domain's last success (or this start)",
             "domain",
         )
+        self.lease_overdue = self._gauge(
+            "mirror_run_lease_overdue_seconds",
+            "Seconds the domain's active run is still held past its lease's expiry (0: none)",
+            "domain",
+        )
 
     def _transfer_site_gauges(self) -> None:
         """Per air-gapped site (issue 22): what it still needs."""
@@ -213,6 +220,7 @@ class DaemonMetrics:
             self.consecutive_failures.labels(domain=domain)
             self.version_refused.labels(domain=domain)
             self.job_timeouts.labels(domain=domain)
+            self.lease_overdue.labels(domain=domain)
         for state in RUN_STATES:
             self.runs_in_state.labels(state=state)
         for domain, when in last_success.items():
@@ -228,6 +236,11 @@ class DaemonMetrics:
             self.version_broken_links.labels(domain=domain).set(broken)
         for domain, was_refused in (refused or {}).items():
             self.version_refused.labels(domain=domain).set(1 if was_refused else 0)
+
+    def set_leases(self, domains: Iterable[str], overdue: Mapping[str, float]) -> None:
+        """Each domain's lease overdue time (`overdue_leases`); 0 for one not in it."""
+        for domain in domains:
+            self.lease_overdue.labels(domain=domain).set(overdue.get(domain, 0.0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -277,6 +290,25 @@ def newest_refused(session: Session, domains: Iterable[str]) -> dict[str, bool]:
     )
     for domain, status in rows:
         found[domain] = status == "refused"
+    return found
+
+
+def overdue_leases(session: Session, now: datetime) -> dict[str, float]:
+    """Seconds past its lease's expiry of each domain's active run that still names a holder.
+
+    A live holder renews its lease every third of `daemon.lease` and a replica takes an
+    expired one over at its next pass, so a lease long past its expiry is a run nobody
+    works on and nobody takes over: what the alert MirrorLeaseStuck is for. A released
+    lease (no holder: a deferred run, resumable by anyone) is not overdue."""
+    rows = session.execute(
+        select(ExportRun.domain, ExportRun.lease_expires_at).where(
+            ExportRun.active.is_(True), ExportRun.lease_owner.is_not(None)
+        )
+    )
+    found: dict[str, float] = {}
+    for domain, expires in rows:
+        if isinstance(expires, datetime):
+            found[domain] = max(0.0, (now - expires).total_seconds())
     return found
 
 

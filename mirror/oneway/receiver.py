@@ -461,10 +461,35 @@ def run(
 ) -> list[Outcome]:
     """Read datagrams until a set ends (`once`) or `should_stop`; each ending to `on_outcome`,
     and `on_tick` about once a second (what a service does between sets)."""
+    host, port = sock.getsockname()[:2]
+    where = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    log.info("receiving on %s into %s", where, receiver.spool, extra={"listen": where})
+
+    def ended(outcome: Outcome) -> None:
+        log_outcome(outcome)
+        on_outcome(outcome)
+
     try:
-        return _run(receiver, sock, once, idle_timeout, on_outcome, should_stop, on_tick)
+        outcomes = _run(receiver, sock, once, idle_timeout, ended, should_stop, on_tick)
     except OSError as exc:
         raise spool_error(receiver.spool, exc) from None
+    log.info("stopped after %d set(s) ended", len(outcomes), extra={"sets": len(outcomes)})
+    return outcomes
+
+
+def log_outcome(outcome: Outcome) -> None:
+    """One log line per set that ended, its fields named (`set`, `outcome`, ...), for the
+    journal's JSON lines; what a person reads is printed by the command."""
+    fields: dict[str, object] = {"set": outcome.name, "session": f"{outcome.session:016x}"}
+    if outcome.landed is not None:
+        extra = {**fields, "outcome": "complete", "repaired": outcome.repaired}
+        log.info("landed %s in %s", outcome.name, outcome.landed, extra=extra)
+    elif outcome.error is not None:
+        extra = {**fields, "outcome": "refused", "kept": str(outcome.kept)}
+        log.error("%s: %s; kept in %s", outcome.name, outcome.error, outcome.kept, extra=extra)
+    else:
+        extra = {**fields, "outcome": "incomplete", "missing_bytes": outcome.missing_bytes}
+        log.warning("incomplete %s: %s", outcome.name, outcome.reason, extra=extra)
 
 
 def spool_error(spool: Path, exc: OSError) -> MirrorError | OSError:

@@ -10,6 +10,7 @@ the temporary directory is touched, and the S3 server's data is removed after.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import secrets
 import shlex
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from mirror.errors import ConfigError, OperationFailed
 from mirror.sim import SimConfig, Simulator
+from mirror.sim.demoserve import ServeDemo, last_mile, write_serve_config
 from mirror.sim.seaweed import ADMIN, Identity, SeaweedError, SeaweedServer, find_weed
 from mirror.units import format_size
 
@@ -171,7 +173,8 @@ def _delta_and_chart(workdir: Path) -> list[DemoStep]:
 
 
 def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoResult:
-    """Run every demo step; stop at the first that fails. The workdir is kept for a look."""
+    """Run every demo step, then the last mile through `mirror serve`
+    (`mirror.sim.demoserve`); stop at the first that fails. The workdir is kept for a look."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix="mirror-demo-"))
     result = DemoResult(workdir)
     demo_key = _prepare_workdir(workdir)
@@ -182,21 +185,39 @@ def run_demo(echo: Callable[[str], None], workdir: Path | None = None) -> DemoRe
         config = write_demo_config(workdir, sim.url, s3_url)
         env = _demo_env(config)
         bucket = _create_bucket(s3_url, env)
-        echo(f"Working in {workdir}")
-        echo(f"Vendor API simulator on {sim.url}; S3 server (SeaweedFS) on {s3_url}")
-        echo(
-            f"Settings in {config} (see them, key redacted: mirror --config {config} config check)"
-        )
-        for number, step in enumerate(demo_steps(workdir), start=1):
+        _introduce(echo, workdir, f"{sim.url}; S3 server (SeaweedFS) on {s3_url}", config)
+        numbers = itertools.count(1)
+
+        def heading(title: str) -> None:
             echo("")
-            echo(f"[{number}] {step.title}")
+            echo(f"[{next(numbers)}] {title}")
+
+        for step in demo_steps(workdir):
+            heading(step.title)
             if not _run_step(step, env, bucket, echo, result):
                 result.failed_step = step.title
                 return result
+        serve = ServeDemo(workdir, write_serve_config(workdir, s3_url, BUCKET), env, echo)
+
+        def command(args: list[str], show: Path | None) -> bool:
+            return _run_step(DemoStep("", args, show_file=show), env, bucket, echo, result)
+
+        if not last_mile(serve, heading, command, DOMAINS[0]):
+            result.failed_step = "the last mile through mirror serve"
+            return result
     echo("")
-    echo(f"Done. Everything is under {workdir} (store/, usb/, values.yaml, config.toml);")
+    echo(
+        f"Done. Everything is under {workdir} (store/, usb/, values.yaml, config.toml, "
+        "config-serve.toml, serve.log);"
+    )
     echo(f"remove it with: rm -rf {workdir}")
     return result
+
+
+def _introduce(echo: Callable[[str], None], workdir: Path, servers: str, config: Path) -> None:
+    echo(f"Working in {workdir}")
+    echo(f"Vendor API simulator on {servers}")
+    echo(f"Settings in {config} (see them, key redacted: mirror --config {config} config check)")
 
 
 def _prepare_workdir(workdir: Path) -> str:

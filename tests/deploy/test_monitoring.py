@@ -45,25 +45,21 @@ def test_the_prometheusrule_holds_the_same_rules() -> None:
     assert manifest["kind"] == "PrometheusRule" and manifest["spec"] == rules
 
 
-def test_promtool_checks_the_rules_and_each_alert_fires_and_stays_quiet(tmp_path: Path) -> None:
-    checked = subprocess.run(
-        [promtool(), "check", "rules", "rules.yaml"],
-        cwd=MONITORING,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+def run_promtool(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [promtool(), *args], cwd=where, capture_output=True, text=True, timeout=300, check=False
     )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    tested = subprocess.run(
-        [promtool(), "test", "rules", "tests.yaml"],
-        cwd=MONITORING,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("check", "rules", "rules.yaml"), ("test", "rules", "tests.yaml")], ids=" ".join
+)
+def test_promtool_accepts_the_rules_and_passes_their_tests(args: tuple[str, ...]) -> None:
+    done = run_promtool(MONITORING, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_each_alert_has_a_case_that_fires_and_one_that_does_not() -> None:
     tests = yaml.safe_load((MONITORING / "tests.yaml").read_text())["tests"]
     seen = [
         (case["alertname"], bool(case["exp_alerts"]))
@@ -83,21 +79,10 @@ def test_the_tests_fail_when_the_cases_are_swapped(tmp_path: Path) -> None:
         fires["input_series"], quiet["input_series"] = quiet["input_series"], fires["input_series"]
     shutil.copy(MONITORING / "rules.yaml", tmp_path / "rules.yaml")
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(document))
-    tested = subprocess.run(
-        [promtool(), "test", "rules", "tests.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    tested = run_promtool(tmp_path, "test", "rules", "tests.yaml")
     failed = {
         line.split("alertname: ")[1].split(",")[0]
-        for line in tested.stdout.splitlines()
-        if "alertname: " in line
-    } | {
-        line.split("alertname: ")[1].split(",")[0]
-        for line in tested.stderr.splitlines()
+        for line in f"{tested.stdout}\n{tested.stderr}".splitlines()
         if "alertname: " in line
     }
     assert tested.returncode != 0
@@ -166,7 +151,7 @@ def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     programs = [p.replace("\\|", "|") for p in re.findall(r"jq -c '(.*?)'`", section)]
-    assert len(programs) == 9
+    assert len(programs) == 10
     jq = shutil.which("jq")
     assert jq, "jq is missing (Debian's jq package)"
     picked = 0
@@ -177,3 +162,15 @@ def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{program}: {done.stderr}"
         picked += bool(done.stdout.strip())
     assert picked >= 7
+
+
+def test_the_receiver_scrape_job_asks_the_address_its_unit_serves() -> None:
+    """scrape-receiver.yaml's target is where systemd/mirror-oneway-receive.service's
+    `--metrics` listens."""
+    unit = (REPO / "systemd" / "mirror-oneway-receive.service").read_text()
+    address = re.search(r"^Environment=MIRROR_ONEWAY_METRICS=(\S+)$", unit, re.M)
+    assert address and "--metrics ${MIRROR_ONEWAY_METRICS}" in unit
+    jobs = yaml.safe_load((MONITORING / "scrape-receiver.yaml").read_text())
+    assert [target for job in jobs for c in job["static_configs"] for target in c["targets"]] == [
+        address.group(1)
+    ]

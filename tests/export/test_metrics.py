@@ -25,6 +25,7 @@ from mirror.export.metrics import (
     MetricsServer,
     last_success_times,
     newest_refused,
+    overdue_leases,
     parse_listen,
 )
 from mirror.outbound.pack import Selection, pack
@@ -152,6 +153,40 @@ def test_last_success_times_come_from_the_index(tmp_path: Path) -> None:
     assert found == {"a.example.com": at.timestamp()}
 
 
+def test_a_run_held_past_its_lease_is_overdue_and_a_released_one_is_not(tmp_path: Path) -> None:
+    """Only an active run that still names a holder counts: live (0), expired (seconds past
+    the expiry); a released lease, an ended run and a domain without a run are not there."""
+    database = Database(f"sqlite:///{tmp_path}/index.db")
+    database.upgrade()
+    now = datetime(2026, 11, 20, 8, 30, tzinfo=UTC)
+    rows = [
+        ("live.example.com", True, "h:1:a", now + timedelta(seconds=20)),
+        ("stuck.example.com", True, "h:2:b", now - timedelta(minutes=15)),
+        ("released.example.com", True, None, None),
+        ("ended.example.com", False, "h:3:c", now - timedelta(hours=2)),
+    ]
+    with database.session() as session:
+        for domain, active, owner, expires in rows:
+            session.add(
+                ExportRun(
+                    domain=domain,
+                    state=RunState.DOWNLOADING if active else RunState.STORED,
+                    active=active,
+                    lease_owner=owner,
+                    lease_expires_at=expires,
+                )
+            )
+    with database.session() as session:
+        found = overdue_leases(session, now)
+    database.dispose()
+    assert found == {"live.example.com": 0.0, "stuck.example.com": 900.0}
+    metrics = DaemonMetrics()
+    metrics.set_leases(["stuck.example.com", "other.example.com"], found)
+    value = metrics.registry.get_sample_value
+    assert value("mirror_run_lease_overdue_seconds", {"domain": "stuck.example.com"}) == 900.0
+    assert value("mirror_run_lease_overdue_seconds", {"domain": "other.example.com"}) == 0.0
+
+
 def test_seeded_series_exist_before_anything_happens(served: tuple[DaemonMetrics, str]) -> None:
     metrics, url = served
     metrics.seed(["a.example.com", "b.example.com"], {"a.example.com": 1_763_600_000.0})
@@ -160,6 +195,7 @@ def test_seeded_series_exist_before_anything_happens(served: tuple[DaemonMetrics
         for outcome in OUTCOMES:
             assert f'mirror_runs_total{{domain="{domain}",outcome="{outcome}"}} 0.0' in text
         assert f'mirror_download_bytes_total{{domain="{domain}"}} 0.0' in text
+        assert f'mirror_run_lease_overdue_seconds{{domain="{domain}"}} 0.0' in text
     assert 'mirror_last_success_timestamp_seconds{domain="a.example.com"} 1.7636e+09' in text
     assert 'mirror_last_success_timestamp_seconds{domain="b.example.com"}' not in text
     assert 'mirror_runs_in_state{state="downloading"} 0.0' in text

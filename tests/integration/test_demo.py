@@ -38,9 +38,30 @@ def test_demo_runs_every_step_and_keeps_its_results(tmp_path: Path) -> None:
     values = (tmp_path / "demo" / "values.yaml").read_text()
     assert "staticExport:" in values and "bundleUrl:" in values and "enabled: true" in values
     assert f"$ cat {tmp_path / 'demo' / 'values.yaml'}" in output
+    check_last_mile(output, tmp_path / "demo")
     key = (tmp_path / "demo" / "admin-api-key").read_text()
     assert key not in output
     assert list((tmp_path / "demo" / "store" / "tmp").iterdir()) == []
+
+
+def check_last_mile(output: str, workdir: Path) -> None:
+    """mirror serve, the last mile: the current version fetched through it and checked
+    against its manifest, the freshness histogram counting it, the rollback seen on
+    /metrics as the alert's series, and a drained stop with exit 0."""
+    assert re.search(r"mirror serve listening on http://127\.0\.0\.1:\d+", output)
+    assert re.search(
+        r"ok: docs\.acme\.test \S+ from 127\.0\.0\.1:\d+: \d+ bytes, sha256 matches the"
+        r" manifest; the link is a plain URL",
+        output,
+    )
+    counts = re.findall(r"^  mirror_serve_freshness_seconds_count (\d+)$", output, re.M)
+    assert counts == ["0", "1"]
+    assert 'mirror_serve_current_is_newest{domain="docs.acme.test"} 0' in output
+    assert "rolled back from" in output
+    assert "stopped after" in output and "every response finished" in output
+    assert output.splitlines().count("  mirror serve exited 0") == 1
+    values = (workdir / "values-serve.yaml").read_text()
+    assert "/domains/docs.acme.test/current/bundle.tar.gz" in values
 
 
 def test_demo_without_the_s3_server_binary_says_how_to_get_it(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The monitoring mixin against the real thing (issue 37): a daemon exports from the simulator,
 its store is packed, the set imported into a real S3 server and promoted, `chart refresh`
-renders a presigned link, `mirror serve` serves the current version to a pod; a real
-Prometheus (Debian's package) scrapes the daemon and `mirror serve` every second and evaluates
+renders a presigned link, `mirror serve` serves the current version to a pod, and a one-way
+receiver runs as its unit runs it (`--metrics`); a real Prometheus (Debian's package) scrapes
+the daemon, `mirror serve` and the receiver every second and evaluates
 deploy/monitoring/rules.yaml. Every dashboard query, every recording rule and every metric an
 alert names must return series there (a query naming a metric nobody exports fails), every
 rule evaluates without error, and the freshness histogram has counted the version served."""
@@ -25,6 +26,7 @@ from tests.fixtures.daemon import FAST, daemon_process, simulator, stored_domain
 from tests.fixtures.monitoring import MONITORING, mixin
 from tests.fixtures.prometheus import Prometheus, prometheus
 from tests.fixtures.s3 import free_port
+from tests.fixtures.udp import free_udp_port, wait_bound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -108,6 +110,27 @@ def serving(config: Path, port: int, log: Path) -> Iterator[str]:
         assert process.wait(60) == 0, log.read_text()[-3000:]
 
 
+@contextlib.contextmanager
+def receiving(tmp_path: Path, pair: dict[str, Path]) -> Iterator[str]:
+    """`transfer receive` as its systemd unit runs it (a service, `--metrics`); the address of
+    its counters. Stopped by SIGTERM."""
+    udp, port = free_udp_port(), free_port()
+    log = tmp_path / "receive.log"
+    with open(log, "wb") as err:
+        process = start_mirror(
+            "--defaults", "transfer", "receive", str(tmp_path / "spool"),
+            "--listen", f"127.0.0.1:{udp}", "--metrics", f"127.0.0.1:{port}",
+            "--trusted-key", str(pair["transfer"].with_suffix(".pub")),
+            stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        wait_bound(udp)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0, log.read_text()[-3000:]
+
+
 def queries() -> list[str]:
     """Every query the mixin makes: dashboards, recording rules, and what each alert names."""
     parts = [part for alert in mixin.ALERTS for part in alert.parts]
@@ -133,10 +156,17 @@ def test_every_panel_and_rule_returns_series_from_both_sides(
             run("--config", str(airgap), "transfer", "import", str(tmp_path / "set"), "--promote")
             run("--config", str(airgap), "chart", "refresh", "--domain", DOMAIN)
             daemon_address = daemon.metrics_url().removeprefix("http://")
-            with serving(airgap, serve_port, tmp_path / "serve.log") as url:
+            with (
+                serving(airgap, serve_port, tmp_path / "serve.log") as url,
+                receiving(tmp_path, pair) as receiver,
+            ):
                 pod = httpx.get(f"{url}/domains/{DOMAIN}/current/bundle.tar.gz", timeout=60)
                 assert pod.status_code == 200
-                targets = {"daemon": daemon_address, "serve": f"127.0.0.1:{serve_port}"}
+                targets = {
+                    "daemon": daemon_address,
+                    "serve": f"127.0.0.1:{serve_port}",
+                    "receiver": receiver,
+                }
                 rules = [MONITORING / "rules.yaml"]
                 with prometheus(tmp_path / "prometheus", targets, rules) as running:
                     wait_for(running.targets_up, 120, "both targets up", interval=0.5)
@@ -158,3 +188,5 @@ def check_answers(running: Prometheus, served: str) -> None:
     last = running.query(f'mirror_serve_last_served_info{{domain="{DOMAIN}"}}')
     assert last[0]["metric"]["current"] == "true"
     assert running.query("max by (domain) (mirror_serve_current_is_newest) == 0") == []
+    for name in ("datagrams_total", "sets_total", "imports_total"):  # the one-way panels' own
+        assert running.query(f'mirror_oneway_{name}{{job="receiver"}}'), name
