@@ -22,7 +22,10 @@ D = "docs.example.com"
         ("/readyz", Page("readyz")),
         ("/metrics", Page("metrics")),
         # absolute-form (RFC 9112 3.2.2: a server MUST accept it); the authority is ignored
-        (f"http://mirror-serve:8080/domains/{D}/current/bundle.tar.gz", BundleRoute(D, None, "tar.gz")),
+        (
+            f"http://mirror-serve:8080/domains/{D}/current/bundle.tar.gz",
+            BundleRoute(D, None, "tar.gz"),
+        ),
         ("HTTP://127.0.0.1:8080/healthz", Page("healthz")),
         ("https://[::1]/readyz?x=1", Page("readyz")),
         ("http://mirror-serve", Page("status")),
