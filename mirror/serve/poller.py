@@ -18,20 +18,47 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from mirror.config import ServeSettings
+from mirror.errors import MirrorError
+from mirror.serve.cache import Cache
+from mirror.serve.pointers import Pointers
 from mirror.timestamps import rfc3339
 
-if TYPE_CHECKING:
-    from mirror.serve.service import Service
-
 log = logging.getLogger(__name__)
+
+
+class Polled(Protocol):
+    """What the poller needs of the service (mirror.serve.service.Service)."""
+
+    @property
+    def settings(self) -> ServeSettings: ...
+    @property
+    def stop(self) -> threading.Event: ...
+    @property
+    def cache(self) -> Cache: ...
+    @property
+    def pointers(self) -> Pointers: ...
+    @property
+    def bucket_error(self) -> str | None: ...
+    @property
+    def fatal(self) -> MirrorError | None: ...
+
+    def poll(self) -> bool:
+        """Read the pointers once; True when the bucket answered."""
+
+    def settle(self) -> None:
+        """Fill, verify and trim after a read."""
+
+    def settled(self) -> None:
+        """Count a settle done."""
 
 
 class Poller:
     """The reader and the settler of one service (module docstring)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Polled) -> None:
         self.service = service
         self.wake = threading.Event()
         self._reread = threading.Event()

@@ -90,7 +90,6 @@ class Service:
         self.pointers = Pointers()
         self.pointers_from_disk = False
         self.bucket_error: str | None = None
-        self.bucket_down_since: datetime | None = None
         self.recent: deque[Fetch] = deque(maxlen=RECENT)
         self.last_served: dict[str, Served] = {}
         self.stop = threading.Event()
@@ -153,7 +152,7 @@ class Service:
         if found.errors:
             self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
         else:
-            self.bucket_error, self.bucket_down_since = None, None
+            self.bucket_error = None
             self.health.answered()
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
         self._read_records()
@@ -205,7 +204,6 @@ class Service:
             log.warning(
                 "cannot read the pointers from the bucket; serving what was read before: %s", error
             )
-            self.bucket_down_since = utcnow()
         self.bucket_error = error
 
     def settle(self) -> None:
