@@ -77,7 +77,6 @@ class Service:
         self.cache = Cache(settings.cache_dir, settings.cache_max)
         self.metrics = ServeMetrics(lambda: gauges_of(self))
         self.health = StoreHealth()
-        """How the last call to the store ended, fills included (the status page)."""
         self.supply = Supply(
             self.cache,
             bucket,
@@ -109,8 +108,7 @@ class Service:
         """Why a version was refused (domain, label): /readyz and the status page say it."""
         self.unindexed: set[str] = set()
         self.ignored: set[str] = set()
-        self.short: str | None = None
-        """Why serve.cache_max cannot hold what must be kept (`cache_short`), once warned."""
+        self.short: str | None = None  # cache_short() when last warned
         self.poller = Poller(self)
 
     @property
