@@ -563,4 +563,36 @@ def settings_from_dict(document: dict[str, Any], *, source: Path | None = None) 
         raise ConfigError(f"{where}: {key}: {message}{more}") from None
     if settings.target.trusted_keys:
         log.warning("%s: %s", where, DEPRECATED_TRUSTED_KEYS)
+    if source is not None:
+        settings = _anchored(settings, source.absolute().parent)
     return settings.model_copy(update={"source": source})
+
+
+STR_PATHS = ("ca_bundle", "values_path")
+"""Settings that name a file but are strings (empty means none): anchored all the same."""
+
+
+def _anchored(model: Any, base: Path) -> Any:
+    """`model` with every relative path in it taken from `base`, the config file's directory:
+    the one rule for every file and directory a config file names (store.path,
+    serve.cache_dir, key files, work_dir, ca_bundle, values_path), wherever the command runs."""
+    update = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if name in STR_PATHS and isinstance(value, str) and value:
+            anchored: Any = str(_anchor(Path(value), base))
+        else:
+            anchored = _anchor(value, base)
+        if anchored is not value and anchored != value:
+            update[name] = anchored
+    return model.model_copy(update=update) if update else model
+
+
+def _anchor(value: Any, base: Path) -> Any:
+    if isinstance(value, Path):
+        return value if value.is_absolute() else base / value
+    if isinstance(value, BaseModel):
+        return _anchored(value, base)
+    if isinstance(value, list):
+        return [_anchor(item, base) for item in value]
+    return value

@@ -822,7 +822,8 @@ CONTRACTS: dict[str, Contract] = {
             "serve.cache_dir is in use by another mirror serve, or serve.require_provenance "
             "is set without target.transfer_keys. Exits 4 when the object store refuses the "
             "credentials at the first read; a store that does not answer is served through "
-            "from the cache. SIGTERM drains (serve.drain_timeout), then exit 0.",
+            "from the cache. SIGTERM drains (serve.drain_timeout), then exit 0; SIGHUP reads "
+            "the bucket's pointers at once and goes on (the config file is not re-read).",
         ),
     ),
     "sim serve": Contract(

@@ -14,7 +14,8 @@ def serve_command(cli: CliContext) -> None:
     """Serve the bucket's versions to the vendor's pods: verified, at links that never expire.
 
     Every domain's versions come from a verified local cache until stopped: SIGTERM
-    lets the downloads under way finish within serve.drain_timeout, then exits 0.
+    lets the downloads under way finish within serve.drain_timeout, then exits 0;
+    SIGHUP reads the bucket's pointers at once (not the config file) and goes on.
     Settings: [serve] (listen, public_url, cache_dir, cache_max, idle_timeout,
     header_timeout, drain_timeout, poll_interval, max_clients) and [target] (the bucket,
     read with a read-only identity). URLs:

@@ -23,6 +23,8 @@ Promises:
 - Restarted, the cache trusts nothing: every recorded file is `unverified` until hashed
   again against its recorded size and sha256 (`verify`); a damaged or missing one is
   dropped and its record with it. Files nobody recorded are removed.
+- `recheck` (SIGHUP) looks at every verified file again without hashing it: one whose
+  inode, size or times changed, or that is gone, is dropped.
 - `evict` removes the least recently served bundles until the total is at most
   `max_bytes`, never one whose sha256 is protected (a domain's current version and its
   rollback target); a file being sent is unaffected (it is open).
@@ -192,6 +194,23 @@ class Cache:
             return True
         self.drop(sha256, "its bytes are not the ones recorded")
         return False
+
+    def recheck(self) -> tuple[int, int]:
+        """Stat every verified file again (cheap: no hashing); one changed or removed since it
+        was verified is dropped now, as `open_verified` would drop it at its next send.
+        Returns (files checked, files dropped)."""
+        with self._lock:
+            verified = [(sha, e.fingerprint) for sha, e in self.entries.items() if e.verified]
+        dropped = 0
+        for sha256, seen in verified:
+            try:
+                now: Fingerprint | None = fingerprint(self.path(sha256).stat())
+            except OSError:
+                now = None
+            if now != seen:
+                self.drop(sha256, "it was changed or removed after it was verified")
+                dropped += 1
+        return len(verified), dropped
 
     def drop(self, sha256: str, why: str) -> None:
         with self._lock:

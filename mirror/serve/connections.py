@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 PROBE_SLOTS = 4
-PROBE_PATHS = ("/healthz", "/readyz")
+PROBE_PAGES = ("healthz", "readyz")
+"""The pages answered in a probe slot (mirror.serve.routes names them)."""
 
 
 class Slot(Enum):

@@ -6,6 +6,12 @@ raw stream under the handler's buffered `rfile`: while a head is being read (`st
 `recv` waits at most until the head's deadline, and one that would wait past it raises
 TimeoutError, as the socket's own timeout does; between heads (`stop`) the idle timeout
 alone applies, and it is the socket's timeout again for the sends that follow.
+
+`problem` is what RFC 9112 makes a 400 that `http.server`'s lenient parser lets through:
+it reads what that parser (the standard library's email parser) reports, its defects and
+the values it kept, rather than parsing the head a second time. `http09` spots a request
+line without a version, which the parser would answer only after waiting for headers an
+HTTP/0.9 client never sends.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import io
 import socket
 import time
+from email.message import Message
 
 
 class HeadReader(io.RawIOBase):
@@ -46,3 +53,25 @@ class HeadReader(io.RawIOBase):
             wait = left if wait is None else min(wait, left)
         self.conn.settimeout(wait)
         return self.conn.recv_into(buffer)
+
+
+def http09(request_line: bytes) -> bool:
+    """Whether a request line is HTTP/0.9's `METHOD TARGET` (no version)."""
+    return len(request_line.split()) == 2
+
+
+def problem(version: str, headers: Message) -> str | None:
+    """Why a parsed head is a bad request under RFC 9112, or None: a line that is no
+    `name: value` (a space in or before the colon; the parser stops reading headers there
+    and would ignore the rest), a folded line (obs-fold, section 5.2), no Host on HTTP/1.1
+    or more than one (section 3.2)."""
+    if headers.defects:
+        return "a header line is not NAME: VALUE (RFC 9112 section 5)"
+    if any("\n" in value for value in headers.values()):
+        return "a header line starts with white space (obs-fold, RFC 9112 section 5.2)"
+    hosts = len(headers.get_all("host") or [])
+    if hosts > 1:
+        return "more than one Host header (RFC 9112 section 3.2)"
+    if hosts == 0 and version == "HTTP/1.1":
+        return "no Host header in an HTTP/1.1 request (RFC 9112 section 3.2)"
+    return None

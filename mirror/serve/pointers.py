@@ -30,6 +30,7 @@ from mirror.errors import AuthError, MirrorError, OperationFailed
 from mirror.fsutil import atomic_write_bytes
 from mirror.hostnames import is_domain
 from mirror.timestamps import parse_zoned, rfc3339, utcnow
+from mirror.units import format_size
 from mirror.versions import VersionLabel, VersionRef
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,31 @@ class Pointers:
             "read_at": rfc3339(self.read_at) if self.read_at else None,
             "domains": {name: view.as_dict() for name, view in sorted(self.domains.items())},
         }
+
+
+def kept_bytes(pointers: Pointers) -> int:
+    """The bytes the cache must keep: every domain's current version and rollback target,
+    each bundle once."""
+    sizes = {
+        listed.ref.sha256: listed.ref.size
+        for view in pointers.domains.values()
+        for label in (view.current, view.rollback)
+        if label is not None and (listed := view.versions.get(label)) is not None
+    }
+    return sum(sizes.values())
+
+
+def cache_short(pointers: Pointers, cache_max: int) -> str | None:
+    """Why `cache_max` (serve.cache_max) cannot hold every domain's current version and
+    rollback target (they are kept all the same), or None when it can."""
+    needed = kept_bytes(pointers)
+    if needed <= cache_max:
+        return None
+    return (
+        f"serve.cache_max ({format_size(cache_max)}) is below the {format_size(needed)} that "
+        "every domain's current version and rollback target take: they are kept all the "
+        "same, and no other version stays cached; raise it"
+    )
 
 
 def read_domain(bucket: layout.Bucket, domain: str) -> DomainView:

@@ -10,6 +10,9 @@ with the prefix left out, so `chart check` reads a served link as it reads a buc
 `current` is no version label, so the two never meet. mirror.airgap.layout owns the names
 (`served_path`), as it owns the bucket's.
 
+A target in absolute form (`http://host:port/path`, RFC 9112 3.2.2) names its path; the
+authority is ignored (this is an origin server, not a proxy).
+
 Promises: a target is matched only in full against that grammar after ONE percent-decoding:
 a domain must be a lower-case hostname (mirror.hostnames), a label a version label
 (mirror.versions), EXT one of the archive formats. Before decoding, a target that is too
@@ -43,6 +46,7 @@ PAGES = {"/": "status", "/healthz": "healthz", "/readyz": "readyz", "/metrics": 
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c|00)", re.IGNORECASE)
 _BAD_ESCAPE = re.compile(r"%(?![0-9a-fA-F]{2})")
 _PRINTABLE = re.compile(r"^[\x21-\x7e]*$")
+_AUTHORITY = re.compile(r"[^/?#]*")
 
 
 @dataclass(frozen=True)
@@ -83,11 +87,12 @@ def parse_target(target: str) -> Route | Refusal:
     """The route a request target names, or why it names none (module docstring)."""
     if len(target) > MAX_TARGET:
         return Refusal(400, f"request target longer than {MAX_TARGET} bytes")
-    path = target.split("?", 1)[0]
-    if not path.startswith("/"):
-        return Refusal(400, "request target is not an absolute path")
-    if not _PRINTABLE.match(path) or "\\" in path:
+    if not _PRINTABLE.match(target) or "\\" in target:
         return Refusal(400, "request target holds a byte that no served path has")
+    origin = origin_form(target)
+    if origin is None:
+        return Refusal(400, "request target is not an absolute path nor an http(s) URL")
+    path = origin.split("?", 1)[0]
     if _ENCODED_SEPARATOR.search(path) or _BAD_ESCAPE.search(path):
         return Refusal(400, "request target holds an encoded separator, NUL or a broken escape")
     decoded = unquote(path, encoding="latin-1")  # any byte past ASCII is refused below
@@ -99,6 +104,23 @@ def parse_target(target: str) -> Route | Refusal:
     if decoded in PAGES:
         return Page(PAGES[decoded])  # type: ignore[arg-type]
     return _bundle(segments) or Refusal(404, f"no such path: {decoded}")
+
+
+def origin_form(target: str) -> str | None:
+    """The origin form of a target: itself when it is one (`/path?query`); the path and query
+    of an absolute-form target (`http://host:port/path`: RFC 9112 3.2.2, which a server must
+    accept; the authority is ignored, as an origin server may); None for anything else
+    (another scheme, no host, `*`)."""
+    if target.startswith("/"):
+        return target
+    scheme, separator, rest = target.partition("://")
+    if not separator or scheme.lower() not in ("http", "https"):
+        return None
+    authority = _AUTHORITY.match(rest)
+    if authority is None or not authority.group(0):
+        return None
+    path = rest[authority.end() :]
+    return path if path.startswith("/") else "/" + path
 
 
 def _bundle(segments: list[str]) -> BundleRoute | None:

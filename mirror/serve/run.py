@@ -15,6 +15,10 @@ responses under way may finish for `serve.drain_timeout`; those still sending th
 (each logs its access line with "(cut)"); then it exits 0. Under Kubernetes the preStop
 delay of the Deployment comes first, so the Service stops sending new clients before the
 listener closes.
+
+SIGHUP (`systemctl reload mirror-serve`) reads the pointers from the bucket at once, after
+a cheap check of the cached files, and logs one line; it keeps serving throughout. The
+config file is not re-read: a changed setting needs a restart (mirror.serve.poller).
 """
 
 from __future__ import annotations
@@ -92,8 +96,11 @@ def _serve_until_stopped(
 ) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         service.draining.set()  # not ready from now on
-        service.stop.set()
+        service.halt()
         threading.Thread(target=server.shutdown, name="serve-stop", daemon=True).start()
+
+    def reread(signum: int, frame: FrameType | None) -> None:
+        service.poller.reread()  # the poller logs the line
 
     def poll() -> None:
         service.run_poller()
@@ -102,7 +109,8 @@ def _serve_until_stopped(
 
     poller = threading.Thread(target=poll, name="serve-poller", daemon=True)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    handlers = {signal.SIGTERM: stop, signal.SIGINT: stop, signal.SIGHUP: reread}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         poller.start()
         host, port = str(server.server_address[0]), int(server.server_address[1])
@@ -113,7 +121,7 @@ def _serve_until_stopped(
         if service.fatal is not None:
             raise service.fatal
     finally:
-        service.stop.set()
+        service.halt()
         server.server_close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -42,8 +42,8 @@ from mirror.httpserver import QuietHTTPServer
 from mirror.serve import ranges
 from mirror.serve.access import log_response, shown
 from mirror.serve.cache import Entry, fingerprint
-from mirror.serve.connections import PROBE_PATHS, Connections, Slot
-from mirror.serve.head import HeadReader
+from mirror.serve.connections import PROBE_PAGES, Connections, Slot
+from mirror.serve.head import HeadReader, http09, problem
 from mirror.serve.metrics import CONTENT_TYPE
 from mirror.serve.pointers import Listed
 from mirror.serve.routes import CONTENT_TYPES, BundleRoute, Page, Refusal, bundle_path, parse_target
@@ -167,6 +167,9 @@ class Handler(BaseHTTPRequestHandler):
         if not self.raw_requestline.endswith(b"\n"):
             self.close_connection = True  # the client closed half-way through a line
             return False
+        if http09(self.raw_requestline):  # answered now: no headers will follow
+            self.send_error(400, "HTTP/0.9 requests are not served")
+            return False
         parsed = self.parse_request()
         self.reader.stop()
         return parsed
@@ -201,21 +204,23 @@ class Handler(BaseHTTPRequestHandler):
         super().end_headers()
 
     def _answer(self) -> None:
+        route = parse_target(self.path)
         if self.probe_only:
             self.close_connection = True
-            if self.path.partition("?")[0] not in PROBE_PATHS:
+            if not (isinstance(route, Page) and route.name in PROBE_PAGES):
                 return self._plain(503, BUSY_LINE, {"Retry-After": "5"})
-        if self.request_version == "HTTP/0.9":
-            return self.send_error(400, "HTTP/0.9 requests are not served")
         if len(str(self.headers)) > MAX_HEADERS:
             self.close_connection = True
             return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
+        bad = problem(self.request_version, self.headers)
+        if bad is not None:
+            self.close_connection = True
+            return self._plain(400, bad)
         if self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers:
             self.close_connection = True  # a body is never read: the connection ends after this
         if self.command not in ("GET", "HEAD"):
             self.close_connection = True
             return self._plain(405, f"method {self.command} is not allowed", {"Allow": ALLOW})
-        route = parse_target(self.path)
         if isinstance(route, Refusal):
             return self._plain(route.status, route.reason)
         if isinstance(route, Page):

@@ -7,9 +7,13 @@ Promises:
   keeps the pointers read before (or, right after a restart, the ones saved in
   `CACHE_DIR/pointers.json`), and says so (`bucket_error`, the status page, the
   `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
-- After each read every domain's current version and rollback target are filled, then the
-  rest of the cache is verified again, then the cache is trimmed to `cache_max` (never a
-  current version or a rollback target); after each fill too (never the bundle just filled).
+- After each read (in a thread of its own, mirror.serve.poller: fills never delay a read)
+  every domain's current version and rollback target are filled, then the rest of the cache
+  is verified again, then the cache is trimmed to `cache_max` (never a current version or a
+  rollback target); after each fill too (never the bundle just filled). A `cache_max` below
+  what must be kept is a warning once and a line on the status page.
+- `health` is how the last call to the store ended, a read or a fill, with its time: what
+  the status page says of the store.
 - Ready (`/readyz`) once every domain's current version is cached and verified (a domain
   with no current version has nothing to wait for); not ready says why (a refused version:
   the refusal, until a fill of it succeeds), and so does the status page. Not ready from
@@ -36,8 +40,10 @@ from mirror.errors import AuthError, IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
 from mirror.serve.bucket import ServeBucket
 from mirror.serve.cache import Cache, Entry
+from mirror.serve.health import StoreHealth
 from mirror.serve.metrics import Gauges, Served, ServeMetrics
-from mirror.serve.pointers import DomainView, Listed, Pointers, read_pointers
+from mirror.serve.pointers import DomainView, Listed, Pointers, cache_short, read_pointers
+from mirror.serve.poller import Poller
 from mirror.serve.routes import BundleRoute, Refusal, bundle_path
 from mirror.serve.supply import Supply, Trust
 from mirror.timestamps import parse_zoned, utcnow
@@ -69,7 +75,8 @@ class Service:
         self.settings = settings
         self.bucket = bucket
         self.cache = Cache(settings.cache_dir, settings.cache_max)
-        self.metrics = ServeMetrics(self.gauges)
+        self.metrics = ServeMetrics(lambda: gauges_of(self))
+        self.health = StoreHealth()
         self.supply = Supply(
             self.cache,
             bucket,
@@ -77,11 +84,11 @@ class Service:
             on_refused=self._refused,
             on_fill=self._filled,
             hold=settings.poll_interval,
+            health=self.health,
         )
         self.pointers = Pointers()
         self.pointers_from_disk = False
         self.bucket_error: str | None = None
-        self.bucket_down_since: datetime | None = None
         self.recent: deque[Fetch] = deque(maxlen=RECENT)
         self.last_served: dict[str, Served] = {}
         self.stop = threading.Event()
@@ -101,6 +108,8 @@ class Service:
         """Why a version was refused (domain, label): /readyz and the status page say it."""
         self.unindexed: set[str] = set()
         self.ignored: set[str] = set()
+        self.short: str | None = None  # cache_short() when last warned
+        self.poller = Poller(self)
 
     @property
     def pointers_path(self) -> str:
@@ -113,9 +122,15 @@ class Service:
         saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
         if saved is not None:
             self.pointers, self.pointers_from_disk = saved, True
+            self._warn_short()
+
+    def halt(self) -> None:
+        """Stop the poller's threads (at once, not at the end of their wait)."""
+        self.stop.set()
+        self.poller.halt()
 
     def close(self) -> None:
-        self.stop.set()
+        self.halt()
         self.cache.close()
 
     # ---- the poller ------------------------------------------------------------------------
@@ -131,10 +146,12 @@ class Service:
         self._first_refused(found.refused)
         self.pointers, self.pointers_from_disk = found, False
         self._warn_unindexed(found)
+        self._warn_short()
         if found.errors:
             self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
         else:
-            self.bucket_error, self.bucket_down_since = None, None
+            self.bucket_error = None
+            self.health.answered()
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
         self._read_records()
         return not found.errors
@@ -169,12 +186,22 @@ class Service:
             log.warning("ignoring %r in the bucket: it has an index but is no domain name", name)
         self.unindexed, self.ignored = missing, set(found.ignored)
 
+    def _warn_short(self) -> None:
+        """serve.cache_max below what must be kept: a warning once (the page shows it)."""
+        short = self.cache_short()
+        if short is not None and self.short is None:
+            log.warning("%s", short)
+        self.short = short
+
+    def cache_short(self) -> str | None:
+        return cache_short(self.pointers, self.settings.cache_max)
+
     def _bucket_failed(self, error: str) -> None:
+        self.health.failed(error)
         if self.bucket_error is None:
             log.warning(
                 "cannot read the pointers from the bucket; serving what was read before: %s", error
             )
-            self.bucket_down_since = utcnow()
         self.bucket_error = error
 
     def settle(self) -> None:
@@ -204,16 +231,14 @@ class Service:
             )
 
     def run_poller(self) -> None:
-        """Poll and settle until `stop` is set."""
-        while not self.stop.is_set():
-            self.poll()
-            if self.fatal is not None:
-                return
-            self.settle()
-            with self._polled:
-                self.polls += 1
-                self._polled.notify_all()
-            self.stop.wait(self.settings.poll_interval)
+        """Read the pointers and settle after each read until `stop` (mirror.serve.poller)."""
+        self.poller.run()
+
+    def settled(self) -> None:
+        """A settle after a read is done (`wait_polled` counts them)."""
+        with self._polled:
+            self.polls += 1
+            self._polled.notify_all()
 
     def protected(self) -> set[str]:
         found: set[str] = set()
@@ -307,34 +332,6 @@ class Service:
         self.metrics.bytes_served.inc(fetch.bytes)
         self.recent.append(fetch)
 
-    def gauges(self) -> Gauges:
-        read_at = self.pointers.read_at
-        return Gauges(
-            ready=self.not_ready() is None,
-            bucket_up=self.bucket_error is None and not self.pointers_from_disk,
-            pointers_age=(utcnow() - read_at).total_seconds() if read_at else None,
-            pointers_from_disk=self.pointers_from_disk,
-            cache_bytes=self.cache.total(),
-            current=current_labels(self.pointers.domains.values()),
-            last_served=dict(self.last_served),
-            now=time.time(),
-            newest=newest_labels(self.pointers.domains.values()),
-            current_exported=self._current_exported(),
-            imports=self.imports,
-            links=self.links,
-        )
-
-    def _current_exported(self) -> dict[str, float]:
-        """When the vendor exported each domain's current version (once it is cached)."""
-        found: dict[str, float] = {}
-        for view in self.pointers.domains.values():
-            listed = view.versions.get(view.current) if view.current else None
-            entry = self.cache.get(listed.ref.sha256) if listed is not None else None
-            exported = exported_time(entry) if entry is not None else None
-            if exported is not None:
-                found[view.domain] = exported
-        return found
-
 
 def current_labels(views: Iterable[DomainView]) -> dict[str, str]:
     return {view.domain: view.current for view in views if view.current is not None}
@@ -360,3 +357,34 @@ def exported_time(entry: Entry) -> float | None:
             except ValueError:
                 continue
     return None
+
+
+def gauges_of(service: Service) -> Gauges:
+    """The state the gauges show, read at scrape time."""
+    read_at = service.pointers.read_at
+    return Gauges(
+        ready=service.not_ready() is None,
+        bucket_up=service.bucket_error is None and not service.pointers_from_disk,
+        pointers_age=(utcnow() - read_at).total_seconds() if read_at else None,
+        pointers_from_disk=service.pointers_from_disk,
+        cache_bytes=service.cache.total(),
+        current=current_labels(service.pointers.domains.values()),
+        last_served=dict(service.last_served),
+        now=time.time(),
+        newest=newest_labels(service.pointers.domains.values()),
+        current_exported=_current_exported(service),
+        imports=service.imports,
+        links=service.links,
+    )
+
+
+def _current_exported(service: Service) -> dict[str, float]:
+    """When the vendor exported each domain's current version (once it is cached)."""
+    found: dict[str, float] = {}
+    for view in service.pointers.domains.values():
+        listed = view.versions.get(view.current) if view.current else None
+        entry = service.cache.get(listed.ref.sha256) if listed is not None else None
+        exported = exported_time(entry) if entry is not None else None
+        if exported is not None:
+            found[view.domain] = exported
+    return found

@@ -1,13 +1,14 @@
 """The status page on `/`: plain HTML and CSS, no script, every value escaped.
 
-What it shows: whether the service is ready (and why not); whether the object store
-answered the last read of the pointers (or since when it has not, and that the pointers
-are the ones an earlier run saved); per domain its current version and rollback target
-with their links (and, when the bucket has no index for it, that there is nothing to
-serve), and every version the bucket lists with its size, sha256, whether it is cached and
-verified or why it was refused, its export time, its provenance (verified, unverified,
-none) and its completeness summary; and the last fetches (time, client, request, status,
-bytes).
+What it shows: whether the service is ready (and why not); whether the last call to the
+object store that ended (a read of the pointers or a fill) answered, with its time (or
+since when calls fail), when the pointers were read (and whether they are the ones an
+earlier run saved); whether serve.cache_max is below what must be kept; per domain its
+current version and rollback target with their links (and, when the bucket has no index
+for it, that there is nothing to serve), and every version the bucket lists with its size,
+sha256, whether it is cached and verified or why it was refused, its export time, its
+provenance (verified, unverified, none) and its completeness summary; and the last fetches
+(time, client, request, status, bytes).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def render_status(service: Service) -> str:
         "<h1>mirror serve</h1>",
         _readiness(service),
         _bucket(service),
+        _cache(service),
     ]
     for name in sorted(service.pointers.domains):
         parts.append(_domain(service, service.pointers.domains[name]))
@@ -62,24 +64,42 @@ def _readiness(service: Service) -> str:
 
 
 def _bucket(service: Service) -> str:
+    """The store as the last call to it that ended found it (a read of the pointers or a
+    fill: mirror.serve.health), with that call's time, and when the pointers were read."""
     read_at = service.pointers.read_at
     when = rfc3339(read_at) if read_at else "never"
+    last, down_since = service.health.last, service.health.down_since
+    if last is None:
+        said, bad = "Object store: not called yet", True
+    elif last.error is not None:
+        since = rfc3339(down_since) if down_since else rfc3339(last.at)
+        said, bad = (
+            f"Object store unreachable since {since}: the last call to it failed at "
+            f"{rfc3339(last.at)}: {last.error}",
+            True,
+        )
+    else:
+        said, bad = (
+            f"Object store reachable: the last call to it answered at {rfc3339(last.at)}",
+            False,
+        )
     if service.pointers_from_disk:
-        text = (
-            f"Object store not read since start: serving from the cache with the pointers "
-            f"an earlier run saved (read {when})"
+        said += (
+            "; not read since start: serving from the cache with the pointers an earlier "
+            f"run saved (read {when})"
         )
-        if service.bucket_error:
-            text += f"; last error: {service.bucket_error}"
-        return f'<p id="bucket" class="bad">{escape(text)}</p>'
-    if service.bucket_error:
-        since = rfc3339(service.bucket_down_since) if service.bucket_down_since else "?"
-        text = (
-            f"Object store unreachable since {since}: serving from the cache with the "
-            f"pointers read {when}; last error: {service.bucket_error}"
-        )
-        return f'<p id="bucket" class="bad">{escape(text)}</p>'
-    return f'<p id="bucket" class="ok">Object store: reachable; pointers read {escape(when)}.</p>'
+    elif bad:
+        said += f"; serving from the cache with the pointers read {when}"
+    else:
+        said += f"; pointers read {when}"
+    kind = "bad" if bad or service.pointers_from_disk else "ok"
+    return f'<p id="bucket" class="{kind}">{escape(said)}.</p>'
+
+
+def _cache(service: Service) -> str:
+    """serve.cache_max below what must be kept (Service.cache_short), when it is."""
+    short = service.cache_short()
+    return "" if short is None else f'<p id="cache" class="bad">{escape(short)}.</p>'
 
 
 def _domain(service: Service, view: DomainView) -> str:

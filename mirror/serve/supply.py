@@ -37,6 +37,7 @@ from mirror.errors import IntegrityError, MirrorError, NotFound, TemporaryFailur
 from mirror.integrity import HashingWriter
 from mirror.serve.bucket import ServeBucket
 from mirror.serve.cache import Cache, Entry
+from mirror.serve.health import StoreHealth
 from mirror.serve.pointers import Listed
 from mirror.transferset.keys import PublicKey
 
@@ -57,6 +58,10 @@ class _Held(Exception):
     def __init__(self, error: IntegrityError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+class _Unwritable(TemporaryFailure):
+    """The cache's file system refused a fill (full, read-only): no news of the store."""
 
 
 @dataclass
@@ -87,6 +92,7 @@ class Supply:
         on_refused: Refused,
         on_fill: Callable[[Entry], None],
         hold: float = 30.0,
+        health: StoreHealth | None = None,
     ) -> None:
         self.cache = cache
         self.bucket = bucket
@@ -97,6 +103,8 @@ class Supply:
         self._followers = 0
         self._refusals: dict[str, _Refusal] = {}
         self.hold = hold
+        self.health = health or StoreHealth()
+        """Told how each fill's calls to the store ended (the status page shows the last)."""
         self._lock = threading.Lock()
 
     def ensure(self, listed: Listed) -> Entry:
@@ -150,8 +158,10 @@ class Supply:
             etag = self._unchanged_refusal(listed)
             self._fill(listed)
         except _Held as held:
+            self.health.answered()
             raise held.error from None
         except IntegrityError as exc:
+            self.health.answered()  # the store answered; its bytes were wrong
             log.error(
                 "refused %s: %s",
                 _name(listed),
@@ -163,9 +173,12 @@ class Supply:
                 self._refusals[sha256] = _Refusal(time.monotonic() + self.hold, exc, etag)
             raise
         except MirrorError as exc:
+            if not isinstance(exc, _Unwritable):  # the cache's disk, not the store
+                self.health.failed(str(exc))
             raise TemporaryFailure(
                 f"{_name(listed)} is not cached and cannot be fetched now: {exc}"
             ) from None
+        self.health.answered()
         with self._lock:
             self._refusals.pop(sha256, None)
 
@@ -221,9 +234,7 @@ class Supply:
                     if hashing.size > ref.size:
                         break
         except OSError as exc:
-            raise TemporaryFailure(
-                f"cannot write the cache ({temp.parent}): {exc.strerror}"
-            ) from None
+            raise _Unwritable(f"cannot write the cache ({temp.parent}): {exc.strerror}") from None
         got = hashing.result
         if (got.sha256, hashing.size) != (ref.sha256, ref.size):
             raise IntegrityError(

@@ -35,6 +35,7 @@ def test_the_unit_runs_mirror_serve_with_the_read_only_identity() -> None:
     assert found["ExecStart"] == ["/usr/local/bin/mirror serve"]
     assert found["DynamicUser"] == ["yes"] and found["RestartPreventExitStatus"] == ["2"]
     assert found["Restart"] == ["on-failure"]
+    assert found["ExecReload"] == ["/bin/kill -HUP $MAINPID"]  # SIGHUP: read the bucket now
     environment = dict(v.split("=", 1) for v in found["Environment"])
     assert environment["MIRROR_CONFIG"] == "/etc/mirror/config.toml"
     assert environment["AWS_EC2_METADATA_DISABLED"] == "true"

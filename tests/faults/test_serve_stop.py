@@ -1,5 +1,6 @@
 """`mirror serve` (a process of its own, on the real S3 server) stopped while it sends: SIGTERM
-drains, a second process on its cache directory is refused.
+drains, a second process on its cache directory is refused, SIGHUP reads the pointers at once
+and keeps serving.
 
 A download under way when SIGTERM comes completes byte-exact (within serve.drain_timeout),
 with its access line, and the process exits 0; one still sending at the drain deadline is
@@ -36,7 +37,7 @@ from tests.fixtures.serving import read_to_end, start_download
 
 pytestmark = [pytest.mark.s3, pytest.mark.timeout(600)]
 
-V1 = "2026-11-20"
+V1, V2 = "2026-11-20", "2026-11-21"
 SIZE = 24 * 1024 * 1024
 PATH = bundle_path(DOMAIN, V1, "tar.gz")
 
@@ -178,3 +179,25 @@ def test_a_second_mirror_serve_on_the_same_cache_dir_is_refused(
         assert _ready(first.port)
         first.process.send_signal(signal.SIGTERM)
         assert first.process.wait(120) == 0
+
+
+@pytest.mark.fault("serve: SIGHUP", "pointers read at once, one line logged, still serving")
+def test_sighup_reads_the_pointers_now_and_keeps_serving(
+    object_store: ObjectStore, seeded: Seeded, target_settings: TargetSettings, tmp_path: Path
+) -> None:
+    """What operators expect of a server's SIGHUP (`systemctl reload`): the promote is
+    followed now, not at the next poll (an hour away here), and the process goes on."""
+    with mirror_serve(tmp_path, target_settings, poll_interval="1h") as served:
+        newer = seed_version(object_store, tmp_path, V2)
+        chart.promote(object_store, DOMAIN, V2)
+        served.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: served.said("SIGHUP: "), 120, "the SIGHUP line")
+        url = f"http://127.0.0.1:{served.port}" + bundle_path(DOMAIN, None, "tar.gz")
+        moving = httpx.get(url, timeout=120)
+        assert served.process.poll() is None, served.log.read_text()[-3000:]
+    assert moving.status_code == 200 and moving.headers["mirror-version"] == V2
+    assert hashlib.sha256(moving.content).hexdigest() == newer.sha256
+    (line,) = [r for r in served.lines() if str(r.get("message", "")).startswith("SIGHUP")]
+    assert line["message"].startswith(f"SIGHUP: pointers read again, current: {DOMAIN} {V2}; ")
+    assert "1 cached bundles checked, 0 dropped" in line["message"]
+    assert "the config file is not re-read" in line["message"]

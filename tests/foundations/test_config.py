@@ -192,3 +192,39 @@ def test_config_check_refuses_a_port_out_of_range(tmp_path: Path) -> None:
     result = mirror_cli("--config", str(path), "config", "check")
     assert result.returncode == 2 and "serve.listen" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_relative_paths_are_taken_from_the_config_files_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rule for every path a config file names: from its own directory, not from where
+    the command happens to run (a unit's working directory is /)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    document = {
+        "store": {"path": "store"},
+        "serve": {"cache_dir": "relcache"},
+        "target": {"transfer_keys": ["keys/transfer.pub", "/abs/x.pub"], "ca_bundle": "ca.pem"},
+        "transfer": {"signing_key": "transfer.key"},
+        "api": {"key_file": "api.key"},
+        "chart": {"values_path": "values/{domain}.yaml"},
+        "sites": [{"name": "north", "trusted_keys": ["north.pub"]}],
+    }
+    here = tmp_path / "etc"
+    here.mkdir()
+    settings = load_settings(write_config(here / "c.toml", document))
+    assert settings.store.path == here / "store"
+    assert settings.serve.cache_dir == here / "relcache"
+    assert settings.target.transfer_keys == [here / "keys/transfer.pub", Path("/abs/x.pub")]
+    assert settings.target.ca_bundle == str(here / "ca.pem")
+    assert settings.transfer.signing_key == here / "transfer.key"
+    assert settings.api.key_file == here / "api.key"
+    assert settings.chart.values_path == str(here / "values/{domain}.yaml")
+    assert settings.sites[0].trusted_keys == [here / "north.pub"]
+    assert settings.store.database_url() == f"sqlite:///{here / 'store' / 'mirror.db'}"
+    pkcs11 = "pkcs11:token=mirror;object=transfer"
+    document["transfer"] = {"signing_key": pkcs11}
+    token = load_settings(write_config(here / "d.toml", document))
+    assert token.transfer.signing_key == pkcs11  # a token's URI is no path
+    assert settings_from_dict({"serve": {"cache_dir": "rel"}}).serve.cache_dir == Path("rel")

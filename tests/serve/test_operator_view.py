@@ -1,9 +1,11 @@
 """What the operator reads when something is wrong: /readyz and the status page say why a
-version is not served, and a configured domain the bucket does not hold is not silent."""
+version is not served, a configured domain the bucket does not hold is not silent, the store's
+state is the last call's (fills do not hold up the reads), a cache_max too small is said."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import httpx
@@ -13,7 +15,13 @@ from mirror.airgap import chart, layout
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, seed_version
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import read_to_end, serving, start_download, until
+from tests.fixtures.serving import (
+    SwitchableBucket,
+    read_to_end,
+    serving,
+    start_download,
+    until,
+)
 
 V1, V2 = "2026-11-20", "2026-11-21"
 
@@ -117,3 +125,56 @@ def test_a_prefix_in_the_bucket_that_is_no_domain_name_is_never_served(
     assert served == {DOMAIN} and ready.status_code == 200
     warned = [r.getMessage() for r in caplog.records if "no domain name" in r.getMessage()]
     assert warned == [f"ignoring {odd!r} in the bucket: it has an index but is no domain name"]
+
+
+def test_a_fill_under_way_never_holds_up_the_pointers_nor_hides_a_store_gone_away(
+    tmp_path: Path,
+) -> None:
+    """A fill held (as by a store that hangs mid-fill) while the store goes away: the next
+    read of the pointers still comes within poll_interval and the page says the store is
+    away, with the time of the call that failed."""
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    away = SwitchableBucket(bucket)
+    away.gate = threading.Event()  # every bundle stream waits here before its first byte
+    with serving(away, tmp_path / "cache", poller=True, poll_interval="1s") as running:
+        assert away.waiting.acquire(timeout=120)  # the settler's fill is held at the gate
+        away.away = True
+        said = until(lambda: "unreachable" in httpx.get(running.url + "/").text, 50)
+        held = away.released == 0  # said while the fill was still held, not after it
+        page = httpx.get(running.url + "/").text
+        away.gate.set()
+    assert said and held, page
+    assert "Object store unreachable since" in page and "the last call to it failed at" in page
+
+
+def test_a_cache_max_below_what_must_be_kept_is_said_once_and_shown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = MemoryBucket()
+    for label in (V1, V2):
+        seed_version(bucket, tmp_path, label)
+        chart.promote(bucket, DOMAIN, label)
+    with (
+        caplog.at_level(logging.WARNING, logger="mirror.serve"),
+        serving(bucket, tmp_path / "cache", cache_max=1) as running,
+    ):
+        running.refresh()
+        page = httpx.get(running.url + "/").text
+        served = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+    warned = [r.getMessage() for r in caplog.records if "serve.cache_max" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("serve.cache_max (1 B) is below the ")
+    assert "every domain's current version and rollback target" in warned[0]
+    assert 'id="cache"' in page and "serve.cache_max (1 B) is below" in page
+    assert served.status_code == 200  # kept all the same
+
+
+def test_a_cache_max_that_holds_them_says_nothing(tmp_path: Path) -> None:
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    with serving(bucket, tmp_path / "cache") as running:
+        page = httpx.get(running.url + "/").text
+    assert 'id="cache"' not in page and "Object store reachable: the last call" in page

@@ -21,6 +21,15 @@ D = "docs.example.com"
         ("/healthz", Page("healthz")),
         ("/readyz", Page("readyz")),
         ("/metrics", Page("metrics")),
+        # absolute-form (RFC 9112 3.2.2: a server MUST accept it); the authority is ignored
+        (
+            f"http://mirror-serve:8080/domains/{D}/current/bundle.tar.gz",
+            BundleRoute(D, None, "tar.gz"),
+        ),
+        ("HTTP://127.0.0.1:8080/healthz", Page("healthz")),
+        ("https://[::1]/readyz?x=1", Page("readyz")),
+        ("http://mirror-serve", Page("status")),
+        ("http://mirror-serve?x", Page("status")),
     ],
 )
 def test_the_routes(target: str, route: object) -> None:
@@ -52,7 +61,12 @@ def test_a_bundle_path_parses_back_to_its_route() -> None:
         f"/domains/{D}/2026-11-21/bundle.tar.gz%",
         f"/domains/{D}/2026-11-21/bundle.tar.gz%zz",
         "/domains/é/current/bundle.tar.gz",
-        f"http://evil/domains/{D}/current/bundle.tar.gz",
+        f"http://evil/domains/{D}/../current/bundle.tar.gz",
+        f"http://evil/domains/{D}%2fcurrent/bundle.tar.gz",
+        f"ftp://evil/domains/{D}/current/bundle.tar.gz",
+        f"http:///domains/{D}/current/bundle.tar.gz",
+        f"http://evil\\x/domains/{D}/current/bundle.tar.gz",
+        "http://",
         "*",
         "/" + "a" * 2000,
     ],
