@@ -42,6 +42,9 @@ def test_without_raptorq_the_installer_says_so_and_send_and_receive_are_one_line
     venv = tmp_path / "venv"  # a copy of the run's installed venv, raptorq then removed
     shutil.copytree(installed.python.parent.parent, venv, symlinks=True)
     python = str(venv / "bin" / "python")
+    script = venv / "bin" / "mirror"  # its first line names the original venv's python
+    script.write_text(f"#!{python}\n" + script.read_text().split("\n", 1)[1])
+    mirror = str(script)
     removed = run([python, "-m", "pip", "uninstall", "-y", "raptorq"])
     assert removed.returncode == 0, removed.stderr
     env = {**offline_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -54,26 +57,14 @@ def test_without_raptorq_the_installer_says_so_and_send_and_receive_are_one_line
     )
 
     to = ["--to", "127.0.0.1:9"]
-    sent = run(
-        [python, "-m", "mirror", "--defaults", "transfer", "send", str(packed_set), *to], env=env
-    )
+    sent = run([mirror, "--defaults", "transfer", "send", str(packed_set), *to], env=env)
     assert (sent.returncode, sent.stderr.splitlines(), sent.stdout) == (2, [LACKS], "")
 
     trusting = {"target": {"transfer_keys": [str(key_pair[1])]}}
     config = write_config(tmp_path / "config.toml", trusting)
     spool = tmp_path / "spool"
     listen = ["--listen", f"127.0.0.1:{free_udp_port()}", "--once"]
-    receive = [
-        python,
-        "-m",
-        "mirror",
-        "--config",
-        str(config),
-        "transfer",
-        "receive",
-        str(spool),
-        *listen,
-    ]
+    receive = [mirror, "--config", str(config), "transfer", "receive", str(spool), *listen]
     received = run(receive, env=env)
     assert (received.returncode, received.stderr.splitlines()) == (2, [LACKS])
     assert not spool.exists()
