@@ -28,11 +28,11 @@ from mirror.cli.common import DOMAIN, CliContext, pass_cli
 def evidence_command(
     cli: CliContext, domain: str, version: str, out: Path, with_object: bool
 ) -> None:
-    """Write DOMAIN VERSION's evidence: the object's digest, its provenance, this site's
-    verification record, the public keys, and VERIFY.md, whose commands check them all
-    with openssl, coreutils and python3 only.
+    """One version's evidence (digest, provenance, verification record, keys, VERIFY.md).
 
-    Both statements are verified first (target.transfer_keys, target.receipt_keys):
+    Writes into --out DOMAIN VERSION's object digest, its provenance, this site's
+    verification record, the public keys that signed them, and VERIFY.md, whose commands
+    check them all with openssl, coreutils and python3 only. Both statements are verified first (target.transfer_keys, target.receipt_keys):
     evidence that does not verify is never written (exit 5).
     """
     from mirror.airgap.evidence import gather, write_evidence

@@ -4,9 +4,7 @@ signed sets (a version whole, the next as a delta rebuilt here) imported into Se
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from mirror.transferset.keys import (
     load_trusted_keys,
 )
 from tests.fixtures.deltasets import Statement, delta_item, full_item, hand_made, write_set
+from tests.fixtures.docs import run_verify
 
 pytestmark = pytest.mark.s3
 
@@ -150,25 +149,6 @@ def test_a_version_without_a_record_is_told_apart_from_one_whose_record_is_gone(
     object_store.delete(layout.record_key(object_store, DOCS, V2))
     with pytest.raises(IntegrityError, match="names this record and it is gone"):
         check_record_in_bucket(object_store, DOCS, V2, receipt_keys)
-
-
-def verify_commands(evidence_dir: Path) -> str:
-    """The ```sh blocks of VERIFY.md, as written."""
-    text = (evidence_dir / "VERIFY.md").read_text()
-    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
-    assert blocks, text
-    return "".join(blocks)
-
-
-def run_verify(evidence_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["sh", "-c", verify_commands(evidence_dir)],
-        cwd=evidence_dir,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
