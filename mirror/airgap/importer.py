@@ -20,7 +20,9 @@ Promises:
   from a delta as a rebuilt archive, and now carried whole, or the other way round:
   the remedy for a refused delta, `pack --full --from-set N`, or `pack --all`) is
   "already there": nothing is uploaded and its manifest is kept, never refused.
-- Order: the bundles (completed together), then each version's `manifest.json`,
+- Order: the bundles (completed together), then each version's provenance and its
+  verification record (signed with this side's receipt key, when it has one), its
+  `manifest.json` (naming the record),
   then each domain's `index.json`, then the promotions asked for, then the receipt on disk, and
   the bucket's import state last. Every index (and, promoting, `current.json`) is read
   before any upload, so a damaged one (exit 5) refuses the set with the bucket unchanged. An import

@@ -21,6 +21,11 @@ names those bytes (`chart check` compares the object it fetches with the manifes
 object read back, whose tree must be the signed one and whose bytes the manifest's. Either
 fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
 Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
+
+This side's verification records (mirror.airgap.verification) are published and checked here
+too: `publish_record` writes one before the version's manifest (kept when there), and
+`check_record_in_bucket` verifies it against the receipt keys trusted here and the object the
+manifest names (IntegrityError, exit 5; None for a version whose manifest names none).
 """
 
 from __future__ import annotations

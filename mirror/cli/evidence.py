@@ -32,8 +32,9 @@ def evidence_command(
 
     Writes into --out DOMAIN VERSION's object digest, its provenance, this site's
     verification record, the public keys that signed them, and VERIFY.md, whose commands
-    check them all with openssl, coreutils and python3 only. Both statements are verified first (target.transfer_keys, target.receipt_keys):
-    evidence that does not verify is never written (exit 5).
+    check them all with openssl, coreutils and python3 only. Both statements are verified
+    first (target.transfer_keys, target.receipt_keys): evidence that does not verify is
+    never written (exit 5).
     """
     from mirror.airgap.evidence import gather, write_evidence
     from mirror.airgap.s3.credentials import open_object_store
