@@ -18,8 +18,11 @@ into an empty directory:
     VERIFY.md                 the commands that check all of it with openssl, coreutils and
                               python3's json module, and what each proves
 
-An inventory (issue 40 item 3) is not in the layout yet: when it is, it is one more entry of
-`Evidence.documents`, and a step of VERIFY.md.
+    inventory.spdx.json       the version's inventory, when the bucket holds one
+
+No import writes an inventory yet (issue 40 item 3): one at `layout.inventory_key` is carried
+only when the provenance signs its sha256 (predicate `inventory.sha256`), checked here and by
+VERIFY.md; one it does not sign is refused (IntegrityError).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from mirror.airgap.provenance import (
     check_record_in_bucket,
 )
 from mirror.airgap.verification import PREDICATE_TYPE as RECORD_TYPE
-from mirror.errors import ConfigError, NotFound
+from mirror.errors import ConfigError, IntegrityError, NotFound
 from mirror.fsutil import atomic_write_bytes
 from mirror.integrity import Digest, require_digest
 from mirror.transferset.keys import PublicKey, public_pem
@@ -62,6 +65,7 @@ class Evidence:
     record: Provenance
     transfer_key: PublicKey
     receipt_key: PublicKey
+    inventory: bytes | None = None
 
     @property
     def object_name(self) -> str:
@@ -70,7 +74,9 @@ class Evidence:
     def documents(self) -> dict[str, bytes]:
         """File name -> bytes, every file but the object and VERIFY.md."""
         digest_line = f"{self.described.sha256}  {self.object_name}\n"
+        inventory = {layout.INVENTORY: self.inventory} if self.inventory is not None else {}
         return {
+            **inventory,
             DIGEST_FILE: digest_line.encode(),
             layout.PROVENANCE: self.provenance.envelope,
             layout.RECORD: self.record.envelope,
@@ -114,9 +120,29 @@ def gather(
             hint="import its set again with `mirror transfer import --allow-replay SET` where "
             "transfer.signing_key is set",
         )
-    return Evidence(
-        described, proven, record, transfer_keys[proven.key_id], receipt_keys[record.key_id]
-    )
+    inventory = _inventory(store, domain, version, proven)
+    keys = transfer_keys[proven.key_id], receipt_keys[record.key_id]
+    return Evidence(described, proven, record, *keys, inventory=inventory)
+
+
+MAX_INVENTORY = 256 * 1024 * 1024
+
+
+def _inventory(
+    store: StatementStore, domain: str, version: str, proven: Provenance
+) -> bytes | None:
+    """The version's inventory, when the bucket holds one, once it is the one its provenance
+    signs (module docstring)."""
+    key = layout.inventory_key(store, domain, version)
+    if store.head(key) is None:
+        return None
+    data = b"".join(store.open_stream(key))
+    signed = (proven.predicate.get("inventory") or {}).get("sha256")
+    if len(data) > MAX_INVENTORY or hashlib.sha256(data).hexdigest() != signed:
+        raise IntegrityError(
+            f"{store.bucket}/{key} is not the inventory {domain} {version}'s provenance signs"
+        )
+    return data
 
 
 def write_evidence(evidence: Evidence, out: Path, object_stream: Any | None = None) -> list[Path]:
@@ -190,6 +216,8 @@ Statements v1 in DSSE envelopes (Ed25519):
   with its receipt key `receipt.pub` (key id `{receipt_id}`) when it imported the version:
   the set and sequence it came in, the transfer key that signed the set, the checks that
   passed ({checks}), the tool's version and the time.
+- `inventory.spdx.json`, when there: the version's inventory, whose sha256 the provenance
+  signs (`inventory.sha256`).
 
 A key id is the first 16 hex digits of the sha256 of the raw 32-byte public key: compare
 both with the ids recorded when the keys were made (`mirror keys show`), not with this
@@ -228,6 +256,10 @@ envelope = hashlib.sha256(open("provenance.intoto.json", "rb").read()).hexdigest
 full = checked["carried_as"] == "full"
 bundle = provenance["subject"][0]["digest"]["sha256"]
 passed = set(checked["checks"])
+try:
+    inventory = hashlib.sha256(open("inventory.spdx.json", "rb").read()).hexdigest()
+except FileNotFoundError:
+    inventory = None
 claims = [
     ("the provenance is a provenance statement",
      provenance["predicateType"] == "{provenance_type}"),
@@ -241,6 +273,8 @@ claims = [
      {{"signatures", "completeness", "digests", "provenance"}} <= passed),
     ("a whole version is the signed bundle", not full or bundle == sha256),
     ("a delta's rebuild was checked", full or "delta-rebuild" in passed),
+    ("the inventory, if any, is the signed one",
+     inventory is None or (said.get("inventory") or {{}}).get("sha256") == inventory),
 ]
 for claim, holds in claims:
     print(f"{{claim}}: {{'OK' if holds else 'FAILED'}}")

@@ -39,6 +39,8 @@ GC_JOURNAL = "gc.json"
 VERSION_MANIFEST = "manifest.json"
 PROVENANCE = "provenance.intoto.json"  # the version's signed statement (transferset/provenance)
 RECORD = "verification.intoto.json"  # this side's verification record (airgap/verification)
+INVENTORY = "inventory.spdx.json"  # the version's SPDX inventory: none is written yet (issue 40
+# item 3); `mirror evidence` carries one that is there and its provenance signs (`inventory`)
 FORMAT: Literal[1] = 1
 HISTORY_LIMIT = 200
 MAX_IMPORT_HISTORY = 1000
@@ -75,6 +77,10 @@ def provenance_key(store: Bucket, domain: str, version: str) -> str:
 
 def record_key(store: Bucket, domain: str, version: str) -> str:
     return store.key(domain, version, RECORD)
+
+
+def inventory_key(store: Bucket, domain: str, version: str) -> str:
+    return store.key(domain, version, INVENTORY)
 
 
 def bundle_key(store: Bucket, domain: str, version: str, archive_format: str) -> str:
@@ -137,6 +143,14 @@ class VersionManifest(_Document):
     when the import signed none (before records existed, or no receipt key on this side):
     `chart check --provenance` refuses a version whose manifest names a record that is
     gone, and only warns about one that never had any."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Without `record` when there is none: a manifest written before records reads
+        back exactly as it was."""
+        document = super().as_dict()
+        if document.get("record") is None:
+            document.pop("record", None)
+        return document
 
 
 class IndexEntry(_Document):

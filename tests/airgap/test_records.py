@@ -185,3 +185,33 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             done = run_verify(tampered)
             assert done.returncode != 0, (version, name, done.stdout)
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
+
+
+def test_an_inventory_the_provenance_signs_is_carried_and_one_it_does_not_is_refused(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """No import writes an inventory yet (issue 40 item 3): one put in the bucket is carried
+    when the provenance signs its sha256, VERIFY.md checks it, and another is refused."""
+    inventory = b'{"spdxVersion": "SPDX-2.3"}\n'
+    old, _ = hand_made(tmp_path, "v1", BASE)
+    whole = full_item(DOCS, V1, old, "2026-11-21T03:00:00Z")
+    honest = Statement.honest(whole)
+    signed = {**honest.predicate, "inventory": {"sha256": hashlib.sha256(inventory).hexdigest()}}
+    said = replace(honest, predicate=signed)
+    write_set(tmp_path / "s1", [replace(whole, statement=said)], signing)
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    import_set(object_store, tmp_path / "s1", trusted, receipt_key=receipt)
+    key = layout.inventory_key(object_store, DOCS, V1)
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=inventory)
+    found = gather(object_store, DOCS, V1, trusted, receipt_keys)
+    write_evidence(found, tmp_path / "evidence", object_store.open_stream(found.described.object))
+    assert (tmp_path / "evidence" / "inventory.spdx.json").read_bytes() == inventory
+    done = run_verify(tmp_path / "evidence")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (tmp_path / "evidence" / "inventory.spdx.json").write_bytes(b"{}\n")
+    done = run_verify(tmp_path / "evidence")
+    assert done.returncode != 0
+    assert "the inventory, if any, is the signed one: FAILED" in done.stdout
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"{}\n")
+    with pytest.raises(IntegrityError, match="is not the inventory"):
+        gather(object_store, DOCS, V1, trusted, receipt_keys)
