@@ -175,8 +175,11 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
         "bundle.tar.gz": (dirs[V2] / "bundle.tar.gz", "FAILED"),
         "object.sha256": (dirs[V2] / "object.sha256", "FAILED"),
     }
+    documents = ("verification.intoto.json", "provenance.intoto.json")
     for version, out in dirs.items():
         for name, (source, said) in swaps.items():
+            if version == V1 and name not in documents:
+                continue  # the keys and the object: once, on the delta (a test takes seconds)
             if source.parent == out:
                 source = dirs[V1] / name  # V2's own piece: V1's instead
             tampered = tmp_path / f"tampered-{version}-{name}"
