@@ -306,14 +306,9 @@ def _publish_all(
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
         key = _bundle(store, item)
+        at, kept = imported_at, there.get(key)
         published, entry = publish_version(
-            store,
-            verified,
-            item,
-            bundles[key],
-            imported_at=imported_at,
-            there=there.get(key),
-            signer=signer,
+            store, verified, item, bundles[key], imported_at=at, there=kept, signer=signer
         )
         items.append(published)
         entries.setdefault(item.domain, []).append(entry)

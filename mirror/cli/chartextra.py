@@ -93,20 +93,7 @@ def record_check(
         document["record"] = {"verified": False, "reason": "none"}
         lines.append(NO_RECORD)
         return None
-    said = record.predicate
-    sequence = (said.get("set") or {}).get("sequence")
-    document["record"] = {
-        "verified": True,
-        "key_id": record.key_id,
-        "sequence": sequence,
-        "transfer_key_id": said.get("transfer_key_id"),
-        "checks": said.get("checks"),
-        "verified_at": said.get("verified_at"),
-    }
-    lines.append(
-        f"verification record: signed by {record.key_id}, set {sequence} checked "
-        f"{', '.join(said.get('checks') or [])} at {said.get('verified_at')}"
-    )
+    _record_lines(record.key_id, record.predicate, document, lines)
     return None
 
 
@@ -154,3 +141,22 @@ def _site_of(store: ObjectStore, domain: str, version: str, trusted: dict[str, A
     if acceptance.get("reason"):
         summary += f"; accepted: {acceptance['reason']}"
     return summary + note
+
+
+def _record_lines(
+    key_id: str, said: dict[str, Any], document: dict[str, Any], lines: list[str]
+) -> None:
+    """What `chart check` shows of a verified record."""
+    sequence = (said.get("set") or {}).get("sequence")
+    document["record"] = {
+        "verified": True,
+        "key_id": key_id,
+        "sequence": sequence,
+        "transfer_key_id": said.get("transfer_key_id"),
+        "checks": said.get("checks"),
+        "verified_at": said.get("verified_at"),
+    }
+    lines.append(
+        f"verification record: signed by {key_id}, set {sequence} checked "
+        f"{', '.join(said.get('checks') or [])} at {said.get('verified_at')}"
+    )
