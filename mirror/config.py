@@ -195,6 +195,11 @@ class TargetSettings(_Section):
     addressing_style: Literal["path", "virtual", "auto"] = "path"
     transfer_keys: list[Path] = Field(default_factory=list)
     """The public keys whose transfer sets this air-gapped side accepts."""
+    receipt_keys: list[Path] = Field(default_factory=list)
+    """The public keys whose verification records this air-gapped side believes (its own
+    receipt key's `receipt.pub`, and any key it signed with before a rotation): `chart
+    check --provenance` and `mirror evidence` check each version's record with them. The
+    connected side's `transfer.receipt_keys` names the same keys, for receipts."""
     trusted_keys: list[Path] = Field(default_factory=list)
     """Deprecated (`DEPRECATED_TRUSTED_KEYS`): stands in for `transfer_keys` here and for
     `transfer.receipt_keys` on the connected side, whichever is not set."""

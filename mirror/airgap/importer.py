@@ -20,7 +20,9 @@ Promises:
   from a delta as a rebuilt archive, and now carried whole, or the other way round:
   the remedy for a refused delta, `pack --full --from-set N`, or `pack --all`) is
   "already there": nothing is uploaded and its manifest is kept, never refused.
-- Order: the bundles (completed together), then each version's `manifest.json`,
+- Order: the bundles (completed together), then each version's provenance and its
+  verification record (signed with this side's receipt key, when it has one), its
+  `manifest.json` (naming the record),
   then each domain's `index.json`, then the promotions asked for, then the receipt on disk, and
   the bucket's import state last. Every index (and, promoting, `current.json`) is read
   before any upload, so a damaged one (exit 5) refuses the set with the bucket unchanged. An import
@@ -46,6 +48,7 @@ from mirror.airgap import layout, provenance, publish
 from mirror.airgap.s3.multipart import Outcome, Reader, StagedUpload, Staging
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.airgap.s3.probe import require_safe_writes
+from mirror.airgap.verification import ImportFacts
 from mirror.errors import ConfigError, IntegrityError
 from mirror.fsutil import atomic_write_bytes
 from mirror.integrity import Digest
@@ -170,7 +173,7 @@ def import_set(
         return _already_imported(admitted, receipt)
     verified, notes = admitted.verified, admitted.notes
     imported_at = iso_time(now())
-    items, entries = _publish_all(store, admitted, imported_at, on_progress, work_dir)
+    items, entries = _publish_all(store, admitted, imported_at, on_progress, work_dir, receipt_key)
     for domain, domain_entries in entries.items():
         update_index(store, domain, domain_entries, now=now)
     promoted = _promote_newest(store, verified, list(entries), promote)
@@ -178,8 +181,9 @@ def import_set(
     signed_by = write_receipt(receipt, result, store, receipt_key, at=imported_at)
     if signed_by is None:
         notes.append(
-            "receipt written unsigned (no transfer.signing_key on this side): `transfer ack` "
-            "refuses it unless told --accept-unsigned"
+            "receipt written unsigned and no verification record signed (no "
+            "transfer.signing_key on this side): `transfer ack` refuses the receipt unless told "
+            "--accept-unsigned"
         )
     record_import(store, verified, at=imported_at)
     return ImportResult(**{**result.__dict__, "receipt": receipt, "receipt_signed_by": signed_by})
@@ -285,6 +289,7 @@ def _publish_all(
     imported_at: str,
     on_progress: Callable[[int], None] | None,
     work_dir: Path | None = None,
+    signer: SigningKey | None = None,
 ) -> tuple[list[ImportedItem], dict[str, list[layout.IndexEntry]]]:
     verified = admitted.verified
     there = {
@@ -301,8 +306,9 @@ def _publish_all(
     entries: dict[str, list[layout.IndexEntry]] = {}
     for item in verified.manifest.items:
         key = _bundle(store, item)
+        at, kept = imported_at, there.get(key)
         published, entry = publish_version(
-            store, verified, item, bundles[key], imported_at=imported_at, there=there.get(key)
+            store, verified, item, bundles[key], imported_at=at, there=kept, signer=signer
         )
         items.append(published)
         entries.setdefault(item.domain, []).append(entry)
@@ -593,13 +599,16 @@ def publish_version(
     *,
     imported_at: str,
     there: layout.VersionManifest | None = None,
+    signer: SigningKey | None = None,
 ) -> tuple[ImportedItem, layout.IndexEntry]:
     """The version's manifest, once its bundle is in place (or `there`: the version's
-    manifest, the same tree in other bytes, kept); returns the item and its index entry."""
+    manifest, the same tree in other bytes, kept) and its verification record signed by
+    `signer` (when this side has a receipt key); returns the item and its index entry."""
     key = layout.version_manifest_key(store, item.domain, item.version)
     if there is not None:
         return _published(store, item, there, key, "already there")
     sha256, size = bundle.digest.sha256, bundle.digest.size
+    record = write_record(store, verified, item, bundle.digest, imported_at, signer)
     document = layout.VersionManifest(
         domain=item.domain,
         version=item.version,
@@ -612,6 +621,7 @@ def publish_version(
         imported_at=imported_at,
         transfer_sequence=verified.manifest.sequence,
         source_id=verified.manifest.source_id,
+        record=record,
         **publish.manifest_fields(item),
     )
     manifest_status = store.put_immutable(
@@ -628,6 +638,43 @@ def publish_version(
         "published" if "created" in (bundle.outcome, manifest_status) else "already there"
     )
     return _published(store, item, document, key, status)
+
+
+def write_record(
+    store: ObjectStore,
+    verified: VerifiedSet,
+    item: ManifestItem,
+    digest: Digest,
+    at: str,
+    signer: SigningKey | None,
+) -> str | None:
+    """Sign and publish the version's verification record (mirror.airgap.verification) for
+    the object `digest` describes, once every check of the set and of that object passed;
+    its bucket key, or None without a receipt key on this side."""
+    if signer is None:
+        return None
+    manifest = verified.manifest
+    facts = ImportFacts(
+        domain=item.domain,
+        version=item.version,
+        object_name=_bundle(store, item),
+        sha256=digest.sha256,
+        size=digest.size,
+        tree_sha256=item.tree_sha256,
+        sequence=manifest.sequence,
+        manifest_sha256=verified.manifest_sha256,
+        source_id=manifest.source_id,
+        site=manifest.site or DEFAULT_SITE,
+        transfer_key_id=verified.key_id,
+        provenance_sha256=(
+            provenance.provenance_digest(store, item.domain, item.version)
+            if item.provenance is not None
+            else None
+        ),
+        delta_base=item.delta.base_version if item.delta is not None else None,
+        verified_at=at,
+    )
+    return provenance.publish_record(store, facts, signer)
 
 
 def _published(

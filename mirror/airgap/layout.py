@@ -2,6 +2,8 @@
 
     PREFIX/DOMAIN/VERSION/bundle.EXT      the bundle (written once)
     PREFIX/DOMAIN/VERSION/manifest.json   VersionManifest: what the bundle is (written once)
+    PREFIX/DOMAIN/VERSION/provenance.intoto.json    the connected side's signed statement
+    PREFIX/DOMAIN/VERSION/verification.intoto.json  this side's signed verification record
     PREFIX/DOMAIN/index.json              Index: the complete versions of DOMAIN
     PREFIX/DOMAIN/current.json            Current: the promoted version and its history
     PREFIX/DOMAIN/gc.json                 GcJournal: versions `chart gc` is removing, and removed
@@ -36,6 +38,9 @@ CURRENT = "current.json"
 GC_JOURNAL = "gc.json"
 VERSION_MANIFEST = "manifest.json"
 PROVENANCE = "provenance.intoto.json"  # the version's signed statement (transferset/provenance)
+RECORD = "verification.intoto.json"  # this side's verification record (airgap/verification)
+INVENTORY = "inventory.spdx.json"  # the version's SPDX inventory: none is written yet (issue 40
+# item 3); `mirror evidence` carries one that is there and its provenance signs (`inventory`)
 FORMAT: Literal[1] = 1
 HISTORY_LIMIT = 200
 MAX_IMPORT_HISTORY = 1000
@@ -68,6 +73,14 @@ def version_manifest_key(store: Bucket, domain: str, version: str) -> str:
 
 def provenance_key(store: Bucket, domain: str, version: str) -> str:
     return store.key(domain, version, PROVENANCE)
+
+
+def record_key(store: Bucket, domain: str, version: str) -> str:
+    return store.key(domain, version, RECORD)
+
+
+def inventory_key(store: Bucket, domain: str, version: str) -> str:
+    return store.key(domain, version, INVENTORY)
 
 
 def bundle_key(store: Bucket, domain: str, version: str, archive_format: str) -> str:
@@ -125,6 +138,19 @@ class VersionManifest(_Document):
     imported_at: str
     transfer_sequence: int
     source_id: str
+    record: str | None = None
+    """The key of the version's verification record, written before this manifest; None
+    when the import signed none (before records existed, or no receipt key on this side):
+    `chart check --provenance` refuses a version whose manifest names a record that is
+    gone, and only warns about one that never had any."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Without `record` when there is none: a manifest written before records reads
+        back exactly as it was."""
+        document = super().as_dict()
+        if document.get("record") is None:
+            document.pop("record", None)
+        return document
 
 
 class IndexEntry(_Document):

@@ -21,6 +21,11 @@ names those bytes (`chart check` compares the object it fetches with the manifes
 object read back, whose tree must be the signed one and whose bytes the manifest's. Either
 fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
 Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
+
+This side's verification records (mirror.airgap.verification) are published and checked here
+too: `publish_record` writes one before the version's manifest (kept when there), and
+`check_record_in_bucket` verifies it against the receipt keys trusted here and the object the
+manifest names (IntegrityError, exit 5; None for a version whose manifest names none).
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ from typing import Any, Protocol
 from mirror.airgap import layout
 from mirror.airgap.publish import read_back
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.airgap.verification import ImportFacts, make_record, verify_record
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_bytes, require_digest
 from mirror.transferset.format import Manifest, ManifestItem
-from mirror.transferset.keys import PublicKey
+from mirror.transferset.keys import PublicKey, SigningKey
 from mirror.transferset.provenance import (
     MAX_ENVELOPE,
     Provenance,
@@ -190,3 +196,50 @@ def _read(store: StatementStore, key: str) -> list[bytes]:
             raise IntegrityError(f"{store.bucket}/{key}: larger than {MAX_ENVELOPE} bytes")
         chunks.append(chunk)
     return chunks
+
+
+# ---- verification records (mirror.airgap.verification) -------------------------------------
+
+RECORD_IDENTITY = "record-subject-sha256"
+
+
+def publish_record(store: ObjectStore, facts: ImportFacts, key: SigningKey) -> str:
+    """Write the version's verification record, signed by `key`, before its manifest; returns
+    its bucket key. One already there about the same object (an import run again, or
+    resumed) is kept as it is, whatever its time or signer: never a failure, never
+    overwritten; one about another object is refused (IntegrityError, exit 5)."""
+    record = layout.record_key(store, facts.domain, facts.version)
+    envelope = make_record(facts, key)
+    store.put_immutable(record, envelope, identity={RECORD_IDENTITY: facts.sha256})
+    return record
+
+
+def provenance_digest(store: StatementStore, domain: str, version: str) -> str | None:
+    """The sha256 of the version's published statement (from the object's metadata, which
+    `publish` writes), or None when it has none."""
+    head = store.head(layout.provenance_key(store, domain, version))
+    return None if head is None else head.get("sha256")
+
+
+def check_record_in_bucket(
+    store: StatementStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
+) -> Provenance | None:
+    """The version's verification record, signed by a trusted receipt key and about the
+    object its manifest names; None when the version has none and its manifest names none
+    (imported before records, or by a side without a receipt key). A record the manifest
+    names that is gone is refused (IntegrityError, exit 5), as is any other failure."""
+    described = _described(store, domain, version)
+    key = layout.record_key(store, domain, version)
+    where = f"{store.bucket}/{key}"
+    if store.head(key) is None:
+        if described.record is None:
+            return None
+        raise IntegrityError(f"{where}: the version's manifest names this record and it is gone")
+    return verify_record(
+        b"".join(_read(store, key)),
+        trusted,
+        domain=domain,
+        version=version,
+        sha256=described.sha256,
+        what=where,
+    )

@@ -257,6 +257,10 @@ COMMANDS: dict[str, tuple[Target, str]] = {
         "mirror.cli.chart:chart",
         "Values for the vendor's Helm chart, and which version of each domain is live.",
     ),
+    "evidence": (
+        "mirror.cli.evidence:evidence_command",
+        "One version's evidence (digest, provenance, verification record, keys, VERIFY.md).",
+    ),
     "serve": (
         "mirror.cli.serve:serve_command",
         "Serve the bucket's versions to the vendor's pods: verified, at links that never expire.",

@@ -156,7 +156,8 @@ def history_command(cli: CliContext, domain: str) -> None:
 @click.option(
     "--provenance",
     is_flag=True,
-    help="Also verify the version's signed provenance in the bucket (target.transfer_keys).",
+    help="Also verify the version's signed provenance in the bucket (target.transfer_keys), "
+    "then this site's verification record of it (target.receipt_keys).",
 )
 @click.option(
     "--site",

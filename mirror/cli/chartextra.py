@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from mirror.airgap.chart.check import CheckReport
-from mirror.airgap.provenance import check_in_bucket, check_object
+from mirror.airgap.provenance import check_in_bucket, check_object, check_record_in_bucket
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.cli.common import CliContext
 from mirror.cli.preflight import transfer_keys
@@ -23,7 +23,8 @@ def provenance_check(
     document: dict[str, Any],
     lines: list[str],
 ) -> MirrorError | None:
-    """Verify the version's published statement; fills `document["provenance"]`."""
+    """Verify the version's published statement, then this side's verification record;
+    fills `document["provenance"]` and `document["record"]`."""
     try:
         trusted = transfer_keys(cli.settings)
         proven = check_in_bucket(store, report.domain, report.version, trusted)
@@ -31,24 +32,68 @@ def provenance_check(
     except MirrorError as exc:
         document["provenance"] = {"verified": False, "error": str(exc)}
         return exc
-    said = proven.predicate
+    _provenance_lines(proven.key_id, proven.predicate, document, lines)
+    return record_check(cli, store, report, document, lines)
+
+
+def _provenance_lines(
+    key_id: str, said: dict[str, Any], document: dict[str, Any], lines: list[str]
+) -> None:
     vendor = said.get("vendor") or {}
     completeness = said.get("completeness") or {}
     acceptance = said.get("acceptance") or {}
     document["provenance"] = {
         "verified": True,
-        "key_id": proven.key_id,
+        "key_id": key_id,
         "job_id": vendor.get("job_id"),
         "page_count": vendor.get("page_count"),
         "summary": completeness.get("summary"),
         "accepted_reason": acceptance.get("reason"),
     }
-    line = f"provenance: signed by {proven.key_id}, export job {vendor.get('job_id')}"
+    line = f"provenance: signed by {key_id}, export job {vendor.get('job_id')}"
     if completeness.get("summary"):
         line += f"; {completeness['summary']}"
     if acceptance.get("reason"):
         line += f"; accepted: {acceptance['reason']}"
     lines.append(line)
+
+
+NO_RECORD = (
+    "verification record: none (imported before records existed, or on a side without a "
+    "receipt key); to sign one, import its set again with `mirror transfer import "
+    "--allow-replay SET` where transfer.signing_key is set"
+)
+NO_RECEIPT_KEYS = (
+    "verification record: not checked (no target.receipt_keys: name this site's receipt.pub)"
+)
+
+
+def record_check(
+    cli: CliContext,
+    store: ObjectStore,
+    report: CheckReport,
+    document: dict[str, Any],
+    lines: list[str],
+) -> MirrorError | None:
+    """The second link of the chain: the version's verification record, signed by a key of
+    target.receipt_keys, about the object the bucket holds. One the manifest names and is
+    gone, or signed by another key, is the error returned (exit 5); none at all (a version
+    imported before records) and no receipt keys set are each a line, not a failure."""
+    trusted = load_trusted_keys(cli.settings.target.receipt_keys)
+    if not trusted:
+        document["record"] = {"verified": False, "reason": "no target.receipt_keys"}
+        lines.append(NO_RECEIPT_KEYS)
+        return None
+    try:
+        record = check_record_in_bucket(store, report.domain, report.version, trusted)
+    except MirrorError as exc:
+        document["record"] = {"verified": False, "error": str(exc)}
+        return exc
+    if record is None:
+        document["record"] = {"verified": False, "reason": "none"}
+        lines.append(NO_RECORD)
+        return None
+    _record_lines(record.key_id, record.predicate, document, lines)
     return None
 
 
@@ -96,3 +141,22 @@ def _site_of(store: ObjectStore, domain: str, version: str, trusted: dict[str, A
     if acceptance.get("reason"):
         summary += f"; accepted: {acceptance['reason']}"
     return summary + note
+
+
+def _record_lines(
+    key_id: str, said: dict[str, Any], document: dict[str, Any], lines: list[str]
+) -> None:
+    """What `chart check` shows of a verified record."""
+    sequence = (said.get("set") or {}).get("sequence")
+    document["record"] = {
+        "verified": True,
+        "key_id": key_id,
+        "sequence": sequence,
+        "transfer_key_id": said.get("transfer_key_id"),
+        "checks": said.get("checks"),
+        "verified_at": said.get("verified_at"),
+    }
+    lines.append(
+        f"verification record: signed by {key_id}, set {sequence} checked "
+        f"{', '.join(said.get('checks') or [])} at {said.get('verified_at')}"
+    )

@@ -228,6 +228,27 @@ CHECK = obj(
             },
             optional=("error", "key_id", "job_id", "page_count", "summary", "accepted_reason"),
         ),
+        "record": obj(
+            {
+                "verified": BOOL,
+                "error": STR,
+                "reason": {"enum": ["none", "no target.receipt_keys"]},
+                "key_id": STR,
+                "sequence": INT,
+                "transfer_key_id": STR,
+                "checks": array(STR),
+                "verified_at": TIME,
+            },
+            optional=(
+                "error",
+                "reason",
+                "key_id",
+                "sequence",
+                "transfer_key_id",
+                "checks",
+                "verified_at",
+            ),
+        ),
         "site": obj(
             {
                 "pages": INT,
@@ -237,7 +258,7 @@ CHECK = obj(
             }
         ),
     },
-    optional=("provenance", "site"),
+    optional=("provenance", "record", "site"),
 )
 REFRESH_RESULT = obj(
     {
@@ -799,6 +820,33 @@ CONTRACTS: dict[str, Contract] = {
             "versions of an interrupted gc completed first (with --dry-run: to complete); "
             "`restored`: versions promoted while gc ran, put back. `size` counts the bundle "
             "and manifest objects.",
+        ),
+    ),
+    "evidence": Contract(
+        "One version's evidence, verified, written to --out: the files and what they say.",
+        "mirror evidence docs.example.com 2026-11-24 --out /media/usb/evidence --json",
+        _BUCKET,
+        obj(
+            {
+                "domain": STR,
+                "version": STR,
+                "object": STR,
+                "sha256": SHA256,
+                "size": INT,
+                "transfer_key_id": STR,
+                "receipt_key_id": STR,
+                "set_sequence": INT,
+                "checks": array(STR),
+                "out": STR,
+                "files": array(STR),
+            }
+        ),
+        notes=(
+            "Exit 5 when the provenance or the verification record does not verify with "
+            "target.transfer_keys and target.receipt_keys (nothing written); 3 when the "
+            "version, its provenance or its record is not there; 2 when --out is not a new "
+            "or empty directory or no receipt key is trusted. VERIFY.md's commands check the "
+            "files with openssl, coreutils and python3 only.",
         ),
     ),
     "daemon": Contract(

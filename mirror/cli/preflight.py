@@ -115,6 +115,21 @@ def transfer_keys(settings: Settings, given: Given | None = None) -> dict[str, P
     return trusted
 
 
+def record_keys(settings: Settings) -> dict[str, PublicKey]:
+    """The public keys whose verification records this air-gapped side believes
+    (target.receipt_keys); ConfigError (exit 2) when there is none."""
+    from mirror.transferset.keys import load_trusted_keys
+
+    trusted = load_trusted_keys(settings.target.receipt_keys)
+    if not trusted:
+        raise ConfigError(
+            "no target.receipt_keys: no verification record can be checked",
+            hint="name this site's receipt.pub (`mirror keys show` of transfer.signing_key "
+            "here) in target.receipt_keys",
+        )
+    return trusted
+
+
 def receipt_signing_key(settings: Settings) -> SigningKey | None:
     """The key the air-gapped side signs its receipts with (its transfer.signing_key), if set."""
     from mirror.airgap.importer import receipt_key_from

@@ -67,13 +67,20 @@ def _canonical(document: Any) -> bytes:
     return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def statement(subject_name: str, sha256: str, predicate: Mapping[str, Any]) -> bytes:
-    """The canonical bytes of an in-toto Statement v1 about one bundle."""
+def statement(
+    subject_name: str,
+    sha256: str,
+    predicate: Mapping[str, Any],
+    *,
+    predicate_type: str = PREDICATE_TYPE,
+) -> bytes:
+    """The canonical bytes of an in-toto Statement v1 about one object (a bundle; the import
+    side's verification record, `mirror.airgap.verification`, is about the bucket's object)."""
     return _canonical(
         {
             "_type": STATEMENT_TYPE,
             "subject": [{"name": subject_name, "digest": {"sha256": sha256}}],
-            "predicateType": PREDICATE_TYPE,
+            "predicateType": predicate_type,
             "predicate": dict(predicate),
         }
     )
@@ -99,17 +106,20 @@ def verify_provenance(
     *,
     sha256: str | None = None,
     what: str = NAME,
+    predicate_type: str = PREDICATE_TYPE,
 ) -> Provenance:
     """The provenance in `envelope`, once signed by a trusted key and, when `sha256` is
-    given, about that bundle (else about the one bundle it names, in `Provenance.sha256`)."""
+    given, about that bundle (else about the one bundle it names, in `Provenance.sha256`).
+    `predicate_type`: the statement's kind (a verification record's, for the one owner of
+    the envelope's checks)."""
     payload, signatures = _envelope(envelope, what)
     key_id = _signed_by(payload, signatures, trusted, what)
     document = _json(payload, f"{what}: the statement")
     if not isinstance(document, dict) or document.get("_type") != STATEMENT_TYPE:
         raise IntegrityError(f"{what}: not an in-toto Statement v1")
-    if document.get("predicateType") != PREDICATE_TYPE:
+    if document.get("predicateType") != predicate_type:
         raise IntegrityError(
-            f"{what}: predicate type {document.get('predicateType')!r}, expected {PREDICATE_TYPE!r}"
+            f"{what}: predicate type {document.get('predicateType')!r}, expected {predicate_type!r}"
         )
     subjects = document.get("subject")
     if not isinstance(subjects, list) or len(subjects) != 1 or not isinstance(subjects[0], dict):

@@ -104,6 +104,7 @@ def test_every_command_json_document_matches_its_description(
                 "prefix": target_settings.prefix,
                 "region": target_settings.region,
                 "transfer_keys": [f"{keys}.pub"],
+                "receipt_keys": [f"{keys}.pub"],
             },
             "chart": {"values_path": str(tmp_path / "deploy" / "{domain}.values.yaml")},
             "exports": [{"domain": DOMAIN}],
@@ -151,6 +152,8 @@ def test_every_command_json_document_matches_its_description(
     walk("transfer verify", str(set_dir))
     imported = walk("transfer import", str(set_dir))
     walk("transfer ack", imported["receipt"])
+    evidence = walk("evidence", DOMAIN, first["version"], "--out", str(tmp_path / "evidence"))
+    assert "VERIFY.md" in evidence["files"] and evidence["set_sequence"] == 1
     again = walk("transfer resend", "1", str(tmp_path / "usb" / "set1-again"))
     assert again["manifest_sha256"] == imported["manifest_sha256"]
     copy = Path(again["path"])
@@ -183,6 +186,8 @@ def test_every_command_json_document_matches_its_description(
     values_file = tmp_path / "values.yaml"
     walk("chart values", DOMAIN, "--out", str(values_file))
     walk("chart check", str(values_file))
+    chained = walk("chart check", str(values_file), "--provenance")
+    assert chained["provenance"]["verified"] and chained["record"]["verified"]
     failed = walk("chart check", str(values_file), "--warn", "30d", exit_code=1)
     assert failed["exit_code"] == 1 and "(warning at 30d)" in failed["error"]
     walk("chart refresh")

@@ -78,6 +78,7 @@ class World:
                 "prefix": target.prefix,
                 "region": target.region,
                 "transfer_keys": [str(self.transfer.public_path)],
+                "receipt_keys": [str(self.receipt.public_path)],
             },
             "chart": {"values_path": str(tmp / "values" / "{domain}.yaml")},
             "serve": {"listen": "127.0.0.1:0", "cache_dir": str(tmp / "serve-cache")},
@@ -562,6 +563,23 @@ CASES: dict[str, list[Case]] = {
             lambda w: ["chart", "check", str(w.not_a_values_file())],
             "has no staticExport.bundleUrl",
         ),
+    ],
+    "evidence": [
+        missing_config("evidence", DOCS, "2026-11-20", "--out", "evidence"),
+        Case("bad argument", ("evidence", DOCS, "2026-11-20"), "--out"),
+        Case(
+            "setting",
+            lambda w: ["evidence", DOCS, "2026-11-20", "--out", str(w.tmp / "evidence")],
+            "no target.receipt_keys",
+            config=lambda w: w.config_with("target", receipt_keys=None),
+        ),
+        Case(
+            "not found",
+            lambda w: ["evidence", DOCS, "2026-11-20", "--out", str(w.tmp / "evidence")],
+            "no version 2026-11-20",
+        ),
+        no_bucket("evidence", DOCS, "2026-11-20", "--out", "evidence"),
+        wrong_s3_secret("evidence", DOCS, "2026-11-20", "--out", "evidence"),
     ],
     "serve": [
         missing_config("serve"),

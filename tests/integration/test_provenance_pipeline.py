@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,9 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.transferset.format import MANIFEST, parse_manifest
+from mirror.transferset.keys import generate_keypair
 from tests.fixtures.cli import mirror_cli, write_config
-from tests.fixtures.docs import documented
+from tests.fixtures.docs import documented, run_verify
 from tests.fixtures.s3 import READ_ONLY_CREDENTIALS, bucket_listing, gap_sides, transfer_config
 from tests.fixtures.versions import add_sim_version, add_tree_version
 
@@ -230,6 +232,33 @@ def by_hand(
     )
 
 
+def evidence_of_every_kind(airgap: Path, tmp_path: Path, key_pair: tuple[Path, Path]) -> None:
+    """`mirror evidence` of a version imported whole and of one imported as a delta: its
+    VERIFY.md passes as written; a record signed by a key the site does not trust is refused
+    by `chart check --provenance` (exit 5, one line) and by `mirror evidence`."""
+    for domain, version in ((ZIPPED, V1), (DOCS, V2)):
+        out = tmp_path / "evidence" / f"{domain}-{version}"
+        said = mirror_cli(
+            "--config", str(airgap), "evidence", domain, version, "--out", str(out), "--with-object"
+        )
+        assert said.returncode == 0, said.stderr
+        done = run_verify(out)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count("Signature Verified Successfully") == 2, done.stdout
+    stranger = generate_keypair(tmp_path / "stranger")
+    document = tomllib.loads(airgap.read_text())
+    document["target"]["receipt_keys"] = [str(stranger.public_path)]
+    untrusting = write_config(tmp_path / "untrusting.toml", document)
+    values = tmp_path / f"{DOCS}-{V2}.yaml"
+    refused = mirror_cli("--config", str(untrusting), "chart", "check", str(values), "--provenance")
+    assert refused.returncode == 5, refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("mirror:")]
+    assert "which is not trusted here" in line, refused.stderr
+    out = tmp_path / "evidence" / "refused"
+    refused = mirror_cli("--config", str(untrusting), "evidence", DOCS, V2, "--out", str(out))
+    assert refused.returncode == 5 and not out.exists(), refused.stderr
+
+
 @pytest.mark.slow
 def test_the_readme_recipe_verifies_whole_and_delta_versions_in_the_bucket_and_a_tampered_one_fails(
     tmp_path: Path,
@@ -290,9 +319,9 @@ def test_the_readme_recipe_verifies_whole_and_delta_versions_in_the_bucket_and_a
         assert f"{name}: tree OK" in checked.stdout
         values = tmp_path / f"{domain}-{version}.yaml"
         run(sides.airgap, "chart", "values", domain, "--pin", version, "--out", str(values))
-        assert run(sides.airgap, "chart", "check", str(values), "--provenance")["provenance"][
-            "verified"
-        ]
+        chained = run(sides.airgap, "chart", "check", str(values), "--provenance")
+        assert chained["provenance"]["verified"] and chained["record"]["verified"]
+    evidence_of_every_kind(sides.airgap, tmp_path, key_pair)
 
     # The delta's object replaced by another site, its manifest rewritten to match it: only
     # the signed tree tells.

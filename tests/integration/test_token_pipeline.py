@@ -1,7 +1,9 @@
 """Keys that never leave a token, through the real command line (issue 40): a transfer set
 signed in one SoftHSM2 token imports on a side whose receipts are signed in another, and the
-connected side believes the receipt. The transfer key is one `mirror keys generate` made in
-its token, the receipt key one OpenSC's pkcs11-tool made in its own; each side's settings
+connected side believes the receipt; the version's verification record, signed in the
+token too, passes `mirror evidence`'s VERIFY.md. The transfer key is one `mirror keys
+generate` made in its token, the receipt key one OpenSC's pkcs11-tool made in its own; each
+side's settings
 name its key by a pkcs11: URI whose PIN is in a file, and the other side trusts the public
 half `mirror keys` wrote."""
 
@@ -15,6 +17,7 @@ import pytest
 from mirror.config import TargetSettings, settings_from_dict
 from mirror.store.app import App
 from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.docs import run_verify
 from tests.fixtures.s3 import bucket_listing, transfer_config
 from tests.fixtures.tokens import SoftHSM
 from tests.fixtures.versions import add_version
@@ -46,6 +49,7 @@ def test_a_set_signed_in_a_token_imports_where_receipts_are_signed_in_one(
         "store": {"path": str(tmp_path / "unused-airgap-store")},
         "transfer": {"signing_key": receipt_uri},
     }
+    airgap["target"]["receipt_keys"] = [str(keys / "receipt.pub")]  # its records
     connected_config = write_config(tmp_path / "connected.toml", connected)
     airgap_config = write_config(tmp_path / "airgap.toml", airgap)
     app = App(settings_from_dict(connected))
@@ -66,6 +70,12 @@ def test_a_set_signed_in_a_token_imports_where_receipts_are_signed_in_one(
     acked = run(softhsm, "--config", str(connected_config), "transfer", "ack",
                 str(set_dir / "receipt.json"))  # fmt: skip
     assert acked["marked"] == [{"domain": DOCS, "version": "2026-11-20"}]
+    evidence = tmp_path / "evidence"
+    said = run(softhsm, "--config", str(airgap_config), "evidence", DOCS, "2026-11-20",
+               "--out", str(evidence), "--with-object")  # fmt: skip
+    assert said["receipt_key_id"] == receipt["key_id"]  # the record, signed in the token
+    checked = run_verify(evidence)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     assert not [p for p in tmp_path.rglob("*") if p.suffix == ".key" or "PRIVATE" in _head(p)]
 
 
