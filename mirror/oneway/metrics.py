@@ -1,8 +1,8 @@
 """The receiver's counters for Prometheus (its own registry, as the daemon's): datagrams
 taken, dropped as corrupt (damaged in transit) and dropped by reason (whole, but a field out
-of its bounds: `DROP_REASONS`), sessions evicted, blocks repaired by FEC, sets complete,
-incomplete and refused, and what `--import` did with each landed set. `serve` exposes them
-on `--metrics HOST:PORT`.
+of its bounds: `DROP_REASONS`), sessions evicted, sessions removed from the spool, blocks
+repaired by FEC, sets complete, incomplete and refused, and what `--import` did with each
+landed set. `serve` exposes them on `--metrics HOST:PORT`.
 
 Promises: a drop is counted every time and said in the log at most once a minute per reason
 (`LOG_EVERY`, with the number left unsaid since), so a flood of forged datagrams cannot fill
@@ -51,6 +51,12 @@ class ReceiverMetrics:
             "Sessions put out of memory for a newer one (their blocks on disk are kept)",
             registry=self.registry,
         )
+        self.removed = Counter(
+            "mirror_oneway_removed_sessions",
+            "Sessions not landed whose files were removed: over the spool budget, the disk "
+            "full, or a set that arrived whole and does not verify",
+            registry=self.registry,
+        )
         self.blocks = Counter(
             "mirror_oneway_blocks", "Blocks decoded and written", registry=self.registry
         )
@@ -89,6 +95,11 @@ class ReceiverMetrics:
         """Count one session put out of memory for a newer one; said as a drop is."""
         self.evicted.inc()
         self._say("evicted", f"session {session:016x} put out of memory for a newer one")
+
+    def remove(self, session: int, why: str) -> None:
+        """Count one session whose files were removed; said as a drop is."""
+        self.removed.inc()
+        self._say("removed", f"session {session:016x} removed from the spool: {why}")
 
     def _say(self, reason: str, line: str) -> None:
         now = self._clock()
