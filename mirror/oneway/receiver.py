@@ -33,6 +33,7 @@ Promises:
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import select
@@ -41,13 +42,13 @@ import shutil
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.fsutil import disk_full, fsync_dir, is_disk_full
-from mirror.integrity import hash_file
+from mirror.integrity import hash_bytes, hash_file
 from mirror.oneway import fec
 from mirror.oneway.assembly import (
     MAX_DECODERS,
@@ -74,6 +75,8 @@ WAITING = 2048
 HELD_BYTES = 4 * 1024 * 1024
 """Bytes of table fragments and early DATA held per session."""
 MAX_SESSIONS = 16
+MAX_REFUSED = 64
+"""Refused sets whose later passes are ignored (a digest of each one's files)."""
 WAIT = 0.2
 _UNHOLDABLE = {errno.EFBIG, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTDIR, errno.EISDIR}
 """A table the spool's file system cannot make (its limits, not a fault of the spool)."""
@@ -226,6 +229,7 @@ class Receiver:
         self.sessions: OrderedDict[int, _Session] = OrderedDict()
         """Least recently heard first."""
         self.landed: set[int] = set()
+        self.refused: OrderedDict[str, None] = OrderedDict()
         self.last_seen = time.monotonic()
         self.stop_when_full = stop_when_full
         work_root(spool).mkdir(parents=True, exist_ok=True)
@@ -321,7 +325,8 @@ class Receiver:
         """The session's assembly from its table's bytes; None (dropped, counted) for a
         table that breaks a bound, is another session's or the spool cannot hold."""
         try:
-            return Assembly(self.spool, _table_of(data, session, self.budget), pool=self.decoders)
+            table = _table_of(data, session, self.budget, self.refused)
+            return Assembly(self.spool, table, pool=self.decoders)
         except IntegrityError as exc:
             self.metrics.drop("table", str(exc))
         except OSError as exc:
@@ -441,6 +446,7 @@ class Receiver:
             outcome.error = str(exc)
             outcome.reason = "the set arrived whole but does not verify"
             self._remove(table.session, "its set does not verify")
+            _remember(self.refused, table)
             return outcome
         outcome.landed = _land(self.spool, assembly)
         self.metrics.sets.labels("complete").inc()
@@ -461,12 +467,27 @@ def _silent(session: _Session, idle_timeout: float) -> str:
     )
 
 
-def _table_of(data: bytes, session: int, budget: SpoolBudget) -> Table:
-    """The table in `data`, if it is session `session`'s and the spool budget can hold its
-    set (IntegrityError: dropped)."""
+def _remember(refused: OrderedDict[str, None], table: Table) -> None:
+    """A refused set's files, the oldest forgotten past MAX_REFUSED."""
+    refused[_files_digest(table)] = None
+    while len(refused) > MAX_REFUSED:
+        refused.popitem(last=False)
+
+
+def _files_digest(table: Table) -> str:
+    """What a set's verification depends on in its table: its files, sizes and hashes."""
+    return hash_bytes(json.dumps(table.as_dict()["files"]).encode())
+
+
+def _table_of(data: bytes, session: int, budget: SpoolBudget, refused: Container[str]) -> Table:
+    """The table in `data`, if it is session `session`'s, not of a set refused already (the
+    same files: the rest of its passes) and the spool budget can hold its set (IntegrityError:
+    dropped)."""
     table = Table.decode(data)
     if table.session != session:
         raise IntegrityError(f"the table of session {table.session:016x}")
+    if _files_digest(table) in refused:
+        raise IntegrityError(f"the table of {table.name}, the same files as a set refused already")
     if table.total_bytes > budget.limit:
         raise IntegrityError(
             f"a set of {format_size(table.total_bytes)}, over the spool budget of "

@@ -5,7 +5,10 @@ with the real sender and, with --import, the real S3 server (issue 38, classes 1
   counted (its --metrics say by which reason), and the real set sent next lands;
 - a set the import refuses (one the bucket already has) is logged, counted and kept in
   DIR/refused/ with its reason, and the next set lands and is imported;
-- a set that lands while the object store is away is imported when it is back.
+- a set that lands while the object store is away is imported when it is back;
+- forged DATA for a forged large file fills the spool's disk: the forged session is removed
+  and the service goes on (it ended with exit 75 before, and again at each restart);
+  a forged table claiming more than `transfer.spool_budget` is never taken.
 
 Every wait is on a condition polled to a generous deadline (a file, a counter)."""
 
@@ -26,9 +29,17 @@ import pytest
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.oneway import wire
-from tests.fixtures.cli import mirror_cli, start_mirror
-from tests.fixtures.forged import SYMBOL, forged_table, packet, sha, status, table_datagrams
-from tests.fixtures.s3 import free_port, import_config, packed_set
+from tests.fixtures.cli import mirror_cli, start_mirror, write_config
+from tests.fixtures.forged import (
+    SYMBOL,
+    filler,
+    forged_table,
+    packet,
+    sha,
+    status,
+    table_datagrams,
+)
+from tests.fixtures.s3 import free_port, import_config, packed_set, transfer_config
 from tests.fixtures.udp import free_udp_port, wait_bound
 from tests.fixtures.wire import Proxy
 
@@ -136,6 +147,52 @@ def test_forged_datagrams_are_counted_and_the_real_set_lands(
     assert code == 0, err
     assert f"landed set-1 in {spool / 'set-1'}" in out
     assert "unexpected" not in err and "dropped a datagram (table)" in err
+
+
+def send_all(port: int, datagrams: list[bytes]) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for datagram in datagrams:
+            sock.sendto(datagram, ("127.0.0.1", port))
+
+
+def test_forged_data_that_fills_the_disk_does_not_stop_the_service(
+    tmp_path: Path, key_pair: tuple[Path, Path], small_filesystem: Callable[[int], Path]
+) -> None:
+    """W1, as the trial ran it: a forged table with a 1 GiB file (within the default budget)
+    and random DATA for 20 blocks (5.6 MiB) into a 3 MiB spool."""
+    set_dir = packed_set(tmp_path, key_pair, [DOCS], name="set-1")
+    spool = small_filesystem(3 * 1024 * 1024) / "spool"
+    with receiving(["--defaults"], spool, "--trusted-key", str(key_pair[1])) as service:
+        send_all(service.port, filler(400, blocks=20, claim=1 << 30)[1])
+        removed = "mirror_oneway_removed_sessions_total"
+        service.until("the forged session removed", lambda: service.counter(removed) >= 1)
+        service.send(set_dir)
+        service.until("the real set", (spool / "set-1" / "manifest.json").is_file)
+        code, out, err = service.stop()
+    assert code == 0, err
+    assert f"landed set-1 in {spool / 'set-1'}" in out
+    assert "the disk holding the spool is full" in err and "unexpected" not in err
+    assert [p.name for p in (spool / ".oneway").iterdir() if len(p.name) == 16] == []
+
+
+def test_a_forged_table_over_the_configured_spool_budget_is_never_taken(
+    tmp_path: Path, key_pair: tuple[Path, Path]
+) -> None:
+    set_dir = packed_set(tmp_path, key_pair, [DOCS], name="set-1")
+    document = transfer_config(tmp_path / "store", key_pair, spool_budget="1MiB")
+    config = ["--config", str(write_config(tmp_path / "budget.toml", document))]
+    spool = tmp_path / "spool"
+    with receiving(config, spool, "--trusted-key", str(key_pair[1])) as service:
+        session, forged = filler(410, blocks=2, claim=2 * 1024 * 1024)
+        send_all(service.port, forged)
+        dropped = "mirror_oneway_dropped_datagrams_total"
+        service.until("the table dropped", lambda: service.counter(dropped, 'reason="table"') >= 1)
+        service.send(set_dir)  # about 8 KiB: within the budget
+        service.until("the real set", (spool / "set-1" / "manifest.json").is_file)
+        code, _, err = service.stop()
+    assert code == 0, err
+    assert "over the spool budget of 1.0 MiB (transfer.spool_budget)" in err
+    assert not (spool / ".oneway" / f"{session:016x}").exists()
 
 
 @pytest.mark.s3
