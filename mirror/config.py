@@ -170,7 +170,7 @@ class DaemonSettings(_Section):
 
 
 SPOOL_BUDGET = 16 * 1024**3
-"""The default `transfer.spool_budget`: four sets of `transfer.max_size`'s default."""
+"""The default `transfer.spool_budget` (README, "One-way link")."""
 
 
 class TransferSettings(_Section):

@@ -97,9 +97,10 @@ class ReceiverMetrics:
         self._say("evicted", f"session {session:016x} put out of memory for a newer one")
 
     def remove(self, session: int, why: str) -> None:
-        """Count one session whose files were removed; said as a drop is."""
+        """Count one session whose files were removed; said as a drop is, once a minute for
+        each `why` (one of a few fixed reasons)."""
         self.removed.inc()
-        self._say("removed", f"session {session:016x} removed from the spool: {why}")
+        self._say(f"removed: {why}", f"session {session:016x} removed from the spool: {why}")
 
     def _say(self, reason: str, line: str) -> None:
         now = self._clock()

@@ -390,7 +390,7 @@ class Receiver:
         elif self.stop_when_full:
             raise exc
         else:
-            self._remove(number, "the disk holding the spool is full and no other session is")
+            self._remove(number, "the disk holding the spool is full (no other session to remove)")
 
     def _remove(self, number: int, why: str) -> None:
         """Put session `number` out of memory and remove its files and state (not landed,
