@@ -27,6 +27,10 @@ bound, is another session's or cannot be held by the spool; data: a DATA datagra
 has no place for; waiting: DATA before its table beyond the session's budget; status: a
 HEARTBEAT or END whose body is not one."""
 IMPORT_OUTCOMES = ("imported", "refused", "deferred")
+_REMOVED_HELP = (
+    "Sessions not landed whose files were removed: over the spool budget, the disk full, or "
+    "a set that arrived whole and does not verify"
+)
 
 
 class ReceiverMetrics:
@@ -52,10 +56,7 @@ class ReceiverMetrics:
             registry=self.registry,
         )
         self.removed = Counter(
-            "mirror_oneway_removed_sessions",
-            "Sessions not landed whose files were removed: over the spool budget, the disk "
-            "full, or a set that arrived whole and does not verify",
-            registry=self.registry,
+            "mirror_oneway_removed_sessions", _REMOVED_HELP, registry=self.registry
         )
         self.blocks = Counter(
             "mirror_oneway_blocks", "Blocks decoded and written", registry=self.registry
@@ -77,13 +78,17 @@ class ReceiverMetrics:
         self.by_kind = {k: self.datagrams.labels(k) for k in ("data", "table", "heartbeat", "end")}
         """The per-kind children, looked up once: `labels()` per datagram costs."""
         self._by_reason = {reason: self.dropped.labels(reason) for reason in DROP_REASONS}
+        self._zero()
+        self._clock = clock
+        self._said: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+
+    def _zero(self) -> None:
+        """Every outcome shown from the start, at 0."""
         for outcome in ("complete", "incomplete", "refused"):
             self.sets.labels(outcome)
         for outcome in IMPORT_OUTCOMES:
             self.imports.labels(outcome)
-        self._clock = clock
-        self._said: dict[str, float] = {}
-        self._unsaid: dict[str, int] = {}
 
     def drop(self, reason: str, detail: str) -> None:
         """Count one datagram dropped for `reason` (one of DROP_REASONS); said in the log
