@@ -6,7 +6,8 @@ Promises:
   (tests/oneway prove it with a counter on the reverse path).
 - A complete set is landed only after every file matches the table's sha256 and the
   ordinary `verify_set` (signature, chain fields, every hash) passes; it is moved into
-  DIR/NAME with one rename. Anything else stays in DIR/.oneway/SESSION with what it has.
+  DIR/NAME with one rename. An incomplete set stays in DIR/.oneway/SESSION with what it
+  has (within the disk budget below).
 - A set ends incomplete when the sender's last pass is over (END) or nothing arrived for
   `idle_timeout` seconds; `Outcome` then names each missing file, its missing blocks and
   bytes, and `resend_command` is what to run on the connected side.
