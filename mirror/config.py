@@ -169,6 +169,10 @@ class DaemonSettings(_Section):
         return value
 
 
+SPOOL_BUDGET = 16 * 1024**3
+"""The default `transfer.spool_budget` (README, "One-way link")."""
+
+
 class TransferSettings(_Section):
     """The connected side's transfer sets: the key that signs them, and the keys whose
     receipts it believes for the site `default` (without `[[sites]]`)."""
@@ -182,6 +186,10 @@ class TransferSettings(_Section):
     delta_max_ratio: float = Field(default=0.5, ge=0.0, le=1.0)
     """A version goes as a delta only when its delta blob is at most this share of the
     bundle (0 never sends deltas; `transfer pack --full` overrides it per pack)."""
+    spool_budget: Size = Field(default=SPOOL_BUDGET, gt=0)
+    """Disk the one-way receiver's sessions not yet landed may hold in its spool
+    (mirror.oneway.budget): datagrams are not authenticated, so this bounds what forged
+    ones can write. A set larger than this is not received."""
 
 
 class TargetSettings(_Section):

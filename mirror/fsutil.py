@@ -58,9 +58,15 @@ def free_bytes(path: Path) -> int | None:
     return None
 
 
-def disk_full(where: Path, needed: int | None, kept: str) -> TemporaryFailure:
+def disk_full(
+    where: Path,
+    needed: int | None,
+    kept: str,
+    hint: str = "free space there (or move store.path) and run the same command again",
+) -> TemporaryFailure:
     """The one-line exit-75 error for a full disk: free space where, space needed, and what
-    was kept (e.g. "the partial download of 12 MiB is kept; the next run resumes it")."""
+    was kept (e.g. "the partial download of 12 MiB is kept; the next run resumes it"); the
+    hint names what else may move (the store by default; a receiver's spool is its DIR)."""
     free = free_bytes(where)
     free_text = format_size(free) if free is not None else "an unknown amount"
     need_text = (
@@ -68,7 +74,7 @@ def disk_full(where: Path, needed: int | None, kept: str) -> TemporaryFailure:
     )
     return TemporaryFailure(
         f"no space left on the disk holding {where}: {free_text} free, {need_text}; {kept}",
-        hint="free space there (or move store.path) and run the same command again",
+        hint=hint,
     )
 
 

@@ -371,6 +371,8 @@ def stage_bundles(
                 bases=bases,
             ) as reader:
                 uploads.append(_stage(staging, verified, item, key, reader, bases, on_progress))
+                if isinstance(reader, publish.TreeChecked):
+                    reader.finish()  # an object already there was not read: its tree still is
         outcomes = staging.complete()
     trees = {_bundle(store, item): item.tree_sha256 for item in verified.manifest.items}
     staged = {

@@ -16,9 +16,10 @@ the set with the bucket unchanged (IntegrityError, objects are never overwritten
 all it says (`transferset.provenance.check_about`: subject, domain, version, tree) against
 the version its manifest describes (`chart history`, `chart check --provenance`, `mirror
 serve`); `check_object`
-proves the version's object is what the statement is about: its subject when the manifest
-names those bytes (`chart check` compares the object it fetches with the manifest), else the
-object read back, whose tree must be the signed one and whose bytes the manifest's. Either
+proves the version's object is what the statement is about: the object read back, whose
+tree must be the signed one and whose bytes the manifest's (the signed bundle's too: its
+digest proves the bytes, not the tree said of them; a whole zip, which cannot be read as a
+stream, by its digest alone). Either
 fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
 Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
 
@@ -143,20 +144,26 @@ def check_in_bucket(
 
 
 def check_object(store: ObjectStore, domain: str, version: str, proven: Provenance) -> None:
-    """The version's object is the site `proven` is about (module docstring): a delta's
-    archive is read back whole, once."""
+    """The version's object is the site `proven` is about (module docstring): read back
+    whole, once, its tree hashed as it passes. The signed bundle's own bytes too: a digest
+    proves the bytes are the ones signed, not that they hold the tree the statement (and
+    the manifest) name. A zip cannot be read as a stream (its directory is at its end): a
+    whole zip is proven by its digest alone here (`mirror serve` hashes its tree from its
+    cached file, and the import before it was published)."""
     described = _described(store, domain, version)
-    if described.sha256 == proven.sha256:
-        return  # the signed bundle itself: its bytes are the manifest's digest
+    whole = described.sha256 == proven.sha256
+    if whole and described.archive_format != "tar.gz":
+        return
     where = f"{store.bucket}/{described.object}"
     try:
         tree, digest = read_back(store, described.object, described.size)
     except IntegrityError as exc:
         raise IntegrityError(f"{where} is not the site its provenance is about: {exc}") from None
     if tree != proven.predicate.get("tree_sha256"):
+        when = "named so when it was signed" if whole else "changed after the import"
         raise IntegrityError(
-            f"{where} holds tree {tree[:16]}…, not the tree its provenance signs; "
-            "changed after the import"
+            f"{where} holds tree {tree[:16]}…, not the tree its provenance signs "
+            f"({str(proven.predicate.get('tree_sha256'))[:16]}…); {when}"
         )
     require_digest(where, digest, described.sha256, described.size)
 

@@ -100,16 +100,15 @@ class ArchiveFeed:
         try:
             head = stream.peek(512)
             fmt = format_of(head, self.path.name)
-            if fmt == "zip":
-                return
-            self._outcome = inspect_stream(
-                self.path,
-                fmt,
-                self.archive_size,
-                lambda: cast(IO[bytes], stream),
-                self.limits,
-                self._observer,
-            )
+            if fmt != "zip":  # a zip's blocks are only taken (drained below): never a wait
+                self._outcome = inspect_stream(
+                    self.path,
+                    fmt,
+                    self.archive_size,
+                    lambda: cast(IO[bytes], stream),
+                    self.limits,
+                    self._observer,
+                )
         except _Abandoned:
             return
         except BaseException as exc:

@@ -239,7 +239,8 @@ def transfer_receive(
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     sock = open_socket(host, port, rcvbuf)
     with sock, _progress(cli, "receiving") as (on_block,):
-        receiver = _receiver(spool, trusted, metrics, on_block)
+        budget = cli.settings.transfer.spool_budget
+        receiver = _receiver(spool, trusted, metrics, on_block, budget=budget, once=once)
         outcomes = _serve(
             ctx, receiver, sock, listen, keys, once, do_import, idle_timeout, stopping
         )
@@ -290,15 +291,24 @@ def _receiver(
     trusted: Mapping[str, PublicKey],
     metrics: ReceiverMetrics,
     on_block: Callable[[int], None] | None,
+    *,
+    budget: int,
+    once: bool,
 ) -> Receiver:
-    """The receiver on its spool, made if missing; a spool that cannot be written is one line."""
+    """The receiver on its spool, made if missing; a spool that cannot be written is one line.
+    `--once` stops on a full disk (exit 75); a service removes what it must and goes on."""
     from mirror.oneway.receiver import Receiver, spool_error
 
     try:
         spool.mkdir(parents=True, exist_ok=True)
-        return Receiver(spool, trusted, metrics=metrics, on_block=on_block)
+        return Receiver(
+            spool, trusted, metrics=metrics, on_block=on_block, budget=budget, stop_when_full=once
+        )
     except OSError as exc:
         raise spool_error(spool, exc) from None
+
+
+_REMOVED = "what arrived was removed: a good copy of the set sent next lands"
 
 
 def _report(cli: CliContext, outcome: Outcome, to: str, *, logged: bool = False) -> None:
@@ -314,7 +324,7 @@ def _report(cli: CliContext, outcome: Outcome, to: str, *, logged: bool = False)
         return
     if outcome.error is not None:
         if not logged:
-            click.echo(f"mirror: {outcome.name}: {outcome.error}; kept in {outcome.kept}", err=True)
+            click.echo(f"mirror: {outcome.name}: {outcome.error}; {_REMOVED}", err=True)
         return
     lines = [
         f"incomplete {outcome.name}: {outcome.reason}; "
@@ -333,7 +343,7 @@ def _fail_unless_landed(outcome: Outcome, to: str) -> None:
     if outcome.landed is not None:
         return
     if outcome.error is not None:
-        raise IntegrityError(f"{outcome.name}: {outcome.error}", hint=f"kept in {outcome.kept}")
+        raise IntegrityError(f"{outcome.name}: {outcome.error}", hint=_REMOVED)
     raise TemporaryFailure(
         f"set {outcome.name} is incomplete: {len(outcome.missing)} file(s), "
         f"{format_size(outcome.missing_bytes)} missing",

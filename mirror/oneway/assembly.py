@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.fsutil import atomic_write_bytes
+from mirror.fsutil import atomic_write_bytes, is_disk_full
 from mirror.oneway.fec import BlockDecoder
 from mirror.oneway.table import Table
 
@@ -166,12 +166,25 @@ class Assembly:
         atomic_write_bytes(self.dir / STATE, json.dumps(state).encode())
         self.dirty = False
 
-    def close(self) -> None:
+    def close(self, *, or_discard: bool = False) -> None:
+        """Save and close; `or_discard`: a disk too full to save keeps the last state saved."""
         if self.dirty:
-            self.save()
+            try:
+                self.save()
+            except OSError as exc:
+                if not (or_discard and is_disk_full(exc)):
+                    raise
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        self.decoders.forget(self.table.session)
+
+    def discard(self) -> None:
+        """Close without saving: the session's files are about to be removed."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self.dirty = False
         self.decoders.forget(self.table.session)
 
     def forget_file(self, file: int) -> None:

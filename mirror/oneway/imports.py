@@ -3,7 +3,7 @@
 
 The import itself is the ordinary one, passed in (`importer`: this package does not know
 the bucket). Promises:
-- A set the import refuses (any error but a temporary one: already in the bucket, a
+- A set the import refuses (what `transfer import` exits 5 for: already in the bucket, a
   signature, a conflict) is moved to DIR/refused/NAME, its reason beside it in
   DIR/refused/NAME.reason (when, and the error line), logged and counted
   (`mirror_oneway_imports{outcome="refused"}`); the next set is landed and imported as ever.
@@ -12,6 +12,10 @@ the bucket). Promises:
   passes of the loop: RETRY_FIRST seconds after, then doubling up to RETRY_MAX.
   DIR/.oneway/pending/NAME names each such set (written before the first try), so a
   service stopped and started again tries them still.
+- Any other failure is this side's, not the set's (S3 credentials refused, exit 4; settings
+  the import cannot use, exit 2; anything else not exit 5): the set stays pending and is
+  tried again on the same schedule, each try said in one log line with the exit code, so
+  once the credentials or settings are fixed it is imported with no work by hand.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mirror.errors import MirrorError, TemporaryFailure
+from mirror.errors import EXIT_INTEGRITY, MirrorError, TemporaryFailure
 from mirror.fsutil import atomic_write_bytes, fsync_dir
 from mirror.oneway.assembly import work_root
 from mirror.oneway.metrics import ReceiverMetrics
@@ -81,18 +85,10 @@ class ImportQueue:
             return True
         try:
             self.importer(set_dir)
-        except TemporaryFailure as exc:
-            self.metrics.imports.labels("deferred").inc()
-            self.due = self.clock() + self.wait
-            log.warning(
-                "%s landed but cannot be imported now (tried again in %.0f s): %s",
-                set_dir.name,
-                self.wait,
-                exc,
-            )
-            self.wait = min(self.wait * 2, RETRY_MAX)
-            return False
         except MirrorError as exc:
+            if exc.exit_code != EXIT_INTEGRITY:
+                self._defer(set_dir, exc)
+                return False
             aside = self._refuse(set_dir, exc)
             self.metrics.imports.labels("refused").inc()
             log.warning("%s refused by the import, kept aside in %s: %s", set_dir.name, aside, exc)
@@ -101,6 +97,24 @@ class ImportQueue:
         self.wait = RETRY_FIRST
         mark.unlink(missing_ok=True)
         return True
+
+    def _defer(self, set_dir: Path, exc: MirrorError) -> None:
+        """Keep a set this side cannot import now pending, tried again after `wait`."""
+        self.metrics.imports.labels("deferred").inc()
+        self.due = self.clock() + self.wait
+        why = (
+            "now"
+            if isinstance(exc, TemporaryFailure)
+            else f"until this is fixed (exit {exc.exit_code})"
+        )
+        log.warning(
+            "%s landed but cannot be imported %s; tried again in %.0f s: %s",
+            set_dir.name,
+            why,
+            self.wait,
+            exc,
+        )
+        self.wait = min(self.wait * 2, RETRY_MAX)
 
     def _refuse(self, set_dir: Path, exc: MirrorError) -> Path:
         """Move the set to DIR/refused/NAME (NAME.2, ... when taken) with NAME.reason."""

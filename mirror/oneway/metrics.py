@@ -1,8 +1,8 @@
 """The receiver's counters for Prometheus (its own registry, as the daemon's): datagrams
 taken, dropped as corrupt (damaged in transit) and dropped by reason (whole, but a field out
-of its bounds: `DROP_REASONS`), sessions evicted, blocks repaired by FEC, sets complete,
-incomplete and refused, and what `--import` did with each landed set. `serve` exposes them
-on `--metrics HOST:PORT`.
+of its bounds: `DROP_REASONS`), sessions evicted, sessions removed from the spool, blocks
+repaired by FEC, sets complete, incomplete and refused, and what `--import` did with each
+landed set. `serve` exposes them on `--metrics HOST:PORT`.
 
 Promises: a drop is counted every time and said in the log at most once a minute per reason
 (`LOG_EVERY`, with the number left unsaid since), so a flood of forged datagrams cannot fill
@@ -27,6 +27,10 @@ bound, is another session's or cannot be held by the spool; data: a DATA datagra
 has no place for; waiting: DATA before its table beyond the session's budget; status: a
 HEARTBEAT or END whose body is not one."""
 IMPORT_OUTCOMES = ("imported", "refused", "deferred")
+_REMOVED_HELP = (
+    "Sessions not landed whose files were removed: over the spool budget, the disk full, or "
+    "a set that arrived whole and does not verify"
+)
 
 
 class ReceiverMetrics:
@@ -51,6 +55,9 @@ class ReceiverMetrics:
             "Sessions put out of memory for a newer one (their blocks on disk are kept)",
             registry=self.registry,
         )
+        self.removed = Counter(
+            "mirror_oneway_removed_sessions", _REMOVED_HELP, registry=self.registry
+        )
         self.blocks = Counter(
             "mirror_oneway_blocks", "Blocks decoded and written", registry=self.registry
         )
@@ -71,13 +78,17 @@ class ReceiverMetrics:
         self.by_kind = {k: self.datagrams.labels(k) for k in ("data", "table", "heartbeat", "end")}
         """The per-kind children, looked up once: `labels()` per datagram costs."""
         self._by_reason = {reason: self.dropped.labels(reason) for reason in DROP_REASONS}
+        self._zero()
+        self._clock = clock
+        self._said: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+
+    def _zero(self) -> None:
+        """Every outcome shown from the start, at 0."""
         for outcome in ("complete", "incomplete", "refused"):
             self.sets.labels(outcome)
         for outcome in IMPORT_OUTCOMES:
             self.imports.labels(outcome)
-        self._clock = clock
-        self._said: dict[str, float] = {}
-        self._unsaid: dict[str, int] = {}
 
     def drop(self, reason: str, detail: str) -> None:
         """Count one datagram dropped for `reason` (one of DROP_REASONS); said in the log
@@ -89,6 +100,12 @@ class ReceiverMetrics:
         """Count one session put out of memory for a newer one; said as a drop is."""
         self.evicted.inc()
         self._say("evicted", f"session {session:016x} put out of memory for a newer one")
+
+    def remove(self, session: int, why: str) -> None:
+        """Count one session whose files were removed; said as a drop is, once a minute for
+        each `why` (one of a few fixed reasons)."""
+        self.removed.inc()
+        self._say(f"removed: {why}", f"session {session:016x} removed from the spool: {why}")
 
     def _say(self, reason: str, line: str) -> None:
         now = self._clock()

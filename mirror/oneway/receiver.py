@@ -6,7 +6,8 @@ Promises:
   (tests/oneway prove it with a counter on the reverse path).
 - A complete set is landed only after every file matches the table's sha256 and the
   ordinary `verify_set` (signature, chain fields, every hash) passes; it is moved into
-  DIR/NAME with one rename. Anything else stays in DIR/.oneway/SESSION with what it has.
+  DIR/NAME with one rename. An incomplete set stays in DIR/.oneway/SESSION with what it
+  has (within the disk budget below).
 - A set ends incomplete when the sender's last pass is over (END) or nothing arrived for
   `idle_timeout` seconds; `Outcome` then names each missing file, its missing blocks and
   bytes, and `resend_command` is what to run on the connected side.
@@ -21,11 +22,19 @@ Promises:
   HELD_BYTES bytes of table fragments and DATA that came before its table (a table's
   fragments take the place of the oldest such DATA, so a table always fits); at most
   MAX_DECODERS blocks are decoded at once across all of them (assembly.DecoderPool).
+- Disk is bounded too (mirror.oneway.budget): the blocks of sessions not yet landed take at
+  most the spool budget; the sessions written to least recently are removed (files and
+  state) to make room, and a table claiming more than the budget is dropped. A full disk
+  removes the oldest other session; with none left, a service (`stop_when_full` False)
+  removes the session that met it and goes on (said in the log), `--once` stops (exit 75).
+- A set that arrives whole but does not verify is reported and its session removed (state
+  and files): the same set sent again, or the genuine one after a bad copy, starts afresh.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import select
@@ -34,13 +43,13 @@ import shutil
 import socket
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.fsutil import disk_full, fsync_dir, is_disk_full
-from mirror.integrity import hash_file
+from mirror.integrity import hash_bytes, hash_file
 from mirror.oneway import fec
 from mirror.oneway.assembly import (
     MAX_DECODERS,
@@ -51,11 +60,13 @@ from mirror.oneway.assembly import (
     ranges,
     work_root,
 )
+from mirror.oneway.budget import SPOOL_BUDGET, SpoolBudget
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
 from mirror.oneway.wire import Datagram, Kind, Status, parse, parse_status, resolve, table_error
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.reader import verify_set
+from mirror.units import format_size
 
 log = logging.getLogger(__name__)
 SAVE_EVERY = 1.0
@@ -65,6 +76,8 @@ WAITING = 2048
 HELD_BYTES = 4 * 1024 * 1024
 """Bytes of table fragments and early DATA held per session."""
 MAX_SESSIONS = 16
+MAX_REFUSED = 64
+"""Refused sets whose later passes are ignored (a digest of each one's files)."""
 WAIT = 0.2
 _UNHOLDABLE = {errno.EFBIG, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTDIR, errno.EISDIR}
 """A table the spool's file system cannot make (its limits, not a fault of the spool)."""
@@ -149,6 +162,40 @@ class _Session:
         self.fragments.clear()
         self.fragment_bytes = 0
 
+    def wait(self, datagram: Datagram, metrics: ReceiverMetrics) -> None:
+        """Hold DATA that came before the table, within the session's budget."""
+        size = len(datagram.payload)
+        if len(self.waiting) >= WAITING or self.held + size > HELD_BYTES:
+            metrics.drop("waiting", "DATA before its table, over the session's budget")
+            return
+        self.waiting.append(datagram)
+        self.waiting_bytes += size
+
+    def fragment(self, datagram: Datagram, metrics: ReceiverMetrics) -> bytes | None:
+        """Hold one TABLE fragment (a bad one dropped, counted); the table's bytes once
+        every fragment is here."""
+        error = table_error(datagram)
+        if error is None and datagram.symbol != self.fragment_count:  # another table
+            self.forget_fragments()
+            self.fragment_count = datagram.symbol
+        size = len(datagram.payload)
+        new = datagram.block not in self.fragments
+        if error is None and new and self.fragment_bytes + size > HELD_BYTES:
+            error = f"a table of more than {HELD_BYTES} bytes"
+        if error is not None:
+            metrics.drop("table_fragment", error)
+            return None
+        if new:
+            for _ in range(self.make_room(size)):
+                metrics.drop("waiting", "DATA before its table, making room for the table")
+            self.fragments[datagram.block] = datagram.payload
+            self.fragment_bytes += size
+        if len(self.fragments) < self.fragment_count:
+            return None
+        data = b"".join(self.fragments[i] for i in range(self.fragment_count))
+        self.forget_fragments()
+        return data
+
     def make_room(self, size: int) -> int:
         """Drop the oldest DATA waiting until `size` more bytes of table fit: the table is
         what lets every datagram be placed. The number dropped."""
@@ -171,6 +218,8 @@ class Receiver:
         max_sessions: int = MAX_SESSIONS,
         metrics: ReceiverMetrics | None = None,
         on_block: Callable[[int], None] | None = None,
+        budget: int = SPOOL_BUDGET,
+        stop_when_full: bool = False,
     ) -> None:
         self.spool = spool
         self.trusted = trusted
@@ -181,8 +230,11 @@ class Receiver:
         self.sessions: OrderedDict[int, _Session] = OrderedDict()
         """Least recently heard first."""
         self.landed: set[int] = set()
+        self.refused: OrderedDict[str, None] = OrderedDict()
         self.last_seen = time.monotonic()
+        self.stop_when_full = stop_when_full
         work_root(spool).mkdir(parents=True, exist_ok=True)
+        self.budget = SpoolBudget(spool, budget)
 
     def handle(self, data: bytes | memoryview) -> Outcome | None:
         """Take one datagram; an Outcome when a session ended with it."""
@@ -195,6 +247,9 @@ class Receiver:
         session = self._session(datagram.session)
         if session is None:
             return None
+        return self._guarded(datagram.session, lambda: self._dispatch(session, datagram))
+
+    def _dispatch(self, session: _Session, datagram: Datagram) -> Outcome | None:
         if datagram.kind is Kind.DATA:
             return self._data(session, datagram)
         if datagram.kind is Kind.TABLE:
@@ -225,12 +280,7 @@ class Receiver:
     def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
         assembly = session.assembly
         if assembly is None:
-            size = len(datagram.payload)
-            if len(session.waiting) >= WAITING or session.held + size > HELD_BYTES:
-                self.metrics.drop("waiting", "DATA before its table, over the session's budget")
-                return None
-            session.waiting.append(datagram)
-            session.waiting_bytes += size
+            session.wait(datagram, self.metrics)
             return None
         error = assembly.table.data_error(datagram.file, datagram.block, datagram.payload)
         if error is not None:
@@ -238,11 +288,16 @@ class Receiver:
             return None
         session.ended = False
         repaired = assembly.repaired
+        length = assembly.table.block_length(datagram.file, datagram.block)
+        if (datagram.file, datagram.block) not in assembly.done:
+            for victim in self.budget.victims(datagram.session, length):
+                self._remove(victim, "to keep within the spool budget")
         if assembly.add(datagram.file, datagram.block, datagram.payload):
+            self.budget.wrote(datagram.session, length)
             self.metrics.blocks.inc()
             self.metrics.repaired.inc(assembly.repaired - repaired)
             if self.on_block is not None:
-                self.on_block(assembly.table.block_length(datagram.file, datagram.block))
+                self.on_block(length)
             if assembly.complete:
                 return self._finish(session)
         return None
@@ -250,26 +305,9 @@ class Receiver:
     def _table(self, session: _Session, datagram: Datagram) -> Outcome | None:
         if session.table is not None:
             return None
-        error = table_error(datagram)
-        if error is None and datagram.symbol != session.fragment_count:  # another table
-            session.forget_fragments()
-            session.fragment_count = datagram.symbol
-        size = len(datagram.payload)
-        new = datagram.block not in session.fragments
-        if error is None and new and session.fragment_bytes + size > HELD_BYTES:
-            error = f"a table of more than {HELD_BYTES} bytes"
-        if error is not None:
-            self.metrics.drop("table_fragment", error)
+        data = session.fragment(datagram, self.metrics)
+        if data is None:
             return None
-        if new:
-            for _ in range(session.make_room(size)):
-                self.metrics.drop("waiting", "DATA before its table, making room for the table")
-            session.fragments[datagram.block] = datagram.payload
-            session.fragment_bytes += size
-        if len(session.fragments) < session.fragment_count:
-            return None
-        data = b"".join(session.fragments[i] for i in range(session.fragment_count))
-        session.forget_fragments()
         assembly = self._assembly(data, datagram.session)
         if assembly is None:
             return None
@@ -288,9 +326,7 @@ class Receiver:
         """The session's assembly from its table's bytes; None (dropped, counted) for a
         table that breaks a bound, is another session's or the spool cannot hold."""
         try:
-            table = Table.decode(data)
-            if table.session != session:
-                raise IntegrityError(f"the table of session {table.session:016x}")
+            table = _table_of(data, session, self.budget, self.refused)
             return Assembly(self.spool, table, pool=self.decoders)
         except IntegrityError as exc:
             self.metrics.drop("table", str(exc))
@@ -324,35 +360,60 @@ class Receiver:
         if time.monotonic() - self.last_seen < idle_timeout:
             return []
         found = []
-        for session in self.sessions.values():
+        for session in list(self.sessions.values()):
             if session.assembly is not None and not session.ended:
                 session.ended = True
-                where = (
-                    f", last heard in pass {session.heard[0]} of {session.heard[1]}"
-                    if session.heard
-                    else ""
-                )
-                reason = (
-                    f"nothing arrived for {idle_timeout:g}s mid-pass, not even a heartbeat "
-                    f"(the link is down or the sender died{where})"
-                )
-                found.append(self._incomplete(session, reason))
+                found.append(self._incomplete(session, _silent(session, idle_timeout)))
         return found
 
     def save(self) -> None:
-        for session in self.sessions.values():
+        for number, session in list(self.sessions.items()):
             if session.assembly is not None and session.assembly.dirty:
-                session.assembly.save()
+                self._guarded(number, session.assembly.save)
+
+    def _guarded(self, number: int, step: Callable[[], Outcome | None]) -> Outcome | None:
+        """What `step` for session `number` gives; None when the disk was full (`_full`)."""
+        try:
+            return step()
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            self._full(number, exc)
+            return None
+
+    def _full(self, number: int, exc: OSError) -> None:
+        """The disk is full while session `number` wrote: the oldest other session is
+        removed; with none left, `--once` stops (exit 75) and a service removes this one
+        and goes on (a forged session must not stop it)."""
+        other = self.budget.oldest_other(number)
+        if other is not None:
+            self._remove(other, "the disk holding the spool is full")
+        elif self.stop_when_full:
+            raise exc
+        else:
+            self._remove(number, "the disk holding the spool is full (no other session to remove)")
+
+    def _remove(self, number: int, why: str) -> None:
+        """Put session `number` out of memory and remove its files and state (not landed,
+        not verified): a later table for it starts afresh."""
+        session = self.sessions.pop(number, None)
+        if session is not None and session.assembly is not None:
+            session.assembly.discard()
+        self.decoders.forget(number)
+        self.budget.forget(number)
+        shutil.rmtree(work_root(self.spool) / f"{number:016x}", ignore_errors=True)
+        self.metrics.remove(number, why)
 
     def close(self) -> None:
+        """Save and close every session (one the full disk cannot save keeps its last state)."""
         for session in self.sessions.values():
             if session.assembly is not None:
-                session.assembly.close()
+                session.assembly.close(or_discard=not self.stop_when_full)
 
     def _incomplete(self, session: _Session, reason: str) -> Outcome:
         assembly = session.assembly
         assert assembly is not None
-        assembly.save()
+        self._guarded(assembly.table.session, assembly.save)
         self.metrics.sets.labels("incomplete").inc()
         table = assembly.table
         return Outcome(
@@ -378,33 +439,78 @@ class Receiver:
         if not assembly.complete:
             assembly.save()
             return None
-        outcome = Outcome(table.name, table.session, kept=assembly.dir, repaired=assembly.repaired)
+        outcome = Outcome(table.name, table.session, repaired=assembly.repaired)
         try:
             verify_set(assembly.set_dir, self.trusted)
         except MirrorError as exc:
             self.metrics.sets.labels("refused").inc()
             outcome.error = str(exc)
             outcome.reason = "the set arrived whole but does not verify"
-            session.ended = True
+            self._remove(table.session, "its set does not verify")
+            _remember(self.refused, table)
             return outcome
-        target = self._free_name(table.name, table.session)
-        os.rename(assembly.set_dir, target)
-        fsync_dir(self.spool)
-        marker = landed_marker(self.spool, table.session)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(target.name + "\n")
-        shutil.rmtree(assembly.dir, ignore_errors=True)
+        outcome.landed = _land(self.spool, assembly)
         self.metrics.sets.labels("complete").inc()
         del self.sessions[table.session]
+        self.budget.forget(table.session)
         self.landed.add(table.session)
-        outcome.landed, outcome.kept = target, None
         return outcome
 
-    def _free_name(self, name: str, session: int) -> Path:
-        target = self.spool / name
-        if target.exists():
-            target = self.spool / f"{name}.{session:016x}"
-        return target
+
+def _silent(session: _Session, idle_timeout: float) -> str:
+    """Why a session ended when nothing arrived: the link or the sender, and where it was."""
+    where = (
+        f", last heard in pass {session.heard[0]} of {session.heard[1]}" if session.heard else ""
+    )
+    return (
+        f"nothing arrived for {idle_timeout:g}s mid-pass, not even a heartbeat "
+        f"(the link is down or the sender died{where})"
+    )
+
+
+def _remember(refused: OrderedDict[str, None], table: Table) -> None:
+    """A refused set's files, the oldest forgotten past MAX_REFUSED."""
+    refused[_files_digest(table)] = None
+    while len(refused) > MAX_REFUSED:
+        refused.popitem(last=False)
+
+
+def _files_digest(table: Table) -> str:
+    """What a set's verification depends on in its table: its files, sizes and hashes."""
+    return hash_bytes(json.dumps(table.as_dict()["files"]).encode())
+
+
+def _table_of(data: bytes, session: int, budget: SpoolBudget, refused: Container[str]) -> Table:
+    """The table in `data`, if it is session `session`'s, not of a set refused already (the
+    same files: the rest of its passes) and the spool budget can hold its set (IntegrityError:
+    dropped)."""
+    table = Table.decode(data)
+    if table.session != session:
+        raise IntegrityError(f"the table of session {table.session:016x}")
+    if _files_digest(table) in refused:
+        raise IntegrityError(f"the table of {table.name}, the same files as a set refused already")
+    if table.total_bytes > budget.limit:
+        raise IntegrityError(
+            f"a set of {format_size(table.total_bytes)}, over the spool budget of "
+            f"{format_size(budget.limit)} (transfer.spool_budget)"
+        )
+    return table
+
+
+def _land(spool: Path, assembly: Assembly) -> Path:
+    """Move a verified set to DIR/NAME (DIR/NAME.SESSION when taken) in one rename, mark
+    its session landed (later passes ignored) and remove its work directory."""
+    table = assembly.table
+    target = spool / table.name
+    if target.exists():
+        target = spool / f"{table.name}.{table.session:016x}"
+    os.rename(assembly.set_dir, target)
+    fsync_dir(spool)
+    marker = landed_marker(spool, table.session)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(target.name + "\n")
+    shutil.rmtree(assembly.dir, ignore_errors=True)
+    return target
 
 
 def open_socket(host: str, port: int, rcvbuf: int | None) -> socket.socket:
@@ -485,8 +591,8 @@ def log_outcome(outcome: Outcome) -> None:
         extra = {**fields, "outcome": "complete", "repaired": outcome.repaired}
         log.info("landed %s in %s", outcome.name, outcome.landed, extra=extra)
     elif outcome.error is not None:
-        extra = {**fields, "outcome": "refused", "kept": str(outcome.kept)}
-        log.error("%s: %s; kept in %s", outcome.name, outcome.error, outcome.kept, extra=extra)
+        extra = {**fields, "outcome": "refused"}
+        log.error("%s: %s; what arrived was removed", outcome.name, outcome.error, extra=extra)
     else:
         extra = {**fields, "outcome": "incomplete", "missing_bytes": outcome.missing_bytes}
         log.warning("incomplete %s: %s", outcome.name, outcome.reason, extra=extra)
@@ -496,7 +602,8 @@ def spool_error(spool: Path, exc: OSError) -> MirrorError | OSError:
     """A spool that filled up (exit 75: what has arrived is kept, state saved each second, and
     the next pass or a resend completes the set) or cannot be written (exit 2)."""
     if is_disk_full(exc):
-        return disk_full(spool, None, f"what has arrived is kept in {work_root(spool)}")
+        kept = f"what has arrived is kept in {work_root(spool)}"
+        return disk_full(spool, None, kept, hint="free space there and run the same command again")
     if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return ConfigError(f"cannot write the spool {spool}: {exc.strerror}")
     return exc

@@ -274,12 +274,13 @@ class Supply:
 
 
 def _require_signed_site(listed: Listed, cached: Path, facts: Mapping[str, Any]) -> None:
-    """A version imported as a delta is not the signed bundle's bytes but the same site in
-    other bytes (docs/delta.md): its cached file must hold the tree the statement signs
-    (`mirror.airgap.provenance.check_object`, read here from the cache, before a byte is
-    served). The signed bundle itself is proven by its digest alone."""
+    """The cached file must hold the tree the statement signs (`mirror.airgap.provenance.
+    check_object`, read here from the cache, before a byte is served): a version imported
+    as a delta is not the signed bundle's bytes but the same site in other bytes
+    (docs/delta.md), and the signed bundle's digest proves its bytes, not the tree its
+    statement names for them."""
     signed = facts.get("signed_sha256")
-    if not facts.get("verified") or signed == listed.ref.sha256:
+    if not facts.get("verified"):
         return
     try:
         tree = inspect_archive(cached).tree_sha256

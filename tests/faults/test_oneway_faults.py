@@ -34,6 +34,7 @@ def test_a_spool_that_fills_up_is_exit_75_in_one_line(
     lines = err.strip().splitlines()
     assert receiver.returncode == 75, err
     assert len(lines) == 1 and lines[0].startswith("mirror: error: no space left"), err
+    assert "store.path" not in err and "free space there and run the same command" in err
 
 
 def test_a_read_only_spool_is_exit_2_in_one_line(

@@ -20,7 +20,15 @@ from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.receiver import HELD_BYTES, MAX_SESSIONS, WAITING, Receiver
 from mirror.oneway.sender import file_reader, pass_datagrams
 from mirror.oneway.table import MAX_FILE_SIZE, Table, read_table
-from tests.fixtures.forged import ROOM, SYMBOL, forged_table, sha, status, table_datagrams
+from tests.fixtures.forged import (
+    ROOM,
+    SYMBOL,
+    filler,
+    forged_table,
+    sha,
+    status,
+    table_datagrams,
+)
 from tests.oneway.conftest import packed_set, same_tree  # noqa: F401  (the fixture)
 
 Kind = wire.Kind
@@ -205,3 +213,71 @@ def test_blocks_decoded_at_once_are_bounded_across_sessions(tmp_path: Path, trus
             receiver.handle(datagram)
     assert len(receiver.sessions) == 4
     assert len(receiver.decoders.held) == 8
+
+
+def on_disk(root: Path) -> int:
+    """Bytes the files under `root` take on disk (sparse files: what was written)."""
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file())
+
+
+BLOCK = 200 * SYMBOL
+BUDGET = 4 * 1024 * 1024
+
+
+def test_forged_blocks_stay_within_the_spool_budget_and_the_real_set_lands(
+    packed_set: Path,  # noqa: F811  (about 3 MiB: within the budget)
+    tmp_path: Path,
+    trusted: Any,
+) -> None:
+    """W1: forged DATA for forged files filled the spool without bound and nothing removed
+    it. Eight forged sessions of 4 garbage blocks (9 MiB) against a 4 MiB budget: the disk
+    held stays within it, the oldest sessions' files are removed, then the real set lands."""
+    spool = tmp_path / "spool"
+    receiver = Receiver(spool, trusted, budget=BUDGET)
+    sessions = []
+    for seed in range(8):
+        session, datagrams = filler(300 + seed, blocks=4)
+        sessions.append(session)
+        assert [receiver.handle(d) for d in datagrams] == [None] * len(datagrams)
+        receiver.save()
+        assert on_disk(spool / ".oneway") <= BUDGET + 64 * 1024  # the state files besides
+    sample = receiver.metrics.registry.get_sample_value
+    assert sample("mirror_oneway_blocks_total") == 32  # every forged block was written
+    assert (sample("mirror_oneway_removed_sessions_total") or 0) >= 4
+    assert not (spool / ".oneway" / f"{sessions[0]:016x}").exists()
+    assert sessions[0] not in receiver.sessions and sessions[0] not in receiver.budget.used
+    _, real = real_pass(packed_set)
+    outcomes = [o for o in map(receiver.handle, real) if o is not None]
+    assert [o.landed for o in outcomes] == [spool / "set-1"], outcomes
+    assert same_tree(packed_set, spool / "set-1")
+    assert on_disk(spool / ".oneway") <= BUDGET + 64 * 1024
+
+
+def test_a_table_claiming_more_than_the_spool_budget_is_dropped(
+    tmp_path: Path, trusted: Any
+) -> None:
+    spool = tmp_path / "spool"
+    receiver = Receiver(spool, trusted, budget=BUDGET)
+    session, datagrams = filler(320, blocks=2, claim=1 << 30)  # the trial's 1 GiB file
+    for datagram in datagrams:
+        receiver.handle(datagram)
+    assert dropped(receiver.metrics, "table") == 1
+    assert not (spool / ".oneway" / f"{session:016x}").exists()
+    assert on_disk(spool) < 64 * 1024
+
+
+def test_sessions_an_earlier_run_left_count_against_the_budget(
+    tmp_path: Path, trusted: Any
+) -> None:
+    spool = tmp_path / "spool"
+    first = Receiver(spool, trusted, budget=BUDGET)
+    old, datagrams = filler(330, blocks=3)
+    for datagram in datagrams:
+        first.handle(datagram)
+    first.close()
+    again = Receiver(spool, trusted, budget=BUDGET)
+    assert again.budget.used[old] >= 3 * BLOCK
+    for datagram in filler(331, blocks=12)[1]:  # 12 more: 15 blocks of 286 KiB exceed 4 MiB
+        again.handle(datagram)
+    assert not (spool / ".oneway" / f"{old:016x}").exists()
+    assert on_disk(spool / ".oneway") <= BUDGET + 64 * 1024

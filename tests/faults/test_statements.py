@@ -19,8 +19,9 @@ import pytest
 
 from mirror.airgap.importer import import_set
 from mirror.airgap.layout import VersionManifest
-from mirror.airgap.provenance import check_in_bucket
+from mirror.airgap.provenance import check_in_bucket, check_object
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
 from mirror.errors import IntegrityError
 from mirror.transferset.keys import generate_keypair, load_signing_key, load_trusted_keys
@@ -136,6 +137,74 @@ def _published(tmp_path: Path, store: ObjectStore, private: Path, public: Path) 
     write_set(first, [replace(one, statement=Statement.honest(one))], load_signing_key(private))
     import_set(store, first, load_trusted_keys([public]))
     return one
+
+
+def _lying_about_its_tree(tmp_path: Path) -> SetItem:
+    """V1's bundle, its manifest entry and its honest statement both naming V0's tree."""
+    one, other = item(tmp_path, V1, SITE), item(tmp_path, V0, SITE0)
+    lie = replace(one, tree_sha256=other.tree_sha256)
+    return replace(lie, statement=Statement.honest(lie))
+
+
+@pytest.mark.fault(
+    "38.3 a whole item whose manifest and statement name another tree than its bundle holds",
+    "exit 5 before anything is published",
+)
+def test_a_whole_item_whose_signed_tree_is_not_its_bundles_is_refused_by_the_import(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    """W4: the tree is hashed as the bundle is uploaded; the honest item before it in the
+    same set is not published either (its upload is aborted with the rest)."""
+    private, public = new_key_pair(tmp_path)
+    honest = item(tmp_path, V2, SITE2)
+    victim = tmp_path / "set"
+    write_set(victim, [honest, _lying_about_its_tree(tmp_path)], load_signing_key(private))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    result = import_cli(config(tmp_path, target_settings, public), victim)
+    stderr = refused_unchanged(result, object_store, before, fault_got)
+    one = inspect_archive(tmp_path / f"{V1}.tar.gz").tree_sha256
+    assert f"{DOCS} {V1}" in stderr or V1 in stderr, stderr
+    assert f"holds tree {one[:12]}" in stderr, stderr
+
+
+def _another_tree_said(tmp_path: Path, store: ObjectStore, one: SetItem, private: Path) -> str:
+    """V1 published honestly, then its manifest's tree and a statement signed by the trusted
+    key both made to name V0's tree: they agree with each other, not with the object."""
+    other = item(tmp_path, V0, SITE0).tree_sha256
+    described, _ = store.read_json(store.key(DOCS, V1, "manifest.json"))
+    assert described is not None
+    described["tree_sha256"] = other
+    store.client.put_object(Bucket=store.bucket, Key=store.key(DOCS, V1, "manifest.json"),
+                            Body=json.dumps(described).encode())  # fmt: skip
+    said = Statement.honest(replace(one, tree_sha256=other))
+    envelope = sign_statement(
+        statement(said.subject_name, said.subject_sha256, said.predicate), load_signing_key(private)
+    )
+    key = store.key(DOCS, V1, "provenance.intoto.json")
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=envelope)
+    return other
+
+
+@pytest.mark.fault(
+    "38.3 a bucket whose manifest and statement name another tree than the object holds",
+    "chart check --provenance: exit 5 naming the object's tree",
+)
+def test_a_signed_tree_the_object_does_not_hold_is_found_by_the_provenance_check(
+    tmp_path: Path, object_store: ObjectStore, fault_got: list[str]
+) -> None:
+    private, public = new_key_pair(tmp_path)
+    one = _published(tmp_path, object_store, private, public)
+    other = _another_tree_said(tmp_path, object_store, one, private)
+    trusted = load_trusted_keys([public])
+    proven = check_in_bucket(object_store, DOCS, V1, trusted)  # they agree with each other
+    assert proven.predicate["tree_sha256"] == other
+    with pytest.raises(IntegrityError, match="not the tree its provenance signs") as refused:
+        check_object(object_store, DOCS, V1, proven)
+    fault_got.append(f"exit {refused.value.exit_code}: {refused.value.message[:80]}")
+    assert refused.value.exit_code == 5 and one.tree_sha256[:16] in refused.value.message
 
 
 @pytest.mark.fault(

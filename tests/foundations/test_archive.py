@@ -76,6 +76,25 @@ def streamed(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> ArchiveRepor
         feed.close()
 
 
+def test_a_zip_fed_in_many_blocks_is_taken_to_its_end_and_inspected(tmp_path: Path) -> None:
+    """A zip cannot be inspected as it streams: its blocks are only taken, never left to
+    fill the queue (the feeder waited forever once FEED_DEPTH blocks were held)."""
+    path = write_zip(tmp_path / "big.zip", {f"p{i}.html": bytes([i]) * 4096 for i in range(64)})
+    data = path.read_bytes()
+    feed = ArchiveFeed(path, len(data))
+    fed = threading.Event()
+
+    def feeder() -> None:
+        for at in range(0, len(data), 512):  # far more blocks than FEED_DEPTH
+            feed.feed(data[at : at + 512])
+        fed.set()
+
+    threading.Thread(target=feeder, daemon=True).start()
+    assert fed.wait(120), "the feeder waited on a queue nobody takes from"
+    assert feed.result(len(data)).tree_sha256 == inspect_archive(path).tree_sha256
+    feed.close()
+
+
 def refused(path: Path, match: str, limits: ArchiveLimits = DEFAULT_LIMITS) -> IntegrityError:
     """`path` is refused with one line matching `match`, path-based and streamed alike."""
     with pytest.raises(IntegrityError, match=match) as caught:

@@ -141,7 +141,7 @@ def test_a_receiver_stopped_mid_set_keeps_its_blocks_for_the_next_pass(
     assert same_tree(packed_set, spool / "set-1")
 
 
-def test_a_whole_set_that_does_not_verify_stays_aside(
+def test_a_whole_set_that_does_not_verify_is_reported_and_removed(
     packed_set: Path, spool: Path, tmp_path: Path
 ) -> None:
     from mirror.transferset.keys import generate_keypair, load_trusted_keys
@@ -152,7 +152,39 @@ def test_a_whole_set_that_does_not_verify_stays_aside(
     ended = deliver(receiver, one_pass(packed_set, table), lambda n: True)
     assert ended is not None and ended.landed is None and ended.error
     assert not (spool / "set-1").exists()
-    assert (ended.kept or spool).exists()
+    # the rest of the pass (and a second one) is not assembled again, and nothing is kept
+    deliver(receiver, one_pass(packed_set, table), lambda n: True)
+    assert not (spool / ".oneway" / f"{table.session:016x}").exists()
+    sample = receiver.metrics.registry.get_sample_value
+    assert sample("mirror_oneway_sets_total", {"outcome": "refused"}) == 1
+
+
+def test_after_a_copy_that_does_not_verify_the_genuine_set_lands_without_a_restart(
+    packed_set: Path, spool: Path, tmp_path: Path, trusted: Any
+) -> None:
+    """W2: a copy with one character of its signature changed has the genuine set's manifest,
+    so its session. The genuine set sent next is its own: named in its incomplete report (N3),
+    landed when whole, though the receiver was never restarted."""
+    import shutil
+
+    bad = tmp_path / "badsig"
+    shutil.copytree(packed_set, bad)
+    signature = bad / "manifest.json.sig"
+    text = signature.read_text()
+    at = text.rfind('"') - 5
+    signature.write_text(text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1 :])
+    receiver = Receiver(spool, trusted)
+    refused = deliver(receiver, one_pass(bad, table_of(bad)), lambda n: True)
+    assert refused is not None and refused.name == "badsig" and refused.error, refused
+    table = table_of(packed_set)
+    assert table.session == refused.session
+    lose = random.Random(31)
+    deliver(receiver, one_pass(packed_set, table), lambda n: lose.random() >= 0.30)
+    (incomplete,) = receiver.idle(0)
+    assert incomplete.name == "set-1" and incomplete.missing_bytes > 0, incomplete
+    ended = deliver(receiver, one_pass(packed_set, table), lambda n: True)
+    assert ended is not None and ended.landed == spool / "set-1", ended
+    assert same_tree(packed_set, spool / "set-1")
 
 
 def test_the_receiver_has_no_way_to_send() -> None:

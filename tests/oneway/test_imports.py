@@ -6,9 +6,12 @@ refused set is moved aside with its reason and leaves nothing pending."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from mirror.errors import IntegrityError, TemporaryFailure
+import pytest
+
+from mirror.errors import AuthError, ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.oneway.imports import RETRY_FIRST, RETRY_MAX, ImportQueue
 from mirror.oneway.metrics import ReceiverMetrics
 
@@ -77,3 +80,45 @@ def test_a_refused_set_is_moved_aside_with_its_reason(tmp_path: Path) -> None:
         "mirror_oneway_imports_total", {"outcome": "refused"}
     )
     assert refused == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        AuthError("S3 refused the credentials for bucket b"),
+        ConfigError("target.bucket is not set"),
+        MirrorError("something this side did wrong"),
+    ],
+    ids=["credentials (exit 4)", "settings (exit 2)", "anything else (exit 1)"],
+)
+def test_a_failure_of_this_side_keeps_the_set_pending_until_it_is_fixed(
+    failure: MirrorError, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """W3: only what `transfer import` exits 5 for is put aside; credentials or settings
+    that are wrong are this side's to fix: the set waits, tried on the schedule (one line a
+    try, never more often), and is imported once they are fixed."""
+    spool, now, fixed = tmp_path / "spool", [0.0], [False]
+    imported: list[str] = []
+
+    def store(set_dir: Path) -> None:
+        if not fixed[0]:
+            raise failure
+        imported.append(set_dir.name)
+
+    metrics = ReceiverMetrics()
+    queue = ImportQueue(spool, store, metrics, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, "mirror.oneway.imports"):
+        queue.landed(landed(spool, "set-1"))
+        for _ in range(50):  # a service's loop, once a second, for 50 s
+            now[0] += 1.0
+            queue.retry()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines  # at 0, 5, 15 and 35 s
+    assert f"(exit {failure.exit_code})" in lines[0] and str(failure) in lines[0]
+    assert not (spool / "refused").exists() and queue.pending() == [spool / "set-1"]
+    fixed[0] = True
+    now[0] = queue.due
+    queue.retry()
+    assert imported == ["set-1"] and queue.pending() == []
+    sample = metrics.registry.get_sample_value
+    assert sample("mirror_oneway_imports_total", {"outcome": "refused"}) == 0

@@ -53,15 +53,31 @@ def test_a_statement_by_another_key_is_refused(tmp_path: Path, trusted: dict[str
     assert ready.status_code == 503
 
 
-def test_a_statement_about_another_bundle_is_refused(
+def test_a_statement_about_another_bundle_of_another_site_is_refused(
     tmp_path: Path, signing: Any, trusted: dict[str, Any]
 ) -> None:
+    """The manifest and the statement agree on a tree the object does not hold: the
+    statement is about another bundle, and the object is not that site."""
     bucket = MemoryBucket()
-    seeded = seed_version(bucket, tmp_path, V1)
+    seeded = seed_version(bucket, tmp_path, V1, tree_sha256="1" * 64)
     publish_statement(bucket, signing, DOMAIN, V1, "0" * 64, vendor=VENDOR)
     with serving(bucket, tmp_path / "cache", trust=Trust(trusted)) as running:
         answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
     assert answer.status == 502 and b"about bundle" in answer.body
+    assert seeded.archive.read_bytes()[:32] not in answer.raw
+
+
+def test_the_signed_bundle_holding_another_tree_than_signed_is_refused(
+    tmp_path: Path, signing: Any, trusted: dict[str, Any]
+) -> None:
+    """W4 in serve: the statement is about these very bytes (its digest matches), and it and
+    the manifest name a tree the bytes do not hold; the digest alone let it be served."""
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1, tree_sha256="1" * 64)
+    publish_statement(bucket, signing, DOMAIN, V1, seeded.sha256, vendor=VENDOR)
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted)) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
+    assert answer.status == 502 and b"the object is not that site" in answer.body
     assert seeded.archive.read_bytes()[:32] not in answer.raw
 
 

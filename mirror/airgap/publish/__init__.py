@@ -17,12 +17,14 @@ from mirror.airgap.publish._base import (
 )
 from mirror.airgap.publish._stream import Published
 from mirror.airgap.publish._ways import check_deltas, expected, import_bytes, open_published
+from mirror.airgap.publish._whole import TreeChecked
 from mirror.airgap.publish._workdir import check_writable
 
 __all__ = [
     "Bases",
     "Published",
     "Store",
+    "TreeChecked",
     "base_manifest",
     "carry_whole",
     "check_deltas",

@@ -41,6 +41,7 @@ from mirror.airgap.publish._base import (
 )
 from mirror.airgap.publish._pipe import Pipe
 from mirror.airgap.publish._stream import FromDelta, Member, Published
+from mirror.airgap.publish._whole import TreeChecked
 from mirror.airgap.publish._workdir import (
     FreeSpace,
     check_space,
@@ -68,7 +69,7 @@ from mirror.transferset.delta import (
     splice_tree,
 )
 from mirror.transferset.format import Manifest, ManifestItem, parse_manifest
-from mirror.transferset.reader import BlobReader, read_manifest_bytes, set_bytes
+from mirror.transferset.reader import read_manifest_bytes, set_bytes
 
 SPLICEABLE_FORMAT = "tar.gz"
 MAX_DEFLATE_RATIO = 1032  # deflate's longest match, 258 bytes, costs at least two bits
@@ -260,11 +261,12 @@ def open_published(
     site: str | None = None,
     work_dir: Path | None = None,
     bases: Bases | None = None,
-) -> BlobReader | Published:
-    """What the import uploads for `item` (of set `sequence`): its blob, or the archive of
-    the way `publication` decides over the base `bases` holds (fetched when not given)."""
+) -> TreeChecked | Published:
+    """What the import uploads for `item` (of set `sequence`): its blob, its tree proved as
+    it is read (`_whole`), or the archive of the way `publication` decides over the base
+    `bases` holds (fetched when not given)."""
     if item.delta is None:
-        return BlobReader(set_dir, item, check_parts=False)  # the upload hashes the whole
+        return TreeChecked(set_dir, item, work_dir)  # the upload hashes the whole, this its tree
     base = (bases or {}).get((item.domain, item.delta.base_version))
     if base is None:
         base = base_manifest(store, item, sequence, site=site)

@@ -17,7 +17,9 @@ from botocore.config import Config
 from mirror.airgap import chart, layout
 from mirror.airgap.s3.multipart import upload_blob
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
+from mirror.errors import IntegrityError
 from mirror.integrity import hash_file
 from mirror.versions import label_key
 from tests.fixtures.archives import sample_site, write_tar
@@ -56,6 +58,15 @@ class Seeded:
     archive: Path
 
 
+def tree_of(archive: Path) -> str:
+    """The tree the bundle holds, as an import records it ("0" * 64 for no archive at all,
+    which a test may seed to see it refused)."""
+    try:
+        return inspect_archive(archive).tree_sha256
+    except IntegrityError:
+        return "0" * 64
+
+
 def seed_version(
     store: Any,
     workdir: Path,
@@ -65,9 +76,11 @@ def seed_version(
     in_index: bool = True,
     with_manifest: bool = True,
     archive: Path | None = None,
+    tree_sha256: str | None = None,
 ) -> Seeded:
     """Publish a real tar.gz site as `version` (or the tar.gz `archive`), in the bucket
-    formats of INTERFACES.md."""
+    formats of INTERFACES.md; its manifest names the tree the archive holds, or
+    `tree_sha256` (a manifest that lies about it)."""
     if archive is None:
         site = {**sample_site(), "version.txt": f"{domain} {version}\n".encode()}
         archive = write_tar(workdir / f"{domain}-{version}.tar.gz", site)
@@ -86,7 +99,7 @@ def seed_version(
             "sha256": sha256,
             "size": size,
             "archive_format": "tar.gz",
-            "tree_sha256": "0" * 64,
+            "tree_sha256": tree_sha256 or tree_of(archive),
             "exported_at": now,
             "imported_at": now,
             "transfer_sequence": 1,
