@@ -327,7 +327,9 @@ def _report(cli: CliContext, outcome: Outcome, to: str, *, logged: bool = False)
             click.echo(f"mirror: {outcome.name}: {outcome.error}; {_REMOVED}", err=True)
         return
     lines = [
-        f"incomplete {outcome.name}: {outcome.reason}; "
+        f"incomplete {outcome.name}: {outcome.reason}"
+        if outcome.tableless
+        else f"incomplete {outcome.name}: {outcome.reason}; "
         f"{format_size(outcome.missing_bytes)} missing, kept in {outcome.kept}"
     ]
     for item in outcome.missing:
@@ -344,9 +346,13 @@ def _fail_unless_landed(outcome: Outcome, to: str) -> None:
         return
     if outcome.error is not None:
         raise IntegrityError(f"{outcome.name}: {outcome.error}", hint=_REMOVED)
+    what = (
+        "its file table never arrived"
+        if outcome.tableless
+        else f"{len(outcome.missing)} file(s), {format_size(outcome.missing_bytes)} missing"
+    )
     raise TemporaryFailure(
-        f"set {outcome.name} is incomplete: {len(outcome.missing)} file(s), "
-        f"{format_size(outcome.missing_bytes)} missing",
+        f"set {outcome.name} is incomplete: {what}",
         hint=f"on the connected side run: {shlex.join(outcome.resend_command(to))}",
     )
 

@@ -100,6 +100,9 @@ class Outcome:
     """The sender's own `--to` and set directory (its HEARTBEAT and END name them): the
     resend command is then right even when this end listens on 0.0.0.0."""
     sent_from: str | None = None
+    tableless: bool = False
+    """Datagrams came but never the whole file table: nothing could be kept, and the whole
+    set is to be sent again."""
 
     @property
     def missing_bytes(self) -> int:
@@ -132,7 +135,9 @@ class Outcome:
             "reason": self.reason,
             "error": self.error,
             "repaired_blocks": self.repaired,
-            "resend": shlex.join(self.resend_command(to)) if self.missing else None,
+            "resend": (
+                shlex.join(self.resend_command(to)) if self.missing or self.tableless else None
+            ),
         }
 
 
@@ -340,7 +345,7 @@ class Receiver:
         status = self._heard(session, datagram)
         if status is None or status.number != status.passes:
             return None
-        if session.assembly is None or session.ended:
+        if session.ended:
             return None
         session.ended = True
         return self._incomplete(session, "the sender's last pass is over")
@@ -356,12 +361,13 @@ class Receiver:
         return status
 
     def idle(self, idle_timeout: float) -> list[Outcome]:
-        """Sessions to report when nothing arrived for `idle_timeout` seconds."""
+        """Sessions to report when nothing arrived for `idle_timeout` seconds: those with a
+        table, and those whose sender was heard (a HEARTBEAT or END) but not their table."""
         if time.monotonic() - self.last_seen < idle_timeout:
             return []
         found = []
         for session in list(self.sessions.values()):
-            if session.assembly is not None and not session.ended:
+            if not session.ended and (session.assembly is not None or session.heard):
                 session.ended = True
                 found.append(self._incomplete(session, _silent(session, idle_timeout)))
         return found
@@ -412,7 +418,8 @@ class Receiver:
 
     def _incomplete(self, session: _Session, reason: str) -> Outcome:
         assembly = session.assembly
-        assert assembly is not None
+        if assembly is None:
+            return self._tableless(session, reason)
         self._guarded(assembly.table.session, assembly.save)
         self.metrics.sets.labels("incomplete").inc()
         table = assembly.table
@@ -425,6 +432,19 @@ class Receiver:
             repaired=assembly.repaired,
             sent_to=session.sent_to,
             sent_from=session.sent_from,
+        )
+
+    def _tableless(self, session: _Session, reason: str) -> Outcome:
+        self.metrics.sets.labels("incomplete").inc()
+        number = next(n for n, held in self.sessions.items() if held is session)
+        name = Path(session.sent_from).name if session.sent_from else f"session {number:016x}"
+        return Outcome(
+            name,
+            number,
+            reason=f"{reason}, and its file table never arrived (nothing of it could be kept)",
+            sent_to=session.sent_to,
+            sent_from=session.sent_from,
+            tableless=True,
         )
 
     def _finish(self, session: _Session) -> Outcome | None:

@@ -246,3 +246,36 @@ def test_silence_mid_pass_is_told_from_a_finished_sender_by_its_heartbeats(
     finished = other.handle(wire.build(wire.Kind.END, table.session, 1, 0, 0, end))
     assert finished is not None and finished.reason == "the sender's last pass is over"
     assert tmp.is_dir()
+
+
+def test_a_set_whose_table_never_arrived_ends_and_names_the_whole_set_to_send_again(
+    packed_set: Path, spool: Path, trusted: Any
+) -> None:
+    """At heavy loss every copy of a table fragment can be lost: the last pass's END (or,
+    with no END, the idle timeout) still ends the session, and `--once` with it."""
+    import json
+
+    table = table_of(packed_set)
+    without_table = [
+        d
+        for d in one_pass(packed_set, table)
+        if (parsed := wire.parse(d)) is not None and parsed.kind is not wire.Kind.TABLE
+    ]
+    status = json.dumps({"pass": 1, "passes": 1, "to": "10.0.0.2:7400", "set": "/usb/set-1"})
+    end = wire.build(wire.Kind.END, table.session, 1, 0, 0, status.encode())
+    receiver = Receiver(spool, trusted)
+    deliver(receiver, iter(without_table), lambda n: True)
+    ended = receiver.handle(end)
+    assert ended is not None and ended.tableless and ended.landed is None
+    assert ended.name == "set-1" and "file table never arrived" in ended.reason
+    resend = ["mirror", "transfer", "send", "/usb/set-1", "--to", "10.0.0.2:7400"]
+    assert ended.resend_command("x") == resend  # the whole set: no --only
+    assert ended.as_dict("x")["resend"] == " ".join(resend)
+
+    silent = Receiver(spool.parent / "silent", trusted)
+    beat = json.dumps({"pass": 1, "passes": 2, "sent": 10}).encode()
+    silent.handle(wire.build(wire.Kind.HEARTBEAT, table.session, 1, 0, 0, beat))
+    deliver(silent, iter(without_table), lambda n: True)
+    (idle,) = silent.idle(0)
+    assert idle.tableless and "not even a heartbeat" in idle.reason
+    assert silent.idle(0) == []  # said once

@@ -111,12 +111,14 @@ def test_at_30_percent_loss_the_set_is_named_incomplete_and_the_printed_command_
     assert "incomplete set-1: the sender's last pass is over" in out or (
         "incomplete set-1: nothing arrived for 30s" in out
     ), out
-    assert "missing" in out and "blobs/" in out
+    # every copy of a table fragment lost (rare): the whole set is named to send again
+    tableless = "its file table never arrived" in out
+    assert tableless or ("missing" in out and "blobs/" in out), out
     (line,) = [x for x in err.splitlines() if x.startswith("mirror: error: ")]
     assert "set set-1 is incomplete" in line
     command = shlex.split(line.split(RESEND, 1)[1].rstrip(")"))
-    assert command[:3] == ["mirror", "transfer", "send"] and "--only" in command
-    assert (spool / ".oneway").is_dir() and not (spool / "set-1").exists()
+    assert command[:3] == ["mirror", "transfer", "send"] and ("--only" in command) != tableless
+    assert not (spool / "set-1").exists()
 
     link.impair()
     receiver = start_receiver(link, spool, key_pair[1], "--once", "--idle-timeout", "30")
