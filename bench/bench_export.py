@@ -11,7 +11,9 @@ MIRROR_BENCH_SITE_MIB (default 500: about 13,600 HTML pages of 5-60 KiB, CSS, JS
 images, gzipped). The site is packaged once (`SimConfig.reuse_bundles`: 45 s of the
 vendor's work on nobody's clock) and every mirror run starts from an empty store, so each
 stores a version and reports its completeness. On the site, `export run` is also set
-against itself with the scan's link parsing off (`NO_LINK_SCAN`): the scan's cost.
+against itself with the scan's link parsing off (`NO_LINK_SCAN`: the scan's cost), and
+with every page parsed in its own process (`IN_PROCESS_SCAN`: the scan before issue 39,
+without its page parser process, `mirror.archive.scanworker`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from pathlib import Path
 
 from bench.common import RSS_HEADROOM_MIB, SIZE_MIB, MiB, Row, Side, compare, imports_rss_mib
 from bench.setting import Setting, mirror
@@ -29,19 +30,15 @@ SITE_MIB = int(os.environ.get("MIRROR_BENCH_SITE_MIB", "500"))
 # `mirror ARGS` with the completeness scan's link parsing off: every file is still named
 # (the page count), no page or stylesheet is parsed. A bench knob only: a run stores no
 # version without its scan.
-NO_LINK_SCAN = """
+_PATCHED = """
 import runpy, sys
-import mirror.export.runner as runner
 from mirror.archive.completeness import SiteScanner
-
-class Unparsed(SiteScanner):
-    def collect(self, source, text, kind):
-        return None
-
-runner.SiteScanner = Unparsed
+{patch}
 sys.argv = ["mirror", *sys.argv[1:]]
 runpy.run_module("mirror", run_name="__main__")
 """
+NO_LINK_SCAN = _PATCHED.format(patch="SiteScanner.take = lambda self, source, text, kind: None")
+IN_PROCESS_SCAN = _PATCHED.format(patch="SiteScanner.in_worker = classmethod(lambda cls: cls())")
 
 DOMAIN = "export.bench.test"
 RECIPE = r"""
@@ -106,47 +103,51 @@ def large_bundle(s: Setting) -> Row:
 
 
 def page_heavy(s: Setting) -> list[Row]:
-    """The realistic site against the recipe, and with the scan against without it."""
+    """The realistic site against the recipe, and `export run` against itself without its
+    link scan and with the scan in one process."""
     config = s.sim.config
     before = (config.bundle_size, config.changes_per_export)
     config.bundle_size, config.site_size = None, SITE_MIB * MiB
     config.changes_per_export, config.reuse_bundles = 0, True
-    info = s.sim.bundle_info(s.completed_job(DOMAIN), timeout=1800)
-    plan = tree.site_plan(config.seed, DOMAIN, SITE_MIB * MiB)
+    try:
+        return _site_rows(s, s.sim.bundle_info(s.completed_job(DOMAIN), timeout=1800)["size"])
+    finally:
+        (config.bundle_size, config.changes_per_export), config.site_size = before, None
+        config.reuse_bundles = False
+
+
+def _site_rows(s: Setting, size: int) -> list[Row]:
+    plan = tree.site_plan(s.sim.config.seed, DOMAIN, SITE_MIB * MiB)
     store = s.work / "site-store"
     conf = s.config("site", store)
     budget = imports_rss_mib(["--config", str(conf), *ARGS], s.work, s.env) + RSS_HEADROOM_MIB
 
     def row(step: str, peer: str, target: str) -> Row:
-        sized = Row(step, "mirror export run", peer, info["size"], target=target)
+        sized = Row(step, "mirror export run", peer, size, target=target, rss_budget_mib=budget)
         sized.pages, sized.files = len(plan.pages), len(plan.pages) + len(plan.assets)
-        sized.rss_budget_mib = budget
         return sized
 
-    def empty_store() -> None:
-        shutil.rmtree(store, ignore_errors=True)
+    def side(name: str, argv: list[str]) -> Side:
+        empty = lambda: shutil.rmtree(store, ignore_errors=True)  # noqa: E731
+        return Side(name, lambda: [*argv, "--config", str(conf), *ARGS], empty, empty, s.env)
 
-    scanned = Side("mirror", lambda: mirror(conf, *ARGS), before=empty_store, env=s.env)
-    unparsed = Side("no link scan", lambda: unscanned(conf), before=empty_store, env=s.env)
-    rows = [
+    scanned = side("mirror", [sys.executable, "-m", "mirror"])
+    site = f"export run, {SITE_MIB} MiB site"
+    return [
+        compare(row(site, RECIPE_STEPS, ">= 1.5x"), scanned, recipe(s)),
         compare(
-            row(f"export run, {SITE_MIB} MiB site", RECIPE_STEPS, ">= 1.5x"), scanned, recipe(s)
+            row(f"{site}: scan on vs off", "the same, no link scan", ">= 0.95x"),
+            scanned,
+            side("no link scan", patch(NO_LINK_SCAN)),
         ),
         compare(
-            row(
-                f"export run, {SITE_MIB} MiB site: scan on vs off",
-                "the same, no link scan",
-                ">= 0.95x",
-            ),
+            row(f"{site}: scan in a child vs in one process", "the same, scan in-process", "> 1x"),
             scanned,
-            unparsed,
+            side("in-process scan", patch(IN_PROCESS_SCAN)),
         ),
     ]
-    empty_store()
-    (config.bundle_size, config.changes_per_export), config.site_size = before, None
-    config.reuse_bundles = False
-    return rows
 
 
-def unscanned(config: Path) -> list[str]:
-    return [sys.executable, "-c", NO_LINK_SCAN, "--config", str(config), *ARGS]
+def patch(code: str) -> list[str]:
+    """`mirror` run with a bench patch applied first."""
+    return [sys.executable, "-c", code]
