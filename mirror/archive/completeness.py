@@ -56,7 +56,7 @@ from typing import IO, Any, Literal, cast
 from mirror.archive.encoding import decode_page, sniff
 from mirror.archive.resolve import SITE, base_of, document_url, served_as
 from mirror.archive.resolve import target as resolved_target
-from mirror.archive.scanworker import PageParser
+from mirror.archive.scanworker import Links, PageParser, child_main
 from mirror.archive.spill import SPILL_AT, SpillMap
 from mirror.integrity import hash_bytes
 
@@ -674,3 +674,12 @@ def judge_pages(
     if paths_named or reported is None:
         return PageVerdict(found, reported, 0, compared=False)
     return PageVerdict(found, reported, page_tolerance(reported, percent, pages))
+
+
+def _parse(text: bytes, page: bool) -> Links:
+    """What the page parser process answers for a page or a stylesheet."""
+    return page_links(text) if page else (None, list(css_references(text)))
+
+
+if __name__ == "__main__":  # the page parser process (`scanworker.PageParser`)
+    child_main(_parse)

@@ -4,10 +4,11 @@ Parsing a documentation site's pages (lexbor, `completeness.page_links`) took th
 quarters of `export run`'s CPU on a 13,600-page site, on the thread that also inflates,
 checks and hashes the archive: the two took turns. A `PageParser` hands each page or
 stylesheet, as the inspection reads it, to a child process (`python -m
-mirror.archive.scanworker`) that parses it on another core and answers with its base href
-and references; the scanner records the answers in the order it sent the pages, so the
-report is the one an in-process scan makes. Nothing is read twice: the child gets the
-bytes the inspection already holds, over a pipe. Promises:
+mirror.archive.completeness`: `serve` with the scanner's parser) that parses it on another
+core and answers with its base href and references; the scanner records the answers in
+the order it sent the pages, so the report is the one an in-process scan makes. Nothing
+is read twice: the child gets the bytes the inspection already holds, over a pipe.
+Promises:
 
 - memory is bounded: at most `IN_FLIGHT_BYTES` of pages (plus the one being sent, at
   most `completeness.MAX_PARSE_BYTES`) are sent and not yet answered; `submit` waits for
@@ -16,8 +17,8 @@ bytes the inspection already holds, over a pipe. Promises:
 - the child ends when `close()` is called, when the parser is garbage collected, or when
   this process ends (its input closes); none is left behind;
 - a child that dies (killed, out of memory) ends the scan with one `TemporaryFailure`
-  line (exit 75) saying how it ended, never a hang: nothing was stored, and the next run
-  resumes the download where it stopped;
+  line (exit 75) saying how it ended, never a hang: nothing was stored, the downloaded
+  bytes are kept, and the next run checks them again;
 - a page the parser cannot read ends the scan with one line (exit 1), as an unexpected
   error of the in-process scan does.
 
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import IO, Any
 
 from mirror.errors import MirrorError, TemporaryFailure
@@ -56,7 +58,7 @@ class PageParser:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "mirror.archive.scanworker"],
+            [sys.executable, "-m", "mirror.archive.completeness"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -115,7 +117,7 @@ class PageParser:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
         return TemporaryFailure(
             f"the completeness scan's page parser (pid {self.process.pid}) {how}; nothing "
-            "was stored: run the export again (the download resumes where it stopped)"
+            "was stored: run the export again"
         )
 
 
@@ -155,11 +157,9 @@ def _receive(stream: IO[bytes]) -> bytes | None:
     return body
 
 
-def serve(source: IO[bytes], sink: IO[bytes]) -> None:
-    """The child's loop: parse each page or stylesheet received, answer in order, until
-    the input ends."""
-    from mirror.archive.completeness import css_references, page_links
-
+def serve(source: IO[bytes], sink: IO[bytes], parse: Callable[[bytes, bool], Links]) -> None:
+    """The child's loop: parse each page (`parse(text, True)`) or stylesheet (False)
+    received, answer in order, until the input ends."""
     while True:
         try:
             message = _receive(source)
@@ -169,7 +169,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
             return
         kind, text = message[:1], message[1:]
         try:
-            links: Any = page_links(text) if kind == b"h" else (None, list(css_references(text)))
+            links: Any = parse(text, kind == b"h")
         except Exception as exc:  # answered, raised in the parent as the in-process scan would
             links = {"error": str(exc) or type(exc).__name__}
         answer = json.dumps(links).encode()
@@ -177,7 +177,8 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> None:
         sink.flush()
 
 
-if __name__ == "__main__":
+def child_main(parse: Callable[[bytes, bool], Links]) -> None:
+    """The child process: serve stdin to stdout, then leave at once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the scan ends
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, sys.stdout.buffer, parse)
     os._exit(0)
