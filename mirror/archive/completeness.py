@@ -37,10 +37,10 @@ Promises:
 The HTML parser is selectolax (lexbor): measured on 10,000 pages it is the fastest of
 selectolax, lxml and html.parser by a wide margin (bench numbers in docs/architecture.md).
 Still, on a site of thousands of pages parsing is most of an export's CPU: a scanner made
-by `SiteScanner.in_worker` (what `export run` inspects its download with) parses the pages
-past its first `WORKER_AFTER` in a child process (`mirror.archive.scanworker`), on another
-core than the inspection's, and records the answers in the order the pages came: the same
-report, the same digest.
+by `SiteScanner.in_worker` (what `export run` inspects its download with) on a machine of
+`WORKER_MIN_CPUS` or more parses the pages past its first `WORKER_AFTER` in a child
+process (`mirror.archive.scanworker`), on another core than the inspection's, and records
+the answers in the order the pages came: the same report, the same digest.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from __future__ import annotations
 import collections
 import heapq
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,10 @@ _BATCH = 1024  # paths stored or looked up at once in the tables on disk
 SOURCES_KEPT = 3
 BROKEN_KEPT = 200
 WORKER_AFTER = 256  # pages and stylesheets parsed here before a child parses the rest
+# The CPUs a process needs before its scan gets a child: the download (with its hashing) and
+# the inspection keep two busy, and on two a child only takes turns with them: measured
+# 0.72x of the scan in one process on a 2-CPU machine (bench/RESULTS.md, issue 39).
+WORKER_MIN_CPUS = 3
 
 PAGE_SUFFIXES = (".html", ".htm")
 _CSS_URL = re.compile(rb"""url\(\s*(?:"([^"]*)"|'([^']*)'|([^)'"\s]*))\s*\)""", re.IGNORECASE)
@@ -313,8 +318,9 @@ class SiteScanner:
 
     @classmethod
     def in_worker(cls) -> SiteScanner:
-        """A scanner that parses past the first WORKER_AFTER pages in a child process."""
-        return cls(worker_after=WORKER_AFTER)
+        """A scanner that parses past the first WORKER_AFTER pages in a child process, when
+        this process may run on WORKER_MIN_CPUS or more (else all in this one)."""
+        return cls(worker_after=WORKER_AFTER if usable_cpus() >= WORKER_MIN_CPUS else None)
 
     @property
     def targets_dropped(self) -> bool:
@@ -674,6 +680,12 @@ def judge_pages(
     if paths_named or reported is None:
         return PageVerdict(found, reported, 0, compared=False)
     return PageVerdict(found, reported, page_tolerance(reported, percent, pages))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _parse(text: bytes, page: bool) -> Links:

@@ -117,12 +117,13 @@ def test_an_export_with_paths_is_not_compared_with_page_count(
         app.close()
 
 
-def test_a_site_of_hundreds_of_pages_is_scanned_by_the_page_parser_process(
+def test_a_site_of_hundreds_of_pages_stores_the_check_a_scan_in_one_process_makes(
     sim_factory: Callable[..., Simulator], tmp_path: Path
 ) -> None:
-    """Past WORKER_AFTER pages the installed tool parses in its child process
-    (`mirror.archive.scanworker`): the check it stores is the one a scan in one process
-    makes of the same bundle, digest and all."""
+    """Past WORKER_AFTER pages, on a machine of WORKER_MIN_CPUS or more, the installed tool
+    parses in its child process (`mirror.archive.scanworker`; the foundations tests force
+    it anywhere): the check it stores is the one a scan in one process makes of the same
+    bundle, digest and all."""
     sim = sim_factory(site_size=16 << 20)
     domain = "docs.many-pages.test"
     sim.faults.damaged_domains[domain] = "broken_links"
