@@ -82,7 +82,8 @@ demo: venv
 	$(PY) -m mirror demo
 
 ## make bench: mirror vs curl, openssl dgst, the vendor's recipe and aws-cli, one table
-## (MIRROR_BENCH_MIB=256 by default; bench/RESULTS.md); then the FEC libraries, a 1 GiB set
+## (MIRROR_BENCH_MIB=256 by default; export run also on the simulator's realistic site,
+## MIRROR_BENCH_SITE_MIB=500: 13,579 pages; bench/RESULTS.md); then the FEC libraries, a 1 GiB set
 ## through the one-way link rig (root; MIRROR_BENCH_ONEWAY_MIB, MIRROR_BENCH_ONEWAY_RATE), and
 ## 50 clients of mirror serve beside nginx (Debian's nginx-light)
 bench: venv

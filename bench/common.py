@@ -67,6 +67,8 @@ class Row:
     target: str = ""
     rss_budget_mib: float | None = None
     loads: list[float] = field(default_factory=list)
+    pages: int = 0  # a site's pages and files, for the rates per second beside MiB/s
+    files: int = 0
 
     @property
     def mirror_seconds(self) -> float:
@@ -96,6 +98,17 @@ class Row:
         if not self.loads:
             return "-"
         return f"{min(self.loads):.1f}-{max(self.loads):.1f}"
+
+    @property
+    def rates(self) -> str:
+        """mirror's MiB/s (of `size`), and pages and files per second when the row has them."""
+        seconds = self.mirror_seconds
+        if not self.size or not seconds:
+            return "-"
+        out = f"{self.size / MiB / seconds:.0f} MiB/s"
+        if self.pages:
+            out += f", {self.pages / seconds:.0f} pages/s, {self.files / seconds:.0f} files/s"
+        return out
 
     @property
     def mirror_rss(self) -> float:
@@ -274,9 +287,10 @@ def print_table(rows: list[Row]) -> None:
     print(f"\n{machine()}\n")
     print(
         "| step | mirror | peer | MiB | mirror s | peer s | peer/mirror (median of rounds) "
-        "| target | mirror CPU s | peer CPU s | load | mirror peak RSS | budget | peer peak RSS |"
+        "| target | mirror CPU s | peer CPU s | load | mirror peak RSS | budget | peer peak RSS "
+        "| mirror rate |"
     )
-    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---|")
     for row in rows:
         budget = f"{row.rss_budget_mib:.0f} MiB" if row.rss_budget_mib is not None else "-"
         mirror, peer = (name.replace("|", "\\|") for name in (row.mirror, row.peer))
@@ -285,5 +299,5 @@ def print_table(rows: list[Row]) -> None:
             f"| {row.mirror_seconds:.3f} | {row.peer_seconds:.3f} | {row.ratio:.2f}x "
             f"| {row.target or '-'} | {row.mirror_cpu:.2f} | {row.peer_cpu:.2f} | {row.load} "
             f"| {row.mirror_rss:.0f} MiB | {budget} "
-            f"| {row.peer_rss:.0f} MiB |"
+            f"| {row.peer_rss:.0f} MiB | {row.rates} |"
         )

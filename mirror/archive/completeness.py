@@ -36,12 +36,19 @@ Promises:
 
 The HTML parser is selectolax (lexbor): measured on 10,000 pages it is the fastest of
 selectolax, lxml and html.parser by a wide margin (bench numbers in docs/architecture.md).
+Still, on a site of thousands of pages parsing is most of an export's CPU: a scanner made
+by `SiteScanner.in_worker` (what `export run` inspects its download with) on a machine of
+`WORKER_MIN_CPUS` or more parses the pages past its first `WORKER_AFTER` in a child
+process (`mirror.archive.scanworker`), on another core than the inspection's, and records
+the answers in the order the pages came: the same report, the same digest.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -50,6 +57,7 @@ from typing import IO, Any, Literal, cast
 from mirror.archive.encoding import decode_page, sniff
 from mirror.archive.resolve import SITE, base_of, document_url, served_as
 from mirror.archive.resolve import target as resolved_target
+from mirror.archive.scanworker import Links, PageParser, child_main
 from mirror.archive.spill import SPILL_AT, SpillMap
 from mirror.integrity import hash_bytes
 
@@ -59,6 +67,11 @@ MAX_RESOLVED = 16_384  # the memo of resolved references: a cache, emptied when 
 _BATCH = 1024  # paths stored or looked up at once in the tables on disk
 SOURCES_KEPT = 3
 BROKEN_KEPT = 200
+WORKER_AFTER = 256  # pages and stylesheets parsed here before a child parses the rest
+# The CPUs a process needs before its scan gets a child: the download (with its hashing) and
+# the inspection keep two busy, and on two a child only takes turns with them: measured
+# 0.72x of the scan in one process on a 2-CPU machine (bench/RESULTS.md, issue 39).
+WORKER_MIN_CPUS = 3
 
 PAGE_SUFFIXES = (".html", ".htm")
 _CSS_URL = re.compile(rb"""url\(\s*(?:"([^"]*)"|'([^']*)'|([^)'"\s]*))\s*\)""", re.IGNORECASE)
@@ -278,9 +291,14 @@ class SiteScanner:
     report's table of broken targets (nameless files, freed with the scanner or the report
     made). A member handed over by a failed inspection leaves only counts behind: nothing
     here is kept for the bundle until the inspection that fed it returned.
+
+    With `worker_after` (`in_worker`), the pages and stylesheets past that many are parsed
+    by a `scanworker.PageParser` child (started then: a small site never starts one), and
+    its answers recorded in the order the pages came; `report()` waits for the last and
+    ends the child.
     """
 
-    def __init__(self, spill_at: int | None = None) -> None:
+    def __init__(self, spill_at: int | None = None, worker_after: int | None = None) -> None:
         self._spill_at = SPILL_AT if spill_at is None else spill_at
         self.files = SpillMap(self._spill_at)
         self._arrived: list[str] = []  # files not yet in `files` (stored a batch at a time)
@@ -291,6 +309,18 @@ class SiteScanner:
         self._resolved: dict[tuple[str, str], str | None] = {}
         self._top: str | None = None  # the one top directory of every file, if so far one
         self._tops = 0  # how many top directories (2: more), 2 too for a file at the root
+        self._worker_after = worker_after
+        self._parsed_here = 0
+        self._parser: PageParser | None = None
+        self._waiting: collections.deque[str] = collections.deque()  # sent, not answered
+        self.sent_to_worker = 0  # pages and stylesheets the child parsed
+        self.worker_pid: int | None = None
+
+    @classmethod
+    def in_worker(cls) -> SiteScanner:
+        """A scanner that parses past the first WORKER_AFTER pages in a child process, when
+        this process may run on WORKER_MIN_CPUS or more (else all in this one)."""
+        return cls(worker_after=WORKER_AFTER if usable_cpus() >= WORKER_MIN_CPUS else None)
 
     @property
     def targets_dropped(self) -> bool:
@@ -331,10 +361,42 @@ class SiteScanner:
 
     # -- collecting ----------------------------------------------------------------------
 
+    def take(self, source: str, text: bytes, kind: str) -> None:
+        """One page or stylesheet read (`text` already capped): parsed here, or sent to the
+        child (recording the answers it had to wait for)."""
+        after = self._worker_after
+        if self._parser is None and (after is None or self._parsed_here < after):
+            self._parsed_here += 1
+            self.collect(source, text, kind)
+            return
+        if self._parser is None:
+            self._parser = PageParser()
+            self.worker_pid = self._parser.process.pid
+        for href, refs in self._parser.submit(text, kind):
+            self.record(self._waiting.popleft(), href, refs)
+        self._waiting.append(source)
+        self.sent_to_worker += 1
+
+    def _drain(self) -> None:
+        """Record every answer still awaited, then end the child."""
+        parser, self._parser = self._parser, None
+        if parser is None:
+            return
+        try:
+            while self._waiting:
+                self.record(self._waiting.popleft(), *parser.next())
+        finally:
+            parser.close()
+
     def collect(self, source: str, text: bytes, kind: str) -> None:
-        """Record the references of one page or stylesheet (`text` already capped), each
-        resolved from the page's base URL (`mirror.archive.resolve`)."""
+        """Record the references of one page or stylesheet (`text` already capped), parsed
+        here."""
         href, refs = page_links(text) if kind == "html" else (None, css_references(text))
+        self.record(source, href, refs)
+
+    def record(self, source: str, href: str | None, refs: Iterable[str]) -> None:
+        """Record a page's or stylesheet's references, each resolved from its base URL
+        (`mirror.archive.resolve`)."""
         base = base_of(document_url(source), href)
         rooted = href is not None and href.strip().startswith("/") and base.startswith(SITE)
         folder = base.rpartition("/")[0]
@@ -367,6 +429,7 @@ class SiteScanner:
 
     def report(self) -> CompletenessReport:
         """What the members seen so far make as a site."""
+        self._drain()
         self._store_arrived()
         root = self._site_root()
         base = _base_path(
@@ -478,7 +541,7 @@ class _Collector:
     def close(self) -> None:
         if self.cut:
             self.scanner.pages_cut += 1
-        self.scanner.collect("/" + self.path, bytes(self.buffer), self.kind)
+        self.scanner.take("/" + self.path, bytes(self.buffer), self.kind)
         self.buffer = bytearray()
 
     def __enter__(self) -> _Collector:
@@ -617,3 +680,18 @@ def judge_pages(
     if paths_named or reported is None:
         return PageVerdict(found, reported, 0, compared=False)
     return PageVerdict(found, reported, page_tolerance(reported, percent, pages))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the system says)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def _parse(text: bytes, page: bool) -> Links:
+    """What the page parser process answers for a page or a stylesheet."""
+    return page_links(text) if page else (None, list(css_references(text)))
+
+
+if __name__ == "__main__":  # the page parser process (`scanworker.PageParser`)
+    child_main(_parse)

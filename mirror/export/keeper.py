@@ -62,7 +62,7 @@ class BundleKeeper:
             size,
             partial=source == partial,
             inspected=inspected,
-            observe=SiteScanner,
+            observe=SiteScanner.in_worker,
         )
         with run.db.session() as session:
             latest = same_site_as_newest(session, self.domain, report.tree_sha256)

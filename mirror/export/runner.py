@@ -295,7 +295,7 @@ class _Runner(RunContext):
                 min_speed=self.download_settings.min_speed,
                 stall_time=self.download_settings.stall_time,
                 inspect=self.app.settings.store.archive_limits(),
-                observe=SiteScanner,
+                observe=SiteScanner.in_worker,
             )
         except (AuthError, NotFound, LinkFailed):
             # This link is refused, unusable or spent: the next try asks for a new one.

@@ -25,7 +25,7 @@ from typing import Any
 from mirror.sim.config import AGENT_OUTCOMES, DEFAULT_PROJECT_DOMAIN, Faults, SimConfig
 from mirror.sim.jobs import AgentJob, ExportJob, ExportView, is_hostname, iso
 from mirror.sim.links import LinkIssuer
-from mirror.sim.site import BuildCancelled, SiteSpec, build_bundle, page_count
+from mirror.sim.site import BuildCancelled, BundleInfo, SiteSpec, build_bundle, page_count
 from mirror.sim.stats import SimStats
 
 log = logging.getLogger("mirror.sim")
@@ -129,6 +129,8 @@ class SimApi:
         self._rng = random.Random(config.seed)  # noqa: S311
         self._builders: list[threading.Thread] = []
         self._build_slots = threading.Semaphore(2)
+        self._reused: dict[SiteSpec, BundleInfo] = {}
+        self._reuse_lock = threading.Lock()  # not _lock: a build takes seconds
         self._pr_numbers = iter(range(101, 10**9))
 
     # ---- entry point -------------------------------------------------------------------
@@ -342,9 +344,7 @@ class SimApi:
                 with self._build_slots:
                     if self.cancel.is_set():
                         return
-                    job.bundle = build_bundle(
-                        spec, self.workdir / f"{job.job_id}.tar.gz", self.cancel
-                    )
+                    job.bundle = self._built(job, spec)
                     job.built_mono = time.monotonic()
             except BuildCancelled:
                 job.build_error = "Export cancelled: the service is shutting down"
@@ -359,6 +359,19 @@ class SimApi:
             self._builders = [t for t in self._builders if t.is_alive()]
             self._builders.append(thread)
         thread.start()
+
+    def _built(self, job: ExportJob, spec: SiteSpec) -> BundleInfo:
+        """The job's archive: made now, or with `reuse_bundles` an earlier job's of the same
+        unchanged site."""
+        if not self.config.reuse_bundles or spec.changes:
+            return build_bundle(spec, self.workdir / f"{job.job_id}.tar.gz", self.cancel)
+        key = replace(spec, mtime=0, export_number=0)
+        with self._reuse_lock:
+            built = self._reused.get(key)
+            if built is None:
+                path = self.workdir / f"{job.job_id}.tar.gz"
+                built = self._reused[key] = build_bundle(spec, path, self.cancel)
+        return built
 
     def change_bundle(self, job: ExportJob) -> None:
         """Replace the job's archive by another object (new content and mtime; the same size

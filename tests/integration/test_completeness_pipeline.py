@@ -4,10 +4,13 @@ listed, accepted on purpose; broken links recorded; an export with `paths` not c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from sqlalchemy import select
 
+from mirror.archive import inspect_archive
+from mirror.archive.completeness import WORKER_AFTER, SiteScanner
 from mirror.sim import Simulator
 from mirror.store.models import ExportRun, SiteCheck, Version
 from tests.integration.test_export_pipeline import cli, config_for, index, table
@@ -110,5 +113,34 @@ def test_an_export_with_paths_is_not_compared_with_page_count(
             (check,) = session.scalars(select(SiteCheck))
             assert check.paths_named and check.status == "passed"
             assert check.pages == 1 and check.page_count == 4
+    finally:
+        app.close()
+
+
+def test_a_site_of_hundreds_of_pages_stores_the_check_a_scan_in_one_process_makes(
+    sim_factory: Callable[..., Simulator], tmp_path: Path
+) -> None:
+    """Past WORKER_AFTER pages, on a machine of WORKER_MIN_CPUS or more, the installed tool
+    parses in its child process (`mirror.archive.scanworker`; the foundations tests force
+    it anywhere): the check it stores is the one a scan in one process makes of the same
+    bundle, digest and all."""
+    sim = sim_factory(site_size=16 << 20)
+    domain = "docs.many-pages.test"
+    sim.faults.damaged_domains[domain] = "broken_links"
+    config = config_for(tmp_path, sim)
+    stored = cli(config, sim.key, "--json", "export", "run", "--adhoc", domain)
+    assert stored.returncode == 0, stored.stderr
+    (job_id,) = sim.stats.snapshot()["starts"][domain]
+    inspected = inspect_archive(Path(sim.bundle_info(job_id)["path"]), observe=SiteScanner)
+    assert isinstance(inspected.observed, SiteScanner)
+    expected = inspected.observed.report()
+    assert expected.pages > WORKER_AFTER + 100
+    assert expected.broken_link_count == expected.missing_asset_count == 1
+    app = index(config)
+    try:
+        with app.db.session() as session:
+            (check,) = session.scalars(select(SiteCheck))
+            assert check.report == expected.as_dict()
+            assert check.report_sha256 == expected.digest
     finally:
         app.close()

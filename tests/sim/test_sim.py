@@ -534,6 +534,20 @@ def test_unchanged_site_gives_same_files_in_different_bytes(
     assert members(first) == members(second)
 
 
+def test_reuse_bundles_serves_an_unchanged_site_the_first_jobs_bytes(
+    sim_factory: Callable[..., Simulator],
+) -> None:
+    """The benchmarks' switch: the vendor's packaging once, then the same bytes (a site
+    that changes is packaged afresh)."""
+    sim = sim_factory(changes_per_export=0, reuse_bundles=True)
+    with client_for(sim) as client:
+        first, second = (httpx.get(export(client)[1]["bundleUrl"]).content for _ in range(2))
+        sim.config.changes_per_export = 1
+        changed = httpx.get(export(client)[1]["bundleUrl"]).content
+    assert first == second
+    assert changed != first and members(changed) != members(first)
+
+
 # ---- agent jobs ----------------------------------------------------------------------------
 
 
