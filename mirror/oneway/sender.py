@@ -101,6 +101,16 @@ def file_reader(set_dir: Path, table: Table) -> Callable[[int, int], bytes]:
     return read
 
 
+def _named(set_dir: Path, address: tuple[str, int]) -> dict[str, str]:
+    """Where the set goes and where it is, as HEARTBEAT and END name them: so that an
+    incomplete receiver's resend command is right."""
+    host, port = address
+    return {
+        "to": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        "set": str(set_dir.resolve()),
+    }
+
+
 def send(
     set_dir: Path,
     table: Table,
@@ -117,11 +127,7 @@ def send(
     """Send `passes` passes of the set to `address` over UDP (module docstring)."""
     stats = SendStats()
     bucket = TokenBucket(rate)
-    host = address[0]
-    said = {  # named in HEARTBEAT and END, so an incomplete receiver's resend command is right
-        "to": f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}",
-        "set": str(set_dir.resolve()),
-    }
+    said = _named(set_dir, address)
     family, address = resolve(*address, "--to")
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
