@@ -20,6 +20,7 @@ from mirror.store.app import App
 pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.s3",
+    "tests.fixtures.serving",
     "tests.fixtures.archives",
     "tests.fixtures.artefact",
     "tests.fixtures.disks",
