@@ -214,7 +214,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._plain(503, BUSY_LINE, {"Retry-After": "5"})
         refused = refusal(self.command, self.request_version, self.headers)
         if refused is not None or has_body(self.headers):
-            self.close_connection = True  # a body is never read: the connection ends after this
+            self.close_connection = True  # refused, or a body never read: the connection ends
         if refused is not None:
             return self._plain(*refused)
         if isinstance(route, Refusal):
