@@ -20,11 +20,11 @@ from mirror.store.app import App
 pytest_plugins = [
     "tests.fixtures.sim",
     "tests.fixtures.s3",
-    "tests.fixtures.serving",
     "tests.fixtures.archives",
     "tests.fixtures.artefact",
     "tests.fixtures.disks",
     "tests.fixtures.tokens",
+    "tests.fixtures.serving",  # last: it imports tests.fixtures.archives (rewritten first)
 ]
 # The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 
