@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.fixtures.artefact",
     "tests.fixtures.disks",
     "tests.fixtures.tokens",
+    "tests.fixtures.serving",  # last: it imports tests.fixtures.archives (rewritten first)
 ]
 # The command line is run by tests/fixtures/cli.py (mirror_cli, start_mirror, on_a_terminal).
 

@@ -217,18 +217,30 @@ def test_the_cycle_check_finds_a_cycle_through_three_modules() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-MAX_FUNCTION_LINES = 50
-MAX_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 40
+MAX_CLASS_LINES = 250
 NARRATED = {"mirror.sim.demo", "mirror.sim.demoserve"}
 """The demo's modules: in mirror.sim, but held to the limits (they are what a newcomer reads)."""
 
+# Functions over the cap in modules being changed by other branches this session; the
+# integrator shortens them after merging (and empties this set).
+KNOWN_LONG = {
+    "mirror.airgap.chart.check.check_values_file",
+    "mirror.airgap.importer.import_set",
+    "mirror.airgap.importer._admit",
+    "mirror.airgap.importer.stage_bundles",
+    "mirror.airgap.importer.publish_version",
+}
 
-def test_functions_and_classes_stay_small() -> None:
-    """Functions under 50 lines, classes under 300, outside the simulator (a test double
-    whose request handler mirrors the vendor's API in one place)."""
-    too_long: list[str] = []
+
+def too_long() -> dict[str, int]:
+    """Every function over MAX_FUNCTION_LINES and class over MAX_CLASS_LINES, by
+    `module.name`, outside the simulator (a test double whose request handler mirrors the
+    vendor's API in one place)."""
+    found: dict[str, int] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if module_name(path).startswith("mirror.sim") and module_name(path) not in NARRATED:
+        module = module_name(path)
+        if module.startswith("mirror.sim") and module not in NARRATED:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             limit = (
@@ -241,54 +253,17 @@ def test_functions_and_classes_stay_small() -> None:
             if limit is not None and node.end_lineno is not None:
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:
-                    too_long.append(f"{module_name(path)}.{node.name}: {lines} lines")
-    assert too_long == []
-
-
-# Classes that neared the cap and were split by responsibility (issue 35), and the packages
-# whose functions were brought to 40 lines: held there until the caps above are lowered.
-SPLIT_CLASSES = {
-    "mirror.vendorapi.download": "_Download",
-    "mirror.export.daemon": "Daemon",
-    "mirror.export.runner": "_Runner",
-    "mirror.export.claim": "RunClaim",
-}
-SPLIT_CLASS_LINES = 250
-SHORT_FUNCTION_PACKAGES = ("mirror.export", "mirror.vendorapi", "mirror.store")
-SHORT_FUNCTION_LINES = 40
-
-
-def sizes(path: Path, kind: type[ast.AST] | tuple[type[ast.AST], ...]) -> dict[str, int]:
-    """Lines of every definition of `kind` in `path`, by name (the longest of a name)."""
-    found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, kind) and node.end_lineno is not None:
-            assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            lines = node.end_lineno - node.lineno + 1
-            found[node.name] = max(found.get(node.name, 0), lines)
+                    assert isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                    found[f"{module}.{node.name}"] = lines
     return found
 
 
-def test_the_split_classes_stay_well_under_the_cap() -> None:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    held = {
-        f"{module}.{name}": sizes(modules[module], ast.ClassDef).get(name, 0)
-        for module, name in SPLIT_CLASSES.items()
-    }
-    assert all(held.values()), f"a split class is gone: update SPLIT_CLASSES ({held})"
-    assert {name: lines for name, lines in held.items() if lines >= SPLIT_CLASS_LINES} == {}
-
-
-def test_functions_of_the_connected_side_stay_within_40_lines() -> None:
-    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-    too_long = [
-        f"{module}.{name}: {lines} lines"
-        for path in sorted(PACKAGE.rglob("*.py"))
-        if (module := module_name(path)).startswith(SHORT_FUNCTION_PACKAGES)
-        for name, lines in sizes(path, functions).items()
-        if lines > SHORT_FUNCTION_LINES
-    ]
-    assert too_long == []
+def test_functions_and_classes_stay_small() -> None:
+    """Functions of at most 40 lines, classes of at most 250 (issue 35: a class near the
+    cap is split by responsibility, not trimmed to fit)."""
+    found = too_long()
+    assert {name: lines for name, lines in found.items() if name not in KNOWN_LONG} == {}
+    assert set(found) >= KNOWN_LONG, "a known long function is short now: remove it from KNOWN_LONG"
 
 
 def test_the_pack_imports_nothing_of_the_import_but_push() -> None:

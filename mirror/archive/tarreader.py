@@ -48,16 +48,11 @@ _TAR_EXTENDED_HEADERS = (
 )
 
 
-def tar_members(
-    path: Path, fmt: Format, opener: Callable[[], IO[bytes]], tally: Tally
-) -> Generator[Member, None, None]:
-    # The decompressor sits below tarfile so that memory stays bounded whatever the
-    # compression ratio (tarfile's own stream decompression is not bounded).
-    last_header: list[str] = []
+def _checked_tarinfo(path: Path, last_header: list[str]) -> type[tarfile.TarInfo]:
+    """A TarInfo that notes in `last_header` how the header stream ended ("end" for the
+    end-of-archive marker) and refuses extended headers too big to buffer."""
 
     class _CheckedTarInfo(tarfile.TarInfo):
-        """Notes how the header stream ended; refuses extended headers too big to buffer."""
-
         @classmethod
         def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
             try:
@@ -73,11 +68,21 @@ def tar_members(
                 )
             return info
 
+    return _CheckedTarInfo
+
+
+def tar_members(
+    path: Path, fmt: Format, opener: Callable[[], IO[bytes]], tally: Tally
+) -> Generator[Member, None, None]:
+    # The decompressor sits below tarfile so that memory stays bounded whatever the
+    # compression ratio (tarfile's own stream decompression is not bounded).
+    last_header: list[str] = []
+    checked = _checked_tarinfo(path, last_header)
     with (
         opener() as raw,
         _decompressed(fmt, raw) as plain,
         tarfile.open(
-            fileobj=cast(IO[bytes], forward := _Forward(plain)), mode="r:", tarinfo=_CheckedTarInfo
+            fileobj=cast(IO[bytes], forward := _Forward(plain)), mode="r:", tarinfo=checked
         ) as tar,
     ):
         while (info := tar.next()) is not None:

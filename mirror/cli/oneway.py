@@ -31,6 +31,7 @@ from mirror.units import format_size
 if TYPE_CHECKING:
     from mirror.oneway.metrics import ReceiverMetrics
     from mirror.oneway.receiver import Outcome, Receiver
+    from mirror.oneway.sender import SendStats
     from mirror.oneway.table import Table
     from mirror.transferset.keys import PublicKey
 
@@ -127,8 +128,7 @@ def transfer_send(
 
     address = _address(to, "--to")
     room = payload_room(mtu)
-    symbol = room - 4
-    table = read_table(set_dir, symbol_size=symbol, redundancy=_redundancy(redundancy))
+    table = read_table(set_dir, symbol_size=room - 4, redundancy=_redundancy(redundancy))
     chosen = _only(only, table)
     with _progress(cli, "sending") as (on_progress,):
         stats = send(
@@ -143,14 +143,17 @@ def transfer_send(
             on_progress=_datagram_bytes(on_progress, mtu),
         )
     recorded = _record(cli, set_dir, to)
-    lines = [
+    if not cli.as_json and cli.verbosity >= 0:  # no JSON document (docs/json.md)
+        click.echo(f"{_sent_line(table, to, stats)}\n{recorded}")
+
+
+def _sent_line(table: Table, to: str, stats: SendStats) -> str:
+    """What `transfer send` sent: the set, its size, and what went on the wire."""
+    return (
         f"sent {table.name} to {to}: {len(table.files)} file(s), {format_size(table.total_bytes)} "
         f"in {stats.datagrams} datagrams, {format_size(stats.wire_bytes)} on the wire, "
-        f"{stats.passes} pass(es)",
-        recorded,
-    ]
-    if not cli.as_json and cli.verbosity >= 0:  # no JSON document (docs/json.md)
-        click.echo("\n".join(lines))
+        f"{stats.passes} pass(es)"
+    )
 
 
 def _datagram_bytes(

@@ -275,36 +275,50 @@ def transfer_import(
     A set this bucket already imported is refused (exit 5) unless --allow-replay imports it
     again; --skip-imported makes it a success that changes nothing, so a job that imports
     whatever set is in place can run again safely."""
-    from mirror.airgap import chart
-    from mirror.airgap.importer import import_set
     from mirror.airgap.publish import import_bytes
     from mirror.airgap.records import recorded_import
+
+    _require(cli, "import", keys)
+    trusted = _trusted(cli.settings, keys)
+    store = _object_store(cli.settings)
+    run = _importing(cli.settings, store, set_dir, trusted, allow_replay, skip_imported, promote)
+    with _progress(cli, "importing", total=import_bytes(set_dir)) as (on_progress,):
+        result = recorded_import(store, lambda: run(on_progress, receipt_path))
+    cli.emit(result.as_dict(), _import_lines(result, store.bucket))
+
+
+def _importing(
+    settings: Settings,
+    store: ObjectStore,
+    set_dir: Path,
+    trusted: dict[str, PublicKey],
+    allow_replay: bool,
+    skip_imported: bool,
+    promote: bool,
+) -> Callable[[ByteTask | None, Path | None], ImportResult]:
+    """The import `transfer import` runs, given where its progress and receipt go: the
+    options as given, the receipt signed with the configured key."""
+    from mirror.airgap import chart
+    from mirror.airgap.importer import import_set
     from mirror.cli.preflight import receipt_signing_key
 
-    settings = cli.settings
-    _require(cli, "import", keys)
-    hook = chart.promote if promote else None
-    trusted = _trusted(settings, keys)
-    store = _object_store(settings)
-    with _progress(cli, "importing", total=import_bytes(set_dir)) as (on_progress,):
-        result = recorded_import(
+    def run(on_progress: ByteTask | None, receipt_path: Path | None) -> ImportResult:
+        return import_set(
             store,
-            lambda: import_set(
-                store,
-                set_dir,
-                trusted,
-                allow_replay=allow_replay,
-                skip_imported=skip_imported,
-                promote=hook,
-                receipt_key=receipt_signing_key(settings),
-                receipt_path=receipt_path,
-                on_progress=on_progress,
-                on_verify_progress=on_progress,
-                work_dir=settings.target.work_dir,
-                site=settings.target.site,
-            ),
+            set_dir,
+            trusted,
+            allow_replay=allow_replay,
+            skip_imported=skip_imported,
+            promote=chart.promote if promote else None,
+            receipt_key=receipt_signing_key(settings),
+            receipt_path=receipt_path,
+            on_progress=on_progress,
+            on_verify_progress=on_progress,
+            work_dir=settings.target.work_dir,
+            site=settings.target.site,
         )
-    cli.emit(result.as_dict(), _import_lines(result, store.bucket))
+
+    return run
 
 
 def _import_lines(result: ImportResult, bucket: str) -> list[str]:

@@ -11,6 +11,7 @@ the journal."""
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -36,44 +37,31 @@ _REMOVED_HELP = (
 class ReceiverMetrics:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.datagrams = Counter(
-            "mirror_oneway_datagrams", "Datagrams received", ["kind"], registry=self.registry
+        counter = functools.partial(Counter, registry=self.registry)
+        self.datagrams = counter("mirror_oneway_datagrams", "Datagrams received", ["kind"])
+        self.corrupt = counter(
+            "mirror_oneway_corrupt_datagrams", "Datagrams dropped: damaged, truncated or not ours"
         )
-        self.corrupt = Counter(
-            "mirror_oneway_corrupt_datagrams",
-            "Datagrams dropped: damaged, truncated or not ours",
-            registry=self.registry,
-        )
-        self.dropped = Counter(
+        self.dropped = counter(
             "mirror_oneway_dropped_datagrams",
             "Whole datagrams dropped: a field out of its bounds, by reason",
             ["reason"],
-            registry=self.registry,
         )
-        self.evicted = Counter(
+        self.evicted = counter(
             "mirror_oneway_evicted_sessions",
             "Sessions put out of memory for a newer one (their blocks on disk are kept)",
-            registry=self.registry,
         )
-        self.removed = Counter(
-            "mirror_oneway_removed_sessions", _REMOVED_HELP, registry=self.registry
-        )
-        self.blocks = Counter(
-            "mirror_oneway_blocks", "Blocks decoded and written", registry=self.registry
-        )
-        self.repaired = Counter(
+        self.removed = counter("mirror_oneway_removed_sessions", _REMOVED_HELP)
+        self.blocks = counter("mirror_oneway_blocks", "Blocks decoded and written")
+        self.repaired = counter(
             "mirror_oneway_repaired_blocks",
             "Blocks rebuilt with repair symbols (a source datagram was lost)",
-            registry=self.registry,
         )
-        self.sets = Counter(
-            "mirror_oneway_sets", "Sets ended, by outcome", ["outcome"], registry=self.registry
-        )
-        self.imports = Counter(
+        self.sets = counter("mirror_oneway_sets", "Sets ended, by outcome", ["outcome"])
+        self.imports = counter(
             "mirror_oneway_imports",
             "Landed sets --import took: imported, refused (kept aside), deferred (retried)",
             ["outcome"],
-            registry=self.registry,
         )
         self.by_kind = {k: self.datagrams.labels(k) for k in ("data", "table", "heartbeat", "end")}
         """The per-kind children, looked up once: `labels()` per datagram costs."""

@@ -101,6 +101,30 @@ def file_reader(set_dir: Path, table: Table) -> Callable[[int, int], bytes]:
     return read
 
 
+class _Every:
+    """Due once every `seconds` (monotonic clock): when the next HEARTBEAT goes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.next = time.monotonic() + seconds
+
+    def due(self) -> bool:
+        if time.monotonic() < self.next:
+            return False
+        self.next = time.monotonic() + self.seconds
+        return True
+
+
+def _named(set_dir: Path, address: tuple[str, int]) -> dict[str, str]:
+    """Where the set goes and where it is, as HEARTBEAT and END name them: so that an
+    incomplete receiver's resend command is right."""
+    host, port = address
+    return {
+        "to": f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        "set": str(set_dir.resolve()),
+    }
+
+
 def send(
     set_dir: Path,
     table: Table,
@@ -117,16 +141,12 @@ def send(
     """Send `passes` passes of the set to `address` over UDP (module docstring)."""
     stats = SendStats()
     bucket = TokenBucket(rate)
-    host = address[0]
-    said = {  # named in HEARTBEAT and END, so an incomplete receiver's resend command is right
-        "to": f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}",
-        "set": str(set_dir.resolve()),
-    }
+    said = _named(set_dir, address)
     family, address = resolve(*address, "--to")
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * 1024 * 1024)
         sendto = sock.sendto
-        next_beat = time.monotonic() + heartbeat
+        beats = _Every(heartbeat)
         reader = file_reader(set_dir, table)
         for number in range(1, passes + 1):
             for datagram in pass_datagrams(table, reader, room, depth=depth, only=only):
@@ -137,10 +157,9 @@ def send(
                 if stats.datagrams & 63 == 0:
                     if on_progress is not None:
                         on_progress(stats.datagrams)
-                    if time.monotonic() >= next_beat:
+                    if beats.due():
                         beat = {"pass": number, "passes": passes, "sent": stats.datagrams, **said}
                         _control(sendto, table, Kind.HEARTBEAT, number, beat, address, stats)
-                        next_beat = time.monotonic() + heartbeat
             for _ in range(END_REPEAT):
                 end = {"pass": number, "passes": passes, **said}
                 _control(sendto, table, Kind.END, number, end, address, stats)

@@ -39,7 +39,7 @@ from mirror.store.app import App
 from mirror.store.models import Delivery, Transfer
 from mirror.timestamps import utcnow
 from mirror.transferset.keys import PublicKey, load_trusted_keys, read_signature_file
-from mirror.transferset.receipt import Receipt, read_receipt
+from mirror.transferset.receipt import Receipt, ReceiptItem, read_receipt
 
 log = logging.getLogger(__name__)
 ACCEPTED_UNSIGNED = "accepted by --accept-unsigned"
@@ -148,6 +148,18 @@ def _believe(
     return receipt, signature
 
 
+def _delivery(transfer: Transfer, version_id: int, item: ReceiptItem, moment: datetime) -> Delivery:
+    """The record that the site holds a version, with the digest and size it published."""
+    return Delivery(
+        site=transfer.site,
+        version_id=version_id,
+        delivered_at=moment,
+        transfer_id=transfer.id,
+        published_sha256=item.sha256,
+        published_size=item.size,
+    )
+
+
 def _mark(
     session: Session, transfer: Transfer, receipt: Receipt, moment: datetime, signature: str
 ) -> AckResult:
@@ -164,16 +176,7 @@ def _mark(
         if item is None:
             complete = False
         elif delivery is None:
-            session.add(
-                Delivery(
-                    site=transfer.site,
-                    version_id=version.id,
-                    delivered_at=moment,
-                    transfer_id=transfer.id,
-                    published_sha256=item.sha256,
-                    published_size=item.size,
-                )
-            )
+            session.add(_delivery(transfer, version.id, item, moment))
             marked.append((version.domain, version.label))
         else:
             already.append((version.domain, version.label))

@@ -160,16 +160,14 @@ class Choice:
         }
 
 
-def choose_bases(
+def _held_bases(
     session: Session,
-    store: BlobStore,
     offered: Sequence[Offered],
     held_ids: Collection[int],
-    published: Mapping[int, str] | None = None,
-) -> dict[int, Base | str]:
-    """Per offered version id: its base among `held_ids` (what the site may use as a base,
-    `mirror.sites.held_bases`), or why it has none (module docstring); `published`, what
-    the site's receipts said it published (`store.sitestate.published_objects`)."""
+    published: Mapping[int, str],
+) -> dict[str, list[Base]]:
+    """Per domain of `offered`: the versions among `held_ids` that may be a base (spliced
+    archives, none of them offered in this set), with what their site published."""
     in_set = {item.version_id for item in offered}
     domains = {item.ref.domain for item in offered}
     held = session.execute(
@@ -189,9 +187,23 @@ def choose_bases(
     known: dict[str, list[Base]] = {}
     for version_id, domain, label, tree, bundle, archive_format in held:
         if version_id not in in_set:
-            fact = (published or {}).get(version_id)
+            fact = published.get(version_id)
             base = Base(VersionLabel(label), tree, bundle, archive_format, fact)
             known.setdefault(domain, []).append(base)
+    return known
+
+
+def choose_bases(
+    session: Session,
+    store: BlobStore,
+    offered: Sequence[Offered],
+    held_ids: Collection[int],
+    published: Mapping[int, str] | None = None,
+) -> dict[int, Base | str]:
+    """Per offered version id: its base among `held_ids` (what the site may use as a base,
+    `mirror.sites.held_bases`), or why it has none (module docstring); `published`, what
+    the site's receipts said it published (`store.sitestate.published_objects`)."""
+    known = _held_bases(session, offered, held_ids, published or {})
     choices: dict[int, Base | str] = {}
     for item in offered:
         if item.ref.format != SPLICED_BASE_FORMAT:
@@ -317,6 +329,13 @@ def _build(
             recipe=made,
         )
     blob.finish(TreeFile(path, size, sha256) for path, size, sha256 in new)
+    return _finished(counted, output, entry, found)
+
+
+def _finished(
+    counted: HashingWriter, output: IO[bytes] | None, entry: DeltaEntry, found: carried.Comparison
+) -> DeltaBlob:
+    """The delta written: its digest and size, what it changes, its kept file rewound."""
     if output is not None:
         output.flush()
         output.seek(0)

@@ -338,6 +338,18 @@ def _check_free_space(out: Path, needed: int, free_space: Callable[[Path], int] 
         raise no_room(f"not enough free space in {out.parent}", needed, free)
 
 
+def _claim_room(
+    out: Path,
+    needed: int,
+    on_total: Callable[[int], None] | None,
+    free_space: Callable[[Path], int] | None,
+) -> None:
+    """Tell `on_total` the bytes the set will take, then check `out` has room for them."""
+    if on_total is not None:
+        on_total(needed)
+    _check_free_space(out, needed, free_space)
+
+
 def no_room(what: str, needed: int, free: int | None) -> TemporaryFailure:
     """The medium cannot hold the set (exit 75): where, what is free, what the set needs."""
     free_text = format_size(free) if free is not None else "an unknown amount"
@@ -382,18 +394,13 @@ def pack(
     key = signing_key or signing_key_from(app)
     with contextlib.ExitStack() as stack:
         prepared = _prepare(app, stack, chosen, part_limit, keep_deltas=True)
-        plan = prepared.plan
-        if plan is None:
+        if (plan := prepared.plan) is None:
             return prepared.result(key_id=key.key_id)
-        needed = plan.total_bytes + (_tool_size(tool) if tool is not None else 0)
-        if on_total is not None:
-            on_total(needed)
-        _check_free_space(out, needed, free_space)
+        _claim_room(out, plan.total_bytes + _tool_size(tool), on_total, free_space)
         site = prepared.site if app.settings.sites else None
         writer = _SetWriter(app, plan, key, sources=prepared.delta_blobs, site=site)
         manifest, data = writer.write(out, tool=tool, created_at=now(), on_progress=on_progress)
-    manifest_sha256 = hash_bytes(data)
-    _record(app, manifest, manifest_sha256, out, prepared.version_ids)
+    manifest_sha256 = _record(app, manifest, data, out, prepared.version_ids)
     return prepared.result(
         path=out,
         manifest_sha256=manifest_sha256,
@@ -402,10 +409,10 @@ def pack(
     )
 
 
-def _record(
-    app: App, manifest: Manifest, manifest_sha256: str, out: Path, version_ids: list[int]
-) -> None:
-    """Record the written set; the loser of two packs racing for its sequence removes it."""
+def _record(app: App, manifest: Manifest, data: bytes, out: Path, version_ids: list[int]) -> str:
+    """Record the written set, whose manifest is `data`, and return the manifest's digest;
+    the loser of two packs racing for its sequence removes it."""
+    manifest_sha256 = hash_bytes(data)
     try:
         record_set(app, manifest, manifest_sha256, out, version_ids)
     except SqlIntegrityError:
@@ -413,6 +420,7 @@ def _record(
         raise TemporaryFailure(
             f"another pack took sequence {manifest.sequence} at the same time; run again"
         ) from None
+    return manifest_sha256
 
 
 def dry_run(
@@ -512,7 +520,11 @@ class _SetWriter:
         return manifest, data
 
 
-def _tool_size(tool: Path) -> int:
+def _tool_size(tool: Path | None) -> int:
+    """The size of the tool artefact `tool` to carry (0 for none); refused when it is no
+    `mirror bundle-self` artefact."""
+    if tool is None:
+        return 0
     if not TOOL_NAME.match(tool.name) or not tool.is_file():
         raise ConfigError(
             f"{tool} is not a mirror tool artefact (mirror-tool-VERSION.tar)",

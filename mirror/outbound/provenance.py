@@ -44,18 +44,8 @@ def predicate_of(app: App, session: Session, item: ManifestItem) -> tuple[str, s
         .order_by(SiteCheck.id.desc())
     ).first()
     checks = ["bundle-sha256", "archive-safety", "tree-sha256"]
-    completeness = None
     if check is not None:
         checks.append("completeness")
-        completeness = {
-            "pages": check.pages,
-            "broken_links": check.broken_links,
-            "missing_assets": check.missing_assets,
-            "page_count_compared": not check.paths_named and check.page_count is not None,
-            "tolerance": check.tolerance,
-            "report_sha256": check.report_sha256,
-            "summary": _summary(check),
-        }
     acceptance = None
     if check is not None and check.status == "accepted":
         acceptance = {"reason": check.reason, "accepted_at": rfc3339_or_none(check.accepted_at)}
@@ -63,20 +53,40 @@ def predicate_of(app: App, session: Session, item: ManifestItem) -> tuple[str, s
         "domain": item.domain,
         "version": item.version,
         "tree_sha256": version.tree_sha256,
-        "vendor": {
-            "project_id": app.settings.api.project_id or None,
-            "job_id": run.vendor_job_id if run is not None else None,
-            "started_at": rfc3339_or_none(run.vendor_started_at if run else None),
-            "completed_at": rfc3339_or_none(run.finished_at if run else None),
-            "page_count": check.page_count if check is not None else None,
-        },
-        "completeness": completeness,
+        "vendor": _vendor(app, run, check),
+        "completeness": _completeness(check),
         "checks": checks,
         "acceptance": acceptance,
         "tool": {"name": "mirror", "version": __version__},
     }
     subject = f"{item.domain}/{item.version}/bundle.{bundle.format}"
     return subject, bundle.sha256, predicate
+
+
+def _vendor(app: App, run: ExportRun | None, check: SiteCheck | None) -> dict[str, Any]:
+    """What the vendor's export said of the version: its project, job, times and pages."""
+    return {
+        "project_id": app.settings.api.project_id or None,
+        "job_id": run.vendor_job_id if run is not None else None,
+        "started_at": rfc3339_or_none(run.vendor_started_at if run else None),
+        "completed_at": rfc3339_or_none(run.finished_at if run else None),
+        "page_count": check.page_count if check is not None else None,
+    }
+
+
+def _completeness(check: SiteCheck | None) -> dict[str, Any] | None:
+    """The site check's findings, or None when the version was never checked."""
+    if check is None:
+        return None
+    return {
+        "pages": check.pages,
+        "broken_links": check.broken_links,
+        "missing_assets": check.missing_assets,
+        "page_count_compared": not check.paths_named and check.page_count is not None,
+        "tolerance": check.tolerance,
+        "report_sha256": check.report_sha256,
+        "summary": _summary(check),
+    }
 
 
 def _summary(check: SiteCheck) -> str:

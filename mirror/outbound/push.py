@@ -13,22 +13,25 @@ against it alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from mirror.airgap import layout
 from mirror.airgap.importer import ImportResult, Promote, import_set
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.outbound.ack import AckResult, ack
-from mirror.outbound.pack import Selection, pack, signing_key_from, temporary_set_dir
+from mirror.outbound.pack import PackResult, Selection, pack, signing_key_from, temporary_set_dir
 from mirror.outbound.records import forget_set
 from mirror.store.app import App
 from mirror.timestamps import utcnow
 from mirror.transferset.format import RECEIPT
+from mirror.transferset.keys import SigningKey
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,6 @@ def push(
 ) -> PushResult:
     """Pack into STORE/tmp, import with the same checks, acknowledge; no copy is left behind."""
     key = signing_key_from(app)
-    own = {key.key_id: key.public}
     store.check_access()
     with temporary_set_dir(app.store.tmp_dir, "push") as set_dir:
         packed = pack(
@@ -77,23 +79,39 @@ def push(
         )
         if packed.nothing or packed.sequence is None:
             return PushResult(None, None)
-        try:
+        with _forgotten_unless_imported(app, store, packed):
             imported = import_set(
                 store,
                 set_dir,
-                own,
+                {key.key_id: key.public},
                 allow_replay=allow_replay,
                 promote=promote,
                 receipt_key=key,
                 now=now,
                 on_progress=on_progress,
             )
-        except BaseException:
-            if not _target_has(store, packed.sequence, packed.manifest_sha256):
-                forget_set(app, packed.site, packed.sequence)
-            raise
-        acknowledged = ack(app, set_dir / RECEIPT, now=now, trusted=own)
-        receipt = json.loads((set_dir / RECEIPT).read_bytes())
+        return _acknowledged(app, set_dir, imported, key, now)
+
+
+@contextlib.contextmanager
+def _forgotten_unless_imported(app: App, store: ObjectStore, packed: PackResult) -> Iterator[None]:
+    """A set whose import fails before the target recorded it is forgotten here (its
+    versions go in the next set); one the target has stays recorded."""
+    assert packed.sequence is not None
+    try:
+        yield
+    except BaseException:
+        if not _target_has(store, packed.sequence, packed.manifest_sha256):
+            forget_set(app, packed.site, packed.sequence)
+        raise
+
+
+def _acknowledged(
+    app: App, set_dir: Path, imported: ImportResult, key: SigningKey, now: Callable[[], datetime]
+) -> PushResult:
+    """Acknowledge the set from the receipt the import wrote (signed with our own key)."""
+    acknowledged = ack(app, set_dir / RECEIPT, now=now, trusted={key.key_id: key.public})
+    receipt = json.loads((set_dir / RECEIPT).read_bytes())
     return PushResult(dataclasses.replace(imported, receipt=None), acknowledged, receipt)
 
 

@@ -267,6 +267,7 @@ def _splice(
     read = HashingWriter()
     writer = RecipeWriter(segments, literals)
     chunks = tee(base.chunks(), read.write)
+    refused: IntegrityError | None = None
     try:
         with SplicePlan(files, contents) as plan, _listed(files) as listed:
             splice_tree(
@@ -281,20 +282,24 @@ def _splice(
                 prove_kept=False,
             )
     except IntegrityError as exc:
-        for _ in chunks:
-            pass
-        if read.result.sha256 != base.sha256:
-            raise _OtherBytes(read.result.sha256) from None
-        log.warning("%s: no splice recipe (%s)", label, exc.message)
+        refused = exc
+    _read_to_end(chunks, read, base)
+    if refused is not None:
+        log.warning("%s: no splice recipe (%s)", label, refused.message)
         return None
-    for _ in chunks:
-        pass
-    if read.result.sha256 != base.sha256:
-        raise _OtherBytes(read.result.sha256)
     archive = writer.finish()
     return SpliceRecipe(
         base_sha256=base.sha256, base_size=read.size, sha256=archive.sha256, size=archive.size
     )
+
+
+def _read_to_end(chunks: Iterator[bytes], read: HashingWriter, base: BaseObject) -> None:
+    """Read the rest of the base (`read` hashes it); _OtherBytes when its bytes are not
+    its digest, whether or not the splice took them."""
+    for _ in chunks:
+        pass
+    if read.result.sha256 != base.sha256:
+        raise _OtherBytes(read.result.sha256)
 
 
 @contextlib.contextmanager

@@ -198,14 +198,8 @@ def bundle_self(
         wheels = root / "wheels"
         wheels.mkdir(parents=True)
         lock = _lock(sources)
-        mirror_wheel = _mirror_wheel(sources, wheels, work)
-        if local:
-            for dist in requirement_closure("mirror"):
-                wheel_from_installed(dist, wheels)
-            names = ["local"]
-        else:
-            names = _download_locked(lock, mirror_wheel, targets(architectures, pythons), work)
-        _check_locked(wheels, mirror_wheel, lock, check_hashes=not local)
+        chosen = None if local else targets(architectures, pythons)
+        names = _gather_wheels(sources, lock, wheels, work, chosen)
         _copy_files(sources, root)
         shutil.copy2(lock, root / LOCK_NAME)
         sums = _sha256sums(root)
@@ -217,6 +211,28 @@ def bundle_self(
         fsync_dir(out_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return _built(target, signing_key, names)
+
+
+def _gather_wheels(
+    sources: ToolSources, lock: Path, wheels: Path, work: Path, chosen: list[Target] | None
+) -> list[str]:
+    """Fill `wheels` with mirror's wheel and its locked dependencies: downloaded for the
+    `chosen` targets, or (None: `--local`) taken from this installation; every one checked
+    against the lock (its hashes too, when downloaded). The targets' names."""
+    mirror_wheel = _mirror_wheel(sources, wheels, work)
+    if chosen is None:
+        for dist in requirement_closure("mirror"):
+            wheel_from_installed(dist, wheels)
+        names = ["local"]
+    else:
+        names = _download_locked(lock, mirror_wheel, chosen, work)
+    _check_locked(wheels, mirror_wheel, lock, check_hashes=chosen is not None)
+    return names
+
+
+def _built(target: Path, signing_key: SigningKey, names: list[str]) -> ToolBundle:
+    """What was built, read back from the artefact in place."""
     digest = hash_file(target)
     return ToolBundle(
         path=target,

@@ -53,18 +53,24 @@ def log_response(
         path,
         status,
         " (cut)" if cut else "",
-        extra={
-            "client": fetch.client,
-            "method": fetch.method,
-            "path": path,
-            "status": status,
-            "bytes": sent,
-            "duration_ms": round(seconds * 1000, 1),
-            "domain": fetch.domain,
-            "version": fetch.version,
-            "sha256": ref.sha256 if ref else None,
-        },
+        extra=_fields(fetch, ref.sha256 if ref else None),
     )
+
+
+def _fields(fetch: Fetch, sha256: str | None) -> dict[str, object]:
+    """The access line's fields (the JSON log's keys): the response, and the bundle's
+    digest when it was one."""
+    return {
+        "client": fetch.client,
+        "method": fetch.method,
+        "path": fetch.path,
+        "status": fetch.status,
+        "bytes": fetch.bytes,
+        "duration_ms": round(fetch.seconds * 1000, 1),
+        "domain": fetch.domain,
+        "version": fetch.version,
+        "sha256": sha256,
+    }
 
 
 def shown(path: str) -> str:

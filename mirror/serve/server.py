@@ -33,6 +33,7 @@ import os
 import socket
 import threading
 import time
+from email.message import Message
 from http.server import BaseHTTPRequestHandler
 from typing import IO, Any
 
@@ -49,6 +50,7 @@ from mirror.serve.pointers import Listed
 from mirror.serve.routes import CONTENT_TYPES, BundleRoute, Page, Refusal, bundle_path, parse_target
 from mirror.serve.service import Service
 from mirror.serve.status import render_status
+from mirror.versions import VersionRef
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ MAX_LINE = 8192
 MAX_HEADERS = 16384
 ERROR_LINE = 200
 IMMUTABLE = "public, max-age=31536000, immutable"
+PLAIN = "text/plain; charset=utf-8"
 BUSY_LINE = "too many clients; try again soon"
 BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -209,36 +212,16 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             if not (isinstance(route, Page) and route.name in PROBE_PAGES):
                 return self._plain(503, BUSY_LINE, {"Retry-After": "5"})
-        if len(str(self.headers)) > MAX_HEADERS:
-            self.close_connection = True
-            return self._plain(400, f"request header section longer than {MAX_HEADERS} bytes")
-        bad = problem(self.request_version, self.headers)
-        if bad is not None:
-            self.close_connection = True
-            return self._plain(400, bad)
-        if self.headers.get("content-length", "0") != "0" or "transfer-encoding" in self.headers:
-            self.close_connection = True  # a body is never read: the connection ends after this
-        if self.command not in ("GET", "HEAD"):
-            self.close_connection = True
-            return self._plain(405, f"method {self.command} is not allowed", {"Allow": ALLOW})
+        refused = refusal(self.command, self.request_version, self.headers)
+        if refused is not None or has_body(self.headers):
+            self.close_connection = True  # refused, or a body never read: the connection ends
+        if refused is not None:
+            return self._plain(*refused)
         if isinstance(route, Refusal):
             return self._plain(route.status, route.reason)
         if isinstance(route, Page):
-            return self._page(route)
+            return self._body(*page(self.service, route.name))
         return self._bundle(route)
-
-    # ---- pages -----------------------------------------------------------------------------
-
-    def _page(self, page: Page) -> None:
-        if page.name == "healthz":
-            return self._plain(200, "ok")
-        if page.name == "readyz":
-            why = self.service.not_ready()
-            return self._plain(200, "ready") if why is None else self._plain(503, why)
-        if page.name == "metrics":
-            return self._body(200, self.service.metrics.exposition(), CONTENT_TYPE)
-        page_bytes = render_status(self.service).encode()
-        return self._body(200, page_bytes, "text/html; charset=utf-8")
 
     def _plain(
         self,
@@ -247,8 +230,7 @@ class Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
         listed: Listed | None = None,
     ) -> None:
-        text = " ".join(line.split())
-        self._body(status, (text + "\n").encode(), "text/plain; charset=utf-8", headers, listed)
+        self._body(status, plain(line), PLAIN, headers, listed)
 
     def _body(
         self,
@@ -322,25 +304,12 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, route: BundleRoute, listed: Listed, entry: Entry, handle: IO[bytes]) -> None:
         ref = listed.ref
         etag = f'"{ref.sha256}"'
-        plan = ranges.plan(self.command, self._conditions(), etag, ref.size)
+        plan = ranges.plan(self.command, conditions(self.headers), etag, ref.size)
         if plan.status in (200, 206):
             self.service.served(listed, entry)
         self.send_response(plan.status)
-        self.send_header("ETag", etag)
-        digest = base64.b64encode(bytes.fromhex(ref.sha256)).decode()
-        self.send_header("Repr-Digest", f"sha-256=:{digest}:")
-        self.send_header(VERSION_HEADER, str(ref.label))
-        self.send_header("Cache-Control", IMMUTABLE if route.pinned else "no-cache")
-        if not route.pinned:
-            self.send_header("Content-Location", bundle_path(ref.domain, ref.label, ref.format))
-        self.send_header("Accept-Ranges", "bytes")
-        if plan.content_range:
-            self.send_header("Content-Range", plan.content_range)
-        if plan.status != 304:
-            self.send_header(
-                "Content-Type", CONTENT_TYPES.get(ref.format, "application/octet-stream")
-            )
-            self.send_header("Content-Length", str(plan.length))
+        for name, value in bundle_headers(route, ref, etag, plan):
+            self.send_header(name, value)
         self.end_headers()
         sent, cut = 0, False
         if self.command == "GET" and plan.length:
@@ -377,14 +346,6 @@ class Handler(BaseHTTPRequestHandler):
                 log.info("cut %s: still sending at the drain deadline", self.client_address[0])
             return max(0, handle.tell() - start), True
 
-    def _conditions(self) -> dict[str, str]:
-        wanted = ("if-none-match", "range", "if-range")
-        return {
-            name: ", ".join(self.headers.get_all(name) or [])
-            for name in wanted
-            if self.headers.get(name) is not None
-        }
-
     # ---- one line per response -------------------------------------------------------------
 
     def _finish(
@@ -392,6 +353,75 @@ class Handler(BaseHTTPRequestHandler):
     ) -> None:
         request = (self.client_address[0], self.command, self.path)
         log_response(self.service, request, status, sent, self.started, listed, cut=cut)
+
+
+def refusal(command: str, version: str, headers: Message) -> tuple[int, str, dict[str, str]] | None:
+    """The error a request is answered with before its target is looked at, or None: a
+    header section too long, a head RFC 9112 refuses (mirror.serve.head.problem), a method
+    other than GET and HEAD. Each one ends the connection."""
+    if len(str(headers)) > MAX_HEADERS:
+        return 400, f"request header section longer than {MAX_HEADERS} bytes", {}
+    bad = problem(version, headers)
+    if bad is not None:
+        return 400, bad, {}
+    if command not in ("GET", "HEAD"):
+        return 405, f"method {command} is not allowed", {"Allow": ALLOW}
+    return None
+
+
+def has_body(headers: Message) -> bool:
+    """The request announces a body (never read here: the connection ends after it)."""
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
+def plain(line: str) -> bytes:
+    """A one-line text/plain body: the line with its whitespace runs made one space."""
+    return (" ".join(line.split()) + "\n").encode()
+
+
+def page(service: Service, name: str) -> tuple[int, bytes, str]:
+    """(status, body, content type) of a page: the probes, the metrics, the status page."""
+    if name == "healthz":
+        return 200, plain("ok"), PLAIN
+    if name == "readyz":
+        why = service.not_ready()
+        return (200, plain("ready"), PLAIN) if why is None else (503, plain(why), PLAIN)
+    if name == "metrics":
+        return 200, service.metrics.exposition(), CONTENT_TYPE
+    return 200, render_status(service).encode(), "text/html; charset=utf-8"
+
+
+def bundle_headers(
+    route: BundleRoute, ref: VersionRef, etag: str, plan: ranges.Plan
+) -> list[tuple[str, str]]:
+    """The headers of a bundle's response: what it is (ETag, Repr-Digest, its version),
+    how long it may be cached (a pinned link: for good), and the range sent."""
+    digest = base64.b64encode(bytes.fromhex(ref.sha256)).decode()
+    found = [
+        ("ETag", etag),
+        ("Repr-Digest", f"sha-256=:{digest}:"),
+        (VERSION_HEADER, str(ref.label)),
+        ("Cache-Control", IMMUTABLE if route.pinned else "no-cache"),
+    ]
+    if not route.pinned:
+        found.append(("Content-Location", bundle_path(ref.domain, ref.label, ref.format)))
+    found.append(("Accept-Ranges", "bytes"))
+    if plan.content_range:
+        found.append(("Content-Range", plan.content_range))
+    if plan.status != 304:
+        found.append(("Content-Type", CONTENT_TYPES.get(ref.format, "application/octet-stream")))
+        found.append(("Content-Length", str(plan.length)))
+    return found
+
+
+def conditions(headers: Message) -> dict[str, str]:
+    """The request's conditional and range headers, each as one value (ranges.plan)."""
+    wanted = ("if-none-match", "range", "if-range")
+    return {
+        name: ", ".join(headers.get_all(name) or [])
+        for name in wanted
+        if headers.get(name) is not None
+    }
 
 
 def listen(address: str, service: Service) -> ServeServer:

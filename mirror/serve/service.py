@@ -68,6 +68,37 @@ class Fetch:
     version: str | None = None
 
 
+class Warned:
+    """What the reads of the pointers warned about, each said once while it lasts (the
+    status page shows it for as long)."""
+
+    def __init__(self) -> None:
+        self.unindexed: set[str] = set()
+        self.ignored: set[str] = set()
+        self.short: str | None = None
+
+    def domains(self, found: Pointers) -> None:
+        """A served domain without an index in the bucket; a name in the bucket with an
+        index that is no domain name."""
+        missing = {d for d, view in found.domains.items() if not view.indexed}
+        for domain in sorted(missing - self.unindexed):
+            log.warning(
+                "%s has no index.json in the bucket: nothing to serve for it (check "
+                "serve.domains, or import a version of it)",
+                domain,
+                extra={"domain": domain},
+            )
+        for name in sorted(set(found.ignored) - self.ignored):
+            log.warning("ignoring %r in the bucket: it has an index but is no domain name", name)
+        self.unindexed, self.ignored = missing, set(found.ignored)
+
+    def cache(self, short: str | None) -> None:
+        """serve.cache_max below what must be kept (`short` says by how much, else None)."""
+        if short is not None and self.short is None:
+            log.warning("%s", short)
+        self.short = short
+
+
 class Service:
     """One `mirror serve`: the bucket, the cache, the pointers and the poller."""
 
@@ -106,9 +137,7 @@ class Service:
         """The store refused the credentials at the first read: `mirror serve` exits 4."""
         self.refusals: dict[tuple[str, str], str] = {}
         """Why a version was refused (domain, label): /readyz and the status page say it."""
-        self.unindexed: set[str] = set()
-        self.ignored: set[str] = set()
-        self.short: str | None = None  # cache_short() when last warned
+        self.warned = Warned()
         self.poller = Poller(self)
 
     @property
@@ -122,7 +151,7 @@ class Service:
         saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
         if saved is not None:
             self.pointers, self.pointers_from_disk = saved, True
-            self._warn_short()
+            self.warned.cache(self.cache_short())
 
     def halt(self) -> None:
         """Stop the poller's threads (at once, not at the end of their wait)."""
@@ -145,8 +174,8 @@ class Service:
             return False
         self._first_refused(found.refused)
         self.pointers, self.pointers_from_disk = found, False
-        self._warn_unindexed(found)
-        self._warn_short()
+        self.warned.domains(found)
+        self.warned.cache(self.cache_short())
         if found.errors:
             self._bucket_failed("; ".join(f"{d}: {e}" for d, e in sorted(found.errors.items())))
         else:
@@ -170,28 +199,6 @@ class Service:
         not an outage to serve through; later, or a store that does not answer, is."""
         if self.polls == 0 and isinstance(error, AuthError):
             self.fatal = error
-
-    def _warn_unindexed(self, found: Pointers) -> None:
-        """A served domain without an index in the bucket: a warning once (it is shown on
-        the status page for as long as it lasts)."""
-        missing = {d for d, view in found.domains.items() if not view.indexed}
-        for domain in sorted(missing - self.unindexed):
-            log.warning(
-                "%s has no index.json in the bucket: nothing to serve for it (check "
-                "serve.domains, or import a version of it)",
-                domain,
-                extra={"domain": domain},
-            )
-        for name in sorted(set(found.ignored) - self.ignored):
-            log.warning("ignoring %r in the bucket: it has an index but is no domain name", name)
-        self.unindexed, self.ignored = missing, set(found.ignored)
-
-    def _warn_short(self) -> None:
-        """serve.cache_max below what must be kept: a warning once (the page shows it)."""
-        short = self.cache_short()
-        if short is not None and self.short is None:
-            log.warning("%s", short)
-        self.short = short
 
     def cache_short(self) -> str | None:
         return cache_short(self.pointers, self.settings.cache_max)

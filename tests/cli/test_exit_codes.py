@@ -173,6 +173,7 @@ def _flip_a_byte(path: Path) -> None:
 
 
 Args = tuple[str, ...] | Callable[[World], list[str]]
+NO_API_KEY = {"MIRROR_API_KEY": ""}
 Env = Mapping[str, str] | Callable[[World], Mapping[str, str]]
 
 
@@ -189,18 +190,23 @@ class Case:
     prepare: Callable[[World], None] = lambda world: None
 
 
+# The shapes several commands' cases share. `args` is the command line, or a function of
+# the world that makes it (`at`).
+
+
 def missing_config(*args: str, says: str = "does not exist") -> Case:
     return Case("missing config", args, says, config=lambda world: world.tmp / "absent.toml")
 
 
-def wrong_s3_secret(*args: str) -> Case:
-    return Case("refused", args, "S3 refused", env={"AWS_SECRET_ACCESS_KEY": "wrong-for-codes"})
+def wrong_s3_secret(*args: str, at: Callable[[World], list[str]] | None = None) -> Case:
+    env = {"AWS_SECRET_ACCESS_KEY": "wrong-for-codes"}
+    return Case("refused", at or args, "S3 refused", env=env)
 
 
-def no_bucket(*args: str) -> Case:
+def no_bucket(*args: str, at: Callable[[World], list[str]] | None = None) -> Case:
     return Case(
         "not found",
-        args,
+        at or args,
         "does not exist",
         config=lambda world: world.config_with("target", bucket="no-such-bucket-for-codes"),
     )
@@ -210,24 +216,77 @@ def refused_api_key(*args: str) -> Case:
     return Case("refused", args, "", env={"MIRROR_API_KEY": "mint_not_the_simulators_key"})
 
 
-NO_API_KEY = {"MIRROR_API_KEY": ""}
+def setting(args: Args, says: str, section: str, env: Env | None = None, **changes: Any) -> Case:
+    """A setting the command cannot use: `section` changed in the config file (a None value
+    removes the key; a function of the world makes the value)."""
+
+    def config(world: World) -> Path:
+        values = {k: v(world) if callable(v) else v for k, v in changes.items()}
+        return world.config_with(section, **values)
+
+    return Case("setting", args, says, config=config, env=env or {})
+
+
+def unset_signing_key(*args: str, at: Callable[[World], list[str]] | None = None) -> Case:
+    return setting(at or args, "transfer.signing_key is not set", "transfer", signing_key=None)
+
+
+def unset_bucket(*args: str, at: Callable[[World], list[str]] | None = None) -> Case:
+    return setting(at or args, "target.bucket is not set", "target", bucket=None)
+
+
+def no_trusted_keys(at: Callable[[World], list[str]]) -> Case:
+    return setting(at, "no trusted public keys", "target", transfer_keys=[])
+
+
+def store_on_a_file(*args: str) -> Case:
+    return setting(args, "is not a directory", "store", path=lambda w: str(w.config))
+
+
+def unreadable_api_key(*args: str) -> Case:
+    key_file = {"key_file": lambda w: str(w.tmp / "absent-key")}
+    says = "cannot read the admin API key file"
+    return setting(args, says, "api", env=NO_API_KEY, **key_file)
+
+
+def no_exports(*args: str, says: str) -> Case:
+    return setting(args, says, "exports", value=[])
+
+
+def absent(*command: str, name: str = "absent", after: tuple[str, ...] = ()) -> Case:
+    """A missing input: `name` under the test's directory, given after `command`."""
+    return Case("missing input", lambda w: [*command, str(w.tmp / name), *after], name)
+
+
+def not_a_set(*command: str, after: tuple[str, ...] = ()) -> Case:
+    """An empty directory given as a transfer set."""
+    return Case(
+        "missing input", lambda w: [*command, str(w.empty_dir()), *after], "is not a transfer set"
+    )
+
+
+def no_store(*args: str) -> Case:
+    return Case("not found", args, "no store yet")
+
+
+def lost_index(*args: str) -> Case:
+    return Case("not found", args, "is missing", prepare=World.lose_index)
+
+
+def import_set_1(world: World) -> list[str]:
+    return ["transfer", "import", str(world.set_dir)]
+
 
 CASES: dict[str, list[Case]] = {
     "config check": [
         missing_config("config", "check"),
         Case("bad argument", ("config", "check", "--for", "nothing"), "--for"),
-        Case(
-            "setting",
-            ("config", "check", "--for", "daemon"),
-            "cannot read the admin API key file",
-            config=lambda w: w.config_with("api", key_file=str(w.tmp / "absent-key")),
-            env=NO_API_KEY,
-        ),
-        Case(
-            "setting",
+        unreadable_api_key("config", "check", "--for", "daemon"),
+        setting(
             ("config", "check"),
             "public key file",
-            config=lambda w: w.config_with("target", transfer_keys=[str(w.tmp / "absent.pub")]),
+            "target",
+            transfer_keys=lambda w: [str(w.tmp / "absent.pub")],
         ),
         Case(
             "refused",
@@ -239,13 +298,8 @@ CASES: dict[str, list[Case]] = {
     ],
     "db upgrade": [
         missing_config("db", "upgrade"),
-        Case(
-            "setting",
-            ("db", "upgrade"),
-            "is not a directory",
-            config=lambda w: w.config_with("store", path=str(w.config)),
-        ),
-        Case("not found", ("db", "upgrade"), "is missing", prepare=World.lose_index),
+        store_on_a_file("db", "upgrade"),
+        lost_index("db", "upgrade"),
     ],
     "agent-job get": [
         missing_config("agent-job", "get", "job_1"),
@@ -315,7 +369,7 @@ CASES: dict[str, list[Case]] = {
     "store list": [
         missing_config("store", "list"),
         Case("bad argument", ("store", "list", "--domain", "not a domain"), "must be a hostname"),
-        Case("not found", ("store", "list"), "no store yet"),
+        no_store("store", "list"),
     ],
     "store accept": [
         missing_config("store", "accept", DOCS, "refused-2026-11-20", "--reason", "fine"),
@@ -328,29 +382,24 @@ CASES: dict[str, list[Case]] = {
     ],
     "store verify": [
         missing_config("store", "verify"),
-        Case(
-            "setting",
-            ("store", "verify"),
-            "is not a directory",
-            config=lambda w: w.config_with("store", path=str(w.config)),
-        ),
-        Case("not found", ("store", "verify"), "no store yet"),
+        store_on_a_file("store", "verify"),
+        no_store("store", "verify"),
         Case("verify", ("store", "verify"), "problem", prepare=World.damage_store),
     ],
     "store gc": [
         missing_config("store", "gc"),
         Case("bad argument", ("store", "gc", "--keep", "0"), "--keep"),
-        Case("not found", ("store", "gc"), "is missing", prepare=World.lose_index),
+        lost_index("store", "gc"),
     ],
     "status": [
         missing_config("status"),
         Case("bad argument", ("status", "--domain", DOCS), "--domain"),
-        Case("not found", ("status",), "no store yet"),
+        no_store("status"),
     ],
     "sites": [
         missing_config("sites"),
         Case("bad argument", ("sites", "--site", "a"), "--site"),
-        Case("not found", ("sites",), "no store yet"),
+        no_store("sites"),
     ],
     "transfer lost": [
         missing_config("transfer", "lost", "1"),
@@ -388,18 +437,13 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "keys show": [
-        Case("missing input", lambda w: ["keys", "show", str(w.tmp / "absent.pub")], "absent.pub"),
+        absent("keys", "show", name="absent.pub"),
         Case("bad argument", lambda w: ["keys", "show", str(w.config)], "holds neither"),
     ],
     "transfer pack": [
         missing_config("transfer", "pack", "out"),
         Case("bad argument", ("transfer", "pack", "out", "--max-size", "huge"), "--max-size"),
-        Case(
-            "setting",
-            lambda w: ["transfer", "pack", str(w.tmp / "out")],
-            "transfer.signing_key is not set",
-            config=lambda w: w.config_with("transfer", signing_key=None),
-        ),
+        unset_signing_key(at=lambda w: ["transfer", "pack", str(w.tmp / "out")]),
         Case(
             "not found",
             lambda w: ["transfer", "pack", "--from-set", "99", str(w.tmp / "out")],
@@ -421,18 +465,9 @@ CASES: dict[str, list[Case]] = {
     ],
     "transfer verify": [
         missing_config("transfer", "verify", "set"),
-        Case("missing input", lambda w: ["transfer", "verify", str(w.tmp / "absent")], "absent"),
-        Case(
-            "missing input",
-            lambda w: ["transfer", "verify", str(w.empty_dir())],
-            "is not a transfer set",
-        ),
-        Case(
-            "setting",
-            lambda w: ["transfer", "verify", str(w.set_dir)],
-            "no trusted public keys",
-            config=lambda w: w.config_with("target", transfer_keys=[]),
-        ),
+        absent("transfer", "verify"),
+        not_a_set("transfer", "verify"),
+        no_trusted_keys(lambda w: ["transfer", "verify", str(w.set_dir)]),
         Case(
             "setting",
             lambda w: ["transfer", "verify", str(w.set_dir), "--trusted-key", "absent.pub"],
@@ -442,42 +477,23 @@ CASES: dict[str, list[Case]] = {
     ],
     "transfer import": [
         missing_config("transfer", "import", "set"),
-        Case("missing input", lambda w: ["transfer", "import", str(w.tmp / "absent")], "absent"),
-        Case(
-            "missing input",
-            lambda w: ["transfer", "import", str(w.empty_dir())],
-            "is not a transfer set",
-        ),
+        absent("transfer", "import"),
+        not_a_set("transfer", "import"),
+        unset_bucket(at=import_set_1),
         Case(
             "setting",
-            lambda w: ["transfer", "import", str(w.set_dir)],
-            "target.bucket is not set",
-            config=lambda w: w.config_with("target", bucket=None),
-        ),
-        Case(
-            "setting",
-            lambda w: ["transfer", "import", str(w.set_dir)],
+            import_set_1,
             "AWS_SHARED_CREDENTIALS_FILE",
             env=lambda w: {"AWS_SHARED_CREDENTIALS_FILE": str(w.tmp / "absent-credentials")},
             s3_credentials=False,
         ),
-        Case(
-            "not found",
-            lambda w: ["transfer", "import", str(w.set_dir)],
-            "does not exist",
-            config=lambda w: w.config_with("target", bucket="no-such-bucket-for-codes"),
-        ),
-        Case(
-            "refused",
-            lambda w: ["transfer", "import", str(w.set_dir)],
-            "S3 refused",
-            env={"AWS_SECRET_ACCESS_KEY": "wrong-for-codes"},
-        ),
+        no_bucket(at=import_set_1),
+        wrong_s3_secret(at=import_set_1),
         Case("verify", lambda w: ["transfer", "import", str(w.tampered_set())], ""),
     ],
     "transfer ack": [
         missing_config("transfer", "ack", "receipt.json"),
-        Case("missing input", lambda w: ["transfer", "ack", str(w.tmp / "absent.json")], "absent"),
+        absent("transfer", "ack", name="absent.json"),
         Case(
             "verify",
             lambda w: ["transfer", "ack", str(w.config)],
@@ -486,16 +502,8 @@ CASES: dict[str, list[Case]] = {
         ),
     ],
     "transfer send": [
-        Case(
-            "missing input",
-            lambda w: ["transfer", "send", str(w.tmp / "absent"), "--to", "127.0.0.1:9"],
-            "absent",
-        ),
-        Case(
-            "missing input",
-            lambda w: ["transfer", "send", str(w.empty_dir()), "--to", "127.0.0.1:9"],
-            "is not a transfer set",
-        ),
+        absent("transfer", "send", after=("--to", "127.0.0.1:9")),
+        not_a_set("transfer", "send", after=("--to", "127.0.0.1:9")),
         Case(
             "bad argument",
             lambda w: ["transfer", "send", str(w.empty_dir()), "--to", "nowhere"],
@@ -505,32 +513,19 @@ CASES: dict[str, list[Case]] = {
     "transfer receive": [
         missing_config("transfer", "receive", "spool", "--listen", "127.0.0.1:0", "--once"),
         Case("bad argument", ("transfer", "receive", "spool", "--listen", "nowhere"), "--listen"),
-        Case(
-            "setting",
-            lambda w: ["transfer", "receive", str(w.tmp / "spool"), "--listen", "127.0.0.1:0"],
-            "no trusted public keys",
-            config=lambda w: w.config_with("target", transfer_keys=[]),
+        no_trusted_keys(
+            lambda w: ["transfer", "receive", str(w.tmp / "spool"), "--listen", "127.0.0.1:0"]
         ),
     ],
     "transfer push": [
         missing_config("transfer", "push"),
-        Case(
-            "setting",
-            ("transfer", "push"),
-            "transfer.signing_key is not set",
-            config=lambda w: w.config_with("transfer", signing_key=None),
-        ),
+        unset_signing_key("transfer", "push"),
         no_bucket("transfer", "push"),
         wrong_s3_secret("transfer", "push"),
     ],
     "target check": [
         missing_config("target", "check"),
-        Case(
-            "setting",
-            ("target", "check"),
-            "target.bucket is not set",
-            config=lambda w: w.config_with("target", bucket=None),
-        ),
+        unset_bucket("target", "check"),
     ],
     "chart values": [
         missing_config("chart", "values", DOCS),
@@ -557,7 +552,7 @@ CASES: dict[str, list[Case]] = {
     ],
     "chart check": [
         missing_config("chart", "check", "values.yaml"),
-        Case("missing input", lambda w: ["chart", "check", str(w.tmp / "absent.yaml")], "absent"),
+        absent("chart", "check", name="absent.yaml"),
         Case(
             "bad argument",
             lambda w: ["chart", "check", str(w.not_a_values_file())],
@@ -583,34 +578,14 @@ CASES: dict[str, list[Case]] = {
     ],
     "serve": [
         missing_config("serve"),
-        Case(
-            "setting",
-            ("serve",),
-            "serve.cache_dir",
-            config=lambda w: w.config_with("serve", cache_dir=str(w.config)),
-        ),
-        Case(
-            "setting",
-            ("serve",),
-            "serve.listen",
-            config=lambda w: w.config_with("serve", listen="127.0.0.1:99999"),
-        ),
+        setting(("serve",), "serve.cache_dir", "serve", cache_dir=lambda w: str(w.config)),
+        setting(("serve",), "serve.listen", "serve", listen="127.0.0.1:99999"),
         wrong_s3_secret("serve"),
     ],
     "chart refresh": [
         missing_config("chart", "refresh"),
-        Case(
-            "setting",
-            ("chart", "refresh"),
-            "chart.values_path is not set",
-            config=lambda w: w.config_with("chart", values_path=None),
-        ),
-        Case(
-            "setting",
-            ("chart", "refresh"),
-            "no domain to refresh",
-            config=lambda w: w.config_with("exports", value=[]),
-        ),
+        setting(("chart", "refresh"), "chart.values_path is not set", "chart", values_path=None),
+        no_exports("chart", "refresh", says="no domain to refresh"),
         Case("not found", ("chart", "refresh"), DOCS),
         wrong_s3_secret("chart", "refresh"),
     ],
@@ -621,19 +596,8 @@ CASES: dict[str, list[Case]] = {
     ],
     "daemon": [
         missing_config("daemon"),
-        Case(
-            "setting",
-            ("daemon",),
-            "no domains to export",
-            config=lambda w: w.config_with("exports", value=[]),
-        ),
-        Case(
-            "setting",
-            ("daemon",),
-            "cannot read the admin API key file",
-            config=lambda w: w.config_with("api", key_file=str(w.tmp / "absent-key")),
-            env=NO_API_KEY,
-        ),
+        no_exports("daemon", says="no domains to export"),
+        unreadable_api_key("daemon"),
     ],
     "bundle-self": [
         missing_config("bundle-self", "dist"),

@@ -13,29 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from mirror.airgap import chart
 from mirror.serve import ranges
 from mirror.serve.connections import PROBE_SLOTS, Slot
 from mirror.serve.routes import bundle_path
-from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
+from tests.airgap.chart.seeding import DOMAIN, Seeded
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import Answer, Running, get, parse_answer, raw, serving, until
+from tests.fixtures.serving import V1, Answer, Running, get, parse_answer, raw, serving, until
 
-V1 = "2026-11-20"
 HUGE = "9" * 5000  # beyond Python's 4 300-digit limit for int()
 PATIENT = "120s"  # idle and head timeouts that no step of a test comes near
-
-
-@pytest.fixture
-def bucket() -> MemoryBucket:
-    return MemoryBucket()
-
-
-@pytest.fixture
-def seeded(bucket: MemoryBucket, tmp_path: Path) -> Seeded:
-    version = seed_version(bucket, tmp_path, V1)
-    chart.promote(bucket, DOMAIN, V1)
-    return version
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -43,13 +29,16 @@ def access_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 
 
 def test_a_range_number_of_any_length_is_answered_logged_and_counted(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    memory_bucket: MemoryBucket,
+    promoted_version: Seeded,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = bundle_path(DOMAIN, V1, "tar.gz")
-    data = seeded.archive.read_bytes()
+    data = promoted_version.archive.read_bytes()
     with (
         caplog.at_level(logging.INFO, logger="mirror.serve.access"),
-        serving(bucket, tmp_path / "cache") as running,
+        serving(memory_bucket, tmp_path / "cache") as running,
     ):
         to_the_end = raw(running.port, get(path, f"Range: bytes=0-{HUGE}"))
         past_it = raw(running.port, get(path, f"Range: bytes={HUGE}-"))
@@ -64,8 +53,8 @@ def test_a_range_number_of_any_length_is_answered_logged_and_counted(
 
 
 def test_an_error_of_ours_is_a_500_line_logged_and_counted(
-    bucket: MemoryBucket,
-    seeded: Seeded,
+    memory_bucket: MemoryBucket,
+    promoted_version: Seeded,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -77,7 +66,7 @@ def test_an_error_of_ours_is_a_500_line_logged_and_counted(
 
     with (
         caplog.at_level(logging.INFO, logger="mirror.serve"),
-        serving(bucket, tmp_path / "cache") as running,
+        serving(memory_bucket, tmp_path / "cache") as running,
     ):
         monkeypatch.setattr(ranges, "plan", broken)
         answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
@@ -103,13 +92,16 @@ def partial_heads(running: Running, count: int) -> Iterator[list[socket.socket]]
 
 
 def test_with_every_client_slot_taken_probes_are_answered_and_refusals_logged(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    memory_bucket: MemoryBucket,
+    promoted_version: Seeded,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A busy pod stays alive and ready for its probes; what it refuses, it logs and counts."""
     limits = {"max_clients": 2, "idle_timeout": PATIENT, "header_timeout": PATIENT}
     with (
         caplog.at_level(logging.INFO, logger="mirror.serve.access"),
-        serving(bucket, tmp_path / "cache", **limits) as running,
+        serving(memory_bucket, tmp_path / "cache", **limits) as running,
         partial_heads(running, 2),
     ):
         connections = running.server.connections
@@ -138,13 +130,18 @@ def read_all(conn: socket.socket) -> Answer:
 
 
 def test_a_head_trickled_under_the_idle_timeout_is_cut_at_the_head_deadline(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    memory_bucket: MemoryBucket,
+    promoted_version: Seeded,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Slowloris: a byte now and then, each well within idle_timeout, never a whole head."""
     stop = threading.Event()
     with (
         caplog.at_level(logging.INFO, logger="mirror.serve.access"),
-        serving(bucket, tmp_path / "cache", idle_timeout=PATIENT, header_timeout="1s") as running,
+        serving(
+            memory_bucket, tmp_path / "cache", idle_timeout=PATIENT, header_timeout="1s"
+        ) as running,
         socket.create_connection(("127.0.0.1", running.port), timeout=90) as trickler,
     ):
         trickler.sendall(b"GET /healthz HTTP/1.1\r\n")
@@ -168,10 +165,10 @@ def test_a_head_trickled_under_the_idle_timeout_is_cut_at_the_head_deadline(
 
 
 def test_draining_it_is_not_ready_and_closes_every_connection_after_its_answer(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
 ) -> None:
     with (
-        serving(bucket, tmp_path / "cache") as running,
+        serving(memory_bucket, tmp_path / "cache") as running,
         socket.create_connection(("127.0.0.1", running.port), timeout=60) as kept,
     ):
         kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive

@@ -15,24 +15,9 @@ from mirror.airgap import chart, layout
 from mirror.airgap.records import record_import, record_links, recorded_import
 from mirror.errors import IntegrityError
 from mirror.serve.routes import bundle_path
-from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
+from tests.airgap.chart.seeding import DOMAIN, Seeded
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import Running, serving
-
-V1, V2 = "2026-11-20", "2026-11-21"
-
-
-@pytest.fixture
-def bucket() -> MemoryBucket:
-    return MemoryBucket()
-
-
-@pytest.fixture
-def versions(bucket: MemoryBucket, tmp_path: Path) -> dict[str, Seeded]:
-    seeded = {label: seed_version(bucket, tmp_path, label) for label in (V1, V2)}
-    chart.promote(bucket, DOMAIN, V1)
-    chart.promote(bucket, DOMAIN, V2)
-    return seeded
+from tests.fixtures.serving import V1, V2, Running, serving
 
 
 def samples(running: Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -56,9 +41,9 @@ def fetch(running: Running, version: str | None) -> None:
 
 
 def test_freshness_counts_each_version_once_also_after_a_restart(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         fetch(running, None)
         fetch(running, None)
         fetch(running, V1)
@@ -66,18 +51,18 @@ def test_freshness_counts_each_version_once_also_after_a_restart(
     assert value(first, "mirror_serve_freshness_seconds_count") == 2.0
     assert value(first, "mirror_serve_freshness_seconds_bucket", le="+Inf") == 2.0
     assert (value(first, "mirror_serve_current_version_age_seconds", domain=DOMAIN) or -1) >= 0
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         fetch(running, None)
         again = samples(running)
     assert value(again, "mirror_serve_freshness_seconds_count") == 0.0
 
 
 def test_after_a_rollback_the_current_version_is_not_the_newest(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         before = samples(running)
-        chart.rollback(bucket, DOMAIN)
+        chart.rollback(memory_bucket, DOMAIN)
         running.refresh()
         after = samples(running)
     assert value(before, "mirror_serve_current_is_newest", domain=DOMAIN) == 1.0
@@ -96,22 +81,22 @@ def _refuse() -> _Result:
 
 
 def test_import_results_and_links_recorded_in_the_bucket_are_shown(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    recorded_import(bucket, _Result)
+    recorded_import(memory_bucket, _Result)
     with pytest.raises(IntegrityError):
-        recorded_import(bucket, _refuse)
+        recorded_import(memory_bucket, _refuse)
     expires = datetime(2026, 12, 1, tzinfo=UTC)
     link = chart.RefreshResult(DOMAIN, tmp_path / "v.yaml", V2, "rendered", "new", expires)
-    record_links(bucket, "presigned", [link])
-    with serving(bucket, tmp_path / "cache") as running:
+    record_links(memory_bucket, "presigned", [link])
+    with serving(memory_bucket, tmp_path / "cache") as running:
         found = samples(running)
     assert value(found, "mirror_import_sets_total", result="imported") == 1.0
     assert value(found, "mirror_import_sets_total", result="refused") == 1.0
     assert value(found, "mirror_import_last_result", result="refused") == 1.0
     assert value(found, "mirror_import_last_result", result="imported") == 0.0
     assert value(found, "mirror_import_last_sequence") == 7.0
-    recorded = layout.read_import_results(bucket)
+    recorded = layout.read_import_results(memory_bucket)
     assert recorded is not None and recorded.last_success_at is not None
     assert (value(found, "mirror_import_last_success_timestamp_seconds") or 0) > 0
     labels = {"domain": DOMAIN, "version": V2, "url_mode": "presigned"}
@@ -119,11 +104,11 @@ def test_import_results_and_links_recorded_in_the_bucket_are_shown(
     assert expiry == expires.timestamp()
 
 
-def test_the_last_import_time_moves_with_each_import(bucket: MemoryBucket) -> None:
+def test_the_last_import_time_moves_with_each_import(memory_bucket: MemoryBucket) -> None:
     start = datetime(2026, 11, 27, tzinfo=UTC)
-    record_import(bucket, "failed", None, start)
-    record_import(bucket, "already_imported", 3, start + timedelta(hours=1))
-    recorded = layout.read_import_results(bucket)
+    record_import(memory_bucket, "failed", None, start)
+    record_import(memory_bucket, "already_imported", 3, start + timedelta(hours=1))
+    recorded = layout.read_import_results(memory_bucket)
     assert recorded is not None
     assert recorded.counts == {"failed": 1, "already_imported": 1}
     assert recorded.last_sequence == 3 and recorded.last_success_at == recorded.last_at

@@ -7,47 +7,35 @@ from pathlib import Path
 
 import pytest
 
-from mirror.airgap import chart
-from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
+from tests.airgap.chart.seeding import DOMAIN, Seeded
 from tests.fixtures.memory import MemoryBucket
 from tests.fixtures.serving import raw, serving
 
-V1 = "2026-11-20"
 BUNDLE = f"/domains/{DOMAIN}/current/bundle.tar.gz"
 
 
-@pytest.fixture
-def bucket() -> MemoryBucket:
-    return MemoryBucket()
-
-
-@pytest.fixture
-def seeded(bucket: MemoryBucket, tmp_path: Path) -> Seeded:
-    found = seed_version(bucket, tmp_path, V1)
-    chart.promote(bucket, DOMAIN, V1)
-    return found
-
-
 def test_an_absolute_form_target_is_served_by_its_path(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
 ) -> None:
     """RFC 9112 3.2.2: a server MUST accept absolute-form; the authority is ignored (an
     origin server), and the path meets the same checks as origin-form."""
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         bundle = raw(running.port, _head(f"http://elsewhere:1{BUNDLE}", "Host: x"))
         probe = raw(running.port, _head("HTTP://127.0.0.1:8080/healthz", "Host: x"))
         dotted = raw(running.port, _head(f"http://x/domains/{DOMAIN}/../x", "Host: x"))
-    assert (bundle.status, bundle.body) == (200, seeded.archive.read_bytes())
+    assert (bundle.status, bundle.body) == (200, promoted_version.archive.read_bytes())
     assert (probe.status, probe.body) == (200, b"ok\n")
     assert dotted.status == 400
 
 
 def test_an_http09_request_line_is_answered_at_once(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
 ) -> None:
     """No version, so no headers will follow: 400 now, not after the header or idle timeout
     (both far beyond the wait here)."""
-    with serving(bucket, tmp_path / "cache", header_timeout=600, idle_timeout=600) as running:
+    with serving(
+        memory_bucket, tmp_path / "cache", header_timeout=600, idle_timeout=600
+    ) as running:
         answer = raw(running.port, b"GET /healthz\r\n", timeout=60)
     assert (answer.status, answer.body) == (400, b"HTTP/0.9 requests are not served\n")
 
@@ -78,23 +66,23 @@ MALFORMED = {
 
 @pytest.mark.parametrize("name", list(MALFORMED))
 def test_a_malformed_header_section_is_a_bad_request(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path, name: str
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path, name: str
 ) -> None:
     """RFC 9112 3.2 and 5: 400, one line naming what is wrong, and the connection closed
     (with a line the parser stopped at, whatever followed, Connection: close too, was never
     read as a header)."""
     request, says = MALFORMED[name]
-    with serving(bucket, tmp_path / "cache", idle_timeout=600) as running:
+    with serving(memory_bucket, tmp_path / "cache", idle_timeout=600) as running:
         answer = raw(running.port, request, timeout=60)
     assert answer.status == 400 and answer.body.decode().startswith(says), answer.raw[:300]
     assert answer.header("connection") == "close"
 
 
 def test_what_rfc_9112_allows_is_still_served(
-    bucket: MemoryBucket, seeded: Seeded, tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
 ) -> None:
     """HTTP/1.0 needs no Host; a bare LF ends a line (RFC 9112 2.2 lets a server take it)."""
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         old = raw(running.port, b"GET /healthz HTTP/1.0\r\n\r\n")
         bare = raw(running.port, b"GET /healthz HTTP/1.1\nHost: a\nConnection: close\n\n")
     assert (old.status, old.body) == (200, b"ok\n")

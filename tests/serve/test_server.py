@@ -18,51 +18,38 @@ from mirror.airgap import chart, layout
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import Running, SwitchableBucket, get, raw, serving
+from tests.fixtures.serving import V1, V2, Running, SwitchableBucket, get, raw, serving
 
-V1, V2, V3 = "2026-11-20", "2026-11-21", "2026-11-22"
-
-
-@pytest.fixture
-def bucket() -> MemoryBucket:
-    return MemoryBucket()
-
-
-@pytest.fixture
-def versions(bucket: MemoryBucket, tmp_path: Path) -> dict[str, Seeded]:
-    seeded = {label: seed_version(bucket, tmp_path, label) for label in (V1, V2)}
-    chart.promote(bucket, DOMAIN, V1)
-    chart.promote(bucket, DOMAIN, V2)
-    return seeded
+V3 = "2026-11-22"
 
 
 def test_a_version_is_served_with_its_digests_and_label(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         pinned = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
         moving = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
-    data = versions[V1].archive.read_bytes()
+    data = promoted_versions[V1].archive.read_bytes()
     assert pinned.status_code == 200 and pinned.content == data
     digest = base64.b64encode(hashlib.sha256(data).digest()).decode()
     assert pinned.headers["repr-digest"] == f"sha-256=:{digest}:"
-    assert pinned.headers["etag"] == f'"{versions[V1].sha256}"'
+    assert pinned.headers["etag"] == f'"{promoted_versions[V1].sha256}"'
     assert pinned.headers["content-length"] == str(len(data))
     assert pinned.headers["mirror-version"] == V1
     assert pinned.headers["cache-control"] == "public, max-age=31536000, immutable"
-    assert moving.content == versions[V2].archive.read_bytes()
+    assert moving.content == promoted_versions[V2].archive.read_bytes()
     assert moving.headers["mirror-version"] == V2
     assert moving.headers["cache-control"] == "no-cache"
     assert moving.headers["content-location"] == bundle_path(DOMAIN, V2, "tar.gz")
 
 
 def test_head_ranges_and_conditions(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    data = versions[V2].archive.read_bytes()
-    tag = f'"{versions[V2].sha256}"'
+    data = promoted_versions[V2].archive.read_bytes()
+    tag = f'"{promoted_versions[V2].sha256}"'
     path = bundle_path(DOMAIN, V2, "tar.gz")
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         head = raw(running.port, get(path, method="HEAD"))
         part = raw(running.port, get(path, "Range: bytes=100-199"))
         tail = raw(running.port, get(path, "Range: bytes=-7", f"If-Range: {tag}"))
@@ -85,9 +72,9 @@ def test_head_ranges_and_conditions(
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "BREW"])
 def test_every_other_method_is_405_with_allow(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path, method: str
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path, method: str
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         answer = raw(running.port, get(bundle_path(DOMAIN, V2, "tar.gz"), method=method))
     assert (answer.status, answer.header("allow")) == (405, "GET, HEAD")
     assert answer.body == f"method {method} is not allowed\n".encode()
@@ -103,9 +90,13 @@ def test_every_other_method_is_405_with_allow(
     ],
 )
 def test_unknown_things_are_404_in_one_line(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path, path: str, line: str
+    memory_bucket: MemoryBucket,
+    promoted_versions: dict[str, Seeded],
+    tmp_path: Path,
+    path: str,
+    line: str,
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         answer = raw(running.port, get(path))
     assert answer.status == 404
     assert answer.body.count(b"\n") == 1 and line in answer.body.decode()
@@ -141,27 +132,30 @@ HOSTILE = [
 
 @pytest.mark.parametrize("request_head", HOSTILE, ids=range(len(HOSTILE)))
 def test_no_request_reaches_anything_but_the_versions(
-    bucket: MemoryBucket,
-    versions: dict[str, Seeded],
+    memory_bucket: MemoryBucket,
+    promoted_versions: dict[str, Seeded],
     tmp_path: Path,
     request_head: bytes,
 ) -> None:
     """Traversal in any encoding, encoded separators, NUL, overlong targets, request lines and
     headers: 400 or 404 in one line, never a byte of a file, and the server goes on."""
     (tmp_path / "secret.txt").write_text("SECRET-FILE\n")
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         answer = raw(running.port, request_head + b"Host: x\r\nConnection: close\r\n\r\n")
         after = httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
     assert answer.status in (400, 404), answer.raw[:300]
     assert answer.body.count(b"\n") == 1 and len(answer.body) < 400
-    assert b"SECRET" not in answer.raw and versions[V1].archive.read_bytes()[:32] not in answer.raw
+    assert (
+        b"SECRET" not in answer.raw
+        and promoted_versions[V1].archive.read_bytes()[:32] not in answer.raw
+    )
     assert after.status_code == 200
 
 
 def test_concurrent_requests_wait_for_the_one_fill(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    gated = SwitchableBucket(bucket)
+    gated = SwitchableBucket(memory_bucket)
     with serving(gated, tmp_path / "cache", refresh=False) as running:
         gated.gate = threading.Event()
         results: list[bytes] = []
@@ -179,7 +173,7 @@ def test_concurrent_requests_wait_for_the_one_fill(
         gated.gate.set()
         for client in clients:
             client.join(60)
-        assert results == [versions[V1].archive.read_bytes()] * 20
+        assert results == [promoted_versions[V1].archive.read_bytes()] * 20
         assert len(gated.streams) == 1
         assert running.counter("cache_fills_total") == 1
 
@@ -195,70 +189,77 @@ def _settled(running: Running, waiting: int) -> bool:
 
 
 def test_an_object_replaced_in_the_bucket_is_never_served(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    stored = bucket.objects[versions[V1].key]
+    stored = memory_bucket.objects[promoted_versions[V1].key]
     forged = bytes([stored.data[0] ^ 0xFF]) + stored.data[1:]
-    bucket.objects[versions[V1].key] = type(stored)(forged, stored.metadata, "", stored.etag)
+    memory_bucket.objects[promoted_versions[V1].key] = type(stored)(
+        forged, stored.metadata, "", stored.etag
+    )
     cache = tmp_path / "cache"
-    with serving(bucket, cache) as running:
+    with serving(memory_bucket, cache) as running:
         answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
         assert running.counter("refused_total", domain=DOMAIN, version=V1) == 1
         again = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
     assert answer.status == 502 and again.status == 502
     assert answer.body.count(b"\n") == 1 and f"version {V1} of {DOMAIN}".encode() in answer.body
     assert forged[:16] not in answer.raw and stored.data[1:17] not in answer.raw
-    assert not (cache / "bundles" / versions[V1].sha256).exists()
+    assert not (cache / "bundles" / promoted_versions[V1].sha256).exists()
     assert list((cache / "tmp").iterdir()) == []
-    assert versions[V1].sha256 not in json.loads((cache / "cache.json").read_text())["entries"]
+    assert (
+        promoted_versions[V1].sha256
+        not in json.loads((cache / "cache.json").read_text())["entries"]
+    )
 
 
 def test_a_refused_object_is_fetched_again_only_once_it_changed(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    stored = bucket.objects[versions[V1].key]
+    stored = memory_bucket.objects[promoted_versions[V1].key]
     forged = bytes([stored.data[0] ^ 0xFF]) + stored.data[1:]
-    bucket.objects[versions[V1].key] = type(stored)(forged, stored.metadata, "", '"forged"')
-    counted = SwitchableBucket(bucket)
+    memory_bucket.objects[promoted_versions[V1].key] = type(stored)(
+        forged, stored.metadata, "", '"forged"'
+    )
+    counted = SwitchableBucket(memory_bucket)
     with serving(counted, tmp_path / "cache", refresh=False) as running:
         running.service.supply.hold = 0.0  # the poll interval, gone at once
         for _ in range(3):
             running.refresh()
             assert raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz"))).status == 502
         # V1 is the rollback target: fetched at the first turn, and never again
-        assert counted.streams.count(versions[V1].key) == 1
+        assert counted.streams.count(promoted_versions[V1].key) == 1
         assert running.counter("refused_total", domain=DOMAIN, version=V1) == 1
-        bucket.objects[versions[V1].key] = stored  # put right (a new ETag)
+        memory_bucket.objects[promoted_versions[V1].key] = stored  # put right (a new ETag)
         healed = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
-    assert healed.content == versions[V1].archive.read_bytes()
-    assert counted.streams.count(versions[V1].key) == 2
+    assert healed.content == promoted_versions[V1].archive.read_bytes()
+    assert counted.streams.count(promoted_versions[V1].key) == 2
 
 
 def test_a_manifest_that_names_another_bundle_is_refused(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    key = layout.version_manifest_key(bucket, DOMAIN, V1)
-    document, _ = bucket.read_json(key)
+    key = layout.version_manifest_key(memory_bucket, DOMAIN, V1)
+    document, _ = memory_bucket.read_json(key)
     assert document is not None
-    bucket.objects[key] = type(bucket.objects[key])(
+    memory_bucket.objects[key] = type(memory_bucket.objects[key])(
         json.dumps({**document, "sha256": "0" * 64}).encode(), {}, "", '"x"'
     )
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
     assert answer.status == 502 and b"manifest names another bundle" in answer.body
 
 
 def test_a_cache_file_changed_after_verification_is_never_served(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
     cache = tmp_path / "cache"
-    away = SwitchableBucket(bucket)
+    away = SwitchableBucket(memory_bucket)
     with serving(away, cache) as running:
-        path = cache / "bundles" / versions[V2].sha256
+        path = cache / "bundles" / promoted_versions[V2].sha256
         assert path.exists()  # the current version was filled by the first turn
         _damage(path)
         healed = httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
-        assert healed.content == versions[V2].archive.read_bytes()
+        assert healed.content == promoted_versions[V2].archive.read_bytes()
         assert running.counter("cache_dropped_total") == 1
         _damage(path)
         away.away = True
@@ -276,12 +277,12 @@ def _damage(path: Path) -> None:
 
 
 def test_restarted_it_verifies_the_cache_and_serves_with_the_saved_pointers(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
     """The bucket away and a restart: the saved pointers say what is current, the cache is
     hashed again (a damaged file dropped, never served), the rest is served."""
     cache = tmp_path / "cache"
-    away = SwitchableBucket(bucket)
+    away = SwitchableBucket(memory_bucket)
     with serving(away, cache) as running:
         assert httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz")).status_code == 200
     away.away = True
@@ -291,23 +292,25 @@ def test_restarted_it_verifies_the_cache_and_serves_with_the_saved_pointers(
         ready = httpx.get(running.url + "/readyz")
         assert running.counter("bucket_up") == 0 and running.counter("pointers_from_disk") == 1
         status = httpx.get(running.url + "/").text
-    assert current.content == versions[V2].archive.read_bytes()
+    assert current.content == promoted_versions[V2].archive.read_bytes()
     assert ready.status_code == 200
     assert "pointers an earlier run saved" in status
-    _damage(cache / "bundles" / versions[V2].sha256)
+    _damage(cache / "bundles" / promoted_versions[V2].sha256)
     with serving(away, cache) as running:
         answer = raw(running.port, get(bundle_path(DOMAIN, None, "tar.gz")))
         older = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
         ready = httpx.get(running.url + "/readyz")
-    assert answer.status == 503 and versions[V2].archive.read_bytes()[:32] not in answer.raw
-    assert older.content == versions[V1].archive.read_bytes()
+    assert (
+        answer.status == 503 and promoted_versions[V2].archive.read_bytes()[:32] not in answer.raw
+    )
+    assert older.content == promoted_versions[V1].archive.read_bytes()
     assert ready.status_code == 503 and "not cached and verified" in ready.text
 
 
 def test_the_bucket_away_while_running_changes_nothing_served(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    away = SwitchableBucket(bucket)
+    away = SwitchableBucket(memory_bucket)
     with serving(away, tmp_path / "cache") as running:
         away.away = True
         running.refresh()
@@ -315,49 +318,49 @@ def test_the_bucket_away_while_running_changes_nothing_served(
         ready = httpx.get(running.url + "/readyz")
         status = httpx.get(running.url + "/").text
         gauge = running.counter("bucket_up")
-    assert served.content == versions[V2].archive.read_bytes()
+    assert served.content == promoted_versions[V2].archive.read_bytes()
     assert ready.status_code == 200 and gauge == 0
     assert "Object store unreachable since" in status
 
 
 def test_promote_and_rollback_move_the_current_link(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
-        chart.rollback(bucket, DOMAIN)
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        chart.rollback(memory_bucket, DOMAIN)
         running.refresh()
         after = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
         assert after.headers["mirror-version"] == V1
-        seed_version(bucket, tmp_path, V3)
-        chart.promote(bucket, DOMAIN, V3)
+        seed_version(memory_bucket, tmp_path, V3)
+        chart.promote(memory_bucket, DOMAIN, V3)
         running.refresh()
         newest = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
-    assert after.content == versions[V1].archive.read_bytes()
+    assert after.content == promoted_versions[V1].archive.read_bytes()
     assert newest.headers["mirror-version"] == V3
 
 
 def test_least_recently_served_go_first_never_current_or_rollback_target(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    seed_version(bucket, tmp_path, V3)
-    chart.promote(bucket, DOMAIN, V3)  # current V3, rollback target V2; V1 is neither
-    size = versions[V1].size
-    with serving(bucket, tmp_path / "cache", cache_max=size) as running:
+    seed_version(memory_bucket, tmp_path, V3)
+    chart.promote(memory_bucket, DOMAIN, V3)  # current V3, rollback target V2; V1 is neither
+    size = promoted_versions[V1].size
+    with serving(memory_bucket, tmp_path / "cache", cache_max=size) as running:
         assert httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz")).status_code == 200
         running.refresh()
         cached = set(running.service.cache.entries)
         assert running.counter("cache_evictions_total") == 1
-    assert versions[V1].sha256 not in cached
-    assert {versions[V2].sha256} < cached  # the rollback target, and the current one
+    assert promoted_versions[V1].sha256 not in cached
+    assert {promoted_versions[V2].sha256} < cached  # the rollback target, and the current one
 
 
 def test_a_stalled_client_is_cut_and_never_holds_up_another(
-    bucket: MemoryBucket, tmp_path: Path
+    memory_bucket: MemoryBucket, tmp_path: Path
 ) -> None:
     big = tmp_path / "big.tar.gz"
     big.write_bytes(bytes(range(256)) * (32 * 1024 * 1024 // 256))
-    seeded = seed_version(bucket, tmp_path, V1, archive=big)
-    with serving(bucket, tmp_path / "cache", idle_timeout="2s") as running:
+    seeded = seed_version(memory_bucket, tmp_path, V1, archive=big)
+    with serving(memory_bucket, tmp_path / "cache", idle_timeout="2s") as running:
         stalled = socket.create_connection(("127.0.0.1", running.port))
         stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         stalled.sendall(get(bundle_path(DOMAIN, V1, "tar.gz")))
@@ -374,14 +377,14 @@ def test_a_stalled_client_is_cut_and_never_holds_up_another(
 
 
 def test_one_log_line_per_response(
-    bucket: MemoryBucket,
-    versions: dict[str, Seeded],
+    memory_bucket: MemoryBucket,
+    promoted_versions: dict[str, Seeded],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with (
         caplog.at_level(logging.INFO, logger="mirror.serve.access"),
-        serving(bucket, tmp_path / "cache") as running,
+        serving(memory_bucket, tmp_path / "cache") as running,
     ):
         httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
         raw(running.port, get("/nope"))
@@ -390,16 +393,16 @@ def test_one_log_line_per_response(
     served, missing = lines
     assert served.__dict__["client"] == "127.0.0.1" and served.__dict__["status"] == 200
     assert (served.__dict__["domain"], served.__dict__["version"]) == (DOMAIN, V2)
-    assert served.__dict__["sha256"] == versions[V2].sha256
-    assert served.__dict__["bytes"] == versions[V2].size
+    assert served.__dict__["sha256"] == promoted_versions[V2].sha256
+    assert served.__dict__["bytes"] == promoted_versions[V2].size
     assert served.__dict__["duration_ms"] >= 0
     assert missing.__dict__["status"] == 404 and missing.__dict__["domain"] is None
 
 
 def test_metrics_name_what_was_served(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
         httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
         text = httpx.get(running.url + "/metrics").text
@@ -417,13 +420,13 @@ def test_metrics_name_what_was_served(
 
 
 def test_a_request_body_is_never_read_as_the_next_request(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
     """A body the service does not read (no method of it takes one) ends the connection, so
     it can never be taken for a request of its own (smuggling)."""
     inner = get(bundle_path(DOMAIN, V1, "tar.gz"))
     head = f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {len(inner)}\r\n\r\n".encode()
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         posted = raw(running.port, head + inner)
         with_body = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
         fetched = raw(running.port, with_body + inner)  # no Connection: close of its own
@@ -432,14 +435,14 @@ def test_a_request_body_is_never_read_as_the_next_request(
 
 
 def test_a_promote_keeps_it_ready_while_the_new_current_version_fills(
-    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
     """Once ready, a moved pointer does not take it out of rotation (both replicas would
     leave the Service at once): the new current version is served after its one fill."""
-    with serving(bucket, tmp_path / "cache") as running:
+    with serving(memory_bucket, tmp_path / "cache") as running:
         assert httpx.get(running.url + "/readyz").status_code == 200
-        newest = seed_version(bucket, tmp_path, V3)
-        chart.promote(bucket, DOMAIN, V3)
+        newest = seed_version(memory_bucket, tmp_path, V3)
+        chart.promote(memory_bucket, DOMAIN, V3)
         running.service.poll()  # the pointers moved; nothing was filled
         assert running.service.cache.get(newest.sha256) is None
         ready = httpx.get(running.url + "/readyz")

@@ -152,29 +152,29 @@ def render_values(
     bundle = complete_version(store, domain, chosen)
     if target.url_mode == "serve":
         return _served_values(bundle, served_at, moving=moving)
-    if target.url_mode == "plain":
-        return ChartValues(
-            domain=domain,
-            version=chosen,
-            key=bundle.key,
-            sha256=bundle.ref.sha256,
-            bundle_url=plain_url(target, bundle.key),
-            url_mode="plain",
-            expires_at=None,
-            ttl=None,
-        )
-    ttl = min(target.presign_ttl, 7 * 86400.0)
-    url, expires_at = store.presign_get(bundle.key, ttl)
+    url, expires_at, ttl = _bucket_link(store, target, bundle.key)
     return ChartValues(
         domain=domain,
         version=chosen,
         key=bundle.key,
         sha256=bundle.ref.sha256,
         bundle_url=url,
-        url_mode="presigned",
+        url_mode="plain" if target.url_mode == "plain" else "presigned",
         expires_at=expires_at,
         ttl=ttl,
     )
+
+
+def _bucket_link(
+    store: BucketStore, target: TargetSettings, key: str
+) -> tuple[str, datetime | None, float | None]:
+    """The link to `key` in the bucket, when it expires and its lifetime: the plain URL
+    under target.public_base_url (never expires), else a presigned one (at most a week)."""
+    if target.url_mode == "plain":
+        return plain_url(target, key), None, None
+    ttl = min(target.presign_ttl, 7 * 86400.0)
+    url, expires_at = store.presign_get(key, ttl)
+    return url, expires_at, ttl
 
 
 def write_values(values: ChartValues, path: Path) -> None:

@@ -15,31 +15,26 @@ Promises:
   to the promised sha256 is aborted before it becomes visible.
 - Messages name the bucket and key, never a credential.
 
-Reads, links, listing and removal are mirror.airgap.s3.bucket's (`S3Bucket`, which this
-extends with every write); the checksums the server verifies are mirror.airgap.s3.checksums'.
+Reads, links, listing and removal are mirror.airgap.s3.bucket's (`S3Bucket`), the calls of
+a multipart upload mirror.airgap.s3.uploads' (`MultipartCalls`, which this extends with every
+conditional write); the checksums the server verifies are mirror.airgap.s3.checksums'.
 `ObjectStore` is the S3 `MultipartTarget` of mirror.airgap.s3.multipart's staging.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
-from mirror.airgap.s3.bucket import S3_ERRORS, S3Bucket
 from mirror.airgap.s3.checksums import (
-    DAMAGED_HINT,
     PartChecksum,
-    algorithm_args,
     check_part_answer,
     md5_base64,
-    part_checksum,
-    stored_object_problem,
 )
 from mirror.airgap.s3.client import make_s3_client
 from mirror.airgap.s3.conditional import WriteConflict
@@ -52,12 +47,11 @@ from mirror.airgap.s3.errors import (
 )
 from mirror.airgap.s3.multipart import (
     SHA256_META,
-    OpenUpload,
     Outcome,
     Part,
-    UploadGone,
     same_object,
 )
+from mirror.airgap.s3.uploads import MultipartCalls
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
 from mirror.integrity import hash_bytes
@@ -82,7 +76,7 @@ UPLOAD_WORKERS = 2
 Write = Callable[[dict[str, Any]], None]
 
 
-class ObjectStore(S3Bucket):
+class ObjectStore(MultipartCalls):
     """One bucket under one prefix, read and written; every key goes through `key()`."""
 
     def __init__(
@@ -248,31 +242,7 @@ class ObjectStore(S3Bucket):
             with self._lock:
                 self.conditional_writes = True
 
-    # ---- the MultipartTarget of mirror.airgap.s3.multipart ------------------------------------
-
-    def start_upload(self, key: str, *, identity: Mapping[str, str], content_type: str) -> str:
-        with self.call("create multipart upload", key):
-            return self.client.create_multipart_upload(
-                Bucket=self.bucket,
-                Key=key,
-                ContentType=content_type,
-                Metadata=dict(identity),
-                **algorithm_args(self.part_checksum),
-            )["UploadId"]
-
-    def upload_part(self, key: str, upload_id: str, number: int, data: bytearray) -> Part:
-        checksum = part_checksum(self.part_checksum, data)
-        with self._uploading("upload part", key):
-            answer = self.client.upload_part(
-                Bucket=self.bucket,
-                Key=key,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=data,  # type: ignore[arg-type]
-                **checksum,  # type: ignore[arg-type]
-            )
-        check_part_answer(key, number, checksum, dict(answer))
-        return {"ETag": answer["ETag"], "PartNumber": number, **checksum}
+    # ---- completing the MultipartTarget of mirror.airgap.s3.multipart ----------------------
 
     def complete_upload(
         self, key: str, upload_id: str, parts: list[Part], *, identity: Mapping[str, str], size: int
@@ -293,56 +263,6 @@ class ObjectStore(S3Bucket):
         if outcome == "created":
             self._check_stored(key, size, parts)
         return outcome
-
-    def _check_stored(self, key: str, size: int, sent: list[Part]) -> None:
-        """Read back what the server says it stored; remove and refuse an object that differs."""
-        with self.call("HEAD", key):
-            answer = dict(
-                self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
-            )
-        problem = stored_object_problem(answer, size=size, sent=sent)
-        if problem is None:
-            return
-        self.delete(key)
-        raise IntegrityError(
-            f"{self.bucket}/{key}: the server stored {problem}; "
-            "the object was removed and nothing was published",
-            hint=DAMAGED_HINT,
-        )
-
-    @contextlib.contextmanager
-    def _uploading(self, action: str, key: str, *, only_gone: bool = False) -> Iterator[None]:
-        """NoSuchUpload as UploadGone; with `only_gone`, other S3 errors pass unchanged (to
-        create_once), else they are the one-line MirrorError."""
-        try:
-            yield
-        except botocore.exceptions.ClientError as exc:
-            if error_code(exc) == "NoSuchUpload":
-                raise UploadGone(self.error(exc, action, key).message) from None
-            if only_gone:
-                raise
-            raise self.error(exc, action, key) from None
-        except botocore.exceptions.BotoCoreError as exc:
-            if only_gone:
-                raise
-            raise self.error(exc, action, key) from None
-
-    def abort_upload(self, key: str, upload_id: str) -> bool:
-        try:
-            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-        except S3_ERRORS:
-            return False
-        return True
-
-    def open_uploads(self) -> list[OpenUpload]:
-        prefix = f"{self.prefix}/" if self.prefix else ""
-        paginator = self.client.get_paginator("list_multipart_uploads")
-        with self.call("LIST", prefix or None):
-            return [
-                OpenUpload(upload["Key"], upload["UploadId"], upload["Initiated"])
-                for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix)
-                for upload in page.get("Uploads", [])
-            ]
 
 
 def without_conditional_writes(where: str, how: str) -> ConfigError:

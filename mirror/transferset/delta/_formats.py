@@ -27,6 +27,7 @@ record at the end (`archive_ending`).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import gzip
 import io
 import math
@@ -429,6 +430,22 @@ class DeltaRecipePart:
     stream: IO[bytes]
 
 
+@contextlib.contextmanager
+def _streamed_tar(stream: IO[bytes], label: str) -> Iterator[tarfile.TarFile]:
+    """The delta blob's tar.gz read as a stream; IntegrityError (exit 5) when it is none
+    (an IntegrityError of the reader's own passes unchanged)."""
+    try:
+        with (
+            gzip.GzipFile(fileobj=stream, mode="rb") as plain,
+            tarfile.open(fileobj=plain, mode="r|", bufsize=64 * 1024) as tar,
+        ):
+            yield tar
+    except IntegrityError:
+        raise
+    except _UNREADABLE as exc:
+        raise IntegrityError(f"{label}: the delta blob is not a readable tar.gz ({exc})") from None
+
+
 def read_delta_blob(
     stream: IO[bytes], *, label: str
 ) -> Iterator[DeltaContent | DeltaRecipePart | DeltaFileList]:
@@ -440,18 +457,12 @@ def read_delta_blob(
     files = False
     recipe: list[str] = []
     try:
-        with (
-            gzip.GzipFile(fileobj=stream, mode="rb") as plain,
-            tarfile.open(fileobj=plain, mode="r|", bufsize=64 * 1024) as tar,
-        ):
+        with _streamed_tar(stream, label) as tar:
             while (info := tar.next()) is not None:
                 tar.members.clear()  # type: ignore[attr-defined]  # stream: keep none
                 if files:
                     raise IntegrityError(f"{label}: the delta blob goes on after its file list")
-                if not info.isreg():
-                    raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
-                reader = tar.extractfile(info)
-                assert reader is not None
+                reader = _member_reader(tar, info, label)
                 if info.name == FILE_LIST_NAME:
                     if info.size > MAX_FILE_LIST_BYTES:
                         raise IntegrityError(f"{label}: the delta's file list is too large")
@@ -469,14 +480,19 @@ def read_delta_blob(
                 if not seen.add(match.group(1)):
                     raise IntegrityError(f"{label}: the delta carries {match.group(1)} twice")
                 yield DeltaContent(match.group(1), info.size, reader)
-    except IntegrityError:
-        raise
-    except _UNREADABLE as exc:
-        raise IntegrityError(f"{label}: the delta blob is not a readable tar.gz ({exc})") from None
     finally:
         seen.close()
     if not files:
         raise IntegrityError(f"{label}: the delta blob has no {FILE_LIST_NAME}")
+
+
+def _member_reader(tar: tarfile.TarFile, info: tarfile.TarInfo, label: str) -> IO[bytes]:
+    """A member's bytes as they stream; IntegrityError for a member that is no file."""
+    if not info.isreg():
+        raise IntegrityError(f"{label}: the delta blob holds {info.name!r}")
+    reader = tar.extractfile(info)
+    assert reader is not None
+    return reader
 
 
 def _in_order(recipe: list[str], name: str, label: str) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator
-from typing import IO
+from typing import IO, Any
 
 from mirror.errors import IntegrityError
 from mirror.integrity import Digest, HashingWriter
@@ -109,12 +109,9 @@ class Segments:
             yield values[n], values[n + 1], values[n + 2]
 
 
-def read_segments(
-    data: bytes, *, base_size: int, literal_size: int, size: int, label: str
-) -> Segments:
-    """The segments of `data` (module docstring), checked against the base's size, the
-    literals' size and the archive's size."""
-    where = f"{label}: {SEGMENTS_NAME}"
+def _segment_list(data: bytes, where: str) -> list[Any]:
+    """The document's list of segments, unchecked: a bounded, strict JSON document of
+    this format."""
     if len(data) > MAX_SEGMENTS_BYTES:
         raise IntegrityError(f"{where}: larger than {MAX_SEGMENTS_BYTES} bytes")
     document = parse_strict_json(data, where)
@@ -125,9 +122,18 @@ def read_segments(
         or not isinstance(document["segments"], list)
     ):
         raise IntegrityError(f"{where}: not a format {FORMAT} recipe")
+    return document["segments"]
+
+
+def read_segments(
+    data: bytes, *, base_size: int, literal_size: int, size: int, label: str
+) -> Segments:
+    """The segments of `data` (module docstring), checked against the base's size, the
+    literals' size and the archive's size."""
+    where = f"{label}: {SEGMENTS_NAME}"
     values: array[int] = array("q")
     end = literals = copies = 0
-    for segment in document["segments"]:
+    for segment in _segment_list(data, where):
         if (
             not isinstance(segment, list)
             or len(segment) != 3
