@@ -417,35 +417,13 @@ class Receiver:
                 session.assembly.close(or_discard=not self.stop_when_full)
 
     def _incomplete(self, session: _Session, reason: str) -> Outcome:
+        self.metrics.sets.labels("incomplete").inc()
         assembly = session.assembly
         if assembly is None:
-            return self._tableless(session, reason)
+            number = next(n for n, held in self.sessions.items() if held is session)
+            return _tableless(number, session, reason)
         self._guarded(assembly.table.session, assembly.save)
-        self.metrics.sets.labels("incomplete").inc()
-        table = assembly.table
-        return Outcome(
-            table.name,
-            table.session,
-            kept=assembly.dir,
-            missing=assembly.missing(),
-            reason=reason,
-            repaired=assembly.repaired,
-            sent_to=session.sent_to,
-            sent_from=session.sent_from,
-        )
-
-    def _tableless(self, session: _Session, reason: str) -> Outcome:
-        self.metrics.sets.labels("incomplete").inc()
-        number = next(n for n, held in self.sessions.items() if held is session)
-        name = Path(session.sent_from).name if session.sent_from else f"session {number:016x}"
-        return Outcome(
-            name,
-            number,
-            reason=f"{reason}, and its file table never arrived (nothing of it could be kept)",
-            sent_to=session.sent_to,
-            sent_from=session.sent_from,
-            tableless=True,
-        )
+        return _kept(session, assembly, reason)
 
     def _finish(self, session: _Session) -> Outcome | None:
         assembly = session.assembly
@@ -475,6 +453,33 @@ class Receiver:
         self.budget.forget(table.session)
         self.landed.add(table.session)
         return outcome
+
+
+def _kept(session: _Session, assembly: Assembly, reason: str) -> Outcome:
+    """An incomplete set whose blocks are kept: what is missing, and where."""
+    return Outcome(
+        assembly.table.name,
+        assembly.table.session,
+        kept=assembly.dir,
+        missing=assembly.missing(),
+        reason=reason,
+        repaired=assembly.repaired,
+        sent_to=session.sent_to,
+        sent_from=session.sent_from,
+    )
+
+
+def _tableless(number: int, session: _Session, reason: str) -> Outcome:
+    """An incomplete set whose file table never arrived: the whole set to send again."""
+    name = Path(session.sent_from).name if session.sent_from else f"session {number:016x}"
+    return Outcome(
+        name,
+        number,
+        reason=f"{reason}, and its file table never arrived (nothing of it could be kept)",
+        sent_to=session.sent_to,
+        sent_from=session.sent_from,
+        tableless=True,
+    )
 
 
 def _silent(session: _Session, idle_timeout: float) -> str:
