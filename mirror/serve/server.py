@@ -323,7 +323,7 @@ class Handler(BaseHTTPRequestHandler):
         ref = listed.ref
         etag = f'"{ref.sha256}"'
         plan = ranges.plan(self.command, self._conditions(), etag, ref.size)
-        if plan.status in (200, 206):
+        if plan.status in (200, 206) and self.command == "GET":
             self.service.served(listed, entry)
         self.send_response(plan.status)
         self.send_header("ETag", etag)
@@ -346,6 +346,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "GET" and plan.length:
             sent, cut = self._sendfile(handle, plan.start, plan.length)
             self._changed_while_sent(entry, handle)
+        if plan.status == 200 and sent == ref.size and not cut:  # the whole bundle, received
+            self.service.first_served(listed, entry)
         self._finish(plan.status, sent, listed, cut=cut)
 
     def _changed_while_sent(self, entry: Entry, handle: IO[bytes]) -> None:

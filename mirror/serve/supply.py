@@ -261,16 +261,29 @@ class Supply:
             else:
                 predicate = read_statement(self.bucket, ref.domain, str(ref.label))
         except NotFound:
-            if self.trust.required:
-                raise IntegrityError(
-                    f"{_name(listed)} has no provenance and serve.require_provenance is set"
-                ) from None
+            _require_absent_allowed(listed, manifest, self.trust)
             return {**facts, "present": False}
         except IntegrityError:
             if self.trust.keys:
                 raise
             return {**facts, "present": False}
         return {**facts, "present": True, **_described(predicate)}
+
+
+def _require_absent_allowed(listed: Listed, manifest: layout.VersionManifest, trust: Trust) -> None:
+    """A version without a provenance is refused with `serve.require_provenance`, and always
+    when its manifest names the statement it was imported with (`provenance_subject`): a
+    statement gone from the bucket is a downgrade, never "none"."""
+    if trust.required:
+        raise IntegrityError(
+            f"{_name(listed)} has no provenance and serve.require_provenance is set"
+        )
+    subject = (manifest.model_extra or {}).get("provenance_subject")
+    if subject:
+        raise IntegrityError(
+            f"{_name(listed)} has no provenance, though its manifest says it was imported "
+            f"with one (provenance_subject {str(subject)[:16]}…): refused as a downgrade"
+        )
 
 
 def _require_signed_site(listed: Listed, cached: Path, facts: Mapping[str, Any]) -> None:

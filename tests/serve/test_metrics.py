@@ -127,3 +127,30 @@ def test_the_last_import_time_moves_with_each_import(bucket: MemoryBucket) -> No
     assert recorded is not None
     assert recorded.counts == {"failed": 1, "already_imported": 1}
     assert recorded.last_sequence == 3 and recorded.last_success_at == recorded.last_at
+
+
+def test_only_a_whole_get_is_a_first_serve_and_current_is_read_when_scraped(
+    bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """W4 (trial M9, M10): a HEAD sends no docs and a range not all of them; after a
+    rollback the version last served is no longer the current one."""
+    moving = bundle_path(DOMAIN, None, "tar.gz")
+    last = "mirror_serve_last_served_info"
+    with serving(bucket, tmp_path / "cache") as running:
+        assert httpx.head(running.url + moving).status_code == 200
+        headed = samples(running)
+        ranged = httpx.get(running.url + moving, headers={"Range": "bytes=0-0"})
+        assert ranged.status_code == 206
+        partial = samples(running)
+        fetch(running, None)
+        whole = samples(running)
+        chart.rollback(bucket, DOMAIN)
+        running.refresh()
+        after = samples(running)
+    assert value(headed, "mirror_serve_freshness_seconds_count") == 0.0
+    assert value(headed, last, current="true", domain=DOMAIN, version=V2) is None
+    assert value(partial, "mirror_serve_freshness_seconds_count") == 0.0
+    assert value(partial, last, current="true", domain=DOMAIN, version=V2) == 1.0
+    assert value(whole, "mirror_serve_freshness_seconds_count") == 1.0
+    assert value(after, last, current="false", domain=DOMAIN, version=V2) == 1.0
+    assert value(after, "mirror_serve_current_info", domain=DOMAIN, version=V1) == 1.0

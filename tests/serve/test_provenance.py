@@ -3,6 +3,7 @@ are trusted, required with serve.require_provenance, and shown (never trusted) o
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,21 @@ def test_without_trusted_keys_a_statement_is_shown_as_unverified(
 
 def test_keys_load_as_the_cli_loads_them(key_pair: tuple[Path, Path]) -> None:
     assert list(load_trusted_keys([key_pair[1]])) == [load_signing_key(key_pair[0]).key_id]
+
+
+def test_a_provenance_gone_that_the_manifest_names_is_refused_without_require(
+    tmp_path: Path, signing: Any, trusted: dict[str, Any]
+) -> None:
+    """W1 (trial S22): the manifest says the version was imported with a statement
+    (`provenance_subject`) and the statement is gone: a downgrade, refused even though
+    serve.require_provenance is unset."""
+    bucket = MemoryBucket()
+    seeded = seed_version(bucket, tmp_path, V1)
+    key = bucket.key(DOMAIN, V1, "manifest.json")
+    manifest = {**json.loads(bucket.objects[key].data), "provenance_subject": seeded.sha256}
+    bucket.delete(key)
+    bucket.put_immutable(key, json.dumps(manifest).encode(), identity={})
+    with serving(bucket, tmp_path / "cache", trust=Trust(trusted)) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V1, "tar.gz")))
+    assert answer.status == 502 and b"refused as a downgrade" in answer.body
+    assert seeded.archive.read_bytes()[:32] not in answer.raw
