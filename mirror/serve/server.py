@@ -346,9 +346,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "GET" and plan.length:
             sent, cut = self._sendfile(handle, plan.start, plan.length)
             self._changed_while_sent(entry, handle)
+        self._finish(plan.status, sent, listed, cut=cut)
         if plan.status == 200 and sent == ref.size and not cut:  # the whole bundle, received
             self.service.first_served(listed, entry)
-        self._finish(plan.status, sent, listed, cut=cut)
 
     def _changed_while_sent(self, entry: Entry, handle: IO[bytes]) -> None:
         """The file is checked when it is opened; one written to during the send (never by

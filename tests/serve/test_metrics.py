@@ -17,7 +17,7 @@ from mirror.errors import IntegrityError
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import Running, serving
+from tests.fixtures.serving import Running, serving, until
 
 V1, V2 = "2026-11-20", "2026-11-21"
 
@@ -55,6 +55,15 @@ def fetch(running: Running, version: str | None) -> None:
     assert answer.status_code == 200
 
 
+def first_serves(
+    running: Running, count: float
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The metrics once the freshness histogram counts `count` first serves: a whole GET is
+    counted after its last byte is sent, so the client may read /metrics before that."""
+    until(lambda: value(samples(running), "mirror_serve_freshness_seconds_count") == count)
+    return samples(running)
+
+
 def test_freshness_counts_each_version_once_also_after_a_restart(
     bucket: MemoryBucket, versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
@@ -62,7 +71,7 @@ def test_freshness_counts_each_version_once_also_after_a_restart(
         fetch(running, None)
         fetch(running, None)
         fetch(running, V1)
-        first = samples(running)
+        first = first_serves(running, 2.0)
     assert value(first, "mirror_serve_freshness_seconds_count") == 2.0
     assert value(first, "mirror_serve_freshness_seconds_bucket", le="+Inf") == 2.0
     assert (value(first, "mirror_serve_current_version_age_seconds", domain=DOMAIN) or -1) >= 0
@@ -143,7 +152,7 @@ def test_only_a_whole_get_is_a_first_serve_and_current_is_read_when_scraped(
         assert ranged.status_code == 206
         partial = samples(running)
         fetch(running, None)
-        whole = samples(running)
+        whole = first_serves(running, 1.0)
         chart.rollback(bucket, DOMAIN)
         running.refresh()
         after = samples(running)
