@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from mirror.cli.common import CliContext, pass_cli
@@ -23,8 +25,15 @@ def serve_command(cli: CliContext) -> None:
     (follows promote and rollback within serve.poll_interval); /healthz, /readyz, /metrics
     and a status page on /.
     """
-    from mirror.serve.run import run_serve
+    # SIGHUP (`systemctl reload`) may come as soon as the process exists: until the service
+    # installs its own handler, it is ignored (the start reads the pointers anyway), never
+    # the default that ends the process.
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        from mirror.serve.run import run_serve
 
-    if cli.verbosity >= 0:
-        setup_logging(max(1, cli.verbosity))
-    run_serve(cli.settings, announce=lambda line: click.echo(line))
+        if cli.verbosity >= 0:
+            setup_logging(max(1, cli.verbosity))
+        run_serve(cli.settings, announce=lambda line: click.echo(line))
+    finally:
+        signal.signal(signal.SIGHUP, before)

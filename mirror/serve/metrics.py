@@ -4,7 +4,7 @@ Counters (since start):
     mirror_serve_responses_total{code}            every response, by HTTP status
     mirror_serve_bytes_served_total                body bytes sent
     mirror_serve_served_total{domain,version,current}
-                                                   bundle responses (200, 206) per version,
+                                                   bundle GETs answered (200, 206) per version,
                                                    `current` "true" when it was current then
     mirror_serve_cache_hits_total                  bundle requests found verified in the cache
     mirror_serve_cache_fills_total                 bundles fetched from the bucket and verified
@@ -15,7 +15,9 @@ Counters (since start):
 Histogram:
     mirror_serve_freshness_seconds                 from the vendor's export of a version (its
                                                    signed provenance) to the first time this
-                                                   cache served it to a pod: once per version
+                                                   cache served it whole to a pod (a 200 GET
+                                                   that sent every byte; never a HEAD or a
+                                                   range): once per version
 Gauges (read when scraped):
     mirror_serve_ready                             1 once every current version is verified
     mirror_serve_bucket_up                         1 when the last read of the pointers worked
@@ -26,6 +28,8 @@ Gauges (read when scraped):
     mirror_serve_current_info{domain,version}      1 for each domain's current version
     mirror_serve_last_served_info{domain,version,current}
                                                    1 for the version last served per domain
+                                                   (a GET), `current` "true" while it is
+                                                   the current version (read when scraped)
     mirror_serve_served_version_age_seconds{domain}
                                                    age of that version since the vendor
                                                    exported it (its provenance, else manifest):
@@ -78,7 +82,6 @@ class Served:
     """The version last served for a domain, and when the vendor exported it (Unix time)."""
 
     version: str
-    current: bool
     exported: float | None
 
 
@@ -147,7 +150,8 @@ def _served(seen: Gauges) -> Iterator[GaugeMetricFamily]:
         labels=["domain"],
     )
     for domain, served in sorted(seen.last_served.items()):
-        last.add_metric([domain, served.version, str(served.current).lower()], 1)
+        current = seen.current.get(domain) == served.version  # now, not when it was served
+        last.add_metric([domain, served.version, str(current).lower()], 1)
         if served.exported is not None:
             age.add_metric([domain], max(0.0, seen.now - served.exported))
     yield last

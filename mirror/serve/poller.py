@@ -24,6 +24,7 @@ from mirror.config import ServeSettings
 from mirror.errors import MirrorError
 from mirror.serve.cache import Cache
 from mirror.serve.pointers import Pointers
+from mirror.serve.supply import Supply
 from mirror.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ class Polled(Protocol):
     def cache(self) -> Cache: ...
     @property
     def pointers(self) -> Pointers: ...
+    @property
+    def supply(self) -> Supply: ...
     @property
     def bucket_error(self) -> str | None: ...
     @property
@@ -91,6 +94,8 @@ class Poller:
             asked = self._reread.is_set()
             self._reread.clear()
             checked = service.cache.recheck() if asked else None
+            if asked:
+                service.supply.recheck()  # a refusal is held only while its objects are
             answered = service.poll()
             if service.fatal is not None:
                 return

@@ -18,7 +18,8 @@ listener closes.
 
 SIGHUP (`systemctl reload mirror-serve`) reads the pointers from the bucket at once, after
 a cheap check of the cached files, and logs one line; it keeps serving throughout. The
-config file is not re-read: a changed setting needs a restart (mirror.serve.poller).
+config file is not re-read: a changed setting needs a restart (mirror.serve.poller). Before
+the handler is in, `mirror serve` (mirror.cli.serve) ignores SIGHUP.
 """
 
 from __future__ import annotations

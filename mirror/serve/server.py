@@ -305,7 +305,7 @@ class Handler(BaseHTTPRequestHandler):
         ref = listed.ref
         etag = f'"{ref.sha256}"'
         plan = ranges.plan(self.command, conditions(self.headers), etag, ref.size)
-        if plan.status in (200, 206):
+        if plan.status in (200, 206) and self.command == "GET":
             self.service.served(listed, entry)
         self.send_response(plan.status)
         for name, value in bundle_headers(route, ref, etag, plan):
@@ -316,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
             sent, cut = self._sendfile(handle, plan.start, plan.length)
             self._changed_while_sent(entry, handle)
         self._finish(plan.status, sent, listed, cut=cut)
+        if plan.status == 200 and sent == ref.size and not cut:  # the whole bundle, received
+            self.service.first_served(listed, entry)
 
     def _changed_while_sent(self, entry: Entry, handle: IO[bytes]) -> None:
         """The file is checked when it is opened; one written to during the send (never by

@@ -320,11 +320,18 @@ class Service:
         self.refusals[(listed.ref.domain, str(listed.ref.label))] = error.message
 
     def served(self, listed: Listed, entry: Entry) -> None:
+        """A GET of the bundle (whole or a range) is answered: what readers see now. A HEAD
+        sends no docs and is not counted."""
         current = self.is_current(listed)
         domain, label = listed.ref.domain, str(listed.ref.label)
         self.metrics.served.labels(domain, label, str(current).lower()).inc()
+        self.last_served[domain] = Served(label, exported_time(entry))
+
+    def first_served(self, listed: Listed, entry: Entry) -> None:
+        """A 200 GET sent every byte of the bundle: the freshness histogram's "first served"
+        (once per version); a HEAD or a range is no pod receiving the docs."""
+        domain, label = listed.ref.domain, str(listed.ref.label)
         exported = exported_time(entry)
-        self.last_served[domain] = Served(label, current, exported)
         key = f"{domain}/{label}"
         with self._first_served:  # one observation per version, however many serve it at once
             if key in entry.first_served:

@@ -12,9 +12,11 @@ this run; it is the only way a bundle becomes servable. Promises:
   is written, and admitted only when its size and sha256 are the manifest's. Anything else
   is an IntegrityError naming the version (the caller answers 502): the temporary file is
   removed, nothing is cached, nothing is sent.
-- A refused bundle is answered from that refusal for `hold` seconds (the poll interval);
-  after that the object is fetched again only once its ETag changed (one HEAD): neither a
-  pod restarting in a loop nor the poller downloads a bad object again and again.
+- A refused bundle is answered from that refusal for `hold` seconds (the poll interval, or
+  until a SIGHUP: `recheck`); after that it is fetched again only once one of the objects
+  its verdict read changed: the bundle, the manifest or the provenance (their ETags, or
+  that one came or went: three HEADs). Neither a pod restarting in a loop nor the poller
+  downloads a bad object again and again, and a provenance put back is used.
 - A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
   the S3 client's deadline (mirror.airgap.s3.client).
 """
@@ -68,7 +70,8 @@ class _Unwritable(TemporaryFailure):
 class _Refusal:
     until: float
     error: IntegrityError
-    etag: str | None
+    seen: tuple[str | None, ...]
+    """The ETags of the bundle, the manifest and the provenance refused (None: absent)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,13 @@ class Supply:
             raise TemporaryFailure(f"{_name(listed)} left the cache at once; ask again")
         return found
 
+    def recheck(self) -> None:
+        """Ask the bucket again at the next request for each refused bundle (SIGHUP): a
+        refusal still holds only while the objects it read are unchanged."""
+        with self._lock:
+            for refused in self._refusals.values():
+                refused.until = 0.0
+
     def waiting(self) -> int:
         """How many requests wait for a fill another one leads."""
         with self._lock:
@@ -153,9 +163,9 @@ class Supply:
         entry = self.cache.get(sha256)
         if entry is not None and (entry.verified or self.cache.verify(sha256)):
             return
-        etag: str | None = None
+        seen: tuple[str | None, ...] = ()
         try:
-            etag = self._unchanged_refusal(listed)
+            seen = self._unchanged_refusal(listed)
             self._fill(listed)
         except _Held as held:
             self.health.answered()
@@ -170,7 +180,7 @@ class Supply:
             )
             self.on_refused(listed, exc)
             with self._lock:
-                self._refusals[sha256] = _Refusal(time.monotonic() + self.hold, exc, etag)
+                self._refusals[sha256] = _Refusal(time.monotonic() + self.hold, exc, seen)
             raise
         except MirrorError as exc:
             if not isinstance(exc, _Unwritable):  # the cache's disk, not the store
@@ -182,17 +192,23 @@ class Supply:
         with self._lock:
             self._refusals.pop(sha256, None)
 
-    def _unchanged_refusal(self, listed: Listed) -> str | None:
-        """The object's ETag now; the earlier refusal again (not counted, held anew) when the
-        object is still the one refused."""
-        facts = self.bucket.head(listed.object)
-        etag = None if facts is None else str(facts["etag"])
+    def _unchanged_refusal(self, listed: Listed) -> tuple[str | None, ...]:
+        """The ETags now of the objects a verdict reads; the earlier refusal again (not
+        counted, held anew) when the bundle is there and none of them changed."""
+        ref = listed.ref
+        label = str(ref.label)
+        keys = (
+            listed.object,
+            layout.version_manifest_key(self.bucket, ref.domain, label),
+            layout.provenance_key(self.bucket, ref.domain, label),
+        )
+        seen = tuple(_etag(self.bucket.head(key)) for key in keys)
         with self._lock:
-            refused = self._refusals.get(listed.ref.sha256)
-            if refused is not None and etag is not None and refused.etag == etag:
+            refused = self._refusals.get(ref.sha256)
+            if refused is not None and seen[0] is not None and refused.seen == seen:
                 refused.until = time.monotonic() + self.hold
                 raise _Held(refused.error)
-        return etag
+        return seen
 
     def _fill(self, listed: Listed) -> None:
         ref = listed.ref
@@ -261,16 +277,29 @@ class Supply:
             else:
                 predicate = read_statement(self.bucket, ref.domain, str(ref.label))
         except NotFound:
-            if self.trust.required:
-                raise IntegrityError(
-                    f"{_name(listed)} has no provenance and serve.require_provenance is set"
-                ) from None
+            _require_absent_allowed(listed, manifest, self.trust)
             return {**facts, "present": False}
         except IntegrityError:
             if self.trust.keys:
                 raise
             return {**facts, "present": False}
         return {**facts, "present": True, **_described(predicate)}
+
+
+def _require_absent_allowed(listed: Listed, manifest: layout.VersionManifest, trust: Trust) -> None:
+    """A version without a provenance is refused with `serve.require_provenance`, and always
+    when its manifest names the statement it was imported with (`provenance_subject`): a
+    statement gone from the bucket is a downgrade, never "none"."""
+    if trust.required:
+        raise IntegrityError(
+            f"{_name(listed)} has no provenance and serve.require_provenance is set"
+        )
+    subject = (manifest.model_extra or {}).get("provenance_subject")
+    if subject:
+        raise IntegrityError(
+            f"{_name(listed)} has no provenance, though its manifest says it was imported "
+            f"with one (provenance_subject {str(subject)[:16]}…): refused as a downgrade"
+        )
 
 
 def _require_signed_site(listed: Listed, cached: Path, facts: Mapping[str, Any]) -> None:
@@ -292,6 +321,10 @@ def _require_signed_site(listed: Listed, cached: Path, facts: Mapping[str, Any])
             f"{_name(listed)}: its provenance is about bundle {str(signed)[:16]}…, and the "
             f"object is not that site (tree {tree[:16]}…, signed {wanted[:16]}…)"
         )
+
+
+def _etag(facts: Mapping[str, Any] | None) -> str | None:
+    return None if facts is None else str(facts["etag"])
 
 
 def _described(predicate: Mapping[str, Any]) -> dict[str, Any]:

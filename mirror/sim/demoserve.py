@@ -213,6 +213,7 @@ def _fetch_through_serve(
     if not command([*config, "chart", "check", str(values)], None):
         return False
     demo.echo(f"$ curl -s {url}/metrics | grep {FRESHNESS_COUNT}")
+    wait_for_metric(url, FRESHNESS_COUNT, {}, before + 1)  # counted once the last byte is sent
     after = show_metric(demo, url, FRESHNESS_COUNT, {})
     if after != before + 1:
         raise ServeDemoFailed("the freshness histogram did not count the version first served")

@@ -80,6 +80,7 @@ def test_import_publishes_bundles_manifests_index_and_state(
     assert manifest["object"] == bundle and manifest["sha256"] == docs_sha
     assert manifest["transfer_sequence"] == 1 and manifest["source_id"] == "test-connected"
     assert manifest["format"] == 1 and manifest["archive_format"] == "tar.gz"
+    assert manifest["provenance_subject"] == docs_sha  # serve refuses it should that go
     index, _ = object_store.read_json(object_store.key(DOCS, "index.json"))
     assert index is not None and index["domain"] == DOCS
     assert [v["version"] for v in index["versions"]] == ["2026-11-20", "2026-11-20.2"]

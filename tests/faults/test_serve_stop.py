@@ -17,6 +17,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
-from tests.fixtures.cli import start_mirror, write_config
+from tests.fixtures.cli import cli_env, start_mirror, write_config
 from tests.fixtures.daemon import wait_for
 from tests.fixtures.s3 import free_port
 from tests.fixtures.serving import read_to_end, start_download
@@ -201,3 +202,38 @@ def test_sighup_reads_the_pointers_now_and_keeps_serving(
     assert line["message"].startswith(f"SIGHUP: pointers read again, current: {DOMAIN} {V2}; ")
     assert "1 cached bundles checked, 0 dropped" in line["message"]
     assert "the config file is not re-read" in line["message"]
+
+
+# `mirror serve`, with a SIGHUP sent to itself as it opens the service (the settings read,
+# the cache and the bucket not yet): when a reload comes is then no matter of timing.
+HUP_AT_START = """
+import os, signal, sys
+import mirror.serve.run as run
+opened = run.open_service
+def hup_first(settings):
+    os.kill(os.getpid(), signal.SIGHUP)
+    return opened(settings)
+run.open_service = hup_first
+from mirror.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.fault("serve: SIGHUP while it starts", "ignored, serves, exits 0 on SIGTERM")
+def test_a_sighup_while_it_starts_does_not_end_it(
+    target_settings: TargetSettings, tmp_path: Path
+) -> None:
+    """W3 (trial S31): `systemctl reload` is accepted as soon as the process exists; before
+    the service's own handler is in, SIGHUP's default action ended mirror serve."""
+    path = config(tmp_path, target_settings, free_port())
+    argv = [sys.executable, "-c", HUP_AT_START, "--config", str(path), "serve"]
+    process = subprocess.Popen(argv, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        assert b"listening" in process.stdout.readline()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err.decode()[-2000:]

@@ -17,7 +17,7 @@ from mirror.errors import IntegrityError
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import V1, V2, Running, serving
+from tests.fixtures.serving import V1, V2, Running, serving, until
 
 
 def samples(running: Running) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -40,6 +40,15 @@ def fetch(running: Running, version: str | None) -> None:
     assert answer.status_code == 200
 
 
+def first_serves(
+    running: Running, count: float
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The metrics once the freshness histogram counts `count` first serves: a whole GET is
+    counted after its last byte is sent, so the client may read /metrics before that."""
+    until(lambda: value(samples(running), "mirror_serve_freshness_seconds_count") == count)
+    return samples(running)
+
+
 def test_freshness_counts_each_version_once_also_after_a_restart(
     memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
@@ -47,7 +56,7 @@ def test_freshness_counts_each_version_once_also_after_a_restart(
         fetch(running, None)
         fetch(running, None)
         fetch(running, V1)
-        first = samples(running)
+        first = first_serves(running, 2.0)
     assert value(first, "mirror_serve_freshness_seconds_count") == 2.0
     assert value(first, "mirror_serve_freshness_seconds_bucket", le="+Inf") == 2.0
     assert (value(first, "mirror_serve_current_version_age_seconds", domain=DOMAIN) or -1) >= 0
@@ -112,3 +121,30 @@ def test_the_last_import_time_moves_with_each_import(memory_bucket: MemoryBucket
     assert recorded is not None
     assert recorded.counts == {"failed": 1, "already_imported": 1}
     assert recorded.last_sequence == 3 and recorded.last_success_at == recorded.last_at
+
+
+def test_only_a_whole_get_is_a_first_serve_and_current_is_read_when_scraped(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """W4 (trial M9, M10): a HEAD sends no docs and a range not all of them; after a
+    rollback the version last served is no longer the current one."""
+    moving = bundle_path(DOMAIN, None, "tar.gz")
+    last = "mirror_serve_last_served_info"
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        assert httpx.head(running.url + moving).status_code == 200
+        headed = samples(running)
+        ranged = httpx.get(running.url + moving, headers={"Range": "bytes=0-0"})
+        assert ranged.status_code == 206
+        partial = samples(running)
+        fetch(running, None)
+        whole = first_serves(running, 1.0)
+        chart.rollback(memory_bucket, DOMAIN)
+        running.refresh()
+        after = samples(running)
+    assert value(headed, "mirror_serve_freshness_seconds_count") == 0.0
+    assert value(headed, last, current="true", domain=DOMAIN, version=V2) is None
+    assert value(partial, "mirror_serve_freshness_seconds_count") == 0.0
+    assert value(partial, last, current="true", domain=DOMAIN, version=V2) == 1.0
+    assert value(whole, "mirror_serve_freshness_seconds_count") == 1.0
+    assert value(after, last, current="false", domain=DOMAIN, version=V2) == 1.0
+    assert value(after, "mirror_serve_current_info", domain=DOMAIN, version=V1) == 1.0

@@ -127,11 +127,14 @@ def read_back(store: Store, key: str, size: int) -> tuple[str, Digest]:
 
 
 def manifest_fields(item: ManifestItem) -> dict[str, Any]:
-    """The extra fields of a per-version manifest for a version carried as a delta."""
-    if item.delta is None:
-        return {}
-    fields = {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
-    if item.provenance is not None:  # the statement is about the bundle the delta was made from
+    """The extra fields of a per-version manifest: for a version carried as a delta, its base;
+    for one carried with a provenance, the bundle the statement is about (for a delta the one
+    it was made from), so that `mirror serve` sees a statement gone from the bucket as a
+    downgrade, never as a version imported without one."""
+    fields: dict[str, Any] = {}
+    if item.delta is not None:
+        fields |= {"delta_base": item.delta.base_version, "delta_sha256": item.sha256}
+    if item.provenance is not None:
         fields["provenance_subject"] = item.provenance.subject_sha256
     return fields
 
