@@ -20,7 +20,8 @@ into an empty directory:
 
     inventory.spdx.json       the version's inventory, when the bucket holds one
 
-No import writes an inventory yet (issue 40 item 3): one at `layout.inventory_key` is carried
+The import publishes every version's inventory (`outbound/inventory.py`) with its provenance; a
+version imported before inventories has none. The one at `layout.inventory_key` is carried
 only when the provenance signs its sha256 (predicate `inventory.sha256`), checked here and by
 VERIFY.md; one it does not sign is refused (IntegrityError).
 """

@@ -22,6 +22,13 @@ object read back, whose tree must be the signed one and whose bytes the manifest
 fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
 Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
 
+The version's SPDX inventory (`outbound/inventory.py`), carried beside its statement and
+checked by `verify_set` against the digest the statement signs, is published by
+`publish_inventories` at `layout.inventory_key` before that statement, whenever the statement
+is (so a version whose statement was written by this import has its inventory there too; one
+kept from an earlier import keeps what that import wrote). `check_inventories` refuses, before
+anything is uploaded, a set whose inventory would meet another object at that key (exit 5).
+
 This side's verification records (mirror.airgap.verification) are published and checked here
 too: `publish_record` writes one before the version's manifest (kept when there), and
 `check_record_in_bucket` verifies it against the receipt keys trusted here and the object the
@@ -34,6 +41,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from mirror.airgap import layout
@@ -50,6 +58,7 @@ from mirror.transferset.provenance import (
     check_about,
     verify_provenance,
 )
+from mirror.transferset.reader import read_inventory
 
 SHA256_IDENTITY = "provenance-sha256"
 
@@ -78,6 +87,36 @@ def publish(
             key, envelope, identity={SHA256_IDENTITY: hash_bytes(envelope)}
         )
         created += outcome == "created"
+    return created
+
+
+INVENTORY_IDENTITY = "inventory-sha256"
+
+
+def check_inventories(
+    store: ObjectStore, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
+) -> None:
+    """Refuse (IntegrityError, exit 5) before any upload an inventory still to publish (its
+    statement is in `left`) whose key holds another object: objects are never overwritten."""
+    for item in manifest.items:
+        if item.inventory is not None and (item.domain, item.version) in left:
+            key = layout.inventory_key(store, item.domain, item.version)
+            store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256})
+
+
+def publish_inventories(
+    store: ObjectStore, set_dir: Path, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
+) -> int:
+    """Write the carried inventory of each item whose statement is still to publish (`left`),
+    hashed against the signed manifest once more; returns how many were new."""
+    created = 0
+    for item in manifest.items:
+        if item.inventory is None or (item.domain, item.version) not in left:
+            continue
+        data = read_inventory(set_dir, item)
+        key = layout.inventory_key(store, item.domain, item.version)
+        identity = {INVENTORY_IDENTITY: item.inventory.sha256}
+        created += store.put_immutable(key, data, identity=identity) == "created"
     return created
 
 
