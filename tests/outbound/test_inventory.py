@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -132,3 +134,22 @@ def test_times_are_spdx_times(moment: datetime, said: str) -> None:
 
 def test_the_supplier_is_the_vendor_api_host() -> None:
     assert supplier_of("https://api.mintlify.com") == "Organization: api.mintlify.com"
+
+
+def test_the_readme_command_of_the_reference_tools_validates_it(tmp_path: Path) -> None:
+    """README: `pyspdxtools -i inventory.spdx.json` reads and validates it (exit 0), and
+    refuses a document without the SHA-1s."""
+    bundle = make_tar_gz(tmp_path / "site.tar.gz", SITE)
+    out = written(tmp_path, facts_of(bundle), bundle)
+    tool = Path(sys.executable).parent / "pyspdxtools"
+    done = subprocess.run(
+        [str(tool), "-i", out.name], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_bytes())
+    doc["files"][0]["checksums"].pop(0)
+    out.write_text(json.dumps(doc))
+    done = subprocess.run(
+        [str(tool), "-i", out.name], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0 and "SHA1" in done.stdout + done.stderr
