@@ -28,6 +28,8 @@ checked by `verify_set` against the digest the statement signs, is published by
 is (so a version whose statement was written by this import has its inventory there too; one
 kept from an earlier import keeps what that import wrote). `check_inventories` refuses, before
 anything is uploaded, a set whose inventory would meet another object at that key (exit 5).
+`check_inventory_in_bucket` reads it back for `chart check --provenance` and `mirror evidence`:
+the bytes the verified statement signs, or exit 5 (another one there, or one it signs gone).
 
 This side's verification records (mirror.airgap.verification) are published and checked here
 too: `publish_record` writes one before the version's manifest (kept when there), and
@@ -118,6 +120,36 @@ def publish_inventories(
         identity = {INVENTORY_IDENTITY: item.inventory.sha256}
         created += store.put_immutable(key, data, identity=identity) == "created"
     return created
+
+
+MAX_INVENTORY = 256 * 1024 * 1024
+
+
+def check_inventory_in_bucket(
+    store: StatementStore, domain: str, version: str, proven: Provenance
+) -> bytes | None:
+    """The version's published inventory, once it is the one its verified statement `proven`
+    signs (`inventory.sha256`); None when the statement signs none and there is none (imported
+    before inventories). One there that it does not sign, or one it signs that is gone, is
+    IntegrityError (exit 5): `chart check --provenance` and `mirror evidence`."""
+    key = layout.inventory_key(store, domain, version)
+    said = proven.predicate.get("inventory")
+    signed = said.get("sha256") if isinstance(said, dict) else None
+    where = f"{store.bucket}/{key}"
+    if store.head(key) is None:
+        if signed is None:
+            return None
+        raise IntegrityError(
+            f"{where}: the version's provenance signs this inventory and it is gone"
+        )
+    data = bytearray()
+    for chunk in store.open_stream(key):
+        data += chunk
+        if len(data) > MAX_INVENTORY:
+            break
+    if len(data) > MAX_INVENTORY or hash_bytes(bytes(data)) != signed:
+        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+    return bytes(data)
 
 
 def to_publish(

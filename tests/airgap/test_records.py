@@ -250,6 +250,9 @@ def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"{}\n")
     with pytest.raises(IntegrityError, match="is not the inventory"):
         gather(object_store, DOCS, V1, trusted, receipt_keys)
+    object_store.delete(key)
+    with pytest.raises(IntegrityError, match="signs this inventory and it is gone"):
+        gather(object_store, DOCS, V1, trusted, receipt_keys)
 
 
 @pytest.mark.parametrize("how", ["bytes changed", "another listed"])

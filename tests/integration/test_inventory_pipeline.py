@@ -71,6 +71,7 @@ def test_every_version_crosses_with_a_signed_valid_inventory_that_evidence_carri
     )
     assert imported.returncode == 0, imported.stderr
     bucket, prefix = target_settings.bucket, target_settings.prefix
+    inventories: dict[str, bytes] = {}
     for domain in (DOCS, OLD):
         key = f"{prefix}/{domain}/{V1}"
         inventory = s3_client.get_object(Bucket=bucket, Key=f"{key}/inventory.spdx.json")[
@@ -79,6 +80,7 @@ def test_every_version_crosses_with_a_signed_valid_inventory_that_evidence_carri
         envelope = s3_client.get_object(Bucket=bucket, Key=f"{key}/provenance.intoto.json")
         said = json.loads(base64.b64decode(json.loads(envelope["Body"].read())["payload"]))
         assert said["predicate"]["inventory"]["sha256"] == hashlib.sha256(inventory).hexdigest()
+        inventories[domain] = inventory
         (tmp_path / f"{domain}.spdx.json").write_bytes(inventory)
         parsed = parse_file(str(tmp_path / f"{domain}.spdx.json"))
         assert validate_full_spdx_document(parsed) == []
@@ -102,3 +104,14 @@ def test_every_version_crosses_with_a_signed_valid_inventory_that_evidence_carri
         verified = run_verify(out)
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert "the inventory, if any, is the signed one: OK" in verified.stdout
+    values = tmp_path / "values.yaml"
+    pinned = mirror_cli(
+        "--config", str(sides.airgap), "chart", "values", DOCS, "--pin", V1, "--out", str(values)
+    )
+    assert pinned.returncode == 0, pinned.stderr
+    checked = mirror_cli(
+        "--config", str(sides.airgap), "--json", "chart", "check", str(values), "--provenance"
+    )
+    assert checked.returncode == 0, checked.stderr
+    said = json.loads(checked.stdout)["provenance"]
+    assert said["inventory_sha256"] == hashlib.sha256(inventories[DOCS]).hexdigest()
