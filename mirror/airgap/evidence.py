@@ -20,7 +20,8 @@ into an empty directory:
 
     inventory.spdx.json       the version's inventory, when the bucket holds one
 
-No import writes an inventory yet (issue 40 item 3): one at `layout.inventory_key` is carried
+The import publishes every version's inventory (`outbound/inventory.py`) with its provenance; a
+version imported before inventories has none. The one at `layout.inventory_key` is carried
 only when the provenance signs its sha256 (predicate `inventory.sha256`), checked here and by
 VERIFY.md; one it does not sign is refused (IntegrityError).
 """
@@ -38,10 +39,11 @@ from mirror.airgap import layout
 from mirror.airgap.provenance import (
     StatementStore,
     check_in_bucket,
+    check_inventory_in_bucket,
     check_record_in_bucket,
 )
 from mirror.airgap.verification import PREDICATE_TYPE as RECORD_TYPE
-from mirror.errors import ConfigError, IntegrityError, NotFound
+from mirror.errors import ConfigError, NotFound
 from mirror.fsutil import atomic_write_bytes
 from mirror.integrity import Digest, require_digest
 from mirror.transferset.keys import PublicKey, public_pem
@@ -120,29 +122,9 @@ def gather(
             hint="import its set again with `mirror transfer import --allow-replay SET` where "
             "transfer.signing_key is set",
         )
-    inventory = _inventory(store, domain, version, proven)
+    inventory = check_inventory_in_bucket(store, domain, version, proven)
     keys = transfer_keys[proven.key_id], receipt_keys[record.key_id]
     return Evidence(described, proven, record, *keys, inventory=inventory)
-
-
-MAX_INVENTORY = 256 * 1024 * 1024
-
-
-def _inventory(
-    store: StatementStore, domain: str, version: str, proven: Provenance
-) -> bytes | None:
-    """The version's inventory, when the bucket holds one, once it is the one its provenance
-    signs (module docstring)."""
-    key = layout.inventory_key(store, domain, version)
-    if store.head(key) is None:
-        return None
-    data = b"".join(store.open_stream(key))
-    signed = (proven.predicate.get("inventory") or {}).get("sha256")
-    if len(data) > MAX_INVENTORY or hashlib.sha256(data).hexdigest() != signed:
-        raise IntegrityError(
-            f"{store.bucket}/{key} is not the inventory {domain} {version}'s provenance signs"
-        )
-    return data
 
 
 def write_evidence(evidence: Evidence, out: Path, object_stream: Any | None = None) -> list[Path]:

@@ -264,6 +264,7 @@ def _admit(
         )
     carried = verify_provenance_files(set_dir, verified.manifest, trusted)
     carried = provenance.to_publish(store, verified.manifest, carried, trusted)
+    provenance.check_inventories(store, verified.manifest, carried)
     check_versions_there(store, verified.manifest)
     gap = [] if replayed else never_seen(state, verified.manifest.sequence)
     return Admitted(verified, replayed, notes, bases, carried, gap)
@@ -300,7 +301,9 @@ def _publish_all(
     bundles = stage_bundles(
         store, verified, on_progress, work_dir=work_dir, there=there, bases=admitted.bases
     )
-    # Every bundle matched and is complete: each version's provenance goes before its manifest.
+    # Every bundle matched and is complete: each version's inventory, then its provenance,
+    # go before its manifest.
+    provenance.publish_inventories(store, verified.path, verified.manifest, admitted.provenance)
     provenance.publish(store, verified.manifest, admitted.provenance)
     items: list[ImportedItem] = []
     entries: dict[str, list[layout.IndexEntry]] = {}

@@ -4,6 +4,7 @@
     PREFIX/DOMAIN/VERSION/manifest.json   VersionManifest: what the bundle is (written once)
     PREFIX/DOMAIN/VERSION/provenance.intoto.json    the connected side's signed statement
     PREFIX/DOMAIN/VERSION/verification.intoto.json  this side's signed verification record
+    PREFIX/DOMAIN/VERSION/inventory.spdx.json       the version's SPDX 2.3 inventory
     PREFIX/DOMAIN/index.json              Index: the complete versions of DOMAIN
     PREFIX/DOMAIN/current.json            Current: the promoted version and its history
     PREFIX/DOMAIN/gc.json                 GcJournal: versions `chart gc` is removing, and removed
@@ -39,8 +40,8 @@ GC_JOURNAL = "gc.json"
 VERSION_MANIFEST = "manifest.json"
 PROVENANCE = "provenance.intoto.json"  # the version's signed statement (transferset/provenance)
 RECORD = "verification.intoto.json"  # this side's verification record (airgap/verification)
-INVENTORY = "inventory.spdx.json"  # the version's SPDX inventory: none is written yet (issue 40
-# item 3); `mirror evidence` carries one that is there and its provenance signs (`inventory`)
+INVENTORY = "inventory.spdx.json"  # the version's SPDX inventory (outbound/inventory), written
+# with its provenance, which signs its sha256 (predicate `inventory.sha256`)
 FORMAT: Literal[1] = 1
 HISTORY_LIMIT = 200
 MAX_IMPORT_HISTORY = 1000

@@ -23,6 +23,15 @@ stream, by its digest alone). Either
 fails with one IntegrityError (exit 5), or NotFound (exit 3) when the version has none.
 Nothing here trusts the manifest's `provenance_subject`: it is written on this side, unsigned.
 
+The version's SPDX inventory (`outbound/inventory.py`), carried beside its statement and
+checked by `verify_set` against the digest the statement signs, is published by
+`publish_inventories` at `layout.inventory_key` before that statement, whenever the statement
+is (so a version whose statement was written by this import has its inventory there too; one
+kept from an earlier import keeps what that import wrote). `check_inventories` refuses, before
+anything is uploaded, a set whose inventory would meet another object at that key (exit 5).
+`check_inventory_in_bucket` reads it back for `chart check --provenance` and `mirror evidence`:
+the bytes the verified statement signs, or exit 5 (another one there, or one it signs gone).
+
 This side's verification records (mirror.airgap.verification) are published and checked here
 too: `publish_record` writes one before the version's manifest (kept when there), and
 `check_record_in_bucket` verifies it against the receipt keys trusted here and the object the
@@ -35,6 +44,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 from mirror.airgap import layout
@@ -51,6 +61,7 @@ from mirror.transferset.provenance import (
     check_about,
     verify_provenance,
 )
+from mirror.transferset.reader import read_inventory
 
 SHA256_IDENTITY = "provenance-sha256"
 
@@ -80,6 +91,66 @@ def publish(
         )
         created += outcome == "created"
     return created
+
+
+INVENTORY_IDENTITY = "inventory-sha256"
+
+
+def check_inventories(
+    store: ObjectStore, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
+) -> None:
+    """Refuse (IntegrityError, exit 5) before any upload an inventory still to publish (its
+    statement is in `left`) whose key holds another object: objects are never overwritten."""
+    for item in manifest.items:
+        if item.inventory is not None and (item.domain, item.version) in left:
+            key = layout.inventory_key(store, item.domain, item.version)
+            store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256})
+
+
+def publish_inventories(
+    store: ObjectStore, set_dir: Path, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
+) -> int:
+    """Write the carried inventory of each item whose statement is still to publish (`left`),
+    hashed against the signed manifest once more; returns how many were new."""
+    created = 0
+    for item in manifest.items:
+        if item.inventory is None or (item.domain, item.version) not in left:
+            continue
+        data = read_inventory(set_dir, item)
+        key = layout.inventory_key(store, item.domain, item.version)
+        identity = {INVENTORY_IDENTITY: item.inventory.sha256}
+        created += store.put_immutable(key, data, identity=identity) == "created"
+    return created
+
+
+MAX_INVENTORY = 256 * 1024 * 1024
+
+
+def check_inventory_in_bucket(
+    store: StatementStore, domain: str, version: str, proven: Provenance
+) -> bytes | None:
+    """The version's published inventory, once it is the one its verified statement `proven`
+    signs (`inventory.sha256`); None when the statement signs none and there is none (imported
+    before inventories). One there that it does not sign, or one it signs that is gone, is
+    IntegrityError (exit 5): `chart check --provenance` and `mirror evidence`."""
+    key = layout.inventory_key(store, domain, version)
+    said = proven.predicate.get("inventory")
+    signed = said.get("sha256") if isinstance(said, dict) else None
+    where = f"{store.bucket}/{key}"
+    if store.head(key) is None:
+        if signed is None:
+            return None
+        raise IntegrityError(
+            f"{where}: the version's provenance signs this inventory and it is gone"
+        )
+    data = bytearray()
+    for chunk in store.open_stream(key):
+        data += chunk
+        if len(data) > MAX_INVENTORY:
+            break
+    if len(data) > MAX_INVENTORY or hash_bytes(bytes(data)) != signed:
+        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+    return bytes(data)
 
 
 def to_publish(

@@ -40,8 +40,8 @@ class ArchiveReport:
     has_index_html: bool
     observed: FileSink | None = field(default=None, compare=False, repr=False)
     digests: FileList | None = field(default=None, compare=False, repr=False)
-    """Every file's (path, size, sha256) in the tree hash's order, in a nameless temp file
-    (`spill.FileList`): what `store.digests` keeps beside the bundle."""
+    """Every file's (path, size, sha256) in the tree hash's order, with its SHA-1, in a nameless
+    temp file (`spill.FileList`): what `store.digests` keeps beside the bundle."""
 
 
 def inspect_archive(
@@ -153,8 +153,8 @@ def _check_members(
             raise file_at_the_root(member.name)
         seen.claim(member.name, clean, is_dir=False)
         tally.declared(member.name, member.declared_size)
-        digest, size = _copy_member(path, member, clean, tally, sink)
-        seen.files[clean] = f"{digest.hex()} {size}"
+        digest, size, sha1 = _copy_member(path, member, clean, tally, sink)
+        seen.files[clean] = f"{digest.hex()} {size} {sha1}"
     tree_sha256, digests = tree_of(seen.files)
     return ArchiveReport(
         format=fmt,
@@ -168,9 +168,12 @@ def _check_members(
 
 def _copy_member(
     path: Path, member: Member, clean: str, tally: Tally, sink: FileSink | None
-) -> tuple[bytes, int]:
+) -> tuple[bytes, int, str]:
+    """The member's sha256, size and SHA-1 (hex), its bytes handed to `sink` on the way: the
+    SHA-1 only for the SPDX inventory, whose files must name one (`outbound/inventory.py`)."""
     assert member.open is not None
     digest = hashlib.sha256()
+    sha1 = hashlib.sha1(usedforsecurity=False)
     size = 0
     with contextlib.ExitStack() as stack:
         with reading(path):
@@ -184,6 +187,7 @@ def _copy_member(
             size += len(chunk)
             tally.add(member.name, size, len(chunk))
             digest.update(chunk)
+            sha1.update(chunk)
             if out is not None:
                 out.write(chunk)
         if size != member.declared_size:
@@ -194,7 +198,7 @@ def _copy_member(
         digested = getattr(out, "digested", None)
         if digested is not None:
             digested(digest.hexdigest(), size)
-    return digest.digest(), size
+    return digest.digest(), size, sha1.hexdigest()
 
 
 def _guarded(path: Path, members: Iterator[Member]) -> Iterator[Member]:

@@ -19,7 +19,8 @@ Promises:
   a lone surrogate, which no checked path holds, by its `surrogatepass` bytes);
   `has_prefix` says whether a key starts with a string (one range lookup on disk).
 - `FileList` is an append-only list of (path, size, sha256) kept in a nameless temp file:
-  iterated in the order appended, as often as asked.
+  iterated in the order appended, as often as asked; `with_sha1` gives each file's SHA-1
+  too, where it was appended with one (None where not).
 - `close` (or leaving the `with`) frees the disk; nothing is left behind on any path out.
 """
 
@@ -267,7 +268,8 @@ def _text(stored: bytes) -> str:
 
 
 class FileList:
-    """(path, size, sha256) in the order appended, in a nameless temp file (module doc)."""
+    """(path, size, sha256[, sha1]) in the order appended, in a nameless temp file (module
+    doc)."""
 
     def __init__(self, directory: str | None = None) -> None:
         self._file: IO[bytes] = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115
@@ -287,12 +289,12 @@ class FileList:
     def __len__(self) -> int:
         return self._count
 
-    def append(self, path: str, size: int, sha256: str) -> None:
+    def append(self, path: str, size: int, sha256: str, sha1: str | None = None) -> None:
         """Add one file (not while iterating); a path with a line break is a ValueError
         (no checked path has one: control characters are refused)."""
         if "\n" in path:
             raise ValueError(f"a path with a line break: {path!r}")
-        line = f"{sha256} {size} {path}\n".encode()
+        line = f"{sha256} {size} {sha1 or '-'} {path}\n".encode()
         if self._read:  # a seek flushes the write buffer: only after a read
             self._file.seek(self._bytes)
             self._read = False
@@ -305,6 +307,11 @@ class FileList:
             self.append(path, size, sha256)
 
     def __iter__(self) -> Iterator[tuple[str, int, str]]:
+        for path, size, sha256, _ in self.with_sha1():
+            yield path, size, sha256
+
+    def with_sha1(self) -> Iterator[tuple[str, int, str, str | None]]:
+        """(path, size, sha256, sha1 or None) in the order appended."""
         self._file.flush()
         self._file.seek(0)
         self._read = True
@@ -313,5 +320,5 @@ class FileList:
             done += len(raw)
             if done > self._bytes:
                 break
-            sha256, size, path = raw.decode().rstrip("\n").split(" ", 2)
-            yield path, int(size), sha256
+            sha256, size, sha1, path = raw.decode().rstrip("\n").split(" ", 3)
+            yield path, int(size), sha256, (None if sha1 == "-" else sha1)

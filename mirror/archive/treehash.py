@@ -32,13 +32,13 @@ def tree_hash(files: Iterable[tuple[str, str]]) -> str:
 
 
 def tree_of(files: SpillMap) -> tuple[str, FileList]:
-    """The tree hash of {path: "sha256 size"} and its files in that order, in one pass."""
+    """The tree hash of {path: "sha256 size [sha1]"} and its files in that order, in one pass."""
     digests = FileList()
     hashed = hashlib.sha256()
     for path, value in files.sorted_items():
-        sha256, _, length = value.partition(" ")
+        sha256, length, *sha1 = value.split(" ")
         hashed.update(path.encode("utf-8") + b"\0" + sha256.encode("ascii") + b"\n")
-        digests.append(path, int(length), sha256)
+        digests.append(path, int(length), sha256, sha1[0] if sha1 else None)
     return hashed.hexdigest(), digests
 
 

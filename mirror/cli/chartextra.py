@@ -8,11 +8,17 @@ from typing import Any
 import httpx
 
 from mirror.airgap.chart.check import CheckReport
-from mirror.airgap.provenance import check_in_bucket, check_object, check_record_in_bucket
+from mirror.airgap.provenance import (
+    check_in_bucket,
+    check_inventory_in_bucket,
+    check_object,
+    check_record_in_bucket,
+)
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.cli.common import CliContext
 from mirror.cli.preflight import transfer_keys
 from mirror.errors import MirrorError, NotFound
+from mirror.integrity import hash_bytes
 from mirror.transferset.keys import load_trusted_keys
 
 
@@ -29,10 +35,12 @@ def provenance_check(
         trusted = transfer_keys(cli.settings)
         proven = check_in_bucket(store, report.domain, report.version, trusted)
         check_object(store, report.domain, report.version, proven)
+        inventory = check_inventory_in_bucket(store, report.domain, report.version, proven)
     except MirrorError as exc:
         document["provenance"] = {"verified": False, "error": str(exc)}
         return exc
     _provenance_lines(proven.key_id, proven.predicate, document, lines)
+    _inventory_line(inventory, document, lines)
     return record_check(cli, store, report, document, lines)
 
 
@@ -56,6 +64,17 @@ def _provenance_lines(
     if acceptance.get("reason"):
         line += f"; accepted: {acceptance['reason']}"
     lines.append(line)
+
+
+def _inventory_line(inventory: bytes | None, document: dict[str, Any], lines: list[str]) -> None:
+    digest = hash_bytes(inventory) if inventory is not None else None
+    document["provenance"]["inventory_sha256"] = digest
+    if digest is None:
+        lines.append("inventory: none (imported before inventories)")
+    else:
+        lines.append(
+            f"inventory: SPDX, {len(inventory or b'')} bytes, sha256 {digest[:16]}…, signed"
+        )
 
 
 NO_RECORD = (

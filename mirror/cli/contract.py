@@ -225,8 +225,17 @@ CHECK = obj(
                 "page_count": null(INT),
                 "summary": null(STR),
                 "accepted_reason": null(STR),
+                "inventory_sha256": null(STR),
             },
-            optional=("error", "key_id", "job_id", "page_count", "summary", "accepted_reason"),
+            optional=(
+                "error",
+                "key_id",
+                "job_id",
+                "page_count",
+                "summary",
+                "accepted_reason",
+                "inventory_sha256",
+            ),
         ),
         "record": obj(
             {

@@ -49,11 +49,10 @@ from typing import IO, Any, BinaryIO, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mirror.archive import ArchiveLimits, inspect_archive
+from mirror.archive import ArchiveLimits
 from mirror.archive.spill import FileList
-from mirror.errors import IntegrityError
 from mirror.fsutil import disk_full, is_disk_full
-from mirror.integrity import HashingWriter, mismatch
+from mirror.integrity import HashingWriter
 from mirror.outbound import carried, recipe
 from mirror.store import digests
 from mirror.store.blobs import BlobStore
@@ -278,18 +277,8 @@ def build_delta(
 def _files(
     store: BlobStore, label: str, bundle_sha256: str, tree_sha256: str, limits: ArchiveLimits
 ) -> FileList:
-    """A version's files in the tree's order: from the digests kept beside its bundle, or,
-    for a bundle stored before they were kept, from reading it once (then kept)."""
-    listing = digests.load(store, bundle_sha256, tree_sha256, str(store.tmp_dir))
-    if listing is not None:
-        return listing
-    log.info("version %s: no file digests kept beside its bundle; reading the bundle", label)
-    report = inspect_archive(store.open(bundle_sha256), limits)
-    if report.tree_sha256 != tree_sha256:
-        raise _inconsistent(label, report.tree_sha256, tree_sha256)
-    assert report.digests is not None
-    digests.keep_report(store, bundle_sha256, report)
-    return report.digests
+    """A version's files in the tree's order (`store.digests.files_of`)."""
+    return digests.files_of(store, label, bundle_sha256, tree_sha256, limits)
 
 
 def _build(
@@ -383,14 +372,3 @@ def _recipe(
             return None
         blob.add_recipe(made.segments, made.literals)
         return made.entry
-
-
-def _inconsistent(label: str, got: str, recorded: str) -> IntegrityError:
-    """The stored bundle's tree is not the one the index records for the version."""
-    return mismatch(
-        f"version {label}: the tree of its stored bundle",
-        got,
-        recorded,
-        hint="the store is inconsistent with its index: run `mirror store verify`, "
-        "or pack with --full",
-    )

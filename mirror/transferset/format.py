@@ -228,6 +228,27 @@ class ProvenanceEntry(_Strict):
         return value
 
 
+INVENTORY_NAME = re.compile(
+    r"^provenance/[0-9a-z.-]{1,253}/[0-9A-Za-z][0-9A-Za-z._+-]{0,63}\.spdx\.json$"
+)
+
+
+class InventoryEntry(_Strict):
+    """The version's SPDX inventory (`outbound/inventory.py`) carried as `name` beside its
+    provenance, whose predicate signs the same sha256 (`inventory.sha256`)."""
+
+    name: str
+    size: int = Field(ge=0)
+    sha256: Hex64
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not INVENTORY_NAME.match(value) or ".." in value:
+            raise ValueError(f"not an inventory file name: {value!r}")
+        return value
+
+
 class ManifestItem(_Strict):
     """One version in the set; its path components are checked before any path is built.
 
@@ -246,6 +267,7 @@ class ManifestItem(_Strict):
     parts: list[PartEntry] = Field(min_length=1)
     delta: DeltaEntry | None = None
     provenance: ProvenanceEntry | None = None
+    inventory: InventoryEntry | None = None
 
     @field_validator("domain")
     @classmethod
@@ -297,6 +319,16 @@ class ManifestItem(_Strict):
                 raise ValueError(f"{self.label} is a delta against itself")
             if self.archive_format != DELTA_ARCHIVE_FORMAT:
                 raise ValueError(f"a delta rebuilds a {DELTA_ARCHIVE_FORMAT} archive")
+        return self
+
+    @model_validator(mode="after")
+    def _inventory(self) -> ManifestItem:
+        """An inventory lies beside the item's provenance, which signs it: none without one."""
+        if self.inventory is not None:
+            if self.provenance is None:
+                raise ValueError(f"{self.label} carries an inventory and no provenance")
+            if self.inventory.name != f"{PROVENANCE_DIR}/{self.domain}/{self.version}.spdx.json":
+                raise ValueError(f"{self.inventory.name!r} is not {self.label}'s inventory")
         return self
 
     @property
@@ -405,8 +437,9 @@ class Manifest(_Strict):
                 del item["delta"]
             else:
                 _drop_unset(item["delta"])
-            if item["provenance"] is None:
-                del item["provenance"]
+            for optional in ("provenance", "inventory"):
+                if item[optional] is None:
+                    del item[optional]
         return canonical_json(document)
 
 
@@ -428,6 +461,8 @@ def sha256sums_text(manifest: Manifest, manifest_bytes: bytes, signature_bytes: 
     for item in manifest.items:
         if item.provenance is not None:
             sums[item.provenance.name] = item.provenance.sha256
+        if item.inventory is not None:
+            sums[item.inventory.name] = item.inventory.sha256
     sums[MANIFEST] = hash_bytes(manifest_bytes)
     sums[SIGNATURE] = hash_bytes(signature_bytes)
     return "".join(f"{sums[name]}  {name}\n" for name in sorted(sums)).encode("ascii")

@@ -52,7 +52,7 @@ from mirror.transferset.format import (
     sha256sums_text,
 )
 from mirror.transferset.keys import PublicKey, read_signature_bytes
-from mirror.transferset.provenance import check_item
+from mirror.transferset.provenance import Provenance, check_item
 from mirror.transferset.trust import require_trusted, verify_manifest
 from mirror.units import format_size
 
@@ -170,7 +170,8 @@ def verify_provenance_files(
     set_dir: Path, manifest: Manifest, trusted: Mapping[str, PublicKey]
 ) -> dict[tuple[str, str], bytes]:
     """Each carried provenance statement, hashed against the signed manifest and verified
-    (`provenance.check_item`); the envelopes by (domain, version)."""
+    (`provenance.check_item`), and the inventory beside it (`check_inventory`); the
+    envelopes by (domain, version)."""
     carried: dict[tuple[str, str], bytes] = {}
     for item in manifest.items:
         entry = item.provenance
@@ -181,9 +182,35 @@ def verify_provenance_files(
         require_digest(
             entry.name, Digest(hash_bytes(envelope), len(envelope)), entry.sha256, entry.size
         )
-        check_item(envelope, item, trusted)
+        check_inventory(set_dir, item, check_item(envelope, item, trusted))
         carried[(item.domain, item.version)] = envelope
     return carried
+
+
+def check_inventory(set_dir: Path, item: ManifestItem, proven: Provenance) -> None:
+    """The item's SPDX inventory is the one its verified statement signs (predicate
+    `inventory.sha256`), and its bytes hash to it: IntegrityError (exit 5) otherwise, and for
+    a statement that signs an inventory the set does not carry."""
+    said = proven.predicate.get("inventory")
+    signed = said.get("sha256") if isinstance(said, dict) else None
+    entry = item.inventory
+    if entry is None and signed is None:
+        return
+    if entry is None or signed != entry.sha256:
+        what = entry.name if entry is not None else f"the inventory of {item.label}"
+        raise IntegrityError(f"{what} is not the inventory {item.label}'s provenance signs")
+    check_files(set_dir, [(entry.name, entry.size, entry.sha256)])
+
+
+def read_inventory(set_dir: Path, item: ManifestItem) -> bytes:
+    """The item's carried inventory, read once more to publish it and hashed against the
+    signed manifest again (the media may have changed since `verify_set`)."""
+    entry = item.inventory
+    assert entry is not None
+    with _open_member(set_dir, entry.name) as handle:
+        data = handle.read(entry.size + 1)
+    require_digest(entry.name, Digest(hash_bytes(data), len(data)), entry.sha256, entry.size)
+    return data
 
 
 def check_files(

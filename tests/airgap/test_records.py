@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,10 @@ from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
 from mirror.airgap.provenance import check_record_in_bucket
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_file
+from mirror.outbound.inventory import InventoryFacts, document, supplier_of
 from mirror.transferset.keys import (
     PublicKey,
     SigningKey,
@@ -190,31 +193,83 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
 
 
-def test_an_inventory_the_provenance_signs_is_carried_and_one_it_does_not_is_refused(
-    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
-) -> None:
-    """No import writes an inventory yet (issue 40 item 3): one put in the bucket is carried
-    when the provenance signs its sha256, VERIFY.md checks it, and another is refused."""
-    inventory = b'{"spdxVersion": "SPDX-2.3"}\n'
+def inventory_of(bundle: Path, domain: str, version: str) -> bytes:
+    """The SPDX inventory a pack makes of `bundle` (`outbound/inventory.py`)."""
+    report = inspect_archive(bundle)
+    assert report.digests is not None
+    facts = InventoryFacts(
+        domain=domain,
+        version=version,
+        bundle_format="tar.gz",
+        bundle_sha256=hash_file(bundle).sha256,
+        supplier=supplier_of("https://api.vendor.test"),
+        exported_at=datetime(2026, 11, 21, 3, tzinfo=UTC),
+        tool_version="0.0.test",
+    )
+    files = [(p, n, d, s1 or "") for p, n, d, s1 in report.digests.with_sha1()]
+    return b"".join(document(facts, files))
+
+
+def set_with_inventory(
+    tmp_path: Path, signing: SigningKey, *, carried: bytes | None = None, name: str = "s1"
+) -> tuple[Path, bytes]:
+    """A set of V1 whole whose statement signs its inventory; `carried` the bytes the set
+    carries instead (listed in the signed manifest as they are)."""
     old, _ = hand_made(tmp_path, "v1", BASE)
     whole = full_item(DOCS, V1, old, "2026-11-21T03:00:00Z")
+    inventory = inventory_of(old, DOCS, V1)
     honest = Statement.honest(whole)
     signed = {**honest.predicate, "inventory": {"sha256": hashlib.sha256(inventory).hexdigest()}}
     said = replace(honest, predicate=signed)
-    write_set(tmp_path / "s1", [replace(whole, statement=said)], signing)
+    item = replace(whole, statement=said, inventory=inventory if carried is None else carried)
+    write_set(tmp_path / name, [item], signing)
+    return tmp_path / name, inventory
+
+
+def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """The import publishes the inventory the provenance signs beside the version; `mirror
+    evidence` carries it, VERIFY.md checks it, and a swapped one fails both."""
+    set_dir, inventory = set_with_inventory(tmp_path, signing)
     receipt, receipt_keys = keypair(tmp_path, "receipt")
-    import_set(object_store, tmp_path / "s1", trusted, receipt_key=receipt)
+    import_set(object_store, set_dir, trusted, receipt_key=receipt)
     key = layout.inventory_key(object_store, DOCS, V1)
-    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=inventory)
+    assert read(object_store, key) == inventory
     found = gather(object_store, DOCS, V1, trusted, receipt_keys)
     write_evidence(found, tmp_path / "evidence", object_store.open_stream(found.described.object))
     assert (tmp_path / "evidence" / "inventory.spdx.json").read_bytes() == inventory
     done = run_verify(tmp_path / "evidence")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "the inventory, if any, is the signed one: OK" in done.stdout, done.stdout
     (tmp_path / "evidence" / "inventory.spdx.json").write_bytes(b"{}\n")
     done = run_verify(tmp_path / "evidence")
     assert done.returncode != 0
     assert "the inventory, if any, is the signed one: FAILED" in done.stdout
+    object_store.delete(key)
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"{}\n")
     with pytest.raises(IntegrityError, match="is not the inventory"):
         gather(object_store, DOCS, V1, trusted, receipt_keys)
+    object_store.delete(key)
+    with pytest.raises(IntegrityError, match="signs this inventory and it is gone"):
+        gather(object_store, DOCS, V1, trusted, receipt_keys)
+
+
+@pytest.mark.parametrize("how", ["bytes changed", "another listed"])
+def test_an_inventory_that_is_not_the_signed_one_refuses_the_set_before_any_upload(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any, how: str
+) -> None:
+    """Changed on the medium (the manifest's digest tells) or listed in the manifest in place
+    of the one the provenance signs: exit 5, the bucket unchanged."""
+    if how == "bytes changed":
+        set_dir, _ = set_with_inventory(tmp_path, signing)
+        (set_dir / "provenance" / DOCS / f"{V1}.spdx.json").write_bytes(b"{}" + b" " * 10)
+        said = "spdx.json"
+    else:
+        set_dir, _ = set_with_inventory(tmp_path, signing, carried=b'{"other": 1}\n')
+        said = "is not the inventory"
+    with pytest.raises(IntegrityError, match=said) as refused:
+        import_set(object_store, set_dir, trusted)
+    assert refused.value.exit_code == 5
+    listed = object_store.client.list_objects_v2(Bucket=object_store.bucket)
+    assert listed.get("KeyCount", 0) == 0, listed

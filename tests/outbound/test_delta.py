@@ -404,7 +404,7 @@ def test_a_base_stored_before_digests_were_kept_is_read_once_and_then_kept(
     kept.close()
     for sha256 in (base_sha, new_sha):
         app.store.digests_path(sha256).unlink()
-    with caplog.at_level("INFO", logger="mirror.outbound.delta"):
+    with caplog.at_level("INFO", logger="mirror.store.digests"):
         _, delta = build(app, "2026-11-19", "2026-11-18")
     delta.close()
     assert delta.entry == kept.entry

@@ -206,6 +206,7 @@ def test_sha256sums_checks_with_sha256sum_and_covers_the_tool(
         [MANIFEST, SIGNATURE, "tool/mirror-tool-9.9.9.tar"]
         + [p.relative_to(out).as_posix() for p in (out / "blobs").iterdir()]
         + ["provenance/docs.example.com/2026-11-20.intoto.json"]
+        + ["provenance/docs.example.com/2026-11-20.spdx.json"]
     )
     checked = subprocess.run(
         ["sha256sum", "--strict", "-c", SHA256SUMS], cwd=out, capture_output=True, text=True
