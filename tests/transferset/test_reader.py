@@ -246,3 +246,13 @@ def test_a_tool_with_another_name_is_a_config_error(transfer_app: App, tmp_path:
     with pytest.raises(ConfigError, match="not a mirror tool artefact"):
         pack(transfer_app, tmp_path / "set", tool=other)
     assert not (tmp_path / "set").exists()
+
+
+def test_a_manifest_field_this_release_does_not_know_is_refused(packed: Path) -> None:
+    """The README's upgrade order: a later release's new item field (as `inventory` was to
+    earlier ones) is refused by the manifest model, exit 5, never dropped silently."""
+    document = json.loads((packed / MANIFEST).read_bytes())
+    document["items"][0]["from_a_later_release"] = {"sha256": "0" * 64}
+    with pytest.raises(IntegrityError, match="from_a_later_release") as refused:
+        parse_manifest(json.dumps(document).encode())
+    assert refused.value.exit_code == 5
