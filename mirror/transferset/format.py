@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -233,9 +233,11 @@ INVENTORY_NAME = re.compile(
 )
 
 
-class InventoryEntry(_Strict):
-    """The version's SPDX inventory (`outbound/inventory.py`) carried as `name` beside its
-    provenance, whose predicate signs the same sha256 (`inventory.sha256`)."""
+class _CarriedFile(_Strict):
+    """One file carried whole beside the versions, named by a pattern of its kind."""
+
+    NAMED: ClassVar[re.Pattern[str]]
+    KIND: ClassVar[str]
 
     name: str
     size: int = Field(ge=0)
@@ -244,9 +246,17 @@ class InventoryEntry(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not INVENTORY_NAME.match(value) or ".." in value:
-            raise ValueError(f"not an inventory file name: {value!r}")
+        if not cls.NAMED.match(value) or ".." in value:
+            raise ValueError(f"not {cls.KIND} name: {value!r}")
         return value
+
+
+class InventoryEntry(_CarriedFile):
+    """The version's SPDX inventory (`outbound/inventory.py`) carried as `name` beside its
+    provenance, whose predicate signs the same sha256 (`inventory.sha256`)."""
+
+    NAMED = INVENTORY_NAME
+    KIND = "an inventory file"
 
 
 class ManifestItem(_Strict):
@@ -351,19 +361,11 @@ class ManifestItem(_Strict):
         return publication(self).size
 
 
-class ToolEntry(_Strict):
+class ToolEntry(_CarriedFile):
     """The mirror tool carried beside the versions: `tool/<name>`, one file, never split."""
 
-    name: str
-    size: int = Field(ge=0)
-    sha256: Hex64
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not TOOL_NAME.match(value) or ".." in value:
-            raise ValueError(f"not a tool artefact name: {value!r}")
-        return value
+    NAMED = TOOL_NAME
+    KIND = "a tool artefact"
 
     @property
     def path(self) -> str:
