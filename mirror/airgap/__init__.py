@@ -2,8 +2,8 @@
 
 What it holds:
 - `importer`: `transfer import`, verify a set and publish its versions once, in order
-  (bundles, manifests, indexes, promotions, receipt, import state); `rebuild` turns a
-  delta item back into the archive the connected side signed.
+  (bundles, manifests, indexes, promotions, receipt, import state), a module a step;
+  `publish` makes what the import uploads for a version carried as a delta.
 - The bucket: `layout` owns every key name and JSON document in it; `conditional` is the
   one read-modify-write on those documents.
 - The S3 object store: `s3bucket` (reads, links, listing, removal), `objectstore` (writes:

@@ -141,31 +141,43 @@ def check_values_file(
     """
     values = read_values_file(path)
     target = link_target(values.bundle_url)
-    expires_at = link_expiry(values.bundle_url)
-    report = CheckReport(
-        file=str(path),
-        domain=target.domain,
-        version=target.version,
-        host=target.host,
-        expires_at=expires_at,
-        enabled=values.enabled,
-    )
     moment = now()
-    if expires_at is not None:
-        report.seconds_left = (expires_at - moment).total_seconds()
+    report = _report(path, values, target, moment)
     if target.version == layout.MOVING:
         return _check_moving(path, http, values, target, store, report, moment)
     try:
-        bundle = complete_version(store, target.domain, target.version)
+        bundle = _expected_bundle(store, target, report)
     except NotFound as exc:
         return _fail(report, "missing", exc)
-    report.expected_sha256 = bundle.ref.sha256
     finding = (
         _before_fetch(path, values.version, target, report, moment)
         or _fetch_and_compare(path, http, values.bundle_url, target, bundle, report, moment)
         or _expiring(path, target, report, moment, warn)
     )
     return _fail(report, *finding) if finding else report
+
+
+def _report(path: Path, values: ValuesFile, target: LinkTarget, moment: datetime) -> CheckReport:
+    """The report before anything is fetched: what the file's link names, and when it
+    expires."""
+    expires_at = link_expiry(values.bundle_url)
+    return CheckReport(
+        file=str(path),
+        domain=target.domain,
+        version=target.version,
+        host=target.host,
+        expires_at=expires_at,
+        seconds_left=(expires_at - moment).total_seconds() if expires_at is not None else None,
+        enabled=values.enabled,
+    )
+
+
+def _expected_bundle(store: BucketStore, target: LinkTarget, report: CheckReport) -> BundleVersion:
+    """The version's complete bundle as its manifest names it (NotFound when there is none),
+    its sha256 the one the report expects."""
+    bundle = complete_version(store, target.domain, target.version)
+    report.expected_sha256 = bundle.ref.sha256
+    return bundle
 
 
 def _check_moving(
@@ -198,10 +210,9 @@ def _check_moving(
     served = LinkTarget(target.domain, fetched.served_version, target.filename, target.host)
     report.version = served.version
     try:
-        bundle = complete_version(store, served.domain, served.version)
+        bundle = _expected_bundle(store, served, report)
     except NotFound as exc:
         return _fail(report, "missing", exc)
-    report.expected_sha256 = bundle.ref.sha256
     finding = _compare(path, fetched, served, bundle, report)
     return _fail(report, *finding) if finding else report
 
