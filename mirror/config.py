@@ -23,7 +23,15 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from mirror.errors import ConfigError
 from mirror.hostnames import normalize_domain
@@ -79,6 +87,17 @@ def parse_page_tolerance(value: Any) -> tuple[float, int]:
 
 
 PageTolerance = Annotated[tuple[float, int], BeforeValidator(parse_page_tolerance)]
+
+
+def _normalize_domains(value: list[str] | None) -> list[str] | None:
+    return None if value is None else [normalize_domain(domain) for domain in value]
+
+
+Domain = Annotated[str, AfterValidator(normalize_domain)]
+"""A domain as written in the settings, normalized (mirror.hostnames)."""
+Domains = Annotated[list[str] | None, AfterValidator(_normalize_domains)]
+"""Some domains (unset: every one), each normalized."""
+SiteName = Annotated[str, AfterValidator(check_site_name)]
 
 
 class _Section(BaseModel):
@@ -138,7 +157,7 @@ class StoreSettings(_Section):
 class ExportSettings(_Section):
     """One domain to export on a schedule."""
 
-    domain: str
+    domain: Domain
     every: Duration = Field(default=6 * 3600.0, gt=0)  # 0 would spend every start on one domain
     version: str | None = None
     paths: list[str] | None = None
@@ -147,11 +166,6 @@ class ExportSettings(_Section):
     # (unset: they are recorded and shown, never refused).
     page_tolerance: PageTolerance = (2.0, 2)
     max_broken_links: int | None = Field(default=None, ge=0)
-
-    @field_validator("domain")
-    @classmethod
-    def _domain(cls, value: str) -> str:
-        return normalize_domain(value)
 
 
 class DaemonSettings(_Section):
@@ -275,20 +289,10 @@ class SiteSettings(_Section):
     `delta_bases` what a delta may go against (`acknowledged`: only what the site's
     receipts confirmed; `packed`: also what an earlier set for it carried, today's rule)."""
 
-    name: str
+    name: SiteName
     trusted_keys: list[Path] = Field(default_factory=list)
-    domains: list[str] | None = None
+    domains: Domains = None
     delta_bases: BaseRule = "acknowledged"
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return check_site_name(value)
-
-    @field_validator("domains")
-    @classmethod
-    def _domains(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else [normalize_domain(domain) for domain in value]
 
     def takes(self, domain: str) -> bool:
         return self.domains is None or domain in self.domains
@@ -322,7 +326,7 @@ class ServeSettings(_Section):
     max_clients: int = Field(default=512, ge=1)
     """Connections served at once; one more is answered 503 (but /healthz and /readyz, which
     have slots of their own)."""
-    domains: list[str] | None = None
+    domains: Domains = None
     """The domains to serve (unset: every domain with an index in the bucket)."""
     require_provenance: bool = False
     """Refuse (502) a version without a provenance statement signed by `target.transfer_keys`
@@ -340,11 +344,6 @@ class ServeSettings(_Section):
         if value and not re.match(r"^https?://[^/\s]+", value):
             raise ValueError(f"must be an http(s) URL like http://mirror-serve:8080, got {value!r}")
         return value.rstrip("/")
-
-    @field_validator("domains")
-    @classmethod
-    def _domains(cls, value: list[str] | None) -> list[str] | None:
-        return None if value is None else [normalize_domain(domain) for domain in value]
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""What a `click.option` gives: it decorates a command."""
 
 
 class CliContext:
@@ -213,6 +215,6 @@ SIZE = SizeType()
 DOMAIN = DomainType()
 
 
-def domains_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def domains_option(help: str) -> Decorator:
     """`--domain D`, repeatable, into the command's `domains` tuple."""
     return click.option("--domain", "domains", multiple=True, type=DOMAIN, metavar="D", help=help)

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import click
 
-from mirror.cli.common import CliContext, pass_cli
+from mirror.cli.common import CliContext, Decorator, pass_cli
 from mirror.export.daemon import DaemonOptions, run_daemon
 from mirror.logs import setup_logging
+
+
+def _tuning(flag: str, default: float | None, help: str) -> Decorator:
+    """A delay of the scheduler in seconds, hidden from --help (tests and tuning)."""
+    return click.option(
+        flag, type=click.FloatRange(min=0.1), default=default, hidden=True, help=help
+    )
 
 
 @click.command("daemon")
@@ -17,26 +24,16 @@ from mirror.logs import setup_logging
     help="Exit 0 once nothing runs and every domain has finished a run (tests, one-shot use).",
 )
 @click.option("--seed", type=int, default=0, hidden=True, help="Jitter seed (tests).")
-@click.option(
-    "--max-sleep",
-    type=click.FloatRange(min=0.1),
-    default=30.0,
-    hidden=True,
-    help="Longest scheduler sleep in seconds.",
-)
-@click.option(
+@_tuning("--max-sleep", 30.0, "Longest scheduler sleep in seconds.")
+@_tuning(
     "--failure-retry",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    hidden=True,
-    help="First retry delay after a failed run (doubles, at most `every`) [default: 300].",
+    None,
+    "First retry delay after a failed run (doubles, at most `every`) [default: 300].",
 )
-@click.option(
+@_tuning(
     "--busy-defer",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    hidden=True,
-    help="Deferral when the vendor says busy without Retry-After [default: 2 × poll_interval].",
+    None,
+    "Deferral when the vendor says busy without Retry-After [default: 2 × poll_interval].",
 )
 @pass_cli
 def daemon_command(

@@ -7,22 +7,11 @@ only for an interactive terminal; the byte counters of transfers are `mirror.cli
 
 from __future__ import annotations
 
-from types import TracebackType
-
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import DownloadColumn, ProgressColumn, Task, TaskID, TimeRemainingColumn
 from rich.text import Text
 
-from mirror.cli.progress import speed_text
+from mirror.cli.progress import speed_text, terminal_progress
 from mirror.export.outcome import RunEvent
 from mirror.store.models import RunState
 
@@ -62,13 +51,7 @@ class ExportProgress:
 
     def __init__(self, domain: str, console: Console | None = None) -> None:
         self.domain = domain
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            _DetailColumn(),
-            console=console or Console(stderr=True),
-            transient=False,
-        )
+        self.progress = terminal_progress(_DetailColumn(), console=console, transient=False)
         self.job_task: TaskID | None = None
         self.download_task: TaskID | None = None
         self.bytes_seen = False
@@ -80,12 +63,7 @@ class ExportProgress:
         )
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
     def update(self, event: RunEvent) -> None:

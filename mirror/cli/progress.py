@@ -40,6 +40,20 @@ class _SpeedColumn(ProgressColumn):
         return speed_text(task)
 
 
+def terminal_progress(
+    *columns: ProgressColumn, console: Console | None = None, transient: bool = True
+) -> Progress:
+    """A live display on stderr (stdout stays for scripts): each line's description and bar,
+    then `columns`. The one setup of both displays (bytes of a transfer, an export run)."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        *columns,
+        console=console or Console(stderr=True),
+        transient=transient,
+    )
+
+
 class ByteTask:
     """One phase's counter: call it with each chunk's size; `set_total` once the size is known."""
 
@@ -58,14 +72,12 @@ class ByteProgress:
     """Context manager: `phase(description, total)` adds one line of bytes done of total."""
 
     def __init__(self, console: Console | None = None, *, transient: bool = True) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
+        self.progress = terminal_progress(
             DownloadColumn(binary_units=True),
             _SpeedColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=console or Console(stderr=True),
+            console=console,
             transient=transient,
         )
 

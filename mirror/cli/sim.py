@@ -11,9 +11,14 @@ from typing import Any
 
 import click
 
-from mirror.cli.common import DURATION, SIZE
+from mirror.cli.common import DURATION, SIZE, Decorator
 from mirror.errors import ConfigError
 from mirror.sim import SimConfig, Simulator
+
+
+def _setting(flag: str, kind: Any, default: object, help: str) -> Decorator:
+    """A simulator setting (a `SimConfig` field), shown in --help with its default."""
+    return click.option(flag, type=kind, default=default, show_default=True, help=help)
 
 
 @click.group()
@@ -36,45 +41,13 @@ def sim() -> None:
 @click.option(
     "--project-id", default="proj_sim", show_default=True, help="The project id it answers to."
 )
-@click.option(
-    "--link-ttl",
-    type=DURATION,
-    default="300s",
-    show_default=True,
-    help="How long its presigned bundle links stay valid.",
-)
-@click.option(
-    "--queue-seconds",
-    type=DURATION,
-    default="0.2",
-    show_default=True,
-    help="How long a new export job stays queued.",
-)
-@click.option(
-    "--run-seconds",
-    type=DURATION,
-    default="0.6",
-    show_default=True,
-    help="How long a job then runs before it completes.",
-)
-@click.option(
-    "--pages",
-    type=click.IntRange(min=1),
-    default=40,
-    show_default=True,
-    help="Pages in the generated site.",
-)
-@click.option(
-    "--page-size", type=SIZE, default="2048", show_default=True, help="Bytes of each page."
-)
+@_setting("--link-ttl", DURATION, "300s", "How long its presigned bundle links stay valid.")
+@_setting("--queue-seconds", DURATION, "0.2", "How long a new export job stays queued.")
+@_setting("--run-seconds", DURATION, "0.6", "How long a job then runs before it completes.")
+@_setting("--pages", click.IntRange(min=1), 40, "Pages in the generated site.")
+@_setting("--page-size", SIZE, "2048", "Bytes of each page.")
 @click.option("--bundle-size", type=SIZE, default=None, help="Pad archives to about this size.")
-@click.option(
-    "--changes-per-export",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="Pages each export changes.",
-)
+@_setting("--changes-per-export", click.IntRange(min=0), 2, "Pages each export changes.")
 @click.option(
     "--change-share",
     type=click.FloatRange(0.0, 1.0),
@@ -88,12 +61,11 @@ def sim() -> None:
     default=None,
     help="A realistic site of about this size (e.g. 500MiB): HTML pages, CSS, JS, images.",
 )
-@click.option(
+@_setting(
     "--max-starts-per-hour",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Answer 429 to starts beyond this many an hour (0: no limit).",
+    click.IntRange(min=0),
+    0,
+    "Answer 429 to starts beyond this many an hour (0: no limit).",
 )
 @click.option("--allow-parallel-jobs", is_flag=True, help="Do not answer 409 to a second start.")
 @click.option(

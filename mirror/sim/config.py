@@ -197,20 +197,11 @@ def _check_fault(name: str, value: Any) -> Any:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{name} must be null or a string")
         return value
-    if name == "malicious_domains":
+    kinds = {"malicious_domains": MALICIOUS_KINDS, "damaged_domains": DAMAGE_KINDS}.get(name)
+    if kinds is not None:
         if not isinstance(value, dict) or not all(
-            isinstance(k, str) and v in MALICIOUS_KINDS for k, v in value.items()
+            isinstance(k, str) and v in kinds for k, v in value.items()
         ):
-            raise ValueError(
-                "malicious_domains must map domains to one of " + ", ".join(sorted(MALICIOUS_KINDS))
-            )
-        return dict(value)
-    if name == "damaged_domains":
-        if not isinstance(value, dict) or not all(
-            isinstance(k, str) and v in DAMAGE_KINDS for k, v in value.items()
-        ):
-            raise ValueError(
-                "damaged_domains must map domains to one of " + ", ".join(sorted(DAMAGE_KINDS))
-            )
+            raise ValueError(f"{name} must map domains to one of " + ", ".join(sorted(kinds)))
         return dict(value)
     raise ValueError(f"unknown fault: {name}")

@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 # SeaweedFS's action names: what an import needs, what the cluster needs, and everything
@@ -145,12 +144,7 @@ class SeaweedServer:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def command(self, weed: str) -> list[str]:

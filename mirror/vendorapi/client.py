@@ -67,7 +67,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 from urllib.parse import quote
 
@@ -491,12 +490,7 @@ class VendorClient:
     def __enter__(self) -> VendorClient:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- paths ---
