@@ -51,6 +51,8 @@ from mirror.timestamps import parse_zoned, utcnow
 log = logging.getLogger(__name__)
 
 RECENT = 20
+RETRY_AFTER = 10
+"""Seconds a 503 asks the client to wait before asking again."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +258,17 @@ class Service:
     # ---- decisions -------------------------------------------------------------------------
 
     def resolve(self, route: BundleRoute) -> Listed | Refusal:
-        """The version a bundle route names, or a 404 line saying why there is none."""
+        """The version a bundle route names, or a 404 line saying why there is none; 503
+        (ask again) while the domain's pointers have never been read: a 404 is final to
+        the vendor's pod, and before the first read nothing says the domain is not served."""
         view = self.pointers.domains.get(route.domain)
+        if view is None and self.pointers.read_at is None:
+            return Refusal(503, "not ready: the bucket has not been read yet", RETRY_AFTER)
+        if view is None and route.domain in self.pointers.errors:
+            error = self.pointers.errors[route.domain]
+            return Refusal(
+                503, f"{route.domain} cannot be read from the bucket now: {error}", RETRY_AFTER
+            )
         if view is None:
             return Refusal(404, f"no domain {route.domain} is served here")
         label = route.label or view.current
@@ -282,7 +293,7 @@ class Service:
         if self.draining.is_set():
             return "draining: stopping once the responses under way are sent"
         if not self.pointers.domains:
-            return "no domain read from the bucket yet"
+            return "not ready: the bucket has not been read yet"
         for domain, view in sorted(self.pointers.domains.items()):
             if view.current is None or domain in self.once_ready:
                 continue

@@ -450,3 +450,28 @@ def test_a_promote_keeps_it_ready_while_the_new_current_version_fills(
     assert ready.status_code == 200
     assert served.headers["mirror-version"] == V3
     assert served.content == newest.archive.read_bytes()
+
+
+def test_before_the_first_read_of_the_bucket_it_answers_503_never_404(
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
+) -> None:
+    """A fresh replica has read nothing yet (or the store is away at its start, with no saved
+    pointers): "no such domain" would be a final answer to a pod's fetch-at-start; it is 503
+    with Retry-After until the pointers are read, then the bundle (trial3637 W6, S25)."""
+    away = SwitchableBucket(memory_bucket)
+    away.away = True
+    path = bundle_path(DOMAIN, None, "tar.gz")
+    with serving(away, tmp_path / "cache", refresh=False) as running:
+        before = raw(running.port, get(path))
+        running.refresh()  # the store is away: still nothing read
+        during = raw(running.port, get(path))
+        ready = httpx.get(running.url + "/readyz")
+        away.away = False
+        running.refresh()
+        after = httpx.get(running.url + path)
+    for answer in (before, during):
+        assert answer.status == 503, answer.raw[:300]
+        assert answer.header("retry-after") == "10"
+        assert answer.body == b"not ready: the bucket has not been read yet\n"
+    assert ready.status_code == 503 and "has not been read yet" in ready.text
+    assert after.content == promoted_version.archive.read_bytes()
