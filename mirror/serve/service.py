@@ -398,6 +398,7 @@ def gauges_of(service: Service) -> Gauges:
         now=time.time(),
         newest=newest_labels(service.pointers.domains.values()),
         current_exported=_current_exported(service),
+        refused=_refused_now(service),
         imports=service.imports,
         links=service.links,
     )
@@ -413,3 +414,12 @@ def _current_exported(service: Service) -> dict[str, float]:
         if exported is not None:
             found[view.domain] = exported
     return found
+
+
+def _refused_now(service: Service) -> dict[str, int]:
+    """Per domain read: its versions still in the index whose last fill was refused."""
+    refused = list(service.refusals)  # a copy: fills and refusals change it meanwhile
+    return {
+        domain: sum(1 for d, label in refused if d == domain and label in view.versions)
+        for domain, view in service.pointers.domains.items()
+    }

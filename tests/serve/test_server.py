@@ -229,9 +229,12 @@ def test_a_refused_object_is_fetched_again_only_once_it_changed(
         # V1 is the rollback target: fetched at the first turn, and never again
         assert counted.streams.count(promoted_versions[V1].key) == 1
         assert running.counter("refused_total", domain=DOMAIN, version=V1) == 1
+        assert running.counter("refused_versions", domain=DOMAIN) == 1  # what alerts watch
         memory_bucket.objects[promoted_versions[V1].key] = stored  # put right (a new ETag)
         healed = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+        after = running.counter("refused_versions", domain=DOMAIN)
     assert healed.content == promoted_versions[V1].archive.read_bytes()
+    assert after == 0
     assert counted.streams.count(promoted_versions[V1].key) == 2
 
 
@@ -417,6 +420,7 @@ def test_metrics_name_what_was_served(
     assert "mirror_serve_cache_hits_total 2.0" in text  # both filled at start: current, rollback
     assert "mirror_serve_cache_fills_total 2.0" in text
     assert "mirror_serve_ready 1.0" in text and "mirror_serve_bucket_up 1.0" in text
+    assert f'mirror_serve_refused_versions{{domain="{DOMAIN}"}} 0.0' in text
 
 
 def test_a_request_body_is_never_read_as_the_next_request(
