@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from mirror.airgap import layout
+from mirror.airgap import layout, records
 from mirror.config import ServeSettings
 from mirror.errors import AuthError, IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
@@ -104,8 +104,17 @@ class Warned:
 class Service:
     """One `mirror serve`: the bucket, the cache, the pointers and the poller."""
 
-    def __init__(self, settings: ServeSettings, bucket: ServeBucket, trust: Trust) -> None:
+    def __init__(
+        self,
+        settings: ServeSettings,
+        bucket: ServeBucket,
+        trust: Trust,
+        *,
+        url_mode: str = "presigned",
+    ) -> None:
         self.settings = settings
+        self.url_mode = url_mode
+        """`target.url_mode`: which of the recorded links are in force (records.links_in_force)."""
         self.bucket = bucket
         self.cache = Cache(settings.cache_dir, settings.cache_max)
         self.metrics = ServeMetrics(lambda: gauges_of(self))
@@ -192,7 +201,8 @@ class Service:
         ones read before (a debug line: the pointers' read says whether the bucket is up)."""
         try:
             self.imports = layout.read_import_results(self.bucket) or self.imports
-            self.links = layout.read_rendered_links(self.bucket) or self.links
+            links = layout.read_rendered_links(self.bucket)
+            self.links = records.links_in_force(links, self.url_mode) or self.links
         except MirrorError as exc:
             log.debug("cannot read the monitoring records: %s", exc)
 

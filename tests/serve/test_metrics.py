@@ -113,6 +113,32 @@ def test_import_results_and_links_recorded_in_the_bucket_are_shown(
     assert expiry == expires.timestamp()
 
 
+def test_a_link_recorded_before_a_switch_of_url_mode_is_not_shown(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """A presigned link recorded before the switch to url_mode = "serve" (nothing renders
+    those values again: the refresh CronJob is presigned's only) would keep
+    MirrorLinkExpiresSoon firing for ever; shown are only the links rendered under the mode
+    configured now, and a refresh under it takes the domain's place (trial3637 G7)."""
+    soon = datetime.now(UTC) + timedelta(hours=2)
+    stale = chart.RefreshResult(DOMAIN, tmp_path / "v.yaml", V1, "rendered", "new", soon)
+    record_links(memory_bucket, "presigned", [stale])
+    with serving(memory_bucket, tmp_path / "cache", url_mode="serve") as running:
+        before = samples(running)
+        served = chart.RefreshResult(
+            DOMAIN, tmp_path / "v.yaml", V2, "rendered", "url_mode is now serve", None
+        )
+        record_links(memory_bucket, "serve", [served])
+        running.refresh()
+        after = samples(running)
+    named = {name for name, _ in before}
+    assert "mirror_values_link_expiry_timestamp_seconds" not in named
+    assert "mirror_values_link_info" not in named
+    serve_link = {"domain": DOMAIN, "version": V2, "url_mode": "serve"}
+    assert value(after, "mirror_values_link_info", **serve_link) == 1.0
+    assert "mirror_values_link_expiry_timestamp_seconds" not in {name for name, _ in after}
+
+
 def test_the_last_import_time_moves_with_each_import(memory_bucket: MemoryBucket) -> None:
     start = datetime(2026, 11, 27, tzinfo=UTC)
     record_import(memory_bucket, "failed", None, start)
