@@ -128,6 +128,26 @@ def links_in_force(
     return found.model_copy(update={"domains": kept})
 
 
+class Shown:
+    """The records as `mirror serve` shows them: read each poll (`read`), the links those in
+    force under `url_mode` (`links_in_force`); a read that fails keeps the ones read before."""
+
+    def __init__(self, url_mode: str) -> None:
+        self.url_mode = url_mode
+        self.imports: layout.ImportResults | None = None
+        self.links: layout.RenderedLinks | None = None
+
+    def read(self, store: layout.Bucket) -> None:
+        """Read both again (a debug line when that fails: the pointers' read says whether
+        the bucket is up)."""
+        try:
+            self.imports = layout.read_import_results(store) or self.imports
+            links = links_in_force(layout.read_rendered_links(store), self.url_mode)
+            self.links = links or self.links
+        except MirrorError as exc:
+            log.debug("cannot read the monitoring records: %s", exc)
+
+
 D = TypeVar("D", layout.ImportResults, layout.RenderedLinks)
 
 

@@ -29,7 +29,8 @@ Gauges (read when scraped):
     mirror_serve_last_served_info{domain,version,current}
                                                    1 for the version last served per domain
                                                    (a GET), `current` "true" while it is
-                                                   the current version (read when scraped)
+                                                   the current version (read when scraped);
+                                                   kept across restarts (mirror.serve.seen)
     mirror_serve_served_version_age_seconds{domain}
                                                    age of that version since the vendor
                                                    exported it (its provenance, else manifest):

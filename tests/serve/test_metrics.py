@@ -66,6 +66,24 @@ def test_freshness_counts_each_version_once_also_after_a_restart(
     assert value(again, "mirror_serve_freshness_seconds_count") == 0.0
 
 
+def test_what_readers_see_is_kept_across_a_restart(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """Pods keep showing what they fetched while serve restarts (a rollout): the version
+    last served per domain and its age are there again before any new fetch, and
+    `current` is read from the pointers (a rollback meanwhile shows) (trial3637 G2, M11)."""
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        fetch(running, None)
+        served = samples(running)
+    chart.rollback(memory_bucket, DOMAIN)
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        again = samples(running)
+    for found, current in ((served, "true"), (again, "false")):
+        labels = {"domain": DOMAIN, "version": V2, "current": current}
+        assert value(found, "mirror_serve_last_served_info", **labels) == 1.0
+        assert (value(found, "mirror_serve_served_version_age_seconds", domain=DOMAIN) or -1) >= 0
+
+
 def test_after_a_rollback_the_current_version_is_not_the_newest(
     memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
