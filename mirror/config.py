@@ -22,6 +22,7 @@ import socket
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -341,9 +342,29 @@ class ServeSettings(_Section):
     @field_validator("public_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if value and not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"must be an http(s) URL like http://mirror-serve:8080, got {value!r}")
-        return value.rstrip("/")
+        return check_public_url(value)
+
+
+def check_public_url(value: str) -> str:
+    """`serve.public_url` without its trailing slash: empty, or an http(s) URL the bundle
+    paths can be appended to. A query or a fragment would swallow the path (`…/?x=1/domains/…`
+    is no link), and a user name or password would be printed by `config check` and written
+    into every values file: ValueError (exit 2) for each, never echoing the password."""
+    if not value:
+        return value
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"must be an http(s) URL like http://mirror-serve:8080, got {value!r}")
+    parts = urlsplit(value)
+    if "@" in parts.netloc:
+        raise ValueError(
+            "must not hold a user name or password (it would be written into every values "
+            "file): give the address alone, like http://mirror-serve:8080"
+        )
+    if "?" in value or "#" in value:
+        raise ValueError(
+            f"must have no query or fragment (the bundle paths are appended to it), got {value!r}"
+        )
+    return value.rstrip("/")
 
 
 _HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")

@@ -1,6 +1,14 @@
 """Logging set-up: JSON lines when not on a terminal, journald priorities, secret redaction.
 
 Promises:
+- one rule says when a process writes nothing but log records (`logs_only`): a service
+  (`daemon`, `serve`, `transfer receive` without `--once`) whose stderr is not a terminal,
+  any command whose stderr is journald's stream, and any command run with
+  `MIRROR_LOG_FORMAT=json` (the Kubernetes Jobs). Then every line it writes, on stdout or
+  stderr, is one JSON object: what it would print for a person is a log record on the
+  same stream (mirror.cli.common; stdout's through `STDOUT_LOGGER`), and so is its fatal
+  error, with its `exit_code` (mirror.cli.fail); at INFO unless `-q`. `--json` still
+  prints its document on stdout, as asked;
 - a value registered with `register_secret` never reaches a log record's output,
   whatever message or argument carries it;
 - under systemd (stderr is the stream named by `$JOURNAL_STREAM`) every line starts with
@@ -148,6 +156,39 @@ def journal_stream(stream: TextIO, environ: Mapping[str, str] | None = None) -> 
     return (status.st_dev, status.st_ino) == (int(device), int(inode))
 
 
+LOG_FORMAT_ENV = "MIRROR_LOG_FORMAT"
+"""`json`: every line a JSON log record, whatever the command (module docstring)."""
+
+
+def logs_only(
+    service: bool, stream: TextIO | None = None, environ: Mapping[str, str] | None = None
+) -> bool:
+    """Whether every line the process writes is a JSON log record (module docstring): a
+    service off a terminal, a command whose stderr is the journal, or `MIRROR_LOG_FORMAT=json`."""
+    environ = os.environ if environ is None else environ
+    stream = sys.stderr if stream is None else stream
+    if environ.get(LOG_FORMAT_ENV, "").strip().lower() == "json":
+        return True
+    if journal_stream(stream, environ):
+        return True
+    return service and not _isatty(stream)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+_logs_only = False
+
+
+def writing_logs_only() -> bool:
+    """What `setup_logging` decided by `logs_only` for this process (False before it)."""
+    return _logs_only
+
+
 NOISY_LOGGERS = (
     "alembic",
     "httpx",
@@ -161,15 +202,24 @@ NOISY_LOGGERS = (
 
 
 def setup_logging(
-    verbosity: int = 0, *, json_lines: bool | None = None, journal: bool | None = None
+    verbosity: int = 0,
+    *,
+    json_lines: bool | None = None,
+    journal: bool | None = None,
+    service: bool = False,
 ) -> None:
     """Configure the root logger on stderr; JSON lines when stderr is not a terminal.
 
     `journal` (default: detected from `$JOURNAL_STREAM`) prefixes each line with its
-    syslog priority.
+    syslog priority. A `service` logs at INFO (unless quiet); so does a process that
+    writes nothing but log records (`logs_only`), in JSON (unless `json_lines` says).
     """
+    global _logs_only
+    _logs_only = logs_only(service)
+    if (service or _logs_only) and verbosity >= 0:
+        verbosity = max(1, verbosity)
     if json_lines is None:
-        json_lines = not sys.stderr.isatty()
+        json_lines = _logs_only or not sys.stderr.isatty()
     if journal is None:
         journal = journal_stream(sys.stderr)
     level = logging.WARNING - 10 * verbosity
@@ -181,7 +231,28 @@ def setup_logging(
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    _stdout_records(root.level if _logs_only else None)
     _want_retry_log()
+
+
+STDOUT_LOGGER = "mirror.stdout"
+"""Records of what a command writes on stdout, where it writes only log records: its
+announcement and its report (mirror.cli.common), one JSON line each on stdout, where
+they were (a script reading a service's first stdout line still finds its address)."""
+
+
+def _stdout_records(level: int | None) -> None:
+    """`STDOUT_LOGGER` on stdout, in JSON (with the journal's `<N>` where stdout is the
+    journal's stream) at `level`; None: no handler of its own (it goes where the root's go)."""
+    out = logging.getLogger(STDOUT_LOGGER)
+    if level is None:
+        out.handlers[:], out.propagate = [], True
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    formatter = JsonFormatter()
+    handler.setFormatter(JournalFormatter(formatter) if journal_stream(sys.stdout) else formatter)
+    out.handlers[:], out.propagate = [handler], False
+    out.setLevel(level)
 
 
 retry_log = logging.getLogger("mirror.retry")

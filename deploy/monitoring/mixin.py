@@ -231,6 +231,19 @@ ALERTS = (
         side="airgapped",
     ),
     Alert(
+        "MirrorServeRefusedVersion",
+        "max by (domain) (mirror_serve_refused_versions) > 0",
+        ("mirror_serve_refused_versions",),
+        "mirror serve refuses a version of {{ $labels.domain }}: its object in the bucket is not"
+        " what its manifest and provenance name, and pods asking for it get 502 (the status"
+        " page and the log name the version and why)",
+        "mirror evidence {{ $labels.domain }} VERSION --with-object --out DIR",
+        Case({f'mirror_serve_refused_versions{{domain="{DOMAIN}"}}': "0+0x30 1+0x70"}),
+        Case({f'mirror_serve_refused_versions{{domain="{DOMAIN}"}}': "0+0x100"}),
+        {"domain": DOMAIN},
+        side="airgapped",
+    ),
+    Alert(
         "MirrorOnewaySetIncomplete",
         'sum(increase(mirror_oneway_sets_total{outcome="incomplete"}[1h])) > 0',
         ('mirror_oneway_sets_total{outcome="incomplete"}',),

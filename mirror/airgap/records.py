@@ -11,7 +11,8 @@ Promises: a record is written after the command's own work, with one conditional
 read-modify-write (no lost count when two imports end at once); a record that cannot be
 written is never the command's failure and never hides the command's own error (its exit
 code and its one line are the ones the command would have had): after a success it is a
-warning, after a failure (the bucket may be what failed) a debug line.
+warning, after a failure (the bucket may be what failed) a debug line. `mirror serve` shows
+only the link records rendered under the `target.url_mode` configured now (`links_in_force`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,41 @@ def record_links(
         return layout.RenderedLinks(domains=domains)
 
     _write(store, layout.LINKS_PARTS, layout.RenderedLinks, change, loud=True)
+
+
+def links_in_force(
+    found: layout.RenderedLinks | None, url_mode: str
+) -> layout.RenderedLinks | None:
+    """The link records of `found` rendered under `url_mode`, the one configured now.
+
+    A record rendered under another mode is from before a switch: after `presigned` gives
+    way to `serve`, nothing renders the presigned values files again (the refresh CronJob
+    is presigned's only), so their links' expiry would be reported, and alerted on, for
+    ever, for values no pod is given any more. None when nothing was recorded."""
+    if found is None:
+        return None
+    kept = {d: link for d, link in found.domains.items() if link.url_mode == url_mode}
+    return found.model_copy(update={"domains": kept})
+
+
+class Shown:
+    """The records as `mirror serve` shows them: read each poll (`read`), the links those in
+    force under `url_mode` (`links_in_force`); a read that fails keeps the ones read before."""
+
+    def __init__(self, url_mode: str) -> None:
+        self.url_mode = url_mode
+        self.imports: layout.ImportResults | None = None
+        self.links: layout.RenderedLinks | None = None
+
+    def read(self, store: layout.Bucket) -> None:
+        """Read both again (a debug line when that fails: the pointers' read says whether
+        the bucket is up)."""
+        try:
+            self.imports = layout.read_import_results(store) or self.imports
+            links = links_in_force(layout.read_rendered_links(store), self.url_mode)
+            self.links = links or self.links
+        except MirrorError as exc:
+            log.debug("cannot read the monitoring records: %s", exc)
 
 
 D = TypeVar("D", layout.ImportResults, layout.RenderedLinks)

@@ -6,8 +6,10 @@ generated from) and only parse, call and print. May import anything in `mirror`,
 each command imports its package inside the command, so `--help` loads only click.
 Every failure, a usage error included, becomes one `mirror: error: ...` line
 on stderr (plus the JSON error document on stdout with --json) and the exit
-code its error class carries. Global options may come before or after the
-command (`mirror store list --json`): they are moved to the front in one place.
+code its error class carries; where the process writes only log records
+(mirror.logs.logs_only) that line is an error record with `exit_code`. Global options
+may come before or after the command (`mirror store list --json`): they are moved to
+the front in one place.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from mirror.cli import heap
 from mirror.cli.common import CliContext
 from mirror.cli.contract import ERROR_SCHEMA, apply_help
 from mirror.errors import EXIT_FAILED, EXIT_TEMPORARY, EXIT_USAGE, MirrorError
-from mirror.logs import redact, setup_logging
+from mirror.logs import redact, setup_logging, writing_logs_only
 
 log = logging.getLogger("mirror")
 
@@ -283,7 +285,9 @@ def fail(
     message: str, exit_code: int, as_json: bool, document: dict[str, object] | None = None
 ) -> NoReturn:
     """The one way out on failure: one line on stderr, the error document on stdout with --json
-    (the command's own `document` with the error added, when it gave one)."""
+    (the command's own `document` with the error added, when it gave one). Where the process
+    writes only log records (mirror.logs.logs_only) the line is one: level error, the
+    message, its `exit_code` (under journald `<3>` before it, as every error record)."""
     message = " ".join(redact(message).split())
     if as_json:
         error = {"error": message, "exit_code": exit_code}
@@ -292,7 +296,10 @@ def fail(
         else:
             text = json.dumps({**document, **error}, indent=2, default=str)
             click.echo(redact(text))
-    click.echo(f"mirror: error: {message}", err=True)
+    if writing_logs_only():
+        log.error("%s", message, extra={"exit_code": exit_code})
+    else:
+        click.echo(f"mirror: error: {message}", err=True)
     sys.exit(exit_code)
 
 
@@ -347,7 +354,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def unexpected(exc: BaseException, verbose: int, as_json: bool) -> NoReturn:
     """An error no class of mirror.errors names: one line, exit 1; the traceback with -v."""
-    if verbose:
+    if verbose and writing_logs_only():
+        log.error("traceback of the unexpected error", exc_info=exc)
+    elif verbose:
         traceback.print_exception(exc)
     detail = str(exc) or "no detail"
     fail(

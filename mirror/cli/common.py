@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -11,12 +12,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn, ParamSpec, TypeVar
 
 import click
 
+from mirror.logs import STDOUT_LOGGER, writing_logs_only
 from mirror.timestamps import rfc3339
 
 if TYPE_CHECKING:
     from mirror.config import Settings
     from mirror.errors import MirrorError
     from mirror.store.app import App
+
+log = logging.getLogger("mirror.cli")
+stdout_log = logging.getLogger(STDOUT_LOGGER)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,17 +77,20 @@ class CliContext:
         """One JSON document on stdout with --json; otherwise the human lines (unless -q).
 
         The document gets its `schema` (see mirror.cli.contract and docs/json.md)
-        from the command that runs; datetimes become RFC 3339 UTC strings.
+        from the command that runs; datetimes become RFC 3339 UTC strings. In a process
+        that writes only log records (mirror.logs.logs_only) the human lines are one INFO
+        record instead (`report`).
         """
         if self.as_json:
-            from mirror.cli.contract import schema_name
-
-            document = {"schema": schema_name(click.get_current_context().command_path), **data}
-            write_whole(json.dumps(document, indent=2, default=_json_default, sort_keys=False))
+            text = json.dumps(_schemed(data), indent=2, default=_json_default, sort_keys=False)
+            write_whole(text)
             return
         if human is None or self.verbosity < 0:
             return
         lines = [human] if isinstance(human, str) else list(human)
+        if writing_logs_only():
+            report(lines, _schemed(data))
+            return
         for line in lines:
             click.echo(line)
 
@@ -95,9 +103,21 @@ class CliContext:
         raise error
 
     def say(self, line: str) -> None:
-        """A progress note for a person on stderr; silent with --json or -q."""
+        """A progress note for a person on stderr; silent with --json or -q; a log record
+        where the process writes only those."""
         if not self.as_json and self.verbosity >= 0:
-            click.echo(line, err=True)
+            if writing_logs_only():
+                log.info("%s", line)
+            else:
+                click.echo(line, err=True)
+
+    def announce(self, line: str, **fields: object) -> None:
+        """What a service says once on stdout (where it listens), for a person or a script;
+        a log record with `fields` there where the process writes only those."""
+        if writing_logs_only():
+            stdout_log.info("%s", line, extra=fields)
+        else:
+            click.echo(line)
 
     def close(self) -> None:
         if self._app is not None:
@@ -119,6 +139,22 @@ def write_whole(text: str) -> None:
     while rest:
         rest = rest[buffer.write(rest) :]
     buffer.flush()
+
+
+def _schemed(data: Any) -> dict[str, Any]:
+    """`data` with the `schema` of the command that runs (mirror.cli.contract)."""
+    from mirror.cli.contract import schema_name
+
+    return {"schema": schema_name(click.get_current_context().command_path), **data}
+
+
+def report(lines: list[str], document: dict[str, Any]) -> None:
+    """A command's report as one log record on stdout: `message` its first line, `lines` the rest,
+    `result` the document `--json` would print (its stable fields), `command` its path."""
+    result = json.loads(json.dumps(document, default=_json_default))
+    command = click.get_current_context().command_path
+    first, rest = (lines[0], lines[1:]) if lines else ("done", [])
+    stdout_log.info("%s", first, extra={"command": command, "lines": rest, "result": result})
 
 
 def _json_default(value: Any) -> Any:

@@ -53,10 +53,9 @@ def daemon_command(
     """
     from mirror.cli.preflight import require
 
+    setup_logging(cli.verbosity, service=True)  # first: a refusal below is a log record too
     settings = cli.settings
     require(settings, "daemon")
-    if cli.verbosity >= 0:
-        setup_logging(max(1, cli.verbosity))
     options = DaemonOptions(
         usable=lambda reloaded: require(reloaded, "daemon"),
         exit_when_idle=exit_when_idle,

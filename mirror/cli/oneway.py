@@ -25,7 +25,7 @@ from mirror.cli.transfer import (
     transfer_import,
 )
 from mirror.errors import ConfigError, IntegrityError, TemporaryFailure
-from mirror.logs import setup_logging
+from mirror.logs import setup_logging, writing_logs_only
 from mirror.units import format_size
 
 if TYPE_CHECKING:
@@ -230,8 +230,8 @@ def transfer_receive(
     from mirror.oneway.receiver import open_socket
 
     cli: CliContext = ctx.obj
-    if not once and cli.verbosity >= 0:
-        setup_logging(max(1, cli.verbosity))  # a service: its INFO lines (JSON off a terminal)
+    if not once:
+        setup_logging(cli.verbosity, service=True)  # its INFO lines; off a terminal only JSON
     host, port = _address(listen, "--listen")
     _require(cli, "import" if do_import else "verify", keys)
     trusted = _trusted(cli.settings, keys)
@@ -273,7 +273,9 @@ def _serve(
     queue = ImportQueue(receiver.spool, do, receiver.metrics) if do_import and not once else None
 
     def ended(outcome: Outcome) -> None:
-        if once or not ctx.obj.as_json:  # a service with --json: its log says it (JSON lines)
+        # the receiver's log record says it (mirror.oneway.receiver.log_outcome); a person
+        # reads this, unless the process writes only log records or is a service with --json
+        if not writing_logs_only() and (once or not ctx.obj.as_json):
             _report(ctx.obj, outcome, listen, logged=not once)
         if outcome.landed is not None and do_import:
             (do if queue is None else queue.landed)(outcome.landed)

@@ -32,8 +32,7 @@ def serve_command(cli: CliContext) -> None:
     try:
         from mirror.serve.run import run_serve
 
-        if cli.verbosity >= 0:
-            setup_logging(max(1, cli.verbosity))
-        run_serve(cli.settings, announce=lambda line: click.echo(line))
+        setup_logging(cli.verbosity, service=True)
+        run_serve(cli.settings, announce=lambda line: cli.announce(line, url=line.split()[-1]))
     finally:
         signal.signal(signal.SIGHUP, before)

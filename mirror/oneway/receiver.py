@@ -597,7 +597,7 @@ def run(
     log.info("receiving on %s into %s", where, receiver.spool, extra={"listen": where})
 
     def ended(outcome: Outcome) -> None:
-        log_outcome(outcome)
+        log_outcome(outcome, where)
         on_outcome(outcome)
 
     try:
@@ -608,9 +608,11 @@ def run(
     return outcomes
 
 
-def log_outcome(outcome: Outcome) -> None:
+def log_outcome(outcome: Outcome, to: str) -> None:
     """One log line per set that ended, its fields named (`set`, `outcome`, ...), for the
-    journal's JSON lines; what a person reads is printed by the command."""
+    journal's JSON lines (an incomplete set's with the files it lacks, `missing_files`, and
+    the command that resends them, `resend`); what a person reads is printed by the
+    command."""
     fields: dict[str, object] = {"set": outcome.name, "session": f"{outcome.session:016x}"}
     if outcome.landed is not None:
         extra = {**fields, "outcome": "complete", "repaired": outcome.repaired}
@@ -619,7 +621,13 @@ def log_outcome(outcome: Outcome) -> None:
         extra = {**fields, "outcome": "refused"}
         log.error("%s: %s; what arrived was removed", outcome.name, outcome.error, extra=extra)
     else:
-        extra = {**fields, "outcome": "incomplete", "missing_bytes": outcome.missing_bytes}
+        extra = {
+            **fields,
+            "outcome": "incomplete",
+            "missing_bytes": outcome.missing_bytes,
+            "missing_files": [item.name for item in outcome.missing],
+            "resend": shlex.join(outcome.resend_command(to)),
+        }
         log.warning("incomplete %s: %s", outcome.name, outcome.reason, extra=extra)
 
 

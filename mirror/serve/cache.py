@@ -6,6 +6,7 @@
                                  versions was first served
     CACHE_DIR/tmp/               fills in progress (emptied at start)
     CACHE_DIR/pointers.json      the pointers last read (mirror.serve.pointers)
+    CACHE_DIR/served.json        per domain, the version last served (mirror.serve.seen)
     CACHE_DIR/lock               held (flock) by the one process using the cache; its pid
 
 Promises:

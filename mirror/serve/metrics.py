@@ -29,7 +29,8 @@ Gauges (read when scraped):
     mirror_serve_last_served_info{domain,version,current}
                                                    1 for the version last served per domain
                                                    (a GET), `current` "true" while it is
-                                                   the current version (read when scraped)
+                                                   the current version (read when scraped);
+                                                   kept across restarts (mirror.serve.seen)
     mirror_serve_served_version_age_seconds{domain}
                                                    age of that version since the vendor
                                                    exported it (its provenance, else manifest):
@@ -40,6 +41,11 @@ Gauges (read when scraped):
     mirror_serve_current_is_newest{domain}         1 when the current version is the newest
                                                    (0 after a rollback, or a promote of an
                                                    older one)
+    mirror_serve_refused_versions{domain}          versions of the domain (still in its
+                                                   index) whose last fill was refused: the
+                                                   object is not what its manifest and
+                                                   provenance name (0 normally; back to 0 when
+                                                   a fill of each succeeds or it leaves the index)
 What the air-gapped CronJobs recorded in the bucket (mirror.airgap.records), read each poll:
     mirror_import_last_timestamp_seconds           when the last `transfer import` ended
     mirror_import_last_success_timestamp_seconds   when the last one that imported ended
@@ -99,6 +105,8 @@ class Gauges:
     now: float = 0.0
     newest: dict[str, str] = field(default_factory=dict)
     current_exported: dict[str, float] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+    """Per domain read: how many of its listed versions are refused now."""
     imports: layout.ImportResults | None = None
     links: layout.RenderedLinks | None = None
 
@@ -179,7 +187,15 @@ def _versions(seen: Gauges) -> Iterator[GaugeMetricFamily]:
         is_newest.add_metric([domain], float(seen.current.get(domain) == version))
     for domain, exported in sorted(seen.current_exported.items()):
         age.add_metric([domain], max(0.0, seen.now - exported))
-    yield from (newest, is_newest, age)
+    refused = GaugeMetricFamily(
+        "mirror_serve_refused_versions",
+        "Versions of the domain whose last fill was refused (the object is not what its "
+        "manifest and provenance name)",
+        labels=["domain"],
+    )
+    for domain, count in sorted(seen.refused.items()):
+        refused.add_metric([domain], count)
+    yield from (newest, is_newest, age, refused)
 
 
 def _imports(

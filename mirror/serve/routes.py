@@ -71,10 +71,16 @@ class BundleRoute:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Not a route: the status to answer (400 or 404) and its one line."""
+    """Not a route: the status to answer (400, 404, or 503 with the seconds to wait before
+    asking again: `retry_after`) and its one line."""
 
     status: int
     reason: str
+    retry_after: int | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
 
 
 Route = Page | BundleRoute

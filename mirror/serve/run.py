@@ -55,6 +55,7 @@ def open_service(settings: Settings) -> Service:
         settings.serve,
         open_object_store(settings.target),
         Trust(keys, settings.serve.require_provenance),
+        url_mode=settings.target.url_mode,
     )
     try:
         service.start()

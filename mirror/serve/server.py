@@ -277,7 +277,7 @@ class Handler(BaseHTTPRequestHandler):
     def _bundle(self, route: BundleRoute, again: bool = True) -> None:
         found = self.service.resolve(route)
         if isinstance(found, Refusal):
-            return self._plain(found.status, found.reason)
+            return self._plain(found.status, found.reason, found.headers)
         entry = self.service.cache.get(found.ref.sha256)
         hit = entry is not None and entry.verified
         try:

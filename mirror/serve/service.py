@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from mirror.airgap import layout
+from mirror.airgap import records
 from mirror.config import ServeSettings
 from mirror.errors import AuthError, IntegrityError, MirrorError
 from mirror.serve import pointers as pointer_file
@@ -45,12 +45,15 @@ from mirror.serve.metrics import Gauges, Served, ServeMetrics
 from mirror.serve.pointers import DomainView, Listed, Pointers, cache_short, read_pointers
 from mirror.serve.poller import Poller
 from mirror.serve.routes import BundleRoute, Refusal, bundle_path
+from mirror.serve.seen import LastServed
 from mirror.serve.supply import Supply, Trust
 from mirror.timestamps import parse_zoned, utcnow
 
 log = logging.getLogger(__name__)
 
 RECENT = 20
+RETRY_AFTER = 10
+"""Seconds a 503 asks the client to wait before asking again."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ class Warned:
 class Service:
     """One `mirror serve`: the bucket, the cache, the pointers and the poller."""
 
-    def __init__(self, settings: ServeSettings, bucket: ServeBucket, trust: Trust) -> None:
+    def __init__(
+        self, settings: ServeSettings, bucket: ServeBucket, trust: Trust, *, url_mode: str
+    ) -> None:
         self.settings = settings
         self.bucket = bucket
         self.cache = Cache(settings.cache_dir, settings.cache_max)
@@ -121,7 +126,8 @@ class Service:
         self.pointers_from_disk = False
         self.bucket_error: str | None = None
         self.recent: deque[Fetch] = deque(maxlen=RECENT)
-        self.last_served: dict[str, Served] = {}
+        self.last_served = LastServed(settings.cache_dir)
+        """What readers see: each domain's version last served, kept across restarts."""
         self.stop = threading.Event()
         self.draining = threading.Event()
         """Set on SIGTERM: not ready from then on (mirror.serve.run)."""
@@ -129,9 +135,9 @@ class Service:
         self._polled = threading.Condition()
         self.once_ready: set[str] = set()
         """The domains whose current version was cached and verified at some settle."""
-        self.imports: layout.ImportResults | None = None
-        self.links: layout.RenderedLinks | None = None
-        """What the CronJobs recorded for monitoring (mirror.airgap.records), read each poll."""
+        self.records = records.Shown(url_mode)
+        """What the CronJobs recorded for monitoring (mirror.airgap.records), read each poll;
+        the links shown are those in force under `url_mode` (target.url_mode)."""
         self._first_served = threading.Lock()
         self.fatal: AuthError | None = None
         """The store refused the credentials at the first read: `mirror serve` exits 4."""
@@ -146,8 +152,9 @@ class Service:
 
     def start(self) -> None:
         """Open the cache (nothing in it verified yet; CacheInUse when another process has
-        it) and load the saved pointers."""
+        it) and load the saved pointers and what was last served."""
         self.cache.open()
+        self.last_served.load()
         saved = pointer_file.load(self.settings.cache_dir / "pointers.json")
         if saved is not None:
             self.pointers, self.pointers_from_disk = saved, True
@@ -182,17 +189,8 @@ class Service:
             self.bucket_error = None
             self.health.answered()
         pointer_file.save(self.settings.cache_dir / "pointers.json", found)
-        self._read_records()
+        self.records.read(self.bucket)
         return not found.errors
-
-    def _read_records(self) -> None:
-        """The import results and rendered links, for the metrics; a failed read keeps the
-        ones read before (a debug line: the pointers' read says whether the bucket is up)."""
-        try:
-            self.imports = layout.read_import_results(self.bucket) or self.imports
-            self.links = layout.read_rendered_links(self.bucket) or self.links
-        except MirrorError as exc:
-            log.debug("cannot read the monitoring records: %s", exc)
 
     def _first_refused(self, error: MirrorError | None) -> None:
         """Credentials the store refuses at the first read are a mistake to report (exit 4),
@@ -256,22 +254,8 @@ class Service:
     # ---- decisions -------------------------------------------------------------------------
 
     def resolve(self, route: BundleRoute) -> Listed | Refusal:
-        """The version a bundle route names, or a 404 line saying why there is none."""
-        view = self.pointers.domains.get(route.domain)
-        if view is None:
-            return Refusal(404, f"no domain {route.domain} is served here")
-        label = route.label or view.current
-        if label is None:
-            return Refusal(404, f"{route.domain} has no current version")
-        listed = view.versions.get(label)
-        if listed is None:
-            return Refusal(404, f"no version {label} of {route.domain}")
-        if listed.ref.format != route.format:
-            where = bundle_path(route.domain, route.label, listed.ref.format)
-            return Refusal(
-                404, f"version {label} of {route.domain} is a {listed.ref.format} bundle: {where}"
-            )
-        return listed
+        """The version a bundle route names, or why there is none (`resolve`)."""
+        return resolve(self.pointers, route)
 
     def is_current(self, listed: Listed) -> bool:
         view = self.pointers.domains.get(listed.ref.domain)
@@ -282,7 +266,7 @@ class Service:
         if self.draining.is_set():
             return "draining: stopping once the responses under way are sent"
         if not self.pointers.domains:
-            return "no domain read from the bucket yet"
+            return "not ready: the bucket has not been read yet"
         for domain, view in sorted(self.pointers.domains.items()):
             if view.current is None or domain in self.once_ready:
                 continue
@@ -325,7 +309,7 @@ class Service:
         current = self.is_current(listed)
         domain, label = listed.ref.domain, str(listed.ref.label)
         self.metrics.served.labels(domain, label, str(current).lower()).inc()
-        self.last_served[domain] = Served(label, exported_time(entry))
+        self.last_served.served(domain, Served(label, exported_time(entry)))
 
     def first_served(self, listed: Listed, entry: Entry) -> None:
         """A 200 GET sent every byte of the bundle: the freshness histogram's "first served"
@@ -383,12 +367,13 @@ def gauges_of(service: Service) -> Gauges:
         pointers_from_disk=service.pointers_from_disk,
         cache_bytes=service.cache.total(),
         current=current_labels(service.pointers.domains.values()),
-        last_served=dict(service.last_served),
+        last_served=service.last_served.snapshot(),
         now=time.time(),
         newest=newest_labels(service.pointers.domains.values()),
         current_exported=_current_exported(service),
-        imports=service.imports,
-        links=service.links,
+        refused=_refused_now(service),
+        imports=service.records.imports,
+        links=service.records.links,
     )
 
 
@@ -402,3 +387,40 @@ def _current_exported(service: Service) -> dict[str, float]:
         if exported is not None:
             found[view.domain] = exported
     return found
+
+
+def _refused_now(service: Service) -> dict[str, int]:
+    """Per domain read: its versions still in the index whose last fill was refused."""
+    refused = list(service.refusals)  # a copy: fills and refusals change it meanwhile
+    return {
+        domain: sum(1 for d, label in refused if d == domain and label in view.versions)
+        for domain, view in service.pointers.domains.items()
+    }
+
+
+def resolve(pointers: Pointers, route: BundleRoute) -> Listed | Refusal:
+    """The version a bundle route names, or a 404 line saying why there is none; 503
+    (ask again) while the domain's pointers have never been read: a 404 is final to
+    the vendor's pod, and before the first read nothing says the domain is not served."""
+    view = pointers.domains.get(route.domain)
+    if view is None and pointers.read_at is None:
+        return Refusal(503, "not ready: the bucket has not been read yet", RETRY_AFTER)
+    if view is None and route.domain in pointers.errors:
+        error = pointers.errors[route.domain]
+        return Refusal(
+            503, f"{route.domain} cannot be read from the bucket now: {error}", RETRY_AFTER
+        )
+    if view is None:
+        return Refusal(404, f"no domain {route.domain} is served here")
+    label = route.label or view.current
+    if label is None:
+        return Refusal(404, f"{route.domain} has no current version")
+    listed = view.versions.get(label)
+    if listed is None:
+        return Refusal(404, f"no version {label} of {route.domain}")
+    if listed.ref.format != route.format:
+        where = bundle_path(route.domain, route.label, listed.ref.format)
+        return Refusal(
+            404, f"version {label} of {route.domain} is a {listed.ref.format} bundle: {where}"
+        )
+    return listed

@@ -85,9 +85,10 @@ def serving(demo: ServeDemo) -> Iterator[tuple[str, subprocess.Popen[str]]]:
         )
     try:
         assert process.stdout is not None
-        announced = process.stdout.readline().strip()  # "" when it exits at start
+        # off a terminal a service writes only JSON records: the first on stdout is its
+        # address (`url`); "" when it exits at start
+        announced, url = _announced(process.stdout.readline())
         demo.echo(f"  {announced or '(no address announced)'}")
-        url = announced.rpartition(" ")[2] if announced.startswith("mirror serve") else ""
         if not url or not _wait(lambda: _ready(url), process):
             _show_log(demo, process)
             raise ServeDemoFailed("mirror serve did not become ready")
@@ -148,6 +149,15 @@ def log_messages(path: Path) -> list[str]:
         except (ValueError, KeyError, TypeError):
             messages.append(line)
     return messages
+
+
+def _announced(line: str) -> tuple[str, str]:
+    """(the announcement, its URL) from serve's first stdout line, its JSON record;
+    ("", "") when it is none (serve ended at start)."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+        record = json.loads(line)
+        return str(record["message"]), str(record["url"])
+    return "", ""
 
 
 def _show_log(demo: ServeDemo, process: subprocess.Popen[str]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import chart, layout
+from mirror.airgap.chart.bucket import complete_version
 from mirror.airgap.importer import import_set
 from mirror.airgap.s3.multipart import upload_blob
 from mirror.airgap.s3.objectstore import ObjectStore
@@ -450,6 +451,25 @@ def test_promote_with_the_chart_module(
     import_set(object_store, tmp_path / "set", trusted, promote=chart.promote)
     current, _ = object_store.read_json(object_store.key(DOCS, "current.json"))
     assert current is not None and current["current"] == "2026-11-20"
+
+
+def test_promote_refuses_a_version_whose_bundle_object_is_gone_and_the_remedy_works(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    """A pointer to an object that is not there makes every pod's fetch fail while the
+    pointer looks right: promote refuses first (exit 3), current.json untouched; the remedy
+    it names (import the set again with --allow-replay) puts the object back (trial3637 G5)."""
+    add_version(app, DOCS, "2026-11-20")
+    pack(app, tmp_path / "set")
+    import_set(object_store, tmp_path / "set", trusted)
+    key = complete_version(object_store, DOCS, "2026-11-20").key
+    object_store.client.delete_object(Bucket=object_store.bucket, Key=key)
+    with pytest.raises(NotFound, match="has no bundle object") as refused:
+        chart.promote(object_store, DOCS, "2026-11-20")
+    assert refused.value.exit_code == 3 and "--allow-replay" in str(refused.value)
+    assert object_store.read_json(object_store.key(DOCS, "current.json"))[0] is None
+    import_set(object_store, tmp_path / "set", trusted, allow_replay=True)
+    assert chart.promote(object_store, DOCS, "2026-11-20").current == "2026-11-20"
 
 
 def test_a_carried_tool_is_verified_but_never_published(

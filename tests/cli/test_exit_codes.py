@@ -28,7 +28,7 @@ from mirror.outbound.pack import pack
 from mirror.sim import Simulator
 from mirror.store.app import App
 from mirror.transferset.keys import generate_keypair
-from tests.fixtures.cli import mirror_cli, write_config
+from tests.fixtures.cli import error_lines, mirror_cli, write_config
 from tests.fixtures.versions import add_version
 
 DOCS = "docs.codes.test"
@@ -661,7 +661,7 @@ def test_each_error_path_ends_in_one_line_and_a_code_the_help_lists(
     for case in CASES[command]:
         done = run_case(world, case)
         code = CODES[case.kind]
-        lines = done.stderr.strip().splitlines()
+        lines = error_lines(done.stderr)  # a service off a terminal: a JSON error record
         where = f"{command} ({case.kind}): {done.stderr}"
         assert done.returncode == code, where
         assert lines and lines[-1].startswith("mirror: error: "), where

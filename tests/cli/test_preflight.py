@@ -14,15 +14,18 @@ import pytest
 from mirror.cli.contract import document_schema
 from mirror.cli.preflight import CHECKS, PURPOSES, Purpose
 from mirror.transferset.keys import generate_keypair
-from tests.fixtures.cli import REPO, mirror_cli, write_config
+from tests.fixtures.cli import REPO, error_lines, mirror_cli, write_config
 
 DOCS = "docs.preflight.test"
 
 
 def error_line(stderr: str) -> str:
+    """The one line of stderr (a service off a terminal: its JSON error record, read back)."""
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("mirror: error: "), stderr
-    return lines[0]
+    assert len(lines) == 1, stderr
+    (line,) = error_lines(stderr)
+    assert line.startswith("mirror: error: "), stderr
+    return line
 
 
 def test_every_purpose_has_its_checks() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import click
 import kubernetes_validate
 import pytest
+import yaml
 
 from mirror.cli import cli
 from mirror.cli.contract import EXIT_MEANINGS
@@ -204,6 +205,35 @@ def test_mirror_serve_deployment_service_budget_and_settings_agree() -> None:
     cache_max, volume_gib, bundle = (int(g) * GIB for g in stated.groups())
     assert parse_size(serve["cache_max"]) == cache_max and room == volume_gib
     assert cache_max + bundle <= room
+
+
+def test_the_prometheus_the_monitoring_readme_names_may_scrape_mirror_serve() -> None:
+    """deploy/monitoring/README.md's Prometheus (its namespace and pod label) is admitted by
+    mirror-serve's rendered NetworkPolicy on the port its ServiceMonitor scrapes; where
+    NetworkPolicies are enforced, following that README otherwise gives a down target and
+    empty panels (trial3637 G9)."""
+    readme = (REPO / "deploy" / "monitoring" / "README.md").read_text()
+    assert "deploy/kubernetes/serve/networkpolicy.yaml" in readme
+    said = re.search(r"namespace `([a-z0-9-]+)` with the pod label\s+`([^:`]+): ([^`]+)`", readme)
+    assert said, "deploy/monitoring/README.md does not say which Prometheus the policy admits"
+    namespace, key, value = said.groups()
+    monitors = yaml.safe_load_all(
+        (REPO / "deploy" / "monitoring" / "servicemonitor.yaml").read_text()
+    )
+    monitor = next(m for m in monitors if m["metadata"]["name"] == "mirror-serve")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    service = named("Service", "mirror-serve")
+    (exposed,) = (p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+    (container,) = named("Deployment", "mirror-serve")["spec"]["template"]["spec"]["containers"]
+    (port,) = (p for p in container["ports"] if p["name"] == exposed["targetPort"])
+    admitted = [
+        rule
+        for rule in named("NetworkPolicy", "mirror-serve")["spec"]["ingress"]
+        for peer in rule["from"]
+        if peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": namespace}
+        and peer["podSelector"]["matchLabels"] == {key: value}
+    ]
+    assert [r["ports"] for r in admitted] == [[{"protocol": "TCP", "port": port["containerPort"]}]]
 
 
 def test_mirror_serve_has_time_to_leave_the_service_and_drain_before_it_is_killed() -> None:

@@ -125,7 +125,7 @@ def test_the_readme_asks_each_alerts_first_question() -> None:
     section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| Mirror")]
     named = {
-        name.strip(): re.sub(r" D$", " {{ $labels.domain }}", command.strip().strip("`"))
+        name.strip(): re.sub(r" D( |$)", r" {{ $labels.domain }}\1", command.strip().strip("`"))
         for names, command in rows
         for name in names.split(",")
     }
@@ -151,7 +151,7 @@ def test_the_readme_log_queries_run_on_a_json_line(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Monitoring", 1)[1].split("\n## ", 1)[0]
     programs = [p.replace("\\|", "|") for p in re.findall(r"jq -c '(.*?)'`", section)]
-    assert len(programs) == 10
+    assert len(programs) == 11
     jq = shutil.which("jq")
     assert jq, "jq is missing (Debian's jq package)"
     picked = 0

@@ -89,7 +89,8 @@ def test_no_pod_mounts_a_service_account_token(fault_got: list[str]) -> None:
 
 @pytest.mark.fault(
     "18.6 network reach of the pods",
-    "egress DNS + S3 port only; ingress none, mirror-serve: the vendor's pods on 8080 only",
+    "egress DNS + S3 port only; ingress none, mirror-serve: the vendor's pods and Prometheus"
+    " on 8080 only",
 )
 def test_network_policies_allow_dns_the_object_store_and_the_vendors_pods_only(
     fault_got: list[str],
@@ -109,11 +110,12 @@ def test_network_policies_allow_dns_the_object_store_and_the_vendors_pods_only(
         if name != "mirror-serve":
             assert ingress == [], name
             continue
-        (rule,) = ingress
-        assert rule["ports"] == [{"protocol": "TCP", "port": serve_port["containerPort"]}]
-        (peer,) = rule["from"]  # one peer: that namespace AND that label, never {} (anyone)
-        assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
-        fault_got[-1] += f"; mirror-serve from {peer['podSelector']['matchLabels']}"
+        vendor, prometheus = ingress  # the vendor's pods fetch, Prometheus scrapes /metrics
+        for rule in (vendor, prometheus):
+            assert rule["ports"] == [{"protocol": "TCP", "port": serve_port["containerPort"]}]
+            (peer,) = rule["from"]  # one peer: that namespace AND that label, never {} (anyone)
+            assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
+            fault_got[-1] += f"; mirror-serve from {peer['podSelector']['matchLabels']}"
 
 
 def reach(

@@ -31,7 +31,7 @@ from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.config import TargetSettings
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
-from tests.fixtures.cli import cli_env, start_mirror, write_config
+from tests.fixtures.cli import cli_env, error_lines, start_mirror, write_config
 from tests.fixtures.daemon import wait_for
 from tests.fixtures.s3 import free_port
 from tests.fixtures.serving import read_to_end, start_download
@@ -172,7 +172,7 @@ def test_a_second_mirror_serve_on_the_same_cache_dir_is_refused(
         )
         _, err = second.communicate(timeout=300)
         assert second.returncode == 2, err.decode()[-2000:]
-        line = err.decode().strip().splitlines()[-1]
+        line = error_lines(err.decode())[-1]  # off a terminal: its JSON error record
         assert line.startswith("mirror: error: serve.cache_dir ")
         assert f"{tmp_path / 'cache'} is in use by another mirror serve" in line
         assert f"(pid {first.process.pid})" in line

@@ -187,6 +187,30 @@ def test_serve_listen_is_an_address_that_can_be_bound(listen: str, says: str) ->
         assert settings_from_dict({"serve": {"listen": good}}).serve.listen == good
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:18080/?x=1", "no query or fragment"),
+        ("http://mirror-serve:8080/docs?", "no query or fragment"),
+        ("http://mirror-serve:8080/#top", "no query or fragment"),
+        ("https://reader:s3cr3t-pw@mirror-serve:8080", "must not hold a user name or password"),
+        ("https://reader@mirror-serve:8080", "must not hold a user name or password"),
+    ],
+)
+def test_serve_public_url_is_a_base_the_bundle_paths_can_follow(url: str, says: str) -> None:
+    """A query or fragment in serve.public_url swallows the paths appended to it, a user
+    name or password would be written into every values file: refused when the settings are
+    read (exit 2, naming serve.public_url), the password never repeated (trial3637 G6)."""
+    with pytest.raises(ConfigError, match=r"serve\.public_url") as refused:
+        settings_from_dict({"serve": {"public_url": url}})
+    assert says in str(refused.value)
+    assert refused.value.exit_code == 2 and "s3cr3t-pw" not in str(refused.value)
+    for good in ("http://mirror-serve.docs-mirror.svc:8080/", "https://[::1]:8443/mirror"):
+        assert settings_from_dict({"serve": {"public_url": good}}).serve.public_url == good.rstrip(
+            "/"
+        )
+
+
 def test_config_check_refuses_a_port_out_of_range(tmp_path: Path) -> None:
     path = write_config(tmp_path / "c.toml", {"serve": {"listen": "127.0.0.1:99999"}})
     result = mirror_cli("--config", str(path), "config", "check")

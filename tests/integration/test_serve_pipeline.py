@@ -140,8 +140,10 @@ def serving(side: Side, name: str) -> Iterator[subprocess.Popen[str]]:
     )
     try:
         assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.strip() == f"mirror serve listening on {side.serve_url}", line
+        line = process.stdout.readline()  # off a terminal: its address, a JSON record
+        announced = json.loads(line)
+        assert announced["message"] == f"mirror serve listening on {side.serve_url}", line
+        assert announced["url"] == side.serve_url and announced["level"] == "info", line
         wait_for(lambda: _ready(side), 120, "mirror serve to be ready")
         yield process
     finally:

@@ -66,6 +66,24 @@ def test_freshness_counts_each_version_once_also_after_a_restart(
     assert value(again, "mirror_serve_freshness_seconds_count") == 0.0
 
 
+def test_what_readers_see_is_kept_across_a_restart(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """Pods keep showing what they fetched while serve restarts (a rollout): the version
+    last served per domain and its age are there again before any new fetch, and
+    `current` is read from the pointers (a rollback meanwhile shows) (trial3637 G2, M11)."""
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        fetch(running, None)
+        served = samples(running)
+    chart.rollback(memory_bucket, DOMAIN)
+    with serving(memory_bucket, tmp_path / "cache") as running:
+        again = samples(running)
+    for found, current in ((served, "true"), (again, "false")):
+        labels = {"domain": DOMAIN, "version": V2, "current": current}
+        assert value(found, "mirror_serve_last_served_info", **labels) == 1.0
+        assert (value(found, "mirror_serve_served_version_age_seconds", domain=DOMAIN) or -1) >= 0
+
+
 def test_after_a_rollback_the_current_version_is_not_the_newest(
     memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
@@ -111,6 +129,32 @@ def test_import_results_and_links_recorded_in_the_bucket_are_shown(
     labels = {"domain": DOMAIN, "version": V2, "url_mode": "presigned"}
     expiry = value(found, "mirror_values_link_expiry_timestamp_seconds", **labels)
     assert expiry == expires.timestamp()
+
+
+def test_a_link_recorded_before_a_switch_of_url_mode_is_not_shown(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """A presigned link recorded before the switch to url_mode = "serve" (nothing renders
+    those values again: the refresh CronJob is presigned's only) would keep
+    MirrorLinkExpiresSoon firing for ever; shown are only the links rendered under the mode
+    configured now, and a refresh under it takes the domain's place (trial3637 G7)."""
+    soon = datetime.now(UTC) + timedelta(hours=2)
+    stale = chart.RefreshResult(DOMAIN, tmp_path / "v.yaml", V1, "rendered", "new", soon)
+    record_links(memory_bucket, "presigned", [stale])
+    with serving(memory_bucket, tmp_path / "cache", url_mode="serve") as running:
+        before = samples(running)
+        served = chart.RefreshResult(
+            DOMAIN, tmp_path / "v.yaml", V2, "rendered", "url_mode is now serve", None
+        )
+        record_links(memory_bucket, "serve", [served])
+        running.refresh()
+        after = samples(running)
+    named = {name for name, _ in before}
+    assert "mirror_values_link_expiry_timestamp_seconds" not in named
+    assert "mirror_values_link_info" not in named
+    serve_link = {"domain": DOMAIN, "version": V2, "url_mode": "serve"}
+    assert value(after, "mirror_values_link_info", **serve_link) == 1.0
+    assert "mirror_values_link_expiry_timestamp_seconds" not in {name for name, _ in after}
 
 
 def test_the_last_import_time_moves_with_each_import(memory_bucket: MemoryBucket) -> None:

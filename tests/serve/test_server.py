@@ -229,9 +229,12 @@ def test_a_refused_object_is_fetched_again_only_once_it_changed(
         # V1 is the rollback target: fetched at the first turn, and never again
         assert counted.streams.count(promoted_versions[V1].key) == 1
         assert running.counter("refused_total", domain=DOMAIN, version=V1) == 1
+        assert running.counter("refused_versions", domain=DOMAIN) == 1  # what alerts watch
         memory_bucket.objects[promoted_versions[V1].key] = stored  # put right (a new ETag)
         healed = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+        after = running.counter("refused_versions", domain=DOMAIN)
     assert healed.content == promoted_versions[V1].archive.read_bytes()
+    assert after == 0
     assert counted.streams.count(promoted_versions[V1].key) == 2
 
 
@@ -417,6 +420,7 @@ def test_metrics_name_what_was_served(
     assert "mirror_serve_cache_hits_total 2.0" in text  # both filled at start: current, rollback
     assert "mirror_serve_cache_fills_total 2.0" in text
     assert "mirror_serve_ready 1.0" in text and "mirror_serve_bucket_up 1.0" in text
+    assert f'mirror_serve_refused_versions{{domain="{DOMAIN}"}} 0.0' in text
 
 
 def test_a_request_body_is_never_read_as_the_next_request(
@@ -450,3 +454,28 @@ def test_a_promote_keeps_it_ready_while_the_new_current_version_fills(
     assert ready.status_code == 200
     assert served.headers["mirror-version"] == V3
     assert served.content == newest.archive.read_bytes()
+
+
+def test_before_the_first_read_of_the_bucket_it_answers_503_never_404(
+    memory_bucket: MemoryBucket, promoted_version: Seeded, tmp_path: Path
+) -> None:
+    """A fresh replica has read nothing yet (or the store is away at its start, with no saved
+    pointers): "no such domain" would be a final answer to a pod's fetch-at-start; it is 503
+    with Retry-After until the pointers are read, then the bundle (trial3637 W6, S25)."""
+    away = SwitchableBucket(memory_bucket)
+    away.away = True
+    path = bundle_path(DOMAIN, None, "tar.gz")
+    with serving(away, tmp_path / "cache", refresh=False) as running:
+        before = raw(running.port, get(path))
+        running.refresh()  # the store is away: still nothing read
+        during = raw(running.port, get(path))
+        ready = httpx.get(running.url + "/readyz")
+        away.away = False
+        running.refresh()
+        after = httpx.get(running.url + path)
+    for answer in (before, during):
+        assert answer.status == 503, answer.raw[:300]
+        assert answer.header("retry-after") == "10"
+        assert answer.body == b"not ready: the bucket has not been read yet\n"
+    assert ready.status_code == 503 and "has not been read yet" in ready.text
+    assert after.content == promoted_version.archive.read_bytes()

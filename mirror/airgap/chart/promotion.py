@@ -1,7 +1,11 @@
 """`current.json`: promote a version, roll back to the one before, show the history.
 
 Promises:
-- Only a complete version can become current (NotFound otherwise).
+- Only a complete version can become current (NotFound otherwise), and only one whose bundle
+  object is in the bucket at the size its manifest names (`present_version`: a missing
+  object is NotFound, exit 3; another size is IntegrityError, exit 5), checked before
+  `current.json` is touched: a pointer to an object that is gone would make every pod's
+  fetch fail while every check of the pointer is green.
 - `current.json` is changed by one conditional read-modify-write on its ETag
   (`layout.update_document`): two operators at once never lose each other's
   change. If another writer changed which version is current since this one
@@ -20,12 +24,12 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from mirror.airgap import layout
-from mirror.airgap.chart.bucket import complete_version, require_index
+from mirror.airgap.chart.bucket import BundleVersion, complete_version, require_index
 from mirror.airgap.s3.conditional import WriteConflict
-from mirror.errors import OperationFailed
+from mirror.errors import IntegrityError, NotFound, OperationFailed
 from mirror.timestamps import rfc3339, utcnow
 from mirror.versions import VersionLabel
 
@@ -150,14 +154,37 @@ def _change_current(
     return updated
 
 
-def promote(
-    store: layout.Bucket, domain: str, version: str, *, now: Clock = utcnow
-) -> layout.Current:
-    """Make `version` (complete, else NotFound) the current one; returns the new current.json.
+class Promotable(layout.Bucket, Protocol):
+    """What promote and rollback need of the bucket: the layout, and a HEAD of an object."""
+
+    def head(self, key: str) -> dict[str, Any] | None: ...
+
+
+def present_version(store: Promotable, domain: str, version: str) -> BundleVersion:
+    """`version` if it is complete (`complete_version`) and its bundle object is there at
+    the size its manifest names; NotFound (missing) or IntegrityError (another size)."""
+    found = complete_version(store, domain, version)
+    facts = store.head(found.key)
+    if facts is None:
+        raise NotFound(
+            f"version {version} of {domain} has no bundle object ({store.bucket}/{found.key} "
+            "is missing); import its transfer set again (with --allow-replay), then promote"
+        )
+    if facts["size"] != found.ref.size:
+        raise IntegrityError(
+            f"version {version} of {domain}: {store.bucket}/{found.key} is {facts['size']} "
+            f"bytes, its manifest names {found.ref.size}; import its transfer set again "
+            "(with --allow-replay), then promote"
+        )
+    return found
+
+
+def promote(store: Promotable, domain: str, version: str, *, now: Clock = utcnow) -> layout.Current:
+    """Make `version` (present, else NotFound) the current one; returns the new current.json.
 
     Promoting the version that is already current changes nothing.
     """
-    complete_version(store, domain, version)
+    present_version(store, domain, version)
 
     def make_current(document: layout.Current | None) -> layout.Current | None:
         if document is not None and document.current == version:
@@ -169,12 +196,13 @@ def promote(
     return updated
 
 
-def rollback(store: layout.Bucket, domain: str, *, now: Clock = utcnow) -> layout.Current:
-    """Make the previously promoted version current again; returns the new current.json."""
+def rollback(store: Promotable, domain: str, *, now: Clock = utcnow) -> layout.Current:
+    """Make the previously promoted version current again (present, else NotFound); returns
+    the new current.json."""
 
     def roll_back(document: layout.Current | None) -> layout.Current:
         target = rollback_target(document, domain)
-        complete_version(store, domain, target)
+        present_version(store, domain, target)
         return with_promotion(document, domain, target, now(), action="rollback")
 
     updated = _change_current(store, domain, roll_back)
