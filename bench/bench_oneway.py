@@ -36,7 +36,8 @@ def make_set(work: Path) -> tuple[Path, Path]:
     from mirror.outbound.pack import pack
     from mirror.store.app import App
     from mirror.transferset.keys import generate_keypair
-    from tests.fixtures.s3 import add_version, transfer_config
+    from tests.fixtures.s3 import transfer_config
+    from tests.fixtures.versions import add_version
 
     (work / "keys").mkdir()
     made = generate_keypair(work / "keys" / "transfer")
