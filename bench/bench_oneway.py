@@ -73,7 +73,7 @@ class Child:
         self.log = log
         with log.open("w") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        self.cpu = 0.0
+        self.cpu = self.system = 0.0
         self.ended = 0.0
         self.peak = 0.0
         self._waiter = threading.Thread(target=self._wait, daemon=True)
@@ -84,6 +84,7 @@ class Child:
         self.ended = time.monotonic()
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self.cpu = usage.ru_utime + usage.ru_stime
+        self.system = usage.ru_stime
 
     def sample_peak(self) -> None:
         """Peak RSS (`ip netns exec` execs the command: same pid) till it exits."""
@@ -138,8 +139,9 @@ def run_case(name: str, set_dir: Path, key: Path, work: Path) -> str:
         f"wire {wire / size:.3f}x of the set (UDP payload {payload / size:.3f}x), "
         f"{packets} datagrams, {lost} lost by nft, {overflow} by the receiver's full queue, "
         f"{back} back; receiver peak RSS {receiver.peak:.0f} MiB; per CPU second: sender "
-        f"{size / MiB / sender.cpu:.0f} MiB ({sender.cpu:.2f} s), receiver "
-        f"{size / MiB / receiver.cpu:.0f} MiB ({receiver.cpu:.2f} s)  "
+        f"{size / MiB / sender.cpu:.0f} MiB ({sender.cpu:.2f} s, {sender.system:.2f} system), "
+        f"receiver {size / MiB / receiver.cpu:.0f} MiB ({receiver.cpu:.2f} s, "
+        f"{receiver.system:.2f} system)  "
         f"{receiver.last_line() if code else ''}"
         + (f" sender: {sender.last_line()}" if sender.process.returncode else "")
     )
@@ -174,7 +176,8 @@ def run_udpcast(name: str, fec: str, set_dir: Path, work: Path) -> str:
         sh("ip", "netns", "exec", link.receiver_ns, "nft", f"add rule inet diode input {rule}")
         receiver = Child(
             link.in_receiver("udp-receiver", "--interface", f"{link.name}r", "--file", str(out),
-                             "--nokbd", "--portbase", str(UDPCAST_PORT), "--receive-timeout", "20"),
+                             "--nokbd", "--portbase", str(UDPCAST_PORT), "--receive-timeout", "20",
+                             "--rcvbuf", str(32 * MiB)),  # as `transfer receive`'s default
             work / "udp-receiver.log",
         )  # fmt: skip
         time.sleep(1)
@@ -201,8 +204,9 @@ def run_udpcast(name: str, fec: str, set_dir: Path, work: Path) -> str:
         f"{receiver.process.returncode}; {size / MiB:.1f} MiB in {took:.1f}s "
         f"({size / MiB / took:.1f} MiB/s); wire {wire / size:.3f}x of the file, {packets} "
         f"datagrams; per CPU second: sender {size / MiB / max(sender.cpu, 0.01):.0f} MiB "
-        f"({sender.cpu:.2f} s), receiver {size / MiB / max(receiver.cpu, 0.01):.0f} MiB "
-        f"({receiver.cpu:.2f} s)"
+        f"({sender.cpu:.2f} s, {sender.system:.2f} system), receiver "
+        f"{size / MiB / max(receiver.cpu, 0.01):.0f} MiB ({receiver.cpu:.2f} s, "
+        f"{receiver.system:.2f} system); {receiver.last_line()[:120]}"
     )
 
 
