@@ -60,7 +60,7 @@ def run(s: Setting) -> list[Row]:
                 rss_budget_mib=budget(str(config), "transfer", "verify", str(set_dir)),
             ),
             Side("mirror", lambda: mirror(config, "transfer", "verify", str(set_dir)), env=s.env),
-            Side("openssl", lambda: parallel_openssl(parts, 1), env=s.env),
+            Side("openssl", lambda: parallel_openssl(parts, 1, s.work / "parts.txt"), env=s.env),
         )
     )
     buckets: list[str] = []
