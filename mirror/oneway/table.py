@@ -22,8 +22,8 @@ decoded); the redundancy 0 to 4.
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import math
 import os
 import re

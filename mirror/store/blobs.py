@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -294,8 +295,15 @@ def _hash_problem(sha256: str, actual: Digest | OSError) -> BlobProblem:
     return BlobProblem("corrupt", sha256, str(mismatch("content", actual.sha256, sha256)))
 
 
-def _hash_blobs(paths: list[Path]) -> list[Digest | OSError]:
-    return [hash_blob(path) for path in paths]
+def _hash_blobs(paths: list[Path], closed: threading.Event) -> list[Digest | OSError]:
+    """A run of blobs' digests, cut short once `closed` (the run's results are then never
+    asked for): a closed `BlobHashing` leaves at most one blob a thread to finish."""
+    digests: list[Digest | OSError] = []
+    for path in paths:
+        if closed.is_set():
+            break
+        digests.append(hash_blob(path))
+    return digests
 
 
 class BlobHashing:
@@ -308,11 +316,13 @@ class BlobHashing:
         count = workers or hash_workers()
         self._pool = ThreadPoolExecutor(count, thread_name_prefix="hash")
         self._futures: dict[str, tuple[Future[list[Digest | OSError]], int]] = {}
+        self._closed = threading.Event()
         names: list[str] = []
         with contextlib.suppress(OSError):  # an unreadable store: verify reports it as before
             names = list(store.iter_blobs())
         for run in in_runs(names, count):  # a future a run of blobs, not one a blob
-            future = self._pool.submit(_hash_blobs, [store.blob_path(name) for name in run])
+            paths = [store.blob_path(name) for name in run]
+            future = self._pool.submit(_hash_blobs, paths, self._closed)
             self._futures.update((name, (future, index)) for index, name in enumerate(run))
 
     def digest(self, sha256: str, path: Path) -> Digest | OSError:
@@ -323,6 +333,7 @@ class BlobHashing:
         return future.result()[index]
 
     def close(self) -> None:
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> BlobHashing:

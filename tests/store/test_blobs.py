@@ -3,6 +3,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,16 @@ def test_a_blob_that_hashes_wrong_is_looked_at_again_and_named_by_what_it_is(
         names["fifo"]: ("corrupt", "not a regular file"),
         names["gone"]: ("missing", "indexed but not on disk"),
     }
+
+
+def test_a_run_of_blobs_stops_once_the_hashing_is_closed(store_dir: Path) -> None:
+    """`BlobHashing` hands the threads runs of blobs: once closed (verify refused the store,
+    or ended), a run stops before its next blob, so the process does not wait at exit for
+    whole runs to be hashed that nobody will ask for."""
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    path = store.adopt(temp, sha, 5)
+    closed = threading.Event()
+    assert blobs_module._hash_blobs([path, path], closed) == [Digest(sha, 5)] * 2
+    closed.set()
+    assert blobs_module._hash_blobs([path, path], closed) == []
