@@ -7,8 +7,9 @@ Promises:
   of n packets at (j + 1/2) / n of the group), so a burst of B lost datagrams costs each
   block about B / depth packets, and a small file's few packets are far apart.
 - `send` is the edge: one UDP socket that only ever sends (it never reads), the token
-  bucket before every datagram, a HEARTBEAT every `heartbeat` seconds and END three times
-  after each pass. Memory holds `depth` blocks and their packets, never the set.
+  bucket paid every BATCH datagrams (never more than BATCH datagrams ahead of the rate), a
+  HEARTBEAT every `heartbeat` seconds and END three times after each pass. Memory holds
+  `depth` blocks and their packets, never the set.
 """
 
 from __future__ import annotations
