@@ -69,6 +69,7 @@ class Row:
     loads: list[float] = field(default_factory=list)
     pages: int = 0  # a site's pages and files, for the rates per second beside MiB/s
     files: int = 0
+    peer_size: int = 0  # when the peer handles other bytes than `size`: the ratio is per byte
 
     @property
     def mirror_seconds(self) -> float:
@@ -80,9 +81,11 @@ class Row:
 
     @property
     def ratio(self) -> float:
-        """Median of the per-round ratios peer/mirror: above 1, mirror is faster."""
+        """Median of the per-round ratios peer/mirror: above 1, mirror is faster (per byte,
+        when the peer handles `peer_size` bytes)."""
+        scale = self.size / self.peer_size if self.peer_size else 1.0
         pairs = zip(self.peer_runs, self.mirror_runs, strict=True)
-        return statistics.median(p.seconds / m.seconds for p, m in pairs)
+        return statistics.median(scale * p.seconds / m.seconds for p, m in pairs)
 
     @property
     def mirror_cpu(self) -> float:

@@ -143,19 +143,47 @@ def hash_workers() -> int:
     return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
+RUNS_A_WORKER = 16
+
+
+def in_runs(items: list[T], workers: int) -> list[list[T]]:
+    """`items` cut into consecutive runs, about RUNS_A_WORKER a worker (one item a run while
+    there are fewer): one task a run, so ten thousand small files are not ten thousand
+    futures (each cost about what hashing a 64 KiB file does), while a few large files still
+    spread over every core."""
+    size = max(1, len(items) // (workers * RUNS_A_WORKER))
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
 def map_on_cores(
     function: Callable[[T], R], items: Iterable[T], workers: int | None = None
 ) -> Iterator[R]:
     """`function` over `items` on one thread per core (`hash_workers`), results in order.
 
     For hashing files: hashlib releases the GIL on large updates, so the threads use every
-    core. The first exception is raised when its result is reached; the rest are cancelled.
+    core. Items go to the threads in runs (`in_runs`). The first exception is raised when its
+    result is reached; the rest are cancelled.
     """
-    with ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="hash") as pool:
-        futures = [pool.submit(function, item) for item in items]
+    count = workers or hash_workers()
+    with ThreadPoolExecutor(count, thread_name_prefix="hash") as pool:
+        futures = [pool.submit(_run_of, function, run) for run in in_runs(list(items), count)]
         try:
             for future in futures:
-                yield future.result()
+                results, error = future.result()
+                yield from results
+                if error is not None:
+                    raise error
         finally:
             for future in futures:
                 future.cancel()
+
+
+def _run_of(function: Callable[[T], R], run: list[T]) -> tuple[list[R], Exception | None]:
+    """`function` over one run, up to the first exception (returned, to be raised in order)."""
+    results: list[R] = []
+    for item in run:
+        try:
+            results.append(function(item))
+        except Exception as exc:
+            return results, exc
+    return results, None

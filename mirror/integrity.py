@@ -36,6 +36,8 @@ from mirror.errors import IntegrityError
 
 CHUNK_SIZE = 1024 * 1024
 MAP_WINDOW = 4 * 1024 * 1024
+MAP_MIN = CHUNK_SIZE
+"""Files of at most this many bytes are read by `hash_mapped_file`, not mapped."""
 # Linux's value where Python (3.11) does not name it
 MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 # Opening a FIFO returns at once (to be refused); no newline translation where there is any.
@@ -63,8 +65,13 @@ def hash_stream(
     on_progress: Callable[[int], None] | None = None,
 ) -> Digest:
     """sha256 and size of everything `reader` yields (at most `limit` bytes), copied to
-    `writer` when given."""
+    `writer` when given. A reader that can `readinto` with no writer is read into one buffer
+    (`_hash_reads`), not a new bytes object a chunk."""
     digest = hashlib.sha256()
+    if writer is None and hasattr(reader, "readinto"):
+        view = memoryview(bytearray(CHUNK_SIZE if limit is None else min(CHUNK_SIZE, limit)))
+        size = _hash_reads(reader, digest, limit, view, on_progress)
+        return Digest(digest.hexdigest(), size)
     size = 0
     while chunk := reader.read(CHUNK_SIZE if limit is None else min(CHUNK_SIZE, limit - size)):
         if writer is not None:
@@ -121,9 +128,16 @@ def hash_mapped_file(path: Path) -> Digest:
 
     What is not a regular file (links followed) is refused with an OSError before a byte is
     read, where `hash_file` would wait for a FIFO's writer forever, read a device such as
-    /dev/zero without end, or fail on a directory."""
+    /dev/zero without end, or fail on a directory.
+
+    A file of at most MAP_MIN bytes is read, not mapped: for ten thousand small blobs the
+    lease, the mapping and its unmapping cost more than the copy they save (measured in
+    bench/RESULTS.md, issue 39), and a read needs no lease."""
     digest = hashlib.sha256()
     with _open_regular(path) as handle:
+        if os.fstat(handle.fileno()).st_size <= MAP_MIN:
+            size = _hash_reads(handle, digest, None)
+            return Digest(digest.hexdigest(), size)
         end = _mappable_size(handle.fileno())
         size = 0
         while (
@@ -188,20 +202,40 @@ def _hash_window(fd: int, offset: int, length: int, digest: Any) -> bool:
     return True
 
 
-def _hash_reads(handle: Any, digest: Any, length: int | None) -> int:
+def _hash_reads(
+    handle: Any,
+    digest: Any,
+    length: int | None,
+    view: memoryview | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> int:
     """Feed `digest` from `handle`'s position (at most `length` bytes) through one reused
-    buffer; the number of bytes read."""
+    buffer (`view`, or this thread's); the number of bytes read."""
     size = 0
-    buffer = bytearray(CHUNK_SIZE)
-    view = memoryview(buffer)
+    view = _buffer() if view is None else view
     while length is None or size < length:
-        want = CHUNK_SIZE if length is None else min(CHUNK_SIZE, length - size)
+        want = len(view) if length is None else min(len(view), length - size)
         got = handle.readinto(view[:want])
         if not got:
             break
         digest.update(view[:got])
         size += got
+        if on_progress is not None:
+            on_progress(got)
     return size
+
+
+_buffers = threading.local()
+
+
+def _buffer() -> memoryview:
+    """This thread's read buffer of CHUNK_SIZE bytes, made once: a new one for every file
+    zeroed a MiB each time, more CPU than hashing a 64 KiB blob. `_hash_reads` never calls
+    out while it fills it, so one a thread is enough."""
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(CHUNK_SIZE))
+    return view
 
 
 def hash_bytes(data: bytes) -> str:

@@ -22,6 +22,7 @@ decoded); the redundancy 0 to 4.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -73,16 +74,21 @@ class Table:
     redundancy: float
     files: tuple[FileEntry, ...]
 
-    @property
+    @functools.cached_property
     def block_bytes(self) -> int:
+        """Computed once (the receiver asks for every datagram), as are `block_counts`."""
         return self.symbol_size * self.block_symbols
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    @functools.cached_property
+    def block_counts(self) -> tuple[int, ...]:
+        return tuple(math.ceil(f.size / self.block_bytes) for f in self.files)
+
     def block_count(self, file: int) -> int:
-        return math.ceil(self.files[file].size / self.block_bytes)
+        return self.block_counts[file]
 
     def block_length(self, file: int, block: int) -> int:
         size = self.files[file].size

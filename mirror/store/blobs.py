@@ -16,13 +16,21 @@ import os
 import re
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from mirror.errors import ConfigError, IntegrityError, NotFound
-from mirror.fsutil import disk_full, fsync_dir, hash_workers, is_disk_full, map_on_cores
+from mirror.fsutil import (
+    disk_full,
+    fsync_dir,
+    hash_workers,
+    in_runs,
+    is_disk_full,
+    map_on_cores,
+)
 from mirror.integrity import Digest, hash_file, hash_mapped_file, hash_stream, mismatch
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -201,15 +209,12 @@ class BlobStore:
         `workers` threads (one per usable core, at most 8), with the same findings in the same
         order; with `hashing` (started earlier), its digests are used."""
         on_disk = set(self.iter_blobs())
-        problems: dict[str, BlobProblem] = {}
-        to_hash: list[str] = []
-        for sha256, size in sorted(expected.items()):
-            if sha256 not in on_disk:
-                problems[sha256] = BlobProblem("missing", sha256, MISSING)
-            elif problem := self._seen(sha256, size):
-                problems[sha256] = problem
-            else:
-                to_hash.append(sha256)
+        to_hash = sorted(sha256 for sha256 in expected if sha256 in on_disk)
+        problems = {
+            sha256: BlobProblem("missing", sha256, MISSING)
+            for sha256 in expected
+            if sha256 not in on_disk
+        }
         paths = [self.blob_path(sha256) for sha256 in to_hash]
         digests = (
             map_on_cores(hash_blob, paths, workers)
@@ -217,12 +222,10 @@ class BlobStore:
             else map(hashing.digest, to_hash, paths)
         )
         for sha256, actual in zip(to_hash, digests, strict=True):
-            if isinstance(actual, OSError):
-                detail = f"cannot be read: {actual.strerror or actual}"
-                problems[sha256] = BlobProblem("corrupt", sha256, detail)
-            elif actual.sha256 != sha256:
-                detail = str(mismatch("content", actual.sha256, sha256))
-                problems[sha256] = BlobProblem("corrupt", sha256, detail)
+            size = expected[sha256]
+            if isinstance(actual, Digest) and actual == Digest(sha256, size):
+                continue
+            problems[sha256] = self._seen(sha256, size) or _hash_problem(sha256, actual)
         extra = [
             BlobProblem("extra", sha256, "on disk but not indexed")
             for sha256 in sorted(on_disk - expected.keys())
@@ -230,8 +233,10 @@ class BlobStore:
         return [problems[sha256] for sha256 in sorted(problems)] + extra
 
     def _seen(self, sha256: str, size: int) -> BlobProblem | None:
-        """What an indexed blob's file shows before it is hashed; None: hash it. Only a regular
-        file is hashed: a FIFO would be waited on, a link to /dev/zero read without end."""
+        """What a blob that did not hash to its name shows (None: a regular file of its size,
+        whose bytes differ). Only a blob that hashed wrong is looked at again: a stat a blob
+        cost as much as hashing a small one. `hash_mapped_file` never waits on what is not a
+        regular file (a FIFO) nor reads it (a link to /dev/zero): it is found here."""
         try:
             found = self.blob_path(sha256).stat()
         except FileNotFoundError:  # removed meanwhile, or a link to nothing
@@ -283,6 +288,24 @@ def hash_blob(path: Path) -> Digest | OSError:
         return exc
 
 
+def _hash_problem(sha256: str, actual: Digest | OSError) -> BlobProblem:
+    """A regular file of the indexed size that could not be read, or whose bytes differ."""
+    if isinstance(actual, OSError):
+        return BlobProblem("corrupt", sha256, f"cannot be read: {actual.strerror or actual}")
+    return BlobProblem("corrupt", sha256, str(mismatch("content", actual.sha256, sha256)))
+
+
+def _hash_blobs(paths: list[Path], closed: threading.Event) -> list[Digest | OSError]:
+    """A run of blobs' digests, cut short once `closed` (the run's results are then never
+    asked for): a closed `BlobHashing` leaves at most one blob a thread to finish."""
+    digests: list[Digest | OSError] = []
+    for path in paths:
+        if closed.is_set():
+            break
+        digests.append(hash_blob(path))
+    return digests
+
+
 class BlobHashing:
     """Every blob on disk being hashed on one thread per core (hashlib releases the GIL),
     started before the index is read: `store verify` spends the index's start-up (importing
@@ -290,17 +313,27 @@ class BlobHashing:
     that appeared after the start is hashed then); `close` cancels what has not started."""
 
     def __init__(self, store: BlobStore, workers: int | None = None) -> None:
-        self._pool = ThreadPoolExecutor(workers or hash_workers(), thread_name_prefix="hash")
-        self._futures: dict[str, Future[Digest | OSError]] = {}
+        count = workers or hash_workers()
+        self._pool = ThreadPoolExecutor(count, thread_name_prefix="hash")
+        self._futures: dict[str, tuple[Future[list[Digest | OSError]], int]] = {}
+        self._closed = threading.Event()
+        names: list[str] = []
         with contextlib.suppress(OSError):  # an unreadable store: verify reports it as before
-            for sha256 in store.iter_blobs():
-                self._futures[sha256] = self._pool.submit(hash_blob, store.blob_path(sha256))
+            names = list(store.iter_blobs())
+        for run in in_runs(names, count):  # a future a run of blobs, not one a blob
+            paths = [store.blob_path(name) for name in run]
+            future = self._pool.submit(_hash_blobs, paths, self._closed)
+            self._futures.update((name, (future, index)) for index, name in enumerate(run))
 
     def digest(self, sha256: str, path: Path) -> Digest | OSError:
-        future = self._futures.get(sha256)
-        return future.result() if future is not None else hash_blob(path)
+        found = self._futures.get(sha256)
+        if found is None:
+            return hash_blob(path)
+        future, index = found
+        return future.result()[index]
 
     def close(self) -> None:
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> BlobHashing:

@@ -50,6 +50,23 @@ def test_a_datagram_round_trips_and_damage_is_dropped() -> None:
         wire.payload_room(500)
 
 
+@pytest.mark.parametrize(
+    ("session", "file", "block", "symbol", "payload"),
+    [
+        (7, 1, 2, 3, b"payload"),
+        (2**64 - 1, 2**32 - 1, 0, 2**32 - 1, b""),
+        (0, 0, 0, 0, b"x" * 1444),
+    ],
+)
+def test_the_senders_builder_makes_the_bytes_build_makes(
+    session: int, file: int, block: int, symbol: int, payload: bytes
+) -> None:
+    """`wire.Builder` (the header's fixed part packed once, its CRC chained) is `build`."""
+    made = wire.Builder(wire.Kind.DATA, session)(file, block, symbol, payload)
+    assert made == wire.build(wire.Kind.DATA, session, file, block, symbol, payload)
+    assert wire.parse(made) == wire.Datagram(wire.Kind.DATA, session, file, block, symbol, payload)
+
+
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a//b", "a/./b", "", "a\\b"])
 def test_unsafe_names_in_a_table_are_refused(name: str) -> None:
     with pytest.raises(IntegrityError, match="unsafe file name"):

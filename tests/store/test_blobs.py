@@ -3,6 +3,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,47 @@ def test_an_unreadable_blob_is_named_and_the_rest_still_verified(
             mismatch("content", hashlib.sha256(b"THIRD").hexdigest(), blobs["c"])
         ),
     }
+
+
+@pytest.mark.parametrize("started_early", [False, True])
+def test_a_blob_that_hashes_wrong_is_looked_at_again_and_named_by_what_it_is(
+    store_dir: Path, started_early: bool
+) -> None:
+    """Every blob on disk is hashed first and only one that does not hash to its name is
+    looked at again (a stat a blob cost as much as hashing a small one): a wrong size, a
+    FIFO and a link to nothing are named as they were when they were looked at first."""
+    store = BlobStore(store_dir)
+    expected: dict[str, int] = {}
+    names: dict[str, str] = {}
+    for name in ("short", "fifo", "gone", "fine"):
+        data = f"the {name} blob".encode()
+        temp, sha = _temp_with(store, f"{name}.part", data)
+        store.adopt(temp, sha, len(data))
+        names[name], expected[sha] = sha, len(data)
+    short = store.blob_path(names["short"])
+    os.chmod(short, 0o644)
+    short.write_bytes(b"short")
+    store.blob_path(names["fifo"]).unlink()
+    os.mkfifo(store.blob_path(names["fifo"]))
+    store.blob_path(names["gone"]).unlink()
+    store.blob_path(names["gone"]).symlink_to(store_dir / "nothing")
+    with store.hash_in_background() as hashing:
+        problems = store.verify(expected, hashing=hashing if started_early else None)
+    assert {p.sha256: (p.kind, p.detail) for p in problems} == {
+        names["short"]: ("corrupt", f"size 5, expected {expected[names['short']]}"),
+        names["fifo"]: ("corrupt", "not a regular file"),
+        names["gone"]: ("missing", "indexed but not on disk"),
+    }
+
+
+def test_a_run_of_blobs_stops_once_the_hashing_is_closed(store_dir: Path) -> None:
+    """`BlobHashing` hands the threads runs of blobs: once closed (verify refused the store,
+    or ended), a run stops before its next blob, so the process does not wait at exit for
+    whole runs to be hashed that nobody will ask for."""
+    store = BlobStore(store_dir)
+    temp, sha = _temp_with(store, "a.part", b"hello")
+    path = store.adopt(temp, sha, 5)
+    closed = threading.Event()
+    assert blobs_module._hash_blobs([path, path], closed) == [Digest(sha, 5)] * 2
+    closed.set()
+    assert blobs_module._hash_blobs([path, path], closed) == []
