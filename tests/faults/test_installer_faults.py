@@ -21,7 +21,7 @@ import pytest
 from mirror import __version__
 from mirror.outbound.selfbundle import ToolBundle
 from mirror.transferset.keys import generate_keypair, load_signing_key
-from tests.fixtures.artefact import offline_env
+from tests.fixtures.artefact import Installed, copied_venv, offline_env
 
 DOCUMENTED_KEY = "/etc/mirror/transfer.pub"
 
@@ -81,11 +81,17 @@ def printed_remedy(stderr: str, key: Path) -> list[str]:
     "installs, warns NOT checked twice; printed check: 1, on the real one 0",
 )
 def test_without_key_a_resigned_artefact_is_named_unchecked_and_the_remedy_catches_it(
-    built: tuple[ToolBundle, Path, Path], tmp_path: Path, fault_got: list[str]
+    built: tuple[ToolBundle, Path, Path],
+    installed: Installed,
+    tmp_path: Path,
+    fault_got: list[str],
 ) -> None:
+    """Run over a host that has the tool installed already (a copy of the run's install):
+    an upgrade is where a re-signed artefact meets an operator."""
     made, _, public = built
     unpacked = unpack(made.path, tmp_path)
     resign(unpacked, tmp_path / "attacker")
+    copied_venv(installed, tmp_path / "root" / "opt" / "mirror")
     done = install(unpacked, tmp_path / "root")
     assert done.returncode == 0, done.stdout + done.stderr
     warnings = [line for line in done.stderr.splitlines() if "was NOT checked" in line]

@@ -12,7 +12,7 @@ is restarted. Afterwards:
 The same runs with replicas that report different host names (`daemon.replica_host`),
 where a dead owner can only be detected by its lease expiring.
 
-Size: 24 domains in `make test`; 200 when MIRROR_FAULT_KILLS is set (`make faults`) or
+Size: 12 domains in `make test`; 200 when MIRROR_FAULT_KILLS is set (`make faults`) or
 MIRROR_REPLICA_DOMAINS says so. The throughput case (1 vs 3 replicas, 200 domains) runs
 only under `make faults` or with MIRROR_REPLICA_THROUGHPUT=1.
 """
@@ -46,7 +46,7 @@ from tests.fixtures.daemon import (
 )
 
 FULL = bool(os.environ.get("MIRROR_FAULT_KILLS"))
-DOMAIN_COUNT = int(os.environ.get("MIRROR_REPLICA_DOMAINS", "200" if FULL else "24"))
+DOMAIN_COUNT = int(os.environ.get("MIRROR_REPLICA_DOMAINS", "200" if FULL else "12"))
 THROUGHPUT = FULL or os.environ.get("MIRROR_REPLICA_THROUGHPUT") == "1"
 LEASE_SECONDS = 5
 TAKEOVER_LIMIT = 60.0

@@ -9,11 +9,10 @@ before the set is read or the port bound."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-from tests.fixtures.artefact import Installed, offline_env
+from tests.fixtures.artefact import Installed, copied_venv, offline_env
 from tests.fixtures.cli import write_config
 from tests.fixtures.udp import free_udp_port
 from tests.oneway.conftest import packed_set  # noqa: F401  (the fixture)
@@ -40,11 +39,8 @@ def test_without_raptorq_the_installer_says_so_and_send_and_receive_are_one_line
 ) -> None:
     assert "  one-way link (transfer send, transfer receive): yes" in installed.said.splitlines()
     venv = tmp_path / "venv"  # a copy of the run's installed venv, raptorq then removed
-    shutil.copytree(installed.python.parent.parent, venv, symlinks=True)
-    python = str(venv / "bin" / "python")
-    script = venv / "bin" / "mirror"  # its first line names the original venv's python
-    script.write_text(f"#!{python}\n" + script.read_text().split("\n", 1)[1])
-    mirror = str(script)
+    python = str(copied_venv(installed, venv))
+    mirror = str(venv / "bin" / "mirror")
     removed = run([python, "-m", "pip", "uninstall", "-y", "raptorq"])
     assert removed.returncode == 0, removed.stderr
     env = {**offline_env(), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}

@@ -4,9 +4,11 @@ fetched, and the installed tool verifies a real signed transfer set. The documen
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -30,7 +32,7 @@ from mirror.outbound.targets import (
 )
 from mirror.store.app import App
 from mirror.transferset.keys import load_signing_key, load_trusted_keys, verify_signature_file
-from tests.fixtures.artefact import offline_env
+from tests.fixtures.artefact import Installed, offline_env
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.docs import documented
 from tests.fixtures.s3 import transfer_config
@@ -171,35 +173,30 @@ def test_bundle_never_replaces_an_artefact(built: tuple[ToolBundle, Path, Path])
         bundle_self(made.path.parent, load_signing_key(private), local=True)
 
 
-@pytest.mark.slow
 def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     built: tuple[ToolBundle, Path, Path],
+    installed: Installed,
     transfer_app: App,
     key_pair: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:
-    made, _, public = built
+    """The tool a set carries is the artefact the run installed by docs/install.md's steps
+    (tests/fixtures/artefact.py): that install, the connected host's documented set-up with
+    it, and the installed tool verifying the set (and refusing it with its tool changed)."""
+    made, _, _ = built
     add_version(transfer_app, "docs.example.com", "2026-11-20")
     set_dir = tmp_path / "set-0007"
     pack(transfer_app, set_dir, tool=made.path)
     carried = set_dir / "tool" / made.path.name
-    root = tmp_path / "root"
-    python = getattr(sys, "_base_executable", sys.executable)
-    install = documented("offline-install", "docs/install.md")
-    install = install.replace(f"mirror-tool-{__version__}.tar", str(carried))
-    install = install.replace("sudo ./install.sh", "./install.sh")
-    install = install.replace("/etc/mirror/transfer.pub", str(public))
-    install = install.replace("./install.sh", f"./install.sh --root {root} --python {python}")
-    install = install.replace("\nmirror --version", f"\n{root}/usr/local/bin/mirror --version")
-    done = run(["sh", "-e", "-c", install], offline_env(), cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "signature of SHA256SUMS checked" in done.stdout
-    assert f"mirror, version {__version__}" in done.stdout
-    link = root / "usr" / "local" / "bin" / "mirror"
+    assert filecmp.cmp(carried, made.path, shallow=False)
+    root = installed.mirror.parents[3]
+    assert "signature of SHA256SUMS checked" in installed.said
+    assert f"mirror, version {__version__}" in installed.said
+    link = installed.mirror
     assert link.is_symlink() and os.readlink(link) == f"{root}/opt/mirror/bin/mirror"
     assert (root / "etc" / "systemd" / "system" / "mirror.service").is_file()
     assert (root / "opt" / "mirror" / "share" / "mirror" / "wheels").is_dir()
-    assert "  one-way link (transfer send, transfer receive): yes" in done.stdout.splitlines()
+    assert "  one-way link (transfer send, transfer receive): yes" in installed.said.splitlines()
     documentation = documentation_paths(ROOT / "systemd")
     assert "/usr/share/doc/mirror/README.md" in documentation
     for path in documentation:
@@ -207,7 +204,8 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     docs = root / "usr" / "share" / "doc" / "mirror"
     assert (docs / "docs" / "install.md").read_bytes() == (ROOT / "docs/install.md").read_bytes()
     assert broken_links(docs) == []
-    etc = f"{root}/etc/mirror"
+    etc = str(tmp_path / "etc-mirror")  # a copy: the shared install is never changed
+    shutil.copytree(root / "etc" / "mirror", etc)
     connected = documented("connected-host").replace("/etc/mirror", etc).replace("sudo ", "")
     connected = "\n".join(line for line in connected.splitlines() if "systemctl" not in line)
     env = {**offline_env(), "MIRROR_CONFIG": f"{etc}/config.toml", "MINT_ADMIN_KEY": "mint_x"}
@@ -216,7 +214,7 @@ def test_install_offline_then_verify_a_real_set_with_the_installed_tool(
     example.write_text(
         example.read_text()
         .replace("/etc/mirror", etc)
-        .replace("/var/lib/mirror", f"{root}/var/lib/mirror")
+        .replace("/var/lib/mirror", f"{tmp_path}/var/lib/mirror")
     )
     steps = run(["bash", "-e", "-c", connected], env)
     assert steps.returncode == 0, steps.stdout + steps.stderr
