@@ -142,7 +142,7 @@ class Table:
                 _share(_field(raw, "redundancy", (int, float))),
                 files,
             )
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             raise IntegrityError(f"malformed file table: {exc}") from None
         return table.check()
 
@@ -200,6 +200,10 @@ def _number(value: object, low: int, high: int) -> int:
 
 
 def _share(value: object) -> float:
+    """A redundancy: bounded before it becomes a float (a JSON integer of 400 digits is
+    past every float, and float() of it raises OverflowError)."""
+    if isinstance(value, int) and not 0 <= value <= MAX_REDUNDANCY:
+        raise ValueError(f"a redundancy of {value!r:.40} (0 to {MAX_REDUNDANCY})")
     share = float(value)  # type: ignore[arg-type]  # an int or a float (_field)
     if not 0 <= share <= MAX_REDUNDANCY:  # NaN fails this too
         raise ValueError(f"a redundancy of {share} (0 to {MAX_REDUNDANCY})")
