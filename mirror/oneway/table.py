@@ -45,6 +45,10 @@ MAX_SYMBOL_SIZE = payload_room(65535) - fec.PAYLOAD_ID
 """What the largest IPv4 datagram carries."""
 MAX_BLOCK_SYMBOLS = 10_000
 MAX_BLOCK_BYTES = 16 * 1024 * 1024
+SEND_BLOCK_BYTES = 4 * 1024 * 1024
+"""The largest block a sender of this release makes (a large MTU: fewer symbols a block):
+its default 16 blocks at a time then fit the receiver's assembly.MAX_DECODING_BYTES.
+A receiver still takes blocks to MAX_BLOCK_BYTES from an earlier sender."""
 MAX_FILES = 100_000
 MAX_BLOCKS = 1 << 20
 """Blocks in a set: 1.4 TiB at the default MTU, 16 TiB at the largest blocks."""
@@ -290,7 +294,7 @@ def read_table(
         session_of(set_dir),
         set_dir.resolve().name,
         symbol_size,
-        min(block_symbols, MAX_BLOCK_BYTES // symbol_size),  # a large MTU: fewer per block
+        min(block_symbols, SEND_BLOCK_BYTES // symbol_size),  # a large MTU: fewer per block
         redundancy,
         tuple(entries),
     ).check()
