@@ -82,20 +82,22 @@ class SpoolBudget:
 
 
 def _on_disk(root: Path) -> list[tuple[int, int]]:
-    """(when its state was written, session) of each session directory under `root`."""
+    """(when its state was written, session) of each session directory under `root`; one
+    killed before its first state (files are made as blocks come) by its folder's time."""
     found = []
     if root.is_dir():
         for entry in os.scandir(root):
-            state = Path(entry.path) / STATE
-            if _SESSION_DIR.fullmatch(entry.name) and state.exists():
-                found.append((state.stat().st_mtime_ns, int(entry.name, 16)))
+            if _SESSION_DIR.fullmatch(entry.name) and entry.is_dir():
+                state = Path(entry.path) / STATE
+                when = (state if state.exists() else Path(entry.path)).stat().st_mtime_ns
+                found.append((when, int(entry.name, 16)))
     return found
 
 
 def _allocated(directory: Path) -> tuple[int, int]:
     """(bytes, files and folders) under `directory`: what its files take on disk (sparse
     files: what was written), each file and folder at least INODE_BYTES."""
-    total = entries = 0
+    total, entries = INODE_BYTES, 1  # the session's folder
     for folder, dirs, names in os.walk(directory):
         entries += len(dirs) + len(names)
         total += len(dirs) * INODE_BYTES
