@@ -50,6 +50,7 @@ spool budget for each one a session makes, so forged tables of many small files 
 bounded by the budget like forged bytes."""
 SESSION_INODES = 3
 """The session's folder, its set/ folder and its state file."""
+NOTHING = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -156,14 +157,20 @@ class Assembly:
         """Something of the session is on disk (its folders and state)."""
         return bool(self._made) or self.set_dir.is_dir()
 
-    def cost(self, file: int) -> int:
-        """Inodes that writing a block of `file` would make: the file and its folders not
-        made yet, and the session's own the first time (module docstring)."""
+    def cost(self, file: int) -> tuple[int, int]:
+        """(bytes, inodes) that writing a block of `file` would take besides the block: the
+        file and its folders not made yet, INODE_BYTES each, and the first time the
+        session's own and its state, which holds the table (module docstring)."""
         name = self.table.files[file].name
         if name in self._made:
-            return 0
+            return NOTHING
         new = [name, *(str(p) for p in PurePosixPath(name).parents if str(p) != ".")]
-        return sum(part not in self._made for part in new) + (0 if self.started else SESSION_INODES)
+        inodes = sum(part not in self._made for part in new)
+        state = 0
+        if not self.started:
+            inodes += SESSION_INODES
+            state = len(json.dumps(self.table.as_dict()))
+        return inodes * INODE_BYTES + state, inodes
 
     def materialise(self) -> None:
         """Make the files no block made (those of size 0) before the set is checked."""

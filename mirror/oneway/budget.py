@@ -50,11 +50,11 @@ class SpoolBudget:
     def total(self) -> int:
         return sum(self.used.values())
 
-    def victims(self, session: int, need: int, entries: int = 0) -> list[int]:
-        """The sessions (never `session`) to remove, oldest first, so that `need` more bytes
-        and `entries` more files and folders of `session` fit within the limits (each
-        entry charged INODE_BYTES besides)."""
-        over = self.total + need + entries * INODE_BYTES - self.limit
+    def victims(self, session: int, need: int, extra: int = 0, entries: int = 0) -> list[int]:
+        """The sessions (never `session`) to remove, oldest first, so that `need` + `extra`
+        more bytes and `entries` more files and folders of `session` fit within the limits
+        (`extra`: what the files and folders and the state take, assembly's `cost`)."""
+        over = self.total + need + extra - self.limit
         over_entries = sum(self.entries.values()) + entries - self.max_entries
         found = []
         for other, held in self.used.items():
@@ -70,8 +70,8 @@ class SpoolBudget:
         """The session written to least recently but `session` (the disk is full)."""
         return next((other for other in self.used if other != session), None)
 
-    def wrote(self, session: int, size: int, entries: int = 0) -> None:
-        self.used[session] = self.used.get(session, 0) + size + entries * INODE_BYTES
+    def wrote(self, session: int, size: int, extra: int = 0, entries: int = 0) -> None:
+        self.used[session] = self.used.get(session, 0) + size + extra
         self.used.move_to_end(session)
         if entries:
             self.entries[session] = self.entries.get(session, 0) + entries

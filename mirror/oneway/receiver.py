@@ -54,6 +54,7 @@ from mirror.oneway import fec
 from mirror.oneway.assembly import (
     INODE_BYTES,
     MAX_DECODERS,
+    NOTHING,
     Assembly,
     DecoderPool,
     Missing,
@@ -406,13 +407,13 @@ class Receiver(_Held):
         session.ended = False
         repaired = assembly.repaired
         length = assembly.table.block_length(datagram.file, datagram.block)
-        made = 0
+        made = NOTHING
         if (datagram.file, datagram.block) not in assembly.done:
             made = assembly.cost(datagram.file)
-            for victim in self.budget.victims(datagram.session, length, made):
+            for victim in self.budget.victims(datagram.session, length, *made):
                 self._remove(victim, "to keep within the spool budget")
         if assembly.add(datagram.file, datagram.block, datagram.payload):
-            self.budget.wrote(datagram.session, length, made)
+            self.budget.wrote(datagram.session, length, *made)
             self.metrics.blocks.inc()
             self.metrics.repaired.inc(assembly.repaired - repaired)
             if self.on_block is not None:

@@ -211,6 +211,10 @@ def test_forged_tables_of_many_files_make_no_files(tmp_path: Path, trusted: Any)
     assert on_disk(spool) == []
     assert len(receiver.idle(0)) == 10  # each is still reported (it had a table) ...
     assert on_disk(spool) == []  # ... and nothing is kept for it
+    # a block written: the state, which holds the table, is charged to the budget too
+    receiver.handle(wire.build(Kind.DATA, session, 0, 0, 0, packet()))
+    assert receiver.budget.used[session] >= len(data) + 100
+    assert receiver.budget.entries[session] == 1 + SESSION_INODES
 
 
 def test_files_a_forger_makes_are_charged_and_bounded(tmp_path: Path, trusted: Any) -> None:
