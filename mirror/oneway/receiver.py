@@ -28,7 +28,15 @@ Promises:
   removes the oldest other session; with none left, a service (`stop_when_full` False)
   removes the session that met it and goes on (said in the log), `--once` stops (exit 75).
 - A set that arrives whole but does not verify is reported and its session removed (state
-  and files): the same set sent again, or the genuine one after a bad copy, starts afresh.
+  and files): the same set sent again, or the genuine one after a bad copy, starts afresh;
+  the rest of the bad copy's passes is not reported again.
+- Only a session that brought a table or DATA is a set (`_Session.is_set`): a HEARTBEAT or
+  END alone is reported and counted never, and does not end `--once`. What a resend command
+  takes from HEARTBEAT/END bodies is named (`Outcome.hearsay`) and said in its reason.
+- A table that what arrives contradicts (a file hashing otherwise, DATA fitting none of its
+  blocks) gives way to the next other table heard, and a table naming another manifest
+  than the one that arrived for its session is dropped (docs/architecture.md, one-way
+  link datagrams): a forged table costs a set in progress a pass at most.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ sender's datagrams and real RaptorQ, as tests/faults/test_oneway_forged.py."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import socket
 from pathlib import Path
@@ -15,7 +16,14 @@ from typing import Any
 from mirror.oneway import fec, wire
 from mirror.oneway.assembly import INODE_BYTES, MAX_DECODING_BYTES, SESSION_INODES
 from mirror.oneway.receiver import Outcome, Receiver, run
-from mirror.oneway.table import MAX_SYMBOL_SIZE, SEND_BLOCK_BYTES, Table, read_table
+from mirror.oneway.table import (
+    DEFAULT_REDUNDANCY,
+    MAX_BLOCK_BYTES,
+    MAX_SYMBOL_SIZE,
+    SEND_BLOCK_BYTES,
+    Table,
+    read_table,
+)
 from tests.faults.test_oneway_forged import dropped, real_pass
 from tests.fixtures.forged import SYMBOL, forged_table, packet, sha, status, table_datagrams
 from tests.oneway.conftest import packed_set, same_tree  # noqa: F401  (the fixture)
@@ -276,3 +284,7 @@ def test_a_sender_of_a_large_mtu_makes_blocks_its_depth_of_which_the_receiver_ho
     assert table.block_bytes <= SEND_BLOCK_BYTES
     packets = table.block_symbols + table.repair_count(table.block_bytes)
     assert 16 * packets * fec.packet_size(table.symbol_size) <= MAX_DECODING_BYTES
+    # an earlier sender's 16 MiB blocks fit at the --depth 4 the README tells it to use
+    largest = MAX_BLOCK_BYTES // MAX_SYMBOL_SIZE
+    packets = largest + math.ceil(largest * DEFAULT_REDUNDANCY)
+    assert 4 * packets * fec.packet_size(MAX_SYMBOL_SIZE) <= MAX_DECODING_BYTES
