@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 import shutil
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -187,6 +189,23 @@ def test_a_forged_table_for_a_live_session_gives_way_to_the_real_one(
     assert same_tree(packed_set, spool / "set-1")
 
 
+def test_a_forged_table_with_another_files_digest_gives_way_to_the_real_one(
+    packed_set: Path,  # noqa: F811
+    tmp_path: Path,
+    trusted: Any,
+) -> None:
+    """W2 with the manifest's digest kept right and another file's forged: that file hashes
+    otherwise when the pass is over, and the real table heard next takes the place."""
+    table, real = real_pass(packed_set)
+    files = [list(f) for f in table.as_dict()["files"]]  # type: ignore[union-attr]
+    files[-1][2] = "0" * 64
+    spool = tmp_path / "spool"
+    receiver = Receiver(spool, trusted)
+    ended(receiver, forged_copy(table, files=files))
+    outcomes = ended(receiver, real + real)
+    assert [o.landed for o in outcomes] == [spool / "set-1"], outcomes
+
+
 def test_a_forged_table_of_another_geometry_gives_way_to_the_real_one(
     packed_set: Path,  # noqa: F811
     tmp_path: Path,
@@ -250,6 +269,34 @@ def test_files_a_forger_makes_are_charged_and_bounded(tmp_path: Path, trusted: A
     again = Receiver(spool, trusted, budget=1024 * 1024)  # a restart counts the same
     assert sum(again.budget.entries.values()) == held
     assert again.budget.total >= INODE_BYTES * held
+
+
+def test_a_file_the_spool_cannot_hold_drops_its_session_not_the_receiver(
+    packed_set: Path,  # noqa: F811
+    tmp_path: Path,
+    trusted: Any,
+) -> None:
+    """Files are made when their blocks come, so what the spool's file system cannot hold
+    (here a file size over RLIMIT_FSIZE: EFBIG, as a file over the file system's largest)
+    is met on a DATA datagram, not the table: the session is dropped and removed (reason
+    `table`), the receiver goes on and the real set lands."""
+    spool = tmp_path / "spool"
+    receiver = Receiver(spool, trusted)
+    session, data = forged_table(700, [["x", 100 * SYMBOL, sha(701)]], block_symbols=1)
+    ended(receiver, table_datagrams(session, data))
+    far = wire.build(Kind.DATA, session, 1, 99, 0, packet())  # one symbol: a whole block
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, limit[1]))
+    try:
+        outcome = receiver.handle(far)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert outcome is None and dropped(receiver.metrics, "table") == 1
+    assert session not in receiver.sessions and on_disk(spool) == []
+    _, real = real_pass(packed_set)
+    assert [o.landed for o in ended(receiver, real)] == [spool / "set-1"]
 
 
 # G2: memory a forged table of the largest blocks can make the receiver hold
