@@ -78,8 +78,9 @@ def landed_marker(spool: Path, session: int) -> Path:
 
 
 class DecoderPool:
-    """The blocks being decoded, at most `limit` of them whatever the number of sessions:
-    the oldest is dropped when another starts. Keys are (session, file, block)."""
+    """The blocks being decoded, at most `limit` of them whatever the number of sessions,
+    holding at most `max_bytes` of packets: the oldest is dropped when another starts or
+    the bytes are over. Keys are (session, file, block)."""
 
     def __init__(self, limit: int = MAX_DECODERS, max_bytes: int = MAX_DECODING_BYTES) -> None:
         self.limit = limit
