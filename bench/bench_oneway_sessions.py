@@ -10,7 +10,13 @@ MIRROR_BENCH_SESSIONS (default 30,200) sessions:
 - no table, jumbo datagrams: DATA of the largest IPv4 datagram (64 KiB) until 5 MiB per
   session (over the 4 MiB a session may hold);
 - tables, blocks begun: a good table per session and one packet of each of 8 blocks,
-  so every session has blocks being decoded (32 at most across them all).
+  so every session has blocks being decoded (32 at most across them all);
+- one table of the largest blocks (issue 38 trial, O17): one forged valid table of 32
+  files of one 16 MiB block each (symbols of 64 KiB) and half of each block's symbols,
+  4,096 datagrams, whatever the number of sessions (the blocks being decoded hold at most
+  assembly.MAX_DECODING_BYTES of packets).
+
+MIRROR_BENCH_CASES (words of the case names, comma-separated) runs only the cases named.
 
 The receiver holds at most 16 sessions, 4 MiB and 2,048 datagrams before the table each,
 and 32 blocks being decoded: the README's bound, which the table printed is held to.
@@ -28,7 +34,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from mirror.oneway import wire
+from mirror.oneway import fec, wire
+from mirror.oneway.table import MAX_BLOCK_BYTES, MAX_SYMBOL_SIZE
 from tests.fixtures.cli import cli_env, mirror_argv
 from tests.fixtures.forged import SYMBOL, forged_table, packet, sha, table_datagrams
 from tests.fixtures.s3 import free_port
@@ -51,11 +58,26 @@ def with_table(seed: int) -> Iterator[bytes]:
         yield wire.build(wire.Kind.DATA, session, 1, block, 0, packet())
 
 
+def largest_blocks(seed: int) -> Iterator[bytes]:
+    symbol = MAX_SYMBOL_SIZE
+    count = MAX_BLOCK_BYTES // symbol
+    files = [[f"f{n}", count * symbol, sha(seed + n)] for n in range(32)]
+    session, data = forged_table(seed, files, symbol_size=symbol, block_symbols=count)
+    yield from table_datagrams(session, data)
+    body = bytes(fec.packet_size(symbol) - 4)
+    for esi in range(count // 2):
+        for file in range(1, 33):
+            payload = b"\0" + esi.to_bytes(3, "big") + body
+            yield wire.build(wire.Kind.DATA, session, file, 0, esi, payload)
+
+
 CASES = {
     "no table, 1500-byte datagrams": lambda n: no_table(n + 1, wire.payload_room(1500), 2048),
     "no table, 64 KiB datagrams": lambda n: no_table(n + 1, JUMBO, 5 * 1024 * 1024 // JUMBO),
     "tables, 8 blocks begun each": lambda n: with_table(10_000 + n),
+    "one table of 32 blocks of 16 MiB": lambda n: largest_blocks(20_000) if n == 0 else iter(()),
 }
+WANTED = [w for w in os.environ.get("MIRROR_BENCH_CASES", "").split(",") if w]
 
 
 def received(metrics_port: int) -> int:
@@ -114,6 +136,8 @@ def main() -> None:
 
     print(f"{'case':<34} {'sessions':>8} {'datagrams':>10} {'RSS at start':>13} {'peak RSS':>9}")
     for name, make in CASES.items():
+        if WANTED and not any(word in name for word in WANTED):
+            continue
         for sessions in SESSIONS:
             with tempfile.TemporaryDirectory(prefix="mirror-bench-sessions-") as tmp:
                 work = Path(tmp)

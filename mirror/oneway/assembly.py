@@ -9,8 +9,15 @@ Layout under the receiver's spool directory DIR:
 Promises:
 - Memory is bounded: at most `max_decoders` blocks are being decoded at once, across every
   session of a receiver (one `DecoderPool`; the oldest is dropped when another starts, and
-  its block comes again on the next pass), each at most MAX_BLOCK_BYTES (the table's
-  bound); a decoded block goes to disk at once and only its number stays in memory.
+  its block comes again on the next pass), and the packets they hold add up to at most
+  MAX_DECODING_BYTES (the oldest dropped first: one forged table of 16 MiB blocks cannot
+  make 32 of them held); a decoded block goes to disk at once and only its number stays
+  in memory.
+- Files are made when their first block is written, not when the table arrives (a forged
+  table of 30,000 files makes none): a folder, file or the session's own folders and
+  state are each an inode the spool budget charges INODE_BYTES for (`cost`); a file of
+  size 0 is made when the set is complete (`materialise`). A session that wrote nothing
+  has nothing on disk.
 - A block counts as done in state.json only after its bytes were written and synced
   (`save` syncs the files before it writes the state), so a receiver killed at any moment
   and started again keeps every block the state names and fetches the rest on a later pass.
@@ -24,7 +31,7 @@ import os
 import shutil
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from mirror.fsutil import atomic_write_bytes, is_disk_full
 from mirror.oneway.fec import BlockDecoder
@@ -34,6 +41,16 @@ WORK = ".oneway"
 LANDED = "landed"
 STATE = "state.json"
 MAX_DECODERS = 32
+MAX_DECODING_BYTES = 96 * 1024 * 1024
+"""Packets held by the blocks being decoded: 16 blocks of the sender's largest (4 MiB,
+table.SEND_BLOCK_BYTES) with their repair symbols, its default depth."""
+INODE_BYTES = 4096
+"""What a file or folder takes on disk at least (one file system block): charged to the
+spool budget for each one a session makes, so forged tables of many small files are
+bounded by the budget like forged bytes."""
+SESSION_INODES = 3
+"""The session's folder, its set/ folder and its state file."""
+NOTHING = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -61,24 +78,42 @@ def landed_marker(spool: Path, session: int) -> Path:
 
 
 class DecoderPool:
-    """The blocks being decoded, at most `limit` of them whatever the number of sessions:
-    the oldest is dropped when another starts. Keys are (session, file, block)."""
+    """The blocks being decoded, at most `limit` of them whatever the number of sessions,
+    holding at most `max_bytes` of packets: the oldest is dropped when another starts or
+    the bytes are over. Keys are (session, file, block)."""
 
-    def __init__(self, limit: int = MAX_DECODERS) -> None:
+    def __init__(self, limit: int = MAX_DECODERS, max_bytes: int = MAX_DECODING_BYTES) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
         self.held: OrderedDict[tuple[int, int, int], BlockDecoder] = OrderedDict()
+        self.fed: dict[tuple[int, int, int], int] = {}
+        """Bytes of packets given to each decoder held (what it keeps until it decodes)."""
+        self.total = 0
 
-    def get(self, key: tuple[int, int, int], length: int, symbol_size: int) -> BlockDecoder:
+    def get(
+        self, key: tuple[int, int, int], length: int, symbol_size: int, packet: int = 0
+    ) -> BlockDecoder:
+        """The decoder of block `key` (made when new), `packet` more bytes charged to it;
+        the oldest others dropped until the count and the bytes are within the bounds."""
         decoder = self.held.get(key)
         if decoder is None:
             while len(self.held) >= self.limit:
-                self.held.popitem(last=False)
+                self.done(next(iter(self.held)))
             decoder = self.held[key] = BlockDecoder(length, symbol_size)
+        self.fed[key] = self.fed.get(key, 0) + packet
+        self.total += packet
+        while self.total > self.max_bytes and len(self.held) > 1:
+            self.done(next(k for k in self.held if k != key))
         return decoder
+
+    def done(self, key: tuple[int, int, int]) -> None:
+        """Block `key` decoded or given up: its decoder and the bytes it held let go."""
+        del self.held[key]
+        self.total -= self.fed.pop(key, 0)
 
     def forget(self, session: int) -> None:
         for key in [key for key in self.held if key[0] == session]:
-            del self.held[key]
+            self.done(key)
 
 
 class Assembly:
@@ -100,6 +135,8 @@ class Assembly:
         self.repaired = 0
         self.dirty = False
         self._fds: dict[int, int] = {}
+        self._made: set[str] = set()
+        """Files and folders under set/ made so far (relative names)."""
         try:
             self._load()
         except OSError:  # a table this spool cannot hold (a name too long here): nothing kept
@@ -112,15 +149,35 @@ class Assembly:
             raw = json.loads(state.read_bytes())
             if raw.get("table") == self.table.as_dict():
                 self.done = {(int(f), int(b)) for f, b in raw["done"]}
+                self._made = _made_under(self.set_dir)
                 return
-        shutil.rmtree(self.dir, ignore_errors=True)  # another geometry: start afresh
-        self.set_dir.mkdir(parents=True)
-        for entry in self.table.files:
-            path = self.set_dir / entry.name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.truncate(entry.size)
-        self.save()
+        shutil.rmtree(self.dir, ignore_errors=True)  # another table: start afresh, lazily
+
+    @property
+    def started(self) -> bool:
+        """Something of the session is on disk (its folders and state)."""
+        return bool(self._made) or self.set_dir.is_dir()
+
+    def cost(self, file: int) -> tuple[int, int]:
+        """(bytes, inodes) that writing a block of `file` would take besides the block: the
+        file and its folders not made yet, INODE_BYTES each, and the first time the
+        session's own and its state, which holds the table (module docstring)."""
+        name = self.table.files[file].name
+        if name in self._made:
+            return NOTHING
+        new = [name, *(str(p) for p in PurePosixPath(name).parents if str(p) != ".")]
+        inodes = sum(part not in self._made for part in new)
+        state = 0
+        if not self.started:
+            inodes += SESSION_INODES
+            state = len(json.dumps(self.table.as_dict()))
+        return inodes * INODE_BYTES + state, inodes
+
+    def materialise(self) -> None:
+        """Make the files no block made (those of size 0) before the set is checked."""
+        for index, entry in enumerate(self.table.files):
+            if entry.name not in self._made:
+                os.close(self._open(index))
 
     @property
     def total_blocks(self) -> int:
@@ -139,11 +196,11 @@ class Assembly:
             return False
         held = (self.table.session, file, block)
         length = self.table.block_length(file, block)
-        decoder = self.decoders.get(held, length, self.table.symbol_size)
+        decoder = self.decoders.get(held, length, self.table.symbol_size, len(packet))
         data = decoder.add(packet)
         if data is None:
             return False
-        del self.decoders.held[held]
+        self.decoders.done(held)
         if decoder.repair_seen:
             self.repaired += 1
         os.pwrite(self._fd(file), data, block * self.table.block_bytes)
@@ -154,12 +211,24 @@ class Assembly:
     def _fd(self, file: int) -> int:
         fd = self._fds.get(file)
         if fd is None:
-            fd = os.open(self.set_dir / self.table.files[file].name, os.O_WRONLY)
-            self._fds[file] = fd
+            fd = self._fds[file] = self._open(file)
+        return fd
+
+    def _open(self, file: int) -> int:
+        """File `file` opened for writing, made (and its folders) when it is not yet."""
+        name = self.table.files[file].name
+        path = self.set_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self._made.update([name, *(str(p) for p in PurePosixPath(name).parents if str(p) != ".")])
         return fd
 
     def save(self) -> None:
-        """Sync the files, then record the blocks done (the order is the promise)."""
+        """Sync the files, then record the blocks done (the order is the promise); nothing
+        when nothing was written (no state for a table alone)."""
+        if not self.started:
+            self.dirty = False
+            return
         for fd in self._fds.values():
             os.fsync(fd)
         state = {"table": self.table.as_dict(), "done": sorted(self.done)}
@@ -201,6 +270,15 @@ class Assembly:
                 size = sum(self.table.block_length(index, b) for b in blocks)
                 found.append(Missing(entry.name, blocks, size, count))
         return found
+
+
+def _made_under(root: Path) -> set[str]:
+    """The files and folders under `root`, relative (a session resumed from its state)."""
+    made = set()
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            made.add(Path(folder, name).relative_to(root).as_posix())
+    return made
 
 
 def ranges(blocks: tuple[int, ...]) -> str:

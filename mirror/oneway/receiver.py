@@ -28,7 +28,15 @@ Promises:
   removes the oldest other session; with none left, a service (`stop_when_full` False)
   removes the session that met it and goes on (said in the log), `--once` stops (exit 75).
 - A set that arrives whole but does not verify is reported and its session removed (state
-  and files): the same set sent again, or the genuine one after a bad copy, starts afresh.
+  and files): the same set sent again, or the genuine one after a bad copy, starts afresh;
+  the rest of the bad copy's passes is not reported again.
+- Only a session that brought a table or DATA is a set (`_Session.is_set`): a HEARTBEAT or
+  END alone is reported and counted never, and does not end `--once`. What a resend command
+  takes from HEARTBEAT/END bodies is named (`Outcome.hearsay`) and said in its reason.
+- A table that what arrives contradicts (a file hashing otherwise, DATA fitting none of its
+  blocks) gives way to the next other table heard, and a table naming another manifest
+  than the one that arrived for its session is dropped (docs/architecture.md, one-way
+  link datagrams): a forged table costs a set in progress a pass at most.
 """
 
 from __future__ import annotations
@@ -45,14 +53,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from mirror.errors import ConfigError, IntegrityError, MirrorError, TemporaryFailure
 from mirror.fsutil import disk_full, fsync_dir, is_disk_full
 from mirror.integrity import hash_bytes, hash_file
 from mirror.oneway import fec
 from mirror.oneway.assembly import (
+    INODE_BYTES,
     MAX_DECODERS,
+    NOTHING,
     Assembly,
     DecoderPool,
     Missing,
@@ -64,6 +74,7 @@ from mirror.oneway.budget import SPOOL_BUDGET, SpoolBudget
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.table import Table
 from mirror.oneway.wire import Datagram, Kind, Status, parse, parse_status, resolve, table_error
+from mirror.transferset.format import MANIFEST
 from mirror.transferset.keys import PublicKey
 from mirror.transferset.reader import verify_set
 from mirror.units import format_size
@@ -100,6 +111,9 @@ class Outcome:
     """The sender's own `--to` and set directory (its HEARTBEAT and END name them): the
     resend command is then right even when this end listens on 0.0.0.0."""
     sent_from: str | None = None
+    hearsay: tuple[str, ...] = ()
+    """What of the resend command only a HEARTBEAT or END said (not authenticated: anyone
+    on the link can send one); said in `reason` and `as_dict`."""
     tableless: bool = False
     """Datagrams came but never the whole file table: nothing could be kept, and the whole
     set is to be sent again."""
@@ -135,6 +149,7 @@ class Outcome:
             "reason": self.reason,
             "error": self.error,
             "repaired_blocks": self.repaired,
+            "resend_unauthenticated": list(self.hearsay),
             "resend": (
                 shlex.join(self.resend_command(to)) if self.missing or self.tableless else None
             ),
@@ -157,11 +172,42 @@ class _Session:
         self.waiting: list[Datagram] = []
         """DATA that came before the table (a receiver started mid-pass, a table lost):
         kept, up to WAITING datagrams and HELD_BYTES, and placed once the table is known."""
+        self.data = False
+        """DATA came for it: with a table, what makes it a set to report (anyone can send
+        a HEARTBEAT or END; a session heard of only by them is none)."""
+        self.refused = False
+        """Its table is of a set refused already: the rest of its passes say nothing."""
+        self.doubted = False
+        """Its table was contradicted (a file's bytes hash otherwise, DATA that does not
+        fit it): the next different table heard takes its place (docs/architecture.md)."""
+
+    @property
+    def is_set(self) -> bool:
+        """A set to report when it ends: it brought a table or DATA, and is not refused."""
+        return not self.refused and (self.assembly is not None or self.data)
 
     @property
     def held(self) -> int:
         """Bytes of fragments and waiting DATA held (at most HELD_BYTES)."""
         return self.fragment_bytes + self.waiting_bytes
+
+    def hear(self, datagram: Datagram, metrics: ReceiverMetrics) -> Status | None:
+        """A HEARTBEAT's or END's body, noted (None: not one, dropped and counted)."""
+        status = parse_status(datagram.payload)
+        if status is None:
+            metrics.drop("status", f"a {datagram.kind.name} whose body is not one")
+            return None
+        self.heard = (status.number, status.passes)
+        self.sent_to = status.to or self.sent_to
+        self.sent_from = status.set_dir or self.sent_from
+        return status
+
+    def refuse(self, why: str, metrics: ReceiverMetrics) -> None:
+        """Its table is of a set refused already: what it holds let go, the rest unsaid."""
+        self.refused, self.data = True, False
+        self.waiting.clear()
+        self.waiting_bytes = 0
+        metrics.drop("table", why)
 
     def forget_fragments(self) -> None:
         self.fragments.clear()
@@ -169,6 +215,10 @@ class _Session:
 
     def wait(self, datagram: Datagram, metrics: ReceiverMetrics) -> None:
         """Hold DATA that came before the table, within the session's budget."""
+        if self.refused:
+            metrics.drop("waiting", "DATA of a set refused already")
+            return
+        self.data = True
         size = len(datagram.payload)
         if len(self.waiting) >= WAITING or self.held + size > HELD_BYTES:
             metrics.drop("waiting", "DATA before its table, over the session's budget")
@@ -211,7 +261,103 @@ class _Session:
         return dropped
 
 
-class Receiver:
+class _Held:
+    """The sessions a receiver holds, in memory and on disk, within their bounds: looked
+    up or made (the least recently heard evicted), saved, removed or reset (files, state,
+    decoders, budget), and what a full or unholdable disk does to them (module docstring).
+    """
+
+    def __init__(
+        self,
+        spool: Path,
+        max_decoders: int,
+        max_sessions: int,
+        metrics: ReceiverMetrics | None,
+        budget: int,
+        stop_when_full: bool,
+    ) -> None:
+        self.spool = spool
+        self.decoders = DecoderPool(max_decoders)
+        self.max_sessions = max_sessions
+        self.metrics = metrics or ReceiverMetrics()
+        self.sessions: OrderedDict[int, _Session] = OrderedDict()
+        """Least recently heard first."""
+        self.landed: set[int] = set()
+        self.stop_when_full = stop_when_full
+        work_root(spool).mkdir(parents=True, exist_ok=True)
+        self.budget = SpoolBudget(spool, budget)
+
+    def _session(self, number: int) -> _Session | None:
+        """The session `number` (None: landed already), made when new, the least recently
+        heard put out of memory when MAX_SESSIONS are held."""
+        session = self.sessions.get(number)
+        if session is not None:
+            self.sessions.move_to_end(number)
+            return session
+        if number in self.landed or landed_marker(self.spool, number).exists():
+            self.landed.add(number)
+            return None
+        while len(self.sessions) >= self.max_sessions:
+            oldest, evicted = self.sessions.popitem(last=False)
+            if evicted.assembly is not None:
+                evicted.assembly.close()
+            self.metrics.evict(oldest)
+        session = self.sessions[number] = _Session()
+        return session
+
+    def save(self) -> None:
+        for number, session in list(self.sessions.items()):
+            if session.assembly is not None and session.assembly.dirty:
+                self._guarded(number, session.assembly.save)
+
+    def _guarded(self, number: int, step: Callable[[], Outcome | None]) -> Outcome | None:
+        """What `step` for session `number` gives; None when the disk was full (`_full`)."""
+        try:
+            return step()
+        except OSError as exc:
+            if exc.errno in _UNHOLDABLE:  # files are made as blocks come (assembly)
+                self.metrics.drop("table", f"the spool cannot hold it: {exc.strerror}")
+                self._remove(number, "the spool cannot hold its files")
+                return None
+            if not is_disk_full(exc):
+                raise
+            self._full(number, exc)
+            return None
+
+    def _full(self, number: int, exc: OSError) -> None:
+        """The disk is full while session `number` wrote: the oldest other session is
+        removed; with none left, `--once` stops (exit 75) and a service removes this one
+        and goes on (a forged session must not stop it)."""
+        other = self.budget.oldest_other(number)
+        if other is not None:
+            self._remove(other, "the disk holding the spool is full")
+        elif self.stop_when_full:
+            raise exc
+        else:
+            self._remove(number, "the disk holding the spool is full (no other session to remove)")
+
+    def _remove(self, number: int, why: str) -> None:
+        """Put session `number` out of memory and remove its files and state (not landed,
+        not verified): a later table for it starts afresh."""
+        self._reset(number, self.sessions.pop(number, None))
+        self.metrics.remove(number, why)
+
+    def _reset(self, number: int, session: _Session | None) -> None:
+        """Session `number`'s files, state and decoders removed: it starts afresh."""
+        if session is not None and session.assembly is not None:
+            session.assembly.discard()
+        self.decoders.forget(number)
+        self.budget.forget(number)
+        shutil.rmtree(work_root(self.spool) / f"{number:016x}", ignore_errors=True)
+
+    def close(self) -> None:
+        """Save and close every session (one the full disk cannot save keeps its last state)."""
+        for session in self.sessions.values():
+            if session.assembly is not None:
+                session.assembly.close(or_discard=not self.stop_when_full)
+
+
+class Receiver(_Held):
     """Lands every set arriving on one UDP port into a spool directory (module docstring)."""
 
     def __init__(
@@ -226,20 +372,12 @@ class Receiver:
         budget: int = SPOOL_BUDGET,
         stop_when_full: bool = False,
     ) -> None:
-        self.spool = spool
+        super().__init__(spool, max_decoders, max_sessions, metrics, budget, stop_when_full)
         self.trusted = trusted
-        self.decoders = DecoderPool(max_decoders)
-        self.max_sessions = max_sessions
-        self.metrics = metrics or ReceiverMetrics()
         self.on_block = on_block
-        self.sessions: OrderedDict[int, _Session] = OrderedDict()
-        """Least recently heard first."""
-        self.landed: set[int] = set()
         self.refused: OrderedDict[str, None] = OrderedDict()
+        self.proven: OrderedDict[int, str] = OrderedDict()  # manifests (_hashes_hold)
         self.last_seen = time.monotonic()
-        self.stop_when_full = stop_when_full
-        work_root(spool).mkdir(parents=True, exist_ok=True)
-        self.budget = SpoolBudget(spool, budget)
 
     def handle(self, data: bytes | memoryview) -> Outcome | None:
         """Take one datagram; an Outcome when a session ended with it."""
@@ -261,26 +399,8 @@ class Receiver:
             return self._table(session, datagram)
         if datagram.kind is Kind.END:
             return self._end(session, datagram)
-        self._heard(session, datagram)
+        session.hear(datagram, self.metrics)
         return None
-
-    def _session(self, number: int) -> _Session | None:
-        """The session `number` (None: landed already), made when new, the least recently
-        heard put out of memory when MAX_SESSIONS are held."""
-        session = self.sessions.get(number)
-        if session is not None:
-            self.sessions.move_to_end(number)
-            return session
-        if number in self.landed or landed_marker(self.spool, number).exists():
-            self.landed.add(number)
-            return None
-        while len(self.sessions) >= self.max_sessions:
-            oldest, evicted = self.sessions.popitem(last=False)
-            if evicted.assembly is not None:
-                evicted.assembly.close()
-            self.metrics.evict(oldest)
-        session = self.sessions[number] = _Session()
-        return session
 
     def _data(self, session: _Session, datagram: Datagram) -> Outcome | None:
         assembly = session.assembly
@@ -290,15 +410,18 @@ class Receiver:
         error = assembly.table.data_error(datagram.file, datagram.block, datagram.payload)
         if error is not None:
             self.metrics.drop("data", error)
+            session.doubted = True
             return None
         session.ended = False
         repaired = assembly.repaired
         length = assembly.table.block_length(datagram.file, datagram.block)
+        made = NOTHING
         if (datagram.file, datagram.block) not in assembly.done:
-            for victim in self.budget.victims(datagram.session, length):
+            made = assembly.cost(datagram.file)
+            for victim in self.budget.victims(datagram.session, length, *made):
                 self._remove(victim, "to keep within the spool budget")
         if assembly.add(datagram.file, datagram.block, datagram.payload):
-            self.budget.wrote(datagram.session, length)
+            self.budget.wrote(datagram.session, length, *made)
             self.metrics.blocks.inc()
             self.metrics.repaired.inc(assembly.repaired - repaired)
             if self.on_block is not None:
@@ -308,15 +431,16 @@ class Receiver:
         return None
 
     def _table(self, session: _Session, datagram: Datagram) -> Outcome | None:
-        if session.table is not None:
+        if session.table is not None and not session.doubted:
             return None
         data = session.fragment(datagram, self.metrics)
         if data is None:
             return None
-        assembly = self._assembly(data, datagram.session)
+        assembly = self._assembly(data, session, datagram.session)
         if assembly is None:
             return None
         session.table, session.assembly = assembly.table, assembly
+        session.refused = session.doubted = False
         if assembly.complete:
             return self._finish(session)
         waiting, session.waiting = session.waiting, []
@@ -327,12 +451,22 @@ class Receiver:
                 return outcome
         return None
 
-    def _assembly(self, data: bytes, session: int) -> Assembly | None:
+    def _assembly(self, data: bytes, session: _Session, number: int) -> Assembly | None:
         """The session's assembly from its table's bytes; None (dropped, counted) for a
-        table that breaks a bound, is another session's or the spool cannot hold."""
+        table that breaks a bound, is another session's, of a set refused already (the
+        session then says nothing more), the one in place (contradicted: another is waited
+        for), or the spool cannot hold. A table that takes a contradicted one's place
+        starts the session afresh."""
         try:
-            table = _table_of(data, session, self.budget, self.refused)
+            table = _table_of(data, number, self.budget, self.refused, self.proven.get(number))
+            if table == session.table:
+                return None
+            if session.assembly is not None:
+                self._reset(number, session)
+                self.metrics.remove(number, "its table was contradicted; another table came")
             return Assembly(self.spool, table, pool=self.decoders)
+        except _RefusedAlready as exc:
+            session.refuse(str(exc), self.metrics)
         except IntegrityError as exc:
             self.metrics.drop("table", str(exc))
         except OSError as exc:
@@ -342,79 +476,27 @@ class Receiver:
         return None
 
     def _end(self, session: _Session, datagram: Datagram) -> Outcome | None:
-        status = self._heard(session, datagram)
+        status = session.hear(datagram, self.metrics)
         if status is None or status.number != status.passes:
             return None
-        if session.ended:
+        if session.ended or not session.is_set:
             return None
         session.ended = True
         return self._incomplete(session, "the sender's last pass is over")
 
-    def _heard(self, session: _Session, datagram: Datagram) -> Status | None:
-        status = parse_status(datagram.payload)
-        if status is None:
-            self.metrics.drop("status", f"a {datagram.kind.name} whose body is not one")
-            return None
-        session.heard = (status.number, status.passes)
-        session.sent_to = status.to or session.sent_to
-        session.sent_from = status.set_dir or session.sent_from
-        return status
-
     def idle(self, idle_timeout: float) -> list[Outcome]:
         """Sessions to report when nothing arrived for `idle_timeout` seconds: those with a
-        table, and those whose sender was heard (a HEARTBEAT or END) but not their table."""
+        table, and those that brought DATA and whose sender was heard (a HEARTBEAT or END)
+        but not their table; never one only heard of (`_Session.is_set`)."""
         if time.monotonic() - self.last_seen < idle_timeout:
             return []
         found = []
         for session in list(self.sessions.values()):
-            if not session.ended and (session.assembly is not None or session.heard):
+            reportable = session.assembly is not None or session.heard
+            if not session.ended and session.is_set and reportable:
                 session.ended = True
                 found.append(self._incomplete(session, _silent(session, idle_timeout)))
         return found
-
-    def save(self) -> None:
-        for number, session in list(self.sessions.items()):
-            if session.assembly is not None and session.assembly.dirty:
-                self._guarded(number, session.assembly.save)
-
-    def _guarded(self, number: int, step: Callable[[], Outcome | None]) -> Outcome | None:
-        """What `step` for session `number` gives; None when the disk was full (`_full`)."""
-        try:
-            return step()
-        except OSError as exc:
-            if not is_disk_full(exc):
-                raise
-            self._full(number, exc)
-            return None
-
-    def _full(self, number: int, exc: OSError) -> None:
-        """The disk is full while session `number` wrote: the oldest other session is
-        removed; with none left, `--once` stops (exit 75) and a service removes this one
-        and goes on (a forged session must not stop it)."""
-        other = self.budget.oldest_other(number)
-        if other is not None:
-            self._remove(other, "the disk holding the spool is full")
-        elif self.stop_when_full:
-            raise exc
-        else:
-            self._remove(number, "the disk holding the spool is full (no other session to remove)")
-
-    def _remove(self, number: int, why: str) -> None:
-        """Put session `number` out of memory and remove its files and state (not landed,
-        not verified): a later table for it starts afresh."""
-        session = self.sessions.pop(number, None)
-        if session is not None and session.assembly is not None:
-            session.assembly.discard()
-        self.decoders.forget(number)
-        self.budget.forget(number)
-        shutil.rmtree(work_root(self.spool) / f"{number:016x}", ignore_errors=True)
-        self.metrics.remove(number, why)
-
-    def close(self) -> None:
-        """Save and close every session (one the full disk cannot save keeps its last state)."""
-        for session in self.sessions.values():
-            if session.assembly is not None:
-                session.assembly.close(or_discard=not self.stop_when_full)
 
     def _incomplete(self, session: _Session, reason: str) -> Outcome:
         self.metrics.sets.labels("incomplete").inc()
@@ -430,11 +512,9 @@ class Receiver:
         assert assembly is not None
         table = assembly.table
         assembly.close()
-        for index, entry in enumerate(table.files):
-            if hash_file(assembly.set_dir / entry.name).sha256 != entry.sha256:
-                log.warning("%s: hash differs from the file table; fetching it again", entry.name)
-                assembly.forget_file(index)
-        if not assembly.complete:
+        assembly.materialise()
+        if not _hashes_hold(assembly, self.proven):
+            session.doubted = True
             assembly.save()
             return None
         outcome = Outcome(table.name, table.session, repaired=assembly.repaired)
@@ -455,30 +535,70 @@ class Receiver:
         return outcome
 
 
+def _hashes_hold(assembly: Assembly, proven: OrderedDict[int, str]) -> bool:
+    """Whether every file of a complete assembly hashes as its table says; each that does
+    not is to be fetched again, and the table is contradicted. A manifest whose sha256
+    starts with the session id is the session's: its digest is remembered in `proven`."""
+    table = assembly.table
+    for index, entry in enumerate(table.files):
+        sha256 = hash_file(assembly.set_dir / entry.name).sha256
+        if index == 0 and sha256.startswith(f"{table.session:016x}"):
+            proven[table.session] = sha256
+            while len(proven) > MAX_REFUSED:
+                proven.popitem(last=False)
+        if sha256 != entry.sha256:
+            log.warning("%s: hash differs from the file table; fetching it again", entry.name)
+            assembly.forget_file(index)
+    return assembly.complete
+
+
 def _kept(session: _Session, assembly: Assembly, reason: str) -> Outcome:
-    """An incomplete set whose blocks are kept: what is missing, and where."""
+    """An incomplete set whose blocks are kept: what is missing, and where. The sender's
+    directory is named only when it is the table's set (its last component)."""
+    sent_from = session.sent_from
+    if sent_from is not None and PurePosixPath(sent_from).name != assembly.table.name:
+        sent_from = None
+    hearsay = _hearsay(sent_from, session.sent_to)
     return Outcome(
         assembly.table.name,
         assembly.table.session,
         kept=assembly.dir,
         missing=assembly.missing(),
-        reason=reason,
+        reason=reason + _hearsay_note(hearsay),
         repaired=assembly.repaired,
         sent_to=session.sent_to,
-        sent_from=session.sent_from,
+        sent_from=sent_from,
+        hearsay=hearsay,
     )
 
 
 def _tableless(number: int, session: _Session, reason: str) -> Outcome:
     """An incomplete set whose file table never arrived: the whole set to send again."""
     name = Path(session.sent_from).name if session.sent_from else f"session {number:016x}"
+    hearsay = _hearsay(session.sent_from, session.sent_to)
     return Outcome(
         name,
         number,
-        reason=f"{reason}, and its file table never arrived (nothing of it could be kept)",
+        reason=f"{reason}, and its file table never arrived (nothing of it could be kept)"
+        + _hearsay_note(hearsay),
         sent_to=session.sent_to,
         sent_from=session.sent_from,
+        hearsay=hearsay,
         tableless=True,
+    )
+
+
+def _hearsay(sent_from: str | None, sent_to: str | None) -> tuple[str, ...]:
+    return tuple(what for what, said in (("directory", sent_from), ("address", sent_to)) if said)
+
+
+def _hearsay_note(hearsay: tuple[str, ...]) -> str:
+    """What the printed resend command took from unauthenticated datagrams, said."""
+    if not hearsay:
+        return ""
+    return (
+        f" (the resend command's {' and '.join(hearsay)} are as the sender's heartbeats "
+        "said: datagrams are not authenticated, check them before running it)"
     )
 
 
@@ -505,16 +625,30 @@ def _files_digest(table: Table) -> str:
     return hash_bytes(json.dumps(table.as_dict()["files"]).encode())
 
 
-def _table_of(data: bytes, session: int, budget: SpoolBudget, refused: Container[str]) -> Table:
-    """The table in `data`, if it is session `session`'s, not of a set refused already (the
-    same files: the rest of its passes) and the spool budget can hold its set (IntegrityError:
-    dropped)."""
+class _RefusedAlready(IntegrityError):
+    """A table of a set refused already: the rest of its passes."""
+
+
+def _table_of(
+    data: bytes, session: int, budget: SpoolBudget, refused: Container[str], proven: str | None
+) -> Table:
+    """The table in `data`, if it is session `session`'s, names the manifest that arrived
+    for it (`proven`, when one did), is not of a set refused already (the same files: the
+    rest of its passes) and the spool budget can hold its set, files and bytes
+    (IntegrityError: dropped)."""
     table = Table.decode(data)
     if table.session != session:
         raise IntegrityError(f"the table of session {table.session:016x}")
+    if proven is not None and table.files[0].sha256 != proven:
+        raise IntegrityError(
+            f"a table of session {session:016x} naming another {MANIFEST} than the one that "
+            f"arrived for it (sha256 {proven})"
+        )
     if _files_digest(table) in refused:
-        raise IntegrityError(f"the table of {table.name}, the same files as a set refused already")
-    if table.total_bytes > budget.limit:
+        raise _RefusedAlready(f"the table of {table.name}, the same files as a set refused already")
+    if len(table.files) > budget.max_entries:
+        raise IntegrityError(f"a set of {len(table.files)} files, over {budget.max_entries}")
+    if table.total_bytes + len(table.files) * INODE_BYTES > budget.limit:
         raise IntegrityError(
             f"a set of {format_size(table.total_bytes)}, over the spool budget of "
             f"{format_size(budget.limit)} (transfer.spool_budget)"

@@ -46,6 +46,10 @@ MAX_SYMBOL_SIZE = payload_room(65535) - fec.PAYLOAD_ID
 """What the largest IPv4 datagram carries."""
 MAX_BLOCK_SYMBOLS = 10_000
 MAX_BLOCK_BYTES = 16 * 1024 * 1024
+SEND_BLOCK_BYTES = 4 * 1024 * 1024
+"""The largest block a sender of this release makes (a large MTU: fewer symbols a block):
+its default 16 blocks at a time then fit the receiver's assembly.MAX_DECODING_BYTES.
+A receiver still takes blocks to MAX_BLOCK_BYTES from an earlier sender."""
 MAX_FILES = 100_000
 MAX_BLOCKS = 1 << 20
 """Blocks in a set: 1.4 TiB at the default MTU, 16 TiB at the largest blocks."""
@@ -148,7 +152,7 @@ class Table:
                 _share(_field(raw, "redundancy", (int, float))),
                 files,
             )
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
             raise IntegrityError(f"malformed file table: {exc}") from None
         return table.check()
 
@@ -206,6 +210,10 @@ def _number(value: object, low: int, high: int) -> int:
 
 
 def _share(value: object) -> float:
+    """A redundancy: bounded before it becomes a float (a JSON integer of 400 digits is
+    past every float, and float() of it raises OverflowError)."""
+    if isinstance(value, int) and not 0 <= value <= MAX_REDUNDANCY:
+        raise ValueError(f"a redundancy of {value!r:.40} (0 to {MAX_REDUNDANCY})")
     share = float(value)  # type: ignore[arg-type]  # an int or a float (_field)
     if not 0 <= share <= MAX_REDUNDANCY:  # NaN fails this too
         raise ValueError(f"a redundancy of {share} (0 to {MAX_REDUNDANCY})")
@@ -292,7 +300,7 @@ def read_table(
         session_of(set_dir),
         set_dir.resolve().name,
         symbol_size,
-        min(block_symbols, MAX_BLOCK_BYTES // symbol_size),  # a large MTU: fewer per block
+        min(block_symbols, SEND_BLOCK_BYTES // symbol_size),  # a large MTU: fewer per block
         redundancy,
         tuple(entries),
     ).check()

@@ -72,6 +72,7 @@ CASES: dict[str, tuple[str, list[bytes]]] = {
         forged(15, [["x", MAX_FILE_SIZE, sha(16)]], block_symbols=1, symbol_size=516),
     ),
     "a redundancy of NaN": ("table", forged(17, [], redundancy=float("nan"))),
+    "a redundancy of 400 digits": ("table", forged(38, [], redundancy=10**400 - 1)),
     "a and a/b in one table": ("table", forged(18, [["a", 1, sha(19)], ["a/b", 1, sha(20)]])),
     "a name twice": ("table", forged(21, [["a", 1, sha(22)], ["a", 1, sha(23)]])),
     "a name of 300 characters": ("table", forged(24, [["x" * 300, 1, sha(25)]])),
