@@ -4,6 +4,7 @@ signed sets (a version whole, the next as a delta rebuilt here) imported into Se
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from mirror.airgap import layout
+from mirror.airgap.chart.gc import gc
 from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
 from mirror.airgap.provenance import check_record_in_bucket
@@ -30,6 +32,7 @@ from mirror.transferset.keys import (
 )
 from tests.fixtures.deltasets import Statement, delta_item, full_item, hand_made, write_set
 from tests.fixtures.docs import run_verify
+from tests.fixtures.s3 import bucket_listing
 
 pytestmark = pytest.mark.s3
 
@@ -273,3 +276,75 @@ def test_an_inventory_that_is_not_the_signed_one_refuses_the_set_before_any_uplo
     assert refused.value.exit_code == 5
     listed = object_store.client.list_objects_v2(Bucket=object_store.bucket)
     assert listed.get("KeyCount", 0) == 0, listed
+
+
+# ---- `chart gc` takes a version's evidence with it (issue 38 class 4: GC1, GC3) --------------
+
+V3 = "2026-11-23"
+
+
+Left = dict[str, tuple[bytes, dict[str, str]]]
+
+
+def gc_then_carry_again(
+    tmp_path: Path, store: ObjectStore, imported: Imported, signing: SigningKey, trusted: Any
+) -> tuple[Path, Left]:
+    """V3 imported whole, `chart gc --keep 1` removes V1 and V2 (V2 was a delta: its record is
+    about the object rebuilt here); then set 4 carries V2 whole (`pack --full --from-set 2`).
+    The set's path, and V2's evidence (bytes, metadata) as it was before gc, by key."""
+    newest, _ = hand_made(tmp_path, "v3", {**NEW, "guides/c.html": b"<p>c</p>\n"})
+    whole = full_item(DOCS, V3, newest, "2026-11-23T03:00:00Z")
+    third = write_set(
+        tmp_path / "s3", [replace(whole, statement=Statement.honest(whole))], signing, sequence=3
+    )
+    import_set(store, tmp_path / "s3", trusted, receipt_key=imported.receipt)
+    keys = [key(store, DOCS, V2) for key in (layout.record_key, layout.provenance_key)]
+    before = {key: (read(store, key), dict(store.head(key) or {})["metadata"]) for key in keys}
+    done = gc(store, 1, [DOCS])
+    assert [str(v.ref.label) for v in done.domains[0].removed] == [V1, V2]
+    again = tmp_path / "v2.tar.gz"  # the vendor's bundle of V2, made by `make_sets`
+    carried = full_item(DOCS, V2, again, "2026-11-22T03:00:00Z")
+    write_set(
+        tmp_path / "s4",
+        [replace(carried, statement=Statement.honest(carried))],
+        signing,
+        sequence=4,
+        previous=(3, third),
+    )
+    return tmp_path / "s4", before
+
+
+def test_gc_removes_a_versions_evidence_and_the_version_carried_again_imports_as_new(
+    imported: Imported, object_store: ObjectStore, signing: SigningKey, trusted: Any, tmp_path: Path
+) -> None:
+    set_dir, _ = gc_then_carry_again(tmp_path, object_store, imported, signing, trusted)
+    for version in (V1, V2):
+        for key in (layout.record_key, layout.provenance_key, layout.inventory_key):
+            assert object_store.head(key(object_store, DOCS, version)) is None, (version, key)
+    result = import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert [item.status for item in result.items] == ["published"]
+    record = check_record_in_bucket(object_store, DOCS, V2, imported.receipt_keys)
+    assert record is not None and record.predicate["carried_as"] == "full"
+
+
+def test_evidence_an_older_gc_left_refuses_before_any_upload_and_its_remedy_works(
+    imported: Imported, object_store: ObjectStore, signing: SigningKey, trusted: Any, tmp_path: Path
+) -> None:
+    """A record left behind (by a gc of an earlier release) about the object rebuilt then:
+    exit 5 with the bucket unchanged, and the refusal names what to delete; done, the
+    import publishes the version."""
+    set_dir, left = gc_then_carry_again(tmp_path, object_store, imported, signing, trusted)
+    for key, (body, metadata) in left.items():
+        object_store.client.put_object(
+            Bucket=object_store.bucket, Key=key, Body=body, Metadata=metadata
+        )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match="is a verification record about object") as no:
+        import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert no.value.exit_code == 5
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no.value.hint is not None and "chart gc removed" in no.value.hint, no.value
+    for url in re.findall(r"s3://\S+", no.value.hint):  # the remedy, as printed
+        object_store.delete(url.removeprefix(f"s3://{object_store.bucket}/"))
+    result = import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert [item.status for item in result.items] == ["published"]
