@@ -194,6 +194,20 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             done = run_verify(tampered)
             assert done.returncode != 0, (version, name, done.stdout)
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
+    every_piece_of_another_version_fails(dirs[V1], dirs[V2], tmp_path)
+
+
+def every_piece_of_another_version_fails(one: Path, other: Path, tmp_path: Path) -> None:
+    """All of `one`'s data files (statements, keys, object, digest, summary) in `other`'s
+    evidence beside `other`'s VERIFY.md: consistent with each other, about another version
+    than VERIFY.md names (trial E4)."""
+    swapped = tmp_path / "every-piece-swapped"
+    shutil.copytree(one, swapped)
+    shutil.copyfile(other / "VERIFY.md", swapped / "VERIFY.md")
+    done = run_verify(swapped)
+    assert done.returncode != 0, done.stdout
+    assert f"the provenance is about {DOCS} {V2}: FAILED" in done.stdout, done.stdout
+    assert "the object is the one this file names" in done.stdout
 
 
 def inventory_of(bundle: Path, domain: str, version: str) -> bytes:
@@ -244,11 +258,17 @@ def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence
     assert (tmp_path / "evidence" / "inventory.spdx.json").read_bytes() == inventory
     done = run_verify(tmp_path / "evidence")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "the inventory, if any, is the signed one: OK" in done.stdout, done.stdout
-    (tmp_path / "evidence" / "inventory.spdx.json").write_bytes(b"{}\n")
+    said = "the inventory is the one the provenance signs (none if it signs none)"
+    assert f"{said}: OK" in done.stdout, done.stdout
+    assert "the inventory's package is the signed bundle: OK" in done.stdout, done.stdout
+    assert f"{DOCS} {V1}: set 1" in done.stdout, done.stdout
+    spdx = tmp_path / "evidence" / "inventory.spdx.json"
+    spdx.unlink()  # taken away, though the signed provenance names it (trial E3)
     done = run_verify(tmp_path / "evidence")
-    assert done.returncode != 0
-    assert "the inventory, if any, is the signed one: FAILED" in done.stdout
+    assert done.returncode != 0 and f"{said}: FAILED" in done.stdout, done.stdout
+    spdx.write_bytes(b'{"packages": [{}]}\n')
+    done = run_verify(tmp_path / "evidence")
+    assert done.returncode != 0 and f"{said}: FAILED" in done.stdout, done.stdout
     object_store.delete(key)
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"{}\n")
     with pytest.raises(IntegrityError, match="is not the inventory"):
