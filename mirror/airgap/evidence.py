@@ -116,7 +116,7 @@ def gather(
     if described is None:
         raise NotFound(f"{store.bucket}: no version {version} of {domain}")
     proven = check_in_bucket(store, domain, version, transfer_keys)
-    record = check_record_in_bucket(store, domain, version, receipt_keys)
+    record = check_record_in_bucket(store, domain, version, receipt_keys, proven)
     if record is None:
         raise NotFound(
             f"{domain} {version} has no verification record (imported before records existed, "

@@ -17,7 +17,7 @@ from mirror.airgap import layout
 from mirror.airgap.chart.gc import gc
 from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
-from mirror.airgap.provenance import check_record_in_bucket
+from mirror.airgap.provenance import check_in_bucket, check_record_in_bucket
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
@@ -368,3 +368,29 @@ def test_evidence_an_older_gc_left_refuses_before_any_upload_and_its_remedy_work
         object_store.delete(url.removeprefix(f"s3://{object_store.bucket}/"))
     result = import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
     assert [item.status for item in result.items] == ["published"]
+
+
+def test_a_stripped_record_of_a_version_whose_provenance_signs_an_inventory_is_refused(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Someone who can write to the bucket deletes the record and the manifest's `record`
+    (trial P14): a version packed by a release that writes records cannot have been
+    imported before them, so no record is exit 5, not "none"; the remedy it names (import
+    the set again where a receipt key is set) signs one."""
+    set_dir, _ = set_with_inventory(tmp_path, signing)
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    import_set(object_store, set_dir, trusted, receipt_key=receipt)
+    object_store.delete(layout.record_key(object_store, DOCS, V1))
+    key = layout.version_manifest_key(object_store, DOCS, V1)
+    described = layout.read_version_manifest(object_store, DOCS, V1)
+    assert described is not None
+    stripped = described.model_copy(update={"record": None}).to_bytes()
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=stripped)
+    proven = check_in_bucket(object_store, DOCS, V1, trusted)
+    with pytest.raises(IntegrityError, match="provenance signs an inventory") as refused:
+        check_record_in_bucket(object_store, DOCS, V1, receipt_keys, proven)
+    assert refused.value.exit_code == 5 and "--allow-replay" in str(refused.value.hint)
+    with pytest.raises(IntegrityError, match="provenance signs an inventory"):
+        gather(object_store, DOCS, V1, trusted, receipt_keys)
+    import_set(object_store, set_dir, trusted, allow_replay=True, receipt_key=receipt)
+    assert check_record_in_bucket(object_store, DOCS, V1, receipt_keys, proven) is not None

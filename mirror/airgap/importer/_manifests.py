@@ -116,19 +116,28 @@ def _put_manifest(
     store: ObjectStore, key: str, document: layout.VersionManifest
 ) -> tuple[layout.VersionManifest, str]:
     """Create the manifest once; one already there (an import killed after writing it) is
-    kept when it describes the same bundle, refused otherwise. The manifest the bucket holds,
-    and whether this import created it."""
+    kept when it describes the same bundle, refused otherwise: judged by what it says, as
+    `_conflicts` judged it before any upload (its metadata may be gone: a manifest rewritten
+    by hand). The manifest the bucket holds, and whether this import created it."""
+    if layout.read_version_manifest(store, document.domain, document.version) is not None:
+        return _kept_manifest(store, key, document), "exists"
     status = store.put_immutable(
         key, document.to_bytes(), identity={BUNDLE_SHA256_META: document.sha256}
     )
     if status == "exists":
-        stored = layout.read_version_manifest(store, document.domain, document.version)
-        if stored is None or stored.sha256 != document.sha256 or stored.object != document.object:
-            raise IntegrityError(
-                f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
-            )
-        return stored, status
+        return _kept_manifest(store, key, document), status
     return document, status
+
+
+def _kept_manifest(
+    store: ObjectStore, key: str, document: layout.VersionManifest
+) -> layout.VersionManifest:
+    stored = layout.read_version_manifest(store, document.domain, document.version)
+    if stored is None or stored.sha256 != document.sha256 or stored.object != document.object:
+        raise IntegrityError(
+            f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
+        )
+    return stored
 
 
 def write_record(
