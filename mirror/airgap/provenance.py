@@ -58,6 +58,7 @@ from mirror.transferset.keys import PublicKey, SigningKey
 from mirror.transferset.provenance import (
     MAX_ENVELOPE,
     Provenance,
+    UntrustedSigner,
     check_about,
     verify_provenance,
 )
@@ -193,6 +194,12 @@ def _require_same_statement(
     try:
         proven = verify_provenance(held, trusted, sha256=item.provenance.subject_sha256, what=where)
         check_about(proven, item.domain, item.version, item.tree_sha256, what=where)
+    except UntrustedSigner as exc:
+        raise IntegrityError(
+            f"{exc.message}; {item.label} is in the bucket, signed with a key this side no "
+            "longer trusts: refused, nothing was published",
+            hint=RETIRED,
+        ) from None
     except IntegrityError as exc:
         raise IntegrityError(
             f"{exc.message}; it is not the statement this set carries for {item.label}: "
@@ -209,9 +216,21 @@ def check_in_bucket(
     described = _described(store, domain, version)
     key = layout.provenance_key(store, domain, version)
     where = f"{store.bucket}/{key}"
-    proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
+    try:
+        proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
+    except UntrustedSigner as exc:
+        raise IntegrityError(exc.message, hint=RETIRED) from None
     check_about(proven, domain, version, described.tree_sha256, what=where)
     return proven
+
+
+RETIRED = (
+    "if it is a transfer key you retired, put its public key back in target.transfer_keys: "
+    "objects are never overwritten, so a version stays signed by the key that signed it "
+    "first, and its public half stays trusted while the bucket holds such versions (chart gc "
+    "removes them with their statements); if you never trusted that key, find out who "
+    "signed it"
+)
 
 
 def check_object(store: ObjectStore, domain: str, version: str, proven: Provenance) -> None:

@@ -417,3 +417,37 @@ def test_a_version_signed_again_by_a_rotated_key_is_already_there(
     assert published["status"] == "already there"
     held = object_store.client.get_object(Bucket=object_store.bucket, Key=statement_key)
     assert held["Body"].read() == kept_bytes
+
+
+@pytest.mark.fault(
+    "38.4 the old transfer key retired from target.transfer_keys, its version carried again",
+    "exit 5, nothing published, naming the remedy; the remedy run: exit 0, already there",
+)
+def test_a_version_of_a_retired_key_names_the_remedy_and_the_remedy_works(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    """Trial P9 (G4): the refusal said "find out who wrote" it, pointing at an attacker where
+    there was a rotation; it names the trust setting now, and doing what it says imports."""
+    for side in ("old", "new"):
+        (tmp_path / side).mkdir()
+    old_private, old_public = new_key_pair(tmp_path / "old")
+    made = generate_keypair(tmp_path / "new" / "transfer")
+    one = item(tmp_path, V1, SITE)
+    said = [replace(one, statement=Statement.honest(one))]
+    digest = write_set(tmp_path / "s1", said, load_signing_key(old_private))
+    import_set(object_store, tmp_path / "s1", load_trusted_keys([old_public]))
+    again = tmp_path / "s2"
+    write_set(again, said, load_signing_key(made.private_path), sequence=2, previous=(1, digest))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    retired = config(tmp_path, target_settings, made.public_path)
+    stderr = refused_unchanged(import_cli(retired, again), object_store, before, fault_got)
+    assert "put its public key back in target.transfer_keys" in stderr, stderr
+    assert "find out who wrote" not in stderr, stderr
+    trusting_both = config(tmp_path, target_settings, made.public_path, old_public)
+    result = mirror_cli("--config", str(trusting_both), "--json", "transfer", "import", str(again))
+    fault_got.append(f"remedy: exit {result.returncode}")
+    assert result.returncode == 0, result.stderr
+    assert [i["status"] for i in json.loads(result.stdout)["items"]] == ["already there"]
