@@ -7,8 +7,9 @@ object of other bytes is refused by the staging before any upload is completed.
 What is already at a key and is the object this import would write there (an import killed
 and run again) passes; anything else refuses the set (IntegrityError, exit 5) with the bucket
 unchanged, so an object no index names is never left behind. A version the bucket holds with
-the same tree in other bytes ("already there", `same_tree_there`) writes nothing and is not
-checked. The digest of a spliced delta's object is learnt only as it is written: its record
+the same tree in other bytes ("already there", `same_tree_there`) writes nothing but, when
+this very set published it, the record it may lack (`_manifests.published_by`): that record
+is checked. The digest of a spliced delta's object is learnt only as it is written: its record
 is then compared with the object already at the bundle's key, when there is one.
 """
 
@@ -29,7 +30,10 @@ def check_conflicts(store: ObjectStore, manifest: Manifest, bases: publish.Bases
     object at a key the import writes (module docstring)."""
     indexes: dict[str, dict[str, layout.IndexEntry]] = {}
     for item in manifest.items:
-        if same_tree_there(store, item) is not None:
+        kept = same_tree_there(store, item)
+        if kept is not None:
+            if (kept.transfer_sequence, kept.source_id) == (manifest.sequence, manifest.source_id):
+                _check_record(store, manifest.sequence, item, kept.sha256)  # `published_by`
             continue
         sha256 = publish.expected(item, bases).sha256
         if item.domain not in indexes:

@@ -76,6 +76,8 @@ def publish_version(
     (when this side has a receipt key); returns the item and its index entry."""
     key = layout.version_manifest_key(store, item.domain, item.version)
     if bundle.kept is not None:
+        if signer is not None and published_by(bundle.kept, verified):
+            write_record(store, verified, item, bundle.digest, imported_at, signer)
         return _published(store, item, bundle.kept, key, "already there")
     record = write_record(store, verified, item, bundle.digest, imported_at, signer)
     document = _version_manifest(store, verified, item, bundle.digest, imported_at, record)
@@ -84,6 +86,16 @@ def publish_version(
         "published" if "created" in (bundle.outcome, manifest_status) else "already there"
     )
     return _published(store, item, document, key, status)
+
+
+def published_by(kept: layout.VersionManifest, verified: VerifiedSet) -> bool:
+    """The version the bucket holds with the same tree in other bytes is the one this very set
+    published (a spliced delta, whose digest the signed manifest cannot name): imported
+    again (`--allow-replay`, the remedy for a version without a record) it gets the record it
+    lacks, about that object, which this set made and checked. A version another set
+    published keeps what it has."""
+    manifest = verified.manifest
+    return kept.transfer_sequence == manifest.sequence and kept.source_id == manifest.source_id
 
 
 def _version_manifest(
