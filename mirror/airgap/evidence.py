@@ -18,12 +18,14 @@ into an empty directory:
     VERIFY.md                 the commands that check all of it with openssl, coreutils and
                               python3's json module, and what each proves
 
-    inventory.spdx.json       the version's inventory, when the bucket holds one
+    inventory.spdx.json       the version's inventory, when its provenance signs one
 
 The import publishes every version's inventory (`outbound/inventory.py`) with its provenance; a
 version imported before inventories has none. The one at `layout.inventory_key` is carried
 only when the provenance signs its sha256 (predicate `inventory.sha256`), checked here and by
-VERIFY.md; one it does not sign is refused (IntegrityError).
+VERIFY.md; one it does not sign is refused (IntegrityError), and VERIFY.md fails without one it
+signs. VERIFY.md's commands also hold every piece to the domain, version, object and sha256
+its title names (written into them), so evidence of another version does not pass for this one.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def gather(
     if described is None:
         raise NotFound(f"{store.bucket}: no version {version} of {domain}")
     proven = check_in_bucket(store, domain, version, transfer_keys)
-    record = check_record_in_bucket(store, domain, version, receipt_keys)
+    record = check_record_in_bucket(store, domain, version, receipt_keys, proven)
     if record is None:
         raise NotFound(
             f"{domain} {version} has no verification record (imported before records existed, "
@@ -172,7 +174,9 @@ def _write_object(evidence: Evidence, out: Path, chunks: Any) -> Path:
 def verify_text(evidence: Evidence) -> str:
     """VERIFY.md for this version: what each file is and the commands that check it."""
     described = evidence.described
+    expected = (described.domain, described.version, evidence.object_name, described.sha256)
     return VERIFY_TEMPLATE.format(
+        expected=json.dumps(expected),
         domain=described.domain,
         version=described.version,
         object=evidence.object_name,
@@ -198,8 +202,12 @@ Statements v1 in DSSE envelopes (Ed25519):
   with its receipt key `receipt.pub` (key id `{receipt_id}`) when it imported the version:
   the set and sequence it came in, the transfer key that signed the set, the checks that
   passed ({checks}), the tool's version and the time.
-- `inventory.spdx.json`, when there: the version's inventory, whose sha256 the provenance
-  signs (`inventory.sha256`).
+- `inventory.spdx.json`, when the provenance signs one (`inventory.sha256`): the
+  version's inventory, SPDX 2.3, each file of the site with its sha256. Its package
+  (`packageFileName` `bundle.EXT`) is the vendor's bundle, the one the provenance's
+  subject names; for a version carried whole that is this object, for one carried as a
+  delta it is not: the object is an archive rebuilt here of the same files in other bytes
+  (other sha256), and the commands below check the package against the signed subject.
 
 A key id is the first 16 hex digits of the sha256 of the raw 32-byte public key: compare
 both with the ids recorded when the keys were made (`mirror keys show`), not with this
@@ -230,6 +238,7 @@ openssl pkeyutl -verify -pubin -inkey receipt.pub -rawin \\
 python3 - <<'EOF'
 import hashlib, json, sys
 
+DOMAIN, VERSION, OBJECT, SHA256 = {expected}
 provenance = json.load(open("provenance.statement.json"))
 record = json.load(open("verification.statement.json"))
 said, checked = provenance["predicate"], record["predicate"]
@@ -238,11 +247,22 @@ envelope = hashlib.sha256(open("provenance.intoto.json", "rb").read()).hexdigest
 full = checked["carried_as"] == "full"
 bundle = provenance["subject"][0]["digest"]["sha256"]
 passed = set(checked["checks"])
+signed = (said.get("inventory") or {{}}).get("sha256")
 try:
-    inventory = hashlib.sha256(open("inventory.spdx.json", "rb").read()).hexdigest()
+    spdx = open("inventory.spdx.json", "rb").read()
+    inventory, package = hashlib.sha256(spdx).hexdigest(), json.loads(spdx)["packages"][0]
 except FileNotFoundError:
-    inventory = None
+    inventory, package = None, {{}}
+package_sha256 = [c["checksumValue"] for c in package.get("checksums", [])
+                  if c["algorithm"] == "SHA256"]
 claims = [
+    (f"the object is the one this file names ({{SHA256[:16]}}…)", sha256 == SHA256),
+    (f"the provenance is about {{DOMAIN}} {{VERSION}}",
+     (said["domain"], said["version"]) == (DOMAIN, VERSION)
+     and provenance["subject"][0]["name"].startswith(f"{{DOMAIN}}/{{VERSION}}/")),
+    (f"the record is about {{DOMAIN}} {{VERSION}}'s {{OBJECT}}",
+     (checked["domain"], checked["version"]) == (DOMAIN, VERSION)
+     and record["subject"][0]["name"] == f"{{DOMAIN}}/{{VERSION}}/{{OBJECT}}"),
     ("the provenance is a provenance statement",
      provenance["predicateType"] == "{provenance_type}"),
     ("the record is a verification record", record["predicateType"] == "{record_type}"),
@@ -255,20 +275,26 @@ claims = [
      {{"signatures", "completeness", "digests", "provenance"}} <= passed),
     ("a whole version is the signed bundle", not full or bundle == sha256),
     ("a delta's rebuild was checked", full or "delta-rebuild" in passed),
-    ("the inventory, if any, is the signed one",
-     inventory is None or (said.get("inventory") or {{}}).get("sha256") == inventory),
+    ("the inventory is the one the provenance signs (none if it signs none)",
+     inventory == signed),
+    ("the inventory's package is the signed bundle", inventory is None
+     or package_sha256 == [bundle]),
 ]
 for claim, holds in claims:
     print(f"{{claim}}: {{'OK' if holds else 'FAILED'}}")
-print(f"set {{checked['set']['sequence']}}, transfer key {{checked['transfer_key_id']}}, "
-      f"verified {{checked['verified_at']}} by mirror {{checked['tool']['version']}}")
+print(f"{{DOMAIN}} {{VERSION}}: set {{checked['set']['sequence']}}, "
+      f"transfer key {{checked['transfer_key_id']}}, verified {{checked['verified_at']}} "
+      f"by mirror {{checked['tool']['version']}}")
 if not all(holds for _, holds in claims):
     sys.exit("the evidence does not hold: FAILED")
 EOF
 ```
 
 Every line `OK` and `Signature Verified Successfully` twice: the object is the one the
-site verified, and the site says which set and which transfer key it came with. For a
+site verified, both statements are about the domain, version and object this file's
+title names (a piece of another version's evidence, even all of them, fails), every
+piece the statements name is here (the provenance the record names, the inventory the
+provenance signs), and the site says which set and which transfer key it came with. For a
 version carried as a delta the object is an archive the site rebuilt (other bytes, the
 same files); the README's "Checking a version's provenance by hand" hashes its tree and
 compares it with the signed one, without trusting the record.

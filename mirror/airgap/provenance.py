@@ -58,6 +58,7 @@ from mirror.transferset.keys import PublicKey, SigningKey
 from mirror.transferset.provenance import (
     MAX_ENVELOPE,
     Provenance,
+    UntrustedSigner,
     check_about,
     verify_provenance,
 )
@@ -193,6 +194,12 @@ def _require_same_statement(
     try:
         proven = verify_provenance(held, trusted, sha256=item.provenance.subject_sha256, what=where)
         check_about(proven, item.domain, item.version, item.tree_sha256, what=where)
+    except UntrustedSigner as exc:
+        raise IntegrityError(
+            f"{exc.message}; {item.label} is in the bucket, signed with a key this side no "
+            "longer trusts: refused, nothing was published",
+            hint=RETIRED,
+        ) from None
     except IntegrityError as exc:
         raise IntegrityError(
             f"{exc.message}; it is not the statement this set carries for {item.label}: "
@@ -209,9 +216,21 @@ def check_in_bucket(
     described = _described(store, domain, version)
     key = layout.provenance_key(store, domain, version)
     where = f"{store.bucket}/{key}"
-    proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
+    try:
+        proven = verify_provenance(b"".join(_read(store, key)), trusted, what=where)
+    except UntrustedSigner as exc:
+        raise IntegrityError(exc.message, hint=RETIRED) from None
     check_about(proven, domain, version, described.tree_sha256, what=where)
     return proven
+
+
+RETIRED = (
+    "if it is a transfer key you retired, put its public key back in target.transfer_keys: "
+    "objects are never overwritten, so a version stays signed by the key that signed it "
+    "first, and its public half stays trusted while the bucket holds such versions (chart gc "
+    "removes them with their statements); if you never trusted that key, find out who "
+    "signed it"
+)
 
 
 def check_object(store: ObjectStore, domain: str, version: str, proven: Provenance) -> None:
@@ -292,6 +311,17 @@ def publish_record(store: ObjectStore, facts: ImportFacts, key: SigningKey) -> s
     return record
 
 
+RECORD_REMEDY = (
+    "find out who removed it; to sign one, import its set again with `mirror transfer "
+    "import --allow-replay SET` where transfer.signing_key is set"
+)
+
+
+def _signs_inventory(proven: Provenance | None) -> bool:
+    said = proven.predicate.get("inventory") if proven is not None else None
+    return isinstance(said, dict) and said.get("sha256") is not None
+
+
 def provenance_digest(store: StatementStore, domain: str, version: str) -> str | None:
     """The sha256 of the version's published statement (from the object's metadata, which
     `publish` writes), or None when it has none."""
@@ -300,18 +330,33 @@ def provenance_digest(store: StatementStore, domain: str, version: str) -> str |
 
 
 def check_record_in_bucket(
-    store: StatementStore, domain: str, version: str, trusted: Mapping[str, PublicKey]
+    store: StatementStore,
+    domain: str,
+    version: str,
+    trusted: Mapping[str, PublicKey],
+    proven: Provenance | None = None,
 ) -> Provenance | None:
     """The version's verification record, signed by a trusted receipt key and about the
     object its manifest names; None when the version has none and its manifest names none
     (imported before records, or by a side without a receipt key). A record the manifest
-    names that is gone is refused (IntegrityError, exit 5), as is any other failure."""
+    names that is gone is refused (IntegrityError, exit 5), as is any other failure, and so is
+    no record for a version whose verified provenance `proven` signs an inventory: packed by a
+    release that writes records, it was imported by one too (the README's upgrade order), so
+    "imported before records" cannot be why; the manifest's `record` is unsigned, and someone
+    who can write to the bucket could delete both."""
     described = _described(store, domain, version)
     key = layout.record_key(store, domain, version)
     where = f"{store.bucket}/{key}"
     if store.head(key) is None:
-        if described.record is None:
+        if described.record is None and not _signs_inventory(proven):
             return None
+        if described.record is None:
+            raise IntegrityError(
+                f"{where} does not exist, and {domain} {version}'s provenance signs an "
+                "inventory: it was imported by a release that writes records, so its record "
+                "was never signed (no receipt key then) or was removed from the bucket",
+                hint=RECORD_REMEDY,
+            )
         raise IntegrityError(f"{where}: the version's manifest names this record and it is gone")
     return verify_record(
         b"".join(_read(store, key)),

@@ -20,6 +20,7 @@ from mirror.cli.preflight import transfer_keys
 from mirror.errors import MirrorError, NotFound
 from mirror.integrity import hash_bytes
 from mirror.transferset.keys import load_trusted_keys
+from mirror.transferset.provenance import Provenance
 
 
 def provenance_check(
@@ -41,7 +42,7 @@ def provenance_check(
         return exc
     _provenance_lines(proven.key_id, proven.predicate, document, lines)
     _inventory_line(inventory, document, lines)
-    return record_check(cli, store, report, document, lines)
+    return record_check(cli, store, report, document, lines, proven)
 
 
 def _provenance_lines(
@@ -93,18 +94,20 @@ def record_check(
     report: CheckReport,
     document: dict[str, Any],
     lines: list[str],
+    proven: Provenance,
 ) -> MirrorError | None:
     """The second link of the chain: the version's verification record, signed by a key of
     target.receipt_keys, about the object the bucket holds. One the manifest names and is
-    gone, or signed by another key, is the error returned (exit 5); none at all (a version
-    imported before records) and no receipt keys set are each a line, not a failure."""
+    gone, one missing for a version whose provenance (`proven`) signs an inventory, or one
+    signed by another key, is the error returned (exit 5); none at all (a version imported
+    before records) and no receipt keys set are each a line, not a failure."""
     trusted = load_trusted_keys(cli.settings.target.receipt_keys)
     if not trusted:
         document["record"] = {"verified": False, "reason": "no target.receipt_keys"}
         lines.append(NO_RECEIPT_KEYS)
         return None
     try:
-        record = check_record_in_bucket(store, report.domain, report.version, trusted)
+        record = check_record_in_bucket(store, report.domain, report.version, trusted, proven)
     except MirrorError as exc:
         document["record"] = {"verified": False, "error": str(exc)}
         return exc

@@ -91,7 +91,13 @@ class ImportQueue:
                 return False
             aside = self._refuse(set_dir, exc)
             self.metrics.imports.labels("refused").inc()
-            log.warning("%s refused by the import, kept aside in %s: %s", set_dir.name, aside, exc)
+            log.warning(
+                "%s refused by the import, kept aside in %s: %s",
+                set_dir.name,
+                aside,
+                exc,
+                extra={"set": set_dir.name, "outcome": "refused", "kept_aside": str(aside)},
+            )
         else:
             self.metrics.imports.labels("imported").inc()
         self.wait = RETRY_FIRST

@@ -192,6 +192,11 @@ def _envelope(envelope: bytes, what: str) -> tuple[bytes, list[Any]]:
     return _b64(document.get("payload"), f"{what}: payload"), signatures
 
 
+class UntrustedSigner(IntegrityError):
+    """Signed by no key trusted here (exit 5, as every IntegrityError): told apart so that a
+    caller can name the remedy of its own trust setting (a transfer key retired too soon)."""
+
+
 def _signed_by(
     payload: bytes, signatures: list[Any], trusted: Mapping[str, PublicKey], what: str
 ) -> str:
@@ -207,7 +212,7 @@ def _signed_by(
             return key_id
     if not any(k in trusted for k in named):
         known = ", ".join(sorted(trusted)) or "none"
-        raise IntegrityError(
+        raise UntrustedSigner(
             f"{what}: signed by key {', '.join(map(repr, named))}, which is not trusted here "
             f"(trusted: {known})"
         )

@@ -17,6 +17,9 @@ Promises:
 - What a token cannot do is one line: a module, token, key or mechanism that is not there,
   or a key that is not Ed25519, is a ConfigError (exit 2); a PIN the token refuses or has
   locked is an AuthError (exit 4).
+- A token removed and put back works again in the same process (a running receiver service
+  imports with no restart): after any failure the module is finalized and initialised again
+  at the next use (`_finalize`).
 """
 
 from __future__ import annotations
@@ -143,16 +146,33 @@ def _session(uri: TokenURI, *, read_write: bool = False) -> Iterator[pkcs11.Sess
     """A session logged in to `uri`'s token, which can sign with Ed25519; every PKCS#11
     failure inside it (the caller's too) becomes its one-line error."""
     with _translated(uri):
-        token = _token(_library(uri), uri)
-        if Mechanism.EDDSA not in token.slot.get_mechanisms():
-            raise ConfigError(
-                f"{uri.name}: token {token.label!r} cannot sign with Ed25519 (no CKM_EDDSA "
-                "mechanism)",
-                hint="use a token that supports EdDSA (PKCS#11 3.0)",
-            )
-        pin = _pin(uri, token)
-        with token.open(rw=read_write, user_pin=pin) as session:
-            yield session
+        library = _library(uri)
+        try:
+            token = _token(library, uri)
+            if Mechanism.EDDSA not in token.slot.get_mechanisms():
+                raise ConfigError(
+                    f"{uri.name}: token {token.label!r} cannot sign with Ed25519 (no CKM_EDDSA "
+                    "mechanism)",
+                    hint="use a token that supports EdDSA (PKCS#11 3.0)",
+                )
+            pin = _pin(uri, token)
+            with token.open(rw=read_write, user_pin=pin) as session:
+                yield session
+        except Exception:
+            _finalize(library, uri)
+            raise
+
+
+def _finalize(library: Library, uri: TokenURI) -> None:
+    """After any failure, the module is finalized (C_Finalize), so the next session
+    initialises it again (`pkcs11.lib` does when it is not) and sees the tokens as they are
+    then: a module keeps what it found at C_Initialize, and a token removed and put back
+    failed every later signature of a running service until it was restarted (trial K12).
+    Sessions are opened per use, so none of this process is left open."""
+    try:
+        library.finalize()
+    except pkcs11.PKCS11Error as exc:
+        log.debug("%s: finalizing the module failed (%s)", uri.name, _reason(exc))
 
 
 @contextmanager

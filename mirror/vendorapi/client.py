@@ -9,7 +9,8 @@ What callers can rely on:
   `sizeBytes`) has one bound, `parse_count`'s (below BIGINT's limit), checked here before it
   reaches the index; every column that stores one is BIGINT, on SQLite and PostgreSQL alike,
   so a count the parser lets in is stored the same on both (a huge `pageCount` is then refused
-  by the completeness check, exit 5, never by the database).
+  by the completeness check, exit 5, never by the database). A number past the bound (or
+  negative) is refused here, exit 5 as well, never taken for "not reported".
 - Both path styles (`api.export_flow`): "global" (`/v1/static-export/jobs`, `.../{id}`,
   `.../{id}/bundle`) and "project" (`/v1/static-export/{project_id}/jobs[/{id}]`, where the
   completed job's status carries the link). Whatever the flow, a status that carries a
@@ -75,6 +76,7 @@ import httpx
 from mirror.errors import (
     AuthError,
     ConfigError,
+    IntegrityError,
     MirrorError,
     OperationFailed,
     TemporaryFailure,
@@ -184,13 +186,26 @@ def parse_number(value: object) -> float | None:
 _MAX_COUNT = float(2**63 - 1024)  # below BIGINT's limit, exactly representable
 
 
-def parse_count(value: object) -> int | None:
-    """A whole count from a number or a numeric string; None when absent or not a count.
-    A count an SQL BIGINT cannot hold (a vendor's `sizeBytes` of 1e30) is not a count either:
-    stored, it ended the run in an OverflowError."""
-    number = parse_number(value)
-    if number is None or not 0 <= number < _MAX_COUNT:
+def parse_count(value: object, name: str = "count") -> int | None:
+    """A whole count from a number or a numeric string; None when absent or not a number
+    ("n/a"). A number no count can be (negative, infinite, or past the one bound every count
+    from the vendor has, below BIGINT's limit so that it is stored alike on SQLite and
+    PostgreSQL) is an answer that cannot be believed: IntegrityError (exit 5) naming the
+    field `name`, the refusal a count within the bound the site does not match meets. Never
+    "not reported": a `pageCount` of 2**63 read as absent turned the completeness check off."""
+    if isinstance(value, float) and not math.isfinite(value):
+        number: float | None = value
+    else:
+        number = parse_number(value)
+    if number is None:
         return None
+    if not 0 <= number < _MAX_COUNT:
+        shown = str(value)[:40] if not isinstance(value, float) else f"{value:.6g}"
+        raise IntegrityError(
+            f"the vendor reported {name} {shown}, which no count can be (0 to "
+            f"{int(_MAX_COUNT) - 1}); its answer is not believed: refused",
+            hint="ask the vendor why; run again once it reports a real count",
+        )
     return int(number)
 
 
@@ -228,7 +243,7 @@ def parse_bundle_link(body: Mapping[str, Any], job_id: str) -> BundleLink | None
     return BundleLink(
         job_id=_text(body.get("jobId")) or job_id,
         url=url,
-        size_bytes=parse_count(body.get("sizeBytes")),
+        size_bytes=parse_count(body.get("sizeBytes"), "sizeBytes"),
         expires_at=parse_timestamp(body.get("expiresAt")),
     )
 
@@ -246,7 +261,7 @@ def parse_export_job(
         job_id=found_id,
         status=status.strip().lower() if status else default_status,
         progress=parse_number(body.get("progress")),
-        page_count=parse_count(body.get("pageCount")),
+        page_count=parse_count(body.get("pageCount"), "pageCount"),
         error=_text(body.get("error")),
         bundle=parse_bundle_link(body, found_id),
     )

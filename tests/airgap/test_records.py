@@ -4,6 +4,7 @@ signed sets (a version whole, the next as a delta rebuilt here) imported into Se
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 
 from mirror.airgap import layout
+from mirror.airgap.chart.gc import gc
 from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
-from mirror.airgap.provenance import check_record_in_bucket
+from mirror.airgap.provenance import check_in_bucket, check_record_in_bucket
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
@@ -28,8 +30,16 @@ from mirror.transferset.keys import (
     load_signing_key,
     load_trusted_keys,
 )
-from tests.fixtures.deltasets import Statement, delta_item, full_item, hand_made, write_set
+from tests.fixtures.deltasets import (
+    DeltaSpec,
+    Statement,
+    delta_item,
+    full_item,
+    hand_made,
+    write_set,
+)
 from tests.fixtures.docs import run_verify
+from tests.fixtures.s3 import bucket_listing
 
 pytestmark = pytest.mark.s3
 
@@ -49,12 +59,16 @@ class Imported:
     other: SigningKey
 
 
-def make_sets(tmp_path: Path, signing: SigningKey) -> tuple[Path, Path]:
+def make_sets(
+    tmp_path: Path, signing: SigningKey, spec: DeltaSpec | None = None
+) -> tuple[Path, Path]:
     old, old_tree = hand_made(tmp_path, "v1", BASE)
     new, new_tree = hand_made(tmp_path, "v2", NEW)
     whole = full_item(DOCS, V1, old, "2026-11-21T03:00:00Z")
     first = write_set(tmp_path / "s1", [replace(whole, statement=Statement.honest(whole))], signing)
-    delta = delta_item(DOCS, V2, V1, old_tree, new_tree, "2026-11-22T03:00:00Z", tmp_path / "b")
+    delta = delta_item(
+        DOCS, V2, V1, old_tree, new_tree, "2026-11-22T03:00:00Z", tmp_path / "b", spec
+    )
     said = Statement.honest(delta, subject_sha256=hash_file(new).sha256)
     write_set(
         tmp_path / "s2", [replace(delta, statement=said)], signing, sequence=2, previous=(1, first)
@@ -191,6 +205,20 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             done = run_verify(tampered)
             assert done.returncode != 0, (version, name, done.stdout)
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
+    every_piece_of_another_version_fails(dirs[V1], dirs[V2], tmp_path)
+
+
+def every_piece_of_another_version_fails(one: Path, other: Path, tmp_path: Path) -> None:
+    """All of `one`'s data files (statements, keys, object, digest, summary) in `other`'s
+    evidence beside `other`'s VERIFY.md: consistent with each other, about another version
+    than VERIFY.md names (trial E4)."""
+    swapped = tmp_path / "every-piece-swapped"
+    shutil.copytree(one, swapped)
+    shutil.copyfile(other / "VERIFY.md", swapped / "VERIFY.md")
+    done = run_verify(swapped)
+    assert done.returncode != 0, done.stdout
+    assert f"the provenance is about {DOCS} {V2}: FAILED" in done.stdout, done.stdout
+    assert "the object is the one this file names" in done.stdout
 
 
 def inventory_of(bundle: Path, domain: str, version: str) -> bytes:
@@ -241,11 +269,17 @@ def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence
     assert (tmp_path / "evidence" / "inventory.spdx.json").read_bytes() == inventory
     done = run_verify(tmp_path / "evidence")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "the inventory, if any, is the signed one: OK" in done.stdout, done.stdout
-    (tmp_path / "evidence" / "inventory.spdx.json").write_bytes(b"{}\n")
+    said = "the inventory is the one the provenance signs (none if it signs none)"
+    assert f"{said}: OK" in done.stdout, done.stdout
+    assert "the inventory's package is the signed bundle: OK" in done.stdout, done.stdout
+    assert f"{DOCS} {V1}: set 1" in done.stdout, done.stdout
+    spdx = tmp_path / "evidence" / "inventory.spdx.json"
+    spdx.unlink()  # taken away, though the signed provenance names it (trial E3)
     done = run_verify(tmp_path / "evidence")
-    assert done.returncode != 0
-    assert "the inventory, if any, is the signed one: FAILED" in done.stdout
+    assert done.returncode != 0 and f"{said}: FAILED" in done.stdout, done.stdout
+    spdx.write_bytes(b'{"packages": [{}]}\n')
+    done = run_verify(tmp_path / "evidence")
+    assert done.returncode != 0 and f"{said}: FAILED" in done.stdout, done.stdout
     object_store.delete(key)
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"{}\n")
     with pytest.raises(IntegrityError, match="is not the inventory"):
@@ -273,3 +307,123 @@ def test_an_inventory_that_is_not_the_signed_one_refuses_the_set_before_any_uplo
     assert refused.value.exit_code == 5
     listed = object_store.client.list_objects_v2(Bucket=object_store.bucket)
     assert listed.get("KeyCount", 0) == 0, listed
+
+
+# ---- `chart gc` takes a version's evidence with it (issue 38 class 4: GC1, GC3) --------------
+
+V3 = "2026-11-23"
+
+
+Left = dict[str, tuple[bytes, dict[str, str]]]
+
+
+def gc_then_carry_again(
+    tmp_path: Path, store: ObjectStore, imported: Imported, signing: SigningKey, trusted: Any
+) -> tuple[Path, Left]:
+    """V3 imported whole, `chart gc --keep 1` removes V1 and V2 (V2 was a delta: its record is
+    about the object rebuilt here); then set 4 carries V2 whole (`pack --full --from-set 2`).
+    The set's path, and V2's evidence (bytes, metadata) as it was before gc, by key."""
+    newest, _ = hand_made(tmp_path, "v3", {**NEW, "guides/c.html": b"<p>c</p>\n"})
+    whole = full_item(DOCS, V3, newest, "2026-11-23T03:00:00Z")
+    third = write_set(
+        tmp_path / "s3", [replace(whole, statement=Statement.honest(whole))], signing, sequence=3
+    )
+    import_set(store, tmp_path / "s3", trusted, receipt_key=imported.receipt)
+    keys = [key(store, DOCS, V2) for key in (layout.record_key, layout.provenance_key)]
+    before = {key: (read(store, key), dict(store.head(key) or {})["metadata"]) for key in keys}
+    done = gc(store, 1, [DOCS])
+    assert [str(v.ref.label) for v in done.domains[0].removed] == [V1, V2]
+    again = tmp_path / "v2.tar.gz"  # the vendor's bundle of V2, made by `make_sets`
+    carried = full_item(DOCS, V2, again, "2026-11-22T03:00:00Z")
+    write_set(
+        tmp_path / "s4",
+        [replace(carried, statement=Statement.honest(carried))],
+        signing,
+        sequence=4,
+        previous=(3, third),
+    )
+    return tmp_path / "s4", before
+
+
+def test_gc_removes_a_versions_evidence_and_the_version_carried_again_imports_as_new(
+    imported: Imported, object_store: ObjectStore, signing: SigningKey, trusted: Any, tmp_path: Path
+) -> None:
+    set_dir, _ = gc_then_carry_again(tmp_path, object_store, imported, signing, trusted)
+    for version in (V1, V2):
+        for key in (layout.record_key, layout.provenance_key, layout.inventory_key):
+            assert object_store.head(key(object_store, DOCS, version)) is None, (version, key)
+    result = import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert [item.status for item in result.items] == ["published"]
+    record = check_record_in_bucket(object_store, DOCS, V2, imported.receipt_keys)
+    assert record is not None and record.predicate["carried_as"] == "full"
+
+
+def test_evidence_an_older_gc_left_refuses_before_any_upload_and_its_remedy_works(
+    imported: Imported, object_store: ObjectStore, signing: SigningKey, trusted: Any, tmp_path: Path
+) -> None:
+    """A record left behind (by a gc of an earlier release) about the object rebuilt then:
+    exit 5 with the bucket unchanged, and the refusal names what to delete; done, the
+    import publishes the version."""
+    set_dir, left = gc_then_carry_again(tmp_path, object_store, imported, signing, trusted)
+    for key, (body, metadata) in left.items():
+        object_store.client.put_object(
+            Bucket=object_store.bucket, Key=key, Body=body, Metadata=metadata
+        )
+    before = bucket_listing(object_store.client, object_store.bucket)
+    with pytest.raises(IntegrityError, match="is a verification record about object") as no:
+        import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert no.value.exit_code == 5
+    assert bucket_listing(object_store.client, object_store.bucket) == before
+    assert no.value.hint is not None and "chart gc removed" in no.value.hint, no.value
+    for url in re.findall(r"s3://\S+", no.value.hint):  # the remedy, as printed
+        object_store.delete(url.removeprefix(f"s3://{object_store.bucket}/"))
+    result = import_set(object_store, set_dir, trusted, receipt_key=imported.receipt)
+    assert [item.status for item in result.items] == ["published"]
+
+
+def test_a_stripped_record_of_a_version_whose_provenance_signs_an_inventory_is_refused(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Someone who can write to the bucket deletes the record and the manifest's `record`
+    (trial P14): a version packed by a release that writes records cannot have been
+    imported before them, so no record is exit 5, not "none"; the remedy it names (import
+    the set again where a receipt key is set) signs one."""
+    set_dir, _ = set_with_inventory(tmp_path, signing)
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    import_set(object_store, set_dir, trusted, receipt_key=receipt)
+    object_store.delete(layout.record_key(object_store, DOCS, V1))
+    key = layout.version_manifest_key(object_store, DOCS, V1)
+    described = layout.read_version_manifest(object_store, DOCS, V1)
+    assert described is not None
+    stripped = described.model_copy(update={"record": None}).to_bytes()
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=stripped)
+    proven = check_in_bucket(object_store, DOCS, V1, trusted)
+    with pytest.raises(IntegrityError, match="provenance signs an inventory") as refused:
+        check_record_in_bucket(object_store, DOCS, V1, receipt_keys, proven)
+    assert refused.value.exit_code == 5 and "--allow-replay" in str(refused.value.hint)
+    with pytest.raises(IntegrityError, match="provenance signs an inventory"):
+        gather(object_store, DOCS, V1, trusted, receipt_keys)
+    import_set(object_store, set_dir, trusted, allow_replay=True, receipt_key=receipt)
+    assert check_record_in_bucket(object_store, DOCS, V1, receipt_keys, proven) is not None
+
+
+def test_the_remedy_for_no_record_signs_one_for_a_spliced_delta_too(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A spliced delta's object is "already there" when its set is imported again (the
+    signed manifest cannot name its digest): the remedy `chart check` names for a version
+    without a record (`--allow-replay` where a receipt key is set) signs one all the same,
+    about the object that set published."""
+    sets = make_sets(tmp_path, signing, DeltaSpec(spliced=True))
+    for set_dir in sets:
+        import_set(object_store, set_dir, trusted, work_dir=tmp_path)
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    assert check_record_in_bucket(object_store, DOCS, V2, receipt_keys) is None
+    again = import_set(
+        object_store, sets[1], trusted, allow_replay=True, receipt_key=receipt, work_dir=tmp_path
+    )
+    assert [item.status for item in again.items] == ["already there"]
+    described = layout.read_version_manifest(object_store, DOCS, V2)
+    record = check_record_in_bucket(object_store, DOCS, V2, receipt_keys)
+    assert described is not None and record is not None
+    assert record.sha256 == described.sha256 and record.predicate["carried_as"] == "delta"

@@ -3,7 +3,9 @@ database, the same on SQLite and PostgreSQL.
 
 The vendor's `pageCount` is the example the battery found: 3,000,000,000 (over a 32-bit
 INTEGER, within the parser's BIGINT bound) was refused cleanly on SQLite and ended the run
-in `unexpected DataError` on PostgreSQL. Both must now give the documented refusal.
+in `unexpected DataError` on PostgreSQL. Both must now give the documented refusal. Past the
+bound (2**63, 10**23) or negative, the count was taken for "not reported" and the
+completeness check skipped (trial N2): now the same refusal, before the bundle is fetched.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ def export_run(tmp_path: Path, sim: Simulator, database: str | None) -> Any:
 
 
 @pytest.mark.fault(
-    "38.7 vendor pageCount 3,000,000,000, on SQLite and on PostgreSQL",
-    "the same refusal on both: the shortfall keeps the version aside (exit 5), one line",
+    "38.7 vendor pageCount 3e9, 2**63, 1e23, on SQLite and on PostgreSQL",
+    "the same refusal on both (exit 5, one line), never taken for 'not reported'",
 )
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("reported", [3_000_000_000, 2**63 - 2048])
+@pytest.mark.parametrize("reported", [3_000_000_000, 2**63 - 2048, 2**63, 10**23])
 def test_a_huge_page_count_is_refused_alike_on_both_databases(
     sim: Simulator,
     tmp_path: Path,
@@ -58,4 +60,5 @@ def test_a_huge_page_count_is_refused_alike_on_both_databases(
     fault_got.append(f"{backend}: exit {result.returncode}: {stderr[:60]}")
     assert "unexpected" not in stderr, stderr
     assert result.returncode == 5, stderr
+    assert len(stderr.splitlines()) == 1, stderr
     assert f"pageCount {reported}" in result.stdout + stderr

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from mirror.airgap.importer import import_set
-from mirror.airgap.layout import VersionManifest
-from mirror.airgap.provenance import check_in_bucket, check_object
+from mirror.airgap.layout import Index, IndexEntry, VersionManifest
+from mirror.airgap.provenance import RECORD_IDENTITY, check_in_bucket, check_object
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.config import TargetSettings
@@ -52,10 +52,19 @@ SITE0 = {**SITE, "guides/a.html": b"<p>an older a</p>\n" * 40}
 SITE2 = {**SITE, "guides/a.html": b"<p>a, changed</p>\n" * 50}
 
 
-def config(tmp_path: Path, target: TargetSettings, *public: Path, work: Path | None = None) -> Path:
-    """The air-gapped side's config, trusting `public` (the first pair's key when none)."""
+def config(
+    tmp_path: Path,
+    target: TargetSettings,
+    *public: Path,
+    work: Path | None = None,
+    receipt: Path | None = None,
+) -> Path:
+    """The air-gapped side's config, trusting `public` (the first pair's key when none);
+    signing its verification records with `receipt`, when given."""
     document = transfer_config(tmp_path / "airgap-store", (public[0], public[0]), target)
     del document["transfer"]
+    if receipt is not None:
+        document["transfer"] = {"signing_key": str(receipt)}
     document["target"]["transfer_keys"] = [str(p) for p in public]
     if work is not None:
         document["target"]["work_dir"] = str(work)
@@ -320,12 +329,35 @@ def _conflicting_manifest(store: ObjectStore, one: SetItem, private: Path) -> No
     store.client.put_object(Bucket=store.bucket, Key=key, Body=document.to_bytes())
 
 
+def _conflicting_record(store: ObjectStore, one: SetItem, private: Path) -> None:
+    """A verification record about another object at V1's record key (issue 38 P11)."""
+    key = store.key(DOCS, V1, "verification.intoto.json")
+    metadata = {RECORD_IDENTITY: "2" * 64}
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=b"{}", Metadata=metadata)
+
+
+def _conflicting_index(store: ObjectStore, one: SetItem, private: Path) -> None:
+    """An index listing V1 with another sha256 (its manifest deleted by a bucket writer)."""
+    entry = IndexEntry(
+        version=V1,
+        sha256="3" * 64,
+        size=10,
+        object=store.key(DOCS, V1, "bundle.tar.gz"),
+        manifest=store.key(DOCS, V1, "manifest.json"),
+        imported_at=one.exported_at,
+    )
+    body = Index(domain=DOCS, versions=[entry]).to_bytes()
+    store.client.put_object(Bucket=store.bucket, Key=store.key(DOCS, "index.json"), Body=body)
+
+
 @pytest.mark.fault(
-    "38.4 a conflicting statement or manifest already at the version's keys",
+    "38.4 a conflicting statement, manifest, record or index entry at the version's keys",
     "exit 5 before the bundle is written: no orphan object",
 )
 @pytest.mark.parametrize(
-    "conflict", [_conflicting_statement, _conflicting_manifest], ids=["statement", "manifest"]
+    "conflict",
+    [_conflicting_statement, _conflicting_manifest, _conflicting_record, _conflicting_index],
+    ids=["statement", "manifest", "record", "index"],
 )
 def test_a_conflict_in_the_bucket_refuses_before_the_bundle_is_written(
     conflict: Callable[[ObjectStore, SetItem, Path], None],
@@ -340,7 +372,7 @@ def test_a_conflict_in_the_bucket_refuses_before_the_bundle_is_written(
     write_set(victim, [replace(one, statement=Statement.honest(one))], load_signing_key(private))
     conflict(object_store, one, private)
     before = bucket_listing(object_store.client, object_store.bucket)
-    result = import_cli(config(tmp_path, target_settings, public), victim)
+    result = import_cli(config(tmp_path, target_settings, public, receipt=private), victim)
     refused_unchanged(result, object_store, before, fault_got)
     assert object_store.head(object_store.key(DOCS, V1, "bundle.tar.gz")) is None
 
@@ -385,3 +417,37 @@ def test_a_version_signed_again_by_a_rotated_key_is_already_there(
     assert published["status"] == "already there"
     held = object_store.client.get_object(Bucket=object_store.bucket, Key=statement_key)
     assert held["Body"].read() == kept_bytes
+
+
+@pytest.mark.fault(
+    "38.4 the old transfer key retired from target.transfer_keys, its version carried again",
+    "exit 5, nothing published, naming the remedy; the remedy run: exit 0, already there",
+)
+def test_a_version_of_a_retired_key_names_the_remedy_and_the_remedy_works(
+    tmp_path: Path,
+    object_store: ObjectStore,
+    target_settings: TargetSettings,
+    fault_got: list[str],
+) -> None:
+    """Trial P9 (G4): the refusal said "find out who wrote" it, pointing at an attacker where
+    there was a rotation; it names the trust setting now, and doing what it says imports."""
+    for side in ("old", "new"):
+        (tmp_path / side).mkdir()
+    old_private, old_public = new_key_pair(tmp_path / "old")
+    made = generate_keypair(tmp_path / "new" / "transfer")
+    one = item(tmp_path, V1, SITE)
+    said = [replace(one, statement=Statement.honest(one))]
+    digest = write_set(tmp_path / "s1", said, load_signing_key(old_private))
+    import_set(object_store, tmp_path / "s1", load_trusted_keys([old_public]))
+    again = tmp_path / "s2"
+    write_set(again, said, load_signing_key(made.private_path), sequence=2, previous=(1, digest))
+    before = bucket_listing(object_store.client, object_store.bucket)
+    retired = config(tmp_path, target_settings, made.public_path)
+    stderr = refused_unchanged(import_cli(retired, again), object_store, before, fault_got)
+    assert "put its public key back in target.transfer_keys" in stderr, stderr
+    assert "find out who wrote" not in stderr, stderr
+    trusting_both = config(tmp_path, target_settings, made.public_path, old_public)
+    result = mirror_cli("--config", str(trusting_both), "--json", "transfer", "import", str(again))
+    fault_got.append(f"remedy: exit {result.returncode}")
+    assert result.returncode == 0, result.stderr
+    assert [i["status"] for i in json.loads(result.stdout)["items"]] == ["already there"]

@@ -6,12 +6,14 @@ refused set is moved aside with its reason and leaves nothing pending."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import pytest
 
 from mirror.errors import AuthError, ConfigError, IntegrityError, MirrorError, TemporaryFailure
+from mirror.logs import JsonFormatter
 from mirror.oneway.imports import RETRY_FIRST, RETRY_MAX, ImportQueue
 from mirror.oneway.metrics import ReceiverMetrics
 
@@ -60,7 +62,9 @@ def test_a_deferred_set_is_tried_again_later_and_after_a_restart(tmp_path: Path)
     assert store.imported == ["set-1"] and again.pending() == []
 
 
-def test_a_refused_set_is_moved_aside_with_its_reason(tmp_path: Path) -> None:
+def test_a_refused_set_is_moved_aside_with_its_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     spool = tmp_path / "spool"
 
     def refuse(set_dir: Path) -> None:
@@ -68,8 +72,16 @@ def test_a_refused_set_is_moved_aside_with_its_reason(tmp_path: Path) -> None:
 
     metrics = ReceiverMetrics()
     queue = ImportQueue(spool, refuse, metrics)
-    for _ in range(2):  # the same name twice: the second is kept beside the first
-        queue.landed(landed(spool, "set-1"))
+    with caplog.at_level(logging.WARNING, "mirror.oneway.imports"):
+        for _ in range(2):  # the same name twice: the second is kept beside the first
+            queue.landed(landed(spool, "set-1"))
+    # the README's query for MirrorOnewaySetIncomplete finds each refusal (trial R3, G3)
+    found = [
+        line
+        for line in (json.loads(JsonFormatter().format(r)) for r in caplog.records)
+        if line.get("outcome") in ("incomplete", "refused")
+    ]
+    assert [(line["set"], line["outcome"]) for line in found] == [("set-1", "refused")] * 2
     assert sorted(p.name for p in (spool / "refused").iterdir()) == [
         "set-1", "set-1.2", "set-1.2.reason", "set-1.reason"
     ]  # fmt: skip

@@ -96,6 +96,24 @@ def test_a_token_removed_before_the_signature_is_one_config_error(in_process: So
     assert "insert it" in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_a_token_put_back_signs_again_in_the_same_process(in_process: SoftHSM) -> None:
+    """Removed (its directory moved away, as the trial did) under a running process: one
+    ConfigError; put back: the next signature is made, with no restart (trial K12: every
+    later try failed with GeneralError until the process was restarted)."""
+    key = open_signing_key(in_process.uri(_tool_key(in_process)))
+    key.sign(b"before")
+    tokens = in_process.root / "tokens"
+    tokens.rename(in_process.root / "tokens.away")
+    tokens.mkdir()
+    with pytest.raises(ConfigError, match="insert it"):
+        key.sign(b"manifest")
+    tokens.rmdir()
+    (in_process.root / "tokens.away").rename(tokens)
+    for attempt in range(2):  # and again: the module stays usable
+        signature = key.sign(b"manifest %d" % attempt)
+        key.public.key.verify(signature, b"manifest %d" % attempt)
+
+
 def test_a_token_holding_another_key_under_the_name_cannot_sign(in_process: SoftHSM) -> None:
     """The key replaced (another key under the same name) after it was loaded: the token's
     signature does not verify with the key loaded before, so nothing is signed with it."""

@@ -26,6 +26,7 @@ from mirror.config import settings_from_dict
 from mirror.errors import (
     AuthError,
     ConfigError,
+    IntegrityError,
     MirrorError,
     NotFound,
     OperationFailed,
@@ -243,10 +244,18 @@ def test_parse_number_is_tolerant(value: object, expected: float | None) -> None
 def test_parse_count_takes_whole_counts() -> None:
     assert parse_count("128") == 128
     assert parse_count(128.0) == 128
-    assert parse_count(-1) is None
-    assert parse_count("n/a") is None
-    assert parse_count(10**30) is None and parse_count("1e19") is None  # no BIGINT holds them
+    assert parse_count("n/a") is None and parse_count(None) is None  # not reported
     assert parse_count(2**62) == 2**62
+
+
+@pytest.mark.parametrize(
+    "value", [-1, 2**63, 10**23, 1e30, float("inf"), "-5", "99999999999999999999"]
+)
+def test_a_count_no_count_can_be_is_refused_never_taken_for_absent(value: object) -> None:
+    """Past the one bound (no BIGINT holds it) or negative: exit 5 naming the field, never
+    None (a `pageCount` taken for "not reported" turns the completeness check off)."""
+    with pytest.raises(IntegrityError, match=r"the vendor reported pageCount .*no count can be"):
+        parse_count(value, "pageCount")
 
 
 def test_parse_timestamp_reads_iso8601_with_z_and_offsets() -> None:

@@ -11,7 +11,9 @@ Promises:
   list are never touched.
 - Index last, as with publishing, through a journal: the versions are first
   written to `DOMAIN/gc.json` as pending, then taken out of `index.json`, then
-  their manifests and bundles are deleted, then the journal entry is cleared.
+  their manifests, their evidence (verification record, provenance, inventory) and
+  their bundles are deleted, then the journal entry is cleared. A version removed can
+  be carried again (`transfer pack --full --from-set N`) and imports as new.
   A gc killed at any instant leaves no index entry pointing at a missing
   object; the next gc finishes the journal it finds before anything else (a
   dry run reports it).
@@ -47,6 +49,11 @@ ROLLBACK_TARGET = "rollback target"
 DELTA_BASE = "delta base"
 NEWEST = "newest"
 PROMOTED_MEANWHILE = "promoted meanwhile"
+
+EVIDENCE = (layout.record_key, layout.provenance_key, layout.inventory_key)
+"""A version's evidence, removed with it (after its manifest, before its bundle): left
+behind, it would be about an object that is gone, and a later import of the same version
+(carried again) would meet it."""
 
 
 class Listing(layout.Bucket, Protocol):
@@ -278,6 +285,8 @@ def _finish(
     removed = [entry for entry in entries if entry.version not in restored]
     for entry in removed:
         store.delete(entry.manifest)
+        for evidence in EVIDENCE:
+            store.delete(evidence(store, domain, entry.version))
         store.delete(entry.object)
         log.info("version removed", extra={"domain": domain, "version": entry.version})
     _clear_journal(store, domain, removed, restored, now)

@@ -1,9 +1,10 @@
 """Import a verified transfer set into the object store and write its receipt (air-gapped side).
 
 `import_set` tells the story; each step is a module: `_admission` (every refusal before a
-byte is published), `_bundles` (the bundles, staged and completed together), `_manifests`
-(each version's provenance, record and manifest), `_documents` (the indexes, promotions and
-import state), `_result` (what the import did, and its receipt).
+byte is published; `_conflicts`, every key a version will write), `_bundles` (the bundles,
+staged and completed together), `_manifests` (each version's provenance, record and
+manifest), `_documents` (the indexes, promotions and import state), `_result` (what the
+import did, and its receipt).
 
 Promises:
 - Nothing is read from the set before the bucket has answered (a missing

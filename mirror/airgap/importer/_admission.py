@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mirror.airgap import layout, provenance, publish
+from mirror.airgap.importer._conflicts import check_conflicts
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.airgap.s3.probe import require_safe_writes
 from mirror.errors import ConfigError, IntegrityError
@@ -71,6 +72,7 @@ def admit(
     notes.extend(tool_notes(verified.manifest))
     carried = check_provenance(store, set_dir, verified.manifest, trusted)
     check_versions_there(store, verified.manifest)
+    check_conflicts(store, verified.manifest, bases)
     gap = [] if replayed else never_seen(state, verified.manifest.sequence)
     return Admitted(verified, replayed, notes, bases, carried, gap)
 

@@ -76,6 +76,8 @@ def publish_version(
     (when this side has a receipt key); returns the item and its index entry."""
     key = layout.version_manifest_key(store, item.domain, item.version)
     if bundle.kept is not None:
+        if signer is not None and published_by(bundle.kept, verified):
+            write_record(store, verified, item, bundle.digest, imported_at, signer)
         return _published(store, item, bundle.kept, key, "already there")
     record = write_record(store, verified, item, bundle.digest, imported_at, signer)
     document = _version_manifest(store, verified, item, bundle.digest, imported_at, record)
@@ -84,6 +86,16 @@ def publish_version(
         "published" if "created" in (bundle.outcome, manifest_status) else "already there"
     )
     return _published(store, item, document, key, status)
+
+
+def published_by(kept: layout.VersionManifest, verified: VerifiedSet) -> bool:
+    """The version the bucket holds with the same tree in other bytes is the one this very set
+    published (a spliced delta, whose digest the signed manifest cannot name): imported
+    again (`--allow-replay`, the remedy for a version without a record) it gets the record it
+    lacks, about that object, which this set made and checked. A version another set
+    published keeps what it has."""
+    manifest = verified.manifest
+    return kept.transfer_sequence == manifest.sequence and kept.source_id == manifest.source_id
 
 
 def _version_manifest(
@@ -116,19 +128,28 @@ def _put_manifest(
     store: ObjectStore, key: str, document: layout.VersionManifest
 ) -> tuple[layout.VersionManifest, str]:
     """Create the manifest once; one already there (an import killed after writing it) is
-    kept when it describes the same bundle, refused otherwise. The manifest the bucket holds,
-    and whether this import created it."""
+    kept when it describes the same bundle, refused otherwise: judged by what it says, as
+    `_conflicts` judged it before any upload (its metadata may be gone: a manifest rewritten
+    by hand). The manifest the bucket holds, and whether this import created it."""
+    if layout.read_version_manifest(store, document.domain, document.version) is not None:
+        return _kept_manifest(store, key, document), "exists"
     status = store.put_immutable(
         key, document.to_bytes(), identity={BUNDLE_SHA256_META: document.sha256}
     )
     if status == "exists":
-        stored = layout.read_version_manifest(store, document.domain, document.version)
-        if stored is None or stored.sha256 != document.sha256 or stored.object != document.object:
-            raise IntegrityError(
-                f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
-            )
-        return stored, status
+        return _kept_manifest(store, key, document), status
     return document, status
+
+
+def _kept_manifest(
+    store: ObjectStore, key: str, document: layout.VersionManifest
+) -> layout.VersionManifest:
+    stored = layout.read_version_manifest(store, document.domain, document.version)
+    if stored is None or stored.sha256 != document.sha256 or stored.object != document.object:
+        raise IntegrityError(
+            f"{store.bucket}/{key} describes another bundle; objects are never overwritten"
+        )
+    return stored
 
 
 def write_record(
