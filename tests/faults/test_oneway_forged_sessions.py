@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import resource
-import shutil
 import signal
 import socket
 import time
@@ -29,7 +28,7 @@ from mirror.oneway.table import (
 )
 from tests.faults.test_oneway_forged import dropped, real_pass
 from tests.fixtures.forged import SYMBOL, forged_table, packet, sha, status, table_datagrams
-from tests.oneway.conftest import packed_set, same_tree  # noqa: F401  (the fixture)
+from tests.oneway.conftest import badly_signed_copy, packed_set, same_tree  # noqa: F401  (the fixture)
 
 Kind = wire.Kind
 END = {"pass": 1, "passes": 1}
@@ -131,12 +130,7 @@ def test_the_rest_of_a_refused_sets_passes_is_not_reported_again(
     """O20: after a copy whose signature does not verify was refused, its second pass and
     END were reported "incomplete: its file table never arrived" with a resend command for
     the bad copy. Now nothing; the genuine set sent next lands."""
-    bad = tmp_path / "badsig"
-    shutil.copytree(packed_set, bad)
-    signature = bad / "manifest.json.sig"
-    text = signature.read_text()
-    at = text.rfind('"') - 5
-    signature.write_text(text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1 :])
+    bad = badly_signed_copy(packed_set, tmp_path / "badsig")
     spool = tmp_path / "spool"
     receiver = Receiver(spool, trusted)
     _, bad_pass = real_pass(bad)

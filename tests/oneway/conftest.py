@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +36,14 @@ def same_tree(a: Path, b: Path) -> bool:
     return names(a) == names(b) and all(
         (a / n).read_bytes() == (b / n).read_bytes() for n in names(a)
     )
+
+
+def badly_signed_copy(packed: Path, dest: Path) -> Path:
+    """A copy of `packed` with one character of its signature changed: the genuine set's
+    manifest (so its session), refused when its signature is checked."""
+    shutil.copytree(packed, dest)
+    signature = dest / "manifest.json.sig"
+    text = signature.read_text()
+    at = text.rfind('"') - 5
+    signature.write_text(text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1 :])
+    return dest

@@ -16,7 +16,7 @@ from mirror.oneway.assembly import ranges
 from mirror.oneway.receiver import Outcome, Receiver
 from mirror.oneway.sender import file_reader, pass_datagrams
 from mirror.oneway.table import Table, read_table, safe_name
-from tests.oneway.conftest import same_tree
+from tests.oneway.conftest import badly_signed_copy, same_tree
 
 ROOM = wire.payload_room(1500)
 SYMBOL = ROOM - 4
@@ -182,14 +182,7 @@ def test_after_a_copy_that_does_not_verify_the_genuine_set_lands_without_a_resta
     """W2: a copy with one character of its signature changed has the genuine set's manifest,
     so its session. The genuine set sent next is its own: named in its incomplete report (N3),
     landed when whole, though the receiver was never restarted."""
-    import shutil
-
-    bad = tmp_path / "badsig"
-    shutil.copytree(packed_set, bad)
-    signature = bad / "manifest.json.sig"
-    text = signature.read_text()
-    at = text.rfind('"') - 5
-    signature.write_text(text[:at] + ("A" if text[at] != "A" else "B") + text[at + 1 :])
+    bad = badly_signed_copy(packed_set, tmp_path / "badsig")
     receiver = Receiver(spool, trusted)
     refused = deliver(receiver, one_pass(bad, table_of(bad)), lambda n: True)
     assert refused is not None and refused.name == "badsig" and refused.error, refused
