@@ -18,13 +18,13 @@ import pytest
 from mirror.oneway import wire
 from mirror.oneway.metrics import ReceiverMetrics
 from mirror.oneway.receiver import HELD_BYTES, MAX_SESSIONS, WAITING, Receiver
-from mirror.oneway.sender import file_reader, pass_datagrams
-from mirror.oneway.table import MAX_FILE_SIZE, Table, read_table
+from mirror.oneway.table import MAX_FILE_SIZE
 from tests.fixtures.forged import (
-    ROOM,
     SYMBOL,
+    dropped,
     filler,
     forged_table,
+    real_pass,
     sha,
     status,
     table_datagrams,
@@ -32,11 +32,6 @@ from tests.fixtures.forged import (
 from tests.oneway.conftest import packed_set, same_tree  # noqa: F401  (the fixture)
 
 Kind = wire.Kind
-
-
-def real_pass(set_dir: Path) -> tuple[Table, list[bytes]]:
-    table = read_table(set_dir, symbol_size=SYMBOL, block_symbols=200)
-    return table, list(pass_datagrams(table, file_reader(set_dir, table), ROOM))
 
 
 def forged(seed: int, more: list[list[Any]], **fields: Any) -> list[bytes]:
@@ -97,13 +92,6 @@ CASES: dict[str, tuple[str, list[bytes]]] = {
     "a HEARTBEAT nested deep": ("status", [status(Kind.HEARTBEAT, 52, NESTED)]),
     "a HEARTBEAT of pass 0": ("status", [status(Kind.HEARTBEAT, 53, {"pass": 0, "passes": 1})]),
 }  # fmt: skip
-
-
-def dropped(metrics: ReceiverMetrics, reason: str) -> float:
-    value = metrics.registry.get_sample_value(
-        "mirror_oneway_dropped_datagrams_total", {"reason": reason}
-    )
-    return value or 0.0
 
 
 @pytest.mark.parametrize("case", list(CASES))

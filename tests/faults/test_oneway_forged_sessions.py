@@ -26,8 +26,16 @@ from mirror.oneway.table import (
     Table,
     read_table,
 )
-from tests.faults.test_oneway_forged import dropped, real_pass
-from tests.fixtures.forged import SYMBOL, forged_table, packet, sha, status, table_datagrams
+from tests.fixtures.forged import (
+    SYMBOL,
+    dropped,
+    forged_table,
+    packet,
+    real_pass,
+    sha,
+    status,
+    table_datagrams,
+)
 from tests.oneway.conftest import badly_signed_copy, packed_set, same_tree  # noqa: F401  (the fixture)
 
 Kind = wire.Kind

@@ -148,7 +148,7 @@ def test_two_imports_promoting_the_same_version_both_succeed(
     reading again shows nothing left to do, which is success, not 'run again'."""
     from mirror.airgap.chart import promotion
 
-    monkeypatch.setattr(promotion, "complete_version", lambda *a, **k: None)
+    monkeypatch.setattr(promotion, "present_version", lambda *a, **k: None)
     promote(object_store, DOCS, "v1")
     raced = RacedBucket(object_store, lambda: promote(object_store, DOCS, "v2"))
     document = promote(raced, DOCS, "v2")  # type: ignore[arg-type]
