@@ -69,9 +69,11 @@ dist-check: venv
 monitoring: venv
 	$(VENV)/bin/python deploy/monitoring/mixin.py
 
-## make faults: every fault case (kill loops at 100 kills), then the fault table
+## make faults: every fault case (kill loops at 100 kills), then the fault table; then the
+## property tests' longer searches (tests/fixtures/campaign.py: what make test runs once)
 faults: venv
 	$(TEST_ENV) MIRROR_FAULT_KILLS=100 MIRROR_FAULT_ALL=1 scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider tests/faults $(PYTEST_ARGS)
+	$(TEST_ENV) MIRROR_FAULT_ALL=1 $(VENV)/bin/pytest -q -p no:cacheprovider tests/foundations/test_archive_html.py tests/transferset/test_recipe.py tests/transferset/test_splice.py $(PYTEST_ARGS)
 
 ## make demo: the whole pipeline on embedded defaults, in a temporary directory
 ## make docs: docs/json.md from the command contract (mirror/cli/contract.py)

@@ -48,21 +48,30 @@ V1, V2, V3 = "2026-11-21", "2026-11-22", "2026-11-23"
 T1, T2, T3 = "2026-11-21T03:00:00Z", "2026-11-22T03:00:00Z", "2026-11-23T03:00:00Z"
 MiB = 1024 * 1024
 BIG = os.urandom(9 * MiB)  # the spliced archives pass the 8 MiB part size: multipart uploads
-BASE = {
-    "index.html": b"<h1>home</h1>\n",
-    "guides/a.html": b"<p>a</p>\n" * 100,
-    "guides/c.html": b"<p>c</p>\n" * 100,
-    "guides/gone.html": b"<p>removed in the next version</p>\n",
-    "assets/big.bin": BIG,
-}
-NEW = {
-    "index.html": b"<h1>home, changed</h1>\n",
-    "moved/a.html": BASE["guides/a.html"],
-    "guides/c.html": BASE["guides/c.html"],
-    "guides/copy-of-c.html": BASE["guides/c.html"],
-    "assets/big.bin": BIG,
-}
-THIRD = {**NEW, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": BIG[::-1]}
+
+
+def site_versions(asset: bytes) -> tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes]]:
+    """Three versions of one small site whose asset is `asset` (the third reverses it): the
+    cases of a hostile base use a small asset, the two that need multipart the 9 MiB one."""
+    base = {
+        "index.html": b"<h1>home</h1>\n",
+        "guides/a.html": b"<p>a</p>\n" * 100,
+        "guides/c.html": b"<p>c</p>\n" * 100,
+        "guides/gone.html": b"<p>removed in the next version</p>\n",
+        "assets/big.bin": asset,
+    }
+    new = {
+        "index.html": b"<h1>home, changed</h1>\n",
+        "moved/a.html": base["guides/a.html"],
+        "guides/c.html": base["guides/c.html"],
+        "guides/copy-of-c.html": base["guides/c.html"],
+        "assets/big.bin": asset,
+    }
+    return base, new, {**new, "guides/new.html": b"<p>new</p>\n", "assets/big.bin": asset[::-1]}
+
+
+BASE, NEW, THIRD = site_versions(os.urandom(64 * 1024))
+MULTIPART = site_versions(BIG)
 SPLICED = DeltaSpec(spliced=True)
 
 
@@ -153,9 +162,10 @@ def test_moves_removals_and_a_chain_of_spliced_deltas_give_each_version_its_tree
 ) -> None:
     """A moved or copied page is carried (a splice keeps a base file only at its own path);
     a removed one is dropped; a delta spliced from a spliced version (multipart, 9 MiB)."""
-    old, old_tree = hand_made(tmp_path, "v1", BASE)
-    _, new_tree = hand_made(tmp_path, "v2", NEW)
-    _, third_tree = hand_made(tmp_path, "v3", THIRD)
+    base, new, third_site = MULTIPART
+    old, old_tree = hand_made(tmp_path, "v1", base)
+    _, new_tree = hand_made(tmp_path, "v2", new)
+    _, third_tree = hand_made(tmp_path, "v3", third_site)
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     second = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b2", SPLICED)
@@ -198,9 +208,10 @@ def _base_imported_and_spliced_set(
     signing: SigningKey,
     trusted: Any,
     spec: DeltaSpec = SPLICED,
+    versions: tuple[dict[str, bytes], ...] = (BASE, NEW),
 ) -> SetItem:
-    old, old_tree = hand_made(tmp_path, "v1", BASE)
-    _, new_tree = hand_made(tmp_path, "v2", NEW)
+    old, old_tree = hand_made(tmp_path, "v1", versions[0])
+    _, new_tree = hand_made(tmp_path, "v2", versions[1])
     first = write_set(tmp_path / "s1", [full_item(DOCS, V1, old, T1)], signing)
     import_set(object_store, tmp_path / "s1", trusted)
     item = delta_item(DOCS, V2, V1, old_tree, new_tree, T2, tmp_path / "b", spec)
@@ -427,7 +438,9 @@ def test_one_spliced_set_imported_twice_at_once_publishes_its_version_once(
     """Two operators import the same set at once (9 MiB: multipart): one splices and
     publishes; the other either finds it published meanwhile (read back, proved by its
     tree) or is refused as a replay; the version's manifest names the object's bytes."""
-    item = _base_imported_and_spliced_set(tmp_path, object_store, signing, trusted)
+    item = _base_imported_and_spliced_set(
+        tmp_path, object_store, signing, trusted, versions=MULTIPART
+    )
     (tmp_path / "w1").mkdir()
     (tmp_path / "w2").mkdir()
     copy = tmp_path / "s2-copy"

@@ -16,6 +16,7 @@ from mirror.outbound.recipe import base_object
 from mirror.store.app import App
 from mirror.store.maintenance.recovery import sweep_temp_files
 from mirror.store.models import Transfer
+from tests.fixtures.campaign import ONLY_IN_MAKE_FAULTS
 from tests.fixtures.cli import write_config
 from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import transfer_config
@@ -107,6 +108,7 @@ def test_kill_during_delta_build_leaves_nothing(
 CHANGING: dict[str, Any] = {"pages": 800, "page_size": 65536, "change_share": 0.3}
 
 
+@ONLY_IN_MAKE_FAULTS  # 20 CPU s of versions to catch the window; the delta-build kill runs
 @pytest.mark.fault(
     "13.1 pack killed while it keeps a splice recipe",
     "tmp holds only what the start-up sweep removes; no partial recipe; the next pack keeps one",

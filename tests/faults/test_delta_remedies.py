@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import shlex
 import shutil
@@ -33,6 +32,7 @@ from mirror.store.models import Version
 from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import load_signing_key
 from tests.fixtures.archives import Entry, make_tar_gz, write_tar
+from tests.fixtures.campaign import ONLY_IN_MAKE_FAULTS
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
@@ -245,9 +245,6 @@ Refusal = Callable[[Gap], None]
 # One refusal of each kind (no base, a damaged base, a rebuild that misses) runs in make test;
 # every refusal prints the same remedy, and make faults (MIRROR_FAULT_ALL=1) runs them all.
 IN_MAKE_TEST = {"base_never_imported", "base_object_damaged", "delta_rebuilds_another_archive"}
-EVERY_CASE_IN_MAKE_FAULTS = pytest.mark.skipif(
-    os.environ.get("MIRROR_FAULT_ALL") != "1", reason="make faults runs every refusal"
-)
 
 
 def refusal(damage: Refusal, refused: str) -> Any:
@@ -255,7 +252,7 @@ def refusal(damage: Refusal, refused: str) -> Any:
     fault = pytest.mark.fault(case, "exit 5 naming a remedy; run as printed: version in bucket")
     marks = [fault]
     if damage.__name__ not in IN_MAKE_TEST:
-        marks.append(EVERY_CASE_IN_MAKE_FAULTS)
+        marks.append(ONLY_IN_MAKE_FAULTS)
     return pytest.param(damage, refused, marks=marks, id=damage.__name__)
 
 

@@ -23,7 +23,7 @@ from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import bucket_listing
 
-KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
+KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "3"))  # each point once
 VERSIONS = 24
 KEEP = 3
 POINTS = ("journal written", "index changed", "objects deleted")

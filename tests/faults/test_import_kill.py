@@ -27,6 +27,7 @@ from mirror.config import TargetSettings, settings_from_dict
 from mirror.outbound.pack import pack
 from mirror.store.app import App
 from tests.fixtures.archives import make_tar_gz
+from tests.fixtures.campaign import ONLY_IN_MAKE_FAULTS
 from tests.fixtures.cli import mirror_cli, write_config
 from tests.fixtures.deltasets import (
     DeltaSpec,
@@ -40,7 +41,7 @@ from tests.fixtures.kills import killed_when
 from tests.fixtures.s3 import bucket_listing, key_versions, transfer_config
 from tests.fixtures.versions import add_version
 
-KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "4"))
+KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "2"))
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow, pytest.mark.timeout(300 + 30 * KILLS)]
 MiB = 1024 * 1024
@@ -263,7 +264,7 @@ def kill_delta_import(
     "kind",
     [
         pytest.param("spliced", id="spliced"),
-        pytest.param("recipe", id="recipe replayed"),
+        pytest.param("recipe", id="recipe replayed", marks=ONLY_IN_MAKE_FAULTS),
     ],
 )
 def test_a_killed_delta_import_publishes_the_version_exactly_once(

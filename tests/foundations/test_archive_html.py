@@ -23,6 +23,7 @@ from mirror.archive.encoding import (
     sniff,
 )
 from tests.fixtures.archives import write_tar
+from tests.fixtures.campaign import examples
 
 CAFE = "café.html"
 
@@ -257,7 +258,7 @@ _COMMON_HEADS = st.tuples(
 ).map(b"".join)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(400, 5000), deadline=None)
 @given(_COMMON_HEADS)
 def test_the_quick_reading_of_a_common_head_finds_what_the_walk_finds(head: bytes) -> None:
     assert prescan(head) == _Prescan(head).run()

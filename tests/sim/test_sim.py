@@ -838,10 +838,12 @@ def build_and_measure(size: int, path: Path) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_building_is_fast_and_memory_stays_flat(tmp_path: Path) -> None:
-    small = build_and_measure(8 * MiB, tmp_path / "small.tar.gz")
-    large = build_and_measure(48 * MiB, tmp_path / "large.tar.gz")
-    assert large["rss"] - small["rss"] < 16, (small, large)
-    assert 48 / large["seconds"] > 3.0, large  # MiB per CPU second, gzip -6 included
+    """Memory: a site 24 MiB larger costs under 12 MiB more (pages are streamed into the
+    archive, never held); speed in CPU seconds, which a busy machine does not bend."""
+    small = build_and_measure(4 * MiB, tmp_path / "small.tar.gz")
+    large = build_and_measure(28 * MiB, tmp_path / "large.tar.gz")
+    assert large["rss"] - small["rss"] < 12, (small, large)
+    assert 28 / large["seconds"] > 3.0, large  # MiB per CPU second, gzip -6 included
 
 
 def test_a_client_that_resets_mid_request_is_a_debug_line_not_a_traceback(
