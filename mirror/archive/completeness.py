@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 from mirror.archive.encoding import decode_page, sniff
+from mirror.archive.pagetokens import quick_links
 from mirror.archive.resolve import SITE, base_of, document_url, served_as
 from mirror.archive.resolve import target as resolved_target
 from mirror.archive.scanworker import Links, PageParser, child_main
@@ -576,16 +577,28 @@ def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[st
     """A page read as a browser reads it: the href of its first `<base href>` (None when it
     has none) and every URL it names in href/src/srcset/poster attributes, inline styles
     and <style> blocks, in document order; decoded in the encoding `encoding.sniff` finds
-    (`content_type`: an HTTP answer's)."""
+    (`content_type`: an HTTP answer's).
+
+    Read from the page's tags (`pagetokens.quick_links`, about a fifth of the cost) where
+    they say what the tree would; else from the tree lexbor builds (`tree_links`)."""
+    name = sniff(data, content_type)
+    if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf"):
+        if not data.isascii():
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:  # lexbor's replacement of bad bytes is lexbor's
+                return tree_links(data)
+        quick = quick_links(data, css_references)
+        return quick if quick is not None else tree_links(data)
+    text = decode_page(data, content_type)
+    quick = quick_links(text.encode("utf-8", "surrogatepass"), css_references)
+    return quick if quick is not None else tree_links(text)
+
+
+def tree_links(text: str | bytes) -> tuple[str | None, list[str]]:
+    """`page_links` of a page already decoded (bytes: UTF-8), from lexbor's tree."""
     from selectolax.lexbor import LexborHTMLParser  # only runs that meet a page load it
 
-    name = sniff(data, content_type)
-    # UTF-8 without a BOM goes to the parser as it is (lexbor reads bytes as UTF-8).
-    text = (
-        data
-        if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf")
-        else decode_page(data, content_type)
-    )
     tree = LexborHTMLParser(text)
     base = tree.css_first("base[href]")
     refs: list[str] = []
