@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 from mirror.archive.encoding import decode_page, sniff
-from mirror.archive.pagetokens import quick_links
 from mirror.archive.resolve import SITE, base_of, document_url, served_as
 from mirror.archive.resolve import target as resolved_target
 from mirror.archive.scanworker import Links, PageParser, child_main
@@ -579,35 +578,34 @@ def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[st
     and <style> blocks, in document order; decoded in the encoding `encoding.sniff` finds
     (`content_type`: an HTTP answer's).
 
-    Read from the page's tags (`pagetokens.quick_links`, about a fifth of the cost) where
-    they say what the tree would; else from the tree lexbor builds (`tree_links`)."""
-    name = sniff(data, content_type)
-    if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf"):
-        if not data.isascii():
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:  # lexbor's replacement of bad bytes is lexbor's
-                return tree_links(data)
-        quick = quick_links(data, css_references)
-        return quick if quick is not None else tree_links(data)
-    text = decode_page(data, content_type)
-    quick = quick_links(text.encode("utf-8", "surrogatepass"), css_references)
-    return quick if quick is not None else tree_links(text)
-
-
-def tree_links(text: str | bytes) -> tuple[str | None, list[str]]:
-    """`page_links` of a page already decoded (bytes: UTF-8), from lexbor's tree."""
+    One walk over lexbor's answer to `_SELECTOR`, in document order: an element comes once
+    for each selector of the list it matches (an `<img src srcset>` twice), so its
+    references count that many times, as they always have (the report's digest depends on
+    it). The first `<base>` with an href is the first such element met (every one matches
+    `[href]`): no second query of the tree. Reading the tags alone instead of building the
+    tree was tried and measured no cheaper (bench/RESULTS.md, issue 39)."""
     from selectolax.lexbor import LexborHTMLParser  # only runs that meet a page load it
 
-    tree = LexborHTMLParser(text)
-    base = tree.css_first("base[href]")
+    name = sniff(data, content_type)
+    # UTF-8 without a BOM goes to the parser as it is (lexbor reads bytes as UTF-8).
+    text = (
+        data
+        if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf")
+        else decode_page(data, content_type)
+    )
+    base: str | None = None
     refs: list[str] = []
-    for node in tree.css(_SELECTOR):
-        if node.tag == "style":
+    for node in LexborHTMLParser(text).css(_SELECTOR):
+        tag = node.tag
+        if tag == "style":
             refs += css_references((node.text(deep=True) or "").encode())
-        elif node.tag != "base":
-            _add_node_references(refs, node.tag, node.attributes)
-    return (base.attributes.get("href") or "") if base is not None else None, refs
+            continue
+        attrs = node.attributes
+        if tag != "base":
+            _add_node_references(refs, tag, attrs)
+        elif base is None and "href" in attrs:
+            base = attrs["href"] or ""
+    return base, refs
 
 
 def _add_node_references(refs: list[str], tag: str | None, attrs: dict[str, str | None]) -> None:
