@@ -576,7 +576,14 @@ def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[st
     """A page read as a browser reads it: the href of its first `<base href>` (None when it
     has none) and every URL it names in href/src/srcset/poster attributes, inline styles
     and <style> blocks, in document order; decoded in the encoding `encoding.sniff` finds
-    (`content_type`: an HTTP answer's)."""
+    (`content_type`: an HTTP answer's).
+
+    One walk over lexbor's answer to `_SELECTOR`, in document order: an element comes once
+    for each selector of the list it matches (an `<img src srcset>` twice), so its
+    references count that many times, as they always have (the report's digest depends on
+    it). The first `<base>` with an href is the first such element met (every one matches
+    `[href]`): no second query of the tree. Reading the tags alone instead of building the
+    tree was tried and measured no cheaper (bench/RESULTS.md, issue 39)."""
     from selectolax.lexbor import LexborHTMLParser  # only runs that meet a page load it
 
     name = sniff(data, content_type)
@@ -586,15 +593,19 @@ def page_links(data: bytes, content_type: str = "") -> tuple[str | None, list[st
         if name == "utf-8" and not data.startswith(b"\xef\xbb\xbf")
         else decode_page(data, content_type)
     )
-    tree = LexborHTMLParser(text)
-    base = tree.css_first("base[href]")
+    base: str | None = None
     refs: list[str] = []
-    for node in tree.css(_SELECTOR):
-        if node.tag == "style":
+    for node in LexborHTMLParser(text).css(_SELECTOR):
+        tag = node.tag
+        if tag == "style":
             refs += css_references((node.text(deep=True) or "").encode())
-        elif node.tag != "base":
-            _add_node_references(refs, node.tag, node.attributes)
-    return (base.attributes.get("href") or "") if base is not None else None, refs
+            continue
+        attrs = node.attributes
+        if tag != "base":
+            _add_node_references(refs, tag, attrs)
+        elif base is None and "href" in attrs:
+            base = attrs["href"] or ""
+    return base, refs
 
 
 def _add_node_references(refs: list[str], tag: str | None, attrs: dict[str, str | None]) -> None:
