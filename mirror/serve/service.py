@@ -224,7 +224,7 @@ class Service:
                     self._ensure_quietly(view.versions[label])
         for entry in list(self.cache.entries.values()):
             if (
-                not entry.verified
+                entry.fingerprint is None  # hashed once (a recovered one waits for its vouch)
                 and not self.stop.is_set()
                 and not self.cache.verify(entry.sha256)
             ):

@@ -9,7 +9,9 @@ this run; it is the only way a bundle becomes servable. Promises:
   size, object) as the index; when `target.transfer_keys` are set its signed provenance is
   verified against that bundle (mirror.airgap.provenance; required with
   `serve.require_provenance`); the object is streamed into a temporary file, hashed as it
-  is written, and admitted only when its size and sha256 are the manifest's. Anything else
+  is written, and admitted only when its size and sha256 are the manifest's (a file the
+  cache kept from a lost record, `recovered`, is hashed again instead of downloaded, and
+  vouched for by that same verdict: mirror.serve.cache). Anything else
   is an IntegrityError naming the version (the caller answers 502): the temporary file is
   removed, nothing is cached, nothing is sent.
 - A refused bundle is answered from that refusal for `hold` seconds (the poll interval, or
@@ -161,7 +163,8 @@ class Supply:
     def _settle(self, listed: Listed) -> None:
         sha256 = listed.ref.sha256
         entry = self.cache.get(sha256)
-        if entry is not None and (entry.verified or self.cache.verify(sha256)):
+        kept = entry is not None and entry.recovered  # hashed alone it proves nothing: _kept
+        if entry is not None and not kept and (entry.verified or self.cache.verify(sha256)):
             return
         seen: tuple[str | None, ...] = ()
         try:
@@ -221,22 +224,39 @@ class Supply:
                 f"{_name(listed)}: its manifest names another bundle than the index"
             )
         facts = self._provenance(listed, manifest)
-        temp = self.cache.temp_path(ref.sha256)
+        entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
+        kept = self._kept(listed, entry)
+        if not kept:
+            self._fetch(listed, entry)
+        log.info(
+            "cached %s (%d bytes, sha256 verified%s)",
+            _name(listed),
+            ref.size,
+            ", kept from a lost cache record" if kept else "",
+            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
+        )
+        self.on_fill(entry)
+
+    def _kept(self, listed: Listed, entry: Entry) -> bool:
+        """The cache's `recovered` file, vouched for by this version's verdict: hashed again
+        and, when the provenance is verified, holding the signed site. False when there is
+        none, or it is not the bundle (then it is dropped)."""
+        found = self.cache.get(entry.sha256)
+        if found is None or not found.recovered or not self.cache.verify(entry.sha256):
+            return False
+        _require_signed_site(listed, self.cache.path(entry.sha256), entry.provenance)
+        return self.cache.vouch(entry)
+
+    def _fetch(self, listed: Listed, entry: Entry) -> None:
+        """The bundle downloaded, checked and admitted (module docstring)."""
+        temp = self.cache.temp_path(entry.sha256)
         try:
             self._download(listed, temp)
-            _require_signed_site(listed, temp, facts)
-            entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
+            _require_signed_site(listed, temp, entry.provenance)
             self.cache.admit(temp, entry)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
-        log.info(
-            "cached %s (%d bytes, sha256 verified)",
-            _name(listed),
-            ref.size,
-            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
-        )
-        self.on_fill(entry)
 
     def _download(self, listed: Listed, temp: Path) -> None:
         """The object into `temp`, hashed as it is written; IntegrityError unless it is the

@@ -310,6 +310,54 @@ def test_restarted_it_verifies_the_cache_and_serves_with_the_saved_pointers(
     assert ready.status_code == 503 and "not cached and verified" in ready.text
 
 
+def test_an_unreadable_cache_record_costs_no_download_of_the_bundles_under_it(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """cache.json damaged: each bundle under it is hashed again and kept once its version's
+    manifest vouches for it; one whose bytes changed is dropped and filled from the bucket."""
+    cache = tmp_path / "cache"
+    counted = SwitchableBucket(memory_bucket)
+    with serving(counted, cache):
+        pass  # V2 (current) and V1 (its rollback target) filled
+    assert len(counted.streams) == 2
+    (cache / "cache.json").write_text('{"format": 1, "entries": ')
+    _damage(cache / "bundles" / promoted_versions[V1].sha256)
+    counted.streams.clear()
+    with serving(counted, cache) as running:
+        current = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
+        older = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+    assert current.content == promoted_versions[V2].archive.read_bytes()
+    assert older.content == promoted_versions[V1].archive.read_bytes()
+    assert counted.streams == [promoted_versions[V1].key]  # the damaged one, only
+    entries = json.loads((cache / "cache.json").read_text())["entries"]
+    assert entries[promoted_versions[V2].sha256]["versions"] == [[DOMAIN, V2]]
+    assert "recovered" not in entries[promoted_versions[V2].sha256]
+
+
+def test_a_bundle_kept_from_a_lost_record_waits_for_its_verdict(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """cache.json gone and the bucket away: the kept file is not served on its hash alone
+    (nothing vouches for it), and it is not thrown away either: with the bucket back, it
+    is checked and served without a download."""
+    cache = tmp_path / "cache"
+    away = SwitchableBucket(memory_bucket)
+    with serving(away, cache):
+        pass
+    (cache / "cache.json").unlink()
+    away.away, away.streams = True, []
+    with serving(away, cache) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V2, "tar.gz")))
+        ready = httpx.get(running.url + "/readyz")
+        away.away = False
+        running.refresh()
+        served = httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
+    data = promoted_versions[V2].archive.read_bytes()
+    assert answer.status == 503 and data[:32] not in answer.raw
+    assert ready.status_code == 503
+    assert served.content == data and away.streams == []
+
+
 def test_the_bucket_away_while_running_changes_nothing_served(
     memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
 ) -> None:
