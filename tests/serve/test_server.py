@@ -178,6 +178,34 @@ def test_concurrent_requests_wait_for_the_one_fill(
         assert running.counter("cache_fills_total") == 1
 
 
+def test_a_fill_the_bucket_stops_sending_is_given_up_for_every_waiting_client(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """A store that holds a bundle's bytes (a trickle under every read timeout looks the
+    same) answers the fill's leader and its followers 503 after `stall` seconds: no pod
+    waits for ever. Nothing is cached from it; the next request fills it again."""
+    gated = SwitchableBucket(memory_bucket)
+    with serving(gated, tmp_path / "cache", refresh=False) as running:
+        gated.gate = threading.Event()  # held until the end: the store sends nothing
+        running.service.supply.stall = 1.0
+        running.service.poll()
+        answers: list[httpx.Response] = []
+
+        def fetch() -> None:
+            answers.append(httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=120))
+
+        clients = [threading.Thread(target=fetch) for _ in range(2)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(120)
+        gated.gate.set()
+        again = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=120)
+    assert [a.status_code for a in answers] == [503, 503], [a.text[:200] for a in answers]
+    assert all("sent no more of the bundle for 1s" in a.text for a in answers)
+    assert again.content == promoted_versions[V1].archive.read_bytes()
+
+
 def _settled(running: Running, waiting: int) -> bool:
     """Wait (to a generous deadline) until `waiting` requests wait for the fill."""
     done = threading.Event()
