@@ -267,10 +267,13 @@ def _announced(process: subprocess.Popen[bytes], log: Path) -> str:
     off a terminal (its stderr here is a file), else the line's last word."""
     assert process.stdout is not None
     readable, _, _ = select.select([process.stdout], [], [], START_SECONDS)
-    line = process.stdout.readline().decode() if readable else ""
-    if not line:
-        said = "ended" if process.poll() is not None else f"said nothing in {START_SECONDS} s"
-        _fail(f"mirror serve {said} on stdout instead of its address", log)
+    if not readable:
+        _fail(f"mirror serve said nothing on stdout in {START_SECONDS} s (its address)", log)
+    line = process.stdout.readline().decode()
+    if not line:  # its stdout closed: it ended
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+        _fail(f"mirror serve ended (exit {process.returncode}) before it said its address", log)
     with contextlib.suppress(ValueError, TypeError, KeyError):
         return str(json.loads(line)["url"])
     return line.split()[-1]
