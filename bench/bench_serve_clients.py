@@ -135,8 +135,7 @@ def _nginx(work: Path, cached: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        process.wait(60)
+        _stop(process)
 
 
 def _answers(url: str) -> bool:
@@ -254,12 +253,17 @@ def _serve(work: Path, endpoint: str) -> Iterator[tuple[str, int]]:
         _wait_ready(process, url, log)
         yield url, process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(60)
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 60 s: a server that does not stop holds no run."""
+    process.terminate()
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(60)
 
 
 def _announced(process: subprocess.Popen[bytes], log: Path) -> str:
