@@ -9,6 +9,12 @@ ROUNDS rounds alternate the same 50 clients against mirror serve and against ngi
 on, the cached file itself), which goes first alternating: the median of the per-round ratios
 nginx time / mirror time is the figure (goal: at least 0.8). Prints the wall times, the
 aggregate rates and the server's peak RSS (VmHWM) and CPU seconds.
+
+Every wait has a deadline and ends in one line saying what did not happen (SystemExit):
+serve's address on its stdout (START_SECONDS), its readiness (READY_SECONDS, or at once when
+it exits), a round of clients (a client that receives under 1 KiB/s for STALL_SECONDS is
+cut by curl; a round past its deadline is killed). Serve's log (its stderr, a file in the
+bench's temporary directory) is shown, its last lines, when it did not start or get ready.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import getpass
 import hashlib
 import json
 import os
+import select
 import shutil
 import socket
 import statistics
@@ -35,6 +42,14 @@ CLIENTS = 50
 ACCESS = {"import": ("bench-import", "bench-import-secret"), "cluster": ("bench-ro", "bench-ro-s")}
 DOMAIN = "docs.example.com"
 LABEL = "2026-11-21"
+START_SECONDS = 120
+"""From `mirror serve` started to its address on stdout (it binds before anything else)."""
+READY_SECONDS = 600
+"""From its address to /readyz 200: the fill of SIZE_MIB from the bench's SeaweedFS."""
+STALL_SECONDS = 60
+"""A client receiving under 1 KiB/s this long is cut (curl --speed-time)."""
+FLOOR_MIB_S = 10
+"""A round of CLIENTS is given 120 s plus CLIENTS * SIZE_MIB at this aggregate rate."""
 
 
 def main() -> None:
@@ -120,8 +135,7 @@ def _nginx(work: Path, cached: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        process.wait(60)
+        _stop(process)
 
 
 def _answers(url: str) -> bool:
@@ -226,24 +240,63 @@ def _serve(work: Path, endpoint: str) -> Iterator[tuple[str, int]]:
         "AWS_SECRET_ACCESS_KEY": secret,
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mirror", "--config", str(config), "-q", "serve"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    log = work / "serve.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mirror", "--config", str(config), "-q", "serve"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+        )
     try:
-        assert process.stdout is not None
-        url = process.stdout.readline().split()[-1]
-        deadline = time.monotonic() + 600
-        while not _ready(url):
-            if time.monotonic() > deadline:
-                raise SystemExit("mirror serve did not get ready in 10 minutes")
-            time.sleep(0.2)
+        url = _announced(process, log)
+        _wait_ready(process, url, log)
         yield url, process.pid
     finally:
-        process.terminate()
+        _stop(process)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 60 s: a server that does not stop holds no run."""
+    process.terminate()
+    try:
         process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(60)
+
+
+def _announced(process: subprocess.Popen[bytes], log: Path) -> str:
+    """The address `mirror serve` says on its first stdout line: a JSON record with `url`
+    off a terminal (its stderr here is a file), else the line's last word."""
+    assert process.stdout is not None
+    readable, _, _ = select.select([process.stdout], [], [], START_SECONDS)
+    if not readable:
+        _fail(f"mirror serve said nothing on stdout in {START_SECONDS} s (its address)", log)
+    line = process.stdout.readline().decode()
+    if not line:  # its stdout closed: it ended
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(10)
+        _fail(f"mirror serve ended (exit {process.returncode}) before it said its address", log)
+    with contextlib.suppress(ValueError, TypeError, KeyError):
+        return str(json.loads(line)["url"])
+    return line.split()[-1]
+
+
+def _wait_ready(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    deadline = time.monotonic() + READY_SECONDS
+    while not _ready(url):
+        if process.poll() is not None:
+            _fail(f"mirror serve exited ({process.returncode}) before it was ready", log)
+        if time.monotonic() > deadline:
+            _fail(f"mirror serve was not ready within {READY_SECONDS} s", log)
+        time.sleep(0.2)
+
+
+def _fail(line: str, log: Path) -> None:
+    tail = log.read_text(errors="replace").splitlines()[-8:] if log.exists() else []
+    print("\n".join(f"  serve.log: {said[:400]}" for said in tail), file=sys.stderr)
+    raise SystemExit(f"bench serve_clients: {line}")
 
 
 def _ready(url: str) -> bool:
@@ -255,20 +308,45 @@ def _ready(url: str) -> bool:
 
 
 def _clients(url: str, digest: str, hashed: bool) -> float:
-    curl = shutil.which("curl") or "curl"
-    sink = f"{curl} -sf {url} | sha256sum" if hashed else f"{curl} -sf -o /dev/null {url}"
+    """CLIENTS fetches of `url` at once (each hashed, or into /dev/null): the wall time.
+    SystemExit naming the first client that failed, or the round's deadline."""
+    curl = f"curl -sS -f --speed-limit 1024 --speed-time {STALL_SECONDS}"
+    sink = f"{curl} {url} | sha256sum" if hashed else f"{curl} -o /dev/null {url}"
+    argv = ["bash", "-o", "pipefail", "-c", sink]
+    allowed = 120 + CLIENTS * SIZE_MIB / FLOOR_MIB_S
     started = time.monotonic()
     running = [
-        subprocess.Popen(["sh", "-c", sink], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(CLIENTS)
     ]
-    outputs = [process.communicate()[0] for process in running]
+    try:
+        outputs = [_finished(process, started + allowed) for process in running]
+    finally:
+        for process in running:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     took = time.monotonic() - started
-    if any(process.returncode for process in running):
-        raise SystemExit("a client failed")
     if hashed and {out.split()[0] for out in outputs} != {digest}:
         raise SystemExit(f"a client got other bytes: {json.dumps(sorted(set(outputs)))}")
     return took
+
+
+def _finished(process: subprocess.Popen[str], deadline: float) -> str:
+    """One client's stdout once it ended well; SystemExit when it failed or is still at it
+    at `deadline`."""
+    try:
+        out, err = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise SystemExit(
+            f"bench serve_clients: a round of {CLIENTS} clients x {SIZE_MIB} MiB was not done "
+            f"by its deadline (at least {FLOOR_MIB_S} MiB/s in all)"
+        ) from None
+    if process.returncode:
+        raise SystemExit(
+            f"bench serve_clients: a client failed (exit {process.returncode}): {err.strip()}"
+        )
+    return out
 
 
 def _peak_rss_mib(pid: int) -> float:

@@ -7,8 +7,9 @@ Promises:
   `MIRROR_LOG_FORMAT=json` (the Kubernetes Jobs). Then every line it writes, on stdout or
   stderr, is one JSON object: what it would print for a person is a log record on the
   same stream (mirror.cli.common; stdout's through `STDOUT_LOGGER`), and so is its fatal
-  error, with its `exit_code` (mirror.cli.fail); at INFO unless `-q`. `--json` still
-  prints its document on stdout, as asked;
+  error, with its `exit_code` (mirror.cli.fail); at INFO unless `-q`, which never drops a
+  service's address (the first stdout line a script waits for, as on a terminal) and
+  drops the rest. `--json` still prints its document on stdout, as asked;
 - a value registered with `register_secret` never reaches a log record's output,
   whatever message or argument carries it;
 - under systemd (stderr is the stream named by `$JOURNAL_STREAM`) every line starts with
@@ -231,7 +232,7 @@ def setup_logging(
     root.setLevel(max(logging.DEBUG, min(logging.ERROR, level)))
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
-    _stdout_records(root.level if _logs_only else None)
+    _stdout_records(logging.INFO if _logs_only else None)
     _want_retry_log()
 
 
@@ -243,7 +244,11 @@ they were (a script reading a service's first stdout line still finds its addres
 
 def _stdout_records(level: int | None) -> None:
     """`STDOUT_LOGGER` on stdout, in JSON (with the journal's `<N>` where stdout is the
-    journal's stream) at `level`; None: no handler of its own (it goes where the root's go)."""
+    journal's stream) at `level`; None: no handler of its own (it goes where the root's go).
+    Its level is never the root's: what reaches it is what the command would print, and
+    `-q` is applied where that is decided (mirror.cli.common: a report is dropped, a
+    service's address never is). At the root's, `mirror -q serve` off a terminal said
+    nothing on stdout and a script waiting for its address waited for ever."""
     out = logging.getLogger(STDOUT_LOGGER)
     if level is None:
         out.handlers[:], out.propagate = [], True

@@ -23,7 +23,12 @@ Promises:
   mirror.serve.server checks the file again after it).
 - Restarted, the cache trusts nothing: every recorded file is `unverified` until hashed
   again against its recorded size and sha256 (`verify`); a damaged or missing one is
-  dropped and its record with it. Files nobody recorded are removed.
+  dropped and its record with it. Files nobody recorded are removed, unless the record
+  itself is lost (unreadable, or gone): then every file named by a sha256 is kept as
+  `recovered`, used only once a version's verdict vouched for it (mirror.serve.supply:
+  its manifest and provenance checked as for a fill, the file hashed again instead of
+  downloaded; `vouch`), so a damaged cache.json costs no download and trusts nothing
+  more than a fill does.
 - `recheck` (SIGHUP) looks at every verified file again without hashing it: one whose
   inode, size or times changed, or that is gone, is dropped.
 - `evict` removes the least recently served bundles until the total is at most
@@ -66,13 +71,16 @@ class Entry:
     provenance: dict[str, Any] = field(default_factory=dict)
     last_used: float = 0.0
     fingerprint: Fingerprint | None = None
+    recovered: bool = False
+    """Kept from a lost record: its bytes may hash to its name (`fingerprint` once they
+    did), but no verdict of this cache vouches for them yet, so it is not `verified`."""
     first_served: dict[str, float] = field(default_factory=dict)
     """When this cache first served each of its versions (by label): the freshness histogram
     counts a version once, also across restarts."""
 
     @property
     def verified(self) -> bool:
-        return self.fingerprint is not None
+        return self.fingerprint is not None and not self.recovered
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +90,7 @@ class Entry:
             "provenance": self.provenance,
             "last_used": round(self.last_used, 3),
             "first_served": {label: round(at, 3) for label, at in self.first_served.items()},
+            **({"recovered": True} if self.recovered else {}),
         }
 
 
@@ -120,16 +129,34 @@ class Cache:
             folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp)
         self.tmp.mkdir()
-        self.entries = self._load()
-        for path in self.bundles.iterdir():
-            if path.name not in self.entries:
-                log.warning("removing %s: the cache has no record of it", path)
-                _remove(path)
+        loaded = self._load()
+        self.entries = loaded or {}
+        self._unrecorded(keep=loaded is None)
         for sha256 in [s for s in self.entries if not (self.bundles / s).is_file()]:
             log.warning("the cached bundle %s is gone; dropping its record", sha256)
             del self.entries[sha256]
         self.persist()
         return list(self.entries.values())
+
+    def _unrecorded(self, keep: bool) -> None:
+        """The files the record does not name: removed, or when the record is lost (`keep`)
+        each one named by a sha256 kept as `recovered` (module docstring)."""
+        kept = 0
+        for path in self.bundles.iterdir():
+            if path.name in self.entries:
+                continue
+            if keep and _is_sha256(path.name) and path.is_file():
+                self.entries[path.name] = Entry(path.name, path.stat().st_size, "", recovered=True)
+                kept += 1
+            else:
+                log.warning("removing %s: the cache has no record of it", path)
+                _remove(path)
+        if kept:
+            log.warning(
+                "kept %d cached bundles the cache record no longer names: each is used once "
+                "a version's manifest and provenance vouch for it and it is hashed again",
+                kept,
+            )
 
     def _take_lock(self) -> None:
         fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -150,17 +177,22 @@ class Cache:
             os.close(self._held)  # closing the descriptor releases the flock
             self._held = None
 
-    def _load(self) -> dict[str, Entry]:
+    def _load(self) -> dict[str, Entry] | None:
+        """The recorded entries; None when the record is lost (gone, or unreadable)."""
         try:
             document = json.loads(self.record.read_bytes())
             if document.get("format") != FORMAT:
                 raise ValueError(f"format {document.get('format')!r}")
             return {sha: _entry(sha, item) for sha, item in document["entries"].items()}
         except FileNotFoundError:
-            return {}
+            return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            log.warning("the cache record %s is unreadable (%s); starting empty", self.record, exc)
-            return {}
+            log.warning(
+                "the cache record %s is unreadable (%s); its bundles are verified again",
+                self.record,
+                exc,
+            )
+            return None
 
     def persist(self) -> None:
         with self._lock:
@@ -176,8 +208,8 @@ class Cache:
             return self.entries.get(sha256)
 
     def verify(self, sha256: str) -> bool:
-        """Hash a recorded file again: True (and usable) when it is its recorded size and
-        digest; False, and dropped, when it is not."""
+        """Hash a recorded file again: True (and usable, once vouched for when `recovered`)
+        when it is its recorded size and digest; False, and dropped, when it is not."""
         entry = self.get(sha256)
         if entry is None:
             return False
@@ -226,7 +258,7 @@ class Cache:
         """The verified file, open, for the `with` block; None when there is none (or it was
         changed since it was verified: then it is dropped)."""
         entry = self.get(sha256)
-        if entry is None or entry.fingerprint is None:
+        if entry is None or not entry.verified:
             yield None
             return
         try:
@@ -259,6 +291,22 @@ class Cache:
                 entry.versions |= known.versions
             self.entries[entry.sha256] = entry
         self.persist()
+
+    def vouch(self, entry: Entry) -> bool:
+        """A `recovered` file is `entry`'s bundle (its version's verdict passed, its bytes
+        hashed again by `verify`): record it as verified. False when it is no longer there
+        as hashed (then it is a fill's to bring)."""
+        with self._lock:
+            known = self.entries.get(entry.sha256)
+            if known is None or known.fingerprint is None:
+                return False
+            entry.fingerprint = known.fingerprint
+            entry.versions |= known.versions
+            entry.first_served = {**known.first_served, **entry.first_served}
+            entry.last_used = time.time()
+            self.entries[entry.sha256] = entry
+        self.persist()
+        return True
 
     def total(self) -> int:
         with self._lock:
@@ -294,7 +342,12 @@ def _entry(sha256: str, item: dict[str, Any]) -> Entry:
         provenance=dict(item.get("provenance") or {}),
         last_used=float(item.get("last_used", 0.0)),
         first_served={str(k): float(v) for k, v in (item.get("first_served") or {}).items()},
+        recovered=bool(item.get("recovered", False)),
     )
+
+
+def _is_sha256(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def _remove(path: Path) -> None:

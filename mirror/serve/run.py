@@ -57,6 +57,7 @@ def open_service(settings: Settings) -> Service:
         Trust(keys, settings.serve.require_provenance),
         url_mode=settings.target.url_mode,
     )
+    service.supply.stall = settings.target.deadline  # a fill's bytes: bounded as every call
     try:
         service.start()
     except CacheInUse as exc:

@@ -3,10 +3,11 @@ names, whether the service is ready, what the pointers are, and the poller that 
 
 Promises:
 - The pointers are read at start and then every `serve.poll_interval`; credentials the
-  store refuses at that first read end the service (`fatal`: exit 4); a read that fails
-  keeps the pointers read before (or, right after a restart, the ones saved in
-  `CACHE_DIR/pointers.json`), and says so (`bucket_error`, the status page, the
-  `mirror_serve_bucket_up` and `mirror_serve_pointers_from_disk` gauges).
+  store refuses at that first read end the service (`fatal`: exit 4, its error the one
+  line said, nothing saved); a read that fails keeps the pointers read before (or, right
+  after a restart, the ones saved in `CACHE_DIR/pointers.json`), and says so
+  (`bucket_error`, the status page, the `mirror_serve_bucket_up` and
+  `mirror_serve_pointers_from_disk` gauges).
 - After each read (in a thread of its own, mirror.serve.poller: fills never delay a read)
   every domain's current version and rollback target are filled, then the rest of the cache
   is verified again, then the cache is trimmed to `cache_max` (never a current version or a
@@ -176,10 +177,11 @@ class Service:
         try:
             found = read_pointers(self.bucket, self.settings.domains, self.pointers)
         except MirrorError as exc:
-            self._first_refused(exc)
-            self._bucket_failed(str(exc))
+            if not self._first_refused(exc):
+                self._bucket_failed(str(exc))
             return False
-        self._first_refused(found.refused)
+        if self._first_refused(found.refused):
+            return False
         self.pointers, self.pointers_from_disk = found, False
         self.warned.domains(found)
         self.warned.cache(self.cache_short())
@@ -192,11 +194,16 @@ class Service:
         self.records.read(self.bucket)
         return not found.errors
 
-    def _first_refused(self, error: MirrorError | None) -> None:
+    def _first_refused(self, error: MirrorError | None) -> bool:
         """Credentials the store refuses at the first read are a mistake to report (exit 4),
-        not an outage to serve through; later, or a store that does not answer, is."""
+        not an outage to serve through; later, or a store that does not answer, is. True
+        when it is that mistake: the read then changes nothing (no pointers saved) and says
+        nothing (no "serving what was read before": it is about to exit, and its fatal
+        error is the one line)."""
         if self.polls == 0 and isinstance(error, AuthError):
             self.fatal = error
+            return True
+        return False
 
     def cache_short(self) -> str | None:
         return cache_short(self.pointers, self.settings.cache_max)
@@ -217,7 +224,7 @@ class Service:
                     self._ensure_quietly(view.versions[label])
         for entry in list(self.cache.entries.values()):
             if (
-                not entry.verified
+                entry.fingerprint is None  # hashed once (a recovered one waits for its vouch)
                 and not self.stop.is_set()
                 and not self.cache.verify(entry.sha256)
             ):

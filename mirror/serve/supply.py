@@ -9,7 +9,9 @@ this run; it is the only way a bundle becomes servable. Promises:
   size, object) as the index; when `target.transfer_keys` are set its signed provenance is
   verified against that bundle (mirror.airgap.provenance; required with
   `serve.require_provenance`); the object is streamed into a temporary file, hashed as it
-  is written, and admitted only when its size and sha256 are the manifest's. Anything else
+  is written, and admitted only when its size and sha256 are the manifest's (a file the
+  cache kept from a lost record, `recovered`, is hashed again instead of downloaded, and
+  vouched for by that same verdict: mirror.serve.cache). Anything else
   is an IntegrityError naming the version (the caller answers 502): the temporary file is
   removed, nothing is cached, nothing is sent.
 - A refused bundle is answered from that refusal for `hold` seconds (the poll interval, or
@@ -18,16 +20,19 @@ this run; it is the only way a bundle becomes servable. Promises:
   that one came or went: three HEADs). Neither a pod restarting in a loop nor the poller
   downloads a bad object again and again, and a provenance put back is used.
 - A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
-  the S3 client's deadline (mirror.airgap.s3.client).
+  the S3 client's deadline (mirror.airgap.s3.client), and a bundle's bytes too: a fill
+  whose next piece has not come within `stall` seconds (target.deadline) is given up, so
+  a store that trickles a byte under every read timeout holds no pod for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +101,7 @@ class Supply:
         on_fill: Callable[[Entry], None],
         hold: float = 30.0,
         health: StoreHealth | None = None,
+        stall: float = 60.0,
     ) -> None:
         self.cache = cache
         self.bucket = bucket
@@ -106,6 +112,8 @@ class Supply:
         self._followers = 0
         self._refusals: dict[str, _Refusal] = {}
         self.hold = hold
+        self.stall = stall
+        """Seconds a fill may wait for the bundle's next piece (module docstring)."""
         self.health = health or StoreHealth()
         """Told how each fill's calls to the store ended (the status page shows the last)."""
         self._lock = threading.Lock()
@@ -161,7 +169,8 @@ class Supply:
     def _settle(self, listed: Listed) -> None:
         sha256 = listed.ref.sha256
         entry = self.cache.get(sha256)
-        if entry is not None and (entry.verified or self.cache.verify(sha256)):
+        kept = entry is not None and entry.recovered  # hashed alone it proves nothing: _kept
+        if entry is not None and not kept and (entry.verified or self.cache.verify(sha256)):
             return
         seen: tuple[str | None, ...] = ()
         try:
@@ -221,22 +230,39 @@ class Supply:
                 f"{_name(listed)}: its manifest names another bundle than the index"
             )
         facts = self._provenance(listed, manifest)
-        temp = self.cache.temp_path(ref.sha256)
+        entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
+        kept = self._kept(listed, entry)
+        if not kept:
+            self._fetch(listed, entry)
+        log.info(
+            "cached %s (%d bytes, sha256 verified%s)",
+            _name(listed),
+            ref.size,
+            ", kept from a lost cache record" if kept else "",
+            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
+        )
+        self.on_fill(entry)
+
+    def _kept(self, listed: Listed, entry: Entry) -> bool:
+        """The cache's `recovered` file, vouched for by this version's verdict: hashed again
+        and, when the provenance is verified, holding the signed site. False when there is
+        none, or it is not the bundle (then it is dropped)."""
+        found = self.cache.get(entry.sha256)
+        if found is None or not found.recovered or not self.cache.verify(entry.sha256):
+            return False
+        _require_signed_site(listed, self.cache.path(entry.sha256), entry.provenance)
+        return self.cache.vouch(entry)
+
+    def _fetch(self, listed: Listed, entry: Entry) -> None:
+        """The bundle downloaded, checked and admitted (module docstring)."""
+        temp = self.cache.temp_path(entry.sha256)
         try:
             self._download(listed, temp)
-            _require_signed_site(listed, temp, facts)
-            entry = Entry(ref.sha256, ref.size, ref.format, {(ref.domain, str(ref.label))}, facts)
+            _require_signed_site(listed, temp, entry.provenance)
             self.cache.admit(temp, entry)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
-        log.info(
-            "cached %s (%d bytes, sha256 verified)",
-            _name(listed),
-            ref.size,
-            extra={"domain": ref.domain, "version": str(ref.label), "sha256": ref.sha256},
-        )
-        self.on_fill(entry)
 
     def _download(self, listed: Listed, temp: Path) -> None:
         """The object into `temp`, hashed as it is written; IntegrityError unless it is the
@@ -245,7 +271,7 @@ class Supply:
         try:
             with open(temp, "wb") as out:
                 hashing = HashingWriter(out)
-                for chunk in self.bucket.open_stream(listed.object):
+                for chunk in _paced(self.bucket.open_stream(listed.object), self.stall):
                     hashing.write(chunk)
                     if hashing.size > ref.size:
                         break
@@ -284,6 +310,57 @@ class Supply:
                 raise
             return {**facts, "present": False}
         return {**facts, "present": True, **_described(predicate)}
+
+
+def _paced(stream: Iterator[bytes], seconds: float) -> Iterator[bytes]:
+    """`stream`'s pieces, read in a thread of its own; TemporaryFailure when the next one
+    has not come within `seconds`. The thread then stops at its next piece (or its read's
+    own timeout) and closes the stream."""
+    box: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    pump = threading.Thread(target=_pump, args=(stream, box, stop), name="serve-fill")
+    pump.daemon = True
+    pump.start()
+    try:
+        while True:
+            try:
+                chunk, error = box.get(timeout=seconds)
+            except queue.Empty:
+                raise TemporaryFailure(
+                    f"the bucket sent no more of the bundle for {seconds:g}s (target.deadline)"
+                ) from None
+            if error is not None:
+                raise error
+            if chunk is None:
+                return
+            yield chunk
+    finally:
+        stop.set()
+
+
+def _pump(stream: Iterator[bytes], box: queue.Queue[Any], stop: threading.Event) -> None:
+    """Move `stream`'s pieces into `box`, then (None, None) or (None, its error); until
+    `stop`. Closes the stream."""
+    try:
+        for chunk in stream:
+            if not _offer(box, (chunk, None), stop):
+                return
+        _offer(box, (None, None), stop)
+    except BaseException as exc:  # handed to the reader, which raises it
+        _offer(box, (None, exc), stop)
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+def _offer(box: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
+    """Put `item` in `box` unless `stop` comes first (False then)."""
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            box.put(item, timeout=0.5)
+            return True
+    return False
 
 
 def _require_absent_allowed(listed: Listed, manifest: layout.VersionManifest, trust: Trust) -> None:

@@ -1,18 +1,25 @@
 """What the operator reads when something is wrong: /readyz and the status page say why a
 version is not served, a configured domain the bucket does not hold is not silent, the store's
-state is the last call's (fills do not hold up the reads), a cache_max too small is said."""
+state is the last call's (fills do not hold up the reads), a cache_max too small is said,
+credentials refused at the first read are the one line said before the exit."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from mirror.airgap import chart, layout
+from mirror.config import ServeSettings
+from mirror.errors import AuthError
 from mirror.serve.routes import bundle_path
+from mirror.serve.service import Service
+from mirror.serve.supply import Trust
 from tests.airgap.chart.seeding import DOMAIN, seed_version
 from tests.fixtures.memory import MemoryBucket
 from tests.fixtures.serving import (
@@ -178,3 +185,38 @@ def test_a_cache_max_that_holds_them_says_nothing(tmp_path: Path) -> None:
     with serving(bucket, tmp_path / "cache") as running:
         page = httpx.get(running.url + "/").text
     assert 'id="cache"' not in page and "Object store reachable: the last call" in page
+
+
+class _Refusing(SwitchableBucket):
+    """A store that refuses the credentials at every call."""
+
+    def _reached(self, call: Callable[..., Any]) -> Callable[..., Any]:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise AuthError("the object store refused the credentials (test)")
+
+        return refused
+
+
+@pytest.mark.parametrize("domains", [None, [DOMAIN]], ids=["listed", "configured"])
+def test_credentials_refused_at_the_first_read_say_nothing_but_the_exit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, domains: list[str] | None
+) -> None:
+    """The service is about to exit 4 (mirror.serve.run): no "serving what was read before"
+    warning ahead of its fatal line, and the pointers an earlier run saved are kept."""
+    bucket = MemoryBucket()
+    seed_version(bucket, tmp_path, V1)
+    chart.promote(bucket, DOMAIN, V1)
+    with serving(bucket, tmp_path / "cache"):
+        pass  # an earlier run: its pointers are saved in the cache directory
+    saved = (tmp_path / "cache" / "pointers.json").read_bytes()
+    settings = ServeSettings(listen="127.0.0.1:0", cache_dir=tmp_path / "cache", domains=domains)
+    service = Service(settings, _Refusing(bucket), Trust({}), url_mode="serve")
+    service.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="mirror"):
+            assert service.poll() is False
+    finally:
+        service.close()
+    assert isinstance(service.fatal, AuthError)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert (tmp_path / "cache" / "pointers.json").read_bytes() == saved

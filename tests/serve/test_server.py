@@ -178,6 +178,34 @@ def test_concurrent_requests_wait_for_the_one_fill(
         assert running.counter("cache_fills_total") == 1
 
 
+def test_a_fill_the_bucket_stops_sending_is_given_up_for_every_waiting_client(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """A store that holds a bundle's bytes (a trickle under every read timeout looks the
+    same) answers the fill's leader and its followers 503 after `stall` seconds: no pod
+    waits for ever. Nothing is cached from it; the next request fills it again."""
+    gated = SwitchableBucket(memory_bucket)
+    with serving(gated, tmp_path / "cache", refresh=False) as running:
+        gated.gate = threading.Event()  # held until the end: the store sends nothing
+        running.service.supply.stall = 1.0
+        running.service.poll()
+        answers: list[httpx.Response] = []
+
+        def fetch() -> None:
+            answers.append(httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=120))
+
+        clients = [threading.Thread(target=fetch) for _ in range(2)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(120)
+        gated.gate.set()
+        again = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=120)
+    assert [a.status_code for a in answers] == [503, 503], [a.text[:200] for a in answers]
+    assert all("sent no more of the bundle for 1s" in a.text for a in answers)
+    assert again.content == promoted_versions[V1].archive.read_bytes()
+
+
 def _settled(running: Running, waiting: int) -> bool:
     """Wait (to a generous deadline) until `waiting` requests wait for the fill."""
     done = threading.Event()
@@ -308,6 +336,54 @@ def test_restarted_it_verifies_the_cache_and_serves_with_the_saved_pointers(
     )
     assert older.content == promoted_versions[V1].archive.read_bytes()
     assert ready.status_code == 503 and "not cached and verified" in ready.text
+
+
+def test_an_unreadable_cache_record_costs_no_download_of_the_bundles_under_it(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """cache.json damaged: each bundle under it is hashed again and kept once its version's
+    manifest vouches for it; one whose bytes changed is dropped and filled from the bucket."""
+    cache = tmp_path / "cache"
+    counted = SwitchableBucket(memory_bucket)
+    with serving(counted, cache):
+        pass  # V2 (current) and V1 (its rollback target) filled
+    assert len(counted.streams) == 2
+    (cache / "cache.json").write_text('{"format": 1, "entries": ')
+    _damage(cache / "bundles" / promoted_versions[V1].sha256)
+    counted.streams.clear()
+    with serving(counted, cache) as running:
+        current = httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
+        older = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
+    assert current.content == promoted_versions[V2].archive.read_bytes()
+    assert older.content == promoted_versions[V1].archive.read_bytes()
+    assert counted.streams == [promoted_versions[V1].key]  # the damaged one, only
+    entries = json.loads((cache / "cache.json").read_text())["entries"]
+    assert entries[promoted_versions[V2].sha256]["versions"] == [[DOMAIN, V2]]
+    assert "recovered" not in entries[promoted_versions[V2].sha256]
+
+
+def test_a_bundle_kept_from_a_lost_record_waits_for_its_verdict(
+    memory_bucket: MemoryBucket, promoted_versions: dict[str, Seeded], tmp_path: Path
+) -> None:
+    """cache.json gone and the bucket away: the kept file is not served on its hash alone
+    (nothing vouches for it), and it is not thrown away either: with the bucket back, it
+    is checked and served without a download."""
+    cache = tmp_path / "cache"
+    away = SwitchableBucket(memory_bucket)
+    with serving(away, cache):
+        pass
+    (cache / "cache.json").unlink()
+    away.away, away.streams = True, []
+    with serving(away, cache) as running:
+        answer = raw(running.port, get(bundle_path(DOMAIN, V2, "tar.gz")))
+        ready = httpx.get(running.url + "/readyz")
+        away.away = False
+        running.refresh()
+        served = httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
+    data = promoted_versions[V2].archive.read_bytes()
+    assert answer.status == 503 and data[:32] not in answer.raw
+    assert ready.status_code == 503
+    assert served.content == data and away.streams == []
 
 
 def test_the_bucket_away_while_running_changes_nothing_served(
