@@ -22,11 +22,13 @@ import httpx
 import pytest
 
 from mirror.sim import Simulator
-from tests.fixtures.campaign import ONLY_IN_MAKE_FAULTS
+from tests.fixtures.campaign import ONLY_IN_MAKE_FAULTS, examples
 
 VENDOR = Path(__file__).resolve().parents[1] / "fixtures" / "vendor_openapi"
 SPECS = sorted(VENDOR.glob("*openapi*.json"))
-EXAMPLES = 8  # per operation: enough to hit every branch the specs describe, in seconds
+# per operation (make faults: 8, enough to hit every branch the specs describe); the coverage
+# phase sends every method and boundary value whatever this number
+EXAMPLES = examples(3, 8)
 # the admin API and the static-export API as the vendor serves it now; the older static-export
 # copies (a branch, an index) describe the same operations: make faults runs them too
 IN_MAKE_TEST = {"admin-openapi.main-HEAD.json", "static-export-openapi.main-HEAD.json"}
