@@ -242,7 +242,11 @@ DOMAIN, VERSION, OBJECT, SHA256 = {expected}
 provenance = json.load(open("provenance.statement.json"))
 record = json.load(open("verification.statement.json"))
 said, checked = provenance["predicate"], record["predicate"]
-sha256 = open("object.sha256").read().split()[0]
+digest = hashlib.sha256()
+with open(OBJECT, "rb") as handle:
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
+sha256 = digest.hexdigest()
 envelope = hashlib.sha256(open("provenance.intoto.json", "rb").read()).hexdigest()
 full = checked["carried_as"] == "full"
 bundle = provenance["subject"][0]["digest"]["sha256"]
@@ -257,6 +261,7 @@ package_sha256 = [c["checksumValue"] for c in package.get("checksums", [])
                   if c["algorithm"] == "SHA256"]
 claims = [
     (f"the object is the one this file names ({{SHA256[:16]}}…)", sha256 == SHA256),
+    ("object.sha256 names it", open("object.sha256").read().split() == [SHA256, OBJECT]),
     (f"the provenance is about {{DOMAIN}} {{VERSION}}",
      (said["domain"], said["version"]) == (DOMAIN, VERSION)
      and provenance["subject"][0]["name"].startswith(f"{{DOMAIN}}/{{VERSION}}/")),

@@ -206,6 +206,24 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             assert done.returncode != 0, (version, name, done.stdout)
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
     every_piece_of_another_version_fails(dirs[V1], dirs[V2], tmp_path)
+    a_changed_object_fails_whatever_its_digest_file_names(dirs[V1], tmp_path)
+
+
+def a_changed_object_fails_whatever_its_digest_file_names(out: Path, tmp_path: Path) -> None:
+    """The object changed and `object.sha256` edited to name an untouched copy beside it:
+    `sha256sum -c object.sha256` passed and the digest was read from its text (trial37 D7);
+    the recipe hashes the object its title names, and holds the digest file to it."""
+    tampered = tmp_path / "object-renamed"
+    shutil.copytree(out, tampered)
+    shutil.copyfile(tampered / "bundle.tar.gz", tampered / "pristine.tar.gz")
+    with open(tampered / "bundle.tar.gz", "ab") as handle:
+        handle.write(b"X")
+    digest = (tampered / "object.sha256").read_text().split()[0]
+    (tampered / "object.sha256").write_text(f"{digest}  pristine.tar.gz\n")
+    done = run_verify(tampered)
+    assert done.returncode != 0, done.stdout
+    assert "the object is the one this file names" in done.stdout, done.stdout + done.stderr
+    assert "object.sha256 names it: FAILED" in done.stdout, done.stdout
 
 
 def every_piece_of_another_version_fails(one: Path, other: Path, tmp_path: Path) -> None:
