@@ -51,6 +51,7 @@ from mirror.integrity import Digest, require_digest
 from mirror.transferset.keys import PublicKey, public_pem
 from mirror.transferset.provenance import PREDICATE_TYPE as PROVENANCE_TYPE
 from mirror.transferset.provenance import Provenance
+from mirror.versions import is_label
 
 DIGEST_FILE = "object.sha256"
 TRANSFER_PUB = "transfer.pub"
@@ -111,8 +112,10 @@ def gather(
     transfer_keys: Mapping[str, PublicKey],
     receipt_keys: Mapping[str, PublicKey],
 ) -> Evidence:
-    """The version's evidence, each statement verified with a trusted key (module docstring)."""
-    described = layout.read_version_manifest(store, domain, version)
+    """The version's evidence, each statement verified with a trusted key (module docstring).
+    A `version` that is no version label (`../other/2026-11-21`) is no version here: NotFound,
+    before the bucket is asked (it was an unexpected ValueError, exit 1: trial37 D8)."""
+    described = layout.read_version_manifest(store, domain, version) if is_label(version) else None
     if described is None:
         raise NotFound(f"{store.bucket}: no version {version} of {domain}")
     proven = check_in_bucket(store, domain, version, transfer_keys)

@@ -168,6 +168,15 @@ def test_a_version_without_a_record_is_told_apart_from_one_whose_record_is_gone(
         check_record_in_bucket(object_store, DOCS, V2, receipt_keys)
 
 
+@pytest.mark.parametrize("version", ["../other.example.com/2026-11-21", "2026-11-21/x", ""])
+def test_evidence_of_what_is_no_version_label_is_not_found(
+    object_store: ObjectStore, trusted: Any, version: str
+) -> None:
+    """`mirror evidence DOMAIN ../X` was an unexpected ValueError, exit 1 (trial37 D8)."""
+    with pytest.raises(NotFound, match="no version"):
+        gather(object_store, DOCS, version, trusted, trusted)
+
+
 def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
     imported: Imported, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:
