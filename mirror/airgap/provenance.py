@@ -101,11 +101,22 @@ def check_inventories(
     store: ObjectStore, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
 ) -> None:
     """Refuse (IntegrityError, exit 5) before any upload an inventory still to publish (its
-    statement is in `left`) whose key holds another object: objects are never overwritten."""
+    statement is in `left`) whose key holds another object: objects are never overwritten.
+    One there is judged by its bytes, not its metadata, which whoever wrote it chose: an
+    object whose metadata names the signed inventory and whose bytes are others was kept as
+    "already there" and the version published with it (trial37 D4)."""
     for item in manifest.items:
         if item.inventory is not None and (item.domain, item.version) in left:
             key = layout.inventory_key(store, item.domain, item.version)
-            store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256})
+            if store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256}) is None:
+                continue
+            held = _bounded_bytes(store, key)
+            if held is None or hash_bytes(held) != item.inventory.sha256:
+                raise IntegrityError(
+                    f"{store.bucket}/{key} already exists with different content (its bytes "
+                    f"are not {item.label}'s signed inventory); objects are never overwritten",
+                    hint="remove it by hand only if you are sure it is wrong",
+                )
 
 
 def publish_inventories(
@@ -144,13 +155,19 @@ def check_inventory_in_bucket(
         raise IntegrityError(
             f"{where}: the version's provenance signs this inventory and it is gone"
         )
+    data = _bounded_bytes(store, key)
+    if data is None or hash_bytes(data) != signed:
+        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+    return data
+
+
+def _bounded_bytes(store: StatementStore, key: str) -> bytes | None:
+    """The object at `key` when it is at most MAX_INVENTORY bytes; None when it is larger."""
     data = bytearray()
     for chunk in store.open_stream(key):
         data += chunk
         if len(data) > MAX_INVENTORY:
-            break
-    if len(data) > MAX_INVENTORY or hash_bytes(bytes(data)) != signed:
-        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+            return None
     return bytes(data)
 
 

@@ -17,7 +17,11 @@ from mirror.airgap import layout
 from mirror.airgap.chart.gc import gc
 from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
-from mirror.airgap.provenance import check_in_bucket, check_record_in_bucket
+from mirror.airgap.provenance import (
+    INVENTORY_IDENTITY,
+    check_in_bucket,
+    check_record_in_bucket,
+)
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
@@ -279,6 +283,29 @@ def set_with_inventory(
     item = replace(whole, statement=said, inventory=inventory if carried is None else carried)
     write_set(tmp_path / name, [item], signing)
     return tmp_path / name, inventory
+
+
+def test_an_inventory_there_is_judged_by_its_bytes_not_its_metadata(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Metadata is the word of whoever wrote the object: other bytes under the signed
+    inventory's digest were kept as "already there" and published (trial37 D4). Refused
+    before any upload; the same bytes (an import run again) are kept."""
+    set_dir, inventory = set_with_inventory(tmp_path, signing)
+    key = layout.inventory_key(object_store, DOCS, V1)
+    identity = {INVENTORY_IDENTITY: hashlib.sha256(inventory).hexdigest()}
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=b'{"forged": true}', Metadata=identity
+    )
+    with pytest.raises(IntegrityError, match="already exists with different content"):
+        import_set(object_store, set_dir, trusted)
+    written = object_store.list_keys(object_store.key(DOCS))
+    assert written == [key], written  # nothing published beside the planted object
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=inventory, Metadata=identity
+    )
+    import_set(object_store, set_dir, trusted)
+    assert read(object_store, key) == inventory
 
 
 def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence(
