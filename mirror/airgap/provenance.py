@@ -320,8 +320,10 @@ RECORD_IDENTITY = "record-subject-sha256"
 def publish_record(store: ObjectStore, facts: ImportFacts, key: SigningKey) -> str:
     """Write the version's verification record, signed by `key`, before its manifest; returns
     its bucket key. One already there about the same object (an import run again, or
-    resumed) is kept as it is, whatever its time or signer: never a failure, never
-    overwritten; one about another object is refused (IntegrityError, exit 5)."""
+    resumed) is kept as it is, whatever its time, once it verifies with a receipt key this
+    side trusts (checked before any upload: `importer._conflicts`, `check_record_there`):
+    never overwritten; one about another object, or that does not verify, is refused
+    (IntegrityError, exit 5)."""
     record = layout.record_key(store, facts.domain, facts.version)
     envelope = make_record(facts, key)
     store.put_immutable(record, envelope, identity={RECORD_IDENTITY: facts.sha256})
@@ -332,6 +334,19 @@ RECORD_REMEDY = (
     "find out who removed it; to sign one, import its set again with `mirror transfer "
     "import --allow-replay SET` where transfer.signing_key is set"
 )
+
+
+def check_record_there(
+    store: StatementStore, domain: str, version: str, sha256: str, trusted: Mapping[str, PublicKey]
+) -> None:
+    """The record already at a version's key, kept by an import as "already there", verifies
+    with a key of `trusted` (this side's receipt keys) and is about the object `sha256`;
+    IntegrityError otherwise. Its metadata alone, which whoever wrote the object chose, let a
+    planted record through, kept for ever (trial37 D4)."""
+    key = layout.record_key(store, domain, version)
+    envelope = b"".join(_read(store, key))
+    where = f"{store.bucket}/{key}"
+    verify_record(envelope, trusted, domain=domain, version=version, sha256=sha256, what=where)
 
 
 def _signs_inventory(proven: Provenance | None) -> bool:

@@ -19,6 +19,7 @@ from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
 from mirror.airgap.provenance import (
     INVENTORY_IDENTITY,
+    RECORD_IDENTITY,
     check_in_bucket,
     check_record_in_bucket,
 )
@@ -27,6 +28,7 @@ from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_file
 from mirror.outbound.inventory import InventoryFacts, document, supplier_of
+from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import (
     PublicKey,
     SigningKey,
@@ -146,6 +148,7 @@ def test_a_version_imported_again_keeps_its_record(
             allow_replay=True,
             receipt_key=imported.other,
             work_dir=tmp_path,
+            receipt_keys=imported.receipt_keys,  # the key rotated out, still trusted here
         )
         assert [item.status for item in result.items] == ["already there"]
     after = {v: read(object_store, layout.record_key(object_store, DOCS, v)) for v in (V1, V2)}
@@ -283,6 +286,35 @@ def set_with_inventory(
     item = replace(whole, statement=said, inventory=inventory if carried is None else carried)
     write_set(tmp_path / name, [item], signing)
     return tmp_path / name, inventory
+
+
+def test_a_record_there_is_judged_by_its_signature_not_its_metadata(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A planted record whose metadata names the object was kept "whatever its signer" and
+    the version published with it, for ever (trial37 D4): refused before any upload. A
+    record of a receipt key this side trusts (one rotated out of signing) is kept."""
+    first = make_sets(tmp_path, signing)[0]
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    other, other_keys = keypair(tmp_path, "other")
+    key = layout.record_key(object_store, DOCS, V1)
+    (item,) = parse_manifest((first / MANIFEST).read_bytes()).items
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=key,
+        Body=b'{"payload": "e30=", "signatures": []}',
+        Metadata={RECORD_IDENTITY: item.sha256},
+    )
+    with pytest.raises(IntegrityError, match=r"verification\.intoto\.json"):
+        import_set(object_store, first, trusted, receipt_key=receipt)
+    assert object_store.list_keys(object_store.key(DOCS)) == [key]
+    object_store.delete(key)
+    import_set(object_store, first, trusted, receipt_key=receipt)
+    import_set(
+        object_store, first, trusted, allow_replay=True, receipt_key=other,
+        receipt_keys=receipt_keys | other_keys,
+    )  # fmt: skip
+    assert check_record_in_bucket(object_store, DOCS, V1, receipt_keys) is not None
 
 
 def test_an_inventory_there_is_judged_by_its_bytes_not_its_metadata(
