@@ -101,11 +101,22 @@ def check_inventories(
     store: ObjectStore, manifest: Manifest, left: Mapping[tuple[str, str], bytes]
 ) -> None:
     """Refuse (IntegrityError, exit 5) before any upload an inventory still to publish (its
-    statement is in `left`) whose key holds another object: objects are never overwritten."""
+    statement is in `left`) whose key holds another object: objects are never overwritten.
+    One there is judged by its bytes, not its metadata, which whoever wrote it chose: an
+    object whose metadata names the signed inventory and whose bytes are others was kept as
+    "already there" and the version published with it (trial37 D4)."""
     for item in manifest.items:
         if item.inventory is not None and (item.domain, item.version) in left:
             key = layout.inventory_key(store, item.domain, item.version)
-            store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256})
+            if store.existing(key, {INVENTORY_IDENTITY: item.inventory.sha256}) is None:
+                continue
+            held = _bounded_bytes(store, key)
+            if held is None or hash_bytes(held) != item.inventory.sha256:
+                raise IntegrityError(
+                    f"{store.bucket}/{key} already exists with different content (its bytes "
+                    f"are not {item.label}'s signed inventory); objects are never overwritten",
+                    hint="remove it by hand only if you are sure it is wrong",
+                )
 
 
 def publish_inventories(
@@ -144,13 +155,19 @@ def check_inventory_in_bucket(
         raise IntegrityError(
             f"{where}: the version's provenance signs this inventory and it is gone"
         )
+    data = _bounded_bytes(store, key)
+    if data is None or hash_bytes(data) != signed:
+        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+    return data
+
+
+def _bounded_bytes(store: StatementStore, key: str) -> bytes | None:
+    """The object at `key` when it is at most MAX_INVENTORY bytes; None when it is larger."""
     data = bytearray()
     for chunk in store.open_stream(key):
         data += chunk
         if len(data) > MAX_INVENTORY:
-            break
-    if len(data) > MAX_INVENTORY or hash_bytes(bytes(data)) != signed:
-        raise IntegrityError(f"{where} is not the inventory {domain} {version}'s provenance signs")
+            return None
     return bytes(data)
 
 
@@ -303,8 +320,10 @@ RECORD_IDENTITY = "record-subject-sha256"
 def publish_record(store: ObjectStore, facts: ImportFacts, key: SigningKey) -> str:
     """Write the version's verification record, signed by `key`, before its manifest; returns
     its bucket key. One already there about the same object (an import run again, or
-    resumed) is kept as it is, whatever its time or signer: never a failure, never
-    overwritten; one about another object is refused (IntegrityError, exit 5)."""
+    resumed) is kept as it is, whatever its time, once it verifies with a receipt key this
+    side trusts (checked before any upload: `importer._conflicts`, `check_record_there`):
+    never overwritten; one about another object, or that does not verify, is refused
+    (IntegrityError, exit 5)."""
     record = layout.record_key(store, facts.domain, facts.version)
     envelope = make_record(facts, key)
     store.put_immutable(record, envelope, identity={RECORD_IDENTITY: facts.sha256})
@@ -315,6 +334,19 @@ RECORD_REMEDY = (
     "find out who removed it; to sign one, import its set again with `mirror transfer "
     "import --allow-replay SET` where transfer.signing_key is set"
 )
+
+
+def check_record_there(
+    store: StatementStore, domain: str, version: str, sha256: str, trusted: Mapping[str, PublicKey]
+) -> None:
+    """The record already at a version's key, kept by an import as "already there", verifies
+    with a key of `trusted` (this side's receipt keys) and is about the object `sha256`;
+    IntegrityError otherwise. Its metadata alone, which whoever wrote the object chose, let a
+    planted record through, kept for ever (trial37 D4)."""
+    key = layout.record_key(store, domain, version)
+    envelope = b"".join(_read(store, key))
+    where = f"{store.bucket}/{key}"
+    verify_record(envelope, trusted, domain=domain, version=version, sha256=sha256, what=where)
 
 
 def _signs_inventory(proven: Provenance | None) -> bool:

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, cast
 
 from mirror.archive.encoding import decode_page, sniff
-from mirror.archive.resolve import SITE, base_of, document_url, served_as
+from mirror.archive.resolve import SITE, base_of, document_url, served_as, url_text
 from mirror.archive.resolve import target as resolved_target
 from mirror.archive.scanworker import Links, PageParser, child_main
 from mirror.archive.spill import SPILL_AT, SpillMap
@@ -398,7 +398,7 @@ class SiteScanner:
         """Record a page's or stylesheet's references, each resolved from its base URL
         (`mirror.archive.resolve`)."""
         base = base_of(document_url(source), href)
-        rooted = href is not None and href.strip().startswith("/") and base.startswith(SITE)
+        rooted = href is not None and url_text(href).startswith("/") and base.startswith(SITE)
         folder = base.rpartition("/")[0]
         on_site = base.startswith(SITE)  # then a path from the root names the same everywhere
         resolved = self._resolved
@@ -612,7 +612,7 @@ def _add_node_references(refs: list[str], tag: str | None, attrs: dict[str, str 
     for name in _URL_ATTRIBUTES:
         value = attrs.get(name)
         if value and (name != "data" or tag == "object"):
-            refs.append(value.strip())
+            refs.append(url_text(value))
     srcset = attrs.get("srcset")
     if srcset:
         refs += _srcset_urls(srcset)

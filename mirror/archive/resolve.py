@@ -4,6 +4,8 @@
 A reference on a page names a URL; the URL is resolved as a browser resolves it, and the
 path it names is answered as the static hosts the chart serves from answer it:
 
+- a reference (and a `<base href>`) is first read as the URL standard reads it (`url_text`:
+  `\\` is `/`, tabs and line breaks removed, only C0 controls and spaces trimmed);
 - the base of a page's relative references is its document URL, or the first `<base
   href>` resolved against that URL (the HTML standard; an empty or fragment-only href
   leaves the document URL); a base or a reference with a scheme or a host leaves the site
@@ -64,7 +66,7 @@ def base_of(document: str, href: str | None) -> str:
     `<base href>` (`href`) resolved against it."""
     if href is None:
         return document
-    href = href.strip()
+    href = url_text(href)
     if not href or href.startswith("#") or href.lower().startswith(SKIPPED_SCHEMES):
         return document
     try:
@@ -78,7 +80,7 @@ def target(base: str, ref: str) -> tuple[str, str] | None:
     (`scheme://host[:port]`) and its path, decoded, `.` and `..` removed (RFC 3986's
     resolution, as a browser's; query and fragment dropped). None when `ref` is not a link
     to check: a skipped scheme, only a fragment or a query, unparseable."""
-    ref = ref.strip()
+    ref = url_text(ref)
     if not ref or ref.startswith(("#", "?")) or ref.lower().startswith(SKIPPED_SCHEMES):
         return None
     try:
@@ -94,6 +96,22 @@ def target(base: str, ref: str) -> tuple[str, str] | None:
     except ValueError:
         return None
     return f"{parts.scheme}://{parts.netloc}", _normalise(unquote(path))
+
+
+_C0_OR_SPACE = "".join(map(chr, range(0x21)))
+
+
+def url_text(ref: str) -> str:
+    """A reference as the URL standard reads it before parsing (WHATWG URL, basic URL parser):
+    leading and trailing C0 controls and spaces dropped (no other whitespace: a link led by a
+    NO-BREAK SPACE names that character), every tab and line break removed, and `\\` read
+    as `/`, as in every http(s) URL (a browser follows `guides\\page.html` to
+    `guides/page.html`; trial37 D2). References with another scheme are skipped or external
+    before their path matters."""
+    ref = ref.strip(_C0_OR_SPACE)
+    for removed in "\t\n\r":
+        ref = ref.replace(removed, "")
+    return ref.replace("\\", "/")
 
 
 def url_of(origin: str, path: str) -> str:

@@ -301,6 +301,7 @@ def _importing(
     from mirror.airgap import chart
     from mirror.airgap.importer import import_set
     from mirror.cli.preflight import receipt_signing_key
+    from mirror.transferset.keys import load_trusted_keys
 
     def run(on_progress: ByteTask | None, receipt_path: Path | None) -> ImportResult:
         return import_set(
@@ -316,6 +317,7 @@ def _importing(
             on_verify_progress=on_progress,
             work_dir=settings.target.work_dir,
             site=settings.target.site,
+            receipt_keys=load_trusted_keys(settings.target.receipt_keys),
         )
 
     return run

@@ -13,7 +13,7 @@ Promises:
 - An attribute RFC 7512 does not define, or one given twice, is refused rather than
   ignored: a URI that names a key differently than it reads would sign with another key.
 - `str()` is the URI as written (no secret is in it); `name` is its path part, which is
-  what messages show.
+  what messages show (`shown`: a `pin-value` there by mistake is shown without its value).
 """
 
 from __future__ import annotations
@@ -64,7 +64,19 @@ class TokenURI:
     @property
     def name(self) -> str:
         """The path part (token and object): what a message names."""
-        return self.text.partition("?")[0]
+        return shown(self.text)
+
+
+def shown(text: str) -> str:
+    """The URI as a message shows it: its path part (the query names files, no secret), with
+    the value of any `pin-value` put there by mistake hidden (RFC 7512 has it in the query;
+    a PIN written into the path was printed by the refusal that named the path: trial37 D5)."""
+    scheme, _, path = text.partition("?")[0].partition(":")
+    items = [
+        f"{item.partition('=')[0]}=…" if item.partition("=")[0].lower() == "pin-value" else item
+        for item in path.split(";")
+    ]
+    return f"{scheme}:{';'.join(items)}"
 
 
 def is_token_uri(source: object) -> bool:
@@ -79,7 +91,7 @@ def parse_token_uri(text: str) -> TokenURI:
     path_part, _, query_part = text[len(SCHEME) :].partition("?")
     path = _attributes(path_part, ";", PATH_ATTRIBUTES, text)
     query = _attributes(query_part, "&", QUERY_ATTRIBUTES, text)
-    name = text.partition("?")[0]
+    name = shown(text)
     if "pin-value" in query:
         raise ConfigError(
             f"{name}: pin-value puts the token's PIN in the settings; refusing it",
@@ -113,11 +125,9 @@ def _attributes(part: str, separator: str, known: tuple[str, ...], text: str) ->
         key, equals, value = item.partition("=")
         key = key.lower()
         if not equals or (key not in known and not key.startswith("x-")):
-            raise ConfigError(
-                f"{text.partition('?')[0]}: {key!r} is not an RFC 7512 attribute", hint=HINT
-            )
+            raise ConfigError(f"{shown(text)}: {key!r} is not an RFC 7512 attribute", hint=HINT)
         if key in found:
-            raise ConfigError(f"{text.partition('?')[0]}: {key} is given twice")
+            raise ConfigError(f"{shown(text)}: {key} is given twice")
         found[key] = value
     return found
 

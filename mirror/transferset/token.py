@@ -272,6 +272,7 @@ def _pin(uri: TokenURI, token: pkcs11.Token) -> str | None:
 
 def _key(session: pkcs11.Session, uri: TokenURI, kind: ObjectClass) -> pkcs11.Key:
     half = "private" if kind == ObjectClass.PRIVATE_KEY else "public"
+    several = False
     try:
         key = session.get_key(object_class=kind, label=uri.label, id=uri.key_id)
     except pkcs11.NoSuchKey:
@@ -280,9 +281,12 @@ def _key(session: pkcs11.Session, uri: TokenURI, kind: ObjectClass) -> pkcs11.Ke
             hint=f"list its keys: pkcs11-tool --module {uri.module_path} --list-objects --login",
         ) from None
     except pkcs11.MultipleObjectsReturned:
-        raise ConfigError(
-            f"{uri.name}: several {half} keys match; name one with id= in the URI"
-        ) from None
+        several = True  # raised below, once the exception (and the search it holds) is gone
+    if several:
+        # Raised inside the except clause, the error kept the library's search generator
+        # alive (its context's traceback) until after the module was finalized, whose
+        # clean-up then printed a traceback after the one line (trial37 D6).
+        raise ConfigError(f"{uri.name}: several {half} keys match; name one with id= in the URI")
     if key.key_type != KeyType.EC_EDWARDS:
         raise ConfigError(f"{uri.name}: the key is {key.key_type.name}, not Ed25519")
     return key

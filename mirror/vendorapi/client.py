@@ -172,15 +172,25 @@ _NUMBER = re.compile(r"\s*([-+]?\d+(?:\.\d+)?)\s*%?\s*")
 
 def parse_number(value: object) -> float | None:
     """A finite number from a number or a numeric string ("42", "42.5", "42%"); else None."""
+    number = _magnitude(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _magnitude(value: object) -> float | None:
+    """The number `value` holds, infinite when it is past every float (an int of 400 digits,
+    or a string of them: never an OverflowError); None when it holds none ("n/a", a bool)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str) and (match := _NUMBER.fullmatch(value)):
-        number = float(match.group(1))
-    else:
-        return None
-    return number if math.isfinite(number) else None
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, str) and (match := _NUMBER.fullmatch(value)):
+        return float(match.group(1))  # digits past every float are inf, not an error
+    return None
 
 
 _MAX_COUNT = float(2**63 - 1024)  # below BIGINT's limit, exactly representable
@@ -192,21 +202,28 @@ def parse_count(value: object, name: str = "count") -> int | None:
     from the vendor has, below BIGINT's limit so that it is stored alike on SQLite and
     PostgreSQL) is an answer that cannot be believed: IntegrityError (exit 5) naming the
     field `name`, the refusal a count within the bound the site does not match meets. Never
-    "not reported": a `pageCount` of 2**63 read as absent turned the completeness check off."""
-    if isinstance(value, float) and not math.isfinite(value):
-        number: float | None = value
-    else:
-        number = parse_number(value)
+    "not reported": a `pageCount` of 2**63 read as absent turned the completeness check off,
+    and so did one written as a string of 400 digits (trial37 D1)."""
+    number = _magnitude(value)
     if number is None:
         return None
-    if not 0 <= number < _MAX_COUNT:
-        shown = str(value)[:40] if not isinstance(value, float) else f"{value:.6g}"
+    if not 0 <= number < _MAX_COUNT:  # NaN fails this too
         raise IntegrityError(
-            f"the vendor reported {name} {shown}, which no count can be (0 to "
+            f"the vendor reported {name} {_shown(value)}, which no count can be (0 to "
             f"{int(_MAX_COUNT) - 1}); its answer is not believed: refused",
             hint="ask the vendor why; run again once it reports a real count",
         )
     return int(number)
+
+
+def _shown(value: object) -> str:
+    """A number from the vendor as a message shows it: at most 40 characters (str() of an
+    int of more than 4,300 digits is itself an error)."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"(a number of about {int(value.bit_length() * 0.30103)} digits)"
+    return str(value)[:40]
 
 
 _YEARS = range(1970, 9000)  # the one bound of a vendor's time: arithmetic on it never overflows

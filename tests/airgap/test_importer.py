@@ -358,6 +358,31 @@ def test_a_different_object_under_the_same_key_stops_the_import(
     assert listing(object_store) == before
 
 
+def test_an_object_there_is_read_back_before_any_other_upload_is_completed(
+    app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
+) -> None:
+    """Other bytes of the right size whose metadata names the signed digest, at the second
+    version's key: refused, and the first version's bundle, staged meanwhile, is never
+    completed (trial37 D3: the read-back came after every upload was completed, leaving an
+    object no index names)."""
+    add_version(app, DOCS, "2026-11-20")
+    add_version(app, API, "2026-11-21")
+    pack(app, tmp_path / "set")
+    second = parse_manifest((tmp_path / "set" / MANIFEST).read_bytes()).items[1]
+    key = object_store.key(second.domain, second.version, f"bundle.{second.archive_format}")
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=key,
+        Body=b"x" * second.size,
+        Metadata={"sha256": second.sha256},
+    )
+    before = listing(object_store)
+    with pytest.raises(IntegrityError, match="already exists and names tree"):
+        import_set(object_store, tmp_path / "set", trusted)
+    assert listing(object_store) == before
+    assert open_uploads(object_store) == []
+
+
 def test_an_interrupted_import_resumes(
     app: App, object_store: ObjectStore, trusted: Any, tmp_path: Path
 ) -> None:

@@ -17,12 +17,18 @@ from mirror.airgap import layout
 from mirror.airgap.chart.gc import gc
 from mirror.airgap.evidence import gather, write_evidence
 from mirror.airgap.importer import import_set
-from mirror.airgap.provenance import check_in_bucket, check_record_in_bucket
+from mirror.airgap.provenance import (
+    INVENTORY_IDENTITY,
+    RECORD_IDENTITY,
+    check_in_bucket,
+    check_record_in_bucket,
+)
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, NotFound
 from mirror.integrity import hash_file
 from mirror.outbound.inventory import InventoryFacts, document, supplier_of
+from mirror.transferset.format import MANIFEST, parse_manifest
 from mirror.transferset.keys import (
     PublicKey,
     SigningKey,
@@ -142,6 +148,7 @@ def test_a_version_imported_again_keeps_its_record(
             allow_replay=True,
             receipt_key=imported.other,
             work_dir=tmp_path,
+            receipt_keys=imported.receipt_keys,  # the key rotated out, still trusted here
         )
         assert [item.status for item in result.items] == ["already there"]
     after = {v: read(object_store, layout.record_key(object_store, DOCS, v)) for v in (V1, V2)}
@@ -166,6 +173,15 @@ def test_a_version_without_a_record_is_told_apart_from_one_whose_record_is_gone(
     object_store.delete(layout.record_key(object_store, DOCS, V2))
     with pytest.raises(IntegrityError, match="names this record and it is gone"):
         check_record_in_bucket(object_store, DOCS, V2, receipt_keys)
+
+
+@pytest.mark.parametrize("version", ["../other.example.com/2026-11-21", "2026-11-21/x", ""])
+def test_evidence_of_what_is_no_version_label_is_not_found(
+    object_store: ObjectStore, trusted: Any, version: str
+) -> None:
+    """`mirror evidence DOMAIN ../X` was an unexpected ValueError, exit 1 (trial37 D8)."""
+    with pytest.raises(NotFound, match="no version"):
+        gather(object_store, DOCS, version, trusted, trusted)
 
 
 def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
@@ -206,6 +222,24 @@ def test_verify_md_passes_as_written_and_fails_for_any_piece_swapped(
             assert done.returncode != 0, (version, name, done.stdout)
             assert said in done.stdout + done.stderr, (version, name, done.stdout, done.stderr)
     every_piece_of_another_version_fails(dirs[V1], dirs[V2], tmp_path)
+    a_changed_object_fails_whatever_its_digest_file_names(dirs[V1], tmp_path)
+
+
+def a_changed_object_fails_whatever_its_digest_file_names(out: Path, tmp_path: Path) -> None:
+    """The object changed and `object.sha256` edited to name an untouched copy beside it:
+    `sha256sum -c object.sha256` passed and the digest was read from its text (trial37 D7);
+    the recipe hashes the object its title names, and holds the digest file to it."""
+    tampered = tmp_path / "object-renamed"
+    shutil.copytree(out, tampered)
+    shutil.copyfile(tampered / "bundle.tar.gz", tampered / "pristine.tar.gz")
+    with open(tampered / "bundle.tar.gz", "ab") as handle:
+        handle.write(b"X")
+    digest = (tampered / "object.sha256").read_text().split()[0]
+    (tampered / "object.sha256").write_text(f"{digest}  pristine.tar.gz\n")
+    done = run_verify(tampered)
+    assert done.returncode != 0, done.stdout
+    assert "the object is the one this file names" in done.stdout, done.stdout + done.stderr
+    assert "object.sha256 names it: FAILED" in done.stdout, done.stdout
 
 
 def every_piece_of_another_version_fails(one: Path, other: Path, tmp_path: Path) -> None:
@@ -252,6 +286,58 @@ def set_with_inventory(
     item = replace(whole, statement=said, inventory=inventory if carried is None else carried)
     write_set(tmp_path / name, [item], signing)
     return tmp_path / name, inventory
+
+
+def test_a_record_there_is_judged_by_its_signature_not_its_metadata(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """A planted record whose metadata names the object was kept "whatever its signer" and
+    the version published with it, for ever (trial37 D4): refused before any upload. A
+    record of a receipt key this side trusts (one rotated out of signing) is kept."""
+    first = make_sets(tmp_path, signing)[0]
+    receipt, receipt_keys = keypair(tmp_path, "receipt")
+    other, other_keys = keypair(tmp_path, "other")
+    key = layout.record_key(object_store, DOCS, V1)
+    (item,) = parse_manifest((first / MANIFEST).read_bytes()).items
+    object_store.client.put_object(
+        Bucket=object_store.bucket,
+        Key=key,
+        Body=b'{"payload": "e30=", "signatures": []}',
+        Metadata={RECORD_IDENTITY: item.sha256},
+    )
+    with pytest.raises(IntegrityError, match=r"verification\.intoto\.json"):
+        import_set(object_store, first, trusted, receipt_key=receipt)
+    assert object_store.list_keys(object_store.key(DOCS)) == [key]
+    object_store.delete(key)
+    import_set(object_store, first, trusted, receipt_key=receipt)
+    import_set(
+        object_store, first, trusted, allow_replay=True, receipt_key=other,
+        receipt_keys=receipt_keys | other_keys,
+    )  # fmt: skip
+    assert check_record_in_bucket(object_store, DOCS, V1, receipt_keys) is not None
+
+
+def test_an_inventory_there_is_judged_by_its_bytes_not_its_metadata(
+    tmp_path: Path, object_store: ObjectStore, signing: SigningKey, trusted: Any
+) -> None:
+    """Metadata is the word of whoever wrote the object: other bytes under the signed
+    inventory's digest were kept as "already there" and published (trial37 D4). Refused
+    before any upload; the same bytes (an import run again) are kept."""
+    set_dir, inventory = set_with_inventory(tmp_path, signing)
+    key = layout.inventory_key(object_store, DOCS, V1)
+    identity = {INVENTORY_IDENTITY: hashlib.sha256(inventory).hexdigest()}
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=b'{"forged": true}', Metadata=identity
+    )
+    with pytest.raises(IntegrityError, match="already exists with different content"):
+        import_set(object_store, set_dir, trusted)
+    written = object_store.list_keys(object_store.key(DOCS))
+    assert written == [key], written  # nothing published beside the planted object
+    object_store.client.put_object(
+        Bucket=object_store.bucket, Key=key, Body=inventory, Metadata=identity
+    )
+    import_set(object_store, set_dir, trusted)
+    assert read(object_store, key) == inventory
 
 
 def test_the_inventory_a_set_carries_is_published_signed_and_carried_by_evidence(

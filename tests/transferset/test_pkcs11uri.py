@@ -65,6 +65,22 @@ def test_what_a_uri_cannot_say_is_one_config_error(text: str, says: str) -> None
     assert "1234" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"pkcs11:object=k;pin-value=s3cr3t-PIN?{MODULE}",
+        f"pkcs11:PIN-VALUE=s3cr3t-PIN;object=k?{MODULE}",
+        "pkcs11:object=k;pin-value=s3cr3t-PIN",
+    ],
+)
+def test_a_pin_written_into_the_path_is_refused_and_never_shown(text: str) -> None:
+    """RFC 7512 puts pin-value in the query; one in the path was refused by a line that
+    printed the path, PIN and all (trial37 D5)."""
+    with pytest.raises(ConfigError) as refused:
+        parse_token_uri(text)
+    assert "s3cr3t-PIN" not in str(refused.value) and "pin-value" in str(refused.value).lower()
+
+
 def test_vendor_attributes_are_allowed() -> None:
     assert parse_token_uri(f"pkcs11:object=k;x-vendor=1?{MODULE}&x-other=2").label == "k"
 

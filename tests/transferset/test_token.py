@@ -157,6 +157,12 @@ FAILURES: dict[str, tuple[Callable[[SoftHSM], tuple[str, dict[str, str]]], int, 
         "/usr/lib/absent.so does not exist",
     ),
     "missing mechanism": (lambda h: (h.uri("k"), h.without_eddsa()), 2, "no CKM_EDDSA"),
+    # a second key under the name: the line was followed by a traceback (trial37 D6)
+    "two keys under the name": (
+        lambda h: (_tool_key(h), (h.uri("k"), h.env))[1],
+        2,
+        "several private keys match",
+    ),
     "PIN in the settings": (
         lambda h: (h.uri("k", extra=f"&pin-value={h.pin}"), h.env),
         2,

@@ -249,13 +249,20 @@ def test_parse_count_takes_whole_counts() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [-1, 2**63, 10**23, 1e30, float("inf"), "-5", "99999999999999999999"]
+    "value",
+    [-1, 2**63, 10**23, 1e30, float("inf"), "-5", "99999999999999999999", 10**400, "9" * 400],
 )
 def test_a_count_no_count_can_be_is_refused_never_taken_for_absent(value: object) -> None:
     """Past the one bound (no BIGINT holds it) or negative: exit 5 naming the field, never
     None (a `pageCount` taken for "not reported" turns the completeness check off)."""
     with pytest.raises(IntegrityError, match=r"the vendor reported pageCount .*no count can be"):
         parse_count(value, "pageCount")
+
+
+def test_a_number_past_every_float_is_no_number_never_an_error() -> None:
+    """`progress` and the like (trial37 D1): an int of 400 digits was an OverflowError."""
+    assert parse_number(10**400) is None and parse_number("9" * 400) is None
+    assert parse_number(-(10**400)) is None
 
 
 def test_parse_timestamp_reads_iso8601_with_z_and_offsets() -> None:

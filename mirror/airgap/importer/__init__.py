@@ -77,6 +77,17 @@ UNSIGNED = (
 )
 
 
+def _record_keys(
+    receipt_keys: Mapping[str, PublicKey] | None, receipt_key: SigningKey | None
+) -> dict[str, PublicKey]:
+    """The keys a record already in the bucket must verify with: target.receipt_keys and the
+    public half of the key that signs here."""
+    keys = dict(receipt_keys or {})
+    if receipt_key is not None:
+        keys[receipt_key.key_id] = receipt_key.public
+    return keys
+
+
 def import_set(
     store: ObjectStore,
     set_dir: Path,
@@ -92,13 +103,16 @@ def import_set(
     on_verify_progress: Callable[[int], None] | None = None,
     work_dir: Path | None = None,
     site: str = "",
+    receipt_keys: Mapping[str, PublicKey] | None = None,
 ) -> ImportResult:
     """Verify `set_dir`, then publish it into `store` and write its receipt. `site`: this
-    installation's name (`target.site`), when it knows one (`check_site`)."""
+    installation's name (`target.site`), when it knows one (`check_site`). A verification
+    record already in the bucket must verify with `receipt_keys` (target.receipt_keys) or
+    `receipt_key`'s public half."""
     receipt = receipt_path or set_dir / RECEIPT
-    asked = Asked(
-        allow_replay, skip_imported, promote is not None, site, work_dir, on_verify_progress
-    )
+    trusted_records = _record_keys(receipt_keys, receipt_key)
+    asked = Asked(allow_replay, skip_imported, promote is not None, site, work_dir)
+    asked = replace(asked, on_verify_progress=on_verify_progress, record_keys=trusted_records)
     admitted = admit(store, set_dir, trusted, receipt, asked)
     if admitted.already_imported:
         return already_imported(admitted, receipt)

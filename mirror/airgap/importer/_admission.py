@@ -31,6 +31,8 @@ class Asked:
     """This installation's name (`target.site`), when it knows one (`check_site`)."""
     work_dir: Path | None = None
     on_verify_progress: Callable[[int], None] | None = None
+    record_keys: Mapping[str, PublicKey] | None = None
+    """The receipt keys a verification record already there must verify with."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ def admit(
     notes.extend(tool_notes(verified.manifest))
     carried = check_provenance(store, set_dir, verified.manifest, trusted)
     check_versions_there(store, verified.manifest)
-    check_conflicts(store, verified.manifest, bases)
+    check_conflicts(store, verified.manifest, bases, asked.record_keys)
     gap = [] if replayed else never_seen(state, verified.manifest.sequence)
     return Admitted(verified, replayed, notes, bases, carried, gap)
 

@@ -52,6 +52,7 @@ def stage_bundles(
     kept = _kept(store, verified)
     source = _Source(store, verified, work_dir, bases)
     uploads: list[StagedUpload] = []
+    read: dict[str, Digest] = {}
     with Staging(store) as staging:
         for item in verified.manifest.items:
             key = bundle_key(store, item)
@@ -60,10 +61,16 @@ def stage_bundles(
                     on_progress(kept[key].digest.size)
                 continue
             uploads.append(_stage(staging, source, item, key, on_progress))
+            if uploads[-1].state == "exists" and uploads[-1].digest is None:
+                # read back now: a refusal aborts every staged upload (trial37 D3)
+                read[key] = _read_digest(store, key, item.tree_sha256)
         outcomes = staging.complete()
     trees = {bundle_key(store, item): item.tree_sha256 for item in verified.manifest.items}
     staged = {
-        u.key: Staged(outcomes[u.key], u.digest or _read_digest(store, u.key, trees[u.key]))
+        u.key: Staged(
+            outcomes[u.key],
+            u.digest or read.get(u.key) or _read_digest(store, u.key, trees[u.key]),
+        )
         for u in uploads
     }
     return {**staged, **kept}

@@ -15,25 +15,34 @@ is then compared with the object already at the bundle's key, when there is one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mirror.airgap import layout, publish
 from mirror.airgap.importer._bundles import bundle_key, same_tree_there
-from mirror.airgap.provenance import RECORD_IDENTITY
+from mirror.airgap.provenance import RECORD_IDENTITY, check_record_there
 from mirror.airgap.s3.objectstore import ObjectStore
 from mirror.errors import IntegrityError
 from mirror.transferset.format import Manifest, ManifestItem
+from mirror.transferset.keys import PublicKey
 
 NEVER = "objects are never overwritten"
 
 
-def check_conflicts(store: ObjectStore, manifest: Manifest, bases: publish.Bases) -> None:
+def check_conflicts(
+    store: ObjectStore,
+    manifest: Manifest,
+    bases: publish.Bases,
+    record_keys: Mapping[str, PublicKey] | None = None,
+) -> None:
     """Refuse (exit 5), before any upload, a set one of whose versions would meet another
-    object at a key the import writes (module docstring)."""
+    object at a key the import writes (module docstring). `record_keys`: the receipt keys a
+    record already there must verify with (none given: its metadata is all that is read)."""
     indexes: dict[str, dict[str, layout.IndexEntry]] = {}
     for item in manifest.items:
         kept = same_tree_there(store, item)
         if kept is not None:
             if (kept.transfer_sequence, kept.source_id) == (manifest.sequence, manifest.source_id):
-                _check_record(store, manifest.sequence, item, kept.sha256)  # `published_by`
+                _check_record(store, manifest.sequence, item, kept.sha256, record_keys)
             continue
         sha256 = publish.expected(item, bases).sha256
         if item.domain not in indexes:
@@ -41,7 +50,7 @@ def check_conflicts(store: ObjectStore, manifest: Manifest, bases: publish.Bases
             indexes[item.domain] = {e.version: e for e in index.versions} if index else {}
         _check_manifest(store, manifest.sequence, item, sha256)
         _check_index_entry(store, indexes[item.domain].get(item.version), item, sha256)
-        _check_record(store, manifest.sequence, item, sha256)
+        _check_record(store, manifest.sequence, item, sha256, record_keys)
 
 
 def _check_manifest(store: ObjectStore, sequence: int, item: ManifestItem, sha: str | None) -> None:
@@ -74,8 +83,15 @@ def _check_index_entry(
     )
 
 
-def _check_record(store: ObjectStore, sequence: int, item: ManifestItem, sha: str | None) -> None:
-    """A verification record there must be about the object this import publishes."""
+def _check_record(
+    store: ObjectStore,
+    sequence: int,
+    item: ManifestItem,
+    sha: str | None,
+    record_keys: Mapping[str, PublicKey] | None,
+) -> None:
+    """A verification record there must be about the object this import publishes, and
+    verify with a receipt key this side trusts (`check_record_there`)."""
     key = layout.record_key(store, item.domain, item.version)
     head = store.head(key)
     if head is None:
@@ -87,6 +103,8 @@ def _check_record(store: ObjectStore, sequence: int, item: ManifestItem, sha: st
         sha = bundle["sha256"] if bundle is not None else None
     about = head["metadata"].get(RECORD_IDENTITY)
     if about is not None and about == sha:
+        if record_keys:
+            check_record_there(store, item.domain, item.version, about, record_keys)
         return
     raise IntegrityError(
         f"{store.bucket}/{key} is a verification record about object "

@@ -41,6 +41,9 @@ A_GOOD_SITE = {
 }
 
 
+NBSP_LINK = '<a href="\u00a0legacy.html">n</a>'.encode()
+
+
 def bundle(tmp_path: Path, files: dict[str, bytes]) -> Path:
     return write_tar(tmp_path / "bundle.tar.gz", files)
 
@@ -78,6 +81,12 @@ def test_a_site_the_scan_passes_passes_the_crawl(tmp_path: Path) -> None:
         # a folder without index.html: no host lists it
         ({"index.html": A_GOOD_SITE["index.html"] + b'<a href="img/">i</a>'}, "img/", "/img/"),
         ({"guide/intro.html": b'<a href="../gone/">x</a>'}, "gone/", "/gone/"),
+        # a NO-BREAK SPACE is no whitespace to a URL: the link names it (trial37 G1)
+        (
+            {"index.html": A_GOOD_SITE["index.html"] + NBSP_LINK},
+            "\u00a0legacy.html",
+            "/%C2%A0legacy.html",
+        ),
         (
             {"legacy.html": b'<meta charset="utf-8"><a href="caf\xe9">c</a>'},
             "caf\ufffd",
@@ -93,6 +102,20 @@ def test_one_broken_link_is_found_by_both(
     assert [b.target for b in scan.broken] == [target] and scan.broken_link_count == 1
     assert [t for t, _, status in site.broken_links] == [crawled], site.broken_links
     assert site.failing_pages == [] and site.error is not None
+
+
+def test_backslashes_tabs_and_spaces_in_a_link_are_read_as_a_browser_reads_them(
+    tmp_path: Path,
+) -> None:
+    """The URL standard: `\\` is `/` in an http(s) URL, tabs and line breaks inside it are
+    removed and spaces around it dropped, so a browser follows each of these links; both
+    checks found the backslashed ones broken and refused a good bundle (trial37 D2)."""
+    links = b'<a href="guide\\intro">b</a><a href="\\getting-started">s</a>'
+    links += b'<a href=" gui\tde/in\ntro ">t</a><base href="\\">'
+    path = bundle(tmp_path, A_GOOD_SITE | {"index.html": A_GOOD_SITE["index.html"] + links})
+    scan, site = scanned(path), checked(path, tmp_path)
+    assert (scan.broken_link_count, scan.missing_asset_count, scan.broken) == (0, 0, ())
+    assert site.error is None and site.broken_links == [], site.error
 
 
 def test_a_site_below_a_base_path_agrees(tmp_path: Path) -> None:
