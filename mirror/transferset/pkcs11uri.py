@@ -26,6 +26,8 @@ from mirror.errors import ConfigError
 
 SCHEME = "pkcs11:"
 TOKEN_ATTRIBUTES = ("token", "manufacturer", "model", "serial")
+SLOT_ATTRIBUTES = ("slot-manufacturer", "slot-description", "slot-id")
+LIBRARY_ATTRIBUTES = ("library-manufacturer", "library-description", "library-version")
 PATH_ATTRIBUTES = (
     *TOKEN_ATTRIBUTES,
     "object",
@@ -53,7 +55,9 @@ class TokenURI:
     module_path: Path
     pin_source: Path | None
     token: dict[str, str]
-    """How the token is matched: `token` (its label), `manufacturer`, `model`, `serial`."""
+    """How the token is matched: `token` (its label), `manufacturer`, `model`, `serial`;
+    and its slot and module: `slot-*`, `library-*` (RFC 7512: every attribute given must
+    match)."""
     label: str | None
     key_id: bytes | None
     """CKA_ID of the key's objects (`id=`), when the URI names it."""
@@ -112,7 +116,7 @@ def parse_token_uri(text: str) -> TokenURI:
         text=text,
         module_path=_absolute(unquote(query["module-path"]), "module-path", name),
         pin_source=_pin_source(query["pin-source"], name) if "pin-source" in query else None,
-        token={k: unquote(v) for k, v in path.items() if k in TOKEN_ATTRIBUTES},
+        token={k: unquote(v) for k, v in path.items() if k not in ("object", "id", "type")},
         label=unquote(path["object"]) if "object" in path else None,
         key_id=unquote_to_bytes(path["id"]) if "id" in path else None,
     )

@@ -24,7 +24,9 @@ Promises:
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -216,17 +218,49 @@ def _library(uri: TokenURI) -> Library:
         ) from None
 
 
+def _matches(wanted: dict[str, str], facts: dict[str, str]) -> bool:
+    """Every attribute of `wanted` that `facts` describes has the value the URI gives."""
+    return all(wanted[name] == value for name, value in facts.items() if name in wanted)
+
+
+def _token_facts(token: pkcs11.Token) -> dict[str, str]:
+    slot = token.slot
+    return {
+        "manufacturer": token.manufacturer_id,
+        "model": token.model,
+        "slot-id": str(slot.slot_id),
+        "slot-description": slot.slot_description,
+        "slot-manufacturer": slot.manufacturer_id,
+    }
+
+
+def _library_matches(library: Library, wanted: dict[str, str]) -> bool:
+    version = library.library_version
+    return _matches(
+        wanted,
+        {
+            "library-manufacturer": library.manufacturer_id,
+            "library-description": library.library_description,
+            "library-version": f"{version[0]}.{version[1]}",
+        },
+    )
+
+
 def _token(library: Library, uri: TokenURI) -> pkcs11.Token:
     """The one token the URI's token attributes match."""
     wanted = uri.token
     serial = wanted.get("serial")
+    if not _library_matches(library, wanted):
+        raise ConfigError(
+            f"{uri.name}: the module {uri.module_path} is not the library-* the URI names",
+            hint="drop the library-* attributes or name the module they describe",
+        )
     found = [
         token
         for token in library.get_tokens(
             token_label=wanted.get("token"), token_serial=serial.encode() if serial else None
         )
-        if wanted.get("manufacturer", token.manufacturer_id) == token.manufacturer_id
-        and wanted.get("model", token.model) == token.model
+        if _matches(wanted, _token_facts(token))
     ]
     if len(found) == 1:
         chosen: pkcs11.Token = found[0]
@@ -238,6 +272,17 @@ def _token(library: Library, uri: TokenURI) -> pkcs11.Token:
         f"{', '.join(map(repr, there)) or 'none'})",
         hint="insert the token, or name one with token= (and serial=)",
     )
+
+
+def _read_pin_file(path: Path) -> tuple[bytes, int]:
+    """The PIN file's first bytes and its permission bits. Opened without blocking and
+    refused unless a regular file: a FIFO or a device named there would hang the command."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    with open(fd, "rb") as handle:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return handle.read(MAX_PIN_FILE + 1), stat.S_IMODE(status.st_mode)
 
 
 def _pin(uri: TokenURI, token: pkcs11.Token) -> str | None:
@@ -252,9 +297,7 @@ def _pin(uri: TokenURI, token: pkcs11.Token) -> str | None:
             )
         return None
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_PIN_FILE + 1)
-            mode = stat.S_IMODE(Path(path).stat().st_mode)
+        data, mode = _read_pin_file(path)
     except FileNotFoundError:
         raise ConfigError(f"{uri.name}: the PIN file {path} does not exist") from None
     except OSError as exc:

@@ -5,9 +5,11 @@ as one line and its exit code."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pkcs11
 import pytest
 
 from mirror.errors import ConfigError, IntegrityError
@@ -125,6 +127,17 @@ def test_a_token_holding_another_key_under_the_name_cannot_sign(in_process: Soft
         key.sign(b"manifest")
 
 
+def test_the_slot_and_module_a_uri_names_choose_the_token(in_process: SoftHSM) -> None:
+    """slot-id, slot-description and library-manufacturer, when they describe the token's
+    slot and module, find it (and sign); when they do not, nothing matches (above)."""
+    _tool_key(in_process)
+    library = pkcs11.lib(str(in_process.module))
+    slot = library.get_token(token_label="mirror").slot
+    named = f";slot-id={slot.slot_id};library-manufacturer={library.manufacturer_id};object=k"
+    key = open_signing_key(in_process.uri("k").replace(";object=k", named.replace(" ", "%20")))
+    key.public.key.verify(key.sign(b"manifest"), b"manifest")
+
+
 def _tool_key(hsm: SoftHSM) -> str:
     hsm.tool("--keypairgen", "--key-type", "EC:edwards25519", "--label", "k")
     return "k"
@@ -162,6 +175,23 @@ FAILURES: dict[str, tuple[Callable[[SoftHSM], tuple[str, dict[str, str]]], int, 
         lambda h: (_tool_key(h), (h.uri("k"), h.env))[1],
         2,
         "several private keys match",
+    ),
+    # a FIFO nobody writes hung the command (trial37 G5)
+    "PIN file a FIFO": (
+        lambda h: (os.mkfifo(h.root / "fifo"), (h.uri("k", pin_file=h.root / "fifo"), h.env))[1],
+        2,
+        "not a regular file",
+    ),
+    # slot-* and library-* were accepted and ignored (trial37 G4): RFC 7512, all must match
+    "slot-id of no slot": (
+        lambda h: (h.uri("k").replace(";object=k", ";slot-id=99;object=k"), h.env),
+        2,
+        "no token matches",
+    ),
+    "another module's library-manufacturer": (
+        lambda h: (h.uri("k").replace(";object=k", ";library-manufacturer=Other;object=k"), h.env),
+        2,
+        "is not the library-* the URI names",
     ),
     "PIN in the settings": (
         lambda h: (h.uri("k", extra=f"&pin-value={h.pin}"), h.env),
