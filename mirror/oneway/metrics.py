@@ -22,11 +22,12 @@ from mirror.errors import ConfigError, TemporaryFailure
 
 log = logging.getLogger("mirror.oneway.receiver")
 LOG_EVERY = 60.0
-DROP_REASONS = ("table_fragment", "table", "data", "waiting", "status")
+DROP_REASONS = ("table_fragment", "table", "data", "waiting", "status", "landed")
 """table_fragment: impossible fragment numbers; table: a table that does not decode, breaks a
 bound, is another session's or cannot be held by the spool; data: a DATA datagram its table
 has no place for; waiting: DATA before its table beyond the session's budget; status: a
-HEARTBEAT or END whose body is not one."""
+HEARTBEAT or END whose body is not one; landed: any datagram of a session landed already (a set
+sent again is not landed twice: the log names where it landed, to import it again by hand)."""
 IMPORT_OUTCOMES = ("imported", "refused", "deferred")
 _REMOVED_HELP = (
     "Sessions not landed whose files were removed: over the spool budget, the disk full, or "
@@ -82,7 +83,8 @@ class ReceiverMetrics:
         """Count one datagram dropped for `reason` (one of DROP_REASONS); said in the log
         unless this reason was said less than LOG_EVERY seconds ago."""
         self._by_reason[reason].inc()
-        self._say(reason, f"dropped a datagram ({reason}): {detail}")
+        level = logging.INFO if reason == "landed" else logging.WARNING  # expected, not wrong
+        self._say(reason, f"dropped a datagram ({reason}): {detail}", level)
 
     def evict(self, session: int) -> None:
         """Count one session put out of memory for a newer one; said as a drop is."""
@@ -95,7 +97,7 @@ class ReceiverMetrics:
         self.removed.inc()
         self._say(f"removed: {why}", f"session {session:016x} removed from the spool: {why}")
 
-    def _say(self, reason: str, line: str) -> None:
+    def _say(self, reason: str, line: str, level: int = logging.WARNING) -> None:
         now = self._clock()
         said = self._said.get(reason)
         if said is not None and now - said < LOG_EVERY:
@@ -103,7 +105,7 @@ class ReceiverMetrics:
             return
         self._said[reason] = now
         unsaid = self._unsaid.pop(reason, 0)
-        log.warning("%s%s", line, f" ({unsaid} more since the last line)" if unsaid else "")
+        log.log(level, "%s%s", line, f" ({unsaid} more since the last line)" if unsaid else "")
 
     def serve(self, host: str, port: int) -> None:
         """Counters on http://HOST:PORT/; a port taken (exit 75) or an address that is not

@@ -41,6 +41,7 @@ Promises:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -282,7 +283,8 @@ class _Held:
         self.metrics = metrics or ReceiverMetrics()
         self.sessions: OrderedDict[int, _Session] = OrderedDict()
         """Least recently heard first."""
-        self.landed: set[int] = set()
+        self.landed: dict[int, str] = {}
+        """Sessions landed, by number: the name their set landed as."""
         self.stop_when_full = stop_when_full
         work_root(spool).mkdir(parents=True, exist_ok=True)
         self.budget = SpoolBudget(spool, budget)
@@ -295,7 +297,7 @@ class _Held:
             self.sessions.move_to_end(number)
             return session
         if number in self.landed or landed_marker(self.spool, number).exists():
-            self.landed.add(number)
+            self._sent_again(number)
             return None
         while len(self.sessions) >= self.max_sessions:
             oldest, evicted = self.sessions.popitem(last=False)
@@ -304,6 +306,24 @@ class _Held:
             self.metrics.evict(oldest)
         session = self.sessions[number] = _Session()
         return session
+
+    def _sent_again(self, number: int) -> None:
+        """A datagram of a session that landed already: dropped and counted (the rest of
+        its passes, or the set sent again), and the log says where its set is, once a
+        minute: an operator resending a set the import refused, over a link with no way
+        back, is told how to import it again instead of hearing nothing."""
+        if number not in self.landed:
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                self.landed[number] = landed_marker(self.spool, number).read_text().strip()
+            self.landed.setdefault(number, "?")
+        name = self.landed[number]
+        self.metrics.drop(
+            "landed",
+            f"session {number:016x} landed already as {name} (the rest of its passes, or the set "
+            f"sent again: a set is landed once); to import it again: mirror transfer import "
+            f"{self.spool / name} (when the import refused it: its copy under "
+            f"{self.spool / 'refused'}/)",
+        )
 
     def save(self) -> None:
         for number, session in list(self.sessions.items()):
@@ -531,7 +551,7 @@ class Receiver(_Held):
         self.metrics.sets.labels("complete").inc()
         del self.sessions[table.session]
         self.budget.forget(table.session)
-        self.landed.add(table.session)
+        self.landed[table.session] = outcome.landed.name if outcome.landed else "?"
         return outcome
 
 

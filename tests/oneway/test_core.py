@@ -3,6 +3,7 @@ the real sender's datagrams (real RaptorQ) into the real receiver (real files, r
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,25 @@ def test_a_set_through_5_percent_random_loss_lands_verified(
     assert not (spool / ".oneway" / f"{table.session:016x}").exists()
     # later passes of a landed set are ignored, not assembled again
     assert deliver(Receiver(spool, trusted), one_pass(packed_set, table), lambda n: True) is None
+
+
+def test_a_set_sent_again_after_it_landed_is_counted_and_the_log_says_how_to_import_it(
+    packed_set: Path, spool: Path, trusted: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over a link with no way back, an operator whose import was refused sends the set
+    again: it is not landed twice, but it is counted and said (trial37 G3: nothing was)."""
+    caplog.set_level(logging.INFO, logger="mirror.oneway")
+    table = table_of(packed_set)
+    assert deliver(Receiver(spool, trusted), one_pass(packed_set, table), lambda n: True)
+    caplog.clear()
+    again = Receiver(spool, trusted)  # a restarted service: the landed marker tells it
+    assert deliver(again, one_pass(packed_set, table), lambda n: True) is None
+    sample = again.metrics.registry.get_sample_value
+    dropped = sample("mirror_oneway_dropped_datagrams_total", {"reason": "landed"})
+    assert dropped is not None and dropped > 100
+    said = [r.getMessage() for r in caplog.records if "landed already as set-1" in r.getMessage()]
+    assert len(said) == 1, said  # once a minute, not once a datagram
+    assert f"mirror transfer import {spool / 'set-1'}" in said[0]
 
 
 def test_bursts_of_50_lost_datagrams_cost_each_block_little(
