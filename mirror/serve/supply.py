@@ -21,24 +21,25 @@ this run; it is the only way a bundle becomes servable. Promises:
   downloads a bad object again and again, and a provenance put back is used.
 - A bucket that cannot be read is a TemporaryFailure (503); every call to it is bounded by
   the S3 client's deadline (mirror.airgap.s3.client), and a bundle's bytes too: a fill
-  whose next piece has not come within `stall` seconds (target.deadline) is given up, so
-  a store that trickles a byte under every read timeout holds no pod for ever.
+  whose next piece has not come within `stall` seconds (target.deadline) is given up
+  (mirror.airgap.s3.paced, which an S3 bucket's streams already go through), so a store
+  that trickles a byte under every read timeout holds no pod for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mirror.airgap import layout
 from mirror.airgap.provenance import check_in_bucket, read_statement
+from mirror.airgap.s3.paced import close_stream, paced
 from mirror.archive import inspect_archive
 from mirror.errors import IntegrityError, MirrorError, NotFound, TemporaryFailure
 from mirror.integrity import HashingWriter
@@ -271,10 +272,14 @@ class Supply:
         try:
             with open(temp, "wb") as out:
                 hashing = HashingWriter(out)
-                for chunk in _paced(self.bucket.open_stream(listed.object), self.stall):
-                    hashing.write(chunk)
-                    if hashing.size > ref.size:
-                        break
+                stream = paced(self.bucket.open_stream(listed.object), self.stall, listed.object)
+                try:
+                    for chunk in stream:
+                        hashing.write(chunk)
+                        if hashing.size > ref.size:
+                            break
+                finally:
+                    close_stream(stream)
         except OSError as exc:
             raise _Unwritable(f"cannot write the cache ({temp.parent}): {exc.strerror}") from None
         got = hashing.result
@@ -310,57 +315,6 @@ class Supply:
                 raise
             return {**facts, "present": False}
         return {**facts, "present": True, **_described(predicate)}
-
-
-def _paced(stream: Iterator[bytes], seconds: float) -> Iterator[bytes]:
-    """`stream`'s pieces, read in a thread of its own; TemporaryFailure when the next one
-    has not come within `seconds`. The thread then stops at its next piece (or its read's
-    own timeout) and closes the stream."""
-    box: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=2)
-    stop = threading.Event()
-    pump = threading.Thread(target=_pump, args=(stream, box, stop), name="serve-fill")
-    pump.daemon = True
-    pump.start()
-    try:
-        while True:
-            try:
-                chunk, error = box.get(timeout=seconds)
-            except queue.Empty:
-                raise TemporaryFailure(
-                    f"the bucket sent no more of the bundle for {seconds:g}s (target.deadline)"
-                ) from None
-            if error is not None:
-                raise error
-            if chunk is None:
-                return
-            yield chunk
-    finally:
-        stop.set()
-
-
-def _pump(stream: Iterator[bytes], box: queue.Queue[Any], stop: threading.Event) -> None:
-    """Move `stream`'s pieces into `box`, then (None, None) or (None, its error); until
-    `stop`. Closes the stream."""
-    try:
-        for chunk in stream:
-            if not _offer(box, (chunk, None), stop):
-                return
-        _offer(box, (None, None), stop)
-    except BaseException as exc:  # handed to the reader, which raises it
-        _offer(box, (None, exc), stop)
-    finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
-
-
-def _offer(box: queue.Queue[Any], item: object, stop: threading.Event) -> bool:
-    """Put `item` in `box` unless `stop` comes first (False then)."""
-    while not stop.is_set():
-        with contextlib.suppress(queue.Full):
-            box.put(item, timeout=0.5)
-            return True
-    return False
 
 
 def _require_absent_allowed(listed: Listed, manifest: layout.VersionManifest, trust: Trust) -> None:

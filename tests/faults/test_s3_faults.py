@@ -9,7 +9,9 @@ as sent, and that the operator reads one line naming the cause, with its exit co
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 from mirror.airgap import layout
 from mirror.airgap.chart.promotion import promote
 from mirror.airgap.s3.objectstore import ObjectStore
+from mirror.airgap.s3.paced import BodyStalled
 from mirror.config import TargetSettings
 from mirror.errors import ConfigError
 from tests.fixtures.cli import mirror_cli
@@ -30,7 +33,7 @@ from tests.fixtures.s3 import (
     small_seaweed,
     timed_against,
 )
-from tests.fixtures.wire import FlippingProxy, SilentServer
+from tests.fixtures.wire import BodyTricklingProxy, FlippingProxy, SilentServer
 
 pytestmark = pytest.mark.s3
 
@@ -94,6 +97,77 @@ def test_a_hanging_endpoint_ends_the_import_within_the_deadline(
     assert result.returncode == 75, result.stderr
     assert server.url in result.stderr and "did not answer" in result.stderr
     assert took < WITHIN_DEADLINE
+
+
+@pytest.mark.fault(
+    "s3: a GET's headers come at once, then its body a byte under every read timeout",
+    "exit 75 within deadline, naming the key",
+)
+def test_a_body_trickled_under_the_read_timeout_ends_within_the_deadline(
+    tmp_path: Path,
+    key_pair: tuple[Path, Path],
+    target_settings: TargetSettings,
+    object_store: ObjectStore,
+    fault_got: list[str],
+) -> None:
+    """The deadline bounds a body as a whole, not only each socket read of it: a store that
+    answers at once and then sends a byte every second (under the 2 s read timeout) holds
+    `chart history` no longer than the deadline, and its one line names the object."""
+    key = layout.current_key(object_store, DOCS)
+    object_store.write_json(key, {"domain": DOCS, "history": [], "pad": "x" * 200}, if_match=None)
+    with BodyTricklingProxy(target_settings.endpoint_url, b"current.json") as proxy:
+        result, took = timed_against(
+            tmp_path, key_pair, target_settings, proxy.url, "chart", "history", DOCS
+        )
+    fault_got.append(f"exit {result.returncode} after {took:.1f} s")
+    assert proxy.trickled >= 1
+    assert result.returncode == 75, result.stderr
+    assert f"sent no more of {target_settings.bucket}/{key} for 4s" in result.stderr
+    assert "target.deadline" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert took < WITHIN_DEADLINE
+
+
+def test_a_stalled_stream_is_given_up_and_its_reading_thread_ends(
+    target_settings: TargetSettings, object_store: ObjectStore
+) -> None:
+    """`ObjectStore.open_stream` of a body that trickles on raises BodyStalled after the
+    deadline; its reading thread is woken (the socket shut down), closes the body and ends."""
+    key = object_store.key("stalled", "bundle.tar.gz")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"y" * 4096)
+    with BodyTricklingProxy(target_settings.endpoint_url, key.encode(), 0.5) as proxy:
+        target = target_settings.model_copy(
+            update={"endpoint_url": proxy.url, "deadline": 2.0, "read_timeout": 1.0}
+        )
+        stream = ObjectStore.from_settings(target).open_stream(key)
+        started = time.monotonic()
+        raised: list[BaseException] = []
+        reader = threading.Thread(target=_first_piece, args=(stream, raised), daemon=True)
+        reader.start()
+        reader.join(60)  # unbounded, the body would take 34 minutes
+        took = time.monotonic() - started
+        assert raised and isinstance(raised[0], BodyStalled), raised
+        assert f"sent no more of {object_store.bucket}/{key} for 2s" in str(raised[0])
+        assert proxy.trickled == 1
+        assert _ended("s3-body"), "the thread reading the stalled body is still running"
+    assert took < 2.0 + 1.0 + 1.0 + 20
+
+
+def _first_piece(stream: Iterator[bytes], raised: list[BaseException]) -> None:
+    try:
+        next(stream)
+    except BaseException as exc:  # the test looks at it
+        raised.append(exc)
+
+
+def _ended(name: str) -> bool:
+    """Wait (to a generous deadline) until no thread called `name` runs."""
+    done = threading.Event()
+    for _ in range(600):
+        if not any(thread.name == name for thread in threading.enumerate()):
+            return True
+        done.wait(0.1)
+    return False
 
 
 @pytest.mark.fault("s3: this host's clock 20 minutes off", "exit 2 naming the clock")

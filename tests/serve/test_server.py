@@ -202,7 +202,7 @@ def test_a_fill_the_bucket_stops_sending_is_given_up_for_every_waiting_client(
         gated.gate.set()
         again = httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"), timeout=120)
     assert [a.status_code for a in answers] == [503, 503], [a.text[:200] for a in answers]
-    assert all("sent no more of the bundle for 1s" in a.text for a in answers)
+    assert all("sent no more of" in a.text and "for 1s" in a.text for a in answers)
     assert again.content == promoted_versions[V1].archive.read_bytes()
 
 

@@ -9,6 +9,10 @@ Promises:
 - A missing object is None (`head`, `read_json`) or NotFound (`open_stream`), never an
   exception of the S3 library; every other refusal is one MirrorError line naming the
   bucket and key (mirror.airgap.s3.errors), never a credential.
+- Every body is read bounded as a whole, not only per socket read: a GET by the client's
+  deadline (mirror.airgap.s3.client), then each next piece within `target.deadline`, else
+  a TemporaryFailure naming the bucket and key (mirror.airgap.s3.paced), so a store that
+  trickles a byte under every read timeout holds no reader for ever.
 - A JSON document is refused (IntegrityError) when it is larger than MAX_JSON_BYTES, not
   a JSON object, or not the bytes the server reports storing (its MD5 ETag), so a bit
   flipped on the way back is never parsed, changed and written back whole.
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import botocore.exceptions
 
 from mirror.airgap.s3.checksums import read_back_intact
+from mirror.airgap.s3.client import body_bounds
 from mirror.airgap.s3.errors import (
     MISSING_BUCKET_CODES,
     MISSING_KEY_CODES,
@@ -33,6 +38,7 @@ from mirror.airgap.s3.errors import (
     s3_failure,
 )
 from mirror.airgap.s3.multipart import SHA256_META
+from mirror.airgap.s3.paced import Paced, close_stream
 from mirror.errors import ConfigError, IntegrityError, MirrorError, NotFound
 from mirror.integrity import CHUNK_SIZE
 from mirror.logs import redacted_url
@@ -156,15 +162,18 @@ class S3Bucket:
         answer = self._get(key)
         if answer is None:
             return None, None
-        body = answer["Body"]
+        data = bytearray()
+        pieces = self._paced(self._chunks(answer, key), key, [answer["Body"]])
         try:
-            with self.call("GET", key):
-                data = body.read(MAX_JSON_BYTES + 1)
+            for chunk in pieces:
+                data += chunk
+                if len(data) > MAX_JSON_BYTES:
+                    break
         finally:
-            body.close()
+            close_stream(pieces)
         if len(data) > MAX_JSON_BYTES:
             raise IntegrityError(f"{self.bucket}/{key} is larger than {MAX_JSON_BYTES} bytes")
-        if not read_back_intact(data, answer):
+        if not read_back_intact(bytes(data), answer):
             raise IntegrityError(
                 f"{self.bucket}/{key} was damaged on the way from the server (its bytes do not "
                 "match the MD5 ETag the server reports); nothing was written",
@@ -179,16 +188,45 @@ class S3Bucket:
         return document, str(answer.get("ETag", "")) or None
 
     def open_stream(self, key: str) -> Iterator[bytes]:
-        """The object's bytes in CHUNK_SIZE pieces; NotFound when it does not exist."""
+        """The object's bytes in CHUNK_SIZE pieces, asked for at the first; NotFound when it
+        does not exist. Bounded as a whole (module docstring): the GET by its deadline, then
+        each next piece by `target.deadline`."""
+        bodies: list[Any] = []
+        return self._paced(self._streamed(key, bodies), key, bodies, opening=True)
+
+    def _streamed(self, key: str, bodies: list[Any]) -> Iterator[bytes]:
         answer = self._get(key)
         if answer is None:
             raise NotFound(f"{self.bucket}/{key} does not exist")
+        bodies.append(answer["Body"])
+        yield from self._chunks(answer, key)
+
+    def _chunks(self, answer: dict[str, Any], key: str) -> Iterator[bytes]:
+        """The body of a GET `answer` in CHUNK_SIZE pieces; closed when done or given up."""
         body = answer["Body"]
         try:
             with self.call("GET", key):
                 yield from body.iter_chunks(CHUNK_SIZE)
         finally:
             body.close()
+
+    def _paced(
+        self, pieces: Iterator[bytes], key: str, bodies: list[Any], *, opening: bool = False
+    ) -> Iterator[bytes]:
+        """`pieces` given up when the next has not come within the client's deadline
+        (mirror.airgap.s3.paced), `bodies` then shut down; the first piece, when `opening`,
+        after the GET's own bound, so its DeadlineExceeded (naming the GET) comes first."""
+        bounds = body_bounds(self.client)
+        if bounds is None:  # a client this tool did not bound (none it makes)
+            return pieces
+        deadline, read_timeout = bounds
+        first = read_timeout + 1.0 if opening else 0.0
+
+        def abort() -> None:
+            for body in list(bodies):
+                _shut_down(body)
+
+        return Paced(pieces, deadline, f"{self.bucket}/{key}", first=first, abort=abort)
 
     def presign_get(self, key: str, ttl: float) -> tuple[str, datetime]:
         """A presigned GET link for `key` valid `ttl` seconds, and when it expires."""
@@ -214,3 +252,13 @@ class S3Bucket:
         deletion interrupted and run again simply finishes."""
         with self.call("DELETE", key):
             self.client.delete_object(Bucket=self.bucket, Key=key)
+
+
+def _shut_down(body: Any) -> None:
+    """Wake a thread blocked reading `body` (a botocore StreamingBody over urllib3): its
+    socket shut down for reading, from any thread (urllib3's `HTTPResponse.shutdown`)."""
+    raw = getattr(body, "_raw_stream", None)
+    shutdown = getattr(raw, "shutdown", None)
+    if shutdown is not None:
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            shutdown()

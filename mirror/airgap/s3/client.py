@@ -4,6 +4,9 @@ Promises:
 - One S3 request, its retries included, ends within `target.deadline` plus one
   `target.read_timeout`: a hanging or dead endpoint is a TemporaryFailure (exit 75)
   naming the endpoint, not a command that waits twelve minutes.
+- A streamed body is bounded too, not only each socket read of it: a read whose next piece
+  has not come within `target.deadline` is given up (mirror.airgap.s3.paced, which every
+  body `S3Bucket` reads goes through; `body_bounds` says the client's bounds).
 - Payloads are not hashed for SigV4 (UNSIGNED-PAYLOAD): every body that is written
   carries its own checksum for the server to verify instead (Content-MD5 on small
   objects; a CRC32 or MD5 on each upload part, mirror.airgap.s3.multipart), so each byte
@@ -18,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -36,6 +40,8 @@ else:
 
 CONNECT_TIMEOUT = 10.0
 DEADLINE_KEY = "mirror_deadline"
+
+_BOUNDS: weakref.WeakKeyDictionary[Any, tuple[float, float]] = weakref.WeakKeyDictionary()
 
 
 class DeadlineExceeded(TemporaryFailure):
@@ -77,6 +83,7 @@ def bound_by_deadline(client: S3Client, deadline: float, read_timeout: float = 0
     an attempt still waiting for its answer `read_timeout` after the deadline is given up
     (a server that trickles a byte within every read timeout would hold it for ever)."""
     endpoint = redacted_url(client.meta.endpoint_url)
+    _BOUNDS[client] = (deadline, read_timeout)
 
     def exceeded(operation_name: str) -> DeadlineExceeded:
         return DeadlineExceeded(
@@ -108,6 +115,11 @@ def bound_by_deadline(client: S3Client, deadline: float, read_timeout: float = 0
     client.meta.events.register("before-call.s3", start)
     client.meta.events.register("request-created.s3", check)
     client.meta.events.register("before-send.s3", send_within)
+
+
+def body_bounds(client: S3Client) -> tuple[float, float] | None:
+    """(deadline, read_timeout) of a client `bound_by_deadline` bounds; None for another."""
+    return _BOUNDS.get(client)
 
 
 def _send_bounded(http: Any, request: Any, seconds: float) -> Any:
