@@ -251,6 +251,7 @@ def test_a_password_in_the_endpoint_url_is_never_printed(
             target_settings,
             endpoint_url=f"http://admin:hunter2-pw@{where}",
             deadline="2s",
+            read_timeout="2s",
         )
         for json_flag in ([], ["--json"]):
             result = mirror_cli("--config", str(config), *json_flag, "target", "check")
