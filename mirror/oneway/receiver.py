@@ -317,12 +317,13 @@ class _Held:
                 self.landed[number] = landed_marker(self.spool, number).read_text().strip()
             self.landed.setdefault(number, "?")
         name = self.landed[number]
+        spool = self.spool.absolute()
+        where = shlex.quote(str(spool / name)) if name != "?" else f"{spool}/NAME"
         self.metrics.drop(
             "landed",
-            f"session {number:016x} landed already as {name} (the rest of its passes, or the set "
-            f"sent again: a set is landed once); to import it again: mirror transfer import "
-            f"{self.spool / name} (when the import refused it: its copy under "
-            f"{self.spool / 'refused'}/)",
+            f"session {number:016x} landed already as {name!r} (the rest of its passes, or the "
+            f"set sent again: a set is landed once); to import it again: mirror transfer "
+            f"import {where} (when the import refused it: its copy under {spool}/refused/)",
         )
 
     def save(self) -> None:

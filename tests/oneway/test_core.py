@@ -112,9 +112,26 @@ def test_a_set_sent_again_after_it_landed_is_counted_and_the_log_says_how_to_imp
     sample = again.metrics.registry.get_sample_value
     dropped = sample("mirror_oneway_dropped_datagrams_total", {"reason": "landed"})
     assert dropped is not None and dropped > 100
-    said = [r.getMessage() for r in caplog.records if "landed already as set-1" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "landed already as 'set-1'" in r.getMessage()]
     assert len(said) == 1, said  # once a minute, not once a datagram
-    assert f"mirror transfer import {spool / 'set-1'}" in said[0]
+    assert f"mirror transfer import {spool.absolute() / 'set-1'} " in said[0]
+
+
+def test_the_command_to_import_a_landed_set_again_is_quoted_for_a_shell(
+    packed_set: Path, spool: Path, trusted: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A set's name is not signed (the sender's directory name): one that holds shell syntax
+    is quoted in the command the log prints, so pasting it runs nothing else (hostile37)."""
+    caplog.set_level(logging.INFO, logger="mirror.oneway")
+    table = table_of(packed_set)
+    marker = spool / ".oneway" / "landed" / f"{table.session:016x}"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("x;echo PWNED $(id)\n")
+    receiver = Receiver(spool, trusted)
+    assert receiver.handle(next(iter(one_pass(packed_set, table)))) is None
+    said = [r.getMessage() for r in caplog.records if "landed already" in r.getMessage()]
+    assert len(said) == 1, said
+    assert f"mirror transfer import '{spool.absolute()}/x;echo PWNED $(id)' " in said[0]
 
 
 def test_bursts_of_50_lost_datagrams_cost_each_block_little(

@@ -1,4 +1,6 @@
-"""A streamed object body bounded as a whole, not only per socket read.
+"""A streamed object body whose every piece must come within the deadline, not only each
+socket read of it: a body that stalls ends, one that keeps coming (however slowly, a piece
+per deadline) is read to its end.
 
 The S3 client's read timeout bounds each socket read; a store that sends one byte within
 every read timeout would hold a reader of a body for ever. `Paced` reads a stream in a
