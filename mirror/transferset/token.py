@@ -270,7 +270,9 @@ def _token(library: Library, uri: TokenURI) -> pkcs11.Token:
     raise ConfigError(
         f"{uri.name}: {what} in {uri.module_path} (tokens there: "
         f"{', '.join(map(repr, there)) or 'none'})",
-        hint="insert the token, or name one with token= (and serial=)",
+        hint="insert the token, or name one with token= (and serial=)"
+        if not found
+        else "name one of them with serial= or slot-id= beside token=",
     )
 
 

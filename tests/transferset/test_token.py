@@ -193,6 +193,12 @@ FAILURES: dict[str, tuple[Callable[[SoftHSM], tuple[str, dict[str, str]]], int, 
         2,
         "is not the library-* the URI names",
     ),
+    # two tokens of one label: slot-id= or serial= chooses (hostile37: the hint said insert it)
+    "two tokens of one label": (
+        lambda h: (h.add_token("mirror"), (h.uri("k"), h.env))[1],
+        2,
+        "2 tokens match in",
+    ),
     "PIN in the settings": (
         lambda h: (h.uri("k", extra=f"&pin-value={h.pin}"), h.env),
         2,
@@ -212,3 +218,5 @@ def test_what_a_token_cannot_do_is_one_line_and_its_code(softhsm: SoftHSM, case:
     assert len(lines) == 1 and lines[0].startswith("mirror: error: pkcs11:"), done.stderr
     assert says in lines[0]
     assert softhsm.pin not in done.stdout + done.stderr
+    if case == "two tokens of one label":
+        assert "serial= or slot-id=" in lines[0], lines[0]
