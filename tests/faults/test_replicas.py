@@ -217,6 +217,9 @@ def kill_two_restart_one(
                     f"a replica exited by itself:\n{replica.process.log()[-5000:]}"
                 )
             for replica in survivors:
+                # the restarted one may still be starting on a busy machine (the others can
+                # finish every domain first): SIGTERM before its handler is Python's -15
+                replica.process.wait_ready(120)
                 replica.process.signal(signal.SIGTERM)
                 assert replica.process.proc.wait(60) == 0, replica.process.log()[-5000:]
             logs = [replica.process.log() for replica in running]
