@@ -153,6 +153,30 @@ def test_a_stalled_stream_is_given_up_and_its_reading_thread_ends(
     assert took < 2.0 + 1.0 + 1.0 + 20
 
 
+def test_a_body_that_stops_past_the_read_timeout_is_named_a_stall_not_an_unreachable_store(
+    target_settings: TargetSettings, object_store: ObjectStore
+) -> None:
+    """A body whose next byte comes after the read timeout ends with the stall's one line
+    (the store was reached and stopped sending), naming the key and `target.read_timeout`;
+    not "cannot reach the object store ... check the network" (hostile37)."""
+    key = object_store.key("stopped", "bundle.tar.gz")
+    object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"z" * 4096)
+    with BodyTricklingProxy(target_settings.endpoint_url, key.encode(), 30.0) as proxy:
+        target = target_settings.model_copy(
+            update={"endpoint_url": proxy.url, "deadline": 60.0, "read_timeout": 1.0}
+        )
+        stream = ObjectStore.from_settings(target).open_stream(key)
+        raised: list[BaseException] = []
+        reader = threading.Thread(target=_first_piece, args=(stream, raised), daemon=True)
+        reader.start()
+        reader.join(120)
+        assert raised and isinstance(raised[0], BodyStalled), raised
+        line = str(raised[0])
+        assert f"stopped sending {object_store.bucket}/{key} part-way" in line, line
+        assert "target.read_timeout" in line and "cannot reach" not in line, line
+        assert proxy.trickled == 1
+
+
 def _first_piece(stream: Iterator[bytes], raised: list[BaseException]) -> None:
     try:
         next(stream)

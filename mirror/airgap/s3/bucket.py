@@ -38,7 +38,7 @@ from mirror.airgap.s3.errors import (
     s3_failure,
 )
 from mirror.airgap.s3.multipart import SHA256_META
-from mirror.airgap.s3.paced import Paced, close_stream
+from mirror.airgap.s3.paced import BODY_CUT, Paced, body_cut, close_stream
 from mirror.errors import ConfigError, IntegrityError, MirrorError, NotFound
 from mirror.integrity import CHUNK_SIZE
 from mirror.logs import redacted_url
@@ -206,7 +206,10 @@ class S3Bucket:
         body = answer["Body"]
         try:
             with self.call("GET", key):
-                yield from body.iter_chunks(CHUNK_SIZE)
+                try:
+                    yield from body.iter_chunks(CHUNK_SIZE)
+                except BODY_CUT as exc:
+                    raise body_cut(exc, f"{self.bucket}/{key}") from None
         finally:
             body.close()
 

@@ -10,6 +10,9 @@ thread of its own and gives up when its next piece has not come within `seconds`
 Promises:
 - A stall is a `BodyStalled` (a TemporaryFailure, exit 75) whose one line names what was
   read (the bucket and key, never a credential) and says `target.deadline` sets the wait.
+  A body whose socket read timed out (`target.read_timeout`) or whose connection ended
+  mid-way is the same one line (`body_cut`), never "cannot reach the object store": the
+  store was reached, and stopped sending.
 - Memory stays bounded: at most two pieces wait between the thread and the reader.
 - The thread ends, and the stream is closed (by the thread, which alone reads it), once the
   reader stops early, is given up or the stream ends: `abort` (an S3 body's socket shut
@@ -25,6 +28,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import botocore.exceptions
+
 from mirror.errors import TemporaryFailure
 from mirror.units import format_duration
 
@@ -34,6 +39,25 @@ DEPTH = 2
 
 class BodyStalled(TemporaryFailure):
     """The object store sent no more of a body within the deadline."""
+
+
+BODY_CUT = (
+    botocore.exceptions.ReadTimeoutError,
+    botocore.exceptions.ResponseStreamingError,
+    botocore.exceptions.IncompleteReadError,
+)
+"""What botocore raises when a body it was reading stops: a read timed out, the
+connection ended, fewer bytes than its Content-Length."""
+
+
+def body_cut(exc: Exception, what: str) -> BodyStalled:
+    """The one line for a body of `what` that stopped mid-way (`exc`, one of BODY_CUT)."""
+    if isinstance(exc, botocore.exceptions.ReadTimeoutError):
+        return BodyStalled(
+            f"the object store stopped sending {what} part-way (no byte within the read "
+            "timeout); target.read_timeout sets how long to wait"
+        )
+    return BodyStalled(f"the object store cut {what} short: the connection ended mid-way")
 
 
 class Paced(Iterator[bytes]):
