@@ -66,7 +66,9 @@ class Connections:
             return None
 
     def count(self, slot: Slot) -> int:
-        return sum(1 for held in self._held.values() if held.slot is slot)
+        """Connections holding a `slot` now (safe to ask from any thread)."""
+        with self._changed:
+            return sum(1 for held in self._held.values() if held.slot is slot)
 
     def busy(self, conn: socket.socket, busy: bool) -> None:
         """The connection started (True) or finished (False) a request."""
