@@ -97,13 +97,15 @@ class ServeServer(QuietHTTPServer):
         thread.start()
 
     def _serve(self, request: Any, client_address: Any, slot: Slot) -> None:
+        """Handle one connection in `slot`; the slot is free before the connection is
+        closed, so a client that has read its answer to the end can take it at once."""
         try:
             self.handlers[slot](request, client_address, self)
         except Exception:
             self.handle_error(request, client_address)
         finally:
-            self.shutdown_request(request)
             self.connections.release(request)
+            self.shutdown_request(request)
 
     def _refuse(self, request: Any, client_address: Any) -> None:
         """No slot: 503 without reading the request, one access line, counted."""
@@ -112,8 +114,8 @@ class ServeServer(QuietHTTPServer):
             request.settimeout(1.0)
             request.sendall(BUSY)
             sent = len(BUSY_LINE) + 1
-        self.shutdown_request(request)
         log_response(self.service, (client_address[0], "-", "-"), 503, sent, started)
+        self.shutdown_request(request)
 
 
 class Handler(BaseHTTPRequestHandler):
