@@ -220,8 +220,9 @@ def test_a_refused_set_is_kept_aside_and_the_service_imports_the_next(
     with receiving(["--config", str(config)], spool, "--import") as service:
         service.send(first)  # the bucket has it already: exit 5 for `transfer import`
         reason = spool / "refused" / "set-a.reason"
-        service.until("set-a refused", reason.is_file)
-        assert (spool / "refused" / "set-a" / "manifest.json").is_file()
+        aside = spool / "refused" / "set-a" / "manifest.json"
+        # the reason is written first, the set moved after it: wait for both
+        service.until("set-a refused", lambda: reason.is_file() and aside.is_file())
         assert not (spool / "set-a").exists()
         service.send(second)
         imports = "mirror_oneway_imports_total"

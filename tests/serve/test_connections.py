@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,7 +81,8 @@ def test_an_error_of_ours_is_a_500_line_logged_and_counted(
 
 @contextlib.contextmanager
 def partial_heads(running: Running, count: int) -> Iterator[list[socket.socket]]:
-    """`count` connections that sent a request line and never finish their head."""
+    """`count` connections that sent a request line and never finish their head; reset at
+    the end (a plain close would end their heads, which the server may answer and log)."""
     held = [socket.create_connection(("127.0.0.1", running.port)) for _ in range(count)]
     try:
         for conn in held:
@@ -88,6 +90,7 @@ def partial_heads(running: Running, count: int) -> Iterator[list[socket.socket]]
         yield held
     finally:
         for conn in held:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             conn.close()
 
 

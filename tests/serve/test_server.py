@@ -18,7 +18,16 @@ from mirror.airgap import chart, layout
 from mirror.serve.routes import bundle_path
 from tests.airgap.chart.seeding import DOMAIN, Seeded, seed_version
 from tests.fixtures.memory import MemoryBucket
-from tests.fixtures.serving import V1, V2, Running, SwitchableBucket, get, raw, serving
+from tests.fixtures.serving import (
+    V1,
+    V2,
+    Running,
+    SwitchableBucket,
+    get,
+    raw,
+    serving,
+    until,
+)
 
 V3 = "2026-11-22"
 
@@ -468,8 +477,8 @@ def test_one_log_line_per_response(
         httpx.get(running.url + bundle_path(DOMAIN, V2, "tar.gz"))
         raw(running.port, get("/nope"))
     lines = [r for r in caplog.records if r.name == "mirror.serve.access"]
-    assert len(lines) == 2
-    served, missing = lines
+    assert len(lines) == 2  # logged by two threads: in either order
+    served, missing = sorted(lines, key=lambda r: int(r.__dict__["status"]))
     assert served.__dict__["client"] == "127.0.0.1" and served.__dict__["status"] == 200
     assert (served.__dict__["domain"], served.__dict__["version"]) == (DOMAIN, V2)
     assert served.__dict__["sha256"] == promoted_versions[V2].sha256
@@ -484,6 +493,8 @@ def test_metrics_name_what_was_served(
     with serving(memory_bucket, tmp_path / "cache") as running:
         httpx.get(running.url + bundle_path(DOMAIN, V1, "tar.gz"))
         httpx.get(running.url + bundle_path(DOMAIN, None, "tar.gz"))
+        # a response is counted once its last byte is sent, after the client may have it
+        assert until(lambda: running.counter("responses_total", code="200") == 2)
         text = httpx.get(running.url + "/metrics").text
     assert 'mirror_serve_responses_total{code="200"} 2.0' in text
     assert f'mirror_serve_served_total{{current="false",domain="{DOMAIN}",version="{V1}"}}' in text
