@@ -136,15 +136,8 @@ def test_a_stalled_stream_is_given_up_and_its_reading_thread_ends(
     key = object_store.key("stalled", "bundle.tar.gz")
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"y" * 4096)
     with BodyTricklingProxy(target_settings.endpoint_url, key.encode(), 0.5) as proxy:
-        target = target_settings.model_copy(
-            update={"endpoint_url": proxy.url, "deadline": 2.0, "read_timeout": 1.0}
-        )
-        stream = ObjectStore.from_settings(target).open_stream(key)
         started = time.monotonic()
-        raised: list[BaseException] = []
-        reader = threading.Thread(target=_first_piece, args=(stream, raised), daemon=True)
-        reader.start()
-        reader.join(60)  # unbounded, the body would take 34 minutes
+        raised = _first_piece_through(proxy, target_settings, key, deadline=2.0)
         took = time.monotonic() - started
         assert raised and isinstance(raised[0], BodyStalled), raised
         assert f"sent no more of {object_store.bucket}/{key} for 2s" in str(raised[0])
@@ -162,19 +155,29 @@ def test_a_body_that_stops_past_the_read_timeout_is_named_a_stall_not_an_unreach
     key = object_store.key("stopped", "bundle.tar.gz")
     object_store.client.put_object(Bucket=object_store.bucket, Key=key, Body=b"z" * 4096)
     with BodyTricklingProxy(target_settings.endpoint_url, key.encode(), 30.0) as proxy:
-        target = target_settings.model_copy(
-            update={"endpoint_url": proxy.url, "deadline": 60.0, "read_timeout": 1.0}
-        )
-        stream = ObjectStore.from_settings(target).open_stream(key)
-        raised: list[BaseException] = []
-        reader = threading.Thread(target=_first_piece, args=(stream, raised), daemon=True)
-        reader.start()
-        reader.join(120)
+        raised = _first_piece_through(proxy, target_settings, key, deadline=60.0)
         assert raised and isinstance(raised[0], BodyStalled), raised
         line = str(raised[0])
         assert f"stopped sending {object_store.bucket}/{key} part-way" in line, line
         assert "target.read_timeout" in line and "cannot reach" not in line, line
         assert proxy.trickled == 1
+
+
+def _first_piece_through(
+    proxy: BodyTricklingProxy, target: TargetSettings, key: str, *, deadline: float
+) -> list[BaseException]:
+    """What reading the first piece of `key` through `proxy` raised (a 1 s read timeout,
+    `deadline`); read in a thread given 60 s past the deadline (unbounded, a trickled body
+    would take half an hour)."""
+    through = target.model_copy(
+        update={"endpoint_url": proxy.url, "deadline": deadline, "read_timeout": 1.0}
+    )
+    stream = ObjectStore.from_settings(through).open_stream(key)
+    raised: list[BaseException] = []
+    reader = threading.Thread(target=_first_piece, args=(stream, raised), daemon=True)
+    reader.start()
+    reader.join(deadline + 60)
+    return raised
 
 
 def _first_piece(stream: Iterator[bytes], raised: list[BaseException]) -> None:
