@@ -318,7 +318,7 @@ class _Held:
             self.landed.setdefault(number, "?")
         name = self.landed[number]
         spool = self.spool.absolute()
-        where = shlex.quote(str(spool / name)) if name != "?" else f"{spool}/NAME"
+        where = shlex.quote(str(spool / name)) if name != "?" else f"{shlex.quote(str(spool))}/NAME"
         self.metrics.drop(
             "landed",
             f"session {number:016x} landed already as {name!r} (the rest of its passes, or the "

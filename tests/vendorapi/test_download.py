@@ -849,7 +849,8 @@ def test_a_chunked_body_is_left_to_httpx(scripted: Scripted, http: httpx.Client)
 
 def test_a_response_without_a_socket_is_left_to_httpx() -> None:
     """A transport with no network stream (here httpx's MockTransport: the case itself, not a
-    stand-in for a server) is one socketbody promises to leave to `iter_raw`."""
+    stand-in for a server) is one socketbody promises to leave to `iter_raw`. Nothing real
+    can stand in: every real server answers through a socket, which is the other case."""
     transport = httpx.MockTransport(lambda request: httpx.Response(200, content=b"x" * 10))
     with httpx.Client(transport=transport) as http, http.stream("GET", "http://h.test/") as answer:
         assert SocketBody.of(answer) is None
